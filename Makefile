@@ -1,0 +1,33 @@
+# mptrain: `make install` sets up .venv with everything; `make test` runs the test suite.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+
+.PHONY: install test test-all lint bench clean
+
+install:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e ".[dev]"
+	@# Fashion-MNIST from Debian, so the quick start runs offline (skipped where apt is absent).
+	@if [ ! -d /usr/share/datasets/fashion-mnist ] && command -v apt-get >/dev/null 2>&1; then \
+		if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+		($$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq dataset-fashion-mnist) \
+		|| echo "note: could not install dataset-fashion-mnist; see README (Datasets)"; \
+	fi
+
+test:
+	$(BIN)/ruff check mptrain tests bench
+	$(BIN)/pytest -m "not slow"
+
+test-all:
+	$(BIN)/pytest
+
+lint:
+	$(BIN)/ruff check mptrain tests bench
+
+bench:
+	$(BIN)/python bench/run_all.py
+
+clean:
+	rm -rf $(VENV) runs build *.egg-info

@@ -1,0 +1,3 @@
+from mptrain.cli import app
+
+app(prog_name="mptrain")

@@ -1,0 +1,107 @@
+"""The `mptrain` command line: parse, call one library function, render.
+
+TensorFlow is imported only inside the commands that train or probe devices, so `--help`,
+`validate` and `configs` answer instantly.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from mptrain.errors import MptrainError
+
+STARTED_AT = time.perf_counter()
+
+app = typer.Typer(
+    help="Train Keras models in mixed precision from YAML experiment files.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+ConfigArg = Annotated[
+    str,
+    typer.Argument(help="Experiment YAML file, or the name of a built-in one (see `mptrain configs`)."),
+]
+SetOpt = Annotated[
+    list[str] | None,
+    typer.Option("--set", "-s", metavar="KEY.PATH=VALUE",
+                 help="Override a config key (repeatable), value read as YAML: --set train.epochs=2"),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print only a JSON object on stdout.")]
+VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Show TensorFlow's own logs.")]
+
+
+def _fail(exc: MptrainError) -> typer.Exit:
+    from mptrain.report import stderr
+
+    stderr.print(f"[bold red]error:[/] {exc}", markup=True, highlight=False, soft_wrap=True)
+    return typer.Exit(exc.exit_code)
+
+
+@app.command()
+def run(config: ConfigArg, set_: SetOpt = None, json_out: JsonOpt = False,
+        verbose: VerboseOpt = False) -> None:
+    """Train and evaluate one experiment; write its run folder and print a summary.
+
+    The run folder OUTPUT_DIR/<name>-<timestamp>/ holds config.yaml (resolved), metrics.jsonl,
+    steps.jsonl, summary.json and model.keras.
+    """
+    from mptrain.config import load_config
+    from mptrain.report import LiveProgress, stderr, summary_table
+
+    try:
+        experiment = load_config(config, set_)
+        from mptrain.runner import run_experiment
+
+        stderr.print(f"mptrain run [bold]{experiment.name}[/]: policy {experiment.policy}, "
+                     f"loop {experiment.train.loop}, {experiment.train.epochs} epoch(s)")
+        with LiveProgress() as progress:
+            result = run_experiment(experiment, listeners=[progress], verbose=verbose,
+                                    started_at=STARTED_AT)
+    except MptrainError as exc:
+        raise _fail(exc) from None
+    except KeyboardInterrupt:
+        stderr.print("interrupted: the run folder was removed")
+        raise typer.Exit(130) from None
+    if json_out:
+        typer.echo(json.dumps(result.summary))
+    else:
+        from rich.console import Console
+
+        Console().print(summary_table(result.summary))
+
+
+@app.command()
+def validate(config: ConfigArg, set_: SetOpt = None) -> None:
+    """Check an experiment and print it fully resolved (every default filled in); no training."""
+    import yaml
+
+    from mptrain.config import load_config
+
+    try:
+        experiment = load_config(config, set_)
+    except MptrainError as exc:
+        raise _fail(exc) from None
+    typer.echo(f"# {config}: valid", err=True)
+    typer.echo(yaml.safe_dump(experiment.to_yaml_dict(), sort_keys=False), nl=False)
+
+
+@app.command("configs")
+def list_configs() -> None:
+    """List the experiments shipped with mptrain (usable by name: `mptrain run mnist_mixed`)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from mptrain.config import builtin_configs
+
+    table = Table("name", "what it is")
+    for name, description in builtin_configs().items():
+        table.add_row(name, description)
+    Console().print(table)
+

@@ -1,0 +1,127 @@
+"""Rendering results for people: live progress on stderr, summary tables on stdout.
+
+Library code returns result dicts; only this module and the CLI print. Progress always goes
+to stderr so that `--json` leaves stdout holding nothing but the JSON document.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from mptrain.training.monitor import EpochRecord, StepRecord
+
+stderr = Console(stderr=True)
+
+
+def human_bytes(n: float | None) -> str:
+    if n is None:
+        return "n/a"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"
+
+
+def fmt(value: float | None, spec: str = ".4f", none: str = "n/a") -> str:
+    return none if value is None else format(value, spec)
+
+
+class LiveProgress:
+    """A TrainingListener that draws a Rich progress bar per epoch and a line per finished epoch.
+
+    Live bars need a terminal; elsewhere (CI logs, `2>file`) only the epoch lines are printed.
+    """
+
+    def __init__(self, console: Console = stderr, label: str = ""):
+        self.console = console
+        self.label = f"{label} " if label else ""
+        self.progress = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("loss {task.fields[loss]}"),
+            TextColumn("{task.fields[step_ms]} ms/step"),
+            TextColumn("{task.fields[scale]}"),
+            TimeElapsedColumn(),
+            console=console,
+            transient=True,
+        )
+        self._task = None
+
+    def __enter__(self) -> LiveProgress:
+        self.progress.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.progress.stop()
+
+    def epoch_started(self, epoch: int, epochs: int, steps: int) -> None:
+        self._task = self.progress.add_task(
+            f"{self.label}epoch {epoch}/{epochs}", total=steps, loss="…", step_ms="…", scale=""
+        )
+
+    def step_finished(self, record: StepRecord, step_in_epoch: int) -> None:
+        scale = f"scale {record.loss_scale:g}" if record.loss_scale is not None else ""
+        self.progress.update(self._task, completed=step_in_epoch, loss=f"{record.loss:.4f}",
+                             step_ms=f"{record.seconds * 1000:.1f}", scale=scale)
+
+    def epoch_finished(self, record: EpochRecord) -> None:
+        self.progress.remove_task(self._task)
+        metrics = "  ".join(f"{k} {v:.4f}" for k, v in record.metrics.items())
+        extra = ""
+        if record.loss_scale is not None:
+            extra = f"  loss scale {record.loss_scale:g}, skipped {record.skipped_steps}"
+        self.console.print(f"{self.label}epoch {record.epoch}: {record.steps} steps  {metrics}{extra}",
+                           soft_wrap=True, highlight=False)
+
+
+def summary_table(s: dict[str, Any]) -> Table:
+    table = Table(title=f"mptrain run: {s['name']}", show_header=False, title_justify="left")
+    table.add_column("", style="bold")
+    table.add_column("")
+    policy = s["policy"]
+    if s["policy_requested"] != policy:
+        policy = f"{policy} (from {s['policy_requested']})"
+    steps = s["step_time_ms"] or {}
+    rows = [
+        ("policy", policy),
+        ("dtypes", f"compute {s['compute_dtype']}, variables {s['variable_dtype']}, "
+                   f"output {s['output_dtype']}"),
+        ("loop", f"{s['loop']}, XLA {'on' if s['jit_compile'] else 'off'} ({s['jit_compile_reason']})"),
+        ("device", s["device"]),
+        ("steps", f"{s['steps_run']} in {s['epochs_run']} epoch(s), batch {s['batch_size']}"
+                  + (f"  [yellow]{s['bounded']}[/]" if s["bounded"] else "")),
+        ("step time", (f"median {steps['median']:.1f} ms  p10 {steps['p10']:.1f}  "
+                       f"p90 {steps['p90']:.1f}  mean {steps['mean']:.1f}  "
+                       f"({s['timed_steps']} timed, {s['warmup_steps_excluded']} warm-up left out)")
+         if steps else "n/a"),
+        ("throughput", f"{fmt(s['examples_per_sec'], ',.0f')} examples/s"),
+        ("compute", _compute_line(s)),
+        ("test", f"loss {fmt(s['test_loss'])}  accuracy {fmt(s['test_accuracy'])}"),
+    ]
+    if s["loss_scale"] is not None:
+        rows.append(("loss scale", f"final {s['loss_scale']['final']:g}, "
+                                   f"skipped steps {s['loss_scale']['skipped_steps']}"))
+    rows += [
+        ("peak memory", f"process {human_bytes(s['peak_memory_bytes'])}, "
+                        f"device {human_bytes(s['device_peak_memory_bytes'])}"),
+        ("wall time", f"{s['wall_time_s']:.1f} s (first step after {fmt(s['time_to_first_step_s'], '.1f')} s)"),
+        ("run folder", s.get("run_dir", "")),
+    ]
+    for key, value in rows:
+        table.add_row(key, value)
+    return table
+
+
+def _compute_line(s: dict[str, Any]) -> str:
+    if s["achieved_tflops"] is None:
+        return "n/a"
+    line = f"{s['achieved_tflops']:.3f} TFLOP/s"
+    if s["mfu"] is not None:
+        line += f" = {s['mfu']:.0%} of this CPU's {s['compute_dtype']} peak ({s['peak_tflops']:.2f} TFLOP/s)"
+    return line

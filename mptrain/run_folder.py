@@ -1,0 +1,69 @@
+"""The run folder: the one place that decides where a run's files go and writes them.
+
+`OUTPUT_DIR/<name>-<timestamp>/` holds config.yaml (resolved), metrics.jsonl (one line per
+epoch), steps.jsonl (one line per step), summary.json and model.keras. It is created only
+once the experiment is valid and built, and removed again if the run fails, so a failed run
+never leaves a half-written folder that looks like a result.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import asdict
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from mptrain.training.monitor import EpochRecord, StepRecord
+
+
+class RunFolder:
+    def __init__(self, path: Path):
+        self.path = path
+
+    @classmethod
+    def create(cls, parent: Path, name: str) -> RunFolder:
+        stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+        parent.mkdir(parents=True, exist_ok=True)
+        path, n = parent / f"{name}-{stamp}", 1
+        while path.exists():
+            n += 1
+            path = parent / f"{name}-{stamp}-{n}"
+        path.mkdir()
+        return cls(path)
+
+    def write_config(self, config: dict[str, Any], header: str) -> None:
+        text = yaml.safe_dump(config, sort_keys=False)
+        (self.path / "config.yaml").write_text(f"{header}\n{text}")
+
+    def write_summary(self, summary: dict[str, Any]) -> None:
+        (self.path / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+
+    def save_model(self, model) -> None:
+        model.save(self.path / "model.keras")
+
+    def discard(self) -> None:
+        shutil.rmtree(self.path, ignore_errors=True)
+
+    def write_steps(self, steps: list[StepRecord]) -> None:
+        """All step records at once: per-step file I/O would tax the training loop."""
+        lines = "".join(json.dumps(asdict(record)) + "\n" for record in steps)
+        (self.path / "steps.jsonl").write_text(lines)
+
+    # TrainingListener: epoch records are appended as they happen (`tail -f metrics.jsonl`).
+    def epoch_started(self, epoch: int, epochs: int, steps: int) -> None:
+        pass
+
+    def step_finished(self, record: StepRecord, step_in_epoch: int) -> None:
+        pass
+
+    def epoch_finished(self, record: EpochRecord) -> None:
+        with open(self.path / "metrics.jsonl", "a") as fh:
+            fh.write(json.dumps(asdict(record)) + "\n")
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

@@ -1,0 +1,270 @@
+"""One experiment, end to end: config → data → policy → model → training loop → results.
+
+This is the sequence the guide walks through, in one place:
+set the global dtype policy, build the model with a float32 output, compile (Model.fit wraps
+the optimizer in a LossScaleOptimizer under mixed_float16) or write the custom loop, train,
+evaluate. Everything that can fail on bad input happens before the run folder is created.
+"""
+
+from __future__ import annotations
+
+import resource
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mptrain.config import ExperimentConfig
+from mptrain.data import load_dataset
+from mptrain.errors import DataError
+from mptrain.hardware import Machine, peak_flops, probe
+from mptrain.policy import PolicyChoice, apply_policy, choose_policy
+from mptrain.run_folder import RunFolder
+from mptrain.timing import summarize
+from mptrain.training.monitor import EpochRecord, StepRecord, TrainingListener, TrainingMonitor
+
+
+@dataclass
+class RunResult:
+    """Everything a run measured; `summary` is what summary.json and `--json` hold."""
+
+    summary: dict[str, Any]
+    run_dir: Path
+    steps: list[StepRecord] = field(default_factory=list)
+    epochs: list[EpochRecord] = field(default_factory=list)
+
+
+def run_experiment(
+    config: ExperimentConfig,
+    *,
+    listeners: list[TrainingListener] | None = None,
+    verbose: bool = False,
+    initial_weights: Path | None = None,
+    output_dir: Path | None = None,
+    started_at: float | None = None,
+) -> RunResult:
+    """Train and evaluate one experiment; write its run folder; return what it measured.
+
+    `initial_weights` (an .npz written by `save_initial_weights`) makes several runs start
+    from identical weights; `output_dir` overrides `output.dir` (compare puts its variants
+    in its own folder).
+    """
+    started_at = started_at if started_at is not None else time.perf_counter()
+    from mptrain.tf_runtime import import_tensorflow, seed_everything
+
+    tf = import_tensorflow(verbose)
+    from mptrain.model import (
+        build_loss,
+        build_metrics,
+        build_model,
+        build_optimizer,
+        count_training_flops,
+        output_dtype,
+    )
+    from mptrain.training.batches import make_batches
+
+    machine = probe(tf, check_xla=False)
+    choice = choose_policy(config.policy, config.train.jit_compile, machine)
+    data = load_dataset(config.data, config.seed)
+    if data.num_classes_seen > config.model.num_classes and config.train.loss != "binary_crossentropy":
+        raise DataError(
+            f"{data.source}: labels go up to {data.num_classes_seen - 1} but model.num_classes is "
+            f"{config.model.num_classes}; set model.num_classes to at least {data.num_classes_seen}"
+        )
+
+    seed_everything(config.seed)
+    apply_policy(choice.name)
+    model = build_model(config.model, data.input_shape)
+    if initial_weights is not None:
+        load_initial_weights(model, initial_weights)
+    optimizer = build_optimizer(config.train.optimizer, choice.loss_scaling, config)
+    loop_cls = _loop_class(config.train.loop)
+    loop = loop_cls(model, optimizer, build_loss(config), build_metrics(config),
+                    jit_compile=choice.jit_compile, loss_scaling=choice.loss_scaling)
+    batches = make_batches(data, config.train.batch_size, config.seed,
+                           binary_labels=config.train.loss == "binary_crossentropy")
+
+    folder = RunFolder.create(output_dir or config.output.dir, config.name)
+    try:
+        folder.write_config(config.to_yaml_dict(), _config_header(choice))
+        monitor = TrainingMonitor(
+            epochs=config.train.epochs,
+            steps_per_epoch=batches.steps_per_epoch,
+            loss_scaling=choice.loss_scaling,
+            max_steps=config.train.max_steps,
+            max_step_seconds=config.train.max_step_seconds,
+            listeners=[*(listeners or []), folder],
+        )
+        _reset_device_peak(tf, machine)
+        first_step_at = _FirstStepClock(started_at)
+        monitor.listeners.insert(0, first_step_at)
+        loop.train(batches, config.train.epochs, monitor)
+        test = loop.evaluate(batches.test)
+        summary = _summary(config, choice, machine, data.source, model, output_dtype(model),
+                           monitor, batches, test, count_training_flops(model), started_at,
+                           first_step_at.seconds, _device_peak(tf, machine))
+        folder.write_steps(monitor.steps)
+        if config.output.save_model:
+            folder.save_model(model)
+        summary["run_dir"] = str(folder.path)
+        folder.write_summary(summary)
+    except BaseException:
+        folder.discard()
+        raise
+    return RunResult(summary, folder.path, monitor.steps, monitor.epoch_records)
+
+
+def _loop_class(name: str):
+    if name == "custom":
+        from mptrain.training.custom_loop import CustomLoop
+
+        return CustomLoop
+    from mptrain.training.fit_loop import FitLoop
+
+    return FitLoop
+
+
+def save_initial_weights(config: ExperimentConfig, path: Path, verbose: bool = False) -> None:
+    """Build the experiment's model once under float32 and save its weights (the guide's
+    `initial_weights = model.get_weights()`), so every policy variant starts from them."""
+    from mptrain.tf_runtime import import_tensorflow, seed_everything
+
+    import_tensorflow(verbose)
+    from mptrain.model import build_model
+
+    data_shape = _input_shape(config)
+    seed_everything(config.seed)
+    apply_policy("float32")
+    model = build_model(config.model, data_shape)
+    np.savez(path, *model.get_weights())
+
+
+def load_initial_weights(model, path: Path) -> None:
+    with np.load(path) as archive:
+        weights = [archive[f"arr_{i}"] for i in range(len(archive.files))]
+    model.set_weights([w.astype(v.dtype) for w, v in zip(weights, model.get_weights(), strict=True)])
+
+
+def _input_shape(config: ExperimentConfig) -> tuple[int, ...]:
+    if config.data.dataset == "synthetic":
+        return tuple(config.data.synthetic.input_shape)
+    return load_dataset(config.data, config.seed).input_shape
+
+
+class _FirstStepClock:
+    """Seconds from the start of the command to the first training step (start-up cost)."""
+
+    def __init__(self, started_at: float):
+        self.started_at, self.seconds = started_at, None
+
+    def epoch_started(self, epoch: int, epochs: int, steps: int) -> None:
+        if self.seconds is None:
+            self.seconds = time.perf_counter() - self.started_at
+
+    def step_finished(self, record: StepRecord, step_in_epoch: int) -> None:
+        pass
+
+    def epoch_finished(self, record: EpochRecord) -> None:
+        pass
+
+
+def _config_header(choice: PolicyChoice) -> str:
+    lines = ["# Resolved experiment, as run by mptrain."]
+    if choice.requested != choice.name:
+        lines.append(f"# policy: {choice.requested} resolved to {choice.name} ({choice.reason})")
+    lines.append(f"# jit_compile: {choice.jit_compile} ({choice.jit_reason})")
+    return "\n".join(lines)
+
+
+def _device_name(machine: Machine) -> str:
+    if machine.tpu:
+        return "TPU"
+    if machine.gpus:
+        return f"GPU: {machine.gpus[0].name}"
+    return f"CPU: {machine.cpu.model}"
+
+
+def _memory_device(machine: Machine) -> str:
+    return "GPU:0" if machine.gpus else "CPU:0"
+
+
+def _reset_device_peak(tf, machine: Machine) -> None:
+    try:
+        tf.config.experimental.reset_memory_stats(_memory_device(machine))
+    except (ValueError, RuntimeError):
+        pass  # the allocator does not track statistics (e.g. oneDNN off on a CPU)
+
+
+def _device_peak(tf, machine: Machine) -> int | None:
+    try:
+        return int(tf.config.experimental.get_memory_info(_memory_device(machine))["peak"])
+    except (ValueError, RuntimeError):
+        return None
+
+
+def _peak_rss_bytes() -> int:
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak if sys.platform == "darwin" else peak * 1024
+
+
+def _summary(config, choice, machine, source, model, out_dtype, monitor, batches, test,
+             flops_per_example, started_at, first_step_s, device_peak) -> dict[str, Any]:
+    stats = summarize(monitor.timer.durations, config.train.warmup_steps)
+    examples_per_sec = None
+    achieved = None
+    if stats is not None:
+        timed = monitor.steps[stats.warmup_steps:]
+        examples = sum(batches.batch_size_at((r.step - 1) % batches.steps_per_epoch) for r in timed)
+        seconds = sum(r.seconds for r in timed)
+        examples_per_sec = examples / seconds if seconds > 0 else None
+        if examples_per_sec is not None:
+            achieved = flops_per_example * examples_per_sec / 1e12
+    peak = None if machine.gpus or machine.tpu else peak_flops(machine.cpu, choice.compute_dtype)
+    last_epoch = monitor.epoch_records[-1] if monitor.epoch_records else None
+    return {
+        "name": config.name,
+        "policy": choice.name,
+        "policy_requested": choice.requested,
+        "policy_reason": choice.reason,
+        "compute_dtype": choice.compute_dtype,
+        "variable_dtype": choice.variable_dtype,
+        "output_dtype": out_dtype,
+        "loop": config.train.loop,
+        "jit_compile": choice.jit_compile,
+        "jit_compile_reason": choice.jit_reason,
+        "device": _device_name(machine),
+        "dataset": source,
+        "batch_size": config.train.batch_size,
+        "epochs_run": len(monitor.epoch_records),
+        "steps_run": len(monitor.steps),
+        "bounded": monitor.stop_reason,
+        "step_time_ms": stats.to_dict() if stats else None,
+        "timed_steps": stats.timed_steps if stats else 0,
+        "warmup_steps_excluded": stats.warmup_steps if stats else 0,
+        "examples_per_sec": examples_per_sec,
+        "flops_per_example": flops_per_example,
+        "achieved_tflops": achieved,
+        "peak_tflops": peak / 1e12 if peak else None,
+        "mfu": achieved * 1e12 / peak if achieved is not None and peak else None,
+        "first_step_loss": monitor.steps[0].loss if monitor.steps else None,
+        "final_train_loss": last_epoch.metrics.get("loss") if last_epoch else None,
+        "final_metrics": last_epoch.metrics if last_epoch else {},
+        "test_loss": test.get("loss"),
+        "test_accuracy": test.get("accuracy"),
+        "test_metrics": test,
+        "loss_scale": (
+            {"final": monitor.loss_scale, "skipped_steps": monitor.skipped_steps}
+            if choice.loss_scaling else None
+        ),
+        "peak_memory_bytes": _peak_rss_bytes(),
+        "device_peak_memory_bytes": device_peak,
+        "wall_time_s": time.perf_counter() - started_at,
+        "time_to_first_step_s": first_step_s,
+        "tensorflow_version": machine.tensorflow_version,
+        "keras_version": machine.keras_version,
+        "seed": config.seed,
+    }
+

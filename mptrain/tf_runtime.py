@@ -1,0 +1,55 @@
+"""Importing TensorFlow without flooding the terminal, and seeding everything it uses.
+
+TensorFlow prints CUDA probes, oneDNN notices and C++ log lines to the process's stderr file
+descriptor while it loads, before Python logging exists (TF_CPP_MIN_LOG_LEVEL does not silence
+all of them). Unless `verbose`, fd 2 is pointed at a temporary file for the import and the text
+is shown only if the import fails.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import tempfile
+import warnings
+
+
+def import_tensorflow(verbose: bool = False):
+    """Return the `tensorflow` module, imported quietly unless `verbose`."""
+    if "tensorflow" in sys.modules:
+        return sys.modules["tensorflow"]
+    if verbose:
+        import tensorflow as tf
+
+        return tf
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    warnings.filterwarnings("ignore", module=r"(tensorflow|keras|google|absl)(\.|$)")
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile(mode="w+b") as sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            import tensorflow as tf
+            import keras  # noqa: F401  (its own import-time chatter goes to the sink too)
+
+            # Device discovery (CUDA probing on GPU-less hosts) logs on first use: do it now.
+            tf.config.list_physical_devices()
+        except BaseException:
+            os.dup2(saved, 2)
+            sink.seek(0)
+            sys.stderr.write(sink.read().decode(errors="replace"))
+            raise
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+    tf.get_logger().setLevel(logging.ERROR)
+    logging.getLogger("absl").setLevel(logging.ERROR)
+    return tf
+
+
+def seed_everything(seed: int) -> None:
+    """Python, NumPy and TensorFlow seeds: the same seed builds identical initial weights."""
+    import keras
+
+    keras.utils.set_random_seed(seed)

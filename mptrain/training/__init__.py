@@ -1,0 +1,1 @@
+"""Training: the step (custom loop) or Model.fit, observed by one `TrainingMonitor`."""
