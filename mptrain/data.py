@@ -74,10 +74,7 @@ def load_dataset(cfg: DataConfig, seed: int) -> Dataset:
     y_train, y_test = labels(y_train, source), labels(y_test, source)
 
     # Like Keras' validation_split: the last fraction, taken before any shuffling.
-    n_val = int(len(x_train) * cfg.validation_split)
-    if len(x_train) - n_val < 1:
-        raise DataError(f"{source}: data.validation_split {cfg.validation_split} leaves no training data")
-    cut = len(x_train) - n_val
+    cut = len(x_train) - int(len(x_train) * cfg.validation_split)
     return Dataset(
         x_train=x_train[:cut],
         y_train=y_train[:cut],

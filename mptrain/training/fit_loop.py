@@ -27,8 +27,9 @@ class FitLoop:
 
     def train(self, batches: Batches, epochs: int, monitor: TrainingMonitor) -> None:
         callback = _MonitorCallback(monitor, batches, self.loss_scaling)
+        # shuffle=False: the dataset shuffles itself, seeded (see batches.py).
         self.model.fit(batches.train, epochs=epochs, validation_data=batches.val,
-                       callbacks=[callback], verbose=0)
+                       callbacks=[callback], shuffle=False, verbose=0)
 
     def evaluate(self, dataset) -> dict[str, float]:
         results = self.model.evaluate(dataset, return_dict=True, verbose=0)

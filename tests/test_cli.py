@@ -1,0 +1,94 @@
+"""The command line as a user runs it: subprocesses, exit codes, stdout/stderr contents."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from tests.conftest import tiny_raw
+
+
+def mptrain(*args: str, cwd: Path, env_extra: dict | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "COLUMNS": "120", **(env_extra or {})}
+    return subprocess.run([sys.executable, "-m", "mptrain", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=600)
+
+
+def write_config(tmp_path: Path, *overrides: str) -> Path:
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump(tiny_raw(f"output.dir={tmp_path / 'runs'}", *overrides)))
+    return path
+
+
+def test_full_run_through_the_cli_prints_only_json(tmp_path):
+    config = write_config(tmp_path, "policy=mixed_float16", "train.loop=custom")
+    done = mptrain("run", str(config), "--json", "--set", "train.epochs=2", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)  # stdout holds exactly one JSON document
+    assert summary["policy"] == "mixed_float16" and summary["loop"] == "custom"
+    assert summary["epochs_run"] == 2 and summary["output_dtype"] == "float32"
+    assert summary["loss_scale"]["final"] > 0
+    assert summary["step_time_ms"]["median"] > 0 and summary["examples_per_sec"] > 0
+    run_dir = Path(summary["run_dir"])
+    assert json.loads((run_dir / "summary.json").read_text())["test_loss"] == summary["test_loss"]
+    resolved = yaml.safe_load((run_dir / "config.yaml").read_text())
+    assert resolved["train"]["epochs"] == 2 and resolved["train"]["loop"] == "custom"
+    # TensorFlow's start-up chatter stays off the terminal; our progress lines do not
+    assert "epoch 2:" in done.stderr
+    assert "cuInit" not in done.stderr and "oneDNN" not in done.stderr
+
+
+def test_table_output_names_the_measurements(tmp_path):
+    config = write_config(tmp_path, "train.epochs=1")
+    done = mptrain("run", str(config), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    for label in ("policy", "step time", "median", "throughput", "peak memory", "run folder"):
+        assert label in done.stdout
+
+
+def test_invalid_config_exits_2_without_traceback_or_folder(tmp_path):
+    config = write_config(tmp_path)
+    done = mptrain("run", str(config), "--set", "train.batch_size=zero", cwd=tmp_path)
+    assert done.returncode == 2
+    assert "exp.yaml" in done.stderr and "train.batch_size = 'zero'" in done.stderr
+    assert "Traceback" not in done.stderr and done.stdout == ""
+    assert not (tmp_path / "runs").exists()
+
+
+def test_missing_dataset_exits_2_with_a_fix(tmp_path):
+    config = write_config(tmp_path, "data.dataset=npz", f"data.path={tmp_path / 'no.npz'}")
+    done = mptrain("run", str(config), cwd=tmp_path)
+    assert done.returncode == 2 and "no such file" in done.stderr
+    assert "Traceback" not in done.stderr and not (tmp_path / "runs").exists()
+
+
+def test_validate_prints_resolved_config_without_tensorflow(tmp_path):
+    config = write_config(tmp_path)
+    code = (
+        "import sys; from mptrain.cli import app\n"
+        f"sys.argv = ['mptrain', 'validate', {str(config)!r}, '--set', 'train.epochs=9']\n"
+        "try:\n    app()\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
+        "assert 'tensorflow' not in sys.modules, 'validate imported TensorFlow'\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    resolved = yaml.safe_load(done.stdout)
+    assert resolved["train"]["epochs"] == 9
+    assert resolved["train"]["loss_scale"] == {"initial_scale": 32768.0, "dynamic_growth_steps": 2000}
+
+
+def test_help_lists_commands(tmp_path):
+    done = mptrain("--help", cwd=tmp_path)
+    assert done.returncode == 0
+    for command in ("run", "validate", "configs"):
+        assert command in done.stdout
+
+
+def test_builtin_config_by_name(tmp_path):
+    done = mptrain("validate", "mnist_mixed", cwd=tmp_path)
+    assert done.returncode == 0 and yaml.safe_load(done.stdout)["train"]["batch_size"] == 8192
+    listing = mptrain("configs", cwd=tmp_path)
+    assert "fashion_mnist_mixed" in listing.stdout

@@ -1,0 +1,114 @@
+from pathlib import Path
+
+import pytest
+import yaml
+
+from mptrain.config import (
+    ExperimentConfig,
+    apply_overrides,
+    builtin_configs,
+    load_config,
+    parse_override,
+)
+from mptrain.errors import ConfigError
+from tests.conftest import TINY
+
+
+def write(tmp_path: Path, data, name="exp.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(data if isinstance(data, str) else yaml.safe_dump(data))
+    return path
+
+
+def error_of(tmp_path: Path, data, overrides=None) -> str:
+    with pytest.raises(ConfigError) as info:
+        load_config(write(tmp_path, data), overrides)
+    return str(info.value)
+
+
+def test_good_config_round_trips_with_defaults(tmp_path):
+    config = load_config(write(tmp_path, TINY))
+    assert config.model.hidden_units == [32, 32]
+    assert config.train.loss_scale.initial_scale == 2.0**15
+    again = ExperimentConfig.model_validate(config.to_yaml_dict())
+    assert again == config
+
+
+def test_every_builtin_config_validates():
+    names = builtin_configs()
+    assert {"mnist_mixed", "fashion_mnist_mixed", "synthetic", "cnn_fashion_mnist"} <= set(names)
+    guide = load_config("mnist_mixed")
+    assert (guide.policy, guide.train.batch_size, guide.train.epochs) == ("mixed_float16", 8192, 5)
+    assert guide.model.hidden_units == [4096, 4096] and guide.data.validation_split == 0.2
+    assert load_config("cnn_fashion_mnist").model.kind == "cnn"
+
+
+def test_unknown_key_names_path_and_allowed_keys(tmp_path):
+    raw = {**TINY, "train": {**TINY["train"], "epoch": 3}}
+    message = error_of(tmp_path, raw)
+    assert "exp.yaml" in message
+    assert "train.epoch: unknown key" in message
+    assert "epochs" in message and "batch_size" in message
+
+
+def test_wrong_type_and_range_name_value(tmp_path):
+    raw = {**TINY, "train": {**TINY["train"], "batch_size": "big", "epochs": 0}}
+    message = error_of(tmp_path, raw)
+    assert "train.batch_size = 'big'" in message
+    assert "train.epochs = 0" in message and "greater than or equal to 1" in message
+
+
+def test_bad_choice_lists_allowed_values(tmp_path):
+    message = error_of(tmp_path, {**TINY, "policy": "fp8"})
+    assert "policy = 'fp8'" in message
+    for allowed in ("float32", "mixed_float16", "mixed_bfloat16", "auto"):
+        assert allowed in message
+
+
+def test_model_kind_switch_validates_the_right_schema(tmp_path):
+    message = error_of(tmp_path, {**TINY, "model": {"kind": "cnn", "hidden_units": [3]}})
+    assert "model.hidden_units: unknown key" in message and "filters" in message
+
+
+def test_cross_field_rules(tmp_path):
+    assert "needs data.path" in error_of(tmp_path, {**TINY, "data": {"dataset": "npz"}})
+    raw = {**TINY, "train": {**TINY["train"], "loss": "binary_crossentropy"}}
+    assert "binary_crossentropy needs model.num_classes: 1" in error_of(tmp_path, raw)
+
+
+def test_yaml_syntax_error_gives_line(tmp_path):
+    message = error_of(tmp_path, "name: x\ntrain: [unclosed\n")
+    assert "not valid YAML at line" in message
+
+
+def test_top_level_must_be_mapping(tmp_path):
+    assert "must be a mapping" in error_of(tmp_path, "- a\n- b\n")
+
+
+def test_missing_file_mentions_builtins():
+    with pytest.raises(ConfigError, match="no such file.*mnist_mixed"):
+        load_config("does/not/exist.yaml")
+
+
+def test_overrides_are_yaml_scalars_and_create_paths():
+    assert parse_override("train.epochs=2") == (["train", "epochs"], 2)
+    assert parse_override("train.jit_compile=true") == (["train", "jit_compile"], True)
+    assert parse_override("model.hidden_units=[8, 8]") == (["model", "hidden_units"], [8, 8])
+    raw = apply_overrides({"train": {"epochs": 5}}, ["train.epochs=1", "output.dir=/x"])
+    assert raw == {"train": {"epochs": 1}, "output": {"dir": "/x"}}
+
+
+@pytest.mark.parametrize("bad", ["epochs", "=3", "a..b=1", "train.epochs=[1,"])
+def test_bad_override_syntax(bad):
+    with pytest.raises(ConfigError, match="--set"):
+        apply_overrides({}, [bad])
+
+
+def test_override_through_a_scalar_is_an_error():
+    with pytest.raises(ConfigError, match="not a mapping"):
+        apply_overrides({"policy": "float32"}, ["policy.x=1"])
+
+
+def test_override_is_validated_like_the_file(tmp_path):
+    message = error_of(tmp_path, TINY, ["train.loop=eager"])
+    assert "train.loop = 'eager'" in message and "'fit' or 'custom'" in message

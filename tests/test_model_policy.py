@@ -1,0 +1,44 @@
+import pytest
+
+from mptrain.config import CNNConfig, MLPConfig
+from mptrain.policy import DTYPES
+
+keras = pytest.importorskip("keras")
+
+from mptrain.model import build_model, output_dtype  # noqa: E402
+from mptrain.policy import apply_policy  # noqa: E402
+
+POLICIES = list(DTYPES)
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("head", ["softmax", "linear", "sigmoid"])
+def test_outputs_are_float32_under_every_policy(policy, head):
+    apply_policy(policy)
+    model = build_model(MLPConfig(hidden_units=[8], num_classes=3, output_activation=head), (5,))
+    assert output_dtype(model) == "float32"
+    predictions = model(keras.ops.ones((2, 5)))
+    assert keras.backend.standardize_dtype(predictions.dtype) == "float32"
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_policy_sets_compute_and_variable_dtypes_of_built_layers(policy):
+    compute, variables = DTYPES[policy]
+    apply_policy(policy)
+    model = build_model(CNNConfig(kind="cnn", filters=[4], dense_units=[8], num_classes=3), (6, 6, 1))
+    for name in ("conv_1", "dense_1", "logits"):
+        layer = model.get_layer(name)
+        assert layer.compute_dtype == compute, name
+        assert layer.variable_dtype == variables, name
+        assert layer.kernel.dtype == variables, name
+    head = model.get_layer("predictions")
+    assert head.compute_dtype == "float32"
+    # the logits layer really computes in the 16-bit type: its output tensor says so
+    assert keras.backend.standardize_dtype(model.get_layer("logits").output.dtype) == compute
+
+
+def test_cnn_rejects_flat_inputs():
+    from mptrain.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="needs image inputs"):
+        build_model(CNNConfig(kind="cnn"), (784,))
