@@ -10,8 +10,10 @@ Nothing here imports TensorFlow except the download fallback.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -99,9 +101,8 @@ def preprocess(x: np.ndarray) -> np.ndarray:
 
 def labels(y: np.ndarray, source: str) -> np.ndarray:
     y = np.asarray(y).reshape(-1)
-    if not np.issubdtype(y.dtype, np.integer):
-        if not np.all(np.equal(np.mod(y, 1), 0)):
-            raise DataError(f"{source}: labels must be whole class numbers, got {y.dtype} values")
+    if not np.issubdtype(y.dtype, np.integer) and not np.all(np.equal(np.mod(y, 1), 0)):
+        raise DataError(f"{source}: labels must be whole class numbers, got {y.dtype} values")
     if len(y) and y.min() < 0:
         raise DataError(f"{source}: labels must be >= 0, found {int(y.min())}")
     return y.astype(np.int32)
@@ -189,7 +190,8 @@ def load_mnist(path: Path | None):
     try:
         from keras.datasets import mnist
 
-        train, test = mnist.load_data()
+        with contextlib.redirect_stdout(sys.stderr):  # keep stdout for --json
+            train, test = mnist.load_data()
     except Exception as exc:  # any download failure: offline, proxy, bad hash
         raise DataError(
             f"MNIST not found locally (looked in: {looked}) and the download failed ({exc}).\n"
@@ -214,7 +216,8 @@ def load_fashion_mnist(path: Path | None):
     try:
         from keras.datasets import fashion_mnist
 
-        train, test = fashion_mnist.load_data()
+        with contextlib.redirect_stdout(sys.stderr):
+            train, test = fashion_mnist.load_data()
     except Exception as exc:
         raise DataError(
             f"Fashion-MNIST not found locally (looked in: {looked}) and the download failed ({exc}).\n"

@@ -128,7 +128,9 @@ def gpu_from_details(details: dict, memory_bytes: int | None = None) -> GpuInfo:
 def recommend(machine: Machine) -> Recommendation:
     """The policy that will actually be fast here, with the reason (the guide's logic + CPUs)."""
     if machine.tpu:
-        return Recommendation("mixed_bfloat16", "TPUs compute in bfloat16 natively; bfloat16 needs no loss scaling")
+        return Recommendation(
+            "mixed_bfloat16", "TPUs compute in bfloat16 natively; bfloat16 needs no loss scaling"
+        )
     if machine.gpus:
         weakest = min(machine.gpus, key=lambda g: g.compute_capability or (0, 0))
         if weakest.fast_bfloat16:

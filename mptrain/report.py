@@ -110,7 +110,8 @@ def summary_table(s: dict[str, Any]) -> Table:
     rows += [
         ("peak memory", f"process {human_bytes(s['peak_memory_bytes'])}, "
                         f"device {human_bytes(s['device_peak_memory_bytes'])}"),
-        ("wall time", f"{s['wall_time_s']:.1f} s (first step after {fmt(s['time_to_first_step_s'], '.1f')} s)"),
+        ("wall time", f"{s['wall_time_s']:.1f} s "
+                      f"(first step after {fmt(s['time_to_first_step_s'], '.1f')} s)"),
         ("run folder", s.get("run_dir", "")),
     ]
     for key, value in rows:

@@ -8,6 +8,7 @@ evaluate. Everything that can fail on bad input happens before the run folder is
 
 from __future__ import annotations
 
+import contextlib
 import resource
 import sys
 import time
@@ -192,10 +193,9 @@ def _memory_device(machine: Machine) -> str:
 
 
 def _reset_device_peak(tf, machine: Machine) -> None:
-    try:
+    # Some allocators keep no statistics (a CPU with oneDNN off): then there is nothing to reset.
+    with contextlib.suppress(ValueError, RuntimeError):
         tf.config.experimental.reset_memory_stats(_memory_device(machine))
-    except (ValueError, RuntimeError):
-        pass  # the allocator does not track statistics (e.g. oneDNN off on a CPU)
 
 
 def _device_peak(tf, machine: Machine) -> int | None:

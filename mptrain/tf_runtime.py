@@ -30,8 +30,8 @@ def import_tensorflow(verbose: bool = False):
     with tempfile.TemporaryFile(mode="w+b") as sink:
         os.dup2(sink.fileno(), 2)
         try:
-            import tensorflow as tf
             import keras  # noqa: F401  (its own import-time chatter goes to the sink too)
+            import tensorflow as tf
 
             # Device discovery (CUDA probing on GPU-less hosts) logs on first use: do it now.
             tf.config.list_physical_devices()
