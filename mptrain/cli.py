@@ -91,6 +91,42 @@ def validate(config: ConfigArg, set_: SetOpt = None) -> None:
     typer.echo(yaml.safe_dump(experiment.to_yaml_dict(), sort_keys=False), nl=False)
 
 
+@app.command("check-gpu")
+def check_gpu(
+    bench: Annotated[bool, typer.Option("--bench", help="Also time matmul, dense and conv kernels "
+                                        "per dtype on each device (a few seconds).")] = False,
+    bench_scale: Annotated[float, typer.Option(help="Size factor for --bench kernels.", min=0.01,
+                                               max=4.0)] = 1.0,
+    json_out: JsonOpt = False,
+    verbose: VerboseOpt = False,
+) -> None:
+    """What accelerators and CPU matrix units this machine has, and which policy will be fast.
+
+    Exits 0 without a GPU: that is information, not an error.
+    """
+    from mptrain.hardware import check_report, probe
+    from mptrain.tf_runtime import import_tensorflow
+
+    tf = import_tensorflow(verbose)
+    machine = probe(tf)
+    results = None
+    if bench:
+        from mptrain.microbench import bench_devices, run_microbench
+        from mptrain.report import stderr
+
+        with stderr.status("benchmarking kernels per dtype…"):
+            results = run_microbench(tf, bench_devices(tf), scale=bench_scale)
+    report = check_report(machine, results)
+    if json_out:
+        typer.echo(json.dumps(report))
+    else:
+        from rich.console import Console
+
+        from mptrain.report import check_gpu_view
+
+        Console().print(check_gpu_view(report))
+
+
 @app.command("configs")
 def list_configs() -> None:
     """List the experiments shipped with mptrain (usable by name: `mptrain run mnist_mixed`)."""

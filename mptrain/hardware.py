@@ -309,3 +309,27 @@ def machine_to_dict(machine: Machine) -> dict:
         raw["tf32_by_default"] = gpu.tf32_by_default
         raw["float8"] = gpu.float8
     return data
+
+
+def check_report(machine: Machine, bench: list | None = None) -> dict:
+    """Everything `mptrain check-gpu` shows, as one JSON-able dict (also for bug reports).
+
+    With microbenchmark results (`mptrain.microbench`), the recommendation cites them.
+    """
+    rec = recommend(machine)
+    reason = rec.reason
+    if bench:
+        from mptrain.microbench import best_16bit
+
+        device = "/GPU:0" if machine.gpus else "/CPU:0"
+        best = best_16bit(bench, device)
+        if best is not None:
+            reason += (f"; measured on {device.strip('/')}: {best[0]} runs {best[1]:.1f}x float32 "
+                       "(geometric mean over matmul, dense and conv)")
+    return {
+        "machine": machine_to_dict(machine),
+        "gpu_found": bool(machine.gpus),
+        "recommendation": {"policy": rec.policy, "reason": reason, "warnings": rec.warnings},
+        "compatibility_check": compatibility_check(machine.gpus),
+        "bench": [asdict(r) for r in bench] if bench else None,
+    }

@@ -126,3 +126,49 @@ def _compute_line(s: dict[str, Any]) -> str:
     if s["mfu"] is not None:
         line += f" = {s['mfu']:.0%} of this CPU's {s['compute_dtype']} peak ({s['peak_tflops']:.2f} TFLOP/s)"
     return line
+
+
+def check_gpu_view(report: dict[str, Any]):
+    """The `check-gpu` panel: a block a user can paste into a bug report."""
+    from rich.console import Group
+    from rich.panel import Panel
+
+    m = report["machine"]
+    facts = Table(show_header=False, box=None)
+    facts.add_column(style="bold")
+    facts.add_column()
+    facts.add_row("TensorFlow / Keras", f"{m['tensorflow_version']} / {m['keras_version']}")
+    facts.add_row("oneDNN", "on" if m["onednn"] else "off (TF_ENABLE_ONEDNN_OPTS=0)")
+    facts.add_row("XLA", {True: "available", False: "not working", None: "not checked"}[m["xla"]])
+    facts.add_row("TF32 execution", {True: "enabled", False: "disabled", None: "n/a"}[m["tf32_enabled"]])
+    facts.add_row("TPU", "present (wants mixed_bfloat16)" if m["tpu"] else "none")
+    cpu = m["cpu"]
+    features = ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in cpu["features"].items())
+    facts.add_row("CPU", f"{cpu['model']}, {cpu['cores']} cores")
+    facts.add_row("CPU features", features or "unknown (no /proc/cpuinfo)")
+    parts: list[Any] = [facts]
+    if m["gpus"]:
+        gpus = Table("GPU", "compute capability", "memory", "fp16 Tensor Cores", "fast bf16",
+                     "TF32 default", "float8")
+        for g in m["gpus"]:
+            cc = g["compute_capability"]
+            gpus.add_row(g["name"], f"{cc[0]}.{cc[1]}" if cc else "n/a", human_bytes(g["memory_bytes"]),
+                         *("yes" if g[k] else "no" for k in
+                           ("float16_tensor_cores", "fast_bfloat16", "tf32_by_default", "float8")))
+        parts.append(gpus)
+    else:
+        parts.append("[bold]No GPU found[/]: TensorFlow sees no GPU on this machine.")
+    rec = report["recommendation"]
+    parts.append(f"[bold green]Recommended policy: {rec['policy']}[/]\n{rec['reason']}")
+    parts += [f"[yellow]warning:[/] {w}" for w in rec["warnings"]]
+    parts.append(report["compatibility_check"])
+    if report["bench"]:
+        bench = Table("device", "kernel", "dtype", "ms/call", "TFLOP/s", "vs float32", "calls")
+        for r in report["bench"]:
+            note = " (cut short)" if r["cut_short"] else ""
+            bench.add_row(r["device"].strip("/"), r["kernel"], r["dtype"], f"{r['ms_per_call']:.2f}",
+                          f"{r['tflops']:.3f}", f"{fmt(r['ratio_to_float32'], '.3g')}x",
+                          f"{r['calls']}{note}")
+        parts.append(bench)
+        parts.append("dense = MatMul+BiasAdd+ReLU, which oneDNN fuses (the op behind float16's CPU collapse)")
+    return Panel(Group(*parts), title="mptrain check-gpu", title_align="left")

@@ -139,3 +139,14 @@ def test_failed_run_leaves_no_folder(tiny_config, tmp_path):
     with pytest.raises(ConfigError, match="rejects"):
         run_experiment(tiny_config("train.optimizer.kwargs={bogus: 1}"))
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+def test_auto_policy_records_request_and_resolution(tiny_config):
+    from mptrain.hardware import probe, recommend
+
+    result = run_experiment(tiny_config("policy=auto", "train.epochs=1"))
+    expected = recommend(probe(tf, check_xla=False)).policy
+    assert result.summary["policy_requested"] == "auto"
+    assert result.summary["policy"] == expected
+    header = (result.run_dir / "config.yaml").read_text()
+    assert f"policy: auto resolved to {expected}" in header and "\npolicy: auto\n" in header

@@ -1,0 +1,134 @@
+"""Detection and recommendation as pure functions over fake machines; the real command runs."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from mptrain.hardware import (
+    CpuInfo,
+    Machine,
+    compatibility_check,
+    gpu_from_details,
+    parse_cpuinfo,
+    peak_flops,
+    recommend,
+)
+from mptrain.policy import choose_jit_compile, choose_policy
+
+SAPPHIRE = """processor\t: 0
+vendor_id\t: GenuineIntel
+model name\t: Intel(R) Xeon(R) Platinum 8480+
+cpu MHz\t\t: 2000.000
+flags\t\t: fpu sse avx2 avx512f avx512bw avx512_bf16 amx_bf16 amx_tile avx512_fp16
+"""
+SKYLAKE = "model name\t: Intel(R) Xeon(R) Gold 6148\ncpu MHz : 2400.0\nflags : sse avx2 avx512f\n"
+OLD = "model name\t: AMD Opteron\nflags : sse sse2 avx2\n"
+NO_FLAGS = ""
+
+
+def cpu(text=OLD, cores=4):
+    return parse_cpuinfo(text, cores=cores)
+
+
+def gpu(major, minor, name="GPU"):
+    return gpu_from_details({"device_name": name, "compute_capability": (major, minor)})
+
+
+def test_parse_cpuinfo_features():
+    info = cpu(SAPPHIRE)
+    assert info.model == "Intel(R) Xeon(R) Platinum 8480+" and info.mhz == 2000.0
+    assert info.features == {"AVX-512": True, "AVX512_BF16": True, "AMX-BF16": True,
+                             "AVX512_FP16": True, "AMX-FP16": False}
+    assert info.has_bf16_matrix_units
+    assert not cpu(SKYLAKE).has_bf16_matrix_units
+    unknown = cpu(NO_FLAGS)
+    assert unknown.flags == frozenset() and not any(unknown.features.values())
+
+
+def test_gpu_capabilities_by_compute_capability():
+    pascal, volta, ampere, ada, hopper = gpu(6, 1), gpu(7, 0), gpu(8, 0), gpu(8, 9), gpu(9, 0)
+    assert not pascal.float16_tensor_cores
+    assert volta.float16_tensor_cores and not volta.fast_bfloat16 and not volta.tf32_by_default
+    assert ampere.fast_bfloat16 and ampere.tf32_by_default and not ampere.float8
+    assert ada.float8 and hopper.float8
+    assert gpu_from_details({}).compute_capability is None
+
+
+@pytest.mark.parametrize(("machine", "policy"), [
+    (Machine(cpu=cpu(), gpus=(gpu(6, 1),)), "float32"),
+    (Machine(cpu=cpu(), gpus=(gpu(7, 0),)), "mixed_float16"),
+    (Machine(cpu=cpu(), gpus=(gpu(8, 0),)), "mixed_bfloat16"),
+    (Machine(cpu=cpu(), gpus=(gpu(9, 0),)), "mixed_bfloat16"),
+    (Machine(cpu=cpu(), gpus=(gpu(8, 0), gpu(7, 0))), "mixed_float16"),  # the weakest decides
+    (Machine(cpu=cpu(), tpu=True), "mixed_bfloat16"),
+    (Machine(cpu=cpu(SAPPHIRE)), "mixed_bfloat16"),
+    (Machine(cpu=cpu(SKYLAKE)), "float32"),
+    (Machine(cpu=cpu(NO_FLAGS)), "float32"),
+])
+def test_recommendation(machine, policy):
+    rec = recommend(machine)
+    assert rec.policy == policy
+    assert rec.reason
+
+
+def test_cpu_without_bf16_warns_that_16_bit_is_slower():
+    rec = recommend(Machine(cpu=cpu(SKYLAKE)))
+    assert any("slower than float32" in w for w in rec.warnings)
+
+
+def test_compatibility_check_matches_the_guide():
+    ok = compatibility_check([gpu(7, 0, "Tesla V100-SXM2-16GB")])
+    assert ok == ("Mixed precision compatibility check (mixed_float16): OK\n"
+                  "Your GPU will likely run quickly with dtype policy mixed_float16 as it has "
+                  "compute capability of at least 7.0. Your GPU: Tesla V100-SXM2-16GB, "
+                  "compute capability 7.0")
+    old = compatibility_check([gpu(6, 1, "GeForce GTX 1080")])
+    assert "WARNING" in old and "GeForce GTX 1080, compute capability 6.1" in old
+    assert "does not have a GPU" in compatibility_check([])
+    assert "(x2)" in compatibility_check([gpu(6, 0, "P100"), gpu(6, 0, "P100")])
+
+
+def test_auto_policy_and_per_policy_xla_choice():
+    amx_cpu = Machine(cpu=cpu(SAPPHIRE))
+    choice = choose_policy("auto", None, amx_cpu)
+    assert choice.requested == "auto" and choice.name == "mixed_bfloat16"
+    assert not choice.jit_compile  # XLA would lose AMX
+    assert choose_jit_compile("mixed_float16", None, amx_cpu)[0] is True  # avoid the slow kernel
+    assert choose_jit_compile("mixed_float16", False, amx_cpu) == (
+        False, "set in the experiment (train.jit_compile)")
+    assert choose_jit_compile("mixed_float16", None, Machine(cpu=cpu(), gpus=(gpu(7, 0),)))[0] is False
+    assert choose_policy("auto", None, Machine(cpu=cpu(), gpus=(gpu(7, 5),))).name == "mixed_float16"
+
+
+def test_peak_flops_by_dtype():
+    sapphire = parse_cpuinfo(SAPPHIRE, cores=2)
+    assert peak_flops(sapphire, "float32") == 2 * 2000e6 * 64
+    assert peak_flops(sapphire, "bfloat16") == 2 * 2000e6 * 1024
+    assert peak_flops(CpuInfo("x", 2), "float32") is None
+
+
+def test_microbench_tiny_sizes_give_positive_rates():
+    tf = pytest.importorskip("tensorflow")
+    from mptrain.microbench import run_microbench
+
+    results = run_microbench(tf, ["/CPU:0"], budget_s=0.02, scale=0.03)
+    assert {r.dtype for r in results} == {"float32", "float16", "bfloat16"}
+    assert len(results) == 9
+    assert all(r.tflops > 0 and r.calls >= 1 and r.ms_per_call > 0 for r in results)
+    assert all(r.ratio_to_float32 == 1.0 for r in results if r.dtype == "float32")
+
+
+def test_check_gpu_command_json_on_this_machine(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "mptrain", "check-gpu", "--json"],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=300,
+                          env={**os.environ})
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["recommendation"]["policy"] in ("float32", "mixed_float16", "mixed_bfloat16")
+    assert report["machine"]["tensorflow_version"]
+    assert "Mixed precision compatibility check" in report["compatibility_check"]
+    assert report["gpu_found"] == bool(report["machine"]["gpus"])
+    assert report["bench"] is None
