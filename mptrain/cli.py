@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -44,8 +45,14 @@ def _fail(exc: MptrainError) -> typer.Exit:
 
 
 @app.command()
-def run(config: ConfigArg, set_: SetOpt = None, json_out: JsonOpt = False,
-        verbose: VerboseOpt = False) -> None:
+def run(
+    config: ConfigArg,
+    set_: SetOpt = None,
+    json_out: JsonOpt = False,
+    verbose: VerboseOpt = False,
+    initial_weights: Annotated[Path | None, typer.Option(hidden=True)] = None,  # used by compare
+    output_dir: Annotated[Path | None, typer.Option(hidden=True)] = None,  # used by compare
+) -> None:
     """Train and evaluate one experiment; write its run folder and print a summary.
 
     The run folder OUTPUT_DIR/<name>-<timestamp>/ holds config.yaml (resolved), metrics.jsonl,
@@ -62,6 +69,7 @@ def run(config: ConfigArg, set_: SetOpt = None, json_out: JsonOpt = False,
                      f"loop {experiment.train.loop}, {experiment.train.epochs} epoch(s)")
         with LiveProgress() as progress:
             result = run_experiment(experiment, listeners=[progress], verbose=verbose,
+                                    initial_weights=initial_weights, output_dir=output_dir,
                                     started_at=STARTED_AT)
     except MptrainError as exc:
         raise _fail(exc) from None
@@ -71,9 +79,64 @@ def run(config: ConfigArg, set_: SetOpt = None, json_out: JsonOpt = False,
     if json_out:
         typer.echo(json.dumps(result.summary))
     else:
-        from rich.console import Console
+        from mptrain.report import stdout_console
 
-        Console().print(summary_table(result.summary))
+        stdout_console().print(summary_table(result.summary))
+
+
+@app.command()
+def compare(
+    config: Annotated[str, typer.Argument(help="Experiment YAML file or built-in name.")] = "mnist_mixed",
+    policies: Annotated[str, typer.Option(help="Comma-separated policies to compare.")] = (
+        "float32,mixed_float16"),
+    loops: Annotated[str | None, typer.Option(
+        help="Comma-separated loops (fit,custom); default: the experiment's.")] = None,
+    epochs: Annotated[int | None, typer.Option(min=1, help="Shortcut for --set train.epochs=N.")] = None,
+    steps: Annotated[int | None, typer.Option(
+        min=1, help="Stop every variant after N training steps (then evaluate).")] = None,
+    max_step_seconds: Annotated[float | None, typer.Option(
+        min=0.0, help="Stop a variant once one of its steps takes longer than this.")] = 60.0,
+    set_: SetOpt = None,
+    json_out: JsonOpt = False,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Run one experiment under several policies (and loops) from the same initial weights.
+
+    Each variant runs in its own process. Writes OUTPUT_DIR/compare-<name>-<timestamp>/ with
+    compare.json, compare.png and every variant's run folder, and prints a side-by-side table.
+    """
+    from mptrain.compare import plan_variants, run_compare
+    from mptrain.config import load_config
+    from mptrain.report import compare_table, stderr
+
+    overrides = list(set_ or [])
+    if epochs is not None:
+        overrides.append(f"train.epochs={epochs}")
+    if steps is not None:
+        overrides.append(f"train.max_steps={steps}")
+    if max_step_seconds:
+        overrides.append(f"train.max_step_seconds={max_step_seconds}")
+    try:
+        experiment = load_config(config, overrides)
+        variants = plan_variants(policies, loops, experiment)
+
+        def announce(index: int, total: int, variant) -> None:
+            stderr.rule(f"variant {index}/{total}: {variant.policy} · {variant.loop}")
+
+        result = run_compare(experiment, variants, verbose=verbose, on_variant=announce)
+    except MptrainError as exc:
+        raise _fail(exc) from None
+    except KeyboardInterrupt:
+        stderr.print("interrupted")
+        raise typer.Exit(130) from None
+    if json_out:
+        typer.echo(json.dumps(result.record))
+    else:
+        from mptrain.report import stdout_console
+
+        stdout_console().print(compare_table(result.record))
+    if any(v.get("failed") for v in result.record["variants"]):
+        raise typer.Exit(1)
 
 
 @app.command()
@@ -120,23 +183,21 @@ def check_gpu(
     if json_out:
         typer.echo(json.dumps(report))
     else:
-        from rich.console import Console
+        from mptrain.report import check_gpu_view, stdout_console
 
-        from mptrain.report import check_gpu_view
-
-        Console().print(check_gpu_view(report))
+        stdout_console().print(check_gpu_view(report))
 
 
 @app.command("configs")
 def list_configs() -> None:
     """List the experiments shipped with mptrain (usable by name: `mptrain run mnist_mixed`)."""
-    from rich.console import Console
     from rich.table import Table
 
     from mptrain.config import builtin_configs
+    from mptrain.report import stdout_console
 
     table = Table("name", "what it is")
     for name, description in builtin_configs().items():
         table.add_row(name, description)
-    Console().print(table)
+    stdout_console().print(table)
 

@@ -75,6 +75,24 @@ def choose_jit_compile(policy: str, requested: bool | None, machine: Machine) ->
     return False, "TensorFlow's default (no XLA)"
 
 
+def speed_warning(choice: PolicyChoice, machine: Machine) -> str | None:
+    """A known-slow combination on this hardware, said before anyone waits an hour for it."""
+    if machine.gpus or machine.tpu or choice.compute_dtype == "float32":
+        if machine.gpus and choice.compute_dtype == "float16" and not all(
+                g.float16_tensor_cores for g in machine.gpus):
+            return "float16 on a GPU without Tensor Cores (CC < 7.0): no faster than float32"
+        return None
+    if choice.compute_dtype == "float16":
+        if not choice.jit_compile:
+            return ("float16 on a CPU without XLA: oneDNN's reference kernel, >100x slower than "
+                    "float32; bound it with --max-step-seconds or --steps")
+        return ("float16 on a CPU: XLA turned on to avoid oneDNN's >100x slower float16 kernel; "
+                "runs at about float32 speed, no speed-up expected")
+    if not machine.cpu.has_bf16_matrix_units:
+        return "bfloat16 on a CPU without AMX-BF16/AVX512_BF16: slower than float32"
+    return None
+
+
 def apply_policy(name: str) -> None:
     """Set Keras' global dtype policy; layers built afterwards follow it."""
     import keras

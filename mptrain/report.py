@@ -15,6 +15,13 @@ from rich.table import Table
 from mptrain.training.monitor import EpochRecord, StepRecord
 
 stderr = Console(stderr=True)
+DTYPE_SHORT = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
+
+
+def stdout_console() -> Console:
+    """Tables stay readable when piped to a file: 160 columns instead of Rich's 80."""
+    console = Console()
+    return console if console.is_terminal else Console(width=160)
 
 
 def human_bytes(n: float | None) -> str:
@@ -172,3 +179,44 @@ def check_gpu_view(report: dict[str, Any]):
         parts.append(bench)
         parts.append("dense = MatMul+BiasAdd+ReLU, which oneDNN fuses (the op behind float16's CPU collapse)")
     return Panel(Group(*parts), title="mptrain check-gpu", title_align="left")
+
+
+def compare_table(record: dict[str, Any]):
+    """The side-by-side table of `mptrain compare`, with notes for warnings and bounded runs."""
+    from rich.console import Group
+
+    base = record["baseline_policy"]
+    table = Table(title=f"mptrain compare: {record['experiment']}", title_justify="left")
+    for header in ("variant", "compute/vars", "median ms", "p90 ms", "examples/s",
+                   f"speed-up vs {base}", "peak mem", "mem ×", "test loss (Δ)",
+                   "accuracy (Δ pt)", "scale/skipped", "verdict"):
+        table.add_column(header, justify="left" if header in ("variant", "verdict") else "right")
+    notes = []
+    for v in record["variants"]:
+        if v.get("failed"):
+            table.add_row(v["variant"], *[""] * 10, f"[red]{v['verdict']}[/]")
+            continue
+        steps = v["step_time_ms"] or {}
+        scale = v["loss_scale"]
+        memory = v.get("device_peak_memory_bytes") or v.get("peak_memory_bytes")
+        table.add_row(
+            v["variant"] + (" [yellow]⚠[/]" if v.get("warning") else ""),
+            f"{DTYPE_SHORT[v['compute_dtype']]}/{DTYPE_SHORT[v['variable_dtype']]}",
+            fmt(steps.get("median"), ".1f"),
+            fmt(steps.get("p90"), ".1f"),
+            fmt(v["examples_per_sec"], ",.0f"),
+            f"{fmt(v['speedup'], '.2f')}x",
+            human_bytes(memory),
+            f"{fmt(v['memory_ratio'], '.2f')}x",
+            f"{fmt(v['test_loss'])} ({fmt(v['test_loss_delta'], '+.4f', '-')})",
+            f"{fmt(v['test_accuracy'])} ({fmt(v['accuracy_delta_pt'], '+.2f', '-')})",
+            f"{scale['final']:g} / {scale['skipped_steps']}" if scale else "-",
+            v["verdict"],
+        )
+        if v.get("warning"):
+            notes.append(f"[yellow]⚠ {v['variant']}[/]: {v['warning']}")
+        if v.get("bounded"):
+            notes.append(f"[yellow]bounded {v['variant']}[/]: {v['bounded']}")
+    notes.append("mem: device allocator peak where TensorFlow reports it, else process peak RSS")
+    notes.append(f"folder: {record['folder']}")
+    return Group(table, *notes)

@@ -213,15 +213,12 @@ def _peak_rss_bytes() -> int:
 def _summary(config, choice, machine, source, model, out_dtype, monitor, batches, test,
              flops_per_example, started_at, first_step_s, device_peak) -> dict[str, Any]:
     stats = summarize(monitor.timer.durations, config.train.warmup_steps)
-    examples_per_sec = None
-    achieved = None
-    if stats is not None:
-        timed = monitor.steps[stats.warmup_steps:]
-        examples = sum(batches.batch_size_at((r.step - 1) % batches.steps_per_epoch) for r in timed)
-        seconds = sum(r.seconds for r in timed)
-        examples_per_sec = examples / seconds if seconds > 0 else None
-        if examples_per_sec is not None:
-            achieved = flops_per_example * examples_per_sec / 1e12
+    examples_per_sec = achieved = None
+    if stats is not None and stats.median_ms > 0:
+        # Steady state: a full batch per median step. A mean over all steps would let one
+        # recompilation (XLA meets the short last batch) dominate the throughput.
+        examples_per_sec = min(config.train.batch_size, batches.train_examples) / stats.median_ms * 1e3
+        achieved = flops_per_example * examples_per_sec / 1e12
     peak = None if machine.gpus or machine.tpu else peak_flops(machine.cpu, choice.compute_dtype)
     last_epoch = monitor.epoch_records[-1] if monitor.epoch_records else None
     return {

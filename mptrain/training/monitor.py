@@ -82,8 +82,7 @@ class TrainingMonitor:
             listener.step_finished(record, self._step_in_epoch)
         if self.max_steps is not None and record.step >= self.max_steps:
             self.stop_reason = f"stopped after {record.step} steps (step limit {self.max_steps})"
-        elif (self.max_step_seconds is not None and record.step > 1
-              and seconds > self.max_step_seconds):
+        elif self.max_step_seconds is not None and seconds > self.max_step_seconds:
             self.stop_reason = (f"stopped after {record.step} steps: a step took {seconds:.1f} s "
                                 f"(limit {self.max_step_seconds:g} s)")
 
