@@ -15,7 +15,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import mptrain_run, plain_custom_ms, plain_fit_ms, quiet_tensorflow, synthetic_npz, table  # noqa: E402
 
-BATCH, STEPS, WARMUP, ROUNDS = 2048, 6, 2, 3
+BATCH, STEPS, WARMUP, ROUNDS = 2048, 10, 2, 3
 
 
 def main() -> str:

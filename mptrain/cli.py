@@ -6,7 +6,6 @@ TensorFlow is imported only inside the commands that train or probe devices, so 
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Annotated
@@ -14,6 +13,7 @@ from typing import Annotated
 import typer
 
 from mptrain.errors import MptrainError
+from mptrain.run_folder import to_json
 
 STARTED_AT = time.perf_counter()
 
@@ -77,7 +77,7 @@ def run(
         stderr.print("interrupted: the run folder was removed")
         raise typer.Exit(130) from None
     if json_out:
-        typer.echo(json.dumps(result.summary))
+        typer.echo(to_json(result.summary))
     else:
         from mptrain.report import stdout_console
 
@@ -130,7 +130,7 @@ def compare(
         stderr.print("interrupted")
         raise typer.Exit(130) from None
     if json_out:
-        typer.echo(json.dumps(result.record))
+        typer.echo(to_json(result.record))
     else:
         from mptrain.report import stdout_console
 
@@ -181,7 +181,7 @@ def check_gpu(
             results = run_microbench(tf, bench_devices(tf), scale=bench_scale)
     report = check_report(machine, results)
     if json_out:
-        typer.echo(json.dumps(report))
+        typer.echo(to_json(report))
     else:
         from mptrain.report import check_gpu_view, stdout_console
 

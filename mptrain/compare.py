@@ -26,6 +26,7 @@ import yaml
 
 from mptrain.config import POLICIES, ExperimentConfig
 from mptrain.errors import ConfigError, MptrainError
+from mptrain.run_folder import to_json
 
 LOOPS = ("fit", "custom")
 ACCURACY_TOLERANCE_PT = 0.5
@@ -99,13 +100,13 @@ def run_compare(
             on_variant(index, len(variants), variant)
         summaries.append(_run_variant(experiment, weights, folder, config.name, variant, verbose))
     record = build_record(config.name, folder, variants, summaries, warnings)
-    (folder / "compare.json").write_text(json.dumps(record, indent=2) + "\n")
+    (folder / "compare.json").write_text(to_json(record, indent=2) + "\n")
     if any(s.get("run_dir") for s in record["variants"]):
         from mptrain.plot import plot_compare
 
         plot_compare(record, folder / "compare.png")
         record["plot"] = str(folder / "compare.png")
-        (folder / "compare.json").write_text(json.dumps(record, indent=2) + "\n")
+        (folder / "compare.json").write_text(to_json(record, indent=2) + "\n")
     return CompareResult(record, folder)
 
 

@@ -87,7 +87,7 @@ def speed_warning(choice: PolicyChoice, machine: Machine) -> str | None:
             return ("float16 on a CPU without XLA: oneDNN's reference kernel, >100x slower than "
                     "float32; bound it with --max-step-seconds or --steps")
         return ("float16 on a CPU: XLA turned on to avoid oneDNN's >100x slower float16 kernel; "
-                "runs at about float32 speed, no speed-up expected")
+                "dense layers run at about float32 speed, convolutions ~3x slower: no speed-up")
     if not machine.cpu.has_bf16_matrix_units:
         return "bfloat16 on a CPU without AMX-BF16/AVX512_BF16: slower than float32"
     return None

@@ -111,6 +111,9 @@ def summary_table(s: dict[str, Any]) -> Table:
         ("compute", _compute_line(s)),
         ("test", f"loss {fmt(s['test_loss'])}  accuracy {fmt(s['test_accuracy'])}"),
     ]
+    if s["non_finite_loss_steps"]:
+        rows.append(("[red]diverged[/]", f"{s['non_finite_loss_steps']} step(s) had a NaN/inf loss "
+                     "(JSON shows them as null); try a mixed policy or a lower learning rate"))
     if s["loss_scale"] is not None:
         rows.append(("loss scale", f"final {s['loss_scale']['final']:g}, "
                                    f"skipped steps {s['loss_scale']['skipped_steps']}"))
@@ -124,6 +127,13 @@ def summary_table(s: dict[str, Any]) -> Table:
     for key, value in rows:
         table.add_row(key, value)
     return table
+
+
+def _tflops_cell(s: dict[str, Any]) -> str:
+    if s.get("achieved_tflops") is None:
+        return "n/a"
+    mfu = f" ({s['mfu']:.0%})" if s.get("mfu") is not None else ""
+    return f"{s['achieved_tflops']:.2f}{mfu}"
 
 
 def _compute_line(s: dict[str, Any]) -> str:
@@ -188,13 +198,13 @@ def compare_table(record: dict[str, Any]):
     base = record["baseline_policy"]
     table = Table(title=f"mptrain compare: {record['experiment']}", title_justify="left")
     for header in ("variant", "compute/vars", "median ms", "p90 ms", "examples/s",
-                   f"speed-up vs {base}", "peak mem", "mem ×", "test loss (Δ)",
+                   f"speed-up vs {base}", "TFLOP/s (MFU)", "peak mem", "mem ×", "test loss (Δ)",
                    "accuracy (Δ pt)", "scale/skipped", "verdict"):
         table.add_column(header, justify="left" if header in ("variant", "verdict") else "right")
     notes = []
     for v in record["variants"]:
         if v.get("failed"):
-            table.add_row(v["variant"], *[""] * 10, f"[red]{v['verdict']}[/]")
+            table.add_row(v["variant"], *[""] * 11, f"[red]{v['verdict']}[/]")
             continue
         steps = v["step_time_ms"] or {}
         scale = v["loss_scale"]
@@ -206,6 +216,7 @@ def compare_table(record: dict[str, Any]):
             fmt(steps.get("p90"), ".1f"),
             fmt(v["examples_per_sec"], ",.0f"),
             f"{fmt(v['speedup'], '.2f')}x",
+            _tflops_cell(v),
             human_bytes(memory),
             f"{fmt(v['memory_ratio'], '.2f')}x",
             f"{fmt(v['test_loss'])} ({fmt(v['test_loss_delta'], '+.4f', '-')})",

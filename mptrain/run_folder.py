@@ -9,6 +9,7 @@ never leaves a half-written folder that looks like a result.
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from dataclasses import asdict
 from datetime import datetime
@@ -40,7 +41,7 @@ class RunFolder:
         (self.path / "config.yaml").write_text(f"{header}\n{text}")
 
     def write_summary(self, summary: dict[str, Any]) -> None:
-        (self.path / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        (self.path / "summary.json").write_text(to_json(summary, indent=2) + "\n")
 
     def save_model(self, model) -> None:
         model.save(self.path / "model.keras")
@@ -50,7 +51,7 @@ class RunFolder:
 
     def write_steps(self, steps: list[StepRecord]) -> None:
         """All step records at once: per-step file I/O would tax the training loop."""
-        lines = "".join(json.dumps(asdict(record)) + "\n" for record in steps)
+        lines = "".join(to_json(asdict(record)) + "\n" for record in steps)
         (self.path / "steps.jsonl").write_text(lines)
 
     # TrainingListener: epoch records are appended as they happen (`tail -f metrics.jsonl`).
@@ -62,7 +63,22 @@ class RunFolder:
 
     def epoch_finished(self, record: EpochRecord) -> None:
         with open(self.path / "metrics.jsonl", "a") as fh:
-            fh.write(json.dumps(asdict(record)) + "\n")
+            fh.write(to_json(asdict(record)) + "\n")
+
+
+def to_json(obj: Any, indent: int | None = None) -> str:
+    """Strict JSON: a diverged run's NaN/inf losses become null (jq and browsers reject NaN)."""
+    return json.dumps(_finite(obj), indent=indent, allow_nan=False)
+
+
+def _finite(obj: Any) -> Any:
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_finite(v) for v in obj]
+    return obj
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:

@@ -9,6 +9,7 @@ evaluate. Everything that can fail on bad input happens before the run folder is
 from __future__ import annotations
 
 import contextlib
+import math
 import resource
 import sys
 import time
@@ -247,6 +248,7 @@ def _summary(config, choice, machine, source, model, out_dtype, monitor, batches
         "peak_tflops": peak / 1e12 if peak else None,
         "mfu": achieved * 1e12 / peak if achieved is not None and peak else None,
         "first_step_loss": monitor.steps[0].loss if monitor.steps else None,
+        "non_finite_loss_steps": sum(1 for r in monitor.steps if not math.isfinite(r.loss)),
         "final_train_loss": last_epoch.metrics.get("loss") if last_epoch else None,
         "final_metrics": last_epoch.metrics if last_epoch else {},
         "test_loss": test.get("loss"),

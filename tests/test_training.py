@@ -150,3 +150,10 @@ def test_auto_policy_records_request_and_resolution(tiny_config):
     assert result.summary["policy"] == expected
     header = (result.run_dir / "config.yaml").read_text()
     assert f"policy: auto resolved to {expected}" in header and "\npolicy: auto\n" in header
+
+
+def test_json_outputs_are_strict_even_when_a_run_diverges():
+    from mptrain.run_folder import to_json
+
+    text = to_json({"loss": float("nan"), "steps": [1.0, float("inf")], "ok": 2.5})
+    assert json.loads(text) == {"loss": None, "steps": [1.0, None], "ok": 2.5}
