@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -79,20 +81,19 @@ def run_compare(
     and compare.png into OUTPUT_DIR/compare-<name>-<timestamp>/ and return the record."""
     from mptrain.runner import save_initial_weights
 
-    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    folder = config.output.dir / f"compare-{config.name}-{stamp}"
-    folder.mkdir(parents=True, exist_ok=False)
-    try:
-        experiment = folder / "experiment.yaml"
-        experiment.write_text(yaml.safe_dump(config.to_yaml_dict(), sort_keys=False))
-        weights = folder / "initial_weights.npz"
-        save_initial_weights(config, weights, verbose=verbose)
+    # Everything that can fail on bad input (data not found, model not buildable) happens
+    # before the compare folder exists, so a failed compare leaves nothing behind.
+    with tempfile.TemporaryDirectory() as scratch:
+        staged = Path(scratch) / "initial_weights.npz"
+        save_initial_weights(config, staged, verbose=verbose)
         warnings = _speed_warnings(config, variants)
-    except BaseException:
-        import shutil
-
-        shutil.rmtree(folder, ignore_errors=True)
-        raise
+        stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+        folder = config.output.dir / f"compare-{config.name}-{stamp}"
+        folder.mkdir(parents=True, exist_ok=False)
+        weights = folder / "initial_weights.npz"
+        shutil.move(staged, weights)
+    experiment = folder / "experiment.yaml"
+    experiment.write_text(yaml.safe_dump(config.to_yaml_dict(), sort_keys=False))
 
     summaries = []
     for index, variant in enumerate(variants, start=1):

@@ -10,6 +10,9 @@ from typing import Any
 
 from mptrain.run_folder import read_jsonl
 
+STYLES = ("-", "--", ":", "-.")
+MARKERS = ("o", "s", "^", "D", "v", "P")
+
 
 def plot_compare(record: dict[str, Any], path: Path) -> None:
     import matplotlib
@@ -21,18 +24,22 @@ def plot_compare(record: dict[str, Any], path: Path) -> None:
     fig, (ax_step, ax_epoch, ax_time) = plt.subplots(1, 3, figsize=(17, 5.2))
     times, labels = [], []
     for index, v in enumerate(variants):
-        color = f"C{index % 10}"
+        # Variants from the same weights often overlap: distinct dashes and markers keep
+        # every line visible.
+        color, dash = f"C{index % 10}", STYLES[index % len(STYLES)]
+        marker = MARKERS[index % len(MARKERS)]
         run_dir = Path(v["run_dir"])
         steps = read_jsonl(run_dir / "steps.jsonl")
         epochs = read_jsonl(run_dir / "metrics.jsonl")
         ax_step.plot([s["step"] for s in steps], [s["loss"] for s in steps], color=color,
-                     label=v["variant"], linewidth=1.2, alpha=0.85)
+                     label=v["variant"], linewidth=1.4, alpha=0.85, linestyle=dash)
         xs = [e["epoch"] for e in epochs]
-        ax_epoch.plot(xs, [e["metrics"].get("loss") for e in epochs], "o-", color=color,
-                      label=f"{v['variant']} train")
+        ax_epoch.plot(xs, [e["metrics"].get("loss") for e in epochs], marker=marker, color=color,
+                      linestyle=dash, label=f"{v['variant']} train")
         if epochs and "val_loss" in epochs[0]["metrics"]:
-            ax_epoch.plot(xs, [e["metrics"]["val_loss"] for e in epochs], "s--", color=color,
-                          alpha=0.7, label=f"{v['variant']} val")
+            ax_epoch.plot(xs, [e["metrics"]["val_loss"] for e in epochs], marker=marker,
+                          color=color, linestyle=dash, alpha=0.5, markerfacecolor="none",
+                          label=f"{v['variant']} val")
         warm = v.get("warmup_steps_excluded", 0)
         times.append([s["seconds"] * 1000 for s in steps[warm:]] or [float("nan")])
         labels.append(v["variant"] + (" (bounded)" if v.get("bounded") else ""))

@@ -200,7 +200,9 @@ def compare_table(record: dict[str, Any]):
     for header in ("variant", "compute/vars", "median ms", "p90 ms", "examples/s",
                    f"speed-up vs {base}", "TFLOP/s (MFU)", "peak mem", "mem ×", "test loss (Δ)",
                    "accuracy (Δ pt)", "scale/skipped", "verdict"):
-        table.add_column(header, justify="left" if header in ("variant", "verdict") else "right")
+        left = header in ("variant", "verdict")
+        table.add_column(header, justify="left" if left else "right", no_wrap=header == "variant",
+                         min_width=28 if header == "verdict" else None)
     notes = []
     for v in record["variants"]:
         if v.get("failed"):

@@ -99,3 +99,10 @@ def test_record_ratios_and_verdicts_from_numbers():
     # without float32 the first policy listed is the baseline
     no_f32 = build_record("x", Path("/tmp/x"), variants[1:], [summary(50.0, 0.9, 1)])
     assert no_f32["baseline_policy"] == "mixed_bfloat16"
+
+
+def test_compare_with_missing_data_leaves_nothing(tmp_path):
+    config = write_config(tmp_path, "data.dataset=npz", f"data.path={tmp_path / 'none.npz'}")
+    done = mptrain("compare", str(config), "--policies", "float32,mixed_bfloat16", cwd=tmp_path)
+    assert done.returncode == 2 and "no such file" in done.stderr
+    assert "Traceback" not in done.stderr and not (tmp_path / "runs").exists()

@@ -132,3 +132,14 @@ def test_check_gpu_command_json_on_this_machine(tmp_path):
     assert "Mixed precision compatibility check" in report["compatibility_check"]
     assert report["gpu_found"] == bool(report["machine"]["gpus"])
     assert report["bench"] is None
+
+
+@pytest.mark.slow
+def test_check_gpu_bench_through_the_cli(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "mptrain", "check-gpu", "--bench", "--json"],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=600)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert len(report["bench"]) == 9 * (1 + len(report["machine"]["gpus"]))
+    assert all(r["tflops"] > 0 for r in report["bench"])
+    assert "measured on" in report["recommendation"]["reason"]
