@@ -102,6 +102,9 @@ class TrainConfig(_Strict):
     jit_compile: bool | None = Field(
         None, description="XLA. null: chosen per policy and device (see README)."
     )
+    xla_optimizer_update: bool | None = Field(
+        None, description="Compile only the optimizer update with XLA. null: on for CPUs."
+    )
     warmup_steps: int = Field(2, ge=0)
     loss_scale: LossScaleConfig = Field(default_factory=LossScaleConfig)
     max_steps: int | None = Field(None, ge=1, description="Stop after this many training steps.")

@@ -69,7 +69,8 @@ def run_experiment(
     from mptrain.training.batches import make_batches
 
     machine = probe(tf, check_xla=False)
-    choice = choose_policy(config.policy, config.train.jit_compile, machine)
+    choice = choose_policy(config.policy, config.train.jit_compile, machine,
+                           config.train.xla_optimizer_update)
     data = load_dataset(config.data, config.seed)
     if data.num_classes_seen > config.model.num_classes and config.train.loss != "binary_crossentropy":
         raise DataError(
@@ -85,7 +86,8 @@ def run_experiment(
     optimizer = build_optimizer(config.train.optimizer, choice.loss_scaling, config)
     loop_cls = _loop_class(config.train.loop)
     loop = loop_cls(model, optimizer, build_loss(config), build_metrics(config),
-                    jit_compile=choice.jit_compile, loss_scaling=choice.loss_scaling)
+                    jit_compile=choice.jit_compile, loss_scaling=choice.loss_scaling,
+                    xla_optimizer_update=choice.xla_optimizer_update)
     batches = make_batches(data, config.train.batch_size, config.seed,
                            binary_labels=config.train.loss == "binary_crossentropy")
 
@@ -178,6 +180,7 @@ def _config_header(choice: PolicyChoice) -> str:
     if choice.requested != choice.name:
         lines.append(f"# policy: {choice.requested} resolved to {choice.name} ({choice.reason})")
     lines.append(f"# jit_compile: {choice.jit_compile} ({choice.jit_reason})")
+    lines.append(f"# xla_optimizer_update: {choice.xla_optimizer_update} ({choice.xla_optimizer_reason})")
     return "\n".join(lines)
 
 
@@ -233,6 +236,8 @@ def _summary(config, choice, machine, source, model, out_dtype, monitor, batches
         "loop": config.train.loop,
         "jit_compile": choice.jit_compile,
         "jit_compile_reason": choice.jit_reason,
+        "xla_optimizer_update": choice.xla_optimizer_update,
+        "xla_optimizer_update_reason": choice.xla_optimizer_reason,
         "device": _device_name(machine),
         "dataset": source,
         "batch_size": config.train.batch_size,

@@ -103,6 +103,16 @@ def test_auto_policy_and_per_policy_xla_choice():
     assert choose_policy("auto", None, Machine(cpu=cpu(), gpus=(gpu(7, 5),))).name == "mixed_float16"
 
 
+def test_xla_optimizer_update_choice():
+    from mptrain.policy import choose_xla_optimizer_update
+
+    cpu_only, with_gpu = Machine(cpu=cpu(SAPPHIRE)), Machine(cpu=cpu(), gpus=(gpu(8, 0),))
+    assert choose_xla_optimizer_update(None, False, cpu_only)[0] is True
+    assert choose_xla_optimizer_update(None, False, with_gpu)[0] is False
+    assert choose_xla_optimizer_update(True, True, cpu_only)[0] is False  # whole step is XLA
+    assert choose_xla_optimizer_update(False, False, cpu_only)[0] is False
+
+
 def test_peak_flops_by_dtype():
     sapphire = parse_cpuinfo(SAPPHIRE, cores=2)
     assert peak_flops(sapphire, "float32") == 2 * 2000e6 * 64

@@ -71,18 +71,23 @@ def test_fit_under_mixed_float16_compiles_a_loss_scale_optimizer(tiny_config):
     assert float(loop.optimizer.initial_scale) == 2.0**15
 
 
-def test_non_finite_gradient_is_skipped_and_halves_the_scale(tiny_config):
+@pytest.mark.parametrize("xla_update", [False, True])
+def test_non_finite_gradient_is_skipped_and_halves_the_scale(tiny_config, xla_update):
     import keras
 
     from mptrain.model import build_loss, build_model, build_optimizer
     from mptrain.policy import apply_policy
     from mptrain.training.custom_loop import make_train_step
+    from mptrain.training.optimizer_update import compile_optimizer_update
 
     config = tiny_config("policy=mixed_float16", "train.loss_scale.initial_scale=256")
     apply_policy("mixed_float16")
     model = build_model(config.model, (16,))
     optimizer = build_optimizer(config.train.optimizer, True, config)
-    optimizer.build(model.trainable_variables)
+    if xla_update:
+        compile_optimizer_update(optimizer, model.trainable_variables)
+    else:
+        optimizer.build(model.trainable_variables)
     step = make_train_step(model, optimizer, build_loss(config), [], keras.metrics.Mean(),
                            loss_scaling=True, jit_compile=False)
     x = np.ones((8, 16), np.float32)
@@ -157,3 +162,12 @@ def test_json_outputs_are_strict_even_when_a_run_diverges():
 
     text = to_json({"loss": float("nan"), "steps": [1.0, float("inf")], "ok": 2.5})
     assert json.loads(text) == {"loss": None, "steps": [1.0, None], "ok": 2.5}
+
+
+@pytest.mark.parametrize("loop", ["fit", "custom"])
+def test_xla_optimizer_update_gives_the_same_training(tiny_config, loop):
+    plain = run_experiment(tiny_config(f"train.loop={loop}", "train.xla_optimizer_update=false"))
+    fused = run_experiment(tiny_config(f"train.loop={loop}", "train.xla_optimizer_update=true"))
+    assert fused.summary["xla_optimizer_update"] and not plain.summary["xla_optimizer_update"]
+    np.testing.assert_allclose([r.loss for r in fused.steps], [r.loss for r in plain.steps],
+                               rtol=2e-3)

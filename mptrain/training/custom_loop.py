@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from mptrain.training.batches import Batches
 from mptrain.training.monitor import TrainingMonitor
+from mptrain.training.optimizer_update import compile_optimizer_update
 
 
 def make_train_step(model, optimizer, loss_fn, metrics, loss_tracker, loss_scaling: bool,
@@ -39,7 +40,8 @@ def make_train_step(model, optimizer, loss_fn, metrics, loss_tracker, loss_scali
 
 
 class CustomLoop:
-    def __init__(self, model, optimizer, loss, metrics, jit_compile: bool, loss_scaling: bool):
+    def __init__(self, model, optimizer, loss, metrics, jit_compile: bool, loss_scaling: bool,
+                 xla_optimizer_update: bool = False):
         import keras
         import tensorflow as tf
 
@@ -48,7 +50,10 @@ class CustomLoop:
         self.loss_tracker = keras.metrics.Mean(name="loss")
         # Build optimizer state up front: lazy creation inside a tf.function (or a
         # distribution strategy) fails, and the first timed step should not pay for it.
-        optimizer.build(model.trainable_variables)
+        if xla_optimizer_update:
+            compile_optimizer_update(optimizer, model.trainable_variables)
+        else:
+            optimizer.build(model.trainable_variables)
         self.train_step = make_train_step(model, optimizer, loss, metrics, self.loss_tracker,
                                           loss_scaling, jit_compile)
 

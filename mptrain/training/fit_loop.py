@@ -5,6 +5,7 @@ from __future__ import annotations
 from mptrain.errors import MptrainError
 from mptrain.training.batches import Batches
 from mptrain.training.monitor import TrainingMonitor
+from mptrain.training.optimizer_update import compile_optimizer_update
 
 
 class FitLoop:
@@ -12,12 +13,15 @@ class FitLoop:
     LossScaleOptimizer we pass (Keras would otherwise wrap one with default settings); we
     check that it is really there, because without it float16 gradients silently underflow."""
 
-    def __init__(self, model, optimizer, loss, metrics, jit_compile: bool, loss_scaling: bool):
+    def __init__(self, model, optimizer, loss, metrics, jit_compile: bool, loss_scaling: bool,
+                 xla_optimizer_update: bool = False):
         import keras
 
         model.compile(optimizer=optimizer, loss=loss, metrics=metrics, jit_compile=jit_compile)
         if loss_scaling and not isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer):
             raise MptrainError("internal error: mixed_float16 model compiled without loss scaling")
+        if xla_optimizer_update:
+            compile_optimizer_update(model.optimizer, model.trainable_variables)
         self.model = model
         self.loss_scaling = loss_scaling
 
