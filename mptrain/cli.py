@@ -7,13 +7,13 @@ TensorFlow is imported only inside the commands that train or probe devices, so 
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from mptrain.errors import MptrainError
-from mptrain.run_folder import to_json
 
 STARTED_AT = time.perf_counter()
 
@@ -37,11 +37,31 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print only a JSON object 
 VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Show TensorFlow's own logs.")]
 
 
-def _fail(exc: MptrainError) -> typer.Exit:
+@contextmanager
+def _user_errors(interrupted: str = "interrupted"):
+    """Errors a user can fix → their message and exit code, never a traceback; Ctrl-C → 130."""
     from mptrain.report import stderr
 
-    stderr.print(f"[bold red]error:[/] {exc}", markup=True, highlight=False, soft_wrap=True)
-    return typer.Exit(exc.exit_code)
+    try:
+        yield
+    except MptrainError as exc:
+        stderr.print(f"[bold red]error:[/] {exc}", markup=True, highlight=False, soft_wrap=True)
+        raise typer.Exit(exc.exit_code) from None
+    except KeyboardInterrupt:
+        stderr.print(interrupted)
+        raise typer.Exit(130) from None
+
+
+def _emit(data: dict, json_out: bool, render) -> None:
+    """One JSON object on stdout (nothing else), or the Rich rendering of it."""
+    if json_out:
+        from mptrain.run_folder import to_json
+
+        typer.echo(to_json(data))
+    else:
+        from mptrain.report import stdout_console
+
+        stdout_console().print(render(data))
 
 
 @app.command()
@@ -61,7 +81,7 @@ def run(
     from mptrain.config import load_config
     from mptrain.report import LiveProgress, stderr, summary_table
 
-    try:
+    with _user_errors("interrupted: the run folder was removed"):
         experiment = load_config(config, set_)
         from mptrain.runner import run_experiment
 
@@ -71,17 +91,7 @@ def run(
             result = run_experiment(experiment, listeners=[progress], verbose=verbose,
                                     initial_weights=initial_weights, output_dir=output_dir,
                                     started_at=STARTED_AT)
-    except MptrainError as exc:
-        raise _fail(exc) from None
-    except KeyboardInterrupt:
-        stderr.print("interrupted: the run folder was removed")
-        raise typer.Exit(130) from None
-    if json_out:
-        typer.echo(to_json(result.summary))
-    else:
-        from mptrain.report import stdout_console
-
-        stdout_console().print(summary_table(result.summary))
+    _emit(result.summary, json_out, summary_table)
 
 
 @app.command()
@@ -95,7 +105,7 @@ def compare(
     steps: Annotated[int | None, typer.Option(
         min=1, help="Stop every variant after N training steps (then evaluate).")] = None,
     max_step_seconds: Annotated[float | None, typer.Option(
-        min=0.0, help="Stop a variant once one of its steps takes longer than this.")] = 60.0,
+        min=0.0, help="Stop a variant once one of its steps takes longer than this (0: never).")] = 60.0,
     set_: SetOpt = None,
     json_out: JsonOpt = False,
     verbose: VerboseOpt = False,
@@ -116,7 +126,7 @@ def compare(
         overrides.append(f"train.max_steps={steps}")
     if max_step_seconds:
         overrides.append(f"train.max_step_seconds={max_step_seconds}")
-    try:
+    with _user_errors():
         experiment = load_config(config, overrides)
         variants = plan_variants(policies, loops, experiment)
 
@@ -124,17 +134,7 @@ def compare(
             stderr.rule(f"variant {index}/{total}: {variant.policy} · {variant.loop}")
 
         result = run_compare(experiment, variants, verbose=verbose, on_variant=announce)
-    except MptrainError as exc:
-        raise _fail(exc) from None
-    except KeyboardInterrupt:
-        stderr.print("interrupted")
-        raise typer.Exit(130) from None
-    if json_out:
-        typer.echo(to_json(result.record))
-    else:
-        from mptrain.report import stdout_console
-
-        stdout_console().print(compare_table(result.record))
+    _emit(result.record, json_out, compare_table)
     if any(v.get("failed") for v in result.record["variants"]):
         raise typer.Exit(1)
 
@@ -146,10 +146,8 @@ def validate(config: ConfigArg, set_: SetOpt = None) -> None:
 
     from mptrain.config import load_config
 
-    try:
+    with _user_errors():
         experiment = load_config(config, set_)
-    except MptrainError as exc:
-        raise _fail(exc) from None
     typer.echo(f"# {config}: valid", err=True)
     typer.echo(yaml.safe_dump(experiment.to_yaml_dict(), sort_keys=False), nl=False)
 
@@ -179,13 +177,9 @@ def check_gpu(
 
         with stderr.status("benchmarking kernels per dtype…"):
             results = run_microbench(tf, bench_devices(tf), scale=bench_scale)
-    report = check_report(machine, results)
-    if json_out:
-        typer.echo(to_json(report))
-    else:
-        from mptrain.report import check_gpu_view, stdout_console
+    from mptrain.report import check_gpu_view
 
-        stdout_console().print(check_gpu_view(report))
+    _emit(check_report(machine, results), json_out, check_gpu_view)
 
 
 @app.command("configs")
