@@ -79,18 +79,18 @@ def run(
     steps.jsonl, summary.json and model.keras.
     """
     from mptrain.config import load_config
-    from mptrain.report import LiveProgress, stderr, summary_table
+    from mptrain.report import LiveProgress, run_header, stderr, summary_table
 
     with _user_errors("interrupted: the run folder was removed"):
         experiment = load_config(config, set_)
         from mptrain.runner import run_experiment
 
-        stderr.print(f"mptrain run [bold]{experiment.name}[/]: policy {experiment.policy}, "
-                     f"loop {experiment.train.loop}, {experiment.train.epochs} epoch(s)")
         with LiveProgress() as progress:
             result = run_experiment(experiment, listeners=[progress], verbose=verbose,
                                     initial_weights=initial_weights, output_dir=output_dir,
-                                    started_at=STARTED_AT)
+                                    started_at=STARTED_AT,
+                                    on_start=lambda c, w: stderr.print(run_header(experiment, c, w),
+                                                                       soft_wrap=True))
     _emit(result.summary, json_out, summary_table)
 
 

@@ -102,7 +102,8 @@ def speed_warning(choice: PolicyChoice, machine: Machine) -> str | None:
     if choice.compute_dtype == "float16":
         if not choice.jit_compile:
             return ("float16 on a CPU without XLA: oneDNN's reference kernel, >100x slower than "
-                    "float32; bound it with --max-step-seconds or --steps")
+                    "float32; bound it with train.max_step_seconds or train.max_steps "
+                    "(compare: --max-step-seconds, --steps)")
         return ("float16 on a CPU: XLA turned on to avoid oneDNN's >100x slower float16 kernel; "
                 "dense layers run at about float32 speed, convolutions ~3x slower: no speed-up")
     if not machine.cpu.has_bf16_matrix_units:

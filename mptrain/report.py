@@ -87,6 +87,18 @@ class LiveProgress:
                            soft_wrap=True, highlight=False)
 
 
+def run_header(experiment, choice, warning: str | None) -> str:
+    """What is about to run, printed before the first step."""
+    policy = choice.name if choice.requested == choice.name else f"{choice.name} (from {choice.requested})"
+    xla = "XLA step" if choice.jit_compile else (
+        "XLA optimizer update" if choice.xla_optimizer_update else "no XLA")
+    text = (f"mptrain run [bold]{experiment.name}[/]: {policy}, loop {experiment.train.loop}, "
+            f"{experiment.train.epochs} epoch(s), {xla}")
+    if warning:
+        text += f"\n[yellow]warning:[/] {warning}"
+    return text
+
+
 def summary_table(s: dict[str, Any]) -> Table:
     table = Table(title=f"mptrain run: {s['name']}", show_header=False, title_justify="left")
     table.add_column("", style="bold")
@@ -99,7 +111,9 @@ def summary_table(s: dict[str, Any]) -> Table:
         ("policy", policy),
         ("dtypes", f"compute {s['compute_dtype']}, variables {s['variable_dtype']}, "
                    f"output {s['output_dtype']}"),
-        ("loop", f"{s['loop']}, XLA {'on' if s['jit_compile'] else 'off'} ({s['jit_compile_reason']})"),
+        ("loop", s["loop"]),
+        ("XLA", f"step {'on' if s['jit_compile'] else 'off'} ({s['jit_compile_reason']}); "
+                f"optimizer update {'on' if s['xla_optimizer_update'] else 'off'}"),
         ("device", s["device"]),
         ("steps", f"{s['steps_run']} in {s['epochs_run']} epoch(s), batch {s['batch_size']}"
                   + (f"  [yellow]{s['bounded']}[/]" if s["bounded"] else "")),
@@ -111,6 +125,8 @@ def summary_table(s: dict[str, Any]) -> Table:
         ("compute", _compute_line(s)),
         ("test", f"loss {fmt(s['test_loss'])}  accuracy {fmt(s['test_accuracy'])}"),
     ]
+    if s.get("speed_warning"):
+        rows.append(("[yellow]warning[/]", s["speed_warning"]))
     if s["non_finite_loss_steps"]:
         rows.append(("[red]diverged[/]", f"{s['non_finite_loss_steps']} step(s) had a NaN/inf loss "
                      "(JSON shows them as null); try a mixed policy or a lower learning rate"))

@@ -13,6 +13,7 @@ import math
 import resource
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ from mptrain.config import ExperimentConfig
 from mptrain.data import load_dataset
 from mptrain.errors import DataError
 from mptrain.hardware import Machine, peak_flops, probe
-from mptrain.policy import PolicyChoice, apply_policy, choose_policy
+from mptrain.policy import PolicyChoice, apply_policy, choose_policy, speed_warning
 from mptrain.run_folder import RunFolder
 from mptrain.timing import summarize
 from mptrain.training.monitor import EpochRecord, StepRecord, TrainingListener, TrainingMonitor
@@ -47,9 +48,12 @@ def run_experiment(
     initial_weights: Path | None = None,
     output_dir: Path | None = None,
     started_at: float | None = None,
+    on_start: Callable[[PolicyChoice, str | None], None] | None = None,
 ) -> RunResult:
     """Train and evaluate one experiment; write its run folder; return what it measured.
 
+    `on_start(choice, speed_warning)` is called once the policy and XLA choices are made and
+    before training, so a user learns what will run (and what is known to be slow) first.
     `initial_weights` (an .npz written by `save_initial_weights`) makes several runs start
     from identical weights; `output_dir` overrides `output.dir` (compare puts its variants
     in its own folder).
@@ -91,6 +95,9 @@ def run_experiment(
     batches = make_batches(data, config.train.batch_size, config.seed,
                            binary_labels=config.train.loss == "binary_crossentropy")
 
+    warning = speed_warning(choice, machine)
+    if on_start is not None:
+        on_start(choice, warning)
     folder = RunFolder.create(output_dir or config.output.dir, config.name)
     try:
         folder.write_config(config.to_yaml_dict(), _config_header(choice))
@@ -110,6 +117,7 @@ def run_experiment(
         summary = _summary(config, choice, machine, data.source, model, output_dtype(model),
                            monitor, batches, test, count_training_flops(model), started_at,
                            first_step_at.seconds, _device_peak(tf, machine))
+        summary["speed_warning"] = warning
         folder.write_steps(monitor.steps)
         if config.output.save_model:
             folder.save_model(model)
