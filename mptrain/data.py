@@ -188,6 +188,9 @@ def load_mnist(path: Path | None):
             return (*read_npz(candidate), str(candidate))
     looked = ", ".join(str(c) for c in candidates)
     try:
+        from mptrain.tf_runtime import import_tensorflow
+
+        import_tensorflow()
         from keras.datasets import mnist
 
         with contextlib.redirect_stdout(sys.stderr):  # keep stdout for --json
@@ -214,6 +217,9 @@ def load_fashion_mnist(path: Path | None):
             return (x_train, y_train), (x_test, y_test), str(folder)
     looked = ", ".join(str(c) for c in candidates)
     try:
+        from mptrain.tf_runtime import import_tensorflow
+
+        import_tensorflow()
         from keras.datasets import fashion_mnist
 
         with contextlib.redirect_stdout(sys.stderr):

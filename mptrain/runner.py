@@ -24,9 +24,19 @@ from mptrain.config import ExperimentConfig
 from mptrain.data import load_dataset
 from mptrain.errors import DataError
 from mptrain.hardware import Machine, peak_flops, probe
+from mptrain.model import (
+    build_loss,
+    build_metrics,
+    build_model,
+    build_optimizer,
+    count_training_flops,
+    output_dtype,
+)
 from mptrain.policy import PolicyChoice, apply_policy, choose_policy, speed_warning
 from mptrain.run_folder import RunFolder
+from mptrain.tf_runtime import import_tensorflow, seed_everything
 from mptrain.timing import summarize
+from mptrain.training.batches import make_batches
 from mptrain.training.monitor import EpochRecord, StepRecord, TrainingListener, TrainingMonitor
 
 
@@ -59,28 +69,18 @@ def run_experiment(
     in its own folder).
     """
     started_at = started_at if started_at is not None else time.perf_counter()
-    from mptrain.tf_runtime import import_tensorflow, seed_everything
-
-    tf = import_tensorflow(verbose)
-    from mptrain.model import (
-        build_loss,
-        build_metrics,
-        build_model,
-        build_optimizer,
-        count_training_flops,
-        output_dtype,
-    )
-    from mptrain.training.batches import make_batches
-
-    machine = probe(tf, check_xla=False)
-    choice = choose_policy(config.policy, config.train.jit_compile, machine,
-                           config.train.xla_optimizer_update)
+    # Data first: a missing file is reported before paying for TensorFlow's import.
     data = load_dataset(config.data, config.seed)
     if data.num_classes_seen > config.model.num_classes and config.train.loss != "binary_crossentropy":
         raise DataError(
             f"{data.source}: labels go up to {data.num_classes_seen - 1} but model.num_classes is "
             f"{config.model.num_classes}; set model.num_classes to at least {data.num_classes_seen}"
         )
+    tf = import_tensorflow(verbose)
+
+    machine = probe(tf, check_xla=False)
+    choice = choose_policy(config.policy, config.train.jit_compile, machine,
+                           config.train.xla_optimizer_update)
 
     seed_everything(config.seed)
     apply_policy(choice.name)
@@ -114,10 +114,10 @@ def run_experiment(
         monitor.listeners.insert(0, first_step_at)
         loop.train(batches, config.train.epochs, monitor)
         test = loop.evaluate(batches.test)
-        summary = _summary(config, choice, machine, data.source, model, output_dtype(model),
-                           monitor, batches, test, count_training_flops(model), started_at,
-                           first_step_at.seconds, _device_peak(tf, machine))
-        summary["speed_warning"] = warning
+        summary = _summary(config, choice, machine, monitor, batches, test, model=model,
+                           source=data.source, speed_warning=warning, started_at=started_at,
+                           first_step_s=first_step_at.seconds,
+                           device_peak=_device_peak(tf, machine))
         folder.write_steps(monitor.steps)
         if config.output.save_model:
             folder.save_model(model)
@@ -142,12 +142,8 @@ def _loop_class(name: str):
 def save_initial_weights(config: ExperimentConfig, path: Path, verbose: bool = False) -> None:
     """Build the experiment's model once under float32 and save its weights (the guide's
     `initial_weights = model.get_weights()`), so every policy variant starts from them."""
-    from mptrain.tf_runtime import import_tensorflow, seed_everything
-
-    import_tensorflow(verbose)
-    from mptrain.model import build_model
-
     data_shape = _input_shape(config)
+    import_tensorflow(verbose)
     seed_everything(config.seed)
     apply_policy("float32")
     model = build_model(config.model, data_shape)
@@ -222,8 +218,12 @@ def _peak_rss_bytes() -> int:
     return peak if sys.platform == "darwin" else peak * 1024
 
 
-def _summary(config, choice, machine, source, model, out_dtype, monitor, batches, test,
-             flops_per_example, started_at, first_step_s, device_peak) -> dict[str, Any]:
+def _summary(config: ExperimentConfig, choice: PolicyChoice, machine: Machine,
+             monitor: TrainingMonitor, batches, test: dict[str, float], *, model, source: str,
+             speed_warning: str | None, started_at: float, first_step_s: float | None,
+             device_peak: int | None) -> dict[str, Any]:
+    """summary.json: what ran, how fast, how well (keys documented in the README)."""
+    flops_per_example = count_training_flops(model)
     stats = summarize(monitor.timer.durations, config.train.warmup_steps)
     examples_per_sec = achieved = None
     if stats is not None and stats.median_ms > 0:
@@ -240,7 +240,7 @@ def _summary(config, choice, machine, source, model, out_dtype, monitor, batches
         "policy_reason": choice.reason,
         "compute_dtype": choice.compute_dtype,
         "variable_dtype": choice.variable_dtype,
-        "output_dtype": out_dtype,
+        "output_dtype": output_dtype(model),
         "loop": config.train.loop,
         "jit_compile": choice.jit_compile,
         "jit_compile_reason": choice.jit_reason,
@@ -260,6 +260,7 @@ def _summary(config, choice, machine, source, model, out_dtype, monitor, batches
         "achieved_tflops": achieved,
         "peak_tflops": peak / 1e12 if peak else None,
         "mfu": achieved * 1e12 / peak if achieved is not None and peak else None,
+        "speed_warning": speed_warning,
         "first_step_loss": monitor.steps[0].loss if monitor.steps else None,
         "non_finite_loss_steps": sum(1 for r in monitor.steps if not math.isfinite(r.loss)),
         "final_train_loss": last_epoch.metrics.get("loss") if last_epoch else None,
