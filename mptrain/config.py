@@ -164,8 +164,8 @@ def builtin_configs() -> dict[str, str]:
     out = {}
     for entry in sorted(resources.files("mptrain.configs").iterdir(), key=lambda e: e.name):
         if entry.name.endswith(".yaml"):
-            first = entry.read_text().splitlines()[0] if entry.read_text() else ""
-            out[entry.name.removesuffix(".yaml")] = first.lstrip("# ").strip()
+            first_line = next(iter(entry.read_text().splitlines()), "")
+            out[entry.name.removesuffix(".yaml")] = first_line.lstrip("# ").strip()
     return out
 
 

@@ -112,3 +112,10 @@ def test_override_through_a_scalar_is_an_error():
 def test_override_is_validated_like_the_file(tmp_path):
     message = error_of(tmp_path, TINY, ["train.loop=eager"])
     assert "train.loop = 'eager'" in message and "'fit' or 'custom'" in message
+
+
+def test_repository_configs_folder_is_the_shipped_one():
+    """`mptrain run configs/mnist_mixed.yaml` from a checkout reads the same files as `mnist_mixed`."""
+    root = Path(__file__).resolve().parent.parent
+    for name in builtin_configs():
+        assert load_config(root / "configs" / f"{name}.yaml") == load_config(name)
