@@ -19,9 +19,9 @@ DTYPE_SHORT = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
 
 
 def stdout_console() -> Console:
-    """Tables stay readable when piped to a file: 160 columns instead of Rich's 80."""
+    """Tables stay readable when piped to a file: 200 columns instead of Rich's 80."""
     console = Console()
-    return console if console.is_terminal else Console(width=160)
+    return console if console.is_terminal else Console(width=200)
 
 
 def human_bytes(n: float | None) -> str:
@@ -213,8 +213,8 @@ def compare_table(record: dict[str, Any]):
 
     base = record["baseline_policy"]
     table = Table(title=f"mptrain compare: {record['experiment']}", title_justify="left")
-    for header in ("variant", "compute/vars", "median ms", "p90 ms", "examples/s",
-                   f"speed-up vs {base}", "TFLOP/s (MFU)", "peak mem", "mem ×", "test loss (Δ)",
+    for header in ("variant", "compute/vars", "step ms median/p90", "examples/s",
+                   f"speed-up vs {base}", "TFLOP/s (MFU)", "peak mem (ratio)", "test loss (Δ)",
                    "accuracy (Δ pt)", "scale/skipped", "verdict"):
         left = header in ("variant", "verdict")
         table.add_column(header, justify="left" if left else "right", no_wrap=header == "variant",
@@ -222,7 +222,7 @@ def compare_table(record: dict[str, Any]):
     notes = []
     for v in record["variants"]:
         if v.get("failed"):
-            table.add_row(v["variant"], *[""] * 11, f"[red]{v['verdict']}[/]")
+            table.add_row(v["variant"], *[""] * 9, f"[red]{v['verdict']}[/]")
             continue
         steps = v["step_time_ms"] or {}
         scale = v["loss_scale"]
@@ -230,13 +230,11 @@ def compare_table(record: dict[str, Any]):
         table.add_row(
             v["variant"] + (" [yellow]⚠[/]" if v.get("warning") else ""),
             f"{DTYPE_SHORT[v['compute_dtype']]}/{DTYPE_SHORT[v['variable_dtype']]}",
-            fmt(steps.get("median"), ".1f"),
-            fmt(steps.get("p90"), ".1f"),
+            f"{fmt(steps.get('median'), '.1f')} / {fmt(steps.get('p90'), '.1f')}",
             fmt(v["examples_per_sec"], ",.0f"),
             f"{fmt(v['speedup'], '.2f')}x",
             _tflops_cell(v),
-            human_bytes(memory),
-            f"{fmt(v['memory_ratio'], '.2f')}x",
+            f"{human_bytes(memory)} ({fmt(v['memory_ratio'], '.2f')}x)",
             f"{fmt(v['test_loss'])} ({fmt(v['test_loss_delta'], '+.4f', '-')})",
             f"{fmt(v['test_accuracy'])} ({fmt(v['accuracy_delta_pt'], '+.2f', '-')})",
             f"{scale['final']:g} / {scale['skipped_steps']}" if scale else "-",
