@@ -171,3 +171,27 @@ def test_xla_optimizer_update_gives_the_same_training(tiny_config, loop):
     assert fused.summary["xla_optimizer_update"] and not plain.summary["xla_optimizer_update"]
     np.testing.assert_allclose([r.loss for r in fused.steps], [r.loss for r in plain.steps],
                                rtol=2e-3)
+
+
+@pytest.mark.parametrize("loop", ["fit", "custom"])
+@pytest.mark.parametrize("head", ["sigmoid", "linear"])
+def test_binary_classification_head(tiny_config, loop, head):
+    result = run_experiment(tiny_config(
+        f"train.loop={loop}", "policy=mixed_bfloat16", "data.synthetic.num_classes=2",
+        "model.num_classes=1", f"model.output_activation={head}", "train.loss=binary_crossentropy",
+    ))
+    losses = epoch_losses(result)
+    assert losses[-1] < losses[0]
+    assert result.summary["test_accuracy"] > 0.8  # two well-separated blobs
+    assert result.summary["output_dtype"] == "float32"
+
+
+def test_top5_accuracy_metric_in_both_loops(tiny_config):
+    fit = run_experiment(tiny_config("train.metrics=[accuracy, top5_accuracy]",
+                                     "data.synthetic.num_classes=8", "model.num_classes=8"))
+    custom = run_experiment(tiny_config("train.metrics=[accuracy, top5_accuracy]", "train.loop=custom",
+                                        "data.synthetic.num_classes=8", "model.num_classes=8"))
+    for result in (fit, custom):
+        metrics = result.summary["test_metrics"]
+        assert set(metrics) == {"loss", "accuracy", "top5_accuracy"}
+        assert metrics["top5_accuracy"] >= metrics["accuracy"]
