@@ -52,6 +52,7 @@ class LiveProgress:
             BarColumn(),
             MofNCompleteColumn(),
             TextColumn("loss {task.fields[loss]}"),
+            TextColumn("{task.fields[metrics]}"),
             TextColumn("{task.fields[step_ms]} ms/step"),
             TextColumn("{task.fields[scale]}"),
             TimeElapsedColumn(),
@@ -69,12 +70,15 @@ class LiveProgress:
 
     def epoch_started(self, epoch: int, epochs: int, steps: int) -> None:
         self._task = self.progress.add_task(
-            f"{self.label}epoch {epoch}/{epochs}", total=steps, loss="…", step_ms="…", scale=""
+            f"{self.label}epoch {epoch}/{epochs}", total=steps, loss="…", step_ms="…", scale="",
+            metrics=""
         )
 
     def step_finished(self, record: StepRecord, step_in_epoch: int) -> None:
         scale = f"scale {record.loss_scale:g}" if record.loss_scale is not None else ""
+        metrics = " ".join(f"{k} {v:.4f}" for k, v in record.metrics.items())
         self.progress.update(self._task, completed=step_in_epoch, loss=f"{record.loss:.4f}",
+                             metrics=metrics,
                              step_ms=f"{record.seconds * 1000:.1f}", scale=scale)
 
     def epoch_finished(self, record: EpochRecord) -> None:

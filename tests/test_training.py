@@ -36,6 +36,10 @@ def test_fit_and_custom_start_identically_and_match(tiny_config):
     np.testing.assert_allclose([r.loss for r in fit.steps[:5]],
                                [r.loss for r in custom.steps[:5]], rtol=1e-3)
     assert fit.summary["test_loss"] == pytest.approx(custom.summary["test_loss"], rel=1e-2)
+    # live metrics: both loops report the epoch's running accuracy at every step
+    for a, b in zip(fit.steps[:5], custom.steps[:5], strict=True):
+        assert set(a.metrics) == set(b.metrics) == {"accuracy"}
+        assert a.metrics["accuracy"] == pytest.approx(b.metrics["accuracy"], abs=1e-6)
 
 
 @pytest.mark.parametrize("loop", ["fit", "custom"])

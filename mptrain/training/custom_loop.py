@@ -17,8 +17,8 @@ def make_train_step(model, optimizer, loss_fn, metrics, loss_tracker, loss_scali
                     jit_compile: bool):
     """One compiled training step: forward, (scaled) loss, gradients, apply, metrics.
 
-    Returns a float32 vector [loss, loss scale, applied updates] so the loop fetches every
-    per-step value in one device-to-host transfer (one sync per step).
+    Returns a float32 vector [loss, loss scale, applied updates, *running metric values] so
+    the loop fetches every per-step value in one device-to-host transfer (one sync per step).
     """
     import tensorflow as tf
 
@@ -34,7 +34,8 @@ def make_train_step(model, optimizer, loss_fn, metrics, loss_tracker, loss_scali
             metric.update_state(y, predictions)
         scale = optimizer.dynamic_scale if loss_scaling else tf.constant(1.0)
         return tf.stack([tf.cast(loss, tf.float32), tf.cast(scale, tf.float32),
-                         tf.cast(optimizer.iterations, tf.float32)])
+                         tf.cast(optimizer.iterations, tf.float32),
+                         *(tf.cast(metric.result(), tf.float32) for metric in metrics)])
 
     return tf.function(train_step, jit_compile=jit_compile)
 
@@ -83,11 +84,12 @@ class CustomLoop:
             for _ in range(batches.steps_per_epoch):
                 monitor.step_begin()
                 x, y = next(iterator)
-                loss, scale, applied = self.train_step(x, y).numpy()
+                loss, scale, applied, *values = self.train_step(x, y).numpy()
+                running = {m.name: float(v) for m, v in zip(self.metrics, values, strict=True)}
                 if self.loss_scaling:
-                    monitor.step_end(float(loss), float(scale), int(applied))
+                    monitor.step_end(float(loss), float(scale), int(applied), running)
                 else:
-                    monitor.step_end(float(loss))
+                    monitor.step_end(float(loss), metrics=running)
                 if monitor.stop_requested:
                     break
             logs = self._results()

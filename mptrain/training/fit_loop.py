@@ -69,12 +69,13 @@ class _MonitorCallback(_callback_base()):
         new_sum = running_mean * (self._weight + size)
         step_loss = (new_sum - self._loss_sum) / size
         self._loss_sum, self._weight = new_sum, self._weight + size
+        metrics = {k: float(v) for k, v in logs.items() if k != "loss"}
         if self.loss_scaling:
             optimizer = self.model.optimizer
             self.monitor.step_end(step_loss, float(optimizer.dynamic_scale.numpy()),
-                                  int(optimizer.iterations.numpy()))
+                                  int(optimizer.iterations.numpy()), metrics)
         else:
-            self.monitor.step_end(step_loss)
+            self.monitor.step_end(step_loss, metrics=metrics)
         if self.monitor.stop_requested:
             self.model.stop_training = True
 

@@ -20,6 +20,7 @@ class StepRecord:
     loss: float
     seconds: float
     loss_scale: float | None = None
+    metrics: dict[str, float] = field(default_factory=dict)  # running means over the epoch
 
 
 @dataclass(frozen=True)
@@ -69,11 +70,13 @@ class TrainingMonitor:
         self.timer.start()
 
     def step_end(self, loss: float, loss_scale: float | None = None,
-                 applied_steps: int | None = None) -> None:
-        """Record a finished step. `applied_steps` is the optimizer's count of applied updates."""
+                 applied_steps: int | None = None, metrics: dict[str, float] | None = None) -> None:
+        """Record a finished step. `applied_steps` is the optimizer's count of applied updates;
+        `metrics` are the epoch's running values so far (as Keras reports them)."""
         seconds = self.timer.stop()
         self._step_in_epoch += 1
-        record = StepRecord(len(self.steps) + 1, self._epoch, loss, seconds, loss_scale)
+        record = StepRecord(len(self.steps) + 1, self._epoch, loss, seconds, loss_scale,
+                            metrics or {})
         self.steps.append(record)
         if self.loss_scaling and applied_steps is not None:
             self.skipped_steps = record.step - applied_steps
