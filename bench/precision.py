@@ -18,6 +18,9 @@ from common import mptrain_run, plain_fit_ms, quiet_tensorflow, synthetic_npz, t
 
 STEPS, WARMUP = 6, 2
 CNN = {"kind": "cnn", "filters": [32, 64], "kernel_size": 3, "pooling": "max", "dense_units": [128]}
+# CIFAR-shaped, VGG-style: convolutions with enough channels to keep AMX tiles busy.
+CNN_WIDE = {"kind": "cnn", "filters": [64, 128, 256], "kernel_size": 3, "pooling": "max",
+            "dense_units": [256]}
 
 
 def fmt_mfu(summary) -> str:
@@ -33,11 +36,14 @@ def main() -> str:
     tmp = Path(tempfile.gettempdir())
     mlp_npz = synthetic_npz(tmp, 2048 * (STEPS + WARMUP))
     cnn_npz = synthetic_npz(tmp, 256 * (STEPS + WARMUP), shape=(28, 28, 1))
+    cifar_npz = synthetic_npz(tmp, 256 * (STEPS + WARMUP), shape=(32, 32, 3))
     with np.load(mlp_npz) as archive:
         x, y = archive["x_train"], archive["y_train"].astype(np.int32)
 
     rows, summaries = [], {}
-    for name, npz, batch, model in (("guide MLP", mlp_npz, 2048, None), ("CNN 28x28", cnn_npz, 256, CNN)):
+    for name, npz, batch, model in (("guide MLP", mlp_npz, 2048, None),
+                                    ("CNN 32-64, 28x28x1", cnn_npz, 256, CNN),
+                                    ("CNN 64-128-256, 32x32x3", cifar_npz, 256, CNN_WIDE)):
         for policy in ("float32", "mixed_bfloat16", "mixed_float16"):
             summaries[name, policy] = mptrain_run(npz, policy=policy, loop="fit", batch=batch,
                                                   steps=STEPS, warmup=WARMUP, model=model)
