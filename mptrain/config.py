@@ -76,6 +76,7 @@ class CNNConfig(_ModelBase):
 
 
 ModelConfig = Annotated[MLPConfig | CNNConfig, Field(discriminator="kind")]
+MODEL_KINDS: dict[str, type[BaseModel]] = {"mlp": MLPConfig, "cnn": CNNConfig}
 
 
 class OptimizerConfig(_Strict):
@@ -246,7 +247,7 @@ def load_config(ref: str | Path, overrides: list[str] | None = None) -> Experime
 
 def _describe(err: dict[str, Any]) -> str:
     """One line per pydantic error: key path, bad value, what is allowed."""
-    loc = [str(part) for part in err["loc"] if not _is_union_tag(part)]
+    loc = [str(part) for part in err["loc"] if part not in MODEL_KINDS]
     key = ".".join(loc) or "(top level)"
     kind = err["type"]
     if kind == "extra_forbidden":
@@ -263,16 +264,12 @@ def _describe(err: dict[str, Any]) -> str:
     return f"  {key} = {shown}: {err['msg']}"
 
 
-def _is_union_tag(part: Any) -> bool:
-    return part in ("mlp", "cnn")
-
-
 def _allowed_keys(loc: tuple[Any, ...]) -> list[str]:
     """Walk the schema along an error location to list the keys a mapping accepts."""
     model: Any = ExperimentConfig
     for part in loc:
-        if part in ("mlp", "cnn"):
-            model = MLPConfig if part == "mlp" else CNNConfig
+        if part in MODEL_KINDS:  # pydantic names the union member in the location
+            model = MODEL_KINDS[part]
             continue
         field = getattr(model, "model_fields", {}).get(part)
         if field is None:

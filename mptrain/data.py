@@ -186,22 +186,11 @@ def load_mnist(path: Path | None):
     for candidate in candidates:
         if candidate.is_file():
             return (*read_npz(candidate), str(candidate))
-    looked = ", ".join(str(c) for c in candidates)
-    try:
-        from mptrain.tf_runtime import import_tensorflow
-
-        import_tensorflow()
-        from keras.datasets import mnist
-
-        with contextlib.redirect_stdout(sys.stderr):  # keep stdout for --json
-            train, test = mnist.load_data()
-    except Exception as exc:  # any download failure: offline, proxy, bad hash
-        raise DataError(
-            f"MNIST not found locally (looked in: {looked}) and the download failed ({exc}).\n"
-            f"Fix: fetch {MNIST_URL} on a connected machine and put it in one of those places, "
-            f"set data.path to the file, or set ${DATA_DIR_ENV} to its folder."
-        ) from None
-    return train, test, "keras download"
+    return _keras_download(
+        "mnist", "MNIST", candidates,
+        f"fetch {MNIST_URL} on a connected machine and put it in one of those places, "
+        f"set data.path to the file, or set ${DATA_DIR_ENV} to its folder.",
+    )
 
 
 def load_fashion_mnist(path: Path | None):
@@ -215,20 +204,30 @@ def load_fashion_mnist(path: Path | None):
         if _has_fashion_files(folder):
             x_train, y_train, x_test, y_test = (read_idx(folder / name) for name in FASHION_FILES)
             return (x_train, y_train), (x_test, y_test), str(folder)
-    looked = ", ".join(str(c) for c in candidates)
+    return _keras_download(
+        "fashion_mnist", "Fashion-MNIST", candidates,
+        "`apt-get install dataset-fashion-mnist` (Debian/Ubuntu), or put the four IDX .gz "
+        f"files in a folder and set data.path or ${DATA_DIR_ENV} to it.",
+    )
+
+
+def _keras_download(module: str, title: str, looked: list[Path], fix: str):
+    """Last resort: Keras' own downloader. Any failure (offline, proxy, bad hash) becomes an
+    error that lists where we looked and how to fix it."""
+    import importlib
+
+    from mptrain.tf_runtime import import_tensorflow
+
     try:
-        from mptrain.tf_runtime import import_tensorflow
-
         import_tensorflow()
-        from keras.datasets import fashion_mnist
-
-        with contextlib.redirect_stdout(sys.stderr):
-            train, test = fashion_mnist.load_data()
+        loader = importlib.import_module(f"keras.datasets.{module}")
+        with contextlib.redirect_stdout(sys.stderr):  # keep stdout for --json
+            train, test = loader.load_data()
     except Exception as exc:
+        where = ", ".join(str(p) for p in looked)
         raise DataError(
-            f"Fashion-MNIST not found locally (looked in: {looked}) and the download failed ({exc}).\n"
-            "Fix: `apt-get install dataset-fashion-mnist` (Debian/Ubuntu), or put the four IDX .gz "
-            f"files in a folder and set data.path or ${DATA_DIR_ENV} to it."
+            f"{title} not found locally (looked in: {where}) and the download failed ({exc}).\n"
+            f"Fix: {fix}"
         ) from None
     return train, test, "keras download"
 

@@ -110,13 +110,10 @@ def run_experiment(
             listeners=[*(listeners or []), folder],
         )
         _reset_device_peak(tf, machine)
-        first_step_at = _FirstStepClock(started_at)
-        monitor.listeners.insert(0, first_step_at)
         loop.train(batches, config.train.epochs, monitor)
         test = loop.evaluate(batches.test)
         summary = _summary(config, choice, machine, monitor, batches, test, model=model,
                            source=data.source, speed_warning=warning, started_at=started_at,
-                           first_step_s=first_step_at.seconds,
                            device_peak=_device_peak(tf, machine))
         folder.write_steps(monitor.steps)
         if config.output.save_model:
@@ -162,23 +159,6 @@ def _input_shape(config: ExperimentConfig) -> tuple[int, ...]:
     return load_dataset(config.data, config.seed).input_shape
 
 
-class _FirstStepClock:
-    """Seconds from the start of the command to the first training step (start-up cost)."""
-
-    def __init__(self, started_at: float):
-        self.started_at, self.seconds = started_at, None
-
-    def epoch_started(self, epoch: int, epochs: int, steps: int) -> None:
-        if self.seconds is None:
-            self.seconds = time.perf_counter() - self.started_at
-
-    def step_finished(self, record: StepRecord, step_in_epoch: int) -> None:
-        pass
-
-    def epoch_finished(self, record: EpochRecord) -> None:
-        pass
-
-
 def _config_header(choice: PolicyChoice) -> str:
     lines = ["# Resolved experiment, as run by mptrain."]
     if choice.requested != choice.name:
@@ -220,11 +200,12 @@ def _peak_rss_bytes() -> int:
 
 def _summary(config: ExperimentConfig, choice: PolicyChoice, machine: Machine,
              monitor: TrainingMonitor, batches, test: dict[str, float], *, model, source: str,
-             speed_warning: str | None, started_at: float, first_step_s: float | None,
+             speed_warning: str | None, started_at: float,
              device_peak: int | None) -> dict[str, Any]:
     """summary.json: what ran, how fast, how well (keys documented in the README)."""
     flops_per_example = count_training_flops(model)
-    stats = summarize(monitor.timer.durations, config.train.warmup_steps)
+    stats = summarize([r.seconds for r in monitor.steps], config.train.warmup_steps)
+    first_step = monitor.timer.first_start
     examples_per_sec = achieved = None
     if stats is not None and stats.median_ms > 0:
         # Steady state: a full batch per median step. A mean over all steps would let one
@@ -275,7 +256,7 @@ def _summary(config: ExperimentConfig, choice: PolicyChoice, machine: Machine,
         "peak_memory_bytes": _peak_rss_bytes(),
         "device_peak_memory_bytes": device_peak,
         "wall_time_s": time.perf_counter() - started_at,
-        "time_to_first_step_s": first_step_s,
+        "time_to_first_step_s": first_step - started_at if first_step is not None else None,
         "tensorflow_version": machine.tensorflow_version,
         "keras_version": machine.keras_version,
         "seed": config.seed,

@@ -15,21 +15,23 @@ import numpy as np
 
 
 class StepTimer:
-    """Brackets each step with `start()` / `stop()` and keeps every duration in seconds."""
+    """Brackets each step with `start()` / `stop()`; `stop()` returns the step's seconds.
+    `first_start` is when the first step began (start-up cost = first_start − launch)."""
 
     def __init__(self) -> None:
-        self.durations: list[float] = []
+        self.first_start: float | None = None
         self._started: float | None = None
 
     def start(self) -> None:
         self._started = perf_counter()
+        if self.first_start is None:
+            self.first_start = self._started
 
     def stop(self) -> float:
         if self._started is None:
             raise RuntimeError("StepTimer.stop() without start()")
         elapsed = perf_counter() - self._started
         self._started = None
-        self.durations.append(elapsed)
         return elapsed
 
 

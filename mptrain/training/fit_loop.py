@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import keras  # this module is imported only when a fit run starts (runner._loop_class)
+
 from mptrain.errors import MptrainError
 from mptrain.training.batches import Batches
 from mptrain.training.monitor import TrainingMonitor
@@ -15,8 +17,6 @@ class FitLoop:
 
     def __init__(self, model, optimizer, loss, metrics, jit_compile: bool, loss_scaling: bool,
                  xla_optimizer_update: bool = False):
-        import keras
-
         model.compile(optimizer=optimizer, loss=loss, metrics=metrics, jit_compile=jit_compile)
         if loss_scaling and not isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer):
             raise MptrainError("internal error: mixed_float16 model compiled without loss scaling")
@@ -40,13 +40,7 @@ class FitLoop:
         return {k: float(v) for k, v in results.items()}
 
 
-def _callback_base():
-    import keras
-
-    return keras.callbacks.Callback
-
-
-class _MonitorCallback(_callback_base()):
+class _MonitorCallback(keras.callbacks.Callback):
     """Feeds the monitor. Keras logs the epoch's running mean loss (weighted by batch size);
     the step's own loss is recovered from two consecutive means."""
 
