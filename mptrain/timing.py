@@ -11,8 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from time import perf_counter
 
-import numpy as np
-
 
 class StepTimer:
     """Brackets each step with `start()` / `stop()`; `stop()` returns the step's seconds.
@@ -56,6 +54,8 @@ def summarize(durations: list[float], warmup_steps: int) -> StepTimeStats | None
     """
     if not durations:
         return None
+    import numpy as np  # here, not at the top: report.py imports this module for `validate`
+
     skip = min(warmup_steps, len(durations) - 1)
     ms = np.asarray(durations[skip:]) * 1000.0
     return StepTimeStats(
