@@ -32,10 +32,10 @@ def main() -> str:
         for _ in range(ROUNDS):
             pf = plain_fit_ms(policy, x, y, BATCH, STEPS, WARMUP)
             mf = mptrain_run(npz, policy=policy, loop="fit", batch=BATCH, steps=STEPS,
-                             warmup=WARMUP)["step_time_ms"]["median"]
+                             warmup=WARMUP).step_time.median_ms
             pc = plain_custom_ms(policy, x, y, BATCH, STEPS, WARMUP)
             mc = mptrain_run(npz, policy=policy, loop="custom", batch=BATCH, steps=STEPS,
-                             warmup=WARMUP)["step_time_ms"]["median"]
+                             warmup=WARMUP).step_time.median_ms
             for key, value in zip(medians, (pf, mf, pc, mc), strict=True):
                 medians[key].append(value)
             ratios["fit"].append(mf / pf)

@@ -24,9 +24,10 @@ CNN_WIDE = {"kind": "cnn", "filters": [64, 128, 256], "kernel_size": 3, "pooling
 
 
 def fmt_mfu(summary) -> str:
-    if summary["mfu"] is None:
+    if summary.mfu is None:
         return "n/a"
-    return f"{summary['achieved_tflops']:.2f} TFLOP/s ({summary['mfu']:.0%} of {summary['peak_tflops']:.2f})"
+    return (f"{summary.achieved_tflops:.2f} TFLOP/s ({summary.mfu:.0%} of {summary.peak_unit} "
+            f"{summary.peak_tflops:.2f})")
 
 
 def main() -> str:
@@ -47,12 +48,12 @@ def main() -> str:
         for policy in ("float32", "mixed_bfloat16", "mixed_float16"):
             summaries[name, policy] = mptrain_run(npz, policy=policy, loop="fit", batch=batch,
                                                   steps=STEPS, warmup=WARMUP, model=model)
-        base = summaries[name, "float32"]["step_time_ms"]["median"]
+        base = summaries[name, "float32"].step_time.median_ms
         for policy in ("float32", "mixed_bfloat16", "mixed_float16"):
             s = summaries[name, policy]
-            median = s["step_time_ms"]["median"]
-            xla = ("whole step (auto)" if s["jit_compile"]
-                   else "optimizer update" if s["xla_optimizer_update"] else "none")
+            median = s.step_time.median_ms
+            xla = ("whole step (auto)" if s.jit_compile
+                   else "optimizer update" if s.xla_optimizer_update else "none")
             rows.append([name, policy, xla, f"{median:.1f}", f"{base / median:.2f}x",
                          f"{median / base:.2f}", fmt_mfu(s)])
     plain32 = plain_fit_ms("float32", x, y, 2048, STEPS, WARMUP)
@@ -65,10 +66,10 @@ def main() -> str:
     f32 = mptrain_run(mlp_npz, policy="float32", loop="fit", batch=1024, steps=3, warmup=1, model=small)
     f16 = mptrain_run(mlp_npz, policy="mixed_float16", loop="fit", batch=1024, steps=3, warmup=1,
                       model=small, jit_compile=False, extra={"max_step_seconds": 10})
-    slow = f16["step_time_ms"]["median"] / f32["step_time_ms"]["median"]
+    slow = f16.step_time.median_ms / f32.step_time.median_ms
     rows.append(["MLP 1024x2, b1024", "mixed_float16", "none (forced)",
-                 f"{f16['step_time_ms']['median']:.0f}", f"{1 / slow:.4f}x", f"{slow:.0f}",
-                 f"bounded: {f16['bounded']}" if f16["bounded"] else ""])
+                 f"{f16.step_time.median_ms:.0f}", f"{1 / slow:.4f}x", f"{slow:.0f}",
+                 f"stopped early: {f16.stop_reason}" if f16.stop_reason else ""])
     out = table(rows, ["model", "policy", "XLA on", "median ms", "speed-up vs f32", "step / f32 step",
                        "model FLOPs utilisation"])
     header = (f"Precision speed-ups through mptrain (Model.fit, {STEPS} steps after {WARMUP} "

@@ -1,3 +1,3 @@
-from mptrain.cli import app
+from mptrain.cli import main
 
-app(prog_name="mptrain")
+main()

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mptrain.config import DataConfig, SyntheticData
+from mptrain.config import DataConfig, ExperimentConfig, SyntheticData
 from mptrain.errors import DataError
 
 DATA_DIR_ENV = "MPTRAIN_DATA_DIR"
@@ -86,6 +86,15 @@ def load_dataset(cfg: DataConfig, seed: int) -> Dataset:
         y_test=y_test,
         source=source,
     )
+
+
+def check_labels_fit_model(data: Dataset, config: ExperimentConfig) -> None:
+    """Labels the model cannot output are an error before training, not a NaN loss in it."""
+    if config.train.loss != "binary_crossentropy" and data.num_classes_seen > config.model.num_classes:
+        raise DataError(
+            f"{data.source}: labels go up to {data.num_classes_seen - 1} but model.num_classes is "
+            f"{config.model.num_classes}; set model.num_classes to at least {data.num_classes_seen}"
+        )
 
 
 def preprocess(x: np.ndarray) -> np.ndarray:

@@ -11,9 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from mptrain.config import CNNConfig, ExperimentConfig, MLPConfig, OptimizerConfig
+from mptrain.config.optimizers import OPTIMIZERS
 from mptrain.errors import ConfigError, MptrainError
-
-OPTIMIZERS = {"rmsprop": "RMSprop", "adam": "Adam", "sgd": "SGD", "adamw": "AdamW"}
 
 
 def build_model(cfg: MLPConfig | CNNConfig, input_shape: tuple[int, ...]):
@@ -56,66 +55,40 @@ def output_dtype(model) -> str:
     return keras.backend.standardize_dtype(model.outputs[0].dtype)
 
 
-def build_optimizer(cfg: OptimizerConfig, loss_scaling: bool, exp: ExperimentConfig):
-    """The configured optimizer; wrapped in a dynamic LossScaleOptimizer when `loss_scaling`."""
+def build_optimizer(cfg: OptimizerConfig):
+    """The configured Keras optimizer (loss scaling is the policy's to add: `policy.wrap_optimizer`)."""
     import keras
 
-    cls = getattr(keras.optimizers, OPTIMIZERS[cfg.name])
+    cls = getattr(keras.optimizers, OPTIMIZERS[cfg.name][0])
     try:
-        inner = cls(**cfg.kwargs)
+        return cls(**cfg.kwargs)
     except (TypeError, ValueError) as exc:
         raise ConfigError(
-            f"train.optimizer.kwargs {cfg.kwargs}: {OPTIMIZERS[cfg.name]} rejects them ({exc})"
+            f"train.optimizer.kwargs {cfg.kwargs}: {OPTIMIZERS[cfg.name][0]} rejects them ({exc})"
         ) from None
-    if not loss_scaling:
-        return inner
-    return keras.optimizers.LossScaleOptimizer(
-        inner,
-        initial_scale=exp.train.loss_scale.initial_scale,
-        dynamic_growth_steps=exp.train.loss_scale.dynamic_growth_steps,
-    )
 
 
-def build_loss(exp: ExperimentConfig):
+def build_loss(config: ExperimentConfig):
     """The loss object; a `linear` head means the model emits logits."""
     import keras
 
-    from_logits = exp.model.output_activation == "linear"
-    if exp.train.loss == "binary_crossentropy":
+    from_logits = config.model.output_activation == "linear"
+    if config.train.loss == "binary_crossentropy":
         return keras.losses.BinaryCrossentropy(from_logits=from_logits)
     return keras.losses.SparseCategoricalCrossentropy(from_logits=from_logits)
 
 
-def build_metrics(exp: ExperimentConfig) -> list[Any]:
+def build_metrics(config: ExperimentConfig) -> list[Any]:
     """Metric objects with fixed names, so both training loops report the same keys."""
     import keras
 
     metrics = []
-    for name in exp.train.metrics:
+    for name in config.train.metrics:
         if name == "top5_accuracy":
             metrics.append(keras.metrics.SparseTopKCategoricalAccuracy(k=5, name=name))
-        elif exp.train.loss == "binary_crossentropy":
-            threshold = 0.0 if exp.model.output_activation == "linear" else 0.5
+        elif config.train.loss == "binary_crossentropy":
+            threshold = 0.0 if config.model.output_activation == "linear" else 0.5
             metrics.append(keras.metrics.BinaryAccuracy(name=name, threshold=threshold))
         else:
             metrics.append(keras.metrics.SparseCategoricalAccuracy(name=name))
     return metrics
-
-
-def count_training_flops(model) -> int:
-    """FLOPs of one training example: forward multiply-adds x2, backward about twice forward.
-
-    Counts Dense and Conv2D layers only (they dominate); the x3 forward-to-training rule is the
-    one nanoGPT and the scaling-law papers use for MFU.
-    """
-    forward = 0
-    for layer in model.layers:
-        kind = type(layer).__name__
-        if kind == "Dense":
-            fan_in, units = layer.kernel.shape
-            forward += 2 * int(fan_in) * int(units)
-        elif kind == "Conv2D":
-            kh, kw, cin, cout = layer.kernel.shape
-            _, h, w, _ = layer.output.shape
-            forward += 2 * int(kh) * int(kw) * int(cin) * int(cout) * int(h) * int(w)
-    return 3 * forward

@@ -1,15 +1,21 @@
-"""Dtype policies: resolving `auto`, applying the policy, and the per-policy XLA choice.
+"""The one place that decides dtypes: which policy, XLA or not, loss scaling or not, and why.
 
 Keras applies the *global* policy to layers as they are built, so `apply_policy` must run
-before the model is constructed. The XLA choice is per policy and per device because it helps
-one 16-bit type and hurts the other on the same CPU (see `choose_jit_compile`).
+before the model is constructed. The rest are pure decisions over the machine's facts
+(`hardware.Machine`), each returned with the reason a user will see:
+
+- `recommend`: the policy that will actually be fast here (the guide's GPU logic, plus TPUs
+  and CPUs with bfloat16 matrix units); `policy: auto` resolves to it.
+- `choose_jit_compile` / `choose_xla_optimizer_update`: XLA helps one 16-bit type and hurts
+  the other on the same CPU (see `CPU_FLOAT16`, `CPU_BFLOAT16`).
+- `PolicyChoice.loss_scaling` / `wrap_optimizer`: only mixed_float16 gets dynamic loss scaling.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from mptrain.hardware import Machine, recommend
+from mptrain.hardware import GpuInfo, Machine
 
 # policy → (compute dtype, variable dtype)
 DTYPES = {
@@ -19,6 +25,60 @@ DTYPES = {
     "float16": ("float16", "float16"),
     "bfloat16": ("bfloat16", "bfloat16"),
 }
+
+# Why 16-bit math is fast or slow on a CPU, told once and quoted wherever it matters.
+CPU_FLOAT16 = ("oneDNN has no fast float16 kernels for CPUs (its fused float16 MatMul+BiasAdd "
+               "runs a reference kernel, orders of magnitude slower than float32); XLA avoids "
+               "that kernel, but float16 then runs at best at float32 speed")
+CPU_BFLOAT16 = ("oneDNN runs bfloat16 matmuls and convolutions on the CPU's AMX-BF16 tiles or "
+                "AVX512_BF16 instructions; XLA's CPU backend does not use them")
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    policy: str
+    reason: str
+    warnings: list[str] = field(default_factory=list)
+
+
+def recommend(machine: Machine) -> Recommendation:
+    """The policy that will actually be fast here, with the reason (the guide's logic + CPUs)."""
+    if machine.tpu:
+        return Recommendation(
+            "mixed_bfloat16", "TPUs compute in bfloat16 natively; bfloat16 needs no loss scaling"
+        )
+    if machine.gpus:
+        weakest = min(machine.gpus, key=lambda g: g.compute_capability or (0, 0))
+        if weakest.fast_bfloat16:
+            return Recommendation(
+                "mixed_bfloat16",
+                f"{weakest.describe()}: Tensor Cores run bfloat16 as fast as float16 (CC >= 8.0), "
+                "and bfloat16 needs no loss scaling; mixed_float16 is equally fast",
+            )
+        if weakest.float16_tensor_cores:
+            return Recommendation(
+                "mixed_float16",
+                f"{weakest.describe()}: float16 Tensor Cores (CC >= 7.0), the guide's up-to-3x case",
+            )
+        return Recommendation(
+            "float32",
+            f"{weakest.describe()}: no Tensor Cores (CC < 7.0), so 16-bit math is not faster",
+            ["16-bit policies save memory here but will not run faster than float32"],
+        )
+    cpu = machine.cpu
+    if cpu.has_bf16_matrix_units:
+        units = "AMX-BF16" if "amx_bf16" in cpu.flags else "AVX512_BF16"
+        return Recommendation(
+            "mixed_bfloat16",
+            f"CPU with {units}: {CPU_BFLOAT16}",
+            [f"mixed_float16 on a CPU: {CPU_FLOAT16}"],
+        )
+    return Recommendation(
+        "float32",
+        "no GPU, no TPU, and the CPU has no bfloat16 matrix units (AMX-BF16 or AVX512_BF16)",
+        ["16-bit policies will run slower than float32 on this machine",
+         f"mixed_float16 on a CPU: {CPU_FLOAT16}"],
+    )
 
 
 @dataclass(frozen=True)
@@ -43,7 +103,9 @@ class PolicyChoice:
 
     @property
     def loss_scaling(self) -> bool:
-        """Only float16 compute with float32 variables needs (and gets) dynamic loss scaling."""
+        """float16 compute with float32 variables needs dynamic loss scaling: small gradients
+        underflow float16's range. bfloat16 has float32's range; pure float16 has float16
+        variables, which a LossScaleOptimizer cannot unscale into without underflowing too."""
         return self.name == "mixed_float16"
 
 
@@ -55,60 +117,103 @@ def choose_policy(requested: str, jit_compile: bool | None, machine: Machine,
     else:
         name, reason = requested, "set in the experiment"
     jit, jit_reason = choose_jit_compile(name, jit_compile, machine)
-    fused, fused_reason = choose_xla_optimizer_update(xla_optimizer_update, jit, machine)
-    return PolicyChoice(requested, name, reason, jit, jit_reason, fused, fused_reason)
+    update, update_reason = choose_xla_optimizer_update(xla_optimizer_update, jit, machine)
+    return PolicyChoice(requested, name, reason, jit, jit_reason, update, update_reason)
 
 
 def choose_xla_optimizer_update(requested: bool | None, jit_compile: bool,
                                 machine: Machine) -> tuple[bool, str]:
     """Compile just the (float32, memory-bound) optimizer update with XLA, unless the experiment
-    says. Measured on CPUs only, where it makes every policy faster; elsewhere the default."""
+    says. Measured on CPUs only (bench/NOTES.md), where it made every policy faster."""
     if jit_compile:
         return False, "the whole step is already compiled with XLA"
     if requested is not None:
         return requested, "set in the experiment (train.xla_optimizer_update)"
-    if not machine.gpus and not machine.tpu:
-        return True, "CPU: fusing the float32 update saves 4-12% per step (bench/NOTES.md)"
+    if not machine.accelerated:
+        return True, ("CPU: the float32 update runs as one fused XLA computation instead of a "
+                      "chain of memory-bound kernels")
     return False, "TensorFlow's default on accelerators"
 
 
 def choose_jit_compile(policy: str, requested: bool | None, machine: Machine) -> tuple[bool, str]:
-    """XLA on or off for this policy on this machine, unless the experiment says.
-
-    On a CPU, oneDNN's fused float16 MatMul+BiasAdd runs a reference kernel (>100x slower than
-    float32); XLA compiles around it and runs at about float32 speed. For bfloat16 the opposite
-    holds: oneDNN uses AMX, and XLA's CPU backend does not, so XLA makes it ~2x slower.
-    """
+    """XLA on or off for this policy on this machine, unless the experiment says."""
     if requested is not None:
         return requested, "set in the experiment (train.jit_compile)"
     if machine.tpu:
         return True, "TPUs always compile with XLA"
-    on_cpu = not machine.gpus
-    if on_cpu and DTYPES[policy][0] == "float16":
-        return True, ("float16 on a CPU: XLA avoids oneDNN's slow float16 reference kernel "
-                      "(>100x slower without it)")
-    if on_cpu and DTYPES[policy][0] == "bfloat16":
+    compute = DTYPES[policy][0]
+    if not machine.gpus and compute == "float16":
+        return True, "float16 on a CPU: XLA avoids oneDNN's float16 reference kernel"
+    if not machine.gpus and compute == "bfloat16":
         return False, "bfloat16 on a CPU: oneDNN's AMX/AVX512_BF16 kernels beat XLA's"
     return False, "TensorFlow's default (no XLA)"
 
 
 def speed_warning(choice: PolicyChoice, machine: Machine) -> str | None:
     """A known-slow combination on this hardware, said before anyone waits an hour for it."""
-    if machine.gpus or machine.tpu or choice.compute_dtype == "float32":
-        if machine.gpus and choice.compute_dtype == "float16" and not all(
-                g.float16_tensor_cores for g in machine.gpus):
+    compute = choice.compute_dtype
+    if machine.gpus:
+        if compute == "float16" and not all(g.float16_tensor_cores for g in machine.gpus):
             return "float16 on a GPU without Tensor Cores (CC < 7.0): no faster than float32"
         return None
-    if choice.compute_dtype == "float16":
+    if machine.tpu or compute == "float32":
+        return None
+    if compute == "float16":
         if not choice.jit_compile:
-            return ("float16 on a CPU without XLA: oneDNN's reference kernel, >100x slower than "
-                    "float32; bound it with train.max_step_seconds or train.max_steps "
-                    "(compare: --max-step-seconds, --steps)")
-        return ("float16 on a CPU: XLA turned on to avoid oneDNN's >100x slower float16 kernel; "
-                "dense layers run at about float32 speed, convolutions ~3x slower: no speed-up")
+            return (f"float16 on a CPU without XLA: {CPU_FLOAT16}. Bound the run with "
+                    "train.max_step_seconds or train.max_steps (compare: --max-step-seconds, --steps)")
+        bf16 = machine.cpu.has_bf16_matrix_units
+        advice = "; mixed_bfloat16 is the 16-bit policy to try here" if bf16 else ""
+        return f"float16 on a CPU is no faster than float32: {CPU_FLOAT16}{advice}"
     if not machine.cpu.has_bf16_matrix_units:
         return "bfloat16 on a CPU without AMX-BF16/AVX512_BF16: slower than float32"
     return None
+
+
+def compatibility_check(gpus: tuple[GpuInfo, ...] | list[GpuInfo]) -> str:
+    """The guide's (TensorFlow 2's) 'Mixed precision compatibility check' message for mixed_float16."""
+    prefix = "Mixed precision compatibility check (mixed_float16): "
+    suffix = (
+        "If you will use compatible GPU(s) not attached to this host, e.g. by running a "
+        "multi-worker model, you can ignore this warning."
+    )
+    supported = [g.describe() for g in gpus if g.float16_tensor_cores]
+    unsupported = [g.describe() for g in gpus if not g.float16_tensor_cores]
+    if unsupported:
+        if supported:
+            head = ("Some of your GPUs may run slowly with dtype policy mixed_float16 because they "
+                    "do not all have compute capability of at least 7.0. Your GPUs:")
+        elif len(unsupported) == 1:
+            head = ("Your GPU may run slowly with dtype policy mixed_float16 because it does not "
+                    "have compute capability of at least 7.0. Your GPU:")
+        else:
+            head = ("Your GPUs may run slowly with dtype policy mixed_float16 because they do not "
+                    "have compute capability of at least 7.0. Your GPUs:")
+        listed = "\n".join(f"  {d}" for d in _dedup(supported + unsupported))
+        return (f"{prefix}WARNING\n{head}\n{listed}\nSee https://developer.nvidia.com/cuda-gpus "
+                f"for a list of GPUs and their compute capabilities.\n{suffix}")
+    if not supported:
+        return (f"{prefix}WARNING\nThe dtype policy mixed_float16 may run slowly because this "
+                "machine does not have a GPU. Only Nvidia GPUs with compute capability of at "
+                f"least 7.0 run quickly with mixed_float16.\n{suffix}")
+    if len(supported) == 1:
+        return (f"{prefix}OK\nYour GPU will likely run quickly with dtype policy mixed_float16 as "
+                f"it has compute capability of at least 7.0. Your GPU: {supported[0]}")
+    return (f"{prefix}OK\nYour GPUs will likely run quickly with dtype policy mixed_float16 as "
+            "they all have compute capability of at least 7.0")
+
+
+def _dedup(items: list[str]) -> list[str]:
+    """Consecutive duplicates as 'name (xN)', like TensorFlow's check."""
+    out: list[str] = []
+    counts: list[int] = []
+    for item in items:
+        if out and out[-1] == item:
+            counts[-1] += 1
+        else:
+            out.append(item)
+            counts.append(1)
+    return [f"{item} (x{n})" if n > 1 else item for item, n in zip(out, counts, strict=True)]
 
 
 def apply_policy(name: str) -> None:
@@ -116,3 +221,15 @@ def apply_policy(name: str) -> None:
     import keras
 
     keras.mixed_precision.set_global_policy(name)
+
+
+def wrap_optimizer(optimizer, choice: PolicyChoice, initial_scale: float, growth_steps: int):
+    """The optimizer the run applies updates with: under mixed_float16, a dynamic
+    `LossScaleOptimizer` around it (Keras 3: `scale_loss` before the gradients, `apply`
+    unscales them, skips non-finite steps and adapts the scale)."""
+    if not choice.loss_scaling:
+        return optimizer
+    import keras
+
+    return keras.optimizers.LossScaleOptimizer(
+        optimizer, initial_scale=initial_scale, dynamic_growth_steps=growth_steps)

@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from mptrain.training.monitor import EpochRecord, StepRecord
+from mptrain.summary import EpochRecord, RunSummary, StepRecord
 
 
 class RunFolder:
@@ -40,8 +40,8 @@ class RunFolder:
         text = yaml.safe_dump(config, sort_keys=False)
         (self.path / "config.yaml").write_text(f"{header}\n{text}")
 
-    def write_summary(self, summary: dict[str, Any]) -> None:
-        (self.path / "summary.json").write_text(to_json(summary, indent=2) + "\n")
+    def write_summary(self, summary: RunSummary) -> None:
+        (self.path / "summary.json").write_text(to_json(summary.model_dump(), indent=2) + "\n")
 
     def save_model(self, model) -> None:
         model.save(self.path / "model.keras")

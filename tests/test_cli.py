@@ -30,8 +30,8 @@ def test_full_run_through_the_cli_prints_only_json(tmp_path):
     summary = json.loads(done.stdout)  # stdout holds exactly one JSON document
     assert summary["policy"] == "mixed_float16" and summary["loop"] == "custom"
     assert summary["epochs_run"] == 2 and summary["output_dtype"] == "float32"
-    assert summary["loss_scale"]["final"] > 0
-    assert summary["step_time_ms"]["median"] > 0 and summary["examples_per_sec"] > 0
+    assert summary["loss_scale"]["final"] > 0 and summary["status"] == "finished"
+    assert summary["step_time"]["median_ms"] > 0 and summary["examples_per_sec"] > 0
     run_dir = Path(summary["run_dir"])
     assert json.loads((run_dir / "summary.json").read_text())["test_loss"] == summary["test_loss"]
     resolved = yaml.safe_load((run_dir / "config.yaml").read_text())
@@ -46,7 +46,7 @@ def test_table_output_names_the_measurements(tmp_path):
     config = write_config(tmp_path, "train.epochs=1")
     done = mptrain("run", str(config), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    for label in ("policy", "step time", "median", "throughput", "peak memory", "run folder"):
+    for label in ("policy", "step time", "median", "throughput", "memory", "run folder"):
         assert label in done.stdout
 
 
@@ -73,6 +73,8 @@ def test_validate_prints_resolved_config_without_tensorflow(tmp_path):
         f"sys.argv = ['mptrain', 'validate', {str(config)!r}, '--set', 'train.epochs=9']\n"
         "try:\n    app()\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
         "assert 'tensorflow' not in sys.modules, 'validate imported TensorFlow'\n"
+        "assert 'rich.progress' not in sys.modules, 'validate imported the progress renderer'\n"
+        "assert 'mptrain.training' not in sys.modules, 'validate imported the training package'\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
@@ -93,3 +95,28 @@ def test_builtin_config_by_name(tmp_path):
     assert done.returncode == 0 and yaml.safe_load(done.stdout)["train"]["batch_size"] == 8192
     listing = mptrain("configs", cwd=tmp_path)
     assert "fashion_mnist_mixed" in listing.stdout
+
+
+def test_version_and_short_help(tmp_path):
+    from mptrain import __version__
+
+    assert mptrain("--version", cwd=tmp_path).stdout.strip() == f"mptrain {__version__}"
+    short = mptrain("run", "-h", cwd=tmp_path)
+    assert short.returncode == 0 and "--set" in short.stdout and "<bool>" not in short.stdout
+
+
+def test_a_reader_that_stops_early_is_not_an_error(tmp_path):
+    """`mptrain validate x | head -1`: the pipe closes before mptrain writes; exit 0, quietly."""
+    process = subprocess.Popen([sys.executable, "-m", "mptrain", "validate", "synthetic"],
+                               cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    process.stdout.close()
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 0, stderr
+    assert b"Traceback" not in stderr and b"BrokenPipe" not in stderr
+
+
+def test_set_errors_name_the_option_and_suggest_the_key(tmp_path):
+    done = mptrain("validate", "synthetic", "--set", "trian.epochs=2", cwd=tmp_path)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "--set trian.epochs=2: trian: unknown key (did you mean train?)" in done.stderr
+    assert "mptrain/configs" not in done.stderr  # not the packaged file's path

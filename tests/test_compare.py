@@ -1,14 +1,16 @@
-"""`mptrain compare` for real (two tiny variants through the CLI) and its pure parts."""
+"""`mptrain compare` for real (tiny variants through the CLI) and its pure parts."""
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 
-from mptrain.compare import Variant, build_record, parse_choices, verdict
+from mptrain.compare import CompareRecord, Variant, build_record, parse_choices
 from mptrain.config import POLICIES
 from mptrain.errors import ConfigError
 from tests.test_cli import mptrain, write_config
+from tests.test_summary import make_summary
 
 
 def test_compare_two_policies_through_the_cli(tmp_path):
@@ -16,28 +18,30 @@ def test_compare_two_policies_through_the_cli(tmp_path):
     done = mptrain("compare", str(config), "--policies", "float32,mixed_bfloat16", "--json",
                    cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    record = json.loads(done.stdout)
-    folder = Path(record["folder"])
+    record = CompareRecord.model_validate(json.loads(done.stdout))
+    folder = Path(record.folder)
     assert folder.parent == tmp_path / "runs" and folder.name.startswith("compare-tiny-")
-    f32, bf16 = record["variants"]
-    assert (f32["policy"], bf16["policy"]) == ("float32", "mixed_bfloat16")
-    assert bf16["compute_dtype"] == "bfloat16" and bf16["output_dtype"] == "float32"
+    f32, bf16 = record.variants
+    assert (f32.policy, bf16.policy) == ("float32", "mixed_bfloat16")
+    assert bf16.summary.compute_dtype == "bfloat16" and bf16.summary.output_dtype == "float32"
     # same initial weights and data: the first losses agree up to bfloat16 rounding
-    assert bf16["first_step_loss"] == pytest.approx(f32["first_step_loss"], rel=2e-2)
+    assert bf16.summary.first_step_loss == pytest.approx(f32.summary.first_step_loss, rel=2e-2)
     # ratios are computed from the measured numbers
-    assert f32["speedup"] == 1.0 and f32["verdict"] == "baseline"
-    assert bf16["speedup"] == pytest.approx(
-        f32["step_time_ms"]["median"] / bf16["step_time_ms"]["median"])
-    assert bf16["accuracy_delta_pt"] == pytest.approx(
-        100 * (bf16["test_accuracy"] - f32["test_accuracy"]))
-    assert bf16["memory_ratio"] > 0
+    assert f32.speedup == 1.0 and f32.verdict == "baseline"
+    assert bf16.speedup == pytest.approx(
+        f32.summary.step_time.median_ms / bf16.summary.step_time.median_ms)
+    assert bf16.accuracy_delta_pt == pytest.approx(
+        100 * (bf16.summary.test_accuracy - f32.summary.test_accuracy))
+    if f32.summary.memory.training_peak_bytes:  # tiny models may stay below what TF counts
+        assert bf16.memory_ratio == pytest.approx(
+            bf16.summary.memory.training_peak_bytes / f32.summary.memory.training_peak_bytes)
     # files: compare.json, the weights every variant loaded, each variant's run folder, the plot
-    assert json.loads((folder / "compare.json").read_text())["variants"][1]["variant"] == \
-        "mixed_bfloat16-fit"
+    on_disk = CompareRecord.model_validate_json((folder / "compare.json").read_text())
+    assert on_disk == record and record.plot == str(folder / "compare.png")
     assert (folder / "initial_weights.npz").is_file()
-    for v in (f32, bf16):
-        assert Path(v["run_dir"]).parent == folder
-        assert (Path(v["run_dir"]) / "summary.json").is_file()
+    for row in (f32, bf16):
+        assert Path(row.summary.run_dir).parent == folder
+        assert (Path(row.summary.run_dir) / "summary.json").is_file()
     assert_nontrivial_png(folder / "compare.png")
 
 
@@ -46,23 +50,41 @@ def assert_nontrivial_png(path: Path):
 
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     pixels = matplotlib.image.imread(path)
-    assert pixels.shape[0] > 300 and pixels.shape[1] > 900
+    assert pixels.shape[0] > 600 and pixels.shape[1] > 1200
     # not a blank canvas: many distinct colours (lines in several colours, text, boxes)
     flat = (pixels[..., :3] * 255).astype("uint8").reshape(-1, 3)
     assert len({tuple(p) for p in flat[::7]}) > 50
     assert pixels[..., :3].std() > 0.05
 
 
-def test_bounded_variant_is_reported_as_bounded(tmp_path):
+def test_diverging_variant_is_shown_not_crashed_on(tmp_path):
+    """Pure float16 with Adam goes NaN (epsilon underflows): compare exists to show that."""
+    config = write_config(tmp_path, "train.epochs=2",
+                          "train.optimizer.kwargs={learning_rate: 0.05}")
+    done = mptrain("compare", str(config), "--policies", "float32,float16", cwd=tmp_path,
+                   env_extra={"COLUMNS": "80"})
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    record = CompareRecord.model_validate_json(
+        next((tmp_path / "runs").glob("compare-*/compare.json")).read_text())
+    f16 = record.variants[1]
+    assert f16.summary.status == "diverged" and f16.summary.non_finite_loss_steps > 0
+    assert f16.verdict.startswith("diverged")
+    assert "diverged" in done.stdout
+    assert_nontrivial_png(Path(record.plot))
+
+
+def test_verdict_needs_enough_timed_steps(tmp_path):
     config = write_config(tmp_path)
     done = mptrain("compare", str(config), "--policies", "float32,mixed_float16",
-                   "--loops", "custom", "--steps", "3", cwd=tmp_path)
+                   "--loops", "custom", "--steps", "3", "--json", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    assert "bounded" in done.stdout and "step limit 3" in done.stdout
-    record = json.loads(next((tmp_path / "runs").glob("compare-*/compare.json")).read_text())
-    for v in record["variants"]:
-        assert v["steps_run"] == 3 and v["bounded"] and v["verdict"].endswith("(bounded)")
-        assert v["loop"] == "custom"
+    record = CompareRecord.model_validate_json(done.stdout)
+    for row in record.variants:
+        assert row.summary.steps_run == 3 and row.summary.stop_reason
+        assert row.speedup is None
+        assert row.verdict.startswith("not enough steps to time (2 timed, need 5)")
+        assert row.verdict.endswith("(stopped early)")
 
 
 @pytest.mark.parametrize(("policies", "message"), [
@@ -83,22 +105,58 @@ def test_bad_policies_through_cli_run_nothing(tmp_path):
     assert "Traceback" not in done.stderr and not (tmp_path / "runs").exists()
 
 
-def test_record_ratios_and_verdicts_from_numbers():
-    def summary(median, accuracy, memory):
-        return {"step_time_ms": {"median": median}, "test_accuracy": accuracy, "test_loss": 1.0,
-                "peak_memory_bytes": memory, "device_peak_memory_bytes": None, "bounded": None}
+def record_of(*rows):
+    variants = [Variant(policy, "fit") for policy, _ in rows]
+    return build_record("x", Path("/tmp/x"), variants, [s for _, s in rows])
 
-    variants = [Variant("float32", "fit"), Variant("mixed_bfloat16", "fit")]
-    record = build_record("x", Path("/tmp/x"), variants,
-                          [summary(100.0, 0.90, 1000), summary(50.0, 0.897, 600)])
-    bf16 = record["variants"][1]
-    assert bf16["speedup"] == 2.0 and bf16["memory_ratio"] == 0.6
-    assert bf16["verdict"] == "2.0x faster, accuracy within 0.3 pt"
-    assert verdict(0.4, -2.0, False, None) == "2.5x slower, accuracy -2.0 pt"
-    assert verdict(1.0, 0.0, False, "stopped") == "same speed, accuracy within 0.0 pt (bounded)"
+
+def test_ratios_and_verdicts_come_from_the_numbers():
+    record = record_of(("float32", make_summary(median=100.0, accuracy=0.90, memory=1000)),
+                       ("mixed_bfloat16", make_summary(median=50.0, accuracy=0.8988, memory=600)))
+    bf16 = record.variants[1]
+    assert bf16.speedup == 2.0 and bf16.memory_ratio == 0.6
+    assert bf16.accuracy_delta_pt == pytest.approx(-0.12)
+    assert bf16.verdict == "faster, accuracy within 0.5 pt"
+    slower = record_of(("float32", make_summary(median=40.0)),
+                       ("float16", make_summary(median=100.0, accuracy=0.88)))
+    assert slower.variants[1].verdict == "slower, accuracy lower"
+    assert slower.variants[1].speedup == 0.4 and slower.variants[1].accuracy_delta_pt == pytest.approx(-2)
+    same = record_of(("float32", make_summary(median=100.0)),
+                     ("mixed_bfloat16", make_summary(median=99.0, spread=0.2)))
+    assert same.variants[1].verdict == "same speed within noise, same accuracy"
     # without float32 the first policy listed is the baseline
-    no_f32 = build_record("x", Path("/tmp/x"), variants[1:], [summary(50.0, 0.9, 1)])
-    assert no_f32["baseline_policy"] == "mixed_bfloat16"
+    no_f32 = record_of(("mixed_bfloat16", make_summary()))
+    assert no_f32.baseline_policy == "mixed_bfloat16" and no_f32.variants[0].verdict == "baseline"
+
+
+def test_failed_variant_is_a_row_not_a_crash():
+    record = record_of(("float32", make_summary()), ("mixed_float16", "exit code 3"))
+    row = record.variants[1]
+    assert row.summary is None and row.verdict == "failed (exit code 3)"
+
+
+def test_tables_fit_80_columns_and_never_cut_a_number():
+    from rich.console import Console
+
+    from mptrain.report.tables import compare_tables
+
+    record = record_of(
+        ("float32", make_summary(median=1234.5, accuracy=0.9123, memory=123_456_789)),
+        ("mixed_bfloat16", make_summary(median=321.9, accuracy=0.9101, memory=61_234_567,
+                                        scale=None)),
+        ("mixed_float16", make_summary(median=1456.7, accuracy=0.9110, memory=70_000_000,
+                                       scale=(32768.0, 12))),
+        ("float16", make_summary(median=1500.0, status="diverged")),
+    )
+    console = Console(width=80, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
+    console.print(compare_tables(record))
+    text = console.export_text()
+    assert max(len(line) for line in text.splitlines()) <= 80
+    assert "…" not in text
+    for number in ("1234.5", "321.9", "3.84x", "0.9101 (-0.22)", "32768/12", "0.85x",
+                   "117.7 MiB", "0.50x", "1209.8–1259.2"):
+        assert number in text, number
+    assert re.search(r"^float16 .*diverged \(NaN/inf", text, re.MULTILINE)
 
 
 def test_compare_with_missing_data_leaves_nothing(tmp_path):
@@ -106,3 +164,14 @@ def test_compare_with_missing_data_leaves_nothing(tmp_path):
     done = mptrain("compare", str(config), "--policies", "float32,mixed_bfloat16", cwd=tmp_path)
     assert done.returncode == 2 and "no such file" in done.stderr
     assert "Traceback" not in done.stderr and not (tmp_path / "runs").exists()
+
+
+def test_compare_without_config_explains_the_default(tmp_path):
+    """The README's headline command, offline: say that no CONFIG means the guide's MNIST
+    experiment and name what runs here instead."""
+    offline = {"HTTPS_PROXY": "http://127.0.0.1:9", "HTTP_PROXY": "http://127.0.0.1:9",
+               "KERAS_HOME": str(tmp_path / "empty")}
+    done = mptrain("compare", "--policies", "float32,mixed_float16", cwd=tmp_path, env_extra=offline)
+    assert done.returncode == 2, done.stderr
+    assert "No CONFIG was given" in done.stderr and "mnist_mixed" in done.stderr
+    assert "mptrain compare synthetic" in done.stderr and "Traceback" not in done.stderr

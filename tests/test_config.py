@@ -119,3 +119,77 @@ def test_repository_configs_folder_is_the_shipped_one():
     root = Path(__file__).resolve().parent.parent
     for name in builtin_configs():
         assert load_config(root / "configs" / f"{name}.yaml") == load_config(name)
+
+
+def test_exponent_floats_are_floats_in_files_and_options(tmp_path):
+    """YAML 1.1 (PyYAML) reads `1e-3` as a string; experiments follow YAML 1.2."""
+    raw = {**TINY, "train": {**TINY["train"], "optimizer": {"name": "adam", "kwargs": {}}}}
+    path = write(tmp_path, yaml.safe_dump(raw) + "seed: 1\n")
+    text = path.read_text().replace("kwargs: {}", "kwargs: {learning_rate: 1e-3, epsilon: 1E-7}")
+    config = load_config(write(tmp_path, text))
+    assert config.train.optimizer.kwargs == {"learning_rate": 0.001, "epsilon": 1e-07}
+    assert parse_override("train.optimizer.kwargs.learning_rate=3e-4")[1] == 0.0003
+    assert parse_override("x=2.5e+2")[1] == 250.0 and parse_override("x=1_000")[1] == 1000
+    assert parse_override("x=e5")[1] == "e5"  # not a number
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"learning_rate": "fast"}, "learning_rate = 'fast': expected a number"),
+    ({"learnin_rate": 0.1}, "learnin_rate: Adam has no such argument (did you mean learning_rate?)"),
+    ({"momentum": 0.9}, "momentum: Adam has no such argument"),
+    ({"amsgrad": 1}, "amsgrad = 1: expected true or false"),
+    ({"learning_rate": -1}, "learning_rate = -1: must not be negative"),
+    ({"loss_scale_factor": 128}, "loss_scale_factor: not allowed here"),
+])
+def test_optimizer_arguments_are_checked_at_validate_time(tmp_path, kwargs, message):
+    raw = {**TINY, "train": {**TINY["train"], "optimizer": {"name": "adam", "kwargs": kwargs}}}
+    assert message in error_of(tmp_path, raw)
+
+
+def test_optimizer_table_matches_the_installed_keras():
+    import inspect
+
+    keras = pytest.importorskip("keras")
+    from mptrain.config.optimizers import COMMON, OPTIMIZERS, RESERVED
+
+    for name, (cls, own) in OPTIMIZERS.items():
+        params = set(inspect.signature(getattr(keras.optimizers, cls).__init__).parameters)
+        params -= {"self", "kwargs"}
+        assert params == set(own) | set(COMMON) | set(RESERVED), name
+
+
+def test_set_null_removes_a_key_and_kind_switch_drops_old_keys(tmp_path):
+    path = write(tmp_path, TINY)
+    assert load_config(path, ["train.max_steps=3", "train.max_steps=null"]).train.max_steps is None
+    assert load_config(path, ["model.hidden_units=null"]).model.hidden_units == [4096, 4096]
+    cnn = load_config(path, ["model.kind=cnn", "data.synthetic.input_shape=[8, 8, 1]"])
+    assert cnn.model.kind == "cnn" and cnn.model.num_classes == 4  # shared keys stay
+    assert "hidden_units" not in cnn.model.model_dump()
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("", "the file is empty"),
+    ("# only a comment\n", "the file is empty"),
+    ("name: x\ntrain:\n\tepochs: 2\n", "tabs"),
+    ("!!python/object/apply:os.system ['echo pwned']\n", "not valid YAML"),
+    ("a: &a [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a, *a]\n"
+     "c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b, *b]\nd: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c, *c]\n"
+     "e: [*d, *d, *d, *d, *d, *d, *d, *d, *d, *d]\n",
+     "anchors/aliases"),
+])
+def test_hostile_files_give_clean_errors(tmp_path, text, message):
+    assert message in error_of(tmp_path, text)
+
+
+def test_non_utf8_file_and_folder_give_clean_errors(tmp_path):
+    bad = tmp_path / "latin1.yaml"
+    bad.write_bytes("name: caf\xe9\n".encode("latin-1"))
+    with pytest.raises(ConfigError, match="not UTF-8 text .* line 1"):
+        load_config(bad)
+    with pytest.raises(ConfigError, match="is a folder"):
+        load_config(tmp_path)
+
+
+def test_name_defaults_to_the_file_name(tmp_path):
+    raw = {k: v for k, v in TINY.items() if k != "name"}
+    assert load_config(write(tmp_path, raw, name="my-exp.yaml")).name == "my-exp"

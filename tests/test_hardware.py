@@ -7,16 +7,9 @@ import sys
 
 import pytest
 
-from mptrain.hardware import (
-    CpuInfo,
-    Machine,
-    compatibility_check,
-    gpu_from_details,
-    parse_cpuinfo,
-    peak_flops,
-    recommend,
-)
-from mptrain.policy import choose_jit_compile, choose_policy
+from mptrain.flops import cpu_peak
+from mptrain.hardware import CpuInfo, Machine, gpu_from_details, parse_cpuinfo
+from mptrain.policy import choose_jit_compile, choose_policy, compatibility_check, recommend
 
 SAPPHIRE = """processor\t: 0
 vendor_id\t: GenuineIntel
@@ -29,8 +22,8 @@ OLD = "model name\t: AMD Opteron\nflags : sse sse2 avx2\n"
 NO_FLAGS = ""
 
 
-def cpu(text=OLD, cores=4):
-    return parse_cpuinfo(text, cores=cores)
+def cpu(text=OLD):
+    return parse_cpuinfo(text)
 
 
 def gpu(major, minor, name="GPU"):
@@ -113,11 +106,29 @@ def test_xla_optimizer_update_choice():
     assert choose_xla_optimizer_update(False, False, cpu_only)[0] is False
 
 
-def test_peak_flops_by_dtype():
-    sapphire = parse_cpuinfo(SAPPHIRE, cores=2)
-    assert peak_flops(sapphire, "float32") == 2 * 2000e6 * 64
-    assert peak_flops(sapphire, "bfloat16") == 2 * 2000e6 * 1024
-    assert peak_flops(CpuInfo("x", 2), "float32") is None
+def test_peak_flops_by_dtype_names_the_unit():
+    sapphire = parse_cpuinfo(SAPPHIRE)
+    assert sapphire.physical_cores == 1
+    assert cpu_peak(sapphire, "float32").flops_per_second == 2000e6 * 64
+    assert cpu_peak(sapphire, "bfloat16").unit == "AMX-BF16"
+    assert cpu_peak(sapphire, "bfloat16").flops_per_second == 2000e6 * 1024
+    assert cpu_peak(sapphire, "float16").unit == "AVX-512 FP32"  # no fast float16 CPU path
+    assert cpu_peak(CpuInfo("x", 2, 2), "float32") is None
+
+
+TWO_SOCKETS_HT = "\n\n".join(
+    f"processor\t: {p}\nmodel name\t: Xeon\ncpu MHz\t: 1000\nphysical id\t: {p // 4}\n"
+    f"core id\t: {p % 2}\nflags\t: avx512f amx_bf16" for p in range(8))
+
+
+def test_cores_are_physical_and_limited_to_the_affinity_mask():
+    """8 logical CPUs = 2 sockets x 2 cores x 2 hyper-threads; peak FLOP/s counts cores."""
+    every = parse_cpuinfo(TWO_SOCKETS_HT)
+    assert (every.logical_cpus, every.physical_cores) == (8, 4)
+    # a container allowed CPUs 0 and 2: two hyper-threads of one core
+    pinned = parse_cpuinfo(TWO_SOCKETS_HT, allowed_cpus={0, 2})
+    assert (pinned.logical_cpus, pinned.physical_cores) == (2, 1)
+    assert cpu_peak(pinned, "float32").flops_per_second == 1000e6 * 64
 
 
 def test_microbench_tiny_sizes_give_positive_rates():

@@ -1,6 +1,7 @@
 """Both training loops, for real, on tiny synthetic data."""
 
 import json
+import math
 
 import numpy as np
 import pytest
@@ -21,58 +22,116 @@ def test_loops_learn(tiny_config, loop, policy):
     losses = epoch_losses(result)
     assert losses[-1] < 0.7 * losses[0], losses
     s = result.summary
-    assert s["test_accuracy"] > 0.5  # 4 classes: chance is 0.25
-    assert s["compute_dtype"] == ("float32" if policy == "float32" else "bfloat16")
-    assert s["output_dtype"] == "float32" and s["loss_scale"] is None
-    assert set(result.epochs[-1].metrics) == {"loss", "accuracy", "val_loss", "val_accuracy"}
+    assert s.status == "finished" and s.test_accuracy > 0.5  # 4 classes: chance is 0.25
+    assert s.compute_dtype == ("float32" if policy == "float32" else "bfloat16")
+    assert s.output_dtype == "float32" and s.loss_scale is None
+    # both loops list metrics in the same order: loss first, validation last
+    assert list(result.epochs[-1].metrics) == ["loss", "accuracy", "val_loss", "val_accuracy"]
 
 
-def test_fit_and_custom_start_identically_and_match(tiny_config):
-    fit = run_experiment(tiny_config("train.loop=fit"))
-    custom = run_experiment(tiny_config("train.loop=custom"))
-    # same seed → same initial weights and data order → same first-step loss
-    assert fit.steps[0].loss == pytest.approx(custom.steps[0].loss, rel=1e-5)
-    # the per-step loss fit reports is the step's own loss, not Keras' running mean
-    np.testing.assert_allclose([r.loss for r in fit.steps[:5]],
-                               [r.loss for r in custom.steps[:5]], rtol=1e-3)
-    assert fit.summary["test_loss"] == pytest.approx(custom.summary["test_loss"], rel=1e-2)
-    # live metrics: both loops report the epoch's running accuracy at every step
-    for a, b in zip(fit.steps[:5], custom.steps[:5], strict=True):
+def test_fit_and_custom_see_the_same_batches_in_every_epoch(tiny_config):
+    """Same seed → same initial weights and the same data order in *every* epoch, so the two
+    loops' per-step losses agree all the way (including the short last batch of each epoch,
+    whose loss fit reports by undoing Keras' running mean)."""
+    fit = run_experiment(tiny_config("train.loop=fit", "data.synthetic.train_size=500"))
+    custom = run_experiment(tiny_config("train.loop=custom", "data.synthetic.train_size=500"))
+    assert [r.examples for r in fit.steps[:6]] == [64] * 5 + [55]  # 375 examples: short batch
+    np.testing.assert_allclose([r.loss for r in fit.steps], [r.loss for r in custom.steps],
+                               rtol=2e-3)
+    assert len(fit.steps) == 3 * 6
+    assert fit.summary.test_loss == pytest.approx(custom.summary.test_loss, rel=1e-3)
+    for a, b in zip(fit.steps, custom.steps, strict=True):
         assert set(a.metrics) == set(b.metrics) == {"accuracy"}
         assert a.metrics["accuracy"] == pytest.approx(b.metrics["accuracy"], abs=1e-6)
 
 
+def test_epoch_order_is_a_function_of_seed_and_epoch():
+    from mptrain.training.batches import epoch_order
+
+    first, second = epoch_order(100, seed=3, epoch=0), epoch_order(100, seed=3, epoch=1)
+    assert sorted(first) == list(range(100)) and not np.array_equal(first, second)
+    np.testing.assert_array_equal(first, epoch_order(100, seed=3, epoch=0))
+    assert not np.array_equal(first, epoch_order(100, seed=4, epoch=0))
+
+
 @pytest.mark.parametrize("loop", ["fit", "custom"])
-def test_mixed_float16_uses_dynamic_loss_scaling(tiny_config, loop):
+def test_mixed_float16_starts_with_the_configured_scale_and_grows_it(tiny_config, loop):
+    """Fit must train with the LossScaleOptimizer built from the experiment, not Keras'
+    default one (initial scale 32768)."""
     result = run_experiment(tiny_config(
         f"train.loop={loop}", "policy=mixed_float16",
         "train.loss_scale.initial_scale=1024", "train.loss_scale.dynamic_growth_steps=4",
     ))
     scales = [r.loss_scale for r in result.steps]
-    assert all(s is not None for s in scales)
-    # growth every 4 finite steps: the scale must have doubled at least once
-    assert max(scales) >= 2048
+    assert scales[:4] == [1024.0] * 3 + [2048.0]  # doubles after 4 finite steps
     s = result.summary
-    assert s["loss_scale"]["final"] == scales[-1]
-    assert s["loss_scale"]["skipped_steps"] >= 0
+    assert s.loss_scale.final == scales[-1] and s.loss_scale.skipped_steps == 0
     assert epoch_losses(result)[-1] < epoch_losses(result)[0]
-    assert s["compute_dtype"] == "float16" and s["output_dtype"] == "float32"
+    assert s.compute_dtype == "float16" and s.output_dtype == "float32"
 
 
-def test_fit_under_mixed_float16_compiles_a_loss_scale_optimizer(tiny_config):
+@pytest.mark.parametrize("loop", ["fit", "custom"])
+def test_skipped_steps_are_counted_and_halve_the_scale(tiny_config, tmp_path, loop):
+    """One training example overflows float16 (1e5 > 65504): the batch holding it has an
+    inf activation, so each epoch exactly one step is skipped and the scale halves."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(256, 16)).astype(np.float32)
+    x[17, 3] = 1e5
+    path = tmp_path / "overflow.npz"
+    np.savez(path, x_train=x, y_train=rng.integers(0, 4, 256), x_test=x[:32] * 0,
+             y_test=np.zeros(32, np.int64))
+    result = run_experiment(tiny_config(
+        f"train.loop={loop}", "policy=mixed_float16", "data.dataset=npz", f"data.path={path}",
+        "data.validation_split=0", "train.loss_scale.initial_scale=1024",
+        "train.loss_scale.dynamic_growth_steps=1000", "train.epochs=3"))
+    assert result.summary.loss_scale.skipped_steps == 3
+    assert result.summary.loss_scale.final == 1024 / 2**3
+    # the halvings happen exactly at the steps whose batch holds example 17
+    from mptrain.training.batches import epoch_order
+
+    expected = [epoch * 4 + int(np.where(epoch_order(256, seed=7, epoch=epoch) == 17)[0][0]) // 64 + 1
+                for epoch in range(3)]
+    before = [1024.0] + [r.loss_scale for r in result.steps[:-1]]
+    assert [r.step for r, b in zip(result.steps, before, strict=True) if r.loss_scale < b] == expected
+    assert [e.skipped_steps for e in result.epochs] == [1, 2, 3]
+
+
+def test_custom_loop_differentiates_the_scaled_loss(tiny_config):
+    """One SGD step under mixed_float16 moves the weights as float32 does. Were the gradients
+    taken of the unscaled loss, `apply` would still divide them by the scale (2**15) and the
+    step would be ~32768x too small."""
     import keras
 
-    from mptrain.model import build_loss, build_metrics, build_model, build_optimizer
-    from mptrain.policy import apply_policy
-    from mptrain.training.fit_loop import FitLoop
+    from mptrain.model import build_loss, build_model, build_optimizer
+    from mptrain.policy import apply_policy, choose_policy, wrap_optimizer
+    from mptrain.tf_runtime import seed_everything
+    from mptrain.training.custom_loop import make_train_step
 
-    config = tiny_config("policy=mixed_float16")
-    apply_policy("mixed_float16")
-    model = build_model(config.model, (16,))
-    loop = FitLoop(model, build_optimizer(config.train.optimizer, True, config),
-                   build_loss(config), build_metrics(config), jit_compile=False, loss_scaling=True)
-    assert isinstance(loop.optimizer, keras.optimizers.LossScaleOptimizer)
-    assert float(loop.optimizer.initial_scale) == 2.0**15
+    x = np.random.default_rng(0).normal(size=(32, 16)).astype(np.float32)
+    y = np.arange(32) % 4
+    deltas = {}
+    for policy in ("float32", "mixed_float16"):
+        config = tiny_config(f"policy={policy}", "train.optimizer.name=sgd",
+                             "train.optimizer.kwargs={learning_rate: 0.5}")
+        seed_everything(0)
+        apply_policy(policy)
+        model = build_model(config.model, (16,))
+        choice = choose_policy(policy, False, _cpu_machine())
+        optimizer = wrap_optimizer(build_optimizer(config.train.optimizer), choice, 2.0**15, 2000)
+        optimizer.build(model.trainable_variables)
+        before = [w.copy() for w in model.get_weights()]
+        step = make_train_step(model, optimizer, build_loss(config), [], keras.metrics.Mean(), False)
+        step(x, y)
+        after = model.get_weights()
+        deltas[policy] = np.concatenate([(a - b).ravel() for a, b in zip(after, before, strict=True)])
+    assert np.abs(deltas["float32"]).max() > 1e-3
+    np.testing.assert_allclose(deltas["mixed_float16"], deltas["float32"], atol=2e-3, rtol=0.05)
+
+
+def _cpu_machine():
+    from mptrain.hardware import Machine, parse_cpuinfo
+
+    return Machine(cpu=parse_cpuinfo("flags : avx512f amx_bf16"))
 
 
 @pytest.mark.parametrize("xla_update", [False, True])
@@ -80,20 +139,20 @@ def test_non_finite_gradient_is_skipped_and_halves_the_scale(tiny_config, xla_up
     import keras
 
     from mptrain.model import build_loss, build_model, build_optimizer
-    from mptrain.policy import apply_policy
+    from mptrain.policy import apply_policy, choose_policy, wrap_optimizer
     from mptrain.training.custom_loop import make_train_step
     from mptrain.training.optimizer_update import compile_optimizer_update
 
-    config = tiny_config("policy=mixed_float16", "train.loss_scale.initial_scale=256")
+    config = tiny_config("policy=mixed_float16")
     apply_policy("mixed_float16")
     model = build_model(config.model, (16,))
-    optimizer = build_optimizer(config.train.optimizer, True, config)
+    choice = choose_policy("mixed_float16", False, _cpu_machine())
+    optimizer = wrap_optimizer(build_optimizer(config.train.optimizer), choice, 256, 2000)
     if xla_update:
         compile_optimizer_update(optimizer, model.trainable_variables)
     else:
         optimizer.build(model.trainable_variables)
-    step = make_train_step(model, optimizer, build_loss(config), [], keras.metrics.Mean(),
-                           loss_scaling=True, jit_compile=False)
+    step = make_train_step(model, optimizer, build_loss(config), [], keras.metrics.Mean(), False)
     x = np.ones((8, 16), np.float32)
     y = np.zeros(8, np.int32)
     before = [w.copy() for w in model.get_weights()]
@@ -110,6 +169,23 @@ def test_non_finite_gradient_is_skipped_and_halves_the_scale(tiny_config, xla_up
     assert any(not np.array_equal(o, n) for o, n in zip(before, model.get_weights(), strict=True))
 
 
+def test_initial_weights_file_is_what_trains(tiny_config, tmp_path):
+    """compare gives every variant one weights file; the run must start from it. All-zero
+    weights make every class equally likely: the first loss is exactly ln(4)."""
+    from mptrain.model import build_model
+    from mptrain.policy import apply_policy
+
+    config = tiny_config("train.max_steps=1")
+    apply_policy("float32")
+    zeros = [np.zeros_like(w) for w in build_model(config.model, (16,)).get_weights()]
+    path = tmp_path / "zeros.npz"
+    np.savez(path, *zeros)
+    started = run_experiment(config, initial_weights=path)
+    assert started.summary.first_step_loss == pytest.approx(math.log(4), abs=1e-5)
+    seeded = run_experiment(config)
+    assert abs(seeded.summary.first_step_loss - math.log(4)) > 1e-2
+
+
 def test_run_folder_contents(tiny_config, tmp_path):
     result = run_experiment(tiny_config("output.save_model=true", "train.epochs=2"))
     folder = result.run_dir
@@ -118,16 +194,15 @@ def test_run_folder_contents(tiny_config, tmp_path):
         "config.yaml", "metrics.jsonl", "steps.jsonl", "summary.json", "model.keras"}
     metrics = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
     assert [m["epoch"] for m in metrics] == [1, 2]
-    steps = (folder / "steps.jsonl").read_text().splitlines()
-    assert len(steps) == result.summary["steps_run"] == 2 * 6  # 384 train examples / 64
-    summary = json.loads((folder / "summary.json").read_text())
-    for key in ("policy", "compute_dtype", "variable_dtype", "output_dtype", "loop",
-                "step_time_ms", "examples_per_sec", "test_loss", "test_accuracy", "loss_scale",
-                "peak_memory_bytes", "wall_time_s"):
-        assert key in summary
-    assert set(summary["step_time_ms"]) == {"median", "p10", "p90", "mean"}
-    assert summary["timed_steps"] == 12 - 1  # warmup_steps: 1
-    assert summary["peak_memory_bytes"] > 50 * 2**20
+    steps = [json.loads(line) for line in (folder / "steps.jsonl").read_text().splitlines()]
+    assert len(steps) == result.summary.steps_run == 2 * 6  # 384 train examples / 64
+    assert {s["examples"] for s in steps} == {64}
+    from mptrain.summary import RunSummary
+
+    summary = RunSummary.model_validate_json((folder / "summary.json").read_text())
+    assert summary == result.summary
+    assert summary.step_time.timed_steps == 12 - 1  # warmup_steps: 1
+    assert summary.memory.process_peak_bytes > 50 * 2**20
     import keras
 
     reloaded = keras.saving.load_model(folder / "model.keras")
@@ -137,26 +212,40 @@ def test_run_folder_contents(tiny_config, tmp_path):
 
 def test_max_steps_bounds_a_run(tiny_config):
     result = run_experiment(tiny_config("train.max_steps=4", "train.loop=custom"))
-    assert result.summary["steps_run"] == 4
-    assert "step limit 4" in result.summary["bounded"]
-    assert result.summary["test_loss"] is not None  # still evaluated
+    assert result.summary.steps_run == 4
+    assert result.summary.stop_reason == "stopped after 4 steps (step limit 4)"
+    assert result.summary.test_loss is not None  # still evaluated
 
 
-def test_failed_run_leaves_no_folder(tiny_config, tmp_path):
-    from mptrain.errors import ConfigError
+@pytest.mark.parametrize("loop", ["fit", "custom"])
+def test_max_step_seconds_stops_after_the_slow_step(tiny_config, loop):
+    result = run_experiment(tiny_config(f"train.loop={loop}", "train.max_step_seconds=1e-9"))
+    assert result.summary.steps_run == 1 and result.summary.epochs_run == 1
+    assert "stopped after 1 step: a step took" in result.summary.stop_reason
+    assert result.summary.test_accuracy is not None
 
-    with pytest.raises(ConfigError, match="rejects"):
-        run_experiment(tiny_config("train.optimizer.kwargs={bogus: 1}"))
-    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+def test_failed_run_leaves_no_folder(tiny_config, tmp_path, monkeypatch):
+    from mptrain.errors import MptrainError
+    from mptrain.training import custom_loop
+
+    def broken(*args, **kwargs):
+        raise MptrainError("the step broke")
+
+    monkeypatch.setattr(custom_loop.CustomLoop, "train", broken)
+    with pytest.raises(MptrainError, match="the step broke"):
+        run_experiment(tiny_config("train.loop=custom"))
+    assert not any((tmp_path / "runs").iterdir())
 
 
 def test_auto_policy_records_request_and_resolution(tiny_config):
-    from mptrain.hardware import probe, recommend
+    from mptrain.hardware import probe
+    from mptrain.policy import recommend
 
     result = run_experiment(tiny_config("policy=auto", "train.epochs=1"))
     expected = recommend(probe(tf, check_xla=False)).policy
-    assert result.summary["policy_requested"] == "auto"
-    assert result.summary["policy"] == expected
+    assert result.summary.policy_requested == "auto"
+    assert result.summary.policy == expected
     header = (result.run_dir / "config.yaml").read_text()
     assert f"policy: auto resolved to {expected}" in header and "\npolicy: auto\n" in header
 
@@ -172,7 +261,7 @@ def test_json_outputs_are_strict_even_when_a_run_diverges():
 def test_xla_optimizer_update_gives_the_same_training(tiny_config, loop):
     plain = run_experiment(tiny_config(f"train.loop={loop}", "train.xla_optimizer_update=false"))
     fused = run_experiment(tiny_config(f"train.loop={loop}", "train.xla_optimizer_update=true"))
-    assert fused.summary["xla_optimizer_update"] and not plain.summary["xla_optimizer_update"]
+    assert fused.summary.xla_optimizer_update and not plain.summary.xla_optimizer_update
     np.testing.assert_allclose([r.loss for r in fused.steps], [r.loss for r in plain.steps],
                                rtol=2e-3)
 
@@ -186,8 +275,8 @@ def test_binary_classification_head(tiny_config, loop, head):
     ))
     losses = epoch_losses(result)
     assert losses[-1] < losses[0]
-    assert result.summary["test_accuracy"] > 0.8  # two well-separated blobs
-    assert result.summary["output_dtype"] == "float32"
+    assert result.summary.test_accuracy > 0.8  # two well-separated blobs
+    assert result.summary.output_dtype == "float32"
 
 
 def test_top5_accuracy_metric_in_both_loops(tiny_config):
@@ -196,6 +285,22 @@ def test_top5_accuracy_metric_in_both_loops(tiny_config):
     custom = run_experiment(tiny_config("train.metrics=[accuracy, top5_accuracy]", "train.loop=custom",
                                         "data.synthetic.num_classes=8", "model.num_classes=8"))
     for result in (fit, custom):
-        metrics = result.summary["test_metrics"]
+        metrics = result.summary.test_metrics
         assert set(metrics) == {"loss", "accuracy", "top5_accuracy"}
         assert metrics["top5_accuracy"] >= metrics["accuracy"]
+
+
+def test_training_flops_of_the_guide_mlp_match_a_hand_count():
+    import keras
+
+    from mptrain.config import MLPConfig
+    from mptrain.flops import count_training_flops
+    from mptrain.model import build_model
+    from mptrain.policy import apply_policy
+
+    apply_policy("mixed_bfloat16")  # the count does not depend on the dtype
+    model = build_model(MLPConfig(hidden_units=[4096, 4096], num_classes=10), (784,))
+    multiply_adds = 784 * 4096 + 4096 * 4096 + 4096 * 10
+    assert count_training_flops(model) == 3 * 2 * multiply_adds
+    conv = keras.Sequential([keras.Input((8, 8, 3)), keras.layers.Conv2D(4, 3, padding="same")])
+    assert count_training_flops(conv) == 3 * 2 * (8 * 8 * 4) * (3 * 3 * 3)

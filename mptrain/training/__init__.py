@@ -1,1 +1,48 @@
-"""Training: the step (custom loop) or Model.fit, observed by one `TrainingMonitor`."""
+"""Training loops behind one interface: `Model.fit` (`fit_loop`) and the guide's custom loop
+(`custom_loop`). Both report every step to a `monitor.TrainingMonitor`, which is where timing,
+stop conditions and per-step listeners live, so a new capability is written once, not per loop.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from mptrain.policy import PolicyChoice
+    from mptrain.training.batches import Batches
+    from mptrain.training.monitor import TrainingMonitor
+
+# name in the experiment (train.loop) → the class that runs it, imported only when used.
+LOOPS = {
+    "fit": "mptrain.training.fit_loop:FitLoop",
+    "custom": "mptrain.training.custom_loop:CustomLoop",
+}
+
+
+class TrainingLoop(Protocol):
+    """What a run needs from a loop. `optimizer` is the one that applies the updates: a
+    `LossScaleOptimizer` under mixed_float16, which is how a loop knows to scale the loss."""
+
+    model: Any
+    optimizer: Any
+
+    def train(self, batches: Batches, monitor: TrainingMonitor) -> None:
+        """Train over `batches.train` (every epoch's batches in order), reporting each step."""
+
+    def evaluate(self, dataset) -> dict[str, float]:
+        """Loss and metrics over a dataset, keyed like Keras' logs ("loss", "accuracy")."""
+
+
+def make_loop(name: str, model, optimizer, loss, metrics, choice: PolicyChoice) -> TrainingLoop:
+    module, _, cls = LOOPS[name].partition(":")
+    return getattr(importlib.import_module(module), cls)(model, optimizer, loss, metrics, choice)
+
+
+def loss_scale_of(optimizer):
+    """The optimizer's dynamic loss scale (a variable), or None when it does not scale."""
+    import keras
+
+    if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
+        return optimizer.dynamic_scale
+    return None

@@ -1,9 +1,13 @@
-"""tf.data pipelines over the host arrays: shuffled by index, gathered a batch at a time.
+"""tf.data pipelines over the host arrays, in an order fixed by (seed, epoch).
 
-Shuffling indices and gathering whole batches costs one memcpy per batch, where shuffling
-examples one by one costs thousands of small copies; on a 2-core machine that overhead would
-compete with the training step itself. The shuffle is seeded, so both loops and every policy
-see the same data order for the same seed.
+Epoch e's order is `stateless_shuffle(range(n), seed=(seed, e))`: a pure function of the seed
+and the epoch, not of how many iterators were created before. So `Model.fit` and the custom
+loop, and every policy in a compare, see exactly the same batches in every epoch, and a
+resumed run can start at any (epoch, step).
+
+The training data is one stream of `epochs x steps_per_epoch` batches. Batches are gathered
+by index a whole batch at a time: one memcpy per batch, where shuffling examples one by one
+costs thousands of small copies that would compete with the step on a 2-core machine.
 """
 
 from __future__ import annotations
@@ -18,11 +22,12 @@ from mptrain.data import Dataset
 
 @dataclass
 class Batches:
-    train: object
+    train: object  # tf.data.Dataset: every epoch's batches, one after the other
     val: object | None
     test: object
     train_examples: int
     batch_size: int
+    epochs: int
 
     @property
     def steps_per_epoch(self) -> int:
@@ -33,28 +38,53 @@ class Batches:
         return min(self.batch_size, self.train_examples - step_in_epoch * self.batch_size)
 
 
-def make_batches(data: Dataset, batch_size: int, seed: int, binary_labels: bool) -> Batches:
+def make_batches(data: Dataset, batch_size: int, epochs: int, seed: int,
+                 binary_labels: bool) -> Batches:
     def targets(y: np.ndarray) -> np.ndarray:
         return y.astype(np.float32)[:, None] if binary_labels else y
 
     return Batches(
-        train=_pipeline(data.x_train, targets(data.y_train), batch_size, shuffle_seed=seed),
-        val=_pipeline(data.x_val, targets(data.y_val), batch_size) if len(data.x_val) else None,
-        test=_pipeline(data.x_test, targets(data.y_test), batch_size),
+        train=_training_stream(data.x_train, targets(data.y_train), batch_size, epochs, seed),
+        val=_in_order(data.x_val, targets(data.y_val), batch_size) if len(data.x_val) else None,
+        test=_in_order(data.x_test, targets(data.y_test), batch_size),
         train_examples=len(data.x_train),
         batch_size=batch_size,
+        epochs=epochs,
     )
 
 
-def _pipeline(x: np.ndarray, y: np.ndarray, batch_size: int, shuffle_seed: int | None = None):
+def epoch_order(n: int, seed: int, epoch: int) -> np.ndarray:
+    """The example indices of one epoch, in training order (what the pipeline computes)."""
+    import tensorflow as tf
+
+    return _shuffled(tf, n, seed, tf.constant(epoch, tf.int64)).numpy()
+
+
+def _shuffled(tf, n: int, seed: int, epoch):
+    return tf.random.experimental.stateless_shuffle(
+        tf.range(n, dtype=tf.int64), seed=tf.stack([tf.constant(seed, tf.int64), epoch]))
+
+
+def _training_stream(x: np.ndarray, y: np.ndarray, batch_size: int, epochs: int, seed: int):
     import tensorflow as tf
 
     xs, ys = tf.constant(x), tf.constant(y)
-    indices = tf.data.Dataset.range(len(x))
-    if shuffle_seed is not None:
-        indices = indices.shuffle(len(x), seed=shuffle_seed, reshuffle_each_iteration=True)
+    n = len(x)
     return (
-        indices.batch(batch_size)
+        tf.data.Dataset.range(epochs)
+        .flat_map(lambda epoch: tf.data.Dataset.from_tensor_slices(_shuffled(tf, n, seed, epoch))
+                  .batch(batch_size))
+        .map(lambda i: (tf.gather(xs, i), tf.gather(ys, i)))
+        .prefetch(tf.data.AUTOTUNE)
+    )
+
+
+def _in_order(x: np.ndarray, y: np.ndarray, batch_size: int):
+    import tensorflow as tf
+
+    xs, ys = tf.constant(x), tf.constant(y)
+    return (
+        tf.data.Dataset.range(len(x)).batch(batch_size)
         .map(lambda i: (tf.gather(xs, i), tf.gather(ys, i)))
         .prefetch(tf.data.AUTOTUNE)
     )

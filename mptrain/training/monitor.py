@@ -2,34 +2,17 @@
 
 Loops call `epoch_begin`, `step_begin`, `step_end`, `epoch_end`; the monitor times steps,
 derives skipped (non-finite) steps under loss scaling, decides when a bounded run must stop,
-and forwards records to listeners (live progress, the run folder's metrics.jsonl).
+and forwards records to listeners (live progress, the run folder's files). Checkpointing,
+telemetry and other per-step work plug in here as listeners, not into each loop.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from time import perf_counter
 from typing import Protocol
 
-from mptrain.timing import StepTimer
-
-
-@dataclass(frozen=True)
-class StepRecord:
-    step: int  # 1-based over the whole run
-    epoch: int  # 1-based
-    loss: float
-    seconds: float
-    loss_scale: float | None = None
-    metrics: dict[str, float] = field(default_factory=dict)  # running means over the epoch
-
-
-@dataclass(frozen=True)
-class EpochRecord:
-    epoch: int
-    steps: int
-    metrics: dict[str, float]
-    loss_scale: float | None = None
-    skipped_steps: int | None = None
+from mptrain.summary import EpochRecord, StepRecord
 
 
 class TrainingListener(Protocol):
@@ -38,11 +21,36 @@ class TrainingListener(Protocol):
     def epoch_finished(self, record: EpochRecord) -> None: ...
 
 
+class StepTimer:
+    """Brackets each step with `start()` / `stop()`; `stop()` returns the step's seconds.
+
+    TensorFlow dispatches work asynchronously, so the loops call `stop()` only after a value of
+    the step has reached the host (fit: Keras converts the step's logs to floats before
+    `on_train_batch_end`; custom loop: the step's outputs are fetched), which waits for the
+    device. `first_start` is when the first step began (start-up cost = first_start - launch).
+    """
+
+    def __init__(self) -> None:
+        self.first_start: float | None = None
+        self._started: float | None = None
+
+    def start(self) -> None:
+        self._started = perf_counter()
+        if self.first_start is None:
+            self.first_start = self._started
+
+    def stop(self) -> float:
+        if self._started is None:
+            raise RuntimeError("StepTimer.stop() without start()")
+        elapsed = perf_counter() - self._started
+        self._started = None
+        return elapsed
+
+
 @dataclass
 class TrainingMonitor:
     epochs: int
     steps_per_epoch: int
-    loss_scaling: bool
     max_steps: int | None = None
     max_step_seconds: float | None = None
     listeners: list[TrainingListener] = field(default_factory=list)
@@ -52,7 +60,7 @@ class TrainingMonitor:
         self.steps: list[StepRecord] = []
         self.epoch_records: list[EpochRecord] = []
         self.stop_reason: str | None = None
-        self.skipped_steps = 0
+        self.skipped_steps: int | None = None  # known only when the optimizer scales the loss
         self.loss_scale: float | None = None
         self._epoch = 0
         self._step_in_epoch = 0
@@ -69,34 +77,49 @@ class TrainingMonitor:
     def step_begin(self) -> None:
         self.timer.start()
 
-    def step_end(self, loss: float, loss_scale: float | None = None,
-                 applied_steps: int | None = None, metrics: dict[str, float] | None = None) -> None:
-        """Record a finished step. `applied_steps` is the optimizer's count of applied updates;
-        `metrics` are the epoch's running values so far (as Keras reports them)."""
+    def step_end(self, loss: float, examples: int, metrics: dict[str, float],
+                 loss_scale: float | None = None, applied_updates: int | None = None) -> None:
+        """Record a finished step. `metrics` are the epoch's running values so far (as Keras
+        reports them). Under loss scaling, `loss_scale` is the scale after the step and
+        `applied_updates` the optimizer's count of updates it did not skip."""
         seconds = self.timer.stop()
         self._step_in_epoch += 1
-        record = StepRecord(len(self.steps) + 1, self._epoch, loss, seconds, loss_scale,
-                            metrics or {})
+        record = StepRecord(len(self.steps) + 1, self._epoch, loss, seconds, examples,
+                            loss_scale, metrics)
         self.steps.append(record)
-        if self.loss_scaling and applied_steps is not None:
-            self.skipped_steps = record.step - applied_steps
+        if loss_scale is not None and applied_updates is not None:
+            self.skipped_steps = record.step - applied_updates
             self.loss_scale = loss_scale
         for listener in self.listeners:
             listener.step_finished(record, self._step_in_epoch)
         if self.max_steps is not None and record.step >= self.max_steps:
-            self.stop_reason = f"stopped after {record.step} steps (step limit {self.max_steps})"
+            self.stop_reason = f"stopped after {_steps(record.step)} (step limit {self.max_steps})"
         elif self.max_step_seconds is not None and seconds > self.max_step_seconds:
-            self.stop_reason = (f"stopped after {record.step} steps: a step took {seconds:.1f} s "
+            self.stop_reason = (f"stopped after {_steps(record.step)}: a step took {seconds:.1f} s "
                                 f"(limit {self.max_step_seconds:g} s)")
 
     def epoch_end(self, metrics: dict[str, float]) -> None:
         record = EpochRecord(
             epoch=self._epoch,
             steps=self._step_in_epoch,
-            metrics={k: float(v) for k, v in metrics.items()},
+            metrics=order_metrics({k: float(v) for k, v in metrics.items()}),
             loss_scale=self.loss_scale,
-            skipped_steps=self.skipped_steps if self.loss_scaling else None,
+            skipped_steps=self.skipped_steps,
         )
         self.epoch_records.append(record)
         for listener in self.listeners:
             listener.epoch_finished(record)
+
+
+def order_metrics(metrics: dict[str, float]) -> dict[str, float]:
+    """loss first, then the other training metrics, then validation ones, whatever order a
+    loop produced them in, so both loops' files and progress lines read the same."""
+    def rank(key: str) -> tuple[int, int, str]:
+        val = key.startswith("val_")
+        return (int(val), 0 if key.removeprefix("val_") == "loss" else 1, key)
+
+    return dict(sorted(metrics.items(), key=lambda item: rank(item[0])))
+
+
+def _steps(n: int) -> str:
+    return f"{n} step" if n == 1 else f"{n} steps"

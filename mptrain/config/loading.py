@@ -1,0 +1,237 @@
+"""Experiment files in, validated `ExperimentConfig` out: YAML reading, `--set`, error messages.
+
+Every way an experiment can be wrong ends here as one `ConfigError` whose lines each name
+where the problem is (the file, or the `--set` option that caused it), the key path, the bad
+value and what is allowed, so the user fixes it without reading a traceback.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from mptrain.config.schema import MODEL_KINDS, ExperimentConfig
+from mptrain.errors import ConfigError, did_you_mean
+
+# A resolved experiment has ~50 values; anything far larger is a mistake or an attack
+# (YAML aliases can make a few lines expand to billions of nodes: "billion laughs").
+MAX_NODES = 20_000
+MAX_FILE_BYTES = 1_000_000
+
+
+class _Loader(yaml.SafeLoader):
+    """PyYAML's safe loader (no Python object tags, nothing executed), reading floats the
+    YAML 1.2 way: PyYAML follows YAML 1.1, where `1e-3` (no dot) is the *string* "1e-3",
+    so `learning_rate: 1e-3` would reach the optimizer as text."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*\.?[0-9_]*|\.[0-9_]+)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."),
+)
+
+
+def parse_yaml(text: str) -> Any:
+    """YAML text → Python data, with YAML 1.2 floats and bounded alias expansion."""
+    data = yaml.load(text, Loader=_Loader)  # noqa: S506  (_Loader is a SafeLoader)
+    if _expanded_size(data, {}) > MAX_NODES:
+        raise ConfigError(
+            f"expands to more than {MAX_NODES:,} values through YAML anchors/aliases; "
+            "an experiment needs a few dozen: write the values out")
+    return data
+
+
+def _expanded_size(node: Any, memo: dict[int, int]) -> int:
+    """How many values `node` holds once aliases are expanded, without expanding them."""
+    if not isinstance(node, dict | list):
+        return 1
+    key = id(node)
+    if key not in memo:
+        memo[key] = MAX_NODES + 1  # a self-referencing alias counts as too big
+        children = node.values() if isinstance(node, dict) else node
+        total = 1
+        for child in children:
+            total += _expanded_size(child, memo)
+            if total > MAX_NODES:
+                break
+        memo[key] = total
+    return memo[key]
+
+
+def builtin_configs() -> dict[str, str]:
+    """Name → one-line description of the experiments shipped inside the package."""
+    out = {}
+    for entry in sorted(resources.files("mptrain.configs").iterdir(), key=lambda e: e.name):
+        if entry.name.endswith(".yaml"):
+            first_line = next(iter(entry.read_text().splitlines()), "")
+            out[entry.name.removesuffix(".yaml")] = first_line.lstrip("# ").strip()
+    return out
+
+
+def find_config(ref: str | Path) -> Path:
+    """A path to an existing file, or the name of a built-in experiment (`mnist_mixed`)."""
+    path = Path(ref)
+    if path.is_dir():
+        raise ConfigError(f"{ref}: is a folder; give an experiment .yaml file")
+    if path.is_file():
+        return path
+    name = path.name.removesuffix(".yaml")
+    builtins = builtin_configs()
+    if path.parent == Path(".") and name in builtins:
+        return Path(str(resources.files("mptrain.configs") / f"{name}.yaml"))
+    raise ConfigError(f"{ref}: no such file, and not a built-in experiment"
+                      f"{did_you_mean(name, builtins)} (built-ins: {', '.join(builtins)})")
+
+
+def read_yaml(path: Path) -> dict[str, Any]:
+    """The file's top-level mapping. Unreadable, non-UTF-8, empty, oversized or non-mapping
+    files are errors that say which."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read ({exc.strerror})") from None
+    if len(data) > MAX_FILE_BYTES:
+        raise ConfigError(f"{path}: {len(data):,} bytes; an experiment file is a few hundred")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise ConfigError(f"{path}: not UTF-8 text (byte {data[exc.start]:#04x} on line {line}); "
+                          "save the file as UTF-8") from None
+    try:
+        raw = parse_yaml(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        if "\t" in text and "\\t" in problem:
+            problem += " (YAML indents with spaces, not tabs)"
+        raise ConfigError(f"{path}: not valid YAML{where}: {problem}") from None
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+    if raw is None:
+        raise ConfigError(f"{path}: the file is empty; an experiment needs at least `name:` and "
+                          "the keys that differ from the defaults (see `mptrain validate synthetic`)")
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of keys, not {type(raw).__name__}")
+    return raw
+
+
+# --- --set overrides ----------------------------------------------------------------------
+
+# Keys that pick a kind: changing one drops the keys only the old kind had.
+_KIND_KEYS = {("model", "kind"): MODEL_KINDS}
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """`train.epochs=2` → (["train", "epochs"], 2). The value is read as YAML."""
+    key, sep, raw = text.partition("=")
+    if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*", key):
+        raise ConfigError(f"--set {text!r}: expected key.path=value, e.g. --set train.epochs=2")
+    try:
+        value = parse_yaml(raw) if raw.strip() else None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"--set {text!r}: the value is not valid YAML ({exc})") from None
+    return key.split("."), value
+
+
+def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """A copy of `raw` with each `key.path=value` set (intermediate mappings created).
+
+    `key=null` removes the key, so its default applies. Setting a kind (`model.kind=cnn`)
+    drops the keys the new kind does not have, so switching kinds needs one option.
+    """
+    result = copy.deepcopy(raw)
+    for text in overrides:
+        keys, value = parse_override(text)
+        node = result
+        for depth, key in enumerate(keys[:-1]):
+            child = node.setdefault(key, {})
+            if not isinstance(child, dict):
+                where = ".".join(keys[: depth + 1])
+                raise ConfigError(f"--set {text!r}: {where} is {child!r}, not a mapping")
+            node = child
+        if value is None:
+            node.pop(keys[-1], None)
+            continue
+        kinds = _KIND_KEYS.get(tuple(keys))
+        if kinds and value in kinds and node.get(keys[-1], "mlp") != value:
+            for stale in [k for k in node if k not in kinds[value].model_fields]:
+                del node[stale]
+        node[keys[-1]] = value
+    return result
+
+
+# --- validation ---------------------------------------------------------------------------
+
+
+def validate(raw: dict[str, Any], source: str, overrides: list[str] | None = None) -> ExperimentConfig:
+    """The validated experiment, or a `ConfigError` with one line per problem."""
+    try:
+        return ExperimentConfig.model_validate(raw)
+    except ValidationError as exc:
+        set_keys = {tuple(parse_override(o)[0]): o for o in overrides or []}
+        lines = [_describe(err, set_keys) for err in exc.errors()]
+        if all(line.lstrip().startswith("--set ") for line in lines):
+            head = f"invalid --set option for the experiment {source}"
+        else:
+            head = f"{source}: invalid experiment"
+        raise ConfigError(head + "\n" + "\n".join(lines)) from None
+
+
+def load_config(ref: str | Path, overrides: list[str] | None = None) -> ExperimentConfig:
+    """Read, override and validate an experiment; the one way configs enter the program.
+    `name` defaults to the file's name."""
+    path = find_config(ref)
+    raw = apply_overrides(read_yaml(path), overrides or [])
+    raw.setdefault("name", path.name.removesuffix(".yaml").replace(" ", "_"))
+    return validate(raw, str(ref), overrides)
+
+
+def _describe(err: dict[str, Any], set_keys: dict[tuple[str, ...], str]) -> str:
+    """One line per pydantic error: origin, key path, bad value, what is allowed."""
+    loc = tuple(str(part) for part in err["loc"] if part not in MODEL_KINDS)
+    key = ".".join(loc) or "(top level)"
+    origin = next((f"--set {text}: " for keys, text in set_keys.items()
+                   if loc and (loc[: len(keys)] == keys or keys[: len(loc)] == loc)), "")
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        allowed = _allowed_keys(err["loc"][:-1])
+        hint = did_you_mean(loc[-1], allowed) if allowed else ""
+        listed = f"; allowed keys here: {', '.join(allowed)}" if allowed else ""
+        return f"  {origin}{key}: unknown key{hint}{listed}"
+    if kind == "missing":
+        return f"  {origin}{key}: required key is missing"
+    value = err.get("input")
+    if kind == "value_error":
+        where = f"{key}: " if loc else ""
+        return f"  {origin}{where}{err['msg'].removeprefix('Value error, ')}"
+    shown = repr(value) if not isinstance(value, dict) else "{…}"
+    return f"  {origin}{key} = {shown}: {err['msg']}"
+
+
+def _allowed_keys(loc: tuple[Any, ...]) -> list[str]:
+    """Walk the schema along an error location to list the keys a mapping accepts."""
+    model: Any = ExperimentConfig
+    for part in loc:
+        if part in MODEL_KINDS:  # pydantic names the union member in the location
+            model = MODEL_KINDS[part]
+            continue
+        field = getattr(model, "model_fields", {}).get(part)
+        if field is None:
+            return []
+        annotation = field.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            model = annotation
+        elif part == "model":
+            continue
+        else:
+            return []
+    return list(getattr(model, "model_fields", {}))

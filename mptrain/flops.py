@@ -1,0 +1,113 @@
+"""The performance model: how many FLOPs a training step does, and how many this CPU could do.
+
+Their ratio is model FLOPs utilisation (MFU), the number nanoGPT reports beside step time: it
+says how close a run is to the hardware's limit, which seconds alone cannot.
+
+FLOPs are counted from the model's own TensorFlow graph (every MatMul, batched MatMul, Einsum
+and convolution, with their static shapes), so the count covers any model mptrain can build,
+including attention and models from outside mptrain. Training is counted as 3x the forward
+pass (backward ≈ 2x forward), the rule nanoGPT and the scaling-law papers use.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+from mptrain.hardware import CpuInfo
+
+# Dense-matmul FLOP per cycle per physical core. AVX-512 FP32: 2 FMA ports x 16 lanes x 2
+# (multiply, add). AVX2 FP32: 2 x 8 x 2. AVX512_BF16 (VDPBF16PS): 2 ports x 16 lanes x 2 pairs
+# x 2. AMX-BF16 (TDPBF16PS): a 16x32 by 32x16 tile product (8192 multiply-adds) per 16 cycles.
+FLOP_PER_CYCLE = {"AVX-512 FP32": 64, "AVX2 FP32": 32, "AVX512_BF16": 128, "AMX-BF16": 1024}
+
+
+@dataclass(frozen=True)
+class Peak:
+    """A CPU's peak FLOP/s for one compute dtype, and the unit that sets it."""
+
+    flops_per_second: float
+    unit: str  # a key of FLOP_PER_CYCLE
+
+
+def cpu_peak(cpu: CpuInfo, compute_dtype: str) -> Peak | None:
+    """Physical cores x clock x FLOP/cycle of the fastest unit for the dtype (None: unknown).
+
+    The clock is /proc/cpuinfo's "cpu MHz" (the base clock on most VMs): with turbo the real
+    peak is higher, so utilisation above 100% means the cores ran faster than that clock.
+    float16 has no fast CPU matmul path in TensorFlow, so it is counted at the fp32 rate.
+    """
+    if not cpu.mhz or not cpu.flags:
+        return None
+    if compute_dtype == "bfloat16" and "amx_bf16" in cpu.flags:
+        unit = "AMX-BF16"
+    elif compute_dtype == "bfloat16" and "avx512_bf16" in cpu.flags:
+        unit = "AVX512_BF16"
+    elif "avx512f" in cpu.flags:
+        unit = "AVX-512 FP32"
+    elif "avx2" in cpu.flags:
+        unit = "AVX2 FP32"
+    else:
+        return None
+    return Peak(cpu.physical_cores * cpu.mhz * 1e6 * FLOP_PER_CYCLE[unit], unit)
+
+
+def count_training_flops(model) -> int:
+    """FLOPs to train on one example: 3x the forward pass of one example."""
+    return 3 * count_forward_flops(model)
+
+
+def count_forward_flops(model) -> int:
+    """Matrix-unit FLOPs (2 per multiply-add) of one example's forward pass, from its graph."""
+    import tensorflow as tf
+
+    specs = [tf.TensorSpec((1, *t.shape[1:]), t.dtype) for t in model.inputs]
+
+    def forward(*inputs):
+        return model(inputs[0] if len(inputs) == 1 else list(inputs), training=False)
+
+    graph = tf.function(forward, autograph=False).get_concrete_function(*specs).graph
+    return sum(_op_flops(op) for op in graph.get_operations())
+
+
+def _static(shape) -> list[int] | None:
+    dims = shape.as_list() if shape.rank is not None else None
+    return None if dims is None or any(d is None for d in dims) else dims
+
+
+def _op_flops(op) -> int:
+    kind = op.type
+    if kind in ("MatMul", "BatchMatMul", "BatchMatMulV2", "BatchMatMulV3"):
+        out = _static(op.outputs[0].shape)
+        a = _static(op.inputs[0].shape)
+        if out is None or a is None:
+            return 0
+        transposed = op.get_attr("transpose_a" if kind == "MatMul" else "adj_x")
+        inner = a[-2] if transposed else a[-1]
+        return 2 * math.prod(out) * inner
+    if kind == "Einsum":
+        return _einsum_flops(op)
+    if kind in ("Conv2D", "Conv3D", "DepthwiseConv2dNative"):
+        out = _static(op.outputs[0].shape)
+        kernel = _static(op.inputs[1].shape)
+        if out is None or kernel is None:
+            return 0
+        if kind == "DepthwiseConv2dNative":  # each output channel sees one input channel
+            return 2 * math.prod(out) * math.prod(kernel[:-2])
+        return 2 * math.prod(out) * math.prod(kernel[:-1])  # window x input channels per group
+    return 0
+
+
+def _einsum_flops(op) -> int:
+    """2 x the product of every index's size: each combination is one multiply-add."""
+    equation = op.get_attr("equation").decode()
+    inputs = equation.split("->")[0].split(",")
+    sizes: dict[str, int] = {}
+    for subscripts, tensor in zip(inputs, op.inputs, strict=False):
+        dims = _static(tensor.shape)
+        letters = re.sub(r"[^a-zA-Z]", "", subscripts)
+        if dims is None or "." in subscripts or len(letters) != len(dims):
+            return 0
+        sizes.update(zip(letters, dims, strict=True))
+    return 2 * math.prod(sizes.values()) if len(inputs) == 2 else 0

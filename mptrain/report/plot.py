@@ -1,0 +1,150 @@
+"""compare.png: the picture people paste into a report.
+
+Top row: training loss per step (a diverging variant is drawn up to its last finite loss and
+marked with an x), loss per epoch (train solid, validation dashed), test accuracy per variant.
+Bottom row: step time after warm-up, speed-up over the baseline with its spread, and the loss
+scale per step when any variant scales its loss (the mixed_float16 story: halvings on
+overflow, doublings after `dynamic_growth_steps` good steps).
+
+matplotlib with the headless Agg backend, so it works on servers and in CI.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from mptrain.run_folder import read_jsonl
+from mptrain.summary import StepRecord, timed_steps
+
+STYLES = ("-", "--", ":", "-.")
+MARKERS = ("o", "s", "^", "D", "v", "P")
+
+
+def plot_compare(record, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter, MaxNLocator
+
+    rows = [r for r in record.variants if r.summary is not None]
+    fig, axes = plt.subplots(2, 3, figsize=(17, 9.5))
+    (ax_step, ax_epoch, ax_acc), (ax_time, ax_speed, ax_scale) = axes
+    plain = FuncFormatter(lambda value, _: f"{value:g}")
+    labels = [r.variant for r in rows]
+    colours = [f"C{i % 10}" for i in range(len(rows))]
+    times, scaled = [], False
+    for index, row in enumerate(rows):
+        colour, dash = colours[index], STYLES[index % len(STYLES)]
+        marker = MARKERS[index % len(MARKERS)]
+        run_dir = Path(row.summary.run_dir)
+        steps = read_jsonl(run_dir / "steps.jsonl")
+        epochs = read_jsonl(run_dir / "metrics.jsonl")
+        xs, ys = _finite_prefix([s["step"] for s in steps], [s["loss"] for s in steps])
+        # Variants from the same weights often overlap: distinct dashes keep every line visible.
+        ax_step.plot(xs, ys, color=colour, label=row.variant, linewidth=1.4, alpha=0.85, linestyle=dash)
+        if len(xs) < len(steps):
+            stop_x, stop_y = (xs[-1], ys[-1]) if xs else (steps[0]["step"], 0.0)
+            ax_step.plot([stop_x], [stop_y], marker="x", markersize=12, color=colour, mew=3)
+            ax_step.annotate(f"{row.variant}: NaN/inf", (stop_x, stop_y), textcoords="offset points",
+                             xytext=(6, 6), color=colour, fontsize=8)
+        for key, style, alpha in (("loss", "-", 0.9), ("val_loss", "--", 0.6)):
+            ex, ey = _finite_prefix([e["epoch"] for e in epochs],
+                                    [e["metrics"].get(key) for e in epochs])
+            if ex:
+                ax_epoch.plot(ex, ey, marker=marker, color=colour, linestyle=style, alpha=alpha,
+                              label=row.variant if key == "loss" else None)
+        records = [StepRecord(s["step"], s["epoch"], s["loss"] if s["loss"] is not None else math.nan,
+                              s["seconds"], s["examples"], s["loss_scale"]) for s in steps]
+        excluded = row.summary.step_time.warmup_steps_excluded if row.summary.step_time else 0
+        times.append([r.seconds * 1000 for r in timed_steps(records, excluded)] or [math.nan])
+        scales = [(s["step"], s["loss_scale"]) for s in steps if s.get("loss_scale") is not None]
+        if scales:
+            scaled = True
+            ax_scale.step([x for x, _ in scales], [y for _, y in scales], where="post", color=colour,
+                          label=row.variant, linestyle=dash)
+
+    ax_step.set(title="Training loss per step", xlabel="step", ylabel="loss")
+    ax_epoch.set(title="Loss per epoch (solid: train, dashed: validation)", xlabel="epoch", ylabel="loss")
+    for ax in (ax_step, ax_epoch):
+        values = [y for line in ax.get_lines() for y in line.get_ydata()]
+        if values and all(y > 0 for y in values) and max(values) / min(values) > 10:
+            ax.set_yscale("log")  # late-training differences are invisible on a linear axis
+        ax.yaxis.set_major_formatter(plain)
+        ax.yaxis.set_minor_formatter(FuncFormatter(lambda *_: ""))
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.grid(alpha=0.3)
+    ax_step.legend(fontsize=8)
+    ax_epoch.legend(fontsize=8, ncols=1 + len(rows) // 4)
+
+    _accuracy_bars(ax_acc, rows, colours)
+    _step_time_boxes(ax_time, times, labels, plain)
+    _speedup_bars(ax_speed, rows, colours, record.baseline_policy)
+    if scaled:
+        ax_scale.set(title="Loss scale per step (mixed_float16)", xlabel="step", ylabel="loss scale")
+        ax_scale.set_yscale("log", base=2)
+        ax_scale.yaxis.set_major_formatter(plain)
+        ax_scale.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax_scale.grid(alpha=0.3)
+        ax_scale.legend(fontsize=8)
+    else:
+        ax_scale.axis("off")
+        ax_scale.text(0.5, 0.5, "no variant scales its loss\n(loss scaling is for mixed_float16)",
+                      ha="center", va="center", color="0.4")
+    fig.suptitle(f"mptrain compare: {record.experiment} (baseline {record.baseline_policy})")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def _finite_prefix(xs: list, ys: list) -> tuple[list, list]:
+    """The points before the first missing (null in JSON: NaN/inf) value."""
+    for index, y in enumerate(ys):
+        if y is None or not math.isfinite(y):
+            return xs[:index], ys[:index]
+    return xs, ys
+
+
+def _accuracy_bars(ax, rows, colours) -> None:
+    positions = range(len(rows))
+    values = [r.summary.test_accuracy if r.summary.status != "diverged" else None for r in rows]
+    ax.barh(positions, [v or 0 for v in values], color=colours, alpha=0.8)
+    for y, (value, row) in enumerate(zip(values, rows, strict=True)):
+        text = "diverged" if value is None else f"{value:.4f}" + (
+            f" ({row.accuracy_delta_pt:+.2f} pt)" if row.accuracy_delta_pt is not None else "")
+        ax.text(0.01, y, text, va="center", fontsize=9, transform=ax.get_yaxis_transform())
+    ax.set_yticks(list(positions), [r.variant for r in rows], fontsize=8)
+    ax.invert_yaxis()
+    ax.set(title="Test accuracy", xlim=(0, 1))
+    ax.grid(alpha=0.3, axis="x")
+
+
+def _step_time_boxes(ax, times, labels, plain) -> None:
+    if times:
+        ax.boxplot(times, orientation="horizontal", showfliers=True)
+        ax.set_yticks(range(1, len(labels) + 1), labels, fontsize=8)
+        ax.invert_yaxis()
+        finite = [t for ts in times for t in ts if math.isfinite(t) and t > 0]
+        if finite and max(finite) / min(finite) > 20:
+            ax.set_xscale("log")
+        ax.xaxis.set_major_formatter(plain)
+    ax.set(title="Step time (timed steps: after warm-up, full batches)", xlabel="ms per step")
+    ax.grid(alpha=0.3, axis="x")
+
+
+def _speedup_bars(ax, rows, colours, baseline: str) -> None:
+    positions = range(len(rows))
+    values = [r.speedup or 0 for r in rows]
+    ranges = [r.speedup_range or (v, v) for v, r in zip(values, rows, strict=True)]
+    low = [max(0.0, v - lo) for v, (lo, _) in zip(values, ranges, strict=True)]
+    high = [max(0.0, hi - v) for v, (_, hi) in zip(values, ranges, strict=True)]
+    ax.barh(positions, values, xerr=[low, high], color=colours, alpha=0.8, capsize=4)
+    for y, row in enumerate(rows):
+        text = f"{row.speedup:.2f}x" if row.speedup is not None else "not enough steps to time"
+        ax.text(0.01, y, text, va="center", fontsize=9, transform=ax.get_yaxis_transform())
+    ax.axvline(1.0, color="0.3", linewidth=1)
+    ax.set_yticks(list(positions), [r.variant for r in rows], fontsize=8)
+    ax.invert_yaxis()
+    ax.set(title=f"Speed-up over {baseline} (bars: p10–p90 spread)", xlabel="× faster")
+    ax.grid(alpha=0.3, axis="x")

@@ -1,0 +1,226 @@
+"""Tables for stdout: the run summary, the compare tables, the check-gpu panel.
+
+Each is designed to be read whole at 80 columns: numbers never wrap or get cut (their columns
+are as wide as their widest value); only text columns (variant names, verdicts) wrap.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich import box
+from rich.console import Group
+from rich.table import Table
+
+from mptrain.report.console import fmt, human_bytes
+from mptrain.summary import RunSummary
+
+DTYPE_SHORT = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
+
+
+def run_header(experiment, choice, warning: str | None) -> str:
+    """What is about to run, printed before the first step."""
+    policy = choice.name if choice.requested == choice.name else f"{choice.name} (from {choice.requested})"
+    xla = "XLA step" if choice.jit_compile else (
+        "XLA optimizer update" if choice.xla_optimizer_update else "no XLA")
+    text = (f"mptrain run [bold]{experiment.name}[/]: {policy}, loop {experiment.train.loop}, "
+            f"{experiment.train.epochs} epoch(s), {xla}")
+    if warning:
+        text += f"\n[yellow]warning:[/] {warning}"
+    return text
+
+
+def summary_table(s: RunSummary) -> Table:
+    table = Table(title=f"mptrain run: {s.name}", show_header=False, title_justify="left",
+                  box=box.SIMPLE)
+    table.add_column("", style="bold", no_wrap=True)
+    table.add_column("", overflow="fold")
+    policy = s.policy if s.policy_requested == s.policy else f"{s.policy} (from {s.policy_requested})"
+    rows = [
+        ("status", _status(s)),
+        ("policy", policy),
+        ("dtypes", f"compute {s.compute_dtype}, variables {s.variable_dtype}, output {s.output_dtype}"),
+        ("loop", s.loop),
+        ("XLA", f"step {'on' if s.jit_compile else 'off'} ({s.jit_compile_reason}); "
+                f"optimizer update {'on' if s.xla_optimizer_update else 'off'}"),
+        ("device", s.device),
+        ("steps", f"{s.steps_run} in {s.epochs_run} epoch(s), batch {s.batch_size}"),
+        ("step time", _step_time(s)),
+        ("throughput", f"{fmt(s.examples_per_sec, ',.0f')} examples/s"),
+        ("compute", _compute_line(s)),
+        ("test", f"loss {fmt(s.test_loss)}  accuracy {fmt(s.test_accuracy)}"),
+    ]
+    if s.speed_warning:
+        rows.append(("[yellow]warning[/]", s.speed_warning))
+    if s.loss_scale is not None:
+        rows.append(("loss scale", f"final {fmt(s.loss_scale.final, 'g')}, "
+                                   f"skipped steps {s.loss_scale.skipped_steps}"))
+    m = s.memory
+    rows += [
+        ("memory", f"training {human_bytes(m.training_peak_bytes)} (peak on {m.device} above the "
+                   f"{human_bytes(m.data_bytes)} data set); "
+                   f"process peak {human_bytes(m.process_peak_bytes)}"),
+        ("wall time", f"{s.wall_time_s:.1f} s "
+                      f"(first step after {fmt(s.time_to_first_step_s, '.1f')} s)"),
+        ("run folder", s.run_dir),
+    ]
+    for key, value in rows:
+        table.add_row(key, value)
+    return table
+
+
+def _status(s: RunSummary) -> str:
+    if s.status == "diverged":
+        return (f"[red]diverged[/]: {s.non_finite_loss_steps} step(s) had a NaN/inf loss (JSON "
+                "shows them as null); try mixed_bfloat16 or float32, or a lower learning rate")
+    return f"{s.status}" + (f", [yellow]{s.stop_reason}[/]" if s.stop_reason else "")
+
+
+def _step_time(s: RunSummary) -> str:
+    t = s.step_time
+    if t is None:
+        return "n/a"
+    text = (f"median {t.median_ms:.1f} ms  p10 {t.p10_ms:.1f}  p90 {t.p90_ms:.1f}  "
+            f"mean {t.mean_ms:.1f}  ({t.timed_steps} timed; left out: {t.warmup_steps_excluded} "
+            f"warm-up, {t.short_batches_excluded} short batches)")
+    if not t.enough:
+        text += "  [yellow]too few timed steps for a reliable figure[/]"
+    return text
+
+
+def _compute_line(s: RunSummary) -> str:
+    if s.achieved_tflops is None:
+        return "n/a"
+    line = f"{s.achieved_tflops:.3f} TFLOP/s achieved"
+    if s.mfu is not None:
+        line += (f" = {s.mfu:.0%} of this CPU's {s.peak_unit} peak ({s.peak_tflops:.2f} TFLOP/s, "
+                 "the unit that runs this policy's matmuls)")
+    return line
+
+
+def compare_tables(record) -> Group:
+    """Two tables that each fit 80 columns: the answer (step time, speed-up, accuracy, loss
+    scale, verdict) and the details (spread, throughput, compute, training memory)."""
+    base = record.baseline_policy
+    style = {"title_justify": "left", "box": box.SIMPLE_HEAD, "show_edge": False,
+             "collapse_padding": True, "pad_edge": False}
+    results = Table(title=f"mptrain compare: {record.experiment} (baseline: {base})", **style)
+    details = Table(title="details", **style)
+    result_rows, detail_rows, notes = [], [], []
+    warnings: dict[str, list[str]] = {}  # one note per distinct warning
+    peaks: dict[str, str] = {}
+    for row in record.variants:
+        s = row.summary
+        name = f"{row.policy}\n{row.loop}"
+        if s is None:
+            result_rows.append([name, "-", "-", "-", "-", f"[red]{row.verdict}[/]"])
+            continue
+        t = s.step_time if s.step_time is not None and s.step_time.enough else None
+        colour = "red" if s.status == "diverged" else "yellow" if s.stop_reason or t is None else ""
+        result_rows.append([
+            name + (" [yellow]⚠[/]" if s.speed_warning else ""),
+            f"{t.median_ms:.1f}" if t else "-",
+            f"{row.speedup:.2f}x" if row.speedup is not None else "-",
+            "-" if s.status == "diverged" else _accuracy_cell(s.test_accuracy, row.accuracy_delta_pt),
+            f"{fmt(s.loss_scale.final, 'g')}/{s.loss_scale.skipped_steps}" if s.loss_scale else "-",
+            f"[{colour}]{row.verdict}[/]" if colour else row.verdict,
+        ])
+        detail_rows.append([
+            name,
+            f"{t.p10_ms:.1f}–{t.p90_ms:.1f}" if t else "-",
+            fmt(s.examples_per_sec, ",.0f") if t else "-",
+            f"{s.achieved_tflops:.2f}" if t and s.achieved_tflops is not None else "-",
+            f"{s.mfu:.0%}" if t and s.mfu is not None else "-",
+            f"{human_bytes(s.memory.training_peak_bytes)} {fmt(row.memory_ratio, '.2f', '-')}x",
+        ])
+        if s.peak_unit:
+            peaks[s.compute_dtype] = f"{s.compute_dtype}: {s.peak_unit} {s.peak_tflops:.2f}"
+        label = f"{row.policy} {row.loop}"
+        if s.speed_warning:
+            warnings.setdefault(s.speed_warning, []).append(label)
+        if s.stop_reason:
+            notes.append(f"[yellow]{label}[/]: {s.stop_reason}")
+    notes[:0] = [f"[yellow]⚠ {', '.join(labels)}[/]: {text}" for text, labels in warnings.items()]
+    _fill(results, ["variant", "ms/step", "speed-up", "accuracy\n(Δ pt)", "loss scale\n/ skips",
+                    "verdict"], result_rows, text_columns={0, 5})
+    _fill(details, ["variant", "p10–p90\nms/step", "examples\n/s", "TFLOP/s",
+                    "MFU", "training\nmemory (×)"], detail_rows, text_columns={0})
+    notes.append("ms/step: median over timed steps (warm-up and short batches left out); speed-up: "
+                 f"{base}'s median / this median; a verdict says faster or slower only when the "
+                 "p10–p90 spreads do not overlap.")
+    if peaks:
+        notes.append("MFU: achieved TFLOP/s over the peak of the unit that runs each dtype's "
+                     f"matmuls ({'; '.join(peaks.values())} TFLOP/s).")
+    notes.append("training memory: TensorFlow's allocator peak above the data set (weights, "
+                 "gradients, optimizer state, activations), × the baseline's.")
+    notes.append(f"folder: {record.folder}")
+    return Group(results, "", details, "", *notes)
+
+
+def _accuracy_cell(accuracy: float | None, delta: float | None) -> str:
+    if accuracy is None:
+        return "-"
+    return f"{accuracy:.4f}" + (f" ({delta:+.2f})" if delta is not None else "")
+
+
+def _fill(table: Table, headers: list[str], rows: list[list[str]], text_columns: set[int]) -> None:
+    """Number columns are as wide as their widest cell or header line and never wrap; text
+    columns (variant names, verdicts) fold."""
+    from rich.text import Text
+
+    for index, header in enumerate(headers):
+        if index in text_columns:
+            widest_word = max([len(w) for r in rows for w in Text.from_markup(r[index]).plain.split()]
+                              + [len(w) for w in header.split()])
+            table.add_column(header, overflow="fold", min_width=widest_word,
+                             ratio=1 if index == len(headers) - 1 else None)
+        else:
+            width = max([Text.from_markup(r[index]).cell_len for r in rows]
+                        + [len(line) for line in header.splitlines()])
+            table.add_column(header, justify="right", no_wrap=True, min_width=width)
+    for row in rows:
+        table.add_row(*row)
+
+
+def check_gpu_view(report: dict[str, Any]):
+    """The `check-gpu` panel: a block a user can paste into a bug report."""
+    from rich.panel import Panel
+
+    m = report["machine"]
+    facts = Table(show_header=False, box=None)
+    facts.add_column(style="bold", no_wrap=True)
+    facts.add_column(overflow="fold")
+    facts.add_row("TensorFlow / Keras", f"{m['tensorflow_version']} / {m['keras_version']}")
+    facts.add_row("oneDNN", "on" if m["onednn"] else "off (TF_ENABLE_ONEDNN_OPTS=0)")
+    facts.add_row("XLA", {True: "available", False: "not working", None: "not checked"}[m["xla"]])
+    facts.add_row("TF32 execution", {True: "enabled", False: "disabled", None: "n/a"}[m["tf32_enabled"]])
+    facts.add_row("TPU", "present (wants mixed_bfloat16)" if m["tpu"] else "none")
+    cpu = m["cpu"]
+    features = ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in cpu["features"].items())
+    facts.add_row("CPU", f"{cpu['model']}, {cpu['physical_cores']} cores "
+                         f"({cpu['logical_cpus']} logical CPUs) usable by this process")
+    facts.add_row("CPU features", features or "unknown (no /proc/cpuinfo)")
+    parts: list[Any] = [facts]
+    if m["gpus"]:
+        gpus = Table("GPU", "CC", "memory", "fp16 TC", "fast bf16", "TF32", "fp8", box=box.SIMPLE_HEAD)
+        for g in m["gpus"]:
+            cc = g["compute_capability"]
+            gpus.add_row(g["name"], f"{cc[0]}.{cc[1]}" if cc else "n/a", human_bytes(g["memory_bytes"]),
+                         *("yes" if g[k] else "no" for k in
+                           ("float16_tensor_cores", "fast_bfloat16", "tf32_by_default", "float8")))
+        parts.append(gpus)
+    else:
+        parts.append("[bold]No GPU found[/]: TensorFlow sees no GPU on this machine.")
+    rec = report["recommendation"]
+    parts.append(f"[bold green]Recommended policy: {rec['policy']}[/]\n{rec['reason']}")
+    parts += [f"[yellow]warning:[/] {w}" for w in rec["warnings"]]
+    parts.append(report["compatibility_check"])
+    if report["bench"]:
+        bench = Table("device", "kernel", "dtype", "ms/call", "TFLOP/s", "× fp32", box=box.SIMPLE_HEAD)
+        for r in report["bench"]:
+            note = " (1 call, cut short)" if r["cut_short"] else ""
+            bench.add_row(r["device"].strip("/"), r["kernel"], r["dtype"], f"{r['ms_per_call']:.2f}",
+                          f"{r['tflops']:.3f}", f"{fmt(r['ratio_to_float32'], '.3g')}{note}")
+        parts.append(bench)
+        parts.append("dense = MatMul+BiasAdd+ReLU, which oneDNN fuses (the op behind float16's CPU collapse)")
+    return Panel(Group(*parts), title="mptrain check-gpu", title_align="left")

@@ -1,0 +1,270 @@
+"""What a run measured: per-step and per-epoch records, and the one typed run summary.
+
+`RunSummary` is the single description of a finished run: `summary.json` is its
+serialisation, `--json` prints it, `report` renders it, `compare` reads its variants' summaries
+back into it, and the benchmarks use it. The arithmetic that turns raw measurements into the
+numbers people compare (step-time statistics, throughput, MFU, training memory) is here, once.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from mptrain.flops import Peak, cpu_peak
+
+if TYPE_CHECKING:
+    from mptrain.config import ExperimentConfig
+    from mptrain.hardware import Machine
+    from mptrain.policy import PolicyChoice
+    from mptrain.training.monitor import TrainingMonitor
+
+# Fewer timed steps than this and a median says little on a shared machine: no speed verdict.
+MIN_TIMED_STEPS = 5
+
+Status = Literal["finished", "diverged"]
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One training step, as both loops report it (one line of steps.jsonl)."""
+
+    step: int  # 1-based over the whole run
+    epoch: int  # 1-based
+    loss: float
+    seconds: float
+    examples: int  # the batch's size: the last batch of an epoch may be short
+    loss_scale: float | None = None  # mixed_float16 only
+    metrics: dict[str, float] = field(default_factory=dict)  # running means over the epoch
+
+
+@dataclass(frozen=True)
+class EpochRecord:
+    """One epoch's results (one line of metrics.jsonl)."""
+
+    epoch: int
+    steps: int
+    metrics: dict[str, float]
+    loss_scale: float | None = None
+    skipped_steps: int | None = None
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class StepTimes(_Record):
+    """Step-time statistics in milliseconds over the *timed* steps: after the warm-up steps
+    (tracing, compilation, first allocations) and over full batches only (a short last batch
+    does less work, and under XLA its new shape compiles again)."""
+
+    median_ms: float
+    p10_ms: float
+    p90_ms: float
+    mean_ms: float
+    timed_steps: int
+    warmup_steps_excluded: int
+    short_batches_excluded: int
+    enough: bool  # at least MIN_TIMED_STEPS timed steps: enough for a speed comparison
+
+
+def timed_steps(steps: list[StepRecord], warmup_steps: int) -> list[StepRecord]:
+    """The steps whose times count (see `StepTimes`). When warm-up leaves nothing, the last
+    full step is kept, so a run cut short still says how long its step took."""
+    if not steps:
+        return []
+    full = max(r.examples for r in steps)
+    kept = [r for r in steps[warmup_steps:] if r.examples == full]
+    return kept or [next(r for r in reversed(steps) if r.examples == full)]
+
+
+def step_times(steps: list[StepRecord], warmup_steps: int) -> StepTimes | None:
+    timed = timed_steps(steps, warmup_steps)
+    if not timed:
+        return None
+    ms = sorted(r.seconds * 1000.0 for r in timed)
+    short = sum(1 for r in steps[warmup_steps:] if r.examples != timed[0].examples)
+    return StepTimes(
+        median_ms=statistics.median(ms),
+        p10_ms=_percentile(ms, 10),
+        p90_ms=_percentile(ms, 90),
+        mean_ms=statistics.fmean(ms),
+        timed_steps=len(ms),
+        warmup_steps_excluded=len(steps) - len(ms) - short,
+        short_batches_excluded=short,
+        enough=len(ms) >= MIN_TIMED_STEPS,
+    )
+
+
+def _percentile(sorted_values: list[float], q: float) -> float:
+    """Linear interpolation between closest ranks (NumPy's default), without NumPy."""
+    position = (len(sorted_values) - 1) * q / 100
+    low, high = math.floor(position), math.ceil(position)
+    return sorted_values[low] + (sorted_values[high] - sorted_values[low]) * (position - low)
+
+
+class LossScaleStats(_Record):
+    """Dynamic loss scaling under mixed_float16: where the scale ended, how many steps were
+    skipped because a gradient was inf/NaN (each skip halves the scale)."""
+
+    final: float | None
+    skipped_steps: int
+
+
+class MemoryStats(_Record):
+    """Memory, as far as this machine can tell.
+
+    The process peak (RSS) includes TensorFlow itself and the whole data set, so it barely
+    moves between policies. TensorFlow's allocator (`device`) reports what it holds: the data
+    set's tensors before the model is built (`data_bytes`) and the peak during training; their
+    difference, `training_peak_bytes`, is the training state a policy changes: weights,
+    gradients, optimizer state and activations.
+    """
+
+    process_peak_bytes: int
+    device: str
+    device_peak_bytes: int | None
+    data_bytes: int | None
+    training_peak_bytes: int | None
+
+
+class RunSummary(_Record):
+    """summary.json. Every key is documented in the README (a test keeps the two in step)."""
+
+    name: str
+    status: Status
+    policy: str
+    policy_requested: str
+    policy_reason: str
+    compute_dtype: str
+    variable_dtype: str
+    output_dtype: str
+    loop: str
+    jit_compile: bool
+    jit_compile_reason: str
+    xla_optimizer_update: bool
+    xla_optimizer_update_reason: str
+    device: str
+    dataset: str
+    batch_size: int
+    epochs_run: int
+    steps_run: int
+    stop_reason: str | None
+    step_time: StepTimes | None
+    examples_per_sec: float | None
+    flops_per_example: int | None
+    achieved_tflops: float | None
+    peak_tflops: float | None
+    peak_unit: str | None
+    mfu: float | None
+    speed_warning: str | None
+    first_step_loss: float | None
+    non_finite_loss_steps: int
+    final_train_loss: float | None
+    final_metrics: dict[str, float | None]
+    test_loss: float | None
+    test_accuracy: float | None
+    test_metrics: dict[str, float | None]
+    loss_scale: LossScaleStats | None
+    memory: MemoryStats
+    wall_time_s: float
+    time_to_first_step_s: float | None
+    tensorflow_version: str | None
+    keras_version: str | None
+    seed: int
+    run_dir: str
+
+
+@dataclass(frozen=True)
+class Throughput:
+    examples_per_sec: float | None
+    achieved_tflops: float | None
+    mfu: float | None
+
+
+def throughput(times: StepTimes | None, batch_size: int, flops_per_example: int | None,
+               peak: Peak | None) -> Throughput:
+    """Steady state: a full batch per median step. A mean over all steps would let one
+    recompilation dominate. MFU = achieved FLOP/s over the peak of the unit that runs the
+    policy's matmuls (`peak`), so each policy is measured against its own ceiling."""
+    if times is None or times.median_ms <= 0:
+        return Throughput(None, None, None)
+    examples_per_sec = batch_size / times.median_ms * 1e3
+    if not flops_per_example:
+        return Throughput(examples_per_sec, None, None)
+    achieved = flops_per_example * examples_per_sec
+    mfu = achieved / peak.flops_per_second if peak else None
+    return Throughput(examples_per_sec, achieved / 1e12, mfu)
+
+
+def finite_or_none(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) else None
+
+
+def run_status(steps: list[StepRecord]) -> Status:
+    """`diverged` when training ended on a non-finite loss: whatever it evaluates to, the model
+    is not a result."""
+    return "diverged" if steps and not math.isfinite(steps[-1].loss) else "finished"
+
+
+def summarize_run(config: ExperimentConfig, choice: PolicyChoice, machine: Machine,
+                  monitor: TrainingMonitor, test: dict[str, float], *, output_dtype: str,
+                  flops_per_example: int | None, dataset: str, speed_warning: str | None,
+                  memory: MemoryStats, started_at: float, run_dir: Path) -> RunSummary:
+    """The run's summary from what it measured (`monitor`, `test`, `memory`) and decided."""
+    times = step_times(monitor.steps, config.train.warmup_steps)
+    peak = None if machine.accelerated else cpu_peak(machine.cpu, choice.compute_dtype)
+    speed = throughput(times, config.train.batch_size, flops_per_example, peak)
+    last_epoch = monitor.epoch_records[-1] if monitor.epoch_records else None
+    first_step = monitor.timer.first_start
+    return RunSummary(
+        name=config.name,
+        status=run_status(monitor.steps),
+        policy=choice.name,
+        policy_requested=choice.requested,
+        policy_reason=choice.reason,
+        compute_dtype=choice.compute_dtype,
+        variable_dtype=choice.variable_dtype,
+        output_dtype=output_dtype,
+        loop=config.train.loop,
+        jit_compile=choice.jit_compile,
+        jit_compile_reason=choice.jit_reason,
+        xla_optimizer_update=choice.xla_optimizer_update,
+        xla_optimizer_update_reason=choice.xla_optimizer_reason,
+        device=machine.device_label,
+        dataset=dataset,
+        batch_size=config.train.batch_size,
+        epochs_run=len(monitor.epoch_records),
+        steps_run=len(monitor.steps),
+        stop_reason=monitor.stop_reason,
+        step_time=times,
+        examples_per_sec=speed.examples_per_sec,
+        flops_per_example=flops_per_example,
+        achieved_tflops=speed.achieved_tflops,
+        peak_tflops=peak.flops_per_second / 1e12 if peak else None,
+        peak_unit=peak.unit if peak else None,
+        mfu=speed.mfu,
+        speed_warning=speed_warning,
+        first_step_loss=finite_or_none(monitor.steps[0].loss) if monitor.steps else None,
+        non_finite_loss_steps=sum(1 for r in monitor.steps if finite_or_none(r.loss) is None),
+        final_train_loss=finite_or_none(last_epoch.metrics.get("loss")) if last_epoch else None,
+        final_metrics={k: finite_or_none(v) for k, v in last_epoch.metrics.items()} if last_epoch else {},
+        test_loss=finite_or_none(test.get("loss")),
+        test_accuracy=finite_or_none(test.get("accuracy")),
+        test_metrics={k: finite_or_none(v) for k, v in test.items()},
+        loss_scale=(LossScaleStats(final=monitor.loss_scale, skipped_steps=monitor.skipped_steps)
+                    if monitor.skipped_steps is not None else None),
+        memory=memory,
+        wall_time_s=time.perf_counter() - started_at,
+        time_to_first_step_s=first_step - started_at if first_step is not None else None,
+        tensorflow_version=machine.tensorflow_version,
+        keras_version=machine.keras_version,
+        seed=config.seed,
+        run_dir=str(run_dir),
+    )
