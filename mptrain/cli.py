@@ -151,8 +151,8 @@ def run(
             result = run_experiment(experiment, listeners=[progress], verbose=verbose,
                                     initial_weights=initial_weights, output_dir=output_dir,
                                     started_at=STARTED_AT,
-                                    on_start=lambda c, w: stderr.print(run_header(experiment, c, w),
-                                                                       soft_wrap=True))
+                                    on_start=lambda c, w, notes: stderr.print(
+                                        run_header(experiment, c, w, notes), soft_wrap=True))
     _emit(result.summary, json_out, summary_table)
 
 
@@ -221,9 +221,11 @@ def validate(config: ConfigArg, set_: SetOpt = None) -> None:
     import yaml
 
     from mptrain.config import load_config
+    from mptrain.preflight import check_experiment
 
     with _user_errors():
         experiment = load_config(config, set_)
+        check_experiment(experiment)
     typer.echo(f"# {config}: valid", err=True)
     with _stdout_reader_may_stop():
         typer.echo(yaml.safe_dump(experiment.to_yaml_dict(), sort_keys=False), nl=False)

@@ -40,6 +40,11 @@ class RunFolder:
         text = yaml.safe_dump(config, sort_keys=False)
         (self.path / "config.yaml").write_text(f"{header}\n{text}")
 
+    def write_files(self, files: dict[str, str]) -> None:
+        """Text the data set hands over (class names, a tokenizer's vocabulary)."""
+        for name, text in files.items():
+            (self.path / name).write_text(text)
+
     def write_summary(self, summary: RunSummary) -> None:
         (self.path / "summary.json").write_text(to_json(summary.model_dump(), indent=2) + "\n")
 

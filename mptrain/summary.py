@@ -53,6 +53,7 @@ class EpochRecord:
     metrics: dict[str, float]
     loss_scale: float | None = None
     skipped_steps: int | None = None
+    learning_rate: float | None = None  # at the end of the epoch
 
 
 class _Record(BaseModel):
@@ -164,6 +165,7 @@ class RunSummary(_Record):
     peak_unit: str | None
     mfu: float | None
     speed_warning: str | None
+    notes: list[str]  # what mptrain did to the model (resized inputs, appended a float32 output...)
     first_step_loss: float | None
     non_finite_loss_steps: int
     final_train_loss: float | None
@@ -207,16 +209,21 @@ def finite_or_none(value: float | None) -> float | None:
     return value if value is not None and math.isfinite(value) else None
 
 
-def run_status(steps: list[StepRecord]) -> Status:
-    """`diverged` when training ended on a non-finite loss: whatever it evaluates to, the model
-    is not a result."""
-    return "diverged" if steps and not math.isfinite(steps[-1].loss) else "finished"
+def run_status(steps: list[StepRecord], test_loss: float | None) -> Status:
+    """`diverged` when the trained model's test loss is NaN/inf, or training ended on a run
+    of non-finite losses. An occasional NaN step is not divergence: under loss scaling it is
+    a skipped step, and the next steps are finite again."""
+    if test_loss is None or not math.isfinite(test_loss):
+        return "diverged"
+    last = steps[-5:]
+    return "diverged" if last and not any(math.isfinite(r.loss) for r in last) else "finished"
 
 
 def summarize_run(config: ExperimentConfig, choice: PolicyChoice, machine: Machine,
                   monitor: TrainingMonitor, test: dict[str, float], *, output_dtype: str,
                   flops_per_example: int | None, dataset: str, speed_warning: str | None,
-                  memory: MemoryStats, started_at: float, run_dir: Path) -> RunSummary:
+                  memory: MemoryStats, notes: list[str], started_at: float,
+                  run_dir: Path) -> RunSummary:
     """The run's summary from what it measured (`monitor`, `test`, `memory`) and decided."""
     times = step_times(monitor.steps, config.train.warmup_steps)
     peak = None if machine.accelerated else cpu_peak(machine.cpu, choice.compute_dtype)
@@ -225,7 +232,7 @@ def summarize_run(config: ExperimentConfig, choice: PolicyChoice, machine: Machi
     first_step = monitor.timer.first_start
     return RunSummary(
         name=config.name,
-        status=run_status(monitor.steps),
+        status=run_status(monitor.steps, test.get("loss")),
         policy=choice.name,
         policy_requested=choice.requested,
         policy_reason=choice.reason,
@@ -251,6 +258,7 @@ def summarize_run(config: ExperimentConfig, choice: PolicyChoice, machine: Machi
         peak_unit=peak.unit if peak else None,
         mfu=speed.mfu,
         speed_warning=speed_warning,
+        notes=notes,
         first_step_loss=finite_or_none(monitor.steps[0].loss) if monitor.steps else None,
         non_finite_loss_steps=sum(1 for r in monitor.steps if finite_or_none(r.loss) is None),
         final_train_loss=finite_or_none(last_epoch.metrics.get("loss")) if last_epoch else None,

@@ -19,8 +19,7 @@ TINY = {
     "data": {
         "dataset": "synthetic",
         "validation_split": 0.25,
-        "synthetic": {"train_size": 512, "test_size": 128, "input_shape": [16],
-                      "num_classes": 4, "noise": 2.0},
+        "train_size": 512, "test_size": 128, "input_shape": [16], "num_classes": 4, "noise": 2.0,
     },
     "model": {"kind": "mlp", "hidden_units": [32, 32], "num_classes": 4},
     "train": {"loop": "fit", "epochs": 3, "batch_size": 64, "warmup_steps": 1,

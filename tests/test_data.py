@@ -5,9 +5,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mptrain.config import DataConfig, SyntheticData
-from mptrain.data import FASHION_FILES, load_dataset, make_synthetic, read_idx
+from mptrain.config.schema import MnistData, NpzData, SyntheticData
+from mptrain.data import load_dataset
+from mptrain.data.arrays import FASHION_FILES, make_synthetic, read_idx
 from mptrain.errors import DataError
+
+
+def DataConfig(dataset, **keys):  # noqa: N802  (reads like the config class it builds)
+    return (NpzData if dataset == "npz" else MnistData)(dataset=dataset, **keys)
+
+
+def xy(split):
+    return split.arrays
 
 
 def write_mnist_npz(path: Path, n_train=50, n_test=20, seed=0) -> Path:
@@ -47,30 +56,31 @@ def write_fashion(folder: Path, n_train=30, n_test=10) -> dict[str, np.ndarray]:
 def test_mnist_from_explicit_path_is_preprocessed(tmp_path):
     path = write_mnist_npz(tmp_path / "mine" / "mnist.npz")
     data = load_dataset(DataConfig(dataset="mnist", path=path, validation_split=0.2), seed=0)
-    assert data.x_train.shape == (40, 28, 28, 1) and data.x_val.shape == (10, 28, 28, 1)
-    assert data.x_train.dtype == np.float32 and 0.0 <= data.x_train.min() <= data.x_train.max() <= 1.0
-    assert data.y_train.dtype == np.int32 and data.x_test.shape == (20, 28, 28, 1)
+    (x_train, y_train), (x_val, _), (x_test, _) = xy(data.train), xy(data.val), xy(data.test)
+    assert x_train.shape == (40, 28, 28, 1) and x_val.shape == (10, 28, 28, 1)
+    assert x_train.dtype == np.float32 and 0.0 <= x_train.min() <= x_train.max() <= 1.0
+    assert y_train.dtype == np.int32 and x_test.shape == (20, 28, 28, 1)
     raw = np.load(path)
     # validation is the last 20% before shuffling, like Keras' validation_split
-    np.testing.assert_allclose(data.x_val[..., 0], raw["x_train"][40:] / 255.0, rtol=1e-6)
-    assert data.source == str(path)
+    np.testing.assert_allclose(x_val[..., 0], raw["x_train"][40:] / 255.0, rtol=1e-6)
+    assert data.source == str(path) and data.spec.shape == (28, 28, 1) and data.spec.kind == "image"
 
 
 def test_mnist_folder_path_and_env_dir_and_keras_cache(tmp_path, monkeypatch):
     folder = tmp_path / "folder"
     write_mnist_npz(folder / "mnist.npz", n_train=11)
-    assert len(load_dataset(DataConfig(dataset="mnist", path=folder), 0).x_train) == 11
+    assert load_dataset(DataConfig(dataset="mnist", path=folder), 0).train.size == 11
 
     env = tmp_path / "env"
     write_mnist_npz(env / "mnist.npz", n_train=12)
     monkeypatch.setenv("MPTRAIN_DATA_DIR", str(env))
-    assert len(load_dataset(DataConfig(dataset="mnist"), 0).x_train) == 12
+    assert load_dataset(DataConfig(dataset="mnist"), 0).train.size == 12
 
     monkeypatch.delenv("MPTRAIN_DATA_DIR")
     cache = tmp_path / "keras_home" / "datasets" / "mnist.npz"  # KERAS_HOME set by conftest
     write_mnist_npz(cache, n_train=13)
     data = load_dataset(DataConfig(dataset="mnist"), 0)
-    assert len(data.x_train) == 13 and data.source == str(cache)
+    assert data.train.size == 13 and data.source == str(cache)
 
 
 def test_mnist_offline_error_says_where_it_looked(tmp_path, monkeypatch):
@@ -95,11 +105,11 @@ def test_mnist_explicit_path_missing_is_an_error(tmp_path):
 def test_fashion_mnist_idx_files(tmp_path, monkeypatch):
     arrays = write_fashion(tmp_path / "fm")
     data = load_dataset(DataConfig(dataset="fashion_mnist", path=tmp_path / "fm"), 0)
-    assert data.x_train.shape == (30, 28, 28, 1) and data.x_test.shape == (10, 28, 28, 1)
-    np.testing.assert_array_equal(data.y_test, arrays[FASHION_FILES[3]])
+    assert xy(data.train)[0].shape == (30, 28, 28, 1) and xy(data.test)[0].shape == (10, 28, 28, 1)
+    np.testing.assert_array_equal(xy(data.test)[1], arrays[FASHION_FILES[3]])
     monkeypatch.setenv("MPTRAIN_DATA_DIR", str(tmp_path))  # finds $DIR/fashion-mnist too
     write_fashion(tmp_path / "fashion-mnist", n_train=7)
-    assert len(load_dataset(DataConfig(dataset="fashion_mnist"), 0).x_train) == 7
+    assert load_dataset(DataConfig(dataset="fashion_mnist"), 0).train.size == 7
 
 
 def test_idx_reader_rejects_bad_files(tmp_path):
@@ -120,7 +130,7 @@ def test_npz_dataset_and_its_errors(tmp_path):
     np.savez(path, x_train=np.ones((8, 3), np.float32), y_train=np.arange(8) % 2,
              x_test=np.ones((4, 3), np.float32), y_test=np.arange(4) % 2)
     data = load_dataset(DataConfig(dataset="npz", path=path), 0)
-    assert data.input_shape == (3,) and data.x_train.dtype == np.float32
+    assert data.spec.shape == (3,) and xy(data.train)[0].dtype == np.float32
     np.savez(tmp_path / "partial.npz", x_train=np.ones((2, 3)))
     with pytest.raises(DataError, match="missing arrays y_train, x_test, y_test"):
         load_dataset(DataConfig(dataset="npz", path=tmp_path / "partial.npz"), 0)
@@ -132,7 +142,8 @@ def test_npz_dataset_and_its_errors(tmp_path):
 
 
 def test_synthetic_is_deterministic_and_shaped():
-    cfg = SyntheticData(train_size=64, test_size=16, input_shape=[4, 4, 2], num_classes=3)
+    cfg = SyntheticData(dataset="synthetic", train_size=64, test_size=16, input_shape=[4, 4, 2],
+                        num_classes=3)
     (x1, y1), _ = make_synthetic(cfg, seed=5)
     (x2, y2), _ = make_synthetic(cfg, seed=5)
     (x3, _), _ = make_synthetic(cfg, seed=6)

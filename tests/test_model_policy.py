@@ -1,7 +1,9 @@
 import pytest
 
-from mptrain.config import CNNConfig, MLPConfig
+from mptrain.config import validate
+from mptrain.data.dataset import InputSpec
 from mptrain.policy import DTYPES
+from tests.conftest import tiny_raw
 
 keras = pytest.importorskip("keras")
 
@@ -11,11 +13,18 @@ from mptrain.policy import apply_policy  # noqa: E402
 POLICIES = list(DTYPES)
 
 
+def model_of(*overrides, shape=(5,)):
+    config = validate(tiny_raw(*overrides), "<test>")
+    return build_model(config, InputSpec(shape, "image" if len(shape) == 3 else "vector")).model
+
+
 @pytest.mark.parametrize("policy", POLICIES)
 @pytest.mark.parametrize("head", ["softmax", "linear", "sigmoid"])
 def test_outputs_are_float32_under_every_policy(policy, head):
     apply_policy(policy)
-    model = build_model(MLPConfig(hidden_units=[8], num_classes=3, output_activation=head), (5,))
+    loss = "binary_crossentropy" if head == "sigmoid" else "sparse_categorical_crossentropy"
+    model = model_of("model.hidden_units=[8]", "model.num_classes=" + ("1" if head == "sigmoid" else "3"),
+                     f"model.output_activation={head}", f"train.loss={loss}")
     assert output_dtype(model) == "float32"
     predictions = model(keras.ops.ones((2, 5)))
     assert keras.backend.standardize_dtype(predictions.dtype) == "float32"
@@ -25,7 +34,8 @@ def test_outputs_are_float32_under_every_policy(policy, head):
 def test_policy_sets_compute_and_variable_dtypes_of_built_layers(policy):
     compute, variables = DTYPES[policy]
     apply_policy(policy)
-    model = build_model(CNNConfig(kind="cnn", filters=[4], dense_units=[8], num_classes=3), (6, 6, 1))
+    model = model_of("model.kind=cnn", "model.filters=[4]", "model.dense_units=[8]",
+                     "model.num_classes=3", shape=(6, 6, 1))
     for name in ("conv_1", "dense_1", "logits"):
         layer = model.get_layer(name)
         assert layer.compute_dtype == compute, name
@@ -41,4 +51,4 @@ def test_cnn_rejects_flat_inputs():
     from mptrain.errors import ConfigError
 
     with pytest.raises(ConfigError, match="needs image inputs"):
-        build_model(CNNConfig(kind="cnn"), (784,))
+        model_of("model.kind=cnn", shape=(784,))

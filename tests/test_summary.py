@@ -32,7 +32,7 @@ def make_summary(median=100.0, accuracy=0.9, memory=1000, status="finished", spr
         xla_optimizer_update_reason="", device="CPU", dataset="synthetic", batch_size=64,
         epochs_run=1, steps_run=steps, stop_reason=None, step_time=times,
         examples_per_sec=64 / median * 1000, flops_per_example=1000, achieved_tflops=0.1,
-        peak_tflops=1.0, peak_unit="AVX-512 FP32", mfu=0.1, speed_warning=None,
+        peak_tflops=1.0, peak_unit="AVX-512 FP32", mfu=0.1, speed_warning=None, notes=[],
         first_step_loss=2.0, non_finite_loss_steps=10 if status == "diverged" else 0,
         final_train_loss=None if status == "diverged" else 0.5, final_metrics={},
         test_loss=None if status == "diverged" else 0.5,

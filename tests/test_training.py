@@ -33,8 +33,8 @@ def test_fit_and_custom_see_the_same_batches_in_every_epoch(tiny_config):
     """Same seed → same initial weights and the same data order in *every* epoch, so the two
     loops' per-step losses agree all the way (including the short last batch of each epoch,
     whose loss fit reports by undoing Keras' running mean)."""
-    fit = run_experiment(tiny_config("train.loop=fit", "data.synthetic.train_size=500"))
-    custom = run_experiment(tiny_config("train.loop=custom", "data.synthetic.train_size=500"))
+    fit = run_experiment(tiny_config("train.loop=fit", "data.train_size=500"))
+    custom = run_experiment(tiny_config("train.loop=custom", "data.train_size=500"))
     assert [r.examples for r in fit.steps[:6]] == [64] * 5 + [55]  # 375 examples: short batch
     np.testing.assert_allclose([r.loss for r in fit.steps], [r.loss for r in custom.steps],
                                rtol=2e-3)
@@ -46,7 +46,7 @@ def test_fit_and_custom_see_the_same_batches_in_every_epoch(tiny_config):
 
 
 def test_epoch_order_is_a_function_of_seed_and_epoch():
-    from mptrain.training.batches import epoch_order
+    from mptrain.data.pipeline import epoch_order
 
     first, second = epoch_order(100, seed=3, epoch=0), epoch_order(100, seed=3, epoch=1)
     assert sorted(first) == list(range(100)) and not np.array_equal(first, second)
@@ -87,7 +87,7 @@ def test_skipped_steps_are_counted_and_halve_the_scale(tiny_config, tmp_path, lo
     assert result.summary.loss_scale.skipped_steps == 3
     assert result.summary.loss_scale.final == 1024 / 2**3
     # the halvings happen exactly at the steps whose batch holds example 17
-    from mptrain.training.batches import epoch_order
+    from mptrain.data.pipeline import epoch_order
 
     expected = [epoch * 4 + int(np.where(epoch_order(256, seed=7, epoch=epoch) == 17)[0][0]) // 64 + 1
                 for epoch in range(3)]
@@ -102,10 +102,11 @@ def test_custom_loop_differentiates_the_scaled_loss(tiny_config):
     step would be ~32768x too small."""
     import keras
 
-    from mptrain.model import build_loss, build_model, build_optimizer
     from mptrain.policy import apply_policy, choose_policy, wrap_optimizer
     from mptrain.tf_runtime import seed_everything
     from mptrain.training.custom_loop import make_train_step
+    from mptrain.training.losses import build_loss
+    from mptrain.training.optimizer import build_optimizer
 
     x = np.random.default_rng(0).normal(size=(32, 16)).astype(np.float32)
     y = np.arange(32) % 4
@@ -115,9 +116,9 @@ def test_custom_loop_differentiates_the_scaled_loss(tiny_config):
                              "train.optimizer.kwargs={learning_rate: 0.5}")
         seed_everything(0)
         apply_policy(policy)
-        model = build_model(config.model, (16,))
+        model = model_of(config)
         choice = choose_policy(policy, False, _cpu_machine())
-        optimizer = wrap_optimizer(build_optimizer(config.train.optimizer), choice, 2.0**15, 2000)
+        optimizer = wrap_optimizer(build_optimizer(config.train.optimizer, 100), choice, 2.0**15, 2000)
         optimizer.build(model.trainable_variables)
         before = [w.copy() for w in model.get_weights()]
         step = make_train_step(model, optimizer, build_loss(config), [], keras.metrics.Mean(), False)
@@ -126,6 +127,13 @@ def test_custom_loop_differentiates_the_scaled_loss(tiny_config):
         deltas[policy] = np.concatenate([(a - b).ravel() for a, b in zip(after, before, strict=True)])
     assert np.abs(deltas["float32"]).max() > 1e-3
     np.testing.assert_allclose(deltas["mixed_float16"], deltas["float32"], atol=2e-3, rtol=0.05)
+
+
+def model_of(config):
+    from mptrain.data.dataset import InputSpec
+    from mptrain.model import build_model
+
+    return build_model(config, InputSpec((16,), "vector")).model
 
 
 def _cpu_machine():
@@ -138,16 +146,17 @@ def _cpu_machine():
 def test_non_finite_gradient_is_skipped_and_halves_the_scale(tiny_config, xla_update):
     import keras
 
-    from mptrain.model import build_loss, build_model, build_optimizer
     from mptrain.policy import apply_policy, choose_policy, wrap_optimizer
     from mptrain.training.custom_loop import make_train_step
+    from mptrain.training.losses import build_loss
+    from mptrain.training.optimizer import build_optimizer
     from mptrain.training.optimizer_update import compile_optimizer_update
 
     config = tiny_config("policy=mixed_float16")
     apply_policy("mixed_float16")
-    model = build_model(config.model, (16,))
+    model = model_of(config)
     choice = choose_policy("mixed_float16", False, _cpu_machine())
-    optimizer = wrap_optimizer(build_optimizer(config.train.optimizer), choice, 256, 2000)
+    optimizer = wrap_optimizer(build_optimizer(config.train.optimizer, 100), choice, 256, 2000)
     if xla_update:
         compile_optimizer_update(optimizer, model.trainable_variables)
     else:
@@ -159,25 +168,24 @@ def test_non_finite_gradient_is_skipped_and_halves_the_scale(tiny_config, xla_up
 
     x_bad = x.copy()
     x_bad[0, 0] = np.inf
-    loss, scale, applied = step(x_bad, y).numpy()
-    assert scale == 128.0 and applied == 0  # skipped, scale halved
+    loss, scale = step(x_bad, y).numpy()
+    assert scale == 128.0 and not np.isfinite(loss)  # skipped, scale halved
     for old, new in zip(before, model.get_weights(), strict=True):
         np.testing.assert_array_equal(old, new)
 
-    loss, scale, applied = step(x, y).numpy()
-    assert np.isfinite(loss) and scale == 128.0 and applied == 1  # a good step is applied
+    loss, scale = step(x, y).numpy()
+    assert np.isfinite(loss) and scale == 128.0  # a good step is applied
     assert any(not np.array_equal(o, n) for o, n in zip(before, model.get_weights(), strict=True))
 
 
 def test_initial_weights_file_is_what_trains(tiny_config, tmp_path):
     """compare gives every variant one weights file; the run must start from it. All-zero
     weights make every class equally likely: the first loss is exactly ln(4)."""
-    from mptrain.model import build_model
     from mptrain.policy import apply_policy
 
     config = tiny_config("train.max_steps=1")
     apply_policy("float32")
-    zeros = [np.zeros_like(w) for w in build_model(config.model, (16,)).get_weights()]
+    zeros = [np.zeros_like(w) for w in model_of(config).get_weights()]
     path = tmp_path / "zeros.npz"
     np.savez(path, *zeros)
     started = run_experiment(config, initial_weights=path)
@@ -270,7 +278,7 @@ def test_xla_optimizer_update_gives_the_same_training(tiny_config, loop):
 @pytest.mark.parametrize("head", ["sigmoid", "linear"])
 def test_binary_classification_head(tiny_config, loop, head):
     result = run_experiment(tiny_config(
-        f"train.loop={loop}", "policy=mixed_bfloat16", "data.synthetic.num_classes=2",
+        f"train.loop={loop}", "policy=mixed_bfloat16", "data.num_classes=2",
         "model.num_classes=1", f"model.output_activation={head}", "train.loss=binary_crossentropy",
     ))
     losses = epoch_losses(result)
@@ -281,9 +289,9 @@ def test_binary_classification_head(tiny_config, loop, head):
 
 def test_top5_accuracy_metric_in_both_loops(tiny_config):
     fit = run_experiment(tiny_config("train.metrics=[accuracy, top5_accuracy]",
-                                     "data.synthetic.num_classes=8", "model.num_classes=8"))
+                                     "data.num_classes=8", "model.num_classes=8"))
     custom = run_experiment(tiny_config("train.metrics=[accuracy, top5_accuracy]", "train.loop=custom",
-                                        "data.synthetic.num_classes=8", "model.num_classes=8"))
+                                        "data.num_classes=8", "model.num_classes=8"))
     for result in (fit, custom):
         metrics = result.summary.test_metrics
         assert set(metrics) == {"loss", "accuracy", "top5_accuracy"}
@@ -293,13 +301,16 @@ def test_top5_accuracy_metric_in_both_loops(tiny_config):
 def test_training_flops_of_the_guide_mlp_match_a_hand_count():
     import keras
 
-    from mptrain.config import MLPConfig
+    from mptrain.config import validate
+    from mptrain.data.dataset import InputSpec
     from mptrain.flops import count_training_flops
     from mptrain.model import build_model
     from mptrain.policy import apply_policy
+    from tests.conftest import tiny_raw
 
     apply_policy("mixed_bfloat16")  # the count does not depend on the dtype
-    model = build_model(MLPConfig(hidden_units=[4096, 4096], num_classes=10), (784,))
+    config = validate(tiny_raw("model.hidden_units=[4096, 4096]", "model.num_classes=10"), "<test>")
+    model = build_model(config, InputSpec((784,), "vector")).model
     multiply_adds = 784 * 4096 + 4096 * 4096 + 4096 * 10
     assert count_training_flops(model) == 3 * 2 * multiply_adds
     conv = keras.Sequential([keras.Input((8, 8, 3)), keras.layers.Conv2D(4, 3, padding="same")])

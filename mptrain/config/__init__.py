@@ -11,19 +11,10 @@ from mptrain.config.loading import (
     read_yaml,
     validate,
 )
-from mptrain.config.schema import (
-    MODEL_KINDS,
-    POLICIES,
-    CNNConfig,
-    DataConfig,
-    ExperimentConfig,
-    MLPConfig,
-    OptimizerConfig,
-    SyntheticData,
-)
+from mptrain.config.schema import DATA_KINDS, MODEL_KINDS, POLICIES, ExperimentConfig
 
 __all__ = [
-    "MODEL_KINDS", "POLICIES", "CNNConfig", "DataConfig", "ExperimentConfig", "MLPConfig",
-    "OptimizerConfig", "SyntheticData", "apply_overrides", "builtin_configs", "find_config",
-    "load_config", "parse_override", "parse_yaml", "read_yaml", "validate",
+    "DATA_KINDS", "MODEL_KINDS", "POLICIES", "ExperimentConfig", "apply_overrides",
+    "builtin_configs", "find_config", "load_config", "parse_override", "parse_yaml", "read_yaml",
+    "validate",
 ]

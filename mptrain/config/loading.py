@@ -16,7 +16,15 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from mptrain.config.schema import MODEL_KINDS, ExperimentConfig
+from mptrain.config.schema import (
+    DATA_KINDS,
+    MODEL_KINDS,
+    ConstantSchedule,
+    CosineSchedule,
+    ExperimentConfig,
+    ExponentialSchedule,
+    PiecewiseSchedule,
+)
 from mptrain.errors import ConfigError, did_you_mean
 
 # A resolved experiment has ~50 values; anything far larger is a mistake or an attack
@@ -126,8 +134,14 @@ def read_yaml(path: Path) -> dict[str, Any]:
 
 # --- --set overrides ----------------------------------------------------------------------
 
-# Keys that pick a kind: changing one drops the keys only the old kind had.
-_KIND_KEYS = {("model", "kind"): MODEL_KINDS}
+# Keys that pick a kind, the classes of the kinds, and the default kind: changing a kind
+# with --set drops the keys only the old kind had.
+_KIND_KEYS = {("model", "kind"): (MODEL_KINDS, "mlp"), ("data", "dataset"): (DATA_KINDS, "synthetic")}
+# Pydantic names the chosen member of a tagged union in error locations (model.cnn.filters).
+_UNION_TAGS: dict[str, type[BaseModel]] = {
+    **MODEL_KINDS, **DATA_KINDS, "constant": ConstantSchedule, "cosine": CosineSchedule,
+    "exponential": ExponentialSchedule, "piecewise": PiecewiseSchedule,
+}
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
@@ -161,8 +175,8 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
         if value is None:
             node.pop(keys[-1], None)
             continue
-        kinds = _KIND_KEYS.get(tuple(keys))
-        if kinds and value in kinds and node.get(keys[-1], "mlp") != value:
+        kinds, default = _KIND_KEYS.get(tuple(keys), ({}, None))
+        if isinstance(value, str) and value in kinds and node.get(keys[-1], default) != value:
             for stale in [k for k in node if k not in kinds[value].model_fields]:
                 del node[stale]
         node[keys[-1]] = value
@@ -192,12 +206,26 @@ def load_config(ref: str | Path, overrides: list[str] | None = None) -> Experime
     path = find_config(ref)
     raw = apply_overrides(read_yaml(path), overrides or [])
     raw.setdefault("name", path.name.removesuffix(".yaml").replace(" ", "_"))
-    return validate(raw, str(ref), overrides)
+    return _beside_the_file(validate(raw, str(ref), overrides), path)
+
+
+def _beside_the_file(config: ExperimentConfig, path: Path) -> ExperimentConfig:
+    """A builder file named relative to the experiment (`builder: my_model.py:build`) is
+    found beside the experiment file first, so an experiment and its builder travel together;
+    otherwise relative to the current folder, like every other path."""
+    if config.model.kind != "python":
+        return config
+    target, _, function = config.model.builder.rpartition(":")
+    beside = path.parent / target
+    if target.endswith(".py") and not Path(target).is_absolute() and beside.is_file():
+        model = config.model.model_copy(update={"builder": f"{beside.resolve()}:{function}"})
+        return config.model_copy(update={"model": model})
+    return config
 
 
 def _describe(err: dict[str, Any], set_keys: dict[tuple[str, ...], str]) -> str:
     """One line per pydantic error: origin, key path, bad value, what is allowed."""
-    loc = tuple(str(part) for part in err["loc"] if part not in MODEL_KINDS)
+    loc = tuple(str(part) for part in err["loc"] if part not in _UNION_TAGS)
     key = ".".join(loc) or "(top level)"
     origin = next((f"--set {text}: " for keys, text in set_keys.items()
                    if loc and (loc[: len(keys)] == keys or keys[: len(loc)] == loc)), "")
@@ -221,8 +249,8 @@ def _allowed_keys(loc: tuple[Any, ...]) -> list[str]:
     """Walk the schema along an error location to list the keys a mapping accepts."""
     model: Any = ExperimentConfig
     for part in loc:
-        if part in MODEL_KINDS:  # pydantic names the union member in the location
-            model = MODEL_KINDS[part]
+        if part in _UNION_TAGS:  # the union member pydantic chose
+            model = _UNION_TAGS[part]
             continue
         field = getattr(model, "model_fields", {}).get(part)
         if field is None:
@@ -230,8 +258,5 @@ def _allowed_keys(loc: tuple[Any, ...]) -> list[str]:
         annotation = field.annotation
         if isinstance(annotation, type) and issubclass(annotation, BaseModel):
             model = annotation
-        elif part == "model":
-            continue
-        else:
-            return []
+        # else a tagged union: the next part of the location names the member
     return list(getattr(model, "model_fields", {}))

@@ -46,6 +46,8 @@ OPTIMIZERS: dict[str, tuple[str, dict[str, Kind]]] = {
                       "epsilon": "number"}),
 }
 
+MINIMUM = {"gradient_accumulation_steps": 2}  # Keras refuses 1
+
 # Arguments mptrain sets itself: accepting them from YAML would fight the run's own settings.
 RESERVED = {
     "loss_scale_factor": "loss scaling is set by the policy (mixed_float16) and train.loss_scale",
@@ -69,6 +71,8 @@ def check_kwargs(optimizer: str, kwargs: dict[str, Any]) -> list[str]:
             problems.append(f"{key} = {value!r}: expected {_KIND_TEXT[accepted[key]]}")
         elif accepted[key] == "number" and isinstance(value, int | float) and value < 0:
             problems.append(f"{key} = {value!r}: must not be negative")
+        elif key in MINIMUM and value is not None and value < MINIMUM[key]:
+            problems.append(f"{key} = {value!r}: must be at least {MINIMUM[key]} (or null)")
     return problems
 
 

@@ -2,7 +2,11 @@
 
 Everything the trainer needs is here, checked before any TensorFlow work starts, so a typo in
 a YAML file costs a second instead of a failed run. Reading YAML and turning validation errors
-into messages lives in `loading.py`.
+into messages lives in `loading.py`; checks that need the file system (does the builder file
+define that function, does the CSV have that column) live in `checks.py`.
+
+`data` and `model` are each one of several kinds, chosen by `data.dataset` and `model.kind`;
+each kind has only the keys that mean something for it.
 
 This module must not import TensorFlow: `mptrain validate` and `--help` stay fast.
 """
@@ -12,13 +16,22 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
+from mptrain.config.applications import APPLICATIONS
 from mptrain.config.optimizers import OPTIMIZERS, check_kwargs
 
 POLICIES = ("float32", "mixed_float16", "mixed_bfloat16", "float16", "bfloat16", "auto")
 PolicyName = Literal["float32", "mixed_float16", "mixed_bfloat16", "float16", "bfloat16", "auto"]
 Activation = Literal["relu", "gelu", "silu", "swish", "tanh", "sigmoid", "elu", "linear"]
+Positive = Annotated[int, Field(ge=1)]
 
 
 class _Strict(BaseModel):
@@ -27,53 +40,270 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class SyntheticData(_Strict):
+# --- data ---------------------------------------------------------------------------------
+
+
+class _DataBase(_Strict):
+    validation_split: float = Field(0.0, ge=0.0, lt=1.0, description=(
+        "Fraction of the training examples held out for validation (the last ones, as Keras)."))
+    max_train_examples: int | None = Field(None, ge=1)
+    max_test_examples: int | None = Field(None, ge=1)
+
+
+class MnistData(_DataBase):
+    dataset: Literal["mnist", "fashion_mnist"]
+    path: Path | None = None
+
+
+class NpzData(_DataBase):
+    dataset: Literal["npz"]
+    path: Path
+
+
+class SyntheticData(_DataBase):
     """A deterministic, learnable classification set (no I/O): class means plus noise."""
 
+    dataset: Literal["synthetic"] = "synthetic"
     train_size: int = Field(2048, ge=1)
     test_size: int = Field(512, ge=1)
-    input_shape: list[Annotated[int, Field(ge=1)]] = Field(default_factory=lambda: [784], min_length=1)
+    input_shape: list[Positive] = Field(default_factory=lambda: [784], min_length=1)
     num_classes: int = Field(10, ge=1)
     noise: float = Field(1.0, ge=0)
 
 
-class DataConfig(_Strict):
-    dataset: Literal["mnist", "fashion_mnist", "synthetic", "npz"] = "synthetic"
-    path: Path | None = None
-    validation_split: float = Field(0.0, ge=0.0, lt=1.0)
-    max_train_examples: int | None = Field(None, ge=1)
-    max_test_examples: int | None = Field(None, ge=1)
-    synthetic: SyntheticData = Field(default_factory=SyntheticData)
+class SyntheticTextData(_DataBase):
+    """Token sequences whose class is which of `num_classes` marker tokens they contain most
+    often among random filler: learnable by attention, no I/O."""
 
-    @model_validator(mode="after")
-    def _npz_needs_path(self) -> DataConfig:
-        if self.dataset == "npz" and self.path is None:
-            raise ValueError("dataset 'npz' needs data.path: the .npz file to read")
-        return self
+    dataset: Literal["synthetic_text"]
+    train_size: int = Field(2048, ge=1)
+    test_size: int = Field(512, ge=1)
+    sequence_length: int = Field(64, ge=2)
+    vocab_size: int = Field(1000, ge=8)
+    num_classes: int = Field(4, ge=2)
+
+
+Cache = Literal["none", "memory"] | Path
+
+
+class _FileData(_DataBase):
+    """Data on disk, streamed through tf.data: decoded in parallel as it is needed, so a
+    data set larger than memory trains. `cache: memory` decodes it once and keeps it; a file
+    path keeps the decoded examples in that file (memory-mapped) for the next runs."""
+
+    path: Path
+    test_path: Path | None = Field(None, description="A separate test set; default: test_split.")
+    test_split: float = Field(0.2, gt=0.0, lt=1.0)
+    cache: Cache = "none"
+
+
+class ImageFolderData(_FileData):
+    dataset: Literal["image_folder"]
+    image_size: tuple[Positive, Positive] = (64, 64)
+    color_mode: Literal["rgb", "grayscale"] = "rgb"
+    random_flip: Literal["none", "horizontal", "vertical", "horizontal_and_vertical"] = "none"
+    random_crop: int = Field(0, ge=0, description="Pad by this many pixels, crop back at random.")
+
+
+class TextFolderData(_FileData):
+    dataset: Literal["text_folder"]
+    max_tokens: int = Field(20000, ge=8, description="Vocabulary size, padding and OOV included.")
+    sequence_length: int = Field(128, ge=2)
+
+
+class CsvData(_FileData):
+    dataset: Literal["csv"]
+    label_column: str
+    feature_columns: list[str] | None = None  # default: every other column
+    delimiter: str = Field(",", min_length=1, max_length=1)
+
+
+class TfdsData(_DataBase):
+    dataset: Literal["tfds"]
+    name: str = Field(pattern=r"^[a-z0-9_]+(/[a-z0-9_]+)?(:[0-9.]+)?$")
+    data_dir: Path | None = None  # default: TensorFlow Datasets' own ($TFDS_DATA_DIR, ~/tensorflow_datasets)
+    train_split: str = "train"
+    test_split: str = "test"
+    cache: Literal["none", "memory"] = "none"
+    shuffle_buffer: int = Field(10_000, ge=1)
+
+
+DataConfig = Annotated[
+    MnistData | NpzData | SyntheticData | SyntheticTextData | ImageFolderData | TextFolderData
+    | CsvData | TfdsData,
+    Field(discriminator="dataset"),
+]
+DATA_KINDS: dict[str, type[BaseModel]] = {
+    "mnist": MnistData, "fashion_mnist": MnistData, "npz": NpzData, "synthetic": SyntheticData,
+    "synthetic_text": SyntheticTextData, "image_folder": ImageFolderData,
+    "text_folder": TextFolderData, "csv": CsvData, "tfds": TfdsData,
+}
+
+
+# --- model --------------------------------------------------------------------------------
 
 
 class _ModelBase(_Strict):
     num_classes: int = Field(10, ge=1)
-    activation: Activation = "relu"
     output_activation: Literal["softmax", "linear", "sigmoid"] = "softmax"
 
 
 class MLPConfig(_ModelBase):
     kind: Literal["mlp"] = "mlp"
-    hidden_units: list[Annotated[int, Field(ge=1)]] = Field(default_factory=lambda: [4096, 4096])
+    hidden_units: list[Positive] = Field(default_factory=lambda: [4096, 4096])
+    activation: Activation = "relu"
 
 
 class CNNConfig(_ModelBase):
     kind: Literal["cnn"]
-    filters: list[Annotated[int, Field(ge=1)]] = Field(default_factory=lambda: [32, 64], min_length=1)
+    filters: list[Positive] = Field(default_factory=lambda: [32, 64], min_length=1)
     kernel_size: int = Field(3, ge=1)
     pooling: Literal["max", "average", "none"] = "max"
-    dense_units: list[Annotated[int, Field(ge=1)]] = Field(default_factory=lambda: [128])
+    dense_units: list[Positive] = Field(default_factory=lambda: [128])
+    activation: Activation = "relu"
 
 
-ModelConfig = Annotated[MLPConfig | CNNConfig, Field(discriminator="kind")]
-MODEL_KINDS: dict[str, type[BaseModel]] = {"mlp": MLPConfig, "cnn": CNNConfig}
+class _HeadConfig(_ModelBase):
+    """mptrain's classification head on a backbone: pooling, dropout, Dense, float32 output."""
 
+    pooling: Literal["avg", "max"] = "avg"
+    dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    trainable_backbone: bool = Field(True, description="false: train the head only (fine-tuning).")
+
+
+class ApplicationConfig(_HeadConfig):
+    kind: Literal["application"]
+    name: str
+    weights: str | None = Field(None, description="null, imagenet, or a .weights.h5 file.")
+    image_size: tuple[Positive, Positive] | None = Field(
+        None, description="Resize inputs to this size inside the model; default: the data's.")
+    kwargs: dict[str, Any] = Field(default_factory=dict, description="e.g. {alpha: 0.5}")
+
+    @field_validator("name")
+    @classmethod
+    def _known_application(cls, name: str) -> str:
+        if name not in APPLICATIONS:
+            from mptrain.errors import did_you_mean
+
+            raise ValueError(f"{name!r} is not in keras.applications{did_you_mean(name, APPLICATIONS)}; "
+                             f"choose from {', '.join(sorted(APPLICATIONS))}")
+        return name
+
+    @field_validator("weights")
+    @classmethod
+    def _weights(cls, weights: str | None) -> str | None:
+        if weights not in (None, "imagenet") and not weights.endswith(".h5"):
+            raise ValueError(f"{weights!r}: use null (random), imagenet (downloads once), or the "
+                             "path of a .weights.h5 file")
+        return weights
+
+
+class TransformerConfig(_ModelBase):
+    """A pre-LayerNorm Transformer encoder: patches of an image (as ViT) or token embeddings,
+    `num_layers` blocks of attention and MLP, mean pooling, mptrain's head."""
+
+    kind: Literal["transformer"]
+    num_layers: int = Field(2, ge=1)
+    num_heads: int = Field(4, ge=1)
+    embed_dim: int = Field(64, ge=1)
+    mlp_dim: int = Field(128, ge=1)
+    dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    patch_size: int | None = Field(None, ge=1, description="Images: square patch side (default 4).")
+    vocab_size: int | None = Field(None, ge=2, description="Tokens: default from the data.")
+    sequence_length: int | None = Field(None, ge=1, description="Tokens: default from the data.")
+
+    @model_validator(mode="after")
+    def _heads_divide_width(self) -> TransformerConfig:
+        if self.embed_dim % self.num_heads:
+            raise ValueError(f"model.embed_dim {self.embed_dim} must be a multiple of "
+                             f"model.num_heads {self.num_heads} (each head gets embed_dim / num_heads)")
+        return self
+
+
+class KerasHubConfig(_HeadConfig):
+    kind: Literal["keras_hub"]
+    backbone: str = Field(pattern=r"^[A-Za-z][A-Za-z0-9]*Backbone$",
+                          description="A keras_hub.models class, e.g. BertBackbone.")
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+    preset: str | None = Field(None, description="Pretrained weights (downloads once).")
+
+    @model_validator(mode="after")
+    def _kwargs_or_preset(self) -> KerasHubConfig:
+        if self.preset is None and not self.kwargs:
+            raise ValueError("model.keras_hub needs kwargs (build from scratch) or a preset "
+                             "(pretrained, needs a download once)")
+        return self
+
+
+class PythonConfig(_ModelBase):
+    kind: Literal["python"]
+    builder: str = Field(pattern=r"^[^:]+:[A-Za-z_][A-Za-z0-9_]*$", description=(
+        '"package.module:function" or "path/to/file.py:function"'))
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+
+
+class SavedConfig(_ModelBase):
+    kind: Literal["saved"]
+    path: Path
+    unfreeze: bool = Field(False, description="Train every layer (fine-tuning's second stage).")
+
+
+ModelConfig = Annotated[
+    MLPConfig | CNNConfig | ApplicationConfig | TransformerConfig | KerasHubConfig | PythonConfig
+    | SavedConfig,
+    Field(discriminator="kind"),
+]
+MODEL_KINDS: dict[str, type[BaseModel]] = {
+    "mlp": MLPConfig, "cnn": CNNConfig, "application": ApplicationConfig,
+    "transformer": TransformerConfig, "keras_hub": KerasHubConfig, "python": PythonConfig,
+    "saved": SavedConfig,
+}
+
+
+# --- training -----------------------------------------------------------------------------
+
+
+class ConstantSchedule(_Strict):
+    kind: Literal["constant"]
+    learning_rate: float = Field(gt=0)
+    warmup_steps: int = Field(0, ge=0)
+
+
+class CosineSchedule(_Strict):
+    """Linear warm-up to `learning_rate`, then cosine decay to `alpha` x it."""
+
+    kind: Literal["cosine"]
+    learning_rate: float = Field(gt=0)
+    warmup_steps: int = Field(0, ge=0)
+    decay_steps: int | None = Field(None, ge=1, description="Default: every step after warm-up.")
+    alpha: float = Field(0.0, ge=0.0, le=1.0)
+
+
+class ExponentialSchedule(_Strict):
+    kind: Literal["exponential"]
+    learning_rate: float = Field(gt=0)
+    decay_steps: int = Field(ge=1)
+    decay_rate: float = Field(gt=0)
+    staircase: bool = False
+
+
+class PiecewiseSchedule(_Strict):
+    kind: Literal["piecewise"]
+    boundaries: list[Positive] = Field(min_length=1)
+    values: list[Annotated[float, Field(gt=0)]]
+
+    @model_validator(mode="after")
+    def _one_more_value(self) -> PiecewiseSchedule:
+        if len(self.values) != len(self.boundaries) + 1:
+            raise ValueError(f"piecewise: {len(self.boundaries)} boundaries need "
+                             f"{len(self.boundaries) + 1} values, got {len(self.values)}")
+        if self.boundaries != sorted(set(self.boundaries)):
+            raise ValueError("piecewise: boundaries must increase")
+        return self
+
+
+Schedule = Annotated[ConstantSchedule | CosineSchedule | ExponentialSchedule | PiecewiseSchedule,
+                     Field(discriminator="kind")]
 
 OptimizerName = Literal[tuple(OPTIMIZERS)]  # type: ignore[valid-type]
 
@@ -81,6 +311,7 @@ OptimizerName = Literal[tuple(OPTIMIZERS)]  # type: ignore[valid-type]
 class OptimizerConfig(_Strict):
     name: OptimizerName = "rmsprop"
     kwargs: dict[str, Any] = Field(default_factory=dict)
+    schedule: Schedule | None = None
 
     @field_validator("kwargs")
     @classmethod
@@ -90,6 +321,13 @@ class OptimizerConfig(_Strict):
             if problems:
                 raise ValueError("; ".join(problems))
         return kwargs
+
+    @model_validator(mode="after")
+    def _one_learning_rate(self) -> OptimizerConfig:
+        if self.schedule is not None and "learning_rate" in self.kwargs:
+            raise ValueError("train.optimizer: give the learning rate in kwargs or a schedule, "
+                             "not both")
+        return self
 
 
 class LossScaleConfig(_Strict):
@@ -132,16 +370,20 @@ class ExperimentConfig(_Strict):
                       description="Run folders are named after it; defaults to the file's name.")
     seed: int = Field(0, ge=0, lt=2**31)
     policy: PolicyName = "float32"
-    data: DataConfig = Field(default_factory=DataConfig)
+    data: DataConfig = Field(default_factory=SyntheticData)
     model: ModelConfig = Field(default_factory=MLPConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)
     output: OutputConfig = Field(default_factory=OutputConfig)
 
     @model_validator(mode="before")
     @classmethod
-    def _model_kind_defaults_to_mlp(cls, raw: Any) -> Any:
-        if isinstance(raw, dict) and isinstance(raw.get("model"), dict):
-            raw = {**raw, "model": {"kind": "mlp", **raw["model"]}}
+    def _default_kinds(cls, raw: Any) -> Any:
+        if isinstance(raw, dict):
+            raw = dict(raw)
+            if isinstance(raw.get("model"), dict):
+                raw["model"] = {"kind": "mlp", **raw["model"]}
+            if isinstance(raw.get("data"), dict):
+                raw["data"] = {"dataset": "synthetic", **raw["data"]}
         return raw
 
     @model_validator(mode="after")

@@ -18,13 +18,15 @@ from mptrain.summary import RunSummary
 DTYPE_SHORT = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
 
 
-def run_header(experiment, choice, warning: str | None) -> str:
+def run_header(experiment, choice, warning: str | None, notes: list[str]) -> str:
     """What is about to run, printed before the first step."""
     policy = choice.name if choice.requested == choice.name else f"{choice.name} (from {choice.requested})"
     xla = "XLA step" if choice.jit_compile else (
         "XLA optimizer update" if choice.xla_optimizer_update else "no XLA")
     text = (f"mptrain run [bold]{experiment.name}[/]: {policy}, loop {experiment.train.loop}, "
             f"{experiment.train.epochs} epoch(s), {xla}")
+    for note in notes:
+        text += f"\nnote: {note}"
     if warning:
         text += f"\n[yellow]warning:[/] {warning}"
     return text
@@ -50,6 +52,8 @@ def summary_table(s: RunSummary) -> Table:
         ("compute", _compute_line(s)),
         ("test", f"loss {fmt(s.test_loss)}  accuracy {fmt(s.test_accuracy)}"),
     ]
+    if s.notes:
+        rows.append(("model", "; ".join(s.notes)))
     if s.speed_warning:
         rows.append(("[yellow]warning[/]", s.speed_warning))
     if s.loss_scale is not None:

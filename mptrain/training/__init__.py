@@ -9,8 +9,8 @@ import importlib
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    from mptrain.data.pipeline import Batches
     from mptrain.policy import PolicyChoice
-    from mptrain.training.batches import Batches
     from mptrain.training.monitor import TrainingMonitor
 
 # name in the experiment (train.loop) → the class that runs it, imported only when used.

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import math
 
+from mptrain.data.pipeline import Batches
 from mptrain.policy import PolicyChoice
 from mptrain.training import loss_scale_of
-from mptrain.training.batches import Batches
 from mptrain.training.monitor import TrainingMonitor
 from mptrain.training.optimizer_update import compile_optimizer_update
 
@@ -21,9 +21,9 @@ from mptrain.training.optimizer_update import compile_optimizer_update
 def make_train_step(model, optimizer, loss_fn, metrics, loss_tracker, jit_compile: bool):
     """One compiled training step: forward, scaled loss, gradients, apply, metrics.
 
-    Returns a float32 vector [loss, loss scale (NaN without scaling), applied updates,
-    *running metric values], so the loop fetches every per-step value in one device-to-host
-    transfer (one sync per step).
+    Returns a float32 vector [loss, loss scale (NaN without scaling), *running metric values],
+    so the loop fetches every per-step value in one device-to-host transfer (one sync per
+    step).
     """
     import tensorflow as tf
 
@@ -41,7 +41,6 @@ def make_train_step(model, optimizer, loss_fn, metrics, loss_tracker, jit_compil
             metric.update_state(y, predictions)
         current_scale = tf.constant(float("nan")) if scale is None else scale
         return tf.stack([tf.cast(loss, tf.float32), tf.cast(current_scale, tf.float32),
-                         tf.cast(optimizer.iterations, tf.float32),
                          *(tf.cast(metric.result(), tf.float32) for metric in metrics)])
 
     return tf.function(train_step, jit_compile=jit_compile)
@@ -89,10 +88,10 @@ class CustomLoop:
             for _ in range(batches.steps_per_epoch):
                 monitor.step_begin()
                 x, y = next(iterator)
-                loss, scale, applied, *values = self.train_step(x, y).numpy()
+                loss, scale, *values = self.train_step(x, y).numpy()
                 running = {m.name: float(v) for m, v in zip(self.metrics, values, strict=True)}
                 monitor.step_end(float(loss), int(len(x)), running,
-                                 None if math.isnan(scale) else float(scale), int(applied))
+                                 None if math.isnan(scale) else float(scale))
                 if monitor.stop_requested:
                     break
             logs = self._results()

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import keras  # this module is imported only when a fit run starts (training.make_loop)
 
+from mptrain.data.pipeline import Batches
 from mptrain.errors import MptrainError
 from mptrain.policy import PolicyChoice
 from mptrain.training import loss_scale_of
-from mptrain.training.batches import Batches
 from mptrain.training.monitor import TrainingMonitor
 from mptrain.training.optimizer_update import compile_optimizer_update
+
+BATCH_LOSS = "batch_loss"
 
 
 class FitLoop:
@@ -19,7 +21,13 @@ class FitLoop:
     other loss-scale settings than the experiment says."""
 
     def __init__(self, model, optimizer, loss, metrics, choice: PolicyChoice):
-        model.compile(optimizer=optimizer, loss=loss, metrics=metrics, jit_compile=choice.jit_compile)
+        # Keras logs only the epoch's running mean of the loss, which one NaN (a step skipped
+        # under loss scaling) turns into NaN for the rest of the epoch. This mean over a single
+        # batch (reset before each step) is the step's own loss; a built-in Keras metric, so a
+        # saved model.keras loads without mptrain.
+        self.batch_loss = keras.metrics.MeanMetricWrapper(loss, name=BATCH_LOSS)
+        model.compile(optimizer=optimizer, loss=loss, metrics=[*metrics, self.batch_loss],
+                      jit_compile=choice.jit_compile)
         if model.optimizer is not optimizer:
             raise MptrainError("internal error: Model.compile replaced the configured optimizer "
                                f"({type(optimizer).__name__}) by a {type(model.optimizer).__name__}")
@@ -32,7 +40,7 @@ class FitLoop:
         self.model, self.optimizer = model, optimizer
 
     def train(self, batches: Batches, monitor: TrainingMonitor) -> None:
-        callback = _MonitorCallback(monitor, batches, loss_scale_of(self.optimizer))
+        callback = _MonitorCallback(monitor, batches, loss_scale_of(self.optimizer), self.batch_loss)
         # One stream of every epoch's batches (see batches.py): with steps_per_epoch set, Keras
         # keeps the iterator across epochs. shuffle=False: the stream is already in order.
         self.model.fit(batches.train, epochs=batches.epochs, steps_per_epoch=batches.steps_per_epoch,
@@ -40,38 +48,32 @@ class FitLoop:
 
     def evaluate(self, dataset) -> dict[str, float]:
         results = self.model.evaluate(dataset, return_dict=True, verbose=0)
-        return {k: float(v) for k, v in results.items()}
+        return {k: float(v) for k, v in results.items() if k != BATCH_LOSS}
 
 
 class _MonitorCallback(keras.callbacks.Callback):
-    """Feeds the monitor. Keras logs the epoch's running mean loss (weighted by batch size);
-    the step's own loss is recovered from two consecutive means."""
+    """Feeds the monitor with each step's own loss, running metrics and loss scale."""
 
-    def __init__(self, monitor: TrainingMonitor, batches: Batches, loss_scale):
+    def __init__(self, monitor: TrainingMonitor, batches: Batches, loss_scale, batch_loss):
         super().__init__()
         self.monitor, self.batches, self.loss_scale = monitor, batches, loss_scale
-        self._loss_sum = 0.0
-        self._weight = 0
+        self.batch_loss = batch_loss
 
     def on_epoch_begin(self, epoch, logs=None):
-        self._loss_sum, self._weight = 0.0, 0
         self.monitor.epoch_begin(epoch)
 
     def on_train_batch_begin(self, batch, logs=None):
+        self.batch_loss.reset_state()
         self.monitor.step_begin()
 
     def on_train_batch_end(self, batch, logs=None):
-        running_mean = float(logs["loss"])
-        size = self.batches.batch_size_at(batch)
-        new_sum = running_mean * (self._weight + size)
-        step_loss = (new_sum - self._loss_sum) / size
-        self._loss_sum, self._weight = new_sum, self._weight + size
-        metrics = {k: float(v) for k, v in logs.items() if k != "loss"}
+        metrics = {k: float(v) for k, v in logs.items() if k not in ("loss", BATCH_LOSS)}
         scale = None if self.loss_scale is None else float(self.loss_scale.numpy())
-        self.monitor.step_end(step_loss, size, metrics, scale,
-                              int(self.model.optimizer.iterations.numpy()))
+        self.monitor.step_end(float(logs[BATCH_LOSS]), self.batches.batch_size_at(batch),
+                              metrics, scale)
         if self.monitor.stop_requested:
             self.model.stop_training = True
 
     def on_epoch_end(self, epoch, logs=None):
-        self.monitor.epoch_end(logs or {})
+        hidden = (BATCH_LOSS, "val_" + BATCH_LOSS)
+        self.monitor.epoch_end({k: v for k, v in (logs or {}).items() if k not in hidden})

@@ -8,6 +8,8 @@ telemetry and other per-step work plug in here as listeners, not into each loop.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from time import perf_counter
 from typing import Protocol
@@ -54,14 +56,16 @@ class TrainingMonitor:
     max_steps: int | None = None
     max_step_seconds: float | None = None
     listeners: list[TrainingListener] = field(default_factory=list)
+    learning_rate: Callable[[], float] | None = None  # the optimizer's current rate
+    initial_loss_scale: float | None = None  # None: the optimizer does not scale the loss
 
     def __post_init__(self) -> None:
         self.timer = StepTimer()
         self.steps: list[StepRecord] = []
         self.epoch_records: list[EpochRecord] = []
         self.stop_reason: str | None = None
-        self.skipped_steps: int | None = None  # known only when the optimizer scales the loss
-        self.loss_scale: float | None = None
+        self.loss_scale = self.initial_loss_scale
+        self.skipped_steps = 0 if self.initial_loss_scale is not None else None
         self._epoch = 0
         self._step_in_epoch = 0
 
@@ -78,17 +82,20 @@ class TrainingMonitor:
         self.timer.start()
 
     def step_end(self, loss: float, examples: int, metrics: dict[str, float],
-                 loss_scale: float | None = None, applied_updates: int | None = None) -> None:
+                 loss_scale: float | None = None) -> None:
         """Record a finished step. `metrics` are the epoch's running values so far (as Keras
-        reports them). Under loss scaling, `loss_scale` is the scale after the step and
-        `applied_updates` the optimizer's count of updates it did not skip."""
+        reports them); `loss_scale` is the scale after the step, under loss scaling.
+
+        A LossScaleOptimizer halves its scale exactly when it skips a step (a non-finite
+        gradient) and never lowers it otherwise, so a lower scale is a skipped step. (Its
+        `iterations` cannot tell: with gradient accumulation Keras divides them.)"""
         seconds = self.timer.stop()
         self._step_in_epoch += 1
         record = StepRecord(len(self.steps) + 1, self._epoch, loss, seconds, examples,
                             loss_scale, metrics)
         self.steps.append(record)
-        if loss_scale is not None and applied_updates is not None:
-            self.skipped_steps = record.step - applied_updates
+        if loss_scale is not None and self.loss_scale is not None:
+            self.skipped_steps += loss_scale < self.loss_scale
             self.loss_scale = loss_scale
         for listener in self.listeners:
             listener.step_finished(record, self._step_in_epoch)
@@ -99,12 +106,20 @@ class TrainingMonitor:
                                 f"(limit {self.max_step_seconds:g} s)")
 
     def epoch_end(self, metrics: dict[str, float]) -> None:
+        """`metrics` as the loop computed them; the training `loss` is replaced by the mean
+        over this epoch's steps with a finite loss, weighted by their examples: a skipped
+        step (NaN loss, normal under loss scaling) would make Keras' running mean NaN."""
+        steps = self.steps[-self._step_in_epoch:] if self._step_in_epoch else []
+        finite = [r for r in steps if math.isfinite(r.loss)]
+        loss = (sum(r.loss * r.examples for r in finite) / sum(r.examples for r in finite)
+                if finite else math.nan)
         record = EpochRecord(
             epoch=self._epoch,
             steps=self._step_in_epoch,
-            metrics=order_metrics({k: float(v) for k, v in metrics.items()}),
+            metrics=order_metrics({**{k: float(v) for k, v in metrics.items()}, "loss": loss}),
             loss_scale=self.loss_scale,
             skipped_steps=self.skipped_steps,
+            learning_rate=self.learning_rate() if self.learning_rate else None,
         )
         self.epoch_records.append(record)
         for listener in self.listeners:

@@ -1,4 +1,4 @@
-"""Datasets as float32 NumPy arrays, prepared on the host.
+"""In-memory data sets: mnist, fashion_mnist, npz, synthetic, synthetic_text.
 
 As the guide says, input preprocessing (x/255, reshape) stays float32 on the host: the model's
 first layer casts to the compute dtype, and a CPU does float16 arithmetic slower than float32.
@@ -14,12 +14,12 @@ import contextlib
 import gzip
 import os
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from mptrain.config import DataConfig, ExperimentConfig, SyntheticData
+from mptrain.config.schema import MnistData, NpzData, SyntheticData, SyntheticTextData
+from mptrain.data.dataset import Dataset, InputSpec, Split
 from mptrain.errors import DataError
 
 DATA_DIR_ENV = "MPTRAIN_DATA_DIR"
@@ -33,34 +33,15 @@ FASHION_FILES = (
 MNIST_URL = "https://storage.googleapis.com/tensorflow/tf-keras-datasets/mnist.npz"
 
 
-@dataclass(frozen=True)
-class Dataset:
-    """Train/validation/test splits, images as float32 in [0, 1], labels as int32."""
-
-    x_train: np.ndarray
-    y_train: np.ndarray
-    x_val: np.ndarray
-    y_val: np.ndarray
-    x_test: np.ndarray
-    y_test: np.ndarray
-    source: str
-
-    @property
-    def input_shape(self) -> tuple[int, ...]:
-        return tuple(self.x_train.shape[1:])
-
-    @property
-    def num_classes_seen(self) -> int:
-        return int(max(self.y_train.max(), self.y_test.max())) + 1
-
-
-def load_dataset(cfg: DataConfig, seed: int) -> Dataset:
-    """Load the configured dataset, preprocess it and split off validation data."""
+def load_arrays(cfg: MnistData | NpzData | SyntheticData | SyntheticTextData, seed: int) -> Dataset:
+    """Load, preprocess and check the configured in-memory data set; split off validation."""
     if cfg.dataset == "synthetic":
-        (x_train, y_train), (x_test, y_test) = make_synthetic(cfg.synthetic, seed)
+        (x_train, y_train), (x_test, y_test) = make_synthetic(cfg, seed)
         source = "synthetic"
+    elif cfg.dataset == "synthetic_text":
+        (x_train, y_train), (x_test, y_test) = make_synthetic_text(cfg, seed)
+        source = "synthetic_text"
     elif cfg.dataset == "npz":
-        assert cfg.path is not None  # enforced by the schema
         (x_train, y_train), (x_test, y_test) = read_npz(cfg.path)
         source = str(cfg.path)
     elif cfg.dataset == "mnist":
@@ -72,37 +53,48 @@ def load_dataset(cfg: DataConfig, seed: int) -> Dataset:
         x_train, y_train = x_train[: cfg.max_train_examples], y_train[: cfg.max_train_examples]
     if cfg.max_test_examples:
         x_test, y_test = x_test[: cfg.max_test_examples], y_test[: cfg.max_test_examples]
-    x_train, x_test = preprocess(x_train), preprocess(x_test)
+    x_train, x_test = preprocess(x_train, source), preprocess(x_test, source)
     y_train, y_test = labels(y_train, source), labels(y_test, source)
+    if x_train.shape[1:] != x_test.shape[1:]:
+        raise DataError(f"{source}: training examples have shape {x_train.shape[1:]} but test "
+                        f"examples {x_test.shape[1:]}")
 
     # Like Keras' validation_split: the last fraction, taken before any shuffling.
     cut = len(x_train) - int(len(x_train) * cfg.validation_split)
+    spec = InputSpec.of_array(x_train)
+    if spec.kind == "tokens":
+        spec = InputSpec(spec.shape, "tokens", int(max(x_train.max(), x_test.max())) + 1)
     return Dataset(
-        x_train=x_train[:cut],
-        y_train=y_train[:cut],
-        x_val=x_train[cut:],
-        y_val=y_train[cut:],
-        x_test=x_test,
-        y_test=y_test,
+        train=Split(cut, arrays=(x_train[:cut], y_train[:cut])),
+        val=Split(len(x_train) - cut, arrays=(x_train[cut:], y_train[cut:])) if cut < len(x_train) else None,
+        test=Split(len(x_test), arrays=(x_test, y_test)),
+        spec=spec,
+        num_classes_seen=int(max(y_train.max(), y_test.max())) + 1,
         source=source,
     )
 
 
-def check_labels_fit_model(data: Dataset, config: ExperimentConfig) -> None:
-    """Labels the model cannot output are an error before training, not a NaN loss in it."""
-    if config.train.loss != "binary_crossentropy" and data.num_classes_seen > config.model.num_classes:
-        raise DataError(
-            f"{data.source}: labels go up to {data.num_classes_seen - 1} but model.num_classes is "
-            f"{config.model.num_classes}; set model.num_classes to at least {data.num_classes_seen}"
-        )
-
-
-def preprocess(x: np.ndarray) -> np.ndarray:
-    """Integer pixels → float32 in [0, 1]; a lone (N, H, W) image stack gets a channel axis."""
-    if np.issubdtype(x.dtype, np.integer):
+def preprocess(x: np.ndarray, source: str) -> np.ndarray:
+    """uint8 pixels → float32 in [0, 1]; a lone (N, H, W) image stack gets a channel axis;
+    other integer (N, L) arrays are token ids and stay integers. Non-finite inputs are refused:
+    they would turn the first step's loss into NaN."""
+    if x.dtype == np.uint8:
         x = x.astype(np.float32) / 255.0
-    else:
+    elif np.issubdtype(x.dtype, np.integer):
+        if x.ndim != 2:
+            raise DataError(f"{source}: integer inputs of shape {x.shape[1:]}: use uint8 for "
+                            "images (scaled to [0, 1]) or (N, length) integers for token ids")
+        if x.size and x.min() < 0:
+            raise DataError(f"{source}: token ids must be >= 0, found {int(x.min())}")
+        return x.astype(np.int32)
+    elif np.issubdtype(x.dtype, np.floating):
         x = x.astype(np.float32, copy=False)
+        if not np.isfinite(x).all():
+            bad = int(np.count_nonzero(~np.isfinite(x)))
+            raise DataError(f"{source}: {bad} input values are NaN or infinite; clean the data "
+                            "first (a single one makes the loss NaN)")
+    else:
+        raise DataError(f"{source}: inputs of type {x.dtype} are not numbers")
     if x.ndim == 3:
         x = x[..., np.newaxis]
     return x
@@ -118,15 +110,60 @@ def labels(y: np.ndarray, source: str) -> np.ndarray:
 
 
 def make_synthetic(cfg: SyntheticData, seed: int):
-    """Class-dependent Gaussian blobs: learnable, deterministic for a seed, no I/O."""
+    """A learnable classification set, deterministic for a seed, no I/O: each class has a
+    centre, each example is its class's centre plus Gaussian noise (`noise` is its standard
+    deviation relative to the centres').
+
+    Vectors: the centres are random points. Images (3-D shapes): the centres are textures
+    (a few random 2-D waves per class), which convolutions and pooling can tell apart, and
+    the pixels are squashed into (0, 1) like real ones, the range models that preprocess
+    pixels (keras.applications) were designed for.
+    """
     rng = np.random.default_rng(seed)
-    dim = int(np.prod(cfg.input_shape))
-    centres = rng.normal(0.0, 1.0, size=(cfg.num_classes, dim)).astype(np.float32)
+    shape = tuple(cfg.input_shape)
+    if len(shape) == 3:
+        centres = _textures(rng, cfg.num_classes, shape)
+    else:
+        centres = rng.normal(0.0, 1.0, size=(cfg.num_classes, *shape)).astype(np.float32)
 
     def draw(n: int):
         y = rng.integers(0, cfg.num_classes, size=n).astype(np.int32)
-        x = centres[y] + cfg.noise * rng.normal(0.0, 1.0, size=(n, dim)).astype(np.float32)
-        return x.reshape((n, *cfg.input_shape)).astype(np.float32), y
+        x = centres[y] + cfg.noise * rng.normal(0.0, 1.0, size=(n, *shape)).astype(np.float32)
+        if len(shape) == 3:
+            x = 1.0 / (1.0 + np.exp(-x))
+        return x.astype(np.float32), y
+
+    return draw(cfg.train_size), draw(cfg.test_size)
+
+
+def _textures(rng, classes: int, shape: tuple[int, ...]) -> np.ndarray:
+    """Per class, three 2-D waves of random frequency, direction, phase and colour."""
+    height, width, channels = shape
+    yy, xx = np.mgrid[:height, :width] / max(height, width)
+    centres = np.zeros((classes, *shape), np.float32)
+    for k in range(classes):
+        for _ in range(3):
+            fy, fx = rng.integers(-4, 5, size=2)
+            wave = np.sin(2 * np.pi * (fy * yy + fx * xx) + rng.uniform(0, 2 * np.pi))
+            centres[k] += wave[..., None] * rng.normal(0.0, 1.0, size=channels)
+    return centres / centres.std()
+
+
+def make_synthetic_text(cfg: SyntheticTextData, seed: int):
+    """Random filler tokens with class markers sprinkled in: the class is the marker that
+    occurs most often. Token 0 is padding, 1..num_classes are the markers."""
+    rng = np.random.default_rng(seed)
+
+    def draw(n: int):
+        y = rng.integers(0, cfg.num_classes, size=n).astype(np.int32)
+        x = rng.integers(cfg.num_classes + 1, cfg.vocab_size, size=(n, cfg.sequence_length))
+        markers = max(2, cfg.sequence_length // 8)
+        for row, label in enumerate(y):
+            places = rng.choice(cfg.sequence_length, size=markers, replace=False)
+            noise = rng.integers(1, cfg.num_classes + 1, size=markers)
+            # at least half the markers say the label; the rest are random markers
+            x[row, places] = np.where(np.arange(markers) < (markers + 1) // 2 + 1, label + 1, noise)
+        return x.astype(np.int32), y
 
     return draw(cfg.train_size), draw(cfg.test_size)
 

@@ -1,0 +1,72 @@
+"""What every data source hands to the pipeline: splits of examples, and what the inputs are.
+
+A split is one of three things, whichever the source can offer cheaply:
+- `arrays`: x and y in memory (or memory-mapped from a cache file), gathered a batch at a time;
+- `load`: examples addressable by index (one file each), decoded in parallel as needed;
+- `stream`: examples that can only be read in order (a CSV file, a TFDS split).
+The pipeline (`pipeline.py`) turns any of them into batches whose order depends only on the
+seed and the epoch. Nothing here imports TensorFlow.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+InputKind = Literal["image", "tokens", "vector"]
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """The shape of one example's input and what it is; `vocab_size` for token inputs."""
+
+    shape: tuple[int, ...]
+    kind: InputKind
+    vocab_size: int | None = None
+
+    @staticmethod
+    def of_array(x: np.ndarray) -> InputSpec:
+        shape = tuple(int(d) for d in x.shape[1:])
+        if np.issubdtype(x.dtype, np.integer) and len(shape) == 1:
+            return InputSpec(shape, "tokens", int(x.max()) + 1 if x.size else None)
+        return InputSpec(shape, "image" if len(shape) == 3 else "vector")
+
+
+@dataclass
+class Split:
+    size: int
+    arrays: tuple[np.ndarray, np.ndarray] | None = None
+    load: Callable[[Any], tuple[Any, Any]] | None = None  # tf index → (x, y), traced by tf.data
+    stream: Callable[[], Any] | None = None  # () → tf.data.Dataset of (x, y) in a fixed order
+
+    def __post_init__(self) -> None:
+        if sum(part is not None for part in (self.arrays, self.load, self.stream)) != 1:
+            raise ValueError("a Split is exactly one of arrays, load, stream")
+
+
+@dataclass
+class Dataset:
+    train: Split
+    val: Split | None
+    test: Split
+    spec: InputSpec
+    num_classes_seen: int
+    source: str
+    files: dict[str, str] = field(default_factory=dict)  # name → text the run folder keeps
+
+
+def hash_fraction(key: str, salt: str) -> float:
+    """A stable pseudo-random number in [0, 1) for `key`: splits files into train, validation
+    and test the same way on every machine and run, independent of listing order."""
+    return zlib.crc32(f"{salt}:{key}".encode()) / 2**32
+
+
+def split_keys(keys: Sequence[str], fraction: float, salt: str) -> tuple[list[int], list[int]]:
+    """Indices of `keys` kept, and those (about `fraction` of them) taken out."""
+    taken = [i for i, k in enumerate(keys) if hash_fraction(k, salt) < fraction]
+    chosen = set(taken)
+    return [i for i in range(len(keys)) if i not in chosen], taken

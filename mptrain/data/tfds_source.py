@@ -1,0 +1,99 @@
+"""`tfds`: a TensorFlow Datasets data set that is already prepared in a data folder.
+
+mptrain never downloads: a data set TFDS has not prepared (`download_and_prepare`) in
+`data.data_dir` is an error that says how to prepare it on a connected machine. Prepared data
+is read by TFDS' own reader, in its stored order, and shuffled per epoch by the pipeline.
+Needs the optional extra: `pip install mptrain[tfds]`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mptrain.config.schema import TfdsData
+from mptrain.data.dataset import Dataset, InputSpec, Split
+from mptrain.errors import DataError
+
+
+def _import_tfds():
+    try:
+        import tensorflow_datasets as tfds
+    except ImportError:
+        raise DataError("data.dataset tfds needs TensorFlow Datasets: "
+                        "pip install 'mptrain[tfds]'") from None
+    return tfds
+
+
+def find_prepared(tfds, name: str, data_dir: Path):
+    """The builder of a prepared data set: by registered name, or straight from its folder
+    (data sets defined outside TFDS, prepared elsewhere, work too). None when not prepared."""
+    base, _, version = name.partition(":")
+    folder = data_dir / base
+    if not folder.is_dir():
+        return None
+    versions = sorted((p for p in folder.iterdir() if (p / "dataset_info.json").is_file()),
+                      key=lambda p: [int(part) for part in p.name.split(".") if part.isdigit()])
+    if version:
+        versions = [p for p in versions if p.name == version]
+    if not versions:
+        return None
+    return tfds.builder_from_directory(str(versions[-1]))
+
+
+def load_tfds(cfg: TfdsData) -> Dataset:
+    tfds = _import_tfds()
+    data_dir = Path(cfg.data_dir or _default_data_dir()).expanduser()
+    builder = find_prepared(tfds, cfg.name, data_dir)
+    if builder is None:
+        raise DataError(
+            f"TFDS data set {cfg.name!r} is not prepared in {data_dir} (data.data_dir), and "
+            "mptrain does not download. Prepare it on a connected machine with "
+            f"`python -c \"import tensorflow_datasets as tfds; tfds.builder('{cfg.name}', "
+            f"data_dir='{data_dir}').download_and_prepare()\"` and copy the folder here.")
+    info = builder.info
+    if info.supervised_keys is None:
+        raise DataError(f"TFDS data set {cfg.name!r} has no (input, label) pair "
+                        "(supervised_keys); mptrain trains classifiers on supervised data sets")
+    x_key, y_key = info.supervised_keys[:2]
+    shape = tuple(info.features[x_key].shape)
+    if any(d is None for d in shape):
+        raise DataError(f"TFDS data set {cfg.name!r}: its {x_key!r} has shape {shape} with "
+                        "variable sizes; use a data set with fixed-size inputs, or export it "
+                        "to an image_folder (which resizes)")
+    for split in (cfg.train_split, cfg.test_split):
+        if split not in info.splits:
+            raise DataError(f"TFDS data set {cfg.name!r} has no split {split!r} (splits: "
+                            f"{', '.join(info.splits)}); set data.train_split / data.test_split")
+    num_classes = info.features[y_key].num_classes
+
+    def stream_of(split: str, skip: int = 0, take: int = -1):
+        def stream():
+            ds = builder.as_dataset(split=split, shuffle_files=False, as_supervised=True)
+            return ds.skip(skip).take(take)
+
+        return stream
+
+    n_train = info.splits[cfg.train_split].num_examples
+    n_test = info.splits[cfg.test_split].num_examples
+    if cfg.max_train_examples:
+        n_train = min(n_train, cfg.max_train_examples)
+    if cfg.max_test_examples:
+        n_test = min(n_test, cfg.max_test_examples)
+    cut = n_train - int(n_train * cfg.validation_split)
+    kind = "image" if len(shape) == 3 else "tokens" if info.features[x_key].dtype.is_integer and \
+        len(shape) == 1 else "vector"
+    return Dataset(
+        train=Split(cut, stream=stream_of(cfg.train_split, take=cut)),
+        val=Split(n_train - cut, stream=stream_of(cfg.train_split, skip=cut, take=n_train - cut))
+        if cut < n_train else None,
+        test=Split(n_test, stream=stream_of(cfg.test_split, take=n_test)),
+        spec=InputSpec(shape, kind),
+        num_classes_seen=num_classes,
+        source=f"tfds:{cfg.name} ({data_dir})",
+    )
+
+
+def _default_data_dir() -> str:
+    import os
+
+    return os.environ.get("TFDS_DATA_DIR", str(Path.home() / "tensorflow_datasets"))

@@ -1,0 +1,82 @@
+"""Models, one builder per `model.kind`, all ending in a float32 output.
+
+Builders run after `policy.apply_policy`, so every layer they create follows the global
+policy; each returns the model and notes on what mptrain did to it (shown before training and
+kept in the summary). Whatever a builder returns, `build_model` makes sure the model's output
+is float32 (the guide's rule), appending a float32 `Activation("linear")` when it is not.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from mptrain.config.schema import ExperimentConfig
+from mptrain.data.dataset import InputSpec
+
+# model.kind → "module:function(config, spec) -> (keras.Model, notes)", imported when used
+BUILDERS = {
+    "mlp": "mptrain.model.basic:build_mlp",
+    "cnn": "mptrain.model.basic:build_cnn",
+    "application": "mptrain.model.applications:build_application",
+    "transformer": "mptrain.model.transformer:build_transformer",
+    "keras_hub": "mptrain.model.hub:build_hub",
+    "python": "mptrain.model.python_builder:build_python",
+    "saved": "mptrain.model.saved:build_saved",
+}
+
+
+@dataclass
+class BuiltModel:
+    model: Any  # keras.Model
+    notes: list[str] = field(default_factory=list)
+
+
+def build_model(config: ExperimentConfig, spec: InputSpec) -> BuiltModel:
+    """The experiment's model under the current global policy, with a float32 output."""
+    import mptrain.model.layers  # noqa: F401  (registers mptrain's layers for saving/loading)
+
+    module, _, function = BUILDERS[config.model.kind].partition(":")
+    model, notes = getattr(importlib.import_module(module), function)(config, spec)
+    model, more = ensure_float32_output(model)
+    return BuiltModel(model, notes + more)
+
+
+def output_dtype(model) -> str:
+    import keras
+
+    return keras.backend.standardize_dtype(model.outputs[0].dtype)
+
+
+def ensure_float32_output(model):
+    """The model unchanged when its output is float32; else the model followed by a float32
+    linear `Activation`, and a note saying so."""
+    import keras
+
+    found = output_dtype(model)
+    if found == "float32":
+        return model, []
+    outputs = keras.layers.Activation("linear", dtype="float32", name="float32_output")(model.outputs[0])
+    wrapped = keras.Model(model.inputs, outputs, name=model.name)
+    return wrapped, [f"the model's output was {found}; mptrain appended a float32 linear Activation "
+                     "so the loss is computed in float32 (the guide's rule)"]
+
+
+def check_model_fits(config: ExperimentConfig, spec: InputSpec) -> None:
+    """Before training: does the data's input suit the model (image size, channels,
+    vocabulary, sequence length)? An error names the key to change."""
+    kind = config.model.kind
+    if kind == "application":
+        from mptrain.model.applications import check_application_fits
+
+        check_application_fits(config.model, spec)
+    elif kind == "transformer":
+        from mptrain.model.transformer import check_transformer_fits
+
+        check_transformer_fits(config.model, spec)
+    elif kind == "cnn" and len(spec.shape) != 3:
+        from mptrain.errors import ConfigError
+
+        raise ConfigError(f"model.kind cnn needs image inputs (height, width, channels); this "
+                          f"data set's examples have shape {spec.shape}")

@@ -1,0 +1,91 @@
+"""Learning-rate schedules, gradient clipping and gradient accumulation, correct under loss
+scaling in both loops."""
+
+import math
+
+import numpy as np
+import pytest
+
+tf = pytest.importorskip("tensorflow")
+
+from mptrain.runner import run_experiment  # noqa: E402
+
+
+def trained_weights(result):
+    import keras
+
+    return keras.saving.load_model(result.run_dir / "model.keras").get_weights()
+
+
+def test_cosine_schedule_with_warmup_is_followed_and_logged(tiny_config):
+    import keras
+
+    result = run_experiment(tiny_config(
+        "train.loop=custom", "train.epochs=4",
+        "train.optimizer={name: sgd, schedule: {kind: cosine, learning_rate: 0.1, warmup_steps: 6}}"))
+    steps_per_epoch = 6
+    expected = keras.optimizers.schedules.CosineDecay(0.0, 4 * steps_per_epoch - 6,
+                                                      warmup_target=0.1, warmup_steps=6)
+    logged = [e.learning_rate for e in result.epochs]
+    assert logged == pytest.approx([float(expected(steps_per_epoch * (i + 1))) for i in range(4)])
+    assert logged[0] == pytest.approx(0.1)  # end of warm-up
+    assert logged[-1] == pytest.approx(0.0, abs=1e-6)  # decayed to alpha=0
+
+
+@pytest.mark.parametrize(("schedule", "rates"), [
+    ("{kind: constant, learning_rate: 0.05, warmup_steps: 12}", [0.025, 0.05, 0.05]),
+    ("{kind: exponential, learning_rate: 0.1, decay_steps: 6, decay_rate: 0.5}", [0.05, 0.025, 0.0125]),
+    ("{kind: piecewise, boundaries: [6, 12], values: [0.1, 0.01, 0.001]}", [0.1, 0.01, 0.001]),
+])
+def test_schedules_in_fit(tiny_config, schedule, rates):
+    result = run_experiment(tiny_config(f"train.optimizer={{name: sgd, schedule: {schedule}}}"))
+    assert [e.learning_rate for e in result.epochs] == pytest.approx(rates)
+
+
+@pytest.mark.parametrize("loop", ["fit", "custom"])
+def test_clipping_sees_unscaled_gradients(tiny_config, loop):
+    """clipnorm 50: float32's gradient norm is far below it, the scaled one (x32768) far above.
+    Clipping the scaled gradient would shrink the update ~1000x; the mixed_float16 update
+    must equal float32's."""
+    deltas = {}
+    for policy in ("float32", "mixed_float16"):
+        config = tiny_config(f"train.loop={loop}", f"policy={policy}", "train.max_steps=1",
+                             "train.optimizer={name: sgd, kwargs: {learning_rate: 0.5, clipnorm: 50}}",
+                             "output.save_model=true", "train.xla_optimizer_update=false")
+        untrained = run_experiment(tiny_config(f"policy={policy}", "train.max_steps=1",
+                                               "train.optimizer={name: sgd, kwargs: {learning_rate: 0.0}}",
+                                               "output.save_model=true"))
+        result = run_experiment(config)
+        deltas[policy] = np.concatenate([(a - b).ravel() for a, b in zip(
+            trained_weights(result), trained_weights(untrained), strict=True)])
+    assert np.abs(deltas["float32"]).max() > 1e-3
+    np.testing.assert_allclose(deltas["mixed_float16"], deltas["float32"], atol=2e-3, rtol=0.05)
+
+
+@pytest.mark.parametrize("loop", ["fit", "custom"])
+def test_accumulation_skips_non_finite_steps_instead_of_accumulating_them(tiny_config, tmp_path, loop):
+    """Accumulating 2 steps under mixed_float16 with one example that overflows float16: the
+    steps holding it are skipped (scale halves) and never reach the accumulators, so training
+    stays finite and learns."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(256, 16)).astype(np.float32)
+    y = (x[:, 0] > 0).astype(np.int64) + 2 * (x[:, 1] > 0)
+    x[17, 3] = 1e5
+    path = tmp_path / "overflow.npz"
+    np.savez(path, x_train=x, y_train=y, x_test=x[18:82], y_test=y[18:82])
+    result = run_experiment(tiny_config(
+        f"train.loop={loop}", "policy=mixed_float16", "data.dataset=npz", f"data.path={path}",
+        "data.validation_split=0", "train.epochs=4", "output.save_model=true",
+        "train.optimizer={name: adam, kwargs: {learning_rate: 0.01, gradient_accumulation_steps: 2}}"))
+    s = result.summary
+    assert s.loss_scale.skipped_steps == 4  # one batch per epoch holds example 17
+    assert all(np.isfinite(w).all() for w in trained_weights(result))
+    assert math.isfinite(s.test_loss) and s.test_accuracy > 0.45  # 4 classes: chance is 0.25
+    assert result.epochs[-1].metrics["loss"] < result.epochs[0].metrics["loss"]
+
+
+def test_gradient_accumulation_needs_two_steps_or_more(tiny_config):
+    from mptrain.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="gradient_accumulation_steps = 1: must be at least 2"):
+        tiny_config("train.optimizer.kwargs={gradient_accumulation_steps: 1}")
