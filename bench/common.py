@@ -1,16 +1,21 @@
-"""Shared pieces of the benchmarks: the guide's model written plainly, and mptrain runs.
+"""Shared pieces of the benchmarks: the interleaving harness, plain Keras baselines, mptrain runs.
 
-Every benchmark measures its variants side by side in one run and prints ratios, because the
-machines are shared and noisy: an absolute time from another day means little.
+The machines are shared and noisy (speed drifts up to 2x between days and +-40% within a run,
+and a VM's vCPU is sometimes descheduled for whole slices). So every benchmark runs its
+variants side by side, interleaved in rotating order over several rounds (`interleave`), and
+prints each side's median with its spread over the rounds next to every ratio: a reader sees
+whether a difference is bigger than the noise. Absolute times from another day mean little.
 """
 
 from __future__ import annotations
 
+import gc
 import os
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -27,15 +32,19 @@ def cpu_model() -> str:
         k for k, v in cpu.features.items() if v)
 
 
-def synthetic_npz(folder: Path, n_train: int, shape=(784,), n_test: int = 256) -> Path:
+def synthetic_npz(folder: Path, n_train: int, shape=(784,), n_test: int = 256,
+                  vocab: int | None = None) -> Path:
+    """Random inputs (token ids below `vocab` when given) and labels: speed does not care."""
     rng = np.random.default_rng(0)
-    path = folder / f"bench_{n_train}_{'x'.join(map(str, shape))}.npz"
+    path = folder / f"bench_{n_train}_{'x'.join(map(str, shape))}_{vocab}.npz"
     if not path.exists():
-        np.savez(path,
-                 x_train=rng.random((n_train, *shape), dtype=np.float32),
-                 y_train=rng.integers(0, 10, n_train),
-                 x_test=rng.random((n_test, *shape), dtype=np.float32),
-                 y_test=rng.integers(0, 10, n_test))
+        def inputs(n):
+            if vocab:
+                return rng.integers(1, vocab, (n, *shape)).astype(np.int32)
+            return rng.random((n, *shape), dtype=np.float32)
+
+        np.savez(path, x_train=inputs(n_train), y_train=rng.integers(0, 10, n_train),
+                 x_test=inputs(n_test), y_test=rng.integers(0, 10, n_test))
     return path
 
 
@@ -131,6 +140,59 @@ def mptrain_run(npz: Path, *, policy: str, loop: str, batch: int, steps: int, wa
         "output": {"dir": tempfile.mkdtemp(prefix="mptrain-bench-"), "save_model": False},
     }
     return run_experiment(validate(raw, "<bench>")).summary
+
+
+def interleave(variants: dict[str, Callable[[], float]], rounds: int) -> dict[str, list[float]]:
+    """Run each variant once per round, the order rotated every round, so drift and slow
+    phases of the machine hit every variant alike. Each call returns one measurement (a
+    run's median step ms)."""
+    import keras
+
+    names = list(variants)
+    results: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(rounds):
+        for name in names[r % len(names):] + names[: r % len(names)]:
+            results[name].append(variants[name]())
+            keras.backend.clear_session()
+            gc.collect()
+    return results
+
+
+def spread(values: list[float], digits: int = 1) -> str:
+    """median (min–max over rounds)."""
+    if len(values) == 1:
+        return f"{values[0]:.{digits}f}"
+    return f"{statistics.median(values):.{digits}f} ({min(values):.{digits}f}–{max(values):.{digits}f})"
+
+
+def ratio(numerators: list[float], denominators: list[float], digits: int = 2) -> str:
+    """The ratio within each round (both sides measured minutes apart), then median (min–max)."""
+    per_round = [a / b for a, b in zip(numerators, denominators, strict=False)]
+    if len(per_round) == 1:
+        return f"{per_round[0]:.{digits}f}x"
+    return (f"{statistics.median(per_round):.{digits}f}x "
+            f"({min(per_round):.{digits}f}–{max(per_round):.{digits}f})")
+
+
+def plain_keras_ms(model, x, y, batch: int, steps: int, warmup: int) -> float:
+    """Hand-written Keras on a given model: compile, fit on NumPy arrays, time each step with
+    a callback (median ms after warm-up). The baseline for mptrain's overhead."""
+    import keras
+
+    model.compile(loss="sparse_categorical_crossentropy", optimizer=keras.optimizers.RMSprop(),
+                  metrics=["accuracy"])
+    times: list[float] = []
+
+    class Timer(keras.callbacks.Callback):
+        def on_train_batch_begin(self, batch, logs=None):
+            self.t = time.perf_counter()
+
+        def on_train_batch_end(self, batch, logs=None):
+            times.append(time.perf_counter() - self.t)
+
+    n = batch * (steps + warmup)
+    model.fit(x[:n], y[:n], batch_size=batch, epochs=1, callbacks=[Timer()], verbose=0)
+    return statistics.median(times[warmup:]) * 1000
 
 
 def quiet_tensorflow():

@@ -14,7 +14,25 @@ from mptrain.microbench import BenchResult, best_16bit
 from mptrain.policy import compatibility_check, recommend
 
 
-def check_report(machine: Machine, bench: list[BenchResult] | None = None) -> dict:
+def distribution_facts(tf, machine: Machine) -> dict:
+    """What tf.distribute would use here: the devices a mirrored strategy takes by default,
+    and how replicas would exchange gradients."""
+    gpus = [d.name for d in tf.config.list_logical_devices("GPU")]
+    cpus = [d.name for d in tf.config.list_logical_devices("CPU")]
+    return {
+        "logical_devices": cpus + gpus,
+        "mirrored_devices": gpus or cpus[:1],
+        "nccl": bool(gpus) and tf.test.is_built_with_cuda(),
+        "all_reduce": ("NCCL between this machine's GPUs" if gpus and tf.test.is_built_with_cuda()
+                       else "TensorFlow's collective ops (ring all-reduce): CPU replicas and "
+                            "workers over gRPC"),
+        "note": ("one CPU device: `distribute.devices: [/cpu:0, /cpu:1]` splits it into logical "
+                 "devices to try mirrored training" if not gpus else ""),
+    }
+
+
+def check_report(machine: Machine, bench: list[BenchResult] | None = None,
+                 distribution: dict | None = None) -> dict:
     """Everything `check-gpu` shows, as one dict."""
     rec = recommend(machine)
     reason = rec.reason
@@ -29,5 +47,6 @@ def check_report(machine: Machine, bench: list[BenchResult] | None = None) -> di
         "gpu_found": bool(machine.gpus),
         "recommendation": {"policy": rec.policy, "reason": reason, "warnings": rec.warnings},
         "compatibility_check": compatibility_check(machine.gpus),
+        "distribution": distribution,
         "bench": [asdict(r) for r in bench] if bench else None,
     }

@@ -17,9 +17,11 @@ import typer
 import typer.core
 
 from mptrain import __version__
-from mptrain.errors import DataError, MptrainError
+from mptrain.errors import ConfigError, DataError, MptrainError
 
 STARTED_AT = time.perf_counter()
+DIVERGED_EXIT_CODE = 3
+SIGNAL_EXIT_CODES = {2: 130, 15: 143}  # SIGINT, SIGTERM → the shell's 128 + signal
 
 
 class _FlagHelp:
@@ -126,8 +128,19 @@ def _emit(data, json_out: bool, render) -> None:
 
 @app.command(cls=_Command)
 def run(
-    config: ConfigArg,
+    config: Annotated[str | None, typer.Argument(
+        metavar="CONFIG", show_default=False,
+        help="Experiment YAML file, or the name of a built-in one (see `mptrain configs`). "
+             "With --resume: optional, checked against the run's own config.")] = None,
     set_: SetOpt = None,
+    resume: Annotated[Path | None, typer.Option(
+        "--resume", metavar="RUN_DIR", show_default=False,
+        help="Continue the interrupted or failed run in RUN_DIR from its last checkpoint, with "
+             "its own config.yaml; --set train.epochs=N trains a run longer.")] = None,
+    workers: Annotated[int | None, typer.Option(
+        min=2, metavar="N", show_default=False,
+        help="Try multi-worker training on this machine: N worker processes on 127.0.0.1 "
+             "(distribute.strategy multi_worker_mirrored); the chief prints the summary.")] = None,
     json_out: JsonOpt = False,
     verbose: VerboseOpt = False,
     initial_weights: Annotated[Path | None, typer.Option(hidden=True)] = None,  # used by compare
@@ -135,25 +148,61 @@ def run(
 ) -> None:
     """Train and evaluate one experiment; write its run folder and print a summary.
 
-    The run folder OUTPUT_DIR/NAME-TIMESTAMP/ holds config.yaml (resolved), metrics.jsonl,
-    steps.jsonl, summary.json and model.keras. Live progress goes to stderr.
+    The run folder OUTPUT_DIR/NAME-TIMESTAMP/ holds config.yaml (resolved), summary.json,
+    metrics.jsonl, steps.jsonl, checkpoints/ and model.keras. Live progress goes to stderr.
+    Ctrl-C or SIGTERM stops after the current step, saves a checkpoint and prints the
+    --resume command (exit 130 / 143); a diverged run exits 3.
     """
     from mptrain.config import load_config
     from mptrain.report.console import stderr
     from mptrain.report.progress import LiveProgress
     from mptrain.report.tables import run_header, summary_table
 
-    with _user_errors("interrupted: the run folder was removed"):
-        experiment = load_config(config, set_)
+    if workers is not None:
+        from mptrain.distribute import run_local_workers
+
+        with _user_errors():
+            if config is None:
+                raise ConfigError("--workers needs an experiment (CONFIG)")
+            load_config(config, set_)  # bad input: one error here, not one per worker
+            arguments = [config, *(arg for item in set_ or [] for arg in ("--set", item))]
+            arguments += ["--json"] * json_out + ["--verbose"] * verbose
+            code, stdout = run_local_workers(arguments, workers)
+        typer.echo(stdout, nl=False)
+        raise typer.Exit(code)
+
+    with _user_errors("interrupted (a run folder, if one was made, keeps its last checkpoint)"):
+        if resume is not None:
+            from mptrain.resume import AlreadyFinished, resume_config
+
+            try:
+                experiment = resume_config(resume, config, set_ or [])
+            except AlreadyFinished as done:
+                stderr.print(f"nothing to do: {done}", soft_wrap=True, highlight=False)
+                raise typer.Exit(0) from None
+        elif config is None:
+            raise ConfigError("mptrain run: give an experiment (CONFIG) or --resume RUN_DIR")
+        else:
+            experiment = load_config(config, set_)
         from mptrain.runner import run_experiment
 
         with LiveProgress() as progress:
-            result = run_experiment(experiment, listeners=[progress], verbose=verbose,
-                                    initial_weights=initial_weights, output_dir=output_dir,
-                                    started_at=STARTED_AT,
+            result = run_experiment(experiment, resume=resume, listeners=[progress],
+                                    verbose=verbose, initial_weights=initial_weights,
+                                    output_dir=output_dir, started_at=STARTED_AT,
                                     on_start=lambda c, w, notes: stderr.print(
                                         run_header(experiment, c, w, notes), soft_wrap=True))
     _emit(result.summary, json_out, summary_table)
+    status = result.summary.status
+    if status == "interrupted":
+        stderr.print(f"[yellow]{result.summary.stop_reason}[/]: checkpoint saved. Continue with:\n"
+                     f"  mptrain run --resume {result.run_dir}", soft_wrap=True, highlight=False)
+        raise typer.Exit(SIGNAL_EXIT_CODES.get(result.signal, 130))
+    if status == "diverged":
+        stderr.print(f"[red]diverged[/]: {result.summary.stop_reason or 'the loss became NaN/inf'}"
+                     f"; the last good checkpoint is in {result.run_dir}/checkpoints",
+                     soft_wrap=True, highlight=False)
+        raise typer.Exit(DIVERGED_EXIT_CODE)
 
 
 @app.command(cls=_Command)
@@ -166,12 +215,18 @@ def compare(
         "float32,mixed_float16"),
     loops: Annotated[str | None, typer.Option(
         help="Comma-separated loops (fit,custom); default: the experiment's.")] = None,
+    strategies: Annotated[str | None, typer.Option(
+        help="Comma-separated tf.distribute strategies (none,mirrored,...); default: the "
+             "experiment's distribute.strategy.")] = None,
     epochs: Annotated[int | None, typer.Option(min=1, help="Shortcut for --set train.epochs=N.")] = None,
     steps: Annotated[int | None, typer.Option(
         min=1, help="Stop every variant after N training steps (then evaluate).")] = None,
     max_step_seconds: Annotated[float | None, typer.Option(
         min=0.0, help="Stop a variant once one of its steps takes longer than this (0: never).")] = 60.0,
     set_: SetOpt = None,
+    resume: Annotated[Path | None, typer.Option(
+        "--resume", metavar="COMPARE_DIR", show_default=False,
+        help="Finish an interrupted compare: run the variants that did not finish.")] = None,
     json_out: JsonOpt = False,
     verbose: VerboseOpt = False,
 ) -> None:
@@ -179,9 +234,17 @@ def compare(
 
     Each variant runs in its own process. Writes OUTPUT_DIR/compare-NAME-TIMESTAMP/ with
     compare.json, compare.png and every variant's run folder, and prints two tables that fit
-    80 columns: the results (speed-up, accuracy, verdict) and the details.
+    80 columns: the results (speed-up, accuracy, verdict) and the details. Ctrl-C or SIGTERM
+    stops the running variant after its current step (with a checkpoint) and starts no more;
+    --resume finishes the compare later.
     """
-    from mptrain.compare import DEFAULT_EXPERIMENT, explain_missing_default, plan_variants, run_compare
+    from mptrain.compare import (
+        DEFAULT_EXPERIMENT,
+        explain_missing_default,
+        plan_variants,
+        resume_compare,
+        run_compare,
+    )
     from mptrain.config import load_config
     from mptrain.report.console import stderr
     from mptrain.report.tables import compare_tables
@@ -193,24 +256,34 @@ def compare(
         overrides.append(f"train.max_steps={steps}")
     if max_step_seconds:
         overrides.append(f"train.max_step_seconds={max_step_seconds}")
+
+    def announce(index: int, total: int, variant) -> None:
+        where = "" if variant.strategy == "none" else f" · {variant.strategy}"
+        stderr.rule(f"variant {index}/{total}: {variant.policy} · {variant.loop}{where}")
+
     with _user_errors():
-        experiment = load_config(config or DEFAULT_EXPERIMENT, overrides)
-        variants = plan_variants(policies, loops, experiment)
+        if resume is not None:
+            result = resume_compare(resume, verbose=verbose, on_variant=announce)
+        else:
+            experiment = load_config(config or DEFAULT_EXPERIMENT, overrides)
+            variants = plan_variants(policies, loops, experiment, strategies)
 
-        def notes(warnings: dict[str, str]) -> None:
-            for warning in dict.fromkeys(warnings.values()):
-                labels = ", ".join(label for label, w in warnings.items() if w == warning)
-                stderr.print(f"[yellow]note ({labels}):[/] {warning}", soft_wrap=True, highlight=False)
+            def notes(warnings: dict[str, str]) -> None:
+                for warning in dict.fromkeys(warnings.values()):
+                    labels = ", ".join(label for label, w in warnings.items() if w == warning)
+                    stderr.print(f"[yellow]note ({labels}):[/] {warning}", soft_wrap=True,
+                                 highlight=False)
 
-        def announce(index: int, total: int, variant) -> None:
-            stderr.rule(f"variant {index}/{total}: {variant.policy} · {variant.loop}")
-
-        try:
-            result = run_compare(experiment, variants, verbose=verbose, on_notes=notes,
-                                 on_variant=announce)
-        except DataError as exc:
-            raise (explain_missing_default(exc) if config is None else exc) from None
+            try:
+                result = run_compare(experiment, variants, verbose=verbose, on_notes=notes,
+                                     on_variant=announce)
+            except DataError as exc:
+                raise (explain_missing_default(exc) if config is None else exc) from None
     _emit(result.record, json_out, compare_tables)
+    if result.record.status == "interrupted":
+        stderr.print(f"[yellow]compare interrupted[/]: finished variants are kept. Continue with:\n"
+                     f"  mptrain compare --resume {result.folder}", soft_wrap=True, highlight=False)
+        raise typer.Exit(SIGNAL_EXIT_CODES.get(result.signal, 130))
     if any(row.failed for row in result.record.variants):
         raise typer.Exit(1)
 
@@ -231,6 +304,79 @@ def validate(config: ConfigArg, set_: SetOpt = None) -> None:
         typer.echo(yaml.safe_dump(experiment.to_yaml_dict(), sort_keys=False), nl=False)
 
 
+@app.command(cls=_Command)
+def lint(config: ConfigArg, set_: SetOpt = None, json_out: JsonOpt = False,
+         verbose: VerboseOpt = False) -> None:
+    """What keeps this model from being fast or safe in 16 bits, without training it.
+
+    Dimensions Tensor Cores want as multiples of 8 (TPUs: 128), largest FLOPs share first;
+    a model too small to gain; outputs, layers and softmaxes in the wrong dtype. Each finding
+    says what to change in the YAML. Exit 0: no warnings; 1: warnings; 2: bad input.
+    """
+    from mptrain.config import load_config
+    from mptrain.diagnostics.lint import lint_experiment, summary_line
+    from mptrain.report.tables import lint_view
+
+    with _user_errors():
+        findings, context = lint_experiment(load_config(config, set_), verbose=verbose)
+    report = {**context, "findings": [f.to_dict() for f in findings],
+              "summary": summary_line(findings)}
+    _emit(report, json_out, lint_view)
+    if any(f.severity == "warning" for f in findings):
+        raise typer.Exit(1)
+
+
+@app.command(cls=_Command)
+def diagnose(
+    config: ConfigArg,
+    set_: SetOpt = None,
+    steps: Annotated[int, typer.Option(min=1, help="Training steps before the measured one.")] = 5,
+    json_out: JsonOpt = False,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Would this model's numbers survive 16 bits? A few float32 steps, measured per layer.
+
+    Activations and gradients that overflow (> 65504) or underflow float16, with and without
+    the loss scale; the loss-scale range that keeps gradients representable; bfloat16's
+    relative error per layer; a verdict per policy and a recommendation.
+    """
+    from mptrain.config import load_config
+    from mptrain.diagnostics.numerics import diagnose as run_diagnosis
+    from mptrain.report.tables import diagnose_view
+
+    with _user_errors():
+        result = run_diagnosis(load_config(config, set_), steps=steps, verbose=verbose)
+    _emit(result.to_dict(), json_out, diagnose_view)
+
+
+@app.command(cls=_Command)
+def memory(
+    config: ConfigArg,
+    policies: Annotated[str, typer.Option(help="Comma-separated policies.")] = (
+        "float32,mixed_float16,mixed_bfloat16"),
+    set_: SetOpt = None,
+    measure: Annotated[bool, typer.Option(help="Also measure a 3-step run per policy.")] = True,
+    json_out: JsonOpt = False,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Training memory per policy: weights, gradients, optimizer state and activations,
+    estimated from the built model and measured in a short run; the largest batch that fits.
+    """
+    from mptrain.compare import parse_choices
+    from mptrain.config import POLICIES, load_config
+    from mptrain.memory import WHY_NOT_HALF, plan
+    from mptrain.report.tables import memory_view
+
+    with _user_errors():
+        experiment = load_config(config, set_)
+        chosen = parse_choices(policies, tuple(p for p in POLICIES if p != "auto"), "--policies")
+        plans = plan(experiment, chosen, measure=measure, verbose=verbose)
+    report = {"experiment": experiment.name, "batch_size": experiment.train.batch_size,
+              "parameters": plans[0].parameters, "plans": [p.to_dict() for p in plans],
+              "why": WHY_NOT_HALF}
+    _emit(report, json_out, memory_view)
+
+
 @app.command("check-gpu", cls=_Command)
 def check_gpu(
     bench: Annotated[bool, typer.Option("--bench", metavar="", help=(
@@ -246,7 +392,7 @@ def check_gpu(
 
     Exits 0 without a GPU: that is information, not an error.
     """
-    from mptrain.check_gpu import check_report
+    from mptrain.check_gpu import check_report, distribution_facts
     from mptrain.hardware import probe
     from mptrain.tf_runtime import import_tensorflow
 
@@ -261,7 +407,7 @@ def check_gpu(
             results = run_microbench(tf, bench_devices(tf), scale=bench_scale)
     from mptrain.report.tables import check_gpu_view
 
-    _emit(check_report(machine, results), json_out, check_gpu_view)
+    _emit(check_report(machine, results, distribution_facts(tf, machine)), json_out, check_gpu_view)
 
 
 @app.command("configs", cls=_Command)

@@ -15,23 +15,26 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
+from typing import Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from mptrain.config import POLICIES, ExperimentConfig
 from mptrain.errors import ConfigError, DataError
-from mptrain.run_folder import to_json
+from mptrain.run_folder import to_json, unique_folder, write_atomic
 from mptrain.summary import MIN_TIMED_STEPS, RunSummary
 
 LOOPS = ("fit", "custom")
+STRATEGIES = ("none", "one_device", "mirrored", "multi_worker_mirrored", "tpu")
 DEFAULT_EXPERIMENT = "mnist_mixed"  # the guide's experiment
 OFFLINE_EXPERIMENTS = ("synthetic", "fashion_mnist_mixed")
 ACCURACY_TOLERANCE_PT = 0.5
@@ -41,10 +44,12 @@ ACCURACY_TOLERANCE_PT = 0.5
 class Variant:
     policy: str
     loop: str
+    strategy: str = "none"  # distribute.strategy
 
     @property
     def label(self) -> str:
-        return f"{self.policy}-{self.loop}"
+        base = f"{self.policy}-{self.loop}"
+        return base if self.strategy == "none" else f"{base}-{self.strategy}"
 
 
 def parse_choices(text: str, allowed: tuple[str, ...], option: str) -> list[str]:
@@ -61,10 +66,13 @@ def parse_choices(text: str, allowed: tuple[str, ...], option: str) -> list[str]
     return items
 
 
-def plan_variants(policies: str, loops: str | None, config: ExperimentConfig) -> list[Variant]:
+def plan_variants(policies: str, loops: str | None, config: ExperimentConfig,
+                  strategies: str | None = None) -> list[Variant]:
     policy_list = parse_choices(policies, POLICIES, "--policies")
     loop_list = parse_choices(loops, LOOPS, "--loops") if loops else [config.train.loop]
-    return [Variant(p, loop) for loop in loop_list for p in policy_list]
+    strategy_list = (parse_choices(strategies, STRATEGIES, "--strategies") if strategies
+                     else [config.distribute.strategy])
+    return [Variant(p, loop, s) for s in strategy_list for loop in loop_list for p in policy_list]
 
 
 class _Record(BaseModel):
@@ -78,6 +86,7 @@ class CompareRow(_Record):
     variant: str
     policy: str
     loop: str
+    strategy: str = "none"
     summary: RunSummary | None
     failed: str | None = None  # why there is no summary
     speedup: float | None = None  # baseline median step time / this median
@@ -93,6 +102,7 @@ class CompareRecord(_Record):
 
     experiment: str
     folder: str
+    status: Literal["finished", "interrupted"] = "finished"
     baseline_policy: str
     variants: list[CompareRow]
     plot: str | None = None
@@ -102,6 +112,7 @@ class CompareRecord(_Record):
 class CompareResult:
     record: CompareRecord
     folder: Path
+    signal: int | None = None  # the signal that interrupted the compare
 
 
 def preflight_notes(config: ExperimentConfig, variants: list[Variant]) -> dict[str, str]:
@@ -142,27 +153,111 @@ def run_compare(
         save_initial_weights(config, staged, verbose=verbose)
         if on_notes is not None:
             on_notes(preflight_notes(config, variants))
-        stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-        folder = config.output.dir / f"compare-{config.name}-{stamp}"
-        folder.mkdir(parents=True, exist_ok=False)
-        weights = folder / "initial_weights.npz"
-        shutil.move(staged, weights)
-    experiment = folder / "experiment.yaml"
-    experiment.write_text(yaml.safe_dump(config.to_yaml_dict(), sort_keys=False))
+        folder = unique_folder(config.output.dir, f"compare-{config.name}")
+        shutil.move(staged, folder / "initial_weights.npz")
+    write_atomic(folder / "experiment.yaml", yaml.safe_dump(config.to_yaml_dict(), sort_keys=False))
+    return _run_variants(config.name, folder, variants, {}, verbose, on_variant)
 
-    outcomes = []
-    for index, variant in enumerate(variants, start=1):
-        if on_variant:
-            on_variant(index, len(variants), variant)
-        outcomes.append(_run_variant(experiment, weights, folder, config.name, variant, verbose))
-    record = build_record(config.name, folder, variants, outcomes)
+
+def resume_compare(folder: Path, *, verbose: bool = False,
+                   on_variant: Callable[[int, int, Variant], None] | None = None) -> CompareResult:
+    """Finish an interrupted compare: variants that finished (or diverged) stay; an
+    interrupted variant resumes from its checkpoint; the ones never run run now."""
+    try:
+        record = CompareRecord.model_validate_json((folder / "compare.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"--resume {folder}: not a compare folder ({exc})") from None
+    variants = [Variant(row.policy, row.loop, row.strategy) for row in record.variants]
+    done = {row.variant: row.summary for row in record.variants
+            if row.summary is not None and row.summary.status in ("finished", "diverged")}
+    if len(done) == len(variants):
+        raise ConfigError(f"--resume {folder}: every variant has finished; nothing to resume")
+    interrupted = {row.variant: Path(row.summary.run_dir) for row in record.variants
+                   if row.summary is not None and row.summary.status == "interrupted"}
+    return _run_variants(record.experiment, folder, variants, done, verbose, on_variant, interrupted)
+
+
+def _run_variants(name: str, folder: Path, variants: list[Variant], done: dict[str, RunSummary],
+                  verbose: bool, on_variant, interrupted: dict[str, Path] | None = None) -> CompareResult:
+    outcomes: list[RunSummary | str] = []
+    with _ForwardSignals() as signals:
+        for index, variant in enumerate(variants, start=1):
+            if variant.label in done:
+                outcomes.append(done[variant.label])
+                continue
+            if signals.received is not None:
+                outcomes.append("not run: the compare was interrupted")
+                continue
+            if on_variant:
+                on_variant(index, len(variants), variant)
+            resume_dir = (interrupted or {}).get(variant.label)
+            outcomes.append(_run_variant(folder, name, variant, verbose, signals, resume_dir))
+    record = build_record(name, folder, variants, outcomes)
+    if signals.received is not None:
+        record.status = "interrupted"
     if any(row.summary for row in record.variants):
         from mptrain.report.plot import plot_compare
 
         record.plot = str(folder / "compare.png")
         plot_compare(record, folder / "compare.png")
-    (folder / "compare.json").write_text(to_json(record.model_dump(), indent=2) + "\n")
-    return CompareResult(record, folder)
+    write_atomic(folder / "compare.json", to_json(record.model_dump(), indent=2) + "\n")
+    return CompareResult(record, folder, signals.received)
+
+
+class _ForwardSignals:
+    """While variants run: SIGINT/SIGTERM are passed on to the running variant (which stops
+    after its current step and saves a checkpoint), and no further variant starts. Variants
+    run in their own session, so a terminal's Ctrl-C reaches them only through here: once
+    per Ctrl-C (a second one abandons the variant, as it would a run)."""
+
+    def __init__(self):
+        self.received: int | None = None
+        self.child: subprocess.Popen | None = None
+        self._previous: dict[int, object] = {}
+
+    def __enter__(self) -> _ForwardSignals:
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+    def _handle(self, signum, frame) -> None:
+        self.received = self.received or signum
+        if self.child is not None and self.child.poll() is None:
+            self.child.send_signal(signum)
+
+
+def _run_variant(folder: Path, name: str, variant: Variant, verbose: bool,
+                 signals: _ForwardSignals, resume_dir: Path | None = None) -> RunSummary | str:
+    """The variant's summary (finished, diverged or interrupted), or why it has none."""
+    if resume_dir is not None:
+        command = [sys.executable, "-m", "mptrain", "run", "--resume", str(resume_dir), "--json"]
+    else:
+        command = [
+            sys.executable, "-m", "mptrain", "run", str(folder / "experiment.yaml"), "--json",
+            "--set", f"name={name}-{variant.label}",
+            "--set", f"policy={variant.policy}",
+            "--set", f"train.loop={variant.loop}",
+            "--set", f"distribute.strategy={variant.strategy}",
+            "--initial-weights", str(folder / "initial_weights.npz"),
+            "--output-dir", str(folder),
+        ]
+    if verbose:
+        command.append("--verbose")
+    # stderr passes through: the variant's live progress shows on the user's terminal.
+    signals.child = subprocess.Popen(command, stdout=subprocess.PIPE, text=True,
+                                     env=os.environ.copy(), start_new_session=True)
+    stdout, _ = signals.child.communicate()
+    code = signals.child.returncode
+    signals.child = None
+    try:
+        return RunSummary.model_validate(json.loads(stdout))
+    except (json.JSONDecodeError, ValidationError):
+        return f"exit code {code}" if code else "printed no run summary"
 
 
 def explain_missing_default(error: DataError) -> DataError:
@@ -174,29 +269,6 @@ def explain_missing_default(error: DataError) -> DataError:
                      f"without a download: {offline}.")
 
 
-def _run_variant(experiment: Path, weights: Path, folder: Path, name: str, variant: Variant,
-                 verbose: bool) -> RunSummary | str:
-    """The variant's summary, or why it has none."""
-    command = [
-        sys.executable, "-m", "mptrain", "run", str(experiment), "--json",
-        "--set", f"name={name}-{variant.label}",
-        "--set", f"policy={variant.policy}",
-        "--set", f"train.loop={variant.loop}",
-        "--initial-weights", str(weights),
-        "--output-dir", str(folder),
-    ]
-    if verbose:
-        command.append("--verbose")
-    # stderr passes through: the variant's live progress shows on the user's terminal.
-    done = subprocess.run(command, stdout=subprocess.PIPE, text=True, env=os.environ.copy())
-    if done.returncode != 0:
-        return f"exit code {done.returncode}"
-    try:
-        return RunSummary.model_validate(json.loads(done.stdout))
-    except (json.JSONDecodeError, ValidationError):
-        return "printed no run summary"
-
-
 def build_record(name: str, folder: Path, variants: list[Variant],
                  outcomes: list[RunSummary | str]) -> CompareRecord:
     """compare.json: one row per variant, with ratios to the baseline: the float32 variant of
@@ -205,11 +277,12 @@ def build_record(name: str, folder: Path, variants: list[Variant],
     summaries = {v.label: o for v, o in zip(variants, outcomes, strict=True) if isinstance(o, RunSummary)}
     rows = []
     for variant, outcome in zip(variants, outcomes, strict=True):
-        base = summaries.get(Variant(baseline_policy, variant.loop).label)
+        base = summaries.get(Variant(baseline_policy, variant.loop, variants[0].strategy).label)
         is_baseline = variant.policy == baseline_policy
         if isinstance(outcome, str):
             rows.append(CompareRow(variant=variant.label, policy=variant.policy, loop=variant.loop,
-                                   summary=None, failed=outcome, verdict=f"failed ({outcome})"))
+                                   strategy=variant.strategy, summary=None, failed=outcome,
+                                   verdict=f"failed ({outcome})"))
         else:
             rows.append(_row(variant, outcome, base, is_baseline))
     return CompareRecord(experiment=name, folder=str(folder), baseline_policy=baseline_policy,
@@ -229,7 +302,8 @@ def _row(variant: Variant, s: RunSummary, base: RunSummary | None, is_baseline: 
         loss_delta = _difference(s.test_loss, base.test_loss)
         memory_ratio = _ratio(s.memory.training_peak_bytes, base.memory.training_peak_bytes)
     return CompareRow(
-        variant=variant.label, policy=variant.policy, loop=variant.loop, summary=s,
+        variant=variant.label, policy=variant.policy, loop=variant.loop, strategy=variant.strategy,
+        summary=s,
         speedup=speedup, speedup_range=speedup_range, memory_ratio=memory_ratio,
         accuracy_delta_pt=accuracy_delta, test_loss_delta=loss_delta,
         verdict=verdict(s, speedup_range, accuracy_delta, is_baseline),
@@ -250,6 +324,8 @@ def verdict(s: RunSummary, speedup_range: tuple[float, float] | None,
     them): 'faster, accuracy within 0.5 pt'."""
     if s.status == "diverged":
         text = "diverged (NaN/inf loss)"
+    elif s.status == "interrupted":
+        text = "interrupted: not finished"
     elif s.step_time is None or not s.step_time.enough:
         timed = s.step_time.timed_steps if s.step_time else 0
         speed = f"not enough steps to time ({timed} timed, need {MIN_TIMED_STEPS})"

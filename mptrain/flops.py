@@ -55,11 +55,23 @@ def cpu_peak(cpu: CpuInfo, compute_dtype: str) -> Peak | None:
 
 def count_training_flops(model) -> int:
     """FLOPs to train on one example: 3x the forward pass of one example."""
-    return 3 * count_forward_flops(model)
+    return 3 * forward_profile(model).flops
+
+
+@dataclass(frozen=True)
+class ForwardProfile:
+    """One example's forward pass, read from its TensorFlow graph."""
+
+    flops: int  # matrix-unit FLOPs, 2 per multiply-add
+    flops_by_layer: dict[str, int]  # by the innermost named layer that ran each op
+    ops: int  # operations in the graph: each costs a kernel launch, whatever its size
 
 
 def count_forward_flops(model) -> int:
-    """Matrix-unit FLOPs (2 per multiply-add) of one example's forward pass, from its graph."""
+    return forward_profile(model).flops
+
+
+def forward_profile(model) -> ForwardProfile:
     import tensorflow as tf
 
     specs = [tf.TensorSpec((1, *t.shape[1:]), t.dtype) for t in model.inputs]
@@ -68,7 +80,36 @@ def count_forward_flops(model) -> int:
         return model(inputs[0] if len(inputs) == 1 else list(inputs), training=False)
 
     graph = tf.function(forward, autograph=False).get_concrete_function(*specs).graph
-    return sum(_op_flops(op) for op in graph.get_operations())
+    names = set(_layer_names(model))
+    by_layer: dict[str, int] = {}
+    total, ops = 0, 0
+    for op in graph.get_operations():
+        ops += op.type not in ("Placeholder", "Const", "Identity", "NoOp", "ReadVariableOp")
+        flops = _op_flops(op)
+        if flops:
+            total += flops
+            layer = _layer_of(op.name, names)
+            by_layer[layer] = by_layer.get(layer, 0) + flops
+    return ForwardProfile(total, by_layer, ops)
+
+
+def _layer_of(op_name: str, names: set[str]) -> str:
+    """The innermost layer in an op's name scope. Tracing a model again suffixes its scopes
+    (`dense_1/MatMul` becomes `dense_1_1/MatMul`), so the suffix is tried without first."""
+    for part in reversed(op_name.split("/")[:-1]):
+        stem = re.sub(r"_\d+$", "", part)
+        if stem in names:
+            return stem
+        if part in names:
+            return part
+    return "?"
+
+
+def _layer_names(model):
+    for layer in model.layers:
+        yield layer.name
+        if hasattr(layer, "layers"):
+            yield from _layer_names(layer)
 
 
 def _static(shape) -> list[int] | None:

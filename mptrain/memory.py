@@ -9,8 +9,11 @@ peak above it (see `summary.MemoryStats`).
 from __future__ import annotations
 
 import contextlib
+import math
+import os
 import resource
 import sys
+from dataclasses import asdict, dataclass
 
 from mptrain.summary import MemoryStats
 
@@ -51,3 +54,175 @@ class MemoryMeter:
 def peak_rss_bytes() -> int:
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak if sys.platform == "darwin" else peak * 1024
+
+
+def machine_memory_bytes() -> int | None:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def static_training_bytes(config, spec) -> int | None:
+    """A lower bound on training memory, from the config alone (no model is built), for the
+    kinds whose size the config fixes (mlp, cnn, transformer): float32 weights, gradients and
+    two optimizer slots per parameter, plus float32 activations of one batch kept for the
+    backward pass. None for kinds whose size only the built model knows."""
+    cfg = config.model
+    batch = config.train.batch_size
+    features = int(math.prod(spec.shape))
+    if cfg.kind == "mlp":
+        widths = [features, *cfg.hidden_units, cfg.num_classes]
+        params = sum(a * b + b for a, b in zip(widths, widths[1:], strict=False))
+        activations = batch * sum(widths)
+    elif cfg.kind == "cnn" and len(spec.shape) == 3:
+        height, width, channels = spec.shape
+        params, activations = 0, batch * features
+        for filters in cfg.filters:
+            params += cfg.kernel_size ** 2 * channels * filters + filters
+            activations += batch * height * width * filters
+            channels = filters
+            if cfg.pooling != "none":
+                height, width = max(1, height // 2), max(1, width // 2)
+        widths = [height * width * channels, *cfg.dense_units, cfg.num_classes]
+        params += sum(a * b + b for a, b in zip(widths, widths[1:], strict=False))
+        activations += batch * sum(widths)
+    elif cfg.kind == "transformer":
+        tokens = spec.shape[0] if spec.kind == "tokens" else features // (spec.shape[2] or 1) // (
+            (cfg.patch_size or 4) ** 2)
+        per_block = 4 * cfg.embed_dim ** 2 + 2 * cfg.embed_dim * cfg.mlp_dim
+        vocab = (cfg.vocab_size or spec.vocab_size or 0) * cfg.embed_dim
+        params = cfg.num_layers * per_block + vocab + tokens * cfg.embed_dim
+        activations = batch * tokens * cfg.num_layers * (6 * cfg.embed_dim + cfg.mlp_dim
+                                                         + cfg.num_heads * tokens)
+    else:
+        return None
+    return 4 * (4 * params + activations)
+
+
+WHY_NOT_HALF = (
+    "Why 16-bit training does not halve memory: under a mixed policy the variables stay "
+    "float32, and so do their gradients and the optimizer's state (Adam keeps two float32 "
+    "values per weight); the step adds 16-bit copies of the weights. Only the activations kept "
+    "for the backward pass are halved, so the saving is large when activations dominate (big "
+    "batches, big images, long sequences) and small when weights do. The guide's advice "
+    "follows: with the memory saved, double the batch size.")
+
+
+@dataclass
+class MemoryPlan:
+    """Training memory under one policy: estimated from the built model, and measured."""
+
+    policy: str
+    batch_size: int
+    parameters: int
+    weights_bytes: int  # the variables, in their dtype (float32 under mixed policies)
+    weight_copies_bytes: int  # 16-bit casts of the trainable weights made during the step
+    gradients_bytes: int
+    optimizer_bytes: int  # slots, step counters, the loss scale
+    activations_bytes: int  # layer outputs of one batch, kept for the backward pass
+    total_bytes: int
+    largest_batch: int | None  # that fits in this machine's memory, by the estimate
+    measured_peak_bytes: int | None = None  # TensorFlow's allocator, a short real run
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def plan(config, policies: list[str], measure: bool = True, verbose: bool = False) -> list[MemoryPlan]:
+    """One MemoryPlan per policy for `config`'s model, optimizer and batch size."""
+    import keras
+
+    from mptrain.data import load_dataset
+    from mptrain.model import build_model
+    from mptrain.policy import DTYPES, apply_policy
+    from mptrain.preflight import check_experiment
+    from mptrain.tf_runtime import import_tensorflow, seed_everything
+    from mptrain.training.optimizer import build_optimizer
+
+    check_experiment(config)
+    import_tensorflow(verbose)
+    spec = load_dataset(config.data, config.seed).spec
+    available = machine_memory_bytes()
+    plans = []
+    for policy in policies:
+        seed_everything(config.seed)
+        apply_policy(policy)
+        try:
+            model = build_model(config, spec).model
+            optimizer = build_optimizer(config.train.optimizer, 1000)
+            if policy == "mixed_float16":
+                optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+            optimizer.build(model.trainable_variables)
+        finally:
+            apply_policy("float32")
+        compute, variable = DTYPES[policy]
+        trainable = sum(int(math.prod(v.shape)) for v in model.trainable_variables)
+        weights = sum(_bytes(v) for v in model.weights)
+        copies = trainable * _itemsize(compute) if compute != variable else 0
+        gradients = sum(_bytes(v) for v in model.trainable_variables)
+        slots = sum(_bytes(v) for v in optimizer.variables)
+        per_example = sum(_output_bytes(layer) for layer in _leaf_layers(model))
+        fixed = weights + copies + gradients + slots
+        batch = config.train.batch_size
+        largest = int((0.8 * available - fixed) // per_example) if available and per_example else None
+        plans.append(MemoryPlan(policy, batch, model.count_params(), weights, copies, gradients,
+                                slots, per_example * batch, fixed + per_example * batch,
+                                max(largest, 0) if largest is not None else None))
+        keras.backend.clear_session()
+    if measure:
+        for entry in plans:
+            entry.measured_peak_bytes = _measured(config, entry.policy, verbose)
+    return plans
+
+
+def _measured(config, policy: str, verbose: bool) -> int | None:
+    """The allocator's training peak over a few real steps (None where it reports nothing)."""
+    import tempfile
+
+    from mptrain.config import validate
+    from mptrain.runner import run_experiment
+
+    with tempfile.TemporaryDirectory() as scratch:
+        raw = config.to_yaml_dict()
+        raw["policy"] = policy
+        raw["train"] = {**raw["train"], "epochs": 1, "max_steps": 3,
+                        "checkpoint": {"every_epochs": None, "every_steps": None}}
+        raw["output"] = {"dir": scratch, "save_model": False}
+        summary = run_experiment(validate(raw, "<memory>"), verbose=verbose).summary
+    return summary.memory.training_peak_bytes
+
+
+def _bytes(variable) -> int:
+    return int(math.prod(variable.shape)) * _itemsize(variable.dtype)
+
+
+def _itemsize(dtype) -> int:
+    import keras
+
+    return {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "int32": 4, "int64": 8,
+            "uint8": 1, "bool": 1}.get(keras.backend.standardize_dtype(dtype), 4)
+
+
+def _leaf_layers(model):
+    for layer in model.layers:
+        if hasattr(layer, "layers") and layer.layers:
+            yield from _leaf_layers(layer)
+        elif type(layer).__name__ != "InputLayer":
+            yield layer
+
+
+def _output_bytes(layer) -> int:
+    """Bytes of one example's output of a layer (symbolic shapes of a functional model)."""
+    try:
+        outputs = layer.output
+    except (AttributeError, ValueError):
+        return 0
+    outputs = outputs if isinstance(outputs, list | tuple) else [outputs]
+    total = 0
+    for out in outputs:
+        dims = [d for d in out.shape[1:]]
+        if any(d is None for d in dims):
+            continue
+        total += int(math.prod(dims)) * _itemsize(out.dtype)
+    return total

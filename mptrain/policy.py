@@ -110,23 +110,25 @@ class PolicyChoice:
 
 
 def choose_policy(requested: str, jit_compile: bool | None, machine: Machine,
-                  xla_optimizer_update: bool | None = None) -> PolicyChoice:
+                  xla_optimizer_update: bool | None = None, replicas: int = 1) -> PolicyChoice:
     if requested == "auto":
         rec = recommend(machine)
         name, reason = rec.policy, f"auto: {rec.reason}"
     else:
         name, reason = requested, "set in the experiment"
-    jit, jit_reason = choose_jit_compile(name, jit_compile, machine)
-    update, update_reason = choose_xla_optimizer_update(xla_optimizer_update, jit, machine)
+    jit, jit_reason = choose_jit_compile(name, jit_compile, machine, replicas)
+    update, update_reason = choose_xla_optimizer_update(xla_optimizer_update, jit, machine, replicas)
     return PolicyChoice(requested, name, reason, jit, jit_reason, update, update_reason)
 
 
 def choose_xla_optimizer_update(requested: bool | None, jit_compile: bool,
-                                machine: Machine) -> tuple[bool, str]:
+                                machine: Machine, replicas: int = 1) -> tuple[bool, str]:
     """Compile just the (float32, memory-bound) optimizer update with XLA, unless the experiment
     says. Measured on CPUs only (bench/NOTES.md), where it made every policy faster."""
     if jit_compile:
         return False, "the whole step is already compiled with XLA"
+    if replicas > 1:
+        return False, "not with several replicas (tf.distribute updates each replica's copy)"
     if requested is not None:
         return requested, "set in the experiment (train.xla_optimizer_update)"
     if not machine.accelerated:
@@ -135,8 +137,12 @@ def choose_xla_optimizer_update(requested: bool | None, jit_compile: bool,
     return False, "TensorFlow's default on accelerators"
 
 
-def choose_jit_compile(policy: str, requested: bool | None, machine: Machine) -> tuple[bool, str]:
+def choose_jit_compile(policy: str, requested: bool | None, machine: Machine,
+                       replicas: int = 1) -> tuple[bool, str]:
     """XLA on or off for this policy on this machine, unless the experiment says."""
+    if replicas > 1 and not machine.tpu:
+        return False, ("several replicas: XLA cannot compile a step whose variables live on "
+                       "several devices (TensorFlow's known XLA limitation)")
     if requested is not None:
         return requested, "set in the experiment (train.jit_compile)"
     if machine.tpu:

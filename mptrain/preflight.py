@@ -10,19 +10,68 @@ repeats the shape checks on the data actually loaded.
 
 from __future__ import annotations
 
+import os
+import shutil
+from pathlib import Path
+
 from mptrain.config.schema import ExperimentConfig
 from mptrain.data.dataset import InputSpec
 from mptrain.errors import ConfigError, DataError
+
+MIN_FREE_BYTES = 64 * 2**20
 
 
 def check_experiment(config: ExperimentConfig) -> None:
     _check_data(config.data)
     _check_model(config)
+    _check_output(config.output.dir)
     spec = static_input_spec(config.data)
     if spec is not None:
         from mptrain.model import check_model_fits
 
         check_model_fits(config, spec)
+        check_sizes(config, spec)
+    if config.data.dataset == "synthetic":
+        check_batch_fits(config, config.data.train_size - int(config.data.train_size
+                                                              * config.data.validation_split))
+
+
+def check_batch_fits(config: ExperimentConfig, train_examples: int) -> None:
+    if config.train.batch_size > train_examples:
+        raise ConfigError(f"train.batch_size {config.train.batch_size} is larger than the "
+                          f"{train_examples} training examples; lower it to at most {train_examples}")
+
+
+def check_sizes(config: ExperimentConfig, spec: InputSpec) -> None:
+    """Refuse a model (or batch) whose training state cannot fit in this machine's memory,
+    before allocating it: with the estimate."""
+    from mptrain.memory import machine_memory_bytes, static_training_bytes
+
+    estimate = static_training_bytes(config, spec)
+    available = machine_memory_bytes()
+    if estimate is not None and available and estimate > available:
+        raise ConfigError(
+            f"this experiment needs about {estimate / 2**30:,.1f} GiB to train (weights, "
+            f"gradients, optimizer state and activations of batch {config.train.batch_size}) "
+            f"and this machine has {available / 2**30:,.1f} GiB; make the model "
+            "(model.hidden_units, model.filters, model.embed_dim...) or train.batch_size smaller")
+
+
+def _check_output(folder: Path) -> None:
+    """The output folder can be created and written, and its disk is not full: found now,
+    not after an hour of training."""
+    if folder.exists() and not folder.is_dir():
+        raise ConfigError(f"output.dir {folder}: is a file; point output.dir at a folder")
+    existing = folder
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(f"output.dir {folder}: cannot write in {existing} (permissions); "
+                          "choose another output.dir")
+    free = shutil.disk_usage(existing).free
+    if free < MIN_FREE_BYTES:
+        raise ConfigError(f"output.dir {folder}: only {free / 2**20:.0f} MiB free on its disk; "
+                          f"a run needs at least {MIN_FREE_BYTES / 2**20:.0f} MiB (checkpoints, model)")
 
 
 def static_input_spec(data) -> InputSpec | None:

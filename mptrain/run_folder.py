@@ -1,16 +1,20 @@
 """The run folder: the one place that decides where a run's files go and writes them.
 
-`OUTPUT_DIR/<name>-<timestamp>/` holds config.yaml (resolved), metrics.jsonl (one line per
-epoch), steps.jsonl (one line per step), summary.json and model.keras. It is created only
-once the experiment is valid and built, and removed again if the run fails, so a failed run
-never leaves a half-written folder that looks like a result.
+`OUTPUT_DIR/<name>-<timestamp>/` holds config.yaml (resolved), summary.json, metrics.jsonl
+(one line per epoch), steps.jsonl (one line per step), checkpoints/ and model.keras.
+
+Nothing in it may mislead after a crash, a kill or a power cut: every file is written to a
+temporary name and moved into place (`os.replace` is atomic), JSON-lines are appended whole
+and flushed, and summary.json always says what state the run is in: `running` (with the
+process id, so a dead run is recognisable), `finished`, `interrupted`, `diverged` or `failed`.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import shutil
+import os
+import socket
 from dataclasses import asdict
 from datetime import datetime
 from pathlib import Path
@@ -24,51 +28,123 @@ from mptrain.summary import EpochRecord, RunSummary, StepRecord
 class RunFolder:
     def __init__(self, path: Path):
         self.path = path
+        self._pending_steps: list[StepRecord] = []
 
     @classmethod
     def create(cls, parent: Path, name: str) -> RunFolder:
-        stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-        parent.mkdir(parents=True, exist_ok=True)
-        path, n = parent / f"{name}-{stamp}", 1
-        while path.exists():
-            n += 1
-            path = parent / f"{name}-{stamp}-{n}"
-        path.mkdir()
-        return cls(path)
+        return cls(unique_folder(parent, name))
+
+    # --- files ---------------------------------------------------------------------------
 
     def write_config(self, config: dict[str, Any], header: str) -> None:
-        text = yaml.safe_dump(config, sort_keys=False)
-        (self.path / "config.yaml").write_text(f"{header}\n{text}")
+        write_atomic(self.path / "config.yaml", f"{header}\n{yaml.safe_dump(config, sort_keys=False)}")
 
     def write_files(self, files: dict[str, str]) -> None:
         """Text the data set hands over (class names, a tokenizer's vocabulary)."""
         for name, text in files.items():
-            (self.path / name).write_text(text)
+            write_atomic(self.path / name, text)
 
     def write_summary(self, summary: RunSummary) -> None:
-        (self.path / "summary.json").write_text(to_json(summary.model_dump(), indent=2) + "\n")
+        write_atomic(self.path / "summary.json", to_json(summary.model_dump(), indent=2) + "\n")
+
+    def mark_running(self, config_name: str) -> None:
+        """summary.json says `running` until the run ends one way or another; with the
+        process id, a folder whose process died (SIGKILL, power cut) is recognisable."""
+        state = {"status": "running", "name": config_name, "pid": os.getpid(),
+                 "host": socket.gethostname(), "started": datetime.now().isoformat(timespec="seconds")}
+        write_atomic(self.path / "summary.json", to_json(state, indent=2) + "\n")
+
+    def write_status(self, status: str, reason: str) -> None:
+        """For a run that ended without a full summary: `failed` or abandoned. What was saved
+        (config, records, checkpoints) stays."""
+        state = {**self.status(), "status": status, "reason": reason, "pid": None,
+                 "ended": datetime.now().isoformat(timespec="seconds")}
+        self.flush_steps()
+        write_atomic(self.path / "summary.json", to_json(state, indent=2) + "\n")
+
+    def status(self) -> dict[str, Any]:
+        """summary.json's status fields ({} when there is none)."""
+        try:
+            return json.loads((self.path / "summary.json").read_text())
+        except (OSError, ValueError):
+            return {}
 
     def save_model(self, model) -> None:
-        model.save(self.path / "model.keras")
+        tmp = self.path / "model.tmp.keras"
+        model.save(tmp)
+        os.replace(tmp, self.path / "model.keras")
 
-    def discard(self) -> None:
-        shutil.rmtree(self.path, ignore_errors=True)
+    # --- records ---------------------------------------------------------------------------
 
-    def write_steps(self, steps: list[StepRecord]) -> None:
-        """All step records at once: per-step file I/O would tax the training loop."""
-        lines = "".join(to_json(asdict(record)) + "\n" for record in steps)
-        (self.path / "steps.jsonl").write_text(lines)
+    def flush_steps(self) -> None:
+        """Append the steps recorded since the last flush (called at checkpoints and at the
+        end: per-step file I/O would tax the training loop, and steps after the last
+        checkpoint are redone by a resume anyway)."""
+        if self._pending_steps:
+            append_lines(self.path / "steps.jsonl", [asdict(r) for r in self._pending_steps])
+            self._pending_steps.clear()
+
+    def read_steps(self) -> list[StepRecord]:
+        return [StepRecord(**{**r, "loss": math.nan if r["loss"] is None else r["loss"]})
+                for r in read_jsonl(self.path / "steps.jsonl")]
+
+    def read_epochs(self) -> list[EpochRecord]:
+        return [EpochRecord(**{**r, "metrics": {k: math.nan if v is None else v
+                                                for k, v in r["metrics"].items()}})
+                for r in read_jsonl(self.path / "metrics.jsonl")]
+
+    def truncate_records(self, steps: int, epochs: int) -> None:
+        """Keep the first `steps` step records and `epochs` epoch records: what a resume
+        restarts from (later ones are redone)."""
+        for name, keep in (("steps.jsonl", steps), ("metrics.jsonl", epochs)):
+            path = self.path / name
+            if path.exists():
+                lines = path.read_text().splitlines(keepends=True)[:keep]
+                write_atomic(path, "".join(lines))
 
     # TrainingListener: epoch records are appended as they happen (`tail -f metrics.jsonl`).
     def epoch_started(self, epoch: int, epochs: int, steps: int) -> None:
         pass
 
     def step_finished(self, record: StepRecord, step_in_epoch: int) -> None:
-        pass
+        self._pending_steps.append(record)
 
     def epoch_finished(self, record: EpochRecord) -> None:
-        with open(self.path / "metrics.jsonl", "a") as fh:
-            fh.write(to_json(asdict(record)) + "\n")
+        append_lines(self.path / "metrics.jsonl", [asdict(record)])
+
+
+def unique_folder(parent: Path, name: str) -> Path:
+    """A new folder `<name>-<timestamp>`, never one that exists: two runs (or compares)
+    started in the same second get -2, -3, ... (mkdir is the atomic test)."""
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    parent.mkdir(parents=True, exist_ok=True)
+    for n in range(1, 10_000):
+        path = parent / (f"{name}-{stamp}" if n == 1 else f"{name}-{stamp}-{n}")
+        try:
+            path.mkdir()
+        except FileExistsError:
+            continue
+        return path
+    raise FileExistsError(f"{parent}: too many folders named {name}-{stamp}")
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write to a temporary file beside `path`, flush it to disk, then move it into place:
+    a reader (or a crash) sees the old file or the new one, never half of one."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def append_lines(path: Path, records: list[Any]) -> None:
+    """Whole JSON lines, one write, flushed: a kill leaves complete lines only."""
+    with open(path, "a") as fh:
+        fh.write("".join(to_json(r) + "\n" for r in records))
+        fh.flush()
+        os.fsync(fh.fileno())
 
 
 def to_json(obj: Any, indent: int | None = None) -> str:
@@ -87,4 +163,13 @@ def _finite(obj: Any) -> Any:
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    """Complete lines only: a line cut short by a kill is ignored."""
+    if not path.exists():
+        return []
+    records = []
+    for line in path.read_text().splitlines():
+        try:
+            records.append(json.loads(line))
+        except ValueError:
+            continue
+    return records

@@ -7,6 +7,8 @@ Everything that can fail on bad input happens before the run folder is created.
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -17,19 +19,23 @@ import numpy as np
 from mptrain.config import ExperimentConfig
 from mptrain.data import check_labels_fit_model, load_dataset
 from mptrain.data.pipeline import make_batches
-from mptrain.flops import count_training_flops
+from mptrain.diagnostics.lint import lint, worth_saying
+from mptrain.distribute import placement, prepare_devices, scope
+from mptrain.flops import forward_profile
 from mptrain.hardware import probe
 from mptrain.memory import MemoryMeter
 from mptrain.model import build_model, check_model_fits, output_dtype
 from mptrain.policy import PolicyChoice, apply_policy, choose_policy, speed_warning, wrap_optimizer
-from mptrain.preflight import check_experiment
+from mptrain.preflight import check_batch_fits, check_experiment, check_sizes
 from mptrain.run_folder import RunFolder
 from mptrain.summary import EpochRecord, RunSummary, StepRecord, summarize_run
 from mptrain.tf_runtime import import_tensorflow, seed_everything
-from mptrain.training import loss_scale_of, make_loop
+from mptrain.training import make_loop
+from mptrain.training.guard import stop_on_signals
 from mptrain.training.losses import build_loss, build_metrics
-from mptrain.training.monitor import TrainingListener, TrainingMonitor
+from mptrain.training.monitor import TrainingListener
 from mptrain.training.optimizer import build_optimizer
+from mptrain.training.session import TrainingSession
 
 
 @dataclass
@@ -37,6 +43,7 @@ class RunResult:
     summary: RunSummary
     steps: list[StepRecord] = field(default_factory=list)
     epochs: list[EpochRecord] = field(default_factory=list)
+    signal: int | None = None  # the signal that interrupted the run
 
     @property
     def run_dir(self) -> Path:
@@ -46,6 +53,7 @@ class RunResult:
 def run_experiment(
     config: ExperimentConfig,
     *,
+    resume: Path | None = None,
     listeners: list[TrainingListener] | None = None,
     verbose: bool = False,
     initial_weights: Path | None = None,
@@ -55,22 +63,28 @@ def run_experiment(
 ) -> RunResult:
     """Train and evaluate one experiment; write its run folder; return what it measured.
 
+    `resume` continues the run in that folder from its latest checkpoint.
     `on_start(choice, speed_warning, notes)` is called once the policy and XLA choices are
     made and the model is built, before training, so a user learns what will run (and what is
-    known to be slow) first.
-    `initial_weights` (an .npz written by `save_initial_weights`) makes several runs start
-    from identical weights; `output_dir` overrides `output.dir` (compare puts its variants
-    in its own folder).
+    known to be slow) first. `initial_weights` (an .npz written by `save_initial_weights`)
+    makes several runs start from identical weights; `output_dir` overrides `output.dir`
+    (compare puts its variants in its own folder).
     """
     started_at = started_at if started_at is not None else time.perf_counter()
     check_experiment(config)  # missing files and impossible shapes, before TensorFlow's import
     tf = import_tensorflow(verbose)
+    prepare_devices(config.distribute, tf)
+    if config.deterministic:
+        tf.config.experimental.enable_op_determinism()
     data = load_dataset(config.data, config.seed)
     check_labels_fit_model(data, config)
     check_model_fits(config, data.spec)
+    check_sizes(config, data.spec)
+    check_batch_fits(config, data.train.size)
     machine = probe(tf, check_xla=False)
+    place = placement(config.distribute, tf)
     choice = choose_policy(config.policy, config.train.jit_compile, machine,
-                           config.train.xla_optimizer_update)
+                           config.train.xla_optimizer_update, replicas=place.replicas)
     batches = make_batches(data, config.train.batch_size, config.train.epochs, config.seed,
                            binary_labels=config.train.loss == "binary_crossentropy",
                            shuffle_buffer=getattr(config.data, "shuffle_buffer", 10_000))
@@ -78,48 +92,61 @@ def run_experiment(
 
     seed_everything(config.seed)
     apply_policy(choice.name)
-    built = build_model(config, data.spec)
-    model = built.model
-    if initial_weights is not None:
-        load_initial_weights(model, initial_weights)
-    scale = config.train.loss_scale
-    optimizer = wrap_optimizer(
-        build_optimizer(config.train.optimizer, config.train.epochs * batches.steps_per_epoch),
-        choice, scale.initial_scale, scale.dynamic_growth_steps)
-    loop = make_loop(config.train.loop, model, optimizer, build_loss(config),
-                     build_metrics(config), choice)
+    with scope(place):  # model, optimizer, metrics (and checkpoints) live on the replicas
+        built = build_model(config, data.spec)
+        model = built.model
+        if initial_weights is not None:
+            load_initial_weights(model, initial_weights)
+        scale = config.train.loss_scale
+        optimizer = wrap_optimizer(
+            build_optimizer(config.train.optimizer, config.train.epochs * batches.steps_per_epoch),
+            choice, scale.initial_scale, scale.dynamic_growth_steps)
+        loop = make_loop(config.train.loop, model, optimizer, build_loss(config),
+                         build_metrics(config), choice, place.strategy)
 
+    profile = forward_profile(model)
+    findings = worth_saying(lint(model, config, choice, machine, profile, built.notes))
     warning = speed_warning(choice, machine)
     if on_start is not None:
-        on_start(choice, warning, built.notes)
-    folder = RunFolder.create(output_dir or config.output.dir, config.name)
+        on_start(choice, warning, built.notes + [f"lint: {f}" for f in findings])
+    # only the chief writes the run; other workers train into a scratch folder
+    parent = (output_dir or config.output.dir) if place.chief else Path(tempfile.mkdtemp())
+    folder = RunFolder(resume) if resume else RunFolder.create(parent, config.name)
+    folder.mark_running(config.name)
     try:
         folder.write_config(config.to_yaml_dict(), _config_header(choice))
         folder.write_files(data.files)
-        monitor = TrainingMonitor(
-            epochs=config.train.epochs,
-            steps_per_epoch=batches.steps_per_epoch,
-            max_steps=config.train.max_steps,
-            max_step_seconds=config.train.max_step_seconds,
-            listeners=[*(listeners or []), folder],
-            learning_rate=lambda: float(optimizer.learning_rate),
-            initial_loss_scale=_current_scale(optimizer),
-        )
-        loop.train(batches, monitor)
-        test = loop.evaluate(batches.test)
+        with scope(place):
+            session = TrainingSession.open(config, folder, model, optimizer, batches,
+                                           listeners or [], resume=resume is not None)
+        monitor = session.monitor
+        with stop_on_signals(monitor):
+            loop.train(batches, monitor, session.start.epoch, session.start.step)
+        session.close()
+        # an interrupted run is not evaluated: its user wants it to stop, now
+        test = {} if monitor.stop_status == "interrupted" else loop.evaluate(batches.test)
         summary = summarize_run(config, choice, machine, monitor, test,
                                 output_dtype=output_dtype(model),
-                                flops_per_example=count_training_flops(model),
+                                flops_per_example=3 * profile.flops,
                                 dataset=data.source, speed_warning=warning, memory=memory.stats(),
-                                notes=built.notes, started_at=started_at, run_dir=folder.path)
-        folder.write_steps(monitor.steps)
-        if config.output.save_model:
+                                notes=built.notes + session.guard.recoveries,
+                                started_at=started_at, run_dir=folder.path,
+                                distribution=place.description, replicas=place.replicas)
+        folder.flush_steps()
+        if config.output.save_model and summary.status == "finished":
             folder.save_model(model)
         folder.write_summary(summary)
-    except BaseException:
-        folder.discard()
+    except KeyboardInterrupt:
+        folder.write_status("interrupted", "abandoned by a second Ctrl-C; the last checkpoint "
+                            "is kept: resume from it")
         raise
-    return RunResult(summary, monitor.steps, monitor.epoch_records)
+    except BaseException as exc:
+        folder.write_status("failed", f"{type(exc).__name__}: {exc}")
+        raise
+    finally:
+        if not place.chief:
+            shutil.rmtree(parent, ignore_errors=True)
+    return RunResult(summary, monitor.steps, monitor.epoch_records, monitor.signal)
 
 
 def save_initial_weights(config: ExperimentConfig, path: Path, verbose: bool = False) -> None:
@@ -139,11 +166,6 @@ def load_initial_weights(model, path: Path) -> None:
     with np.load(path) as archive:
         weights = [archive[f"arr_{i}"] for i in range(len(archive.files))]
     model.set_weights([w.astype(v.dtype) for w, v in zip(weights, model.get_weights(), strict=True)])
-
-
-def _current_scale(optimizer) -> float | None:
-    scale = loss_scale_of(optimizer)
-    return None if scale is None else float(scale.numpy())
 
 
 def _config_header(choice: PolicyChoice) -> str:

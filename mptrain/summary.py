@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 # Fewer timed steps than this and a median says little on a shared machine: no speed verdict.
 MIN_TIMED_STEPS = 5
 
-Status = Literal["finished", "diverged"]
+Status = Literal["finished", "interrupted", "diverged"]
 
 
 @dataclass(frozen=True)
@@ -40,8 +40,9 @@ class StepRecord:
     loss: float
     seconds: float
     examples: int  # the batch's size: the last batch of an epoch may be short
-    loss_scale: float | None = None  # mixed_float16 only
+    loss_scale: float | None = None  # mixed_float16 only: the scale after the step
     metrics: dict[str, float] = field(default_factory=dict)  # running means over the epoch
+    skipped: bool | None = None  # mixed_float16 only: a non-finite gradient skipped the update
 
 
 @dataclass(frozen=True)
@@ -112,10 +113,14 @@ def _percentile(sorted_values: list[float], q: float) -> float:
 
 class LossScaleStats(_Record):
     """Dynamic loss scaling under mixed_float16: where the scale ended, how many steps were
-    skipped because a gradient was inf/NaN (each skip halves the scale)."""
+    skipped because a gradient was inf/NaN (each skip halves the scale), and how long it sat
+    at or below 1, where scaling no longer protects small gradients (it shrinks them)."""
 
     final: float | None
     skipped_steps: int
+    skip_rate: float  # skipped / steps run
+    min_scale: float | None
+    steps_at_floor: int  # steps with a scale <= 1
 
 
 class MemoryStats(_Record):
@@ -152,6 +157,8 @@ class RunSummary(_Record):
     xla_optimizer_update: bool
     xla_optimizer_update_reason: str
     device: str
+    distribution: str  # tf.distribute: how the run was placed
+    replicas: int  # batch_size is the global batch, split across these
     dataset: str
     batch_size: int
     epochs_run: int
@@ -209,10 +216,13 @@ def finite_or_none(value: float | None) -> float | None:
     return value if value is not None and math.isfinite(value) else None
 
 
-def run_status(steps: list[StepRecord], test_loss: float | None) -> Status:
-    """`diverged` when the trained model's test loss is NaN/inf, or training ended on a run
-    of non-finite losses. An occasional NaN step is not divergence: under loss scaling it is
-    a skipped step, and the next steps are finite again."""
+def run_status(steps: list[StepRecord], test_loss: float | None, stopped: str | None) -> Status:
+    """`interrupted` (a signal) and `diverged` (the divergence guard) as training stopped;
+    otherwise `diverged` when the trained model's test loss is NaN/inf, or training ended on
+    a run of non-finite losses. An occasional NaN step is not divergence: under loss scaling
+    it is a skipped step, and the next steps are finite again."""
+    if stopped in ("interrupted", "diverged"):
+        return stopped
     if test_loss is None or not math.isfinite(test_loss):
         return "diverged"
     last = steps[-5:]
@@ -223,7 +233,7 @@ def summarize_run(config: ExperimentConfig, choice: PolicyChoice, machine: Machi
                   monitor: TrainingMonitor, test: dict[str, float], *, output_dtype: str,
                   flops_per_example: int | None, dataset: str, speed_warning: str | None,
                   memory: MemoryStats, notes: list[str], started_at: float,
-                  run_dir: Path) -> RunSummary:
+                  run_dir: Path, distribution: str = "one device", replicas: int = 1) -> RunSummary:
     """The run's summary from what it measured (`monitor`, `test`, `memory`) and decided."""
     times = step_times(monitor.steps, config.train.warmup_steps)
     peak = None if machine.accelerated else cpu_peak(machine.cpu, choice.compute_dtype)
@@ -232,7 +242,7 @@ def summarize_run(config: ExperimentConfig, choice: PolicyChoice, machine: Machi
     first_step = monitor.timer.first_start
     return RunSummary(
         name=config.name,
-        status=run_status(monitor.steps, test.get("loss")),
+        status=run_status(monitor.steps, test.get("loss"), monitor.stop_status),
         policy=choice.name,
         policy_requested=choice.requested,
         policy_reason=choice.reason,
@@ -245,6 +255,8 @@ def summarize_run(config: ExperimentConfig, choice: PolicyChoice, machine: Machi
         xla_optimizer_update=choice.xla_optimizer_update,
         xla_optimizer_update_reason=choice.xla_optimizer_reason,
         device=machine.device_label,
+        distribution=distribution,
+        replicas=replicas,
         dataset=dataset,
         batch_size=config.train.batch_size,
         epochs_run=len(monitor.epoch_records),
@@ -266,8 +278,7 @@ def summarize_run(config: ExperimentConfig, choice: PolicyChoice, machine: Machi
         test_loss=finite_or_none(test.get("loss")),
         test_accuracy=finite_or_none(test.get("accuracy")),
         test_metrics={k: finite_or_none(v) for k, v in test.items()},
-        loss_scale=(LossScaleStats(final=monitor.loss_scale, skipped_steps=monitor.skipped_steps)
-                    if monitor.skipped_steps is not None else None),
+        loss_scale=loss_scale_stats(monitor),
         memory=memory,
         wall_time_s=time.perf_counter() - started_at,
         time_to_first_step_s=first_step - started_at if first_step is not None else None,
@@ -276,3 +287,14 @@ def summarize_run(config: ExperimentConfig, choice: PolicyChoice, machine: Machi
         seed=config.seed,
         run_dir=str(run_dir),
     )
+
+
+def loss_scale_stats(monitor: TrainingMonitor) -> LossScaleStats | None:
+    if monitor.skipped_steps is None:
+        return None
+    scales = [r.loss_scale for r in monitor.steps if r.loss_scale is not None]
+    return LossScaleStats(
+        final=monitor.loss_scale, skipped_steps=monitor.skipped_steps,
+        skip_rate=monitor.skipped_steps / len(monitor.steps) if monitor.steps else 0.0,
+        min_scale=min(scales) if scales else None,
+        steps_at_floor=sum(1 for s in scales if s <= 1.0))

@@ -1,3 +1,4 @@
+import contextlib
 from pathlib import Path
 
 import pytest
@@ -193,3 +194,46 @@ def test_non_utf8_file_and_folder_give_clean_errors(tmp_path):
 def test_name_defaults_to_the_file_name(tmp_path):
     raw = {k: v for k, v in TINY.items() if k != "name"}
     assert load_config(write(tmp_path, raw, name="my-exp.yaml")).name == "my-exp"
+
+
+def test_random_and_mutated_files_are_experiments_or_clean_errors(tmp_path):
+    """Whatever bytes an experiment file holds, loading it gives a validated experiment or
+    mptrain's ConfigError: never another exception (which the CLI would show as a traceback)."""
+    hypothesis = pytest.importorskip("hypothesis")
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    base = yaml.safe_dump(TINY)
+    lines = base.splitlines()
+    scalars = st.one_of(st.none(), st.booleans(), st.integers(-10**12, 10**12),
+                        st.floats(allow_nan=True), st.text(max_size=20))
+    values = st.recursive(scalars, lambda inner: st.one_of(
+        st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=10), inner, max_size=4)),
+        max_leaves=12)
+
+    def mutated(data):
+        choice = data.draw(st.integers(0, 3))
+        if choice == 0:  # a line replaced by random text
+            i = data.draw(st.integers(0, len(lines) - 1))
+            return "\n".join(lines[:i] + [data.draw(st.text(max_size=40))] + lines[i + 1:])
+        if choice == 1:  # a value replaced by a random YAML value
+            raw = yaml.safe_load(base)
+            section = data.draw(st.sampled_from(["data", "model", "train"]))
+            key = data.draw(st.sampled_from(sorted(raw[section])))
+            raw[section][key] = data.draw(values)
+            return yaml.safe_dump(raw)
+        if choice == 2:  # random bytes
+            return data.draw(st.binary(max_size=200)).decode("latin-1")
+        return base[: data.draw(st.integers(0, len(base)))]  # truncated
+
+    path = tmp_path / "fuzz.yaml"
+
+    @settings(max_examples=300, deadline=None, database=None)
+    @given(st.data())
+    def check(data):
+        path.write_bytes(mutated(data).encode("utf-8", errors="surrogateescape"))
+        with contextlib.suppress(ConfigError):
+            load_config(path)
+
+    assert hypothesis
+    check()

@@ -29,7 +29,8 @@ def make_summary(median=100.0, accuracy=0.9, memory=1000, status="finished", spr
         name="x", status=status, policy="float32", policy_requested="float32", policy_reason="",
         compute_dtype="float32", variable_dtype="float32", output_dtype="float32", loop="fit",
         jit_compile=False, jit_compile_reason="", xla_optimizer_update=False,
-        xla_optimizer_update_reason="", device="CPU", dataset="synthetic", batch_size=64,
+        xla_optimizer_update_reason="", device="CPU", distribution="one device", replicas=1,
+        dataset="synthetic", batch_size=64,
         epochs_run=1, steps_run=steps, stop_reason=None, step_time=times,
         examples_per_sec=64 / median * 1000, flops_per_example=1000, achieved_tflops=0.1,
         peak_tflops=1.0, peak_unit="AVX-512 FP32", mfu=0.1, speed_warning=None, notes=[],
@@ -37,7 +38,8 @@ def make_summary(median=100.0, accuracy=0.9, memory=1000, status="finished", spr
         final_train_loss=None if status == "diverged" else 0.5, final_metrics={},
         test_loss=None if status == "diverged" else 0.5,
         test_accuracy=None if status == "diverged" else accuracy, test_metrics={},
-        loss_scale=LossScaleStats(final=scale[0], skipped_steps=scale[1]) if scale else None,
+        loss_scale=LossScaleStats(final=scale[0], skipped_steps=scale[1], skip_rate=scale[1] / steps,
+                                  min_scale=scale[0], steps_at_floor=0) if scale else None,
         memory=MemoryStats(process_peak_bytes=2**30, device="CPU:0", device_peak_bytes=memory + 10,
                            data_bytes=10, training_peak_bytes=memory),
         wall_time_s=10.0, time_to_first_step_s=2.0, tensorflow_version="2", keras_version="3",
@@ -84,7 +86,8 @@ def test_readme_documents_every_summary_key():
     values = {"auto", "null", *typing.get_args(Status)}  # backticked values, not keys
     documented = set(re.findall(r"`([a-z0-9_]+)`", section)) - values
     nested = {"median_ms", "p10_ms", "p90_ms", "mean_ms", "timed_steps", "warmup_steps_excluded",
-              "short_batches_excluded", "enough", "final", "skipped_steps", "process_peak_bytes",
+              "short_batches_excluded", "enough", "final", "skipped_steps", "skip_rate", "min_scale",
+              "steps_at_floor", "process_peak_bytes",
               "device", "device_peak_bytes", "data_bytes", "training_peak_bytes"}
     fields = set(RunSummary.model_fields) | set(StepTimes.model_fields) | \
         set(LossScaleStats.model_fields) | set(MemoryStats.model_fields)

@@ -143,9 +143,20 @@ DATA_KINDS: dict[str, type[BaseModel]] = {
 # --- model --------------------------------------------------------------------------------
 
 
+LayerPolicy = Literal["float32", "mixed_float16", "mixed_bfloat16", "float16", "bfloat16"]
+
+
 class _ModelBase(_Strict):
     num_classes: int = Field(10, ge=1)
     output_activation: Literal["softmax", "linear", "sigmoid"] = "softmax"
+    float32_layers: list[str] = Field(default_factory=list, description=(
+        "Layer names or globs kept in float32 whatever the policy (e.g. what diagnose advises)."))
+    layer_policies: dict[str, LayerPolicy] = Field(default_factory=dict, description=(
+        "Layer name or glob → policy, for any other per-layer choice."))
+
+    @property
+    def layer_rules(self) -> dict[str, str]:
+        return {**{name: "float32" for name in self.float32_layers}, **self.layer_policies}
 
 
 class MLPConfig(_ModelBase):
@@ -337,6 +348,29 @@ class LossScaleConfig(_Strict):
     dynamic_growth_steps: int = Field(2000, ge=1)
 
 
+class CheckpointConfig(_Strict):
+    """Checkpoints in RUN_DIR/checkpoints/ (TensorFlow's CheckpointManager): model, optimizer
+    (with the loss scale and its step counter), data position. Both `every_*` null: none."""
+
+    every_epochs: int | None = Field(1, ge=1)
+    every_steps: int | None = Field(None, ge=1)
+    keep: int = Field(3, ge=1)
+
+    @property
+    def enabled(self) -> bool:
+        return self.every_epochs is not None or self.every_steps is not None
+
+
+class RecoveryConfig(_Strict):
+    """What to do when training diverges (TF Model Garden's recovery): restore the last good
+    checkpoint and go on with the next batches, at most `max_trials` times, then stop."""
+
+    loss_upper_bound: float | None = Field(None, gt=0, description="A loss above this diverged.")
+    max_trials: int = Field(3, ge=0)
+    collapse_steps: int = Field(25, ge=1, description=(
+        "mixed_float16: this many skipped steps in a row is a loss-scale collapse."))
+
+
 class TrainConfig(_Strict):
     loop: Literal["fit", "custom"] = "fit"
     epochs: int = Field(5, ge=1)
@@ -358,6 +392,27 @@ class TrainConfig(_Strict):
     max_step_seconds: float | None = Field(
         None, gt=0, description="Stop once a timed step takes longer than this."
     )
+    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
+    recovery: RecoveryConfig = Field(default_factory=RecoveryConfig)
+
+
+class DistributeConfig(_Strict):
+    """tf.distribute: where the training runs. `train.batch_size` is the global batch."""
+
+    strategy: Literal["none", "one_device", "mirrored", "multi_worker_mirrored", "tpu"] = "none"
+    devices: list[str] | None = Field(None, description='e.g. ["/gpu:0", "/gpu:1"]; default: all.')
+    tpu: str | None = Field(None, description="TPU name or address (TPUClusterResolver).")
+
+    @field_validator("devices")
+    @classmethod
+    def _device_names(cls, devices: list[str] | None) -> list[str] | None:
+        import re
+
+        pattern = r"/?(job:\w+/(replica:\d+/)?(task:\d+/)?)?(device:)?(cpu|gpu|tpu):\d+"
+        for device in devices or []:
+            if not re.fullmatch(pattern, device, flags=re.IGNORECASE):
+                raise ValueError(f"{device!r} is not a device name like /gpu:0 or /cpu:1")
+        return devices
 
 
 class OutputConfig(_Strict):
@@ -369,10 +424,13 @@ class ExperimentConfig(_Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", max_length=100,
                       description="Run folders are named after it; defaults to the file's name.")
     seed: int = Field(0, ge=0, lt=2**31)
+    deterministic: bool = Field(False, description=(
+        "tf.config.experimental.enable_op_determinism(): bit-identical reruns, slower ops."))
     policy: PolicyName = "float32"
     data: DataConfig = Field(default_factory=SyntheticData)
     model: ModelConfig = Field(default_factory=MLPConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)
+    distribute: DistributeConfig = Field(default_factory=DistributeConfig)
     output: OutputConfig = Field(default_factory=OutputConfig)
 
     @model_validator(mode="before")
@@ -402,6 +460,14 @@ class ExperimentConfig(_Strict):
                 "model.output_activation sigmoid needs train.loss binary_crossentropy; "
                 "use softmax or linear with sparse_categorical_crossentropy"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _fit_runs_under_the_strategy(self) -> ExperimentConfig:
+        if self.distribute.strategy == "multi_worker_mirrored" and self.train.loop == "fit":
+            raise ValueError("distribute.strategy multi_worker_mirrored needs train.loop: custom "
+                             "(Keras 3's Model.fit does not run under MultiWorkerMirroredStrategy: "
+                             "keras-team/keras#20585)")
         return self
 
     def to_yaml_dict(self) -> dict[str, Any]:

@@ -26,12 +26,21 @@ STREAM_SHUFFLE_BUFFER = 10_000
 
 @dataclass
 class Batches:
-    train: object  # tf.data.Dataset: every epoch's batches, one after the other
+    """Every split as batches. The training stream can start at any (epoch, step): a resumed
+    run continues with exactly the batches the interrupted one would have seen."""
+
+    split: Split
     val: object | None
     test: object
-    train_examples: int
     batch_size: int
     epochs: int
+    seed: int
+    target: object = None
+    shuffle_buffer: int = STREAM_SHUFFLE_BUFFER
+
+    @property
+    def train_examples(self) -> int:
+        return self.split.size
 
     @property
     def steps_per_epoch(self) -> int:
@@ -41,17 +50,29 @@ class Batches:
         """Examples in the step-th batch (0-based) of an epoch: the last one may be short."""
         return min(self.batch_size, self.train_examples - step_in_epoch * self.batch_size)
 
+    @property
+    def train(self):
+        return self.train_from(0, 0)
+
+    def train_from(self, epoch: int, step: int, until_epoch: int | None = None):
+        """The batches of epochs [epoch, until_epoch), the first `step` of them left out."""
+        return training_stream(self.split, self.batch_size, self.seed, epoch,
+                               self.epochs if until_epoch is None else until_epoch, step,
+                               self.target, self.shuffle_buffer)
+
 
 def make_batches(data: Dataset, batch_size: int, epochs: int, seed: int, binary_labels: bool,
                  shuffle_buffer: int = STREAM_SHUFFLE_BUFFER) -> Batches:
     target = _binary_targets if binary_labels else None
     return Batches(
-        train=training_stream(data.train, batch_size, epochs, seed, target, shuffle_buffer),
+        split=data.train,
         val=in_order(data.val, batch_size, target) if data.val is not None else None,
         test=in_order(data.test, batch_size, target),
-        train_examples=data.train.size,
         batch_size=batch_size,
         epochs=epochs,
+        seed=seed,
+        target=target,
+        shuffle_buffer=shuffle_buffer,
     )
 
 
@@ -73,8 +94,8 @@ def _binary_targets(y):
     return tf.expand_dims(tf.cast(y, tf.float32), -1)
 
 
-def training_stream(split: Split, batch_size: int, epochs: int, seed: int, target=None,
-                    shuffle_buffer: int = STREAM_SHUFFLE_BUFFER):
+def training_stream(split: Split, batch_size: int, seed: int, first_epoch: int, end_epoch: int,
+                    skip_steps: int = 0, target=None, shuffle_buffer: int = STREAM_SHUFFLE_BUFFER):
     import tensorflow as tf
 
     def one_epoch(epoch):
@@ -85,9 +106,15 @@ def training_stream(split: Split, batch_size: int, epochs: int, seed: int, targe
                                               seed=tf.constant(seed, tf.int64) * 1_000_003 + epoch)
             return shuffled.batch(batch_size)
         order = tf.data.Dataset.from_tensor_slices(_shuffled(tf, split.size, seed, epoch))
-        return _indexed(tf, order, split, batch_size)
+        if split.load is not None:  # files, decoded in parallel in order
+            return order.map(split.load, num_parallel_calls=tf.data.AUTOTUNE,
+                             deterministic=True).batch(batch_size)
+        return order.batch(batch_size)  # indices, gathered below once the skipped are gone
 
-    return _finish(tf, tf.data.Dataset.range(epochs).flat_map(one_epoch), target)
+    batches = tf.data.Dataset.range(first_epoch, end_epoch).flat_map(one_epoch).skip(skip_steps)
+    if split.arrays is not None:
+        batches = _gather(tf, batches, split.arrays)
+    return _finish(tf, batches, target)
 
 
 def in_order(split: Split, batch_size: int, target=None):
@@ -96,17 +123,17 @@ def in_order(split: Split, batch_size: int, target=None):
 
     if split.stream is not None:
         batches = split.stream().batch(batch_size)
+    elif split.load is not None:
+        batches = tf.data.Dataset.range(split.size).map(
+            split.load, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).batch(batch_size)
     else:
-        batches = _indexed(tf, tf.data.Dataset.range(split.size), split, batch_size)
+        batches = _gather(tf, tf.data.Dataset.range(split.size).batch(batch_size), split.arrays)
     return _finish(tf, batches, target)
 
 
-def _indexed(tf, indices, split: Split, batch_size: int):
-    """Example indices → batches of (x, y): gathered from arrays, or loaded one by one."""
-    if split.arrays is None:
-        return (indices.map(split.load, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-                .batch(batch_size))
-    x, y = split.arrays
+def _gather(tf, index_batches, arrays):
+    """Batches of example indices → batches of (x, y) from in-memory or memory-mapped arrays."""
+    x, y = arrays
     ys = tf.constant(y)
     if isinstance(x, np.memmap):
         # A cache file: NumPy reads the batch's rows, so only those are paged in.
@@ -125,14 +152,19 @@ def _indexed(tf, indices, split: Split, batch_size: int):
 
         def gather(index_batch):
             return tf.gather(xs, index_batch), tf.gather(ys, index_batch)
-    return indices.batch(batch_size).map(gather)
+    return index_batches.map(gather)
 
 
 def _finish(tf, batches, target):
     """uint8 pixels (decoded or cached images: a quarter of the space) become float32 in
-    [0, 1] here, on the host, as the guide advises; binary labels become float columns."""
+    [0, 1] here, on the host, as the guide advises; binary labels become float columns.
+
+    Sharding is set explicitly for tf.distribute's workers: by data (every pipeline reads
+    arrays, or files by index, that tf.data cannot split by file)."""
     pixels = batches.element_spec[0].dtype == tf.uint8
     if pixels or target is not None:
         batches = batches.map(lambda x, y: (tf.cast(x, tf.float32) / 255.0 if pixels else x,
                                             target(y) if target is not None else y))
-    return batches.prefetch(tf.data.AUTOTUNE)
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+    return batches.prefetch(tf.data.AUTOTUNE).with_options(options)

@@ -39,6 +39,12 @@ def build_model(config: ExperimentConfig, spec: InputSpec) -> BuiltModel:
 
     module, _, function = BUILDERS[config.model.kind].partition(":")
     model, notes = getattr(importlib.import_module(module), function)(config, spec)
+    rules = config.model.layer_rules
+    if rules:
+        from mptrain.model.dtypes import rebuild_with_policies
+
+        model, changed = rebuild_with_policies(model, rules)
+        notes.append("per-layer policies: " + ", ".join(changed))
     model, more = ensure_float32_output(model)
     return BuiltModel(model, notes + more)
 

@@ -9,12 +9,10 @@ output float32, and copies the saved weights into the rebuilt model.
 
 from __future__ import annotations
 
-from collections import Counter
-from typing import Any
-
 from mptrain.config.schema import ExperimentConfig, SavedConfig
 from mptrain.data.dataset import InputSpec
 from mptrain.errors import ConfigError
+from mptrain.model.dtypes import rebuild_with_policies
 
 
 def check_saved(cfg: SavedConfig) -> None:
@@ -22,47 +20,6 @@ def check_saved(cfg: SavedConfig) -> None:
         raise ConfigError(f"model.path {cfg.path}: no such file")
     if cfg.path.suffix != ".keras":
         raise ConfigError(f"model.path {cfg.path}: expected a .keras file (model.save('x.keras'))")
-
-
-def _policy_name(value: Any) -> str | None:
-    if isinstance(value, str):
-        return value
-    if isinstance(value, dict) and value.get("class_name") == "DTypePolicy":
-        return value.get("config", {}).get("name")
-    return None
-
-
-def _layer_configs(config: Any):
-    """Every layer config dict in a serialized model, nested ones included (not the inputs:
-    an InputLayer's `dtype` is its tensor's type, not a policy)."""
-    if isinstance(config, dict):
-        inner = config.get("config")
-        if isinstance(inner, dict) and "dtype" in inner and config.get("class_name") != "InputLayer":
-            yield config
-        for value in config.values():
-            yield from _layer_configs(value)
-    elif isinstance(config, list):
-        for value in config:
-            yield from _layer_configs(value)
-
-
-def repolicy(serialized: dict, policy: str, keep: set[str]) -> list[str]:
-    """Set every layer's dtype policy to `policy`, except the layers named in `keep` and those
-    whose saved policy differs from the model's own (most common) one. Returns those kept."""
-    layers = list(_layer_configs(serialized))
-    saved = Counter(_policy_name(c["config"]["dtype"]) for c in layers)
-    own = saved.most_common(1)[0][0] if saved else None
-    kept = []
-    for layer in layers:
-        name = layer["config"].get("name", "")
-        current = _policy_name(layer["config"]["dtype"])
-        if current is None:
-            continue
-        if name in keep or current != own:
-            kept.append(f"{name} ({current})")
-            continue
-        layer["config"]["dtype"] = policy
-    return kept
 
 
 def build_saved(config: ExperimentConfig, spec: InputSpec):
@@ -82,12 +39,9 @@ def build_saved(config: ExperimentConfig, spec: InputSpec):
         raise ConfigError(f"model.path {cfg.path}: the model takes inputs of shape {expected}; "
                           f"this data set's examples are {spec.shape}")
     policy = keras.mixed_precision.global_policy().name
-    serialized = keras.saving.serialize_keras_object(original)
     last = original.layers[-1]
-    keep = {last.name} if type(last).__name__ in ("Activation", "Softmax") else set()
-    kept = repolicy(serialized, policy, keep)
-    rebuilt = keras.saving.deserialize_keras_object(serialized)
-    rebuilt.set_weights(original.get_weights())
+    keep = frozenset({last.name} if type(last).__name__ in ("Activation", "Softmax") else ())
+    rebuilt, kept = rebuild_with_policies(original, {}, default=policy, keep=keep)
     notes = [f"loaded {cfg.path} and rebuilt it under {policy}"]
     if cfg.unfreeze:
         _unfreeze(rebuilt)

@@ -115,7 +115,7 @@ def compare_tables(record) -> Group:
     peaks: dict[str, str] = {}
     for row in record.variants:
         s = row.summary
-        name = f"{row.policy}\n{row.loop}"
+        name = f"{row.policy}\n{row.loop}" + ("" if row.strategy == "none" else f" {row.strategy}")
         if s is None:
             result_rows.append([name, "-", "-", "-", "-", f"[red]{row.verdict}[/]"])
             continue
@@ -219,6 +219,11 @@ def check_gpu_view(report: dict[str, Any]):
     parts.append(f"[bold green]Recommended policy: {rec['policy']}[/]\n{rec['reason']}")
     parts += [f"[yellow]warning:[/] {w}" for w in rec["warnings"]]
     parts.append(report["compatibility_check"])
+    dist = report.get("distribution")
+    if dist:
+        parts.append(f"[bold]tf.distribute[/]: mirrored would use {', '.join(dist['mirrored_devices'])}; "
+                     f"NCCL {'available' if dist['nccl'] else 'not available'}; all-reduce: "
+                     f"{dist['all_reduce']}" + (f"\n{dist['note']}" if dist["note"] else ""))
     if report["bench"]:
         bench = Table("device", "kernel", "dtype", "ms/call", "TFLOP/s", "× fp32", box=box.SIMPLE_HEAD)
         for r in report["bench"]:
@@ -228,3 +233,50 @@ def check_gpu_view(report: dict[str, Any]):
         parts.append(bench)
         parts.append("dense = MatMul+BiasAdd+ReLU, which oneDNN fuses (the op behind float16's CPU collapse)")
     return Panel(Group(*parts), title="mptrain check-gpu", title_align="left")
+
+
+def lint_view(report: dict[str, Any]):
+    """`mptrain lint`: findings, warnings first, largest FLOPs share first."""
+    findings = report["findings"]
+    head = (f"mptrain lint: {report['experiment']} under {report['policy']} on {report['device']}; "
+            f"{report['flops_per_example']:,} training FLOPs per example")
+    if not findings:
+        return Group(head, "[green]no findings[/]: dimensions aligned, numerics as the guide wants")
+    table = Table("", "layer", "FLOPs", "finding", box=box.SIMPLE_HEAD, show_edge=False,
+                  title=head, title_justify="left")
+    for f in findings:
+        mark = "[yellow]warning[/]" if f["severity"] == "warning" else "note"
+        share = f"{f['flops_share']:.0%}" if f["flops_share"] is not None else ""
+        table.add_row(mark, f["layer"] or "", share, f["message"])
+    return Group(table, report["summary"])
+
+
+def diagnose_view(d: dict[str, Any]):
+    """`mptrain diagnose`: per-layer numbers, verdict per policy, recommendation."""
+    table = Table("layer", "act max", "act >65504", "grad underflow", "× scale", "bf16 error",
+                  box=box.SIMPLE_HEAD, show_edge=False, title_justify="left",
+                  title=f"mptrain diagnose: {d['experiment']} ({d['steps']} float32 steps; "
+                        f"loss scale {d['loss_scale']:g})")
+    for n in d["layers"]:
+        table.add_row(n["layer"], f"{n['activation_max']:.3g}", f"{n['activation_overflow']:.1%}",
+                      f"{n['gradient_underflow']:.1%}", f"{n['gradient_underflow_scaled']:.1%}",
+                      fmt(n["bfloat16_error"], ".2%"))
+    verdicts = [f"[bold]{policy}[/]: {text}" for policy, text in d["verdicts"].items()]
+    return Group(table, *verdicts, f"[bold green]recommendation[/]: {d['recommendation']}")
+
+
+def memory_view(report: dict[str, Any]):
+    """`mptrain memory`: the estimate per policy, the measured peak, the largest batch."""
+    table = Table("policy", "weights", "16-bit copies", "gradients", "optimizer", "activations",
+                  "total", "measured", "largest batch", box=box.SIMPLE_HEAD, show_edge=False,
+                  title_justify="left",
+                  title=f"mptrain memory: {report['experiment']} (batch {report['batch_size']}, "
+                        f"{report['parameters']:,} parameters)")
+    for p in report["plans"]:
+        table.add_row(p["policy"], *(human_bytes(p[k]) for k in (
+            "weights_bytes", "weight_copies_bytes", "gradients_bytes", "optimizer_bytes",
+            "activations_bytes", "total_bytes", "measured_peak_bytes")),
+            fmt(p["largest_batch"], ",d"))
+    return Group(table, report["why"],
+                 "measured: TensorFlow's allocator peak above the data set in a 3-step run "
+                 "(n/a where the allocator reports nothing, as for small models on a CPU)")

@@ -27,16 +27,29 @@ class TrainingLoop(Protocol):
     model: Any
     optimizer: Any
 
-    def train(self, batches: Batches, monitor: TrainingMonitor) -> None:
-        """Train over `batches.train` (every epoch's batches in order), reporting each step."""
+    def train(self, batches: Batches, monitor: TrainingMonitor, start_epoch: int = 0,
+              start_step: int = 0) -> None:
+        """Train from (start_epoch, start_step) to the end of `batches.epochs`, reporting each
+        step to the monitor and stopping after the step where it asks to."""
 
     def evaluate(self, dataset) -> dict[str, float]:
         """Loss and metrics over a dataset, keyed like Keras' logs ("loss", "accuracy")."""
 
 
-def make_loop(name: str, model, optimizer, loss, metrics, choice: PolicyChoice) -> TrainingLoop:
+def make_loop(name: str, model, optimizer, loss, metrics, choice: PolicyChoice,
+              strategy=None) -> TrainingLoop:
+    """The loop, constructed (inside the strategy's scope, when there is one)."""
     module, _, cls = LOOPS[name].partition(":")
-    return getattr(importlib.import_module(module), cls)(model, optimizer, loss, metrics, choice)
+    return getattr(importlib.import_module(module), cls)(model, optimizer, loss, metrics, choice,
+                                                         strategy)
+
+
+def value_of(variable) -> float:
+    """A scalar variable's value as a float, wherever it lives (a tf.distribute strategy's
+    mirrored variables do not convert with float())."""
+    import keras
+
+    return float(keras.ops.convert_to_numpy(variable))
 
 
 def loss_scale_of(optimizer):

@@ -18,40 +18,62 @@ from mptrain.training.monitor import TrainingMonitor
 from mptrain.training.optimizer_update import compile_optimizer_update
 
 
-def make_train_step(model, optimizer, loss_fn, metrics, loss_tracker, jit_compile: bool):
+def make_train_step(model, optimizer, loss_fn, metrics, loss_tracker, jit_compile: bool,
+                    strategy=None):
     """One compiled training step: forward, scaled loss, gradients, apply, metrics.
 
     Returns a float32 vector [loss, loss scale (NaN without scaling), *running metric values],
     so the loop fetches every per-step value in one device-to-host transfer (one sync per
-    step).
+    step). With a tf.distribute strategy the step runs on every replica (`strategy.run`): Keras'
+    losses divide each replica's mean by the number of replicas, so the gradients the
+    optimizer sums across replicas are those of the loss averaged over the global batch; the
+    replicas agree on whether to skip a non-finite step (`distribute.agree_on_finite`).
     """
     import tensorflow as tf
 
-    scale = loss_scale_of(optimizer)
+    from mptrain.distribute import agree_on_finite
 
-    def train_step(x, y):
+    scale = loss_scale_of(optimizer)
+    replicas = strategy.num_replicas_in_sync if strategy is not None else 1
+
+    def replica_step(x, y):
         with tf.GradientTape() as tape:
             predictions = model(x, training=True)
+            # under a strategy, Keras losses already divide by the number of replicas
             loss = loss_fn(y, predictions)
             scaled_loss = optimizer.scale_loss(loss)
         gradients = tape.gradient(scaled_loss, model.trainable_variables)
+        if scale is not None:
+            gradients = agree_on_finite(gradients, tf)
         optimizer.apply(gradients, model.trainable_variables)
-        loss_tracker.update_state(loss, sample_weight=tf.shape(x)[0])
+        local_loss = loss * replicas  # this replica's mean loss, for the records
+        loss_tracker.update_state(local_loss, sample_weight=tf.shape(x)[0])
         for metric in metrics:
             metric.update_state(y, predictions)
+        return local_loss
+
+    def outputs(loss):
         current_scale = tf.constant(float("nan")) if scale is None else scale
         return tf.stack([tf.cast(loss, tf.float32), tf.cast(current_scale, tf.float32),
                          *(tf.cast(metric.result(), tf.float32) for metric in metrics)])
 
-    return tf.function(train_step, jit_compile=jit_compile)
+    if strategy is None:
+        return tf.function(lambda x, y: outputs(replica_step(x, y)), jit_compile=jit_compile)
+
+    def distributed_step(x, y):  # no XLA with several replicas (policy.choose_jit_compile)
+        losses = strategy.run(replica_step, args=(x, y))
+        return outputs(strategy.reduce(tf.distribute.ReduceOp.MEAN, losses, axis=None))
+
+    return tf.function(distributed_step)
 
 
 class CustomLoop:
-    def __init__(self, model, optimizer, loss, metrics, choice: PolicyChoice):
+    def __init__(self, model, optimizer, loss, metrics, choice: PolicyChoice, strategy=None):
         import keras
         import tensorflow as tf
 
         self.model, self.optimizer, self.loss_fn, self.metrics = model, optimizer, loss, metrics
+        self.strategy = strategy
         self.loss_tracker = keras.metrics.Mean(name="loss")
         # Build optimizer state up front: lazy creation inside a tf.function (or a
         # distribution strategy) fails, and the first timed step should not pay for it.
@@ -60,15 +82,21 @@ class CustomLoop:
         else:
             optimizer.build(model.trainable_variables)
         self.train_step = make_train_step(model, optimizer, loss, metrics, self.loss_tracker,
-                                          choice.jit_compile)
+                                          choice.jit_compile, strategy)
+
+        replicas = strategy.num_replicas_in_sync if strategy is not None else 1
 
         def test_step(x, y):
             predictions = model(x, training=False)
-            self.loss_tracker.update_state(loss(y, predictions), sample_weight=tf.shape(x)[0])
+            self.loss_tracker.update_state(loss(y, predictions) * replicas,
+                                           sample_weight=tf.shape(x)[0])
             for metric in metrics:
                 metric.update_state(y, predictions)
 
-        self.test_step = tf.function(test_step, jit_compile=choice.jit_compile)
+        if strategy is None:
+            self.test_step = tf.function(test_step, jit_compile=choice.jit_compile)
+        else:
+            self.test_step = tf.function(lambda x, y: strategy.run(test_step, args=(x, y)))
 
     def _reset(self) -> None:
         self.loss_tracker.reset_state()
@@ -80,17 +108,19 @@ class CustomLoop:
         out.update({f"{prefix}{m.name}": float(m.result()) for m in self.metrics})
         return out
 
-    def train(self, batches: Batches, monitor: TrainingMonitor) -> None:
-        iterator = iter(batches.train)
-        for epoch in range(batches.epochs):
-            monitor.epoch_begin(epoch)
+    def train(self, batches: Batches, monitor: TrainingMonitor, start_epoch: int = 0,
+              start_step: int = 0) -> None:
+        iterator = iter(self._distributed(batches.train_from(start_epoch, start_step)))
+        for epoch in range(start_epoch, batches.epochs):
+            first = start_step if epoch == start_epoch else 0
+            monitor.epoch_begin(epoch, first)
             self._reset()
-            for _ in range(batches.steps_per_epoch):
+            for _ in range(first, batches.steps_per_epoch):
                 monitor.step_begin()
                 x, y = next(iterator)
                 loss, scale, *values = self.train_step(x, y).numpy()
                 running = {m.name: float(v) for m, v in zip(self.metrics, values, strict=True)}
-                monitor.step_end(float(loss), int(len(x)), running,
+                monitor.step_end(float(loss), batches.batch_size_at(monitor.step_in_epoch), running,
                                  None if math.isnan(scale) else float(scale))
                 if monitor.stop_requested:
                     break
@@ -103,6 +133,9 @@ class CustomLoop:
 
     def evaluate(self, dataset, prefix: str = "") -> dict[str, float]:
         self._reset()
-        for x, y in dataset:
+        for x, y in self._distributed(dataset):
             self.test_step(x, y)
         return self._results(prefix)
+
+    def _distributed(self, dataset):
+        return dataset if self.strategy is None else self.strategy.experimental_distribute_dataset(dataset)

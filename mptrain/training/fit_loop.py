@@ -7,7 +7,7 @@ import keras  # this module is imported only when a fit run starts (training.mak
 from mptrain.data.pipeline import Batches
 from mptrain.errors import MptrainError
 from mptrain.policy import PolicyChoice
-from mptrain.training import loss_scale_of
+from mptrain.training import loss_scale_of, value_of
 from mptrain.training.monitor import TrainingMonitor
 from mptrain.training.optimizer_update import compile_optimizer_update
 
@@ -20,7 +20,8 @@ class FitLoop:
     check that it is the very one, because a silently replaced optimizer would train with
     other loss-scale settings than the experiment says."""
 
-    def __init__(self, model, optimizer, loss, metrics, choice: PolicyChoice):
+    def __init__(self, model, optimizer, loss, metrics, choice: PolicyChoice, strategy=None):
+        # Model.fit distributes itself: a model compiled in a strategy's scope trains under it
         # Keras logs only the epoch's running mean of the loss, which one NaN (a step skipped
         # under loss scaling) turns into NaN for the rest of the epoch. This mean over a single
         # batch (reset before each step) is the step's own loss; a built-in Keras metric, so a
@@ -39,12 +40,25 @@ class FitLoop:
             optimizer.build(model.trainable_variables)
         self.model, self.optimizer = model, optimizer
 
-    def train(self, batches: Batches, monitor: TrainingMonitor) -> None:
+    def train(self, batches: Batches, monitor: TrainingMonitor, start_epoch: int = 0,
+              start_step: int = 0) -> None:
+        """One stream of every epoch's batches (see data/pipeline.py): with steps_per_epoch
+        set, Keras keeps the iterator across epochs; shuffle=False, the stream is in order. A
+        run resumed inside an epoch first finishes that epoch with its remaining steps."""
         callback = _MonitorCallback(monitor, batches, loss_scale_of(self.optimizer), self.batch_loss)
-        # One stream of every epoch's batches (see batches.py): with steps_per_epoch set, Keras
-        # keeps the iterator across epochs. shuffle=False: the stream is already in order.
-        self.model.fit(batches.train, epochs=batches.epochs, steps_per_epoch=batches.steps_per_epoch,
-                       validation_data=batches.val, callbacks=[callback], shuffle=False, verbose=0)
+        steps = batches.steps_per_epoch
+        if start_step:
+            callback.first_step = start_step
+            self.model.fit(batches.train_from(start_epoch, start_step, start_epoch + 1),
+                           initial_epoch=start_epoch, epochs=start_epoch + 1,
+                           steps_per_epoch=steps - start_step, validation_data=batches.val,
+                           callbacks=[callback], shuffle=False, verbose=0)
+            start_epoch += 1
+        if start_epoch < batches.epochs and not monitor.stop_requested:
+            self.model.fit(batches.train_from(start_epoch, 0), initial_epoch=start_epoch,
+                           epochs=batches.epochs, steps_per_epoch=steps,
+                           validation_data=batches.val, callbacks=[callback], shuffle=False,
+                           verbose=0)
 
     def evaluate(self, dataset) -> dict[str, float]:
         results = self.model.evaluate(dataset, return_dict=True, verbose=0)
@@ -58,9 +72,15 @@ class _MonitorCallback(keras.callbacks.Callback):
         super().__init__()
         self.monitor, self.batches, self.loss_scale = monitor, batches, loss_scale
         self.batch_loss = batch_loss
+        self.first_step = 0  # > 0 while finishing an epoch a resumed run started inside
+        self.replicas = 1
+
+    def on_train_begin(self, logs=None):
+        self.replicas = self.model.distribute_strategy.num_replicas_in_sync
 
     def on_epoch_begin(self, epoch, logs=None):
-        self.monitor.epoch_begin(epoch)
+        self.monitor.epoch_begin(epoch, self.first_step)
+        self.first_step = 0
 
     def on_train_batch_begin(self, batch, logs=None):
         self.batch_loss.reset_state()
@@ -68,9 +88,10 @@ class _MonitorCallback(keras.callbacks.Callback):
 
     def on_train_batch_end(self, batch, logs=None):
         metrics = {k: float(v) for k, v in logs.items() if k not in ("loss", BATCH_LOSS)}
-        scale = None if self.loss_scale is None else float(self.loss_scale.numpy())
-        self.monitor.step_end(float(logs[BATCH_LOSS]), self.batches.batch_size_at(batch),
-                              metrics, scale)
+        scale = None if self.loss_scale is None else value_of(self.loss_scale)
+        # under a strategy, Keras' loss (so this metric) is divided by the number of replicas
+        self.monitor.step_end(float(logs[BATCH_LOSS]) * self.replicas,
+                              self.batches.batch_size_at(self.monitor.step_in_epoch), metrics, scale)
         if self.monitor.stop_requested:
             self.model.stop_training = True
 

@@ -58,25 +58,37 @@ class TrainingMonitor:
     listeners: list[TrainingListener] = field(default_factory=list)
     learning_rate: Callable[[], float] | None = None  # the optimizer's current rate
     initial_loss_scale: float | None = None  # None: the optimizer does not scale the loss
+    # a resumed run: the records of the steps and epochs done before (up to its checkpoint),
+    # and how many of those steps the loss scaler skipped
+    history: tuple[list[StepRecord], list[EpochRecord]] = ([], [])
+    skipped_before: int = 0
 
     def __post_init__(self) -> None:
         self.timer = StepTimer()
-        self.steps: list[StepRecord] = []
-        self.epoch_records: list[EpochRecord] = []
+        self.steps: list[StepRecord] = list(self.history[0])
+        self.epoch_records: list[EpochRecord] = list(self.history[1])
         self.stop_reason: str | None = None
+        self.stop_status: str | None = None  # stopped | interrupted | diverged
+        self.signal: int | None = None  # the signal that interrupted the run
         self.loss_scale = self.initial_loss_scale
-        self.skipped_steps = 0 if self.initial_loss_scale is not None else None
-        self._epoch = 0
-        self._step_in_epoch = 0
+        self.skipped_steps = self.skipped_before if self.initial_loss_scale is not None else None
+        self.epoch = 0  # 1-based, the epoch in progress
+        self.step_in_epoch = 0  # steps of it done
 
     @property
     def stop_requested(self) -> bool:
         return self.stop_reason is not None
 
-    def epoch_begin(self, epoch: int) -> None:
-        self._epoch, self._step_in_epoch = epoch + 1, 0
+    def request_stop(self, reason: str, status: str = "stopped") -> None:
+        """Stop after the current step (the first request wins)."""
+        if self.stop_reason is None:
+            self.stop_reason, self.stop_status = reason, status
+
+    def epoch_begin(self, epoch: int, first_step: int = 0) -> None:
+        """`epoch` 0-based; `first_step` > 0 when a resumed run continues inside it."""
+        self.epoch, self.step_in_epoch = epoch + 1, first_step
         for listener in self.listeners:
-            listener.epoch_started(self._epoch, self.epochs, self.steps_per_epoch)
+            listener.epoch_started(self.epoch, self.epochs, self.steps_per_epoch)
 
     def step_begin(self) -> None:
         self.timer.start()
@@ -90,32 +102,34 @@ class TrainingMonitor:
         gradient) and never lowers it otherwise, so a lower scale is a skipped step. (Its
         `iterations` cannot tell: with gradient accumulation Keras divides them.)"""
         seconds = self.timer.stop()
-        self._step_in_epoch += 1
-        record = StepRecord(len(self.steps) + 1, self._epoch, loss, seconds, examples,
-                            loss_scale, metrics)
-        self.steps.append(record)
+        self.step_in_epoch += 1
+        skipped = None
         if loss_scale is not None and self.loss_scale is not None:
-            self.skipped_steps += loss_scale < self.loss_scale
+            skipped = loss_scale < self.loss_scale
+            self.skipped_steps += skipped
             self.loss_scale = loss_scale
+        record = StepRecord(len(self.steps) + 1, self.epoch, loss, seconds, examples,
+                            loss_scale, metrics, skipped)
+        self.steps.append(record)
         for listener in self.listeners:
-            listener.step_finished(record, self._step_in_epoch)
+            listener.step_finished(record, self.step_in_epoch)
         if self.max_steps is not None and record.step >= self.max_steps:
-            self.stop_reason = f"stopped after {_steps(record.step)} (step limit {self.max_steps})"
+            self.request_stop(f"stopped after {_steps(record.step)} (step limit {self.max_steps})")
         elif self.max_step_seconds is not None and seconds > self.max_step_seconds:
-            self.stop_reason = (f"stopped after {_steps(record.step)}: a step took {seconds:.1f} s "
-                                f"(limit {self.max_step_seconds:g} s)")
+            self.request_stop(f"stopped after {_steps(record.step)}: a step took {seconds:.1f} s "
+                              f"(limit {self.max_step_seconds:g} s)")
 
     def epoch_end(self, metrics: dict[str, float]) -> None:
         """`metrics` as the loop computed them; the training `loss` is replaced by the mean
         over this epoch's steps with a finite loss, weighted by their examples: a skipped
         step (NaN loss, normal under loss scaling) would make Keras' running mean NaN."""
-        steps = self.steps[-self._step_in_epoch:] if self._step_in_epoch else []
+        steps = [r for r in self.steps if r.epoch == self.epoch]
         finite = [r for r in steps if math.isfinite(r.loss)]
         loss = (sum(r.loss * r.examples for r in finite) / sum(r.examples for r in finite)
                 if finite else math.nan)
         record = EpochRecord(
-            epoch=self._epoch,
-            steps=self._step_in_epoch,
+            epoch=self.epoch,
+            steps=self.step_in_epoch,
             metrics=order_metrics({**{k: float(v) for k, v in metrics.items()}, "loss": loss}),
             loss_scale=self.loss_scale,
             skipped_steps=self.skipped_steps,

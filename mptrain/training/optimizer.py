@@ -12,6 +12,7 @@ from __future__ import annotations
 from mptrain.config.optimizers import OPTIMIZERS
 from mptrain.config.schema import OptimizerConfig
 from mptrain.errors import ConfigError
+from mptrain.training import value_of
 
 
 def build_optimizer(cfg: OptimizerConfig, total_steps: int):
@@ -26,6 +27,17 @@ def build_optimizer(cfg: OptimizerConfig, total_steps: int):
         return getattr(keras.optimizers, name)(**kwargs)
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"train.optimizer.kwargs {cfg.kwargs}: {name} rejects them ({exc})") from None
+
+
+def learning_rate_at(optimizer, cfg: OptimizerConfig, total_steps: int):
+    """step → the learning rate at that step (for telemetry), without touching the optimizer."""
+    if cfg.schedule is None:
+        constant = value_of(optimizer.learning_rate)
+        return lambda step: constant
+    schedule = learning_rate_schedule(cfg.schedule, total_steps)
+    if isinstance(schedule, float):
+        return lambda step: schedule
+    return lambda step: float(schedule(step))
 
 
 def learning_rate_schedule(schedule, total_steps: int):

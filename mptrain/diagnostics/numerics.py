@@ -1,0 +1,228 @@
+"""`mptrain diagnose`: would this model's numbers survive 16 bits? Measured, in float32.
+
+A few real training steps run in float32 on the experiment's data; on the last one every
+layer's activations, the gradients flowing back into them, and the weight gradients are
+compared with float16's limits:
+- overflow: |x| > 65504 becomes inf;
+- underflow: 0 < |x| < 2^-24 (the smallest subnormal) becomes 0, and below 2^-14 (the
+  smallest normal) keeps fewer digits;
+with and without the configured loss scale (gradients are what loss scaling multiplies), and
+the range of scales that keeps every gradient representable. For bfloat16, whose range is
+float32's, what is lost is precision: the same steps in mixed_bfloat16 give each layer's
+relative error against float32.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+F16_MAX = 65504.0
+F16_MIN_NORMAL = 2.0**-14
+F16_MIN_SUBNORMAL = 2.0**-24
+
+
+@dataclass
+class LayerNumbers:
+    layer: str
+    activation_max: float
+    activation_overflow: float  # fraction of activation values above float16's max
+    gradient_max: float
+    gradient_min_nonzero: float | None
+    gradient_underflow: float  # fraction of nonzero gradient values float16 rounds to zero
+    gradient_underflow_scaled: float  # the same, gradients times the loss scale
+    gradient_overflow_scaled: float  # fraction above 65504 once scaled
+    bfloat16_error: float | None = None  # relative error of the outputs under mixed_bfloat16
+
+
+@dataclass
+class Diagnosis:
+    experiment: str
+    steps: int
+    loss_scale: float
+    layers: list[LayerNumbers]
+    gradient_underflow: float  # over all gradient values
+    gradient_underflow_scaled: float
+    gradient_overflow_scaled: float
+    scale_range: tuple[float, float] | None  # scales keeping gradients in float16's range
+    overflowing_layers: list[str]
+    verdicts: dict[str, str] = field(default_factory=dict)
+    recommendation: str = ""
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def fractions(values: np.ndarray, scale: float = 1.0) -> tuple[float, float, float]:
+    """(underflow, overflow, nonzero count) of `values * scale` in float16."""
+    magnitudes = np.abs(values.astype(np.float64)) * scale
+    nonzero = magnitudes > 0
+    count = int(nonzero.sum())
+    if not count:
+        return 0.0, 0.0, 0
+    under = float(np.count_nonzero(nonzero & (magnitudes < F16_MIN_SUBNORMAL))) / count
+    over = float(np.count_nonzero(magnitudes > F16_MAX)) / count
+    return under, over, count
+
+
+def diagnose(config, steps: int = 5, verbose: bool = False) -> Diagnosis:
+    import keras
+    import tensorflow as tf
+
+    from mptrain.data import check_labels_fit_model, load_dataset
+    from mptrain.data.pipeline import make_batches
+    from mptrain.model import build_model, check_model_fits
+    from mptrain.policy import apply_policy
+    from mptrain.preflight import check_experiment
+    from mptrain.tf_runtime import import_tensorflow, seed_everything
+    from mptrain.training.losses import build_loss
+    from mptrain.training.optimizer import build_optimizer
+
+    check_experiment(config)
+    import_tensorflow(verbose)
+    data = load_dataset(config.data, config.seed)
+    check_labels_fit_model(data, config)
+    check_model_fits(config, data.spec)
+    batches = make_batches(data, config.train.batch_size, 1, config.seed,
+                           binary_labels=config.train.loss == "binary_crossentropy")
+    seed_everything(config.seed)
+    apply_policy("float32")
+    model = build_model(config, data.spec).model
+    loss_fn = build_loss(config)
+    optimizer = build_optimizer(config.train.optimizer, batches.steps_per_epoch)
+    optimizer.build(model.trainable_variables)
+    layers = [layer for layer in model.layers if type(layer).__name__ != "InputLayer"]
+    probe = keras.Model(model.inputs, [layer.output for layer in layers])
+
+    iterator = iter(batches.train)
+    taken = 0
+    for x, y in iterator:
+        taken += 1
+        with tf.GradientTape() as tape:
+            outputs = probe(x, training=True)
+            loss = loss_fn(y, outputs[-1])
+        if taken < min(steps, batches.steps_per_epoch):
+            gradients = tape.gradient(loss, model.trainable_variables)
+            optimizer.apply(gradients, model.trainable_variables)
+            continue
+        # the measured step: activation gradients and weight gradients, not applied
+        activation_grads, weight_grads = tape.gradient(loss, (outputs, model.trainable_variables))
+        break
+    scale = config.train.loss_scale.initial_scale
+    owner = _variable_owners(layers, model.trainable_variables)
+    numbers, all_grads = [], []
+    for i, layer in enumerate(layers):
+        acts = np.asarray(outputs[i], np.float64)
+        grads = [np.asarray(g) for g in (activation_grads[i],) if g is not None]
+        grads += [np.asarray(g) for g, v in zip(weight_grads, model.trainable_variables, strict=True)
+                  if g is not None and owner.get(id(v)) == layer.name]
+        flat = np.concatenate([g.ravel() for g in grads]) if grads else np.zeros(0)
+        all_grads.append(flat)
+        under, _, _ = fractions(flat)
+        under_scaled, over_scaled, _ = fractions(flat, scale)
+        nonzero = np.abs(flat[flat != 0])
+        numbers.append(LayerNumbers(
+            layer=layer.name,
+            activation_max=float(np.abs(acts).max()) if acts.size else 0.0,
+            activation_overflow=float(np.count_nonzero(np.abs(acts) > F16_MAX)) / max(acts.size, 1),
+            gradient_max=float(nonzero.max()) if nonzero.size else 0.0,
+            gradient_min_nonzero=float(nonzero.min()) if nonzero.size else None,
+            gradient_underflow=under, gradient_underflow_scaled=under_scaled,
+            gradient_overflow_scaled=over_scaled))
+    everything = np.concatenate(all_grads) if all_grads else np.zeros(0)
+    under_all, _, _ = fractions(everything)
+    under_scaled_all, over_scaled_all, _ = fractions(everything, scale)
+    errors = _bfloat16_errors(config, data.spec, model, x, [layer.name for layer in layers])
+    for entry in numbers:
+        entry.bfloat16_error = errors.get(entry.layer)
+    result = Diagnosis(
+        experiment=config.name, steps=taken, loss_scale=scale, layers=numbers,
+        gradient_underflow=under_all, gradient_underflow_scaled=under_scaled_all,
+        gradient_overflow_scaled=over_scaled_all, scale_range=scale_range(everything),
+        overflowing_layers=[n.layer for n in numbers if n.activation_overflow > 0])
+    result.verdicts, result.recommendation = verdicts(result)
+    return result
+
+
+def _variable_owners(layers, variables) -> dict[int, str]:
+    """Variable → the (top-level) layer that holds it."""
+    owner = {}
+    for layer in layers:
+        for v in layer.trainable_weights:
+            owner[id(v)] = layer.name
+    return owner
+
+
+def scale_range(gradients: np.ndarray) -> tuple[float, float] | None:
+    """Scales S that keep the largest gradient below 65504 (max|g| * S <= 65504) and 99% of
+    the nonzero ones from flushing to zero (their 1st percentile * S >= 2^-24): the range
+    dynamic loss scaling should settle in. Empty (low > high) when no scale does both."""
+    magnitudes = np.abs(gradients[gradients != 0]).astype(np.float64)
+    if not magnitudes.size:
+        return None
+    high = F16_MAX / magnitudes.max()
+    low = F16_MIN_SUBNORMAL / np.percentile(magnitudes, 1)
+    return (float(low), float(high))
+
+
+def _bfloat16_errors(config, spec, model32, x, names: list[str]) -> dict[str, float]:
+    """Each layer's outputs under mixed_bfloat16 (same weights, same batch) against float32."""
+    import keras
+
+    from mptrain.model import build_model
+    from mptrain.policy import apply_policy
+
+    apply_policy("mixed_bfloat16")
+    try:
+        model16 = build_model(config, spec).model
+        model16.set_weights(model32.get_weights())
+        layers16 = [layer for layer in model16.layers if type(layer).__name__ != "InputLayer"]
+        outs16 = keras.Model(model16.inputs, [layer.output for layer in layers16])(x, training=False)
+        layers32 = [layer for layer in model32.layers if type(layer).__name__ != "InputLayer"]
+        outs32 = keras.Model(model32.inputs, [layer.output for layer in layers32])(x, training=False)
+    finally:
+        apply_policy("float32")
+    errors = {}
+    for name, a16, a32 in zip(names, outs16, outs32, strict=True):
+        reference = np.asarray(a32, np.float64)
+        norm = np.linalg.norm(reference)
+        if norm > 0:
+            errors[name] = float(np.linalg.norm(np.asarray(keras.ops.cast(a16, "float32"), np.float64)
+                                                - reference) / norm)
+    return errors
+
+
+def verdicts(d: Diagnosis) -> tuple[dict[str, str], str]:
+    f16 = (f"{d.gradient_underflow:.1%} of gradient values underflow float16 without loss "
+           f"scaling, {d.gradient_underflow_scaled:.1%} with the loss scale {d.loss_scale:g}")
+    if d.gradient_overflow_scaled:
+        f16 += f" (and {d.gradient_overflow_scaled:.1%} overflow at that scale: it will halve)"
+    if d.scale_range:
+        low, high = d.scale_range
+        f16 += (f"; scales from {low:.3g} to {high:.3g} keep 99% of the gradients representable"
+                if low <= high else "; no single scale keeps 99% of the gradients representable")
+    for layer in d.overflowing_layers:
+        entry = next(n for n in d.layers if n.layer == layer)
+        f16 += (f"; layer {layer!r} activations overflow float16 (max {entry.activation_max:.3g}"
+                f" > 65504): keep it float32 (model.float32_layers: [{layer}])")
+    worst = max((n for n in d.layers if n.bfloat16_error is not None),
+                key=lambda n: n.bfloat16_error, default=None)
+    bf16 = "float32's range: nothing overflows or underflows"
+    if worst is not None:
+        bf16 += (f"; precision: layer outputs differ from float32 by up to "
+                 f"{worst.bfloat16_error:.2%} (layer {worst.layer!r})")
+    verdicts_ = {"mixed_float16": f16, "mixed_bfloat16": bf16}
+    trouble = d.overflowing_layers or (d.scale_range and d.scale_range[0] > d.scale_range[1])
+    if trouble:
+        advice = ("mixed_bfloat16: float16's range is too small for this model's values"
+                  + (f" (or mixed_float16 with model.float32_layers: {d.overflowing_layers})"
+                     if d.overflowing_layers else ""))
+    elif d.gradient_underflow_scaled > 0.01:
+        advice = ("mixed_bfloat16, or mixed_float16 with a larger train.loss_scale.initial_scale: "
+                  "too many gradients underflow even with loss scaling")
+    else:
+        advice = ("either: the values fit float16 with dynamic loss scaling, and bfloat16 needs "
+                  "none; pick by speed (`mptrain check-gpu`)")
+    return verdicts_, advice
+

@@ -1,0 +1,169 @@
+"""Training on several devices or machines with TensorFlow's own `tf.distribute`.
+
+One function turns `distribute.strategy` into a strategy (as TF Model Garden's
+`distribute_utils` does); the runner creates the model, the optimizer (with its
+LossScaleOptimizer), the metrics and the checkpoint inside its scope; `Model.fit` runs under
+it as it is, and the custom loop runs its step per replica through `strategy.run`
+(`custom_loop.py`). `train.batch_size` is the global batch, split across replicas.
+
+Loss scaling across replicas: every replica must skip the same steps. Keras'
+LossScaleOptimizer decides per replica from that replica's own gradients, so a non-finite
+gradient on one replica only would let the others apply it (through the all-reduce) while
+that one skips. `agree_on_finite` makes them agree first: if any replica's gradients are not
+finite, every replica's are made non-finite, so all skip and the scale halves once.
+
+Only the chief (worker 0) writes the run folder; the other workers train into a scratch
+folder that is removed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from dataclasses import dataclass
+
+from mptrain.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a run trains: the strategy (None: TensorFlow's default device), how many replicas,
+    and whether this process writes the run's files."""
+
+    strategy: object | None
+    replicas: int
+    chief: bool
+    description: str
+
+
+def prepare_devices(cfg, tf) -> None:
+    """Before TensorFlow starts its runtime: split the CPU into as many logical devices as
+    `distribute.devices` names CPUs (for trying mirrored training on one CPU)."""
+    cpus = [d for d in (cfg.devices or []) if d.lower().lstrip("/").startswith("cpu")]
+    if len(cpus) > 1:
+        physical = tf.config.list_physical_devices("CPU")[0]
+        # RuntimeError: already initialised (a second run in this process): keep what exists
+        with contextlib.suppress(RuntimeError):
+            tf.config.set_logical_device_configuration(
+                physical, [tf.config.LogicalDeviceConfiguration()] * len(cpus))
+
+
+def placement(cfg, tf) -> Placement:
+    """The strategy for `distribute.strategy`, created once per process and reused: several
+    strategies in one process would hand out clashing collective-op keys."""
+    key = (cfg.strategy, tuple(cfg.devices or ()), cfg.tpu)
+    if key not in _PLACEMENTS:
+        _PLACEMENTS[key] = _new_placement(cfg, tf)
+    return _PLACEMENTS[key]
+
+
+_PLACEMENTS: dict[tuple, Placement] = {}
+
+
+def _new_placement(cfg, tf) -> Placement:
+    kind = cfg.strategy
+    if kind == "none":
+        return Placement(None, 1, True, "one device (TensorFlow's default)")
+    if kind == "one_device":
+        device = (cfg.devices or ["/cpu:0"])[0]
+        return Placement(tf.distribute.OneDeviceStrategy(device), 1, True, f"one device ({device})")
+    if kind == "mirrored":
+        strategy = tf.distribute.MirroredStrategy(devices=cfg.devices or None)
+        return Placement(strategy, strategy.num_replicas_in_sync, True,
+                         f"mirrored over {', '.join(strategy.extended.worker_devices)}")
+    if kind == "multi_worker_mirrored":
+        if "TF_CONFIG" not in os.environ:
+            raise ConfigError("distribute.strategy multi_worker_mirrored reads the cluster from "
+                              "$TF_CONFIG; set it on every worker (README: Scale out), or try it "
+                              "on one machine with `mptrain run --workers N`")
+        strategy = tf.distribute.MultiWorkerMirroredStrategy()
+        resolver = strategy.cluster_resolver
+        chief = is_chief(resolver.task_type, resolver.task_id, resolver.cluster_spec().as_dict())
+        return Placement(strategy, strategy.num_replicas_in_sync, chief,
+                         f"{strategy.num_replicas_in_sync} replicas on "
+                         f"{len(resolver.cluster_spec().as_dict().get('worker', []))} workers")
+    resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=cfg.tpu or "")
+    tf.config.experimental_connect_to_cluster(resolver)
+    tf.tpu.experimental.initialize_tpu_system(resolver)
+    strategy = tf.distribute.TPUStrategy(resolver)
+    return Placement(strategy, strategy.num_replicas_in_sync, True,
+                     f"TPU {cfg.tpu or '(local)'} with {strategy.num_replicas_in_sync} cores")
+
+
+def is_chief(task_type: str | None, task_id: int | None, cluster: dict) -> bool:
+    """The chief task, or worker 0 when the cluster has no chief (TensorFlow's convention)."""
+    if task_type in (None, "chief"):
+        return True
+    return task_type == "worker" and task_id == 0 and "chief" not in cluster
+
+
+def scope(place: Placement):
+    """The strategy's scope, or a no-op scope without one."""
+    return place.strategy.scope() if place.strategy is not None else contextlib.nullcontext()
+
+
+def agree_on_finite(gradients, tf):
+    """In a replica: the gradients, made non-finite on every replica if they are not finite
+    on any one (see the module's docstring)."""
+    context = tf.distribute.get_replica_context()
+    if context is None or context.num_replicas_in_sync == 1:
+        return gradients
+    finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in gradients if g is not None])
+    bad_replicas = context.all_reduce(tf.distribute.ReduceOp.SUM, 1.0 - tf.cast(finite, tf.float32))
+    everywhere = bad_replicas == 0
+    return [g if g is None else tf.where(everywhere, g, tf.fill(tf.shape(g), float("nan")))
+            for g in gradients]
+
+
+def local_workers(count: int, base_port: int) -> list[dict]:
+    """TF_CONFIG for `count` workers on 127.0.0.1 (worker 0 is the chief)."""
+    cluster = {"worker": [f"127.0.0.1:{base_port + i}" for i in range(count)]}
+    return [{"cluster": cluster, "task": {"type": "worker", "index": i}} for i in range(count)]
+
+
+def tf_config_env(config: dict) -> dict[str, str]:
+    return {**os.environ, "TF_CONFIG": json.dumps(config)}
+
+
+def free_ports(count: int) -> list[int]:
+    import socket
+
+    sockets, ports = [], []
+    for _ in range(count):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        sockets.append(s)
+        ports.append(s.getsockname()[1])
+    for s in sockets:
+        s.close()
+    return ports
+
+
+def run_local_workers(arguments: list[str], count: int, grace_seconds: float = 60.0) -> tuple[int, str]:
+    """`mptrain run ARGUMENTS` as `count` multi-worker processes on this machine (worker 0,
+    the chief, shows its progress; the others are quiet). Returns the chief's exit code and
+    stdout. Workers that outlive the chief by `grace_seconds` are stopped."""
+    import subprocess
+    import sys
+
+    ports = free_ports(count)
+    cluster = {"worker": [f"127.0.0.1:{port}" for port in ports]}
+    command = [sys.executable, "-m", "mptrain", "run", *arguments,
+               "--set", "distribute.strategy=multi_worker_mirrored"]
+    workers = []
+    for index in range(count):
+        config = {"cluster": cluster, "task": {"type": "worker", "index": index}}
+        workers.append(subprocess.Popen(
+            command, env=tf_config_env(config), text=True, stdout=subprocess.PIPE,
+            stderr=None if index == 0 else subprocess.DEVNULL))
+    stdout, _ = workers[0].communicate()
+    for worker in workers[1:]:
+        try:
+            worker.communicate(timeout=grace_seconds)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            worker.communicate()
+    failed = [i for i, w in enumerate(workers) if w.returncode not in (0, None)]
+    code = workers[0].returncode or (1 if failed else 0)
+    return code, stdout

@@ -1,0 +1,62 @@
+"""TensorBoard event files for every run, written with TensorFlow's own summary writer.
+
+`RUN_DIR/tensorboard/` gets, per step, the loss, the running metrics, the learning rate, the
+loss scale and whether the step was skipped (mixed_float16), the step time and examples/s;
+per epoch, the epoch's metrics. `tensorboard --logdir runs` shows every run and every compare
+variant side by side. Steps are buffered and written at the end of each epoch (and when the
+run stops), with their own step numbers: a write per step would tax short steps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from mptrain.summary import EpochRecord, StepRecord
+
+
+class TensorBoardWriter:
+    """A TrainingListener."""
+
+    def __init__(self, logdir: Path, learning_rate_at: Callable[[int], float]):
+        import tensorflow as tf
+
+        self.tf = tf
+        self.writer = tf.summary.create_file_writer(str(logdir))
+        self.learning_rate_at = learning_rate_at
+        self.pending: list[StepRecord] = []
+
+    def epoch_started(self, epoch: int, epochs: int, steps: int) -> None:
+        pass
+
+    def step_finished(self, record: StepRecord, step_in_epoch: int) -> None:
+        self.pending.append(record)
+
+    def epoch_finished(self, record: EpochRecord) -> None:
+        scalar = self.tf.summary.scalar
+        with self.writer.as_default():
+            self._write_steps()
+            for key, value in record.metrics.items():
+                scalar(f"epoch/{key}", value, step=record.epoch)
+            if record.learning_rate is not None:
+                scalar("epoch/learning_rate", record.learning_rate, step=record.epoch)
+        self.writer.flush()
+
+    def flush(self) -> None:
+        with self.writer.as_default():
+            self._write_steps()
+        self.writer.flush()
+
+    def _write_steps(self) -> None:
+        scalar = self.tf.summary.scalar
+        for r in self.pending:
+            scalar("step/loss", r.loss, step=r.step)
+            for key, value in r.metrics.items():
+                scalar(f"step/{key}", value, step=r.step)
+            scalar("step/learning_rate", self.learning_rate_at(r.step), step=r.step)
+            scalar("step/seconds", r.seconds, step=r.step)
+            scalar("step/examples_per_sec", r.examples / r.seconds if r.seconds else 0.0, step=r.step)
+            if r.loss_scale is not None:
+                scalar("step/loss_scale", r.loss_scale, step=r.step)
+                scalar("step/skipped", float(bool(r.skipped)), step=r.step)
+        self.pending.clear()

@@ -1,0 +1,92 @@
+"""One training session: the monitor, its listeners (progress, run folder, divergence guard,
+checkpoints) and where training starts, assembled once for both loops.
+
+A new run starts at (epoch 0, step 0) with a first checkpoint of the initial weights, the
+"last good checkpoint" recovery falls back to. A resumed run restores the latest checkpoint
+(model, optimizer, loss scale, data position), keeps the records up to it and redoes the rest.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from mptrain.config.schema import ExperimentConfig
+from mptrain.data.pipeline import Batches
+from mptrain.errors import MptrainError
+from mptrain.report.tensorboard import TensorBoardWriter
+from mptrain.run_folder import RunFolder
+from mptrain.training import loss_scale_of, value_of
+from mptrain.training.checkpoints import Checkpointer, Position
+from mptrain.training.guard import DivergenceGuard
+from mptrain.training.monitor import TrainingListener, TrainingMonitor
+from mptrain.training.optimizer import learning_rate_at
+
+
+@dataclass
+class TrainingSession:
+    monitor: TrainingMonitor
+    checkpointer: Checkpointer
+    guard: DivergenceGuard
+    start: Position
+
+    tensorboard: TensorBoardWriter
+
+    @classmethod
+    def open(cls, config: ExperimentConfig, folder: RunFolder, model, optimizer, batches: Batches,
+             listeners: list[TrainingListener], resume: bool) -> TrainingSession:
+        train = config.train
+        total_steps = train.epochs * batches.steps_per_epoch
+        tensorboard = TensorBoardWriter(folder.path / "tensorboard",
+                                        learning_rate_at(optimizer, train.optimizer, total_steps))
+        checkpointer = Checkpointer(folder.path / "checkpoints", model, optimizer, train.checkpoint,
+                                    batches.steps_per_epoch, on_save=folder.flush_steps)
+        start, history, skipped = Position(0, 0, 0), ([], []), 0
+        if resume:
+            start = checkpointer.restore_latest()
+            if start is None:
+                raise MptrainError(f"{folder.path}: no checkpoint to resume from (the run stopped "
+                                   "before its first one); start it again instead")
+            history = (folder.read_steps()[: start.global_step], folder.read_epochs()[: start.epoch])
+            folder.truncate_records(len(history[0]), len(history[1]))
+            skipped = skipped_steps(history[0], train.loss_scale.initial_scale)
+        scale = loss_scale_of(optimizer)
+        monitor = TrainingMonitor(
+            epochs=train.epochs,
+            steps_per_epoch=batches.steps_per_epoch,
+            max_steps=train.max_steps,
+            max_step_seconds=train.max_step_seconds,
+            learning_rate=lambda: value_of(optimizer.learning_rate),
+            initial_loss_scale=None if scale is None else value_of(scale),
+            history=history,
+            skipped_before=skipped,
+        )
+        guard = DivergenceGuard(monitor, checkpointer, train.recovery, scales_loss=scale is not None)
+        # the guard goes before the checkpointer: a diverged step is never saved as "good"
+        monitor.listeners = [*listeners, folder, tensorboard, guard]
+        if train.checkpoint.enabled:
+            monitor.listeners.append(checkpointer)
+        if start.start:
+            checkpointer.save(start)  # the last good checkpoint recovery can always go back to
+        return cls(monitor, checkpointer, guard, start, tensorboard)
+
+    def position(self) -> Position:
+        """Where training stands now (after an interrupt: inside an epoch)."""
+        m = self.monitor
+        if m.step_in_epoch >= m.steps_per_epoch:
+            return Position(m.epoch, 0, len(m.steps))
+        return Position(max(m.epoch - 1, 0), m.step_in_epoch, len(m.steps))
+
+    def close(self) -> None:
+        """After training, however it ended: a checkpoint where the run stopped (unless it
+        diverged: its last good checkpoint stays the latest), telemetry flushed."""
+        if self.monitor.stop_status != "diverged" and self.monitor.steps:
+            self.checkpointer.save(self.position())
+        self.tensorboard.flush()
+
+
+def skipped_steps(records, initial_scale: float) -> int:
+    """Steps the loss scaler skipped: each one halved the scale, nothing else lowers it."""
+    scales = [initial_scale] + [r.loss_scale for r in records if r.loss_scale is not None]
+    return sum(after < before for before, after in zip(scales, scales[1:], strict=False)
+               if not math.isnan(after))

@@ -1,0 +1,214 @@
+"""lint, diagnose, memory, per-layer dtypes and telemetry, on models built to have (and not
+to have) each problem."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.test_cli import mptrain
+from tests.test_models import experiment, run_json
+
+tf = pytest.importorskip("tensorflow")
+
+
+def lint_json(tmp_path: Path, *overrides: str, name="exp.yaml"):
+    done = mptrain("lint", str(experiment(tmp_path, *overrides, name=name)), "--json", cwd=tmp_path)
+    assert done.returncode in (0, 1), done.stderr
+    return done.returncode, json.loads(done.stdout)
+
+
+def test_lint_finds_misaligned_dimensions_sorted_by_flops(tmp_path):
+    code, report = lint_json(tmp_path, "data.input_shape=[64]", "model.hidden_units=[100, 256, 36]",
+                             "train.batch_size=60", "policy=mixed_bfloat16")
+    assert code == 1
+    warnings = [f for f in report["findings"] if f["severity"] == "warning"]
+    messages = [f["message"] for f in warnings]
+    # dense_1 (64->100) has units 100; dense_2 (100->256) input 100; dense_3 (256->36): units 36
+    assert "dense_2: input features 100 is not a multiple of 8 (Tensor Cores): use 104" in messages[0]
+    assert any("dense_1: units 100 is not a multiple of 8 (Tensor Cores): use 104; change it in "
+               "model.hidden_units" in m for m in messages)
+    assert any("dense_3: units 36 is not a multiple of 8 (Tensor Cores): use 40" in m for m in messages)
+    assert any(m.startswith("batch size 60 is not a multiple of 8") for m in messages)
+    shares = [f["flops_share"] for f in warnings if f["flops_share"] is not None]
+    assert shares == sorted(shares, reverse=True) and shares[0] > 0.5  # dense_2 does most work
+    # the classes are the task's: a note, not a warning
+    notes = [f["message"] for f in report["findings"] if f["severity"] == "info"]
+    assert any(m.startswith("logits: units 4") for m in notes)
+
+
+def test_lint_passes_an_aligned_model(tmp_path):
+    code, report = lint_json(tmp_path, "data.input_shape=[1024]", "model.hidden_units=[1024, 1024]",
+                             "train.batch_size=256", "data.train_size=1024", "policy=mixed_bfloat16")
+    assert code == 0, report
+    assert all(f["severity"] == "info" for f in report["findings"])
+
+
+def test_lint_flags_a_model_too_small_to_gain(tmp_path):
+    code, report = lint_json(tmp_path, "model.hidden_units=[8]", "train.batch_size=8",
+                             "data.input_shape=[8]")
+    assert any(f["kind"] == "small_model" for f in report["findings"])
+    assert "too small to gain from 16 bits" in json.dumps(report)
+
+
+BUILDERS = '''
+import keras
+
+
+def softmax_in_policy(input_shape, num_classes):
+    inputs = keras.Input(shape=input_shape)
+    x = keras.layers.Dense(32, activation="relu", name="hidden")(inputs)
+    x = keras.layers.Dense(num_classes, name="scores")(x)
+    return keras.Model(inputs, keras.layers.Softmax(name="my_softmax")(x))
+
+
+def tiny_weights(input_shape, num_classes):
+    """Tiny initial weights: the first layers' gradients are products of tiny numbers."""
+    init = keras.initializers.RandomNormal(stddev=1e-3)
+    inputs = keras.Input(shape=input_shape)
+    x = inputs
+    for i in range(4):
+        x = keras.layers.Dense(32, kernel_initializer=init, name=f"tiny_{i}")(x)
+    x = keras.layers.Dense(num_classes, name="scores")(x)
+    return keras.Model(inputs, keras.layers.Activation("softmax", dtype="float32")(x))
+
+
+def huge_activations(input_shape, num_classes):
+    inputs = keras.Input(shape=input_shape)
+    x = keras.layers.Dense(16, activation="relu", name="hidden")(inputs)
+    x = keras.layers.Rescaling(1e6, name="amplifier")(x)
+    x = keras.layers.Dense(num_classes, name="scores")(keras.layers.Rescaling(1e-6)(x))
+    return keras.Model(inputs, keras.layers.Activation("softmax", dtype="float32")(x))
+'''
+
+
+def with_builders(tmp_path: Path) -> Path:
+    path = tmp_path / "builders.py"
+    path.write_text(BUILDERS)
+    return path
+
+
+def test_lint_finds_a_16bit_softmax_and_the_patched_output(tmp_path):
+    builders = with_builders(tmp_path)
+    code, report = lint_json(tmp_path, "model.kind=python", f"model.builder={builders}:softmax_in_policy",
+                             "policy=mixed_bfloat16")
+    kinds = {f["kind"]: f["message"] for f in report["findings"] if f["severity"] == "warning"}
+    assert "my_softmax: softmax in bfloat16; keep it float32 with model.float32_layers: [my_softmax]" \
+        in kinds["softmax_16bit"]
+    assert "the model's own output was not float32" in kinds["output_dtype"]
+    # acting on the advice removes both
+    code, report = lint_json(tmp_path, "model.kind=python", f"model.builder={builders}:softmax_in_policy",
+                             "policy=mixed_bfloat16", "model.float32_layers=[my_softmax]", name="fixed.yaml")
+    assert not {"softmax_16bit", "output_dtype"} & {f["kind"] for f in report["findings"]}
+
+
+def test_float32_layers_keeps_that_layer_float32_and_the_rest_16bit(tiny_config):
+    from mptrain.data.dataset import InputSpec
+    from mptrain.model import build_model
+    from mptrain.policy import apply_policy
+
+    apply_policy("mixed_bfloat16")
+    built = build_model(tiny_config("model.float32_layers=[dense_2]",
+                                    "model.layer_policies={'dense_1': mixed_float16}"),
+                        InputSpec((16,), "vector"))
+    model = built.model
+    assert model.get_layer("dense_2").compute_dtype == "float32"
+    assert model.get_layer("dense_2").kernel.dtype == "float32"
+    assert model.get_layer("dense_1").compute_dtype == "float16"
+    assert model.get_layer("logits").compute_dtype == "bfloat16"
+    assert "per-layer policies: dense_1 (mixed_float16), dense_2 (float32)" in built.notes
+    from mptrain.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="'dens_9' matches no layer"):
+        build_model(tiny_config("model.float32_layers=[dens_9]"), InputSpec((16,), "vector"))
+
+
+def test_diagnose_finds_underflow_that_loss_scaling_fixes(tmp_path):
+    builders = with_builders(tmp_path)
+    config = experiment(tmp_path, "model.kind=python", f"model.builder={builders}:tiny_weights",
+                        "train.optimizer.name=sgd")
+    done = mptrain("diagnose", str(config), "--json", "--steps", "2", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    d = json.loads(done.stdout)
+    assert d["gradient_underflow"] > 0.01  # float16 would flush these gradients to zero
+    assert d["gradient_underflow_scaled"] < d["gradient_underflow"] / 10  # the scale brings them back
+    low, high = d["scale_range"]
+    assert low < d["loss_scale"] <= high
+    assert "underflow float16 without loss scaling" in d["verdicts"]["mixed_float16"]
+
+
+def test_diagnose_names_the_layer_whose_activations_overflow(tmp_path):
+    builders = with_builders(tmp_path)
+    config = experiment(tmp_path, "model.kind=python", f"model.builder={builders}:huge_activations")
+    done = mptrain("diagnose", str(config), "--json", "--steps", "1", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    d = json.loads(done.stdout)
+    assert d["overflowing_layers"] == ["amplifier"]
+    assert "layer 'amplifier' activations overflow float16" in d["verdicts"]["mixed_float16"]
+    assert "model.float32_layers: [amplifier]" in d["verdicts"]["mixed_float16"]
+    assert d["recommendation"].startswith("mixed_bfloat16")
+
+
+def test_memory_estimate_matches_keras_and_the_measured_peak(tmp_path):
+    config = experiment(tmp_path, "data.input_shape=[256]", "model.hidden_units=[1024, 1024]",
+                        "train.batch_size=128", "train.optimizer.name=adam")
+    done = mptrain("memory", str(config), "--json", "--policies", "float32,mixed_bfloat16", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    params = 256 * 1024 + 1024 + 1024 * 1024 + 1024 + 1024 * 4 + 4
+    assert report["parameters"] == params
+    f32, bf16 = report["plans"]
+    assert f32["weights_bytes"] == bf16["weights_bytes"] == 4 * params  # variables stay float32
+    assert f32["optimizer_bytes"] >= 2 * 4 * params  # Adam: two float32 slots per weight
+    assert bf16["weight_copies_bytes"] == 2 * params and f32["weight_copies_bytes"] == 0
+    assert bf16["activations_bytes"] < f32["activations_bytes"]
+    assert bf16["largest_batch"] > f32["largest_batch"] > 128
+    for plan in (f32, bf16):
+        if plan["measured_peak_bytes"]:  # the estimate is within a factor 2 of the allocator
+            assert 0.5 < plan["total_bytes"] / plan["measured_peak_bytes"] < 2.0, plan
+    assert "variables stay float32" in report["why"]
+
+
+def test_tensorboard_events_hold_the_telemetry(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    s = run_json(tmp_path, experiment(tmp_path, "policy=mixed_float16", "train.epochs=2",
+                                      "train.optimizer={name: adam, schedule: {kind: cosine, "
+                                      "learning_rate: 0.01, warmup_steps: 3}}"))
+    events = EventAccumulator(str(Path(s["run_dir"]) / "tensorboard"), size_guidance={"tensors": 0})
+    events.Reload()
+    tags = set(events.Tags()["tensors"]) | set(events.Tags()["scalars"])
+    for tag in ("step/loss", "step/accuracy", "step/learning_rate", "step/loss_scale", "step/skipped",
+                "step/seconds", "step/examples_per_sec", "epoch/loss", "epoch/val_loss",
+                "epoch/learning_rate"):
+        assert tag in tags, tag
+    losses = events.Tensors("step/loss")
+    assert [e.step for e in losses] == list(range(1, s["steps_run"] + 1))
+    rates = [float(tf.make_ndarray(e.tensor_proto)) for e in events.Tensors("step/learning_rate")]
+    assert rates[0] < rates[2] == pytest.approx(0.01, rel=1e-3)  # warm-up then the peak
+
+
+def test_injected_overflows_give_exact_skips_in_steps_and_summary(tiny_config, tmp_path):
+    """A custom-loop run with non-finite gradients at known steps: steps.jsonl marks exactly
+    those as skipped, each halves the scale, and the summary's rate and minimum agree."""
+    from mptrain.data.pipeline import epoch_order
+    from mptrain.runner import run_experiment
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(128, 16)).astype(np.float32)
+    x[[5, 77], 2] = 1e5  # two examples overflow float16
+    np.savez(tmp_path / "o.npz", x_train=x, y_train=rng.integers(0, 4, 128), x_test=x[:16] * 0,
+             y_test=np.zeros(16, np.int64))
+    result = run_experiment(tiny_config(
+        "train.loop=custom", "policy=mixed_float16", "data.dataset=npz", f"data.path={tmp_path / 'o.npz'}",
+        "data.validation_split=0", "train.batch_size=16", "train.epochs=2",
+        "train.loss_scale.initial_scale=64", "train.loss_scale.dynamic_growth_steps=1000"))
+    expected = sorted({epoch * 8 + int(np.where(epoch_order(128, 7, epoch) == i)[0][0]) // 16 + 1
+                       for epoch in range(2) for i in (5, 77)})
+    steps = [json.loads(line) for line in (result.run_dir / "steps.jsonl").read_text().splitlines()]
+    assert [s["step"] for s in steps if s["skipped"]] == expected
+    assert steps[-1]["loss_scale"] == 64 / 2 ** len(expected)
+    ls = result.summary.loss_scale
+    assert ls.skipped_steps == len(expected) and ls.skip_rate == pytest.approx(len(expected) / 16)
+    assert ls.min_scale == 64 / 2 ** len(expected)
