@@ -18,10 +18,12 @@ install:
 
 test:
 	$(BIN)/ruff check mptrain tests bench
-	$(BIN)/pytest -m "not slow"
+	@# Two workers: most of a test's time is one-threaded (process start-up, tracing), so the
+	@# suite takes about half as long on 2 cores; no more than 4, each worker holds TensorFlow.
+	$(BIN)/pytest -m "not slow" -n auto --maxprocesses 4
 
 test-all:
-	$(BIN)/pytest
+	$(BIN)/pytest -n auto --maxprocesses 4
 
 lint:
 	$(BIN)/ruff check mptrain tests bench

@@ -79,7 +79,8 @@ def test_transformer_mixed_float16_stays_finite_where_naive_float16_overflows(ti
                          "policy=mixed_float16", "model.kind=transformer", "model.num_layers=2",
                          "model.num_heads=2", "model.embed_dim=16", "model.mlp_dim=32",
                          "model.patch_size=4", "model.dropout=0.1", "train.epochs=2",
-                         "train.loop=custom", "train.optimizer.kwargs={learning_rate: 1e-3}")
+                         "train.loop=custom", "train.optimizer.kwargs={learning_rate: 1e-3}",
+                         "train.jit_compile=false")  # XLA compiles add 25 s here
     apply_policy("mixed_float16")
     model = build_model(config, InputSpec((16, 16, 1), "image")).model
     # the softmax of dropout attention (Keras' explicit path) is float32; its projections are not

@@ -13,9 +13,10 @@ from __future__ import annotations
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-import numpy as np
+if TYPE_CHECKING:  # numpy is imported where arrays are made, so `validate` starts fast
+    import numpy as np
 
 InputKind = Literal["image", "tokens", "vector"]
 
@@ -30,6 +31,8 @@ class InputSpec:
 
     @staticmethod
     def of_array(x: np.ndarray) -> InputSpec:
+        import numpy as np
+
         shape = tuple(int(d) for d in x.shape[1:])
         if np.issubdtype(x.dtype, np.integer) and len(shape) == 1:
             return InputSpec(shape, "tokens", int(x.max()) + 1 if x.size else None)
