@@ -168,6 +168,31 @@ def test_divergence_restores_then_stops_with_exit_3(tmp_path):
     assert "diverged" in done.stderr and "Traceback" not in done.stderr
 
 
+def test_recovery_restores_the_last_good_weights_and_trains_on(tiny_config, tmp_path):
+    """A few outlier examples (1e30: finite, so the data checks pass) give a huge loss and a
+    gradient that would wreck plain SGD's weights for good. Each time the guard restores the
+    last good checkpoint; training then goes on to a normal result. Without the restore every
+    later loss stays huge and the run ends as diverged."""
+    rng = np.random.default_rng(1)
+    y = np.arange(320) % 4
+    x = (rng.normal(0, 0.5, (320, 16)) + 2 * y[:, None]).astype(np.float32)
+    x[[5, 77, 150], :] = 1e30
+    np.savez(tmp_path / "outliers.npz", x_train=x[:256], y_train=y[:256], x_test=x[256:],
+             y_test=y[256:])
+    result = run_experiment(tiny_config(
+        "data.dataset=npz", f"data.path={tmp_path / 'outliers.npz'}", "data.validation_split=0",
+        "train.optimizer={name: sgd, kwargs: {learning_rate: 0.05}}", "train.batch_size=32",
+        "train.checkpoint.every_steps=2", "train.recovery.loss_upper_bound=1000",
+        "train.recovery.max_trials=10", "train.epochs=3"))
+    s = result.summary
+    restored = [n for n in s.notes if "restored the last good checkpoint" in n]
+    assert s.status == "finished", s.stop_reason
+    assert 2 <= len(restored) <= 9  # each outlier batch once per epoch (two may share one)
+    huge = [r for r in result.steps if not r.loss < 1000]
+    assert len(huge) == len(restored)  # every huge loss was one outlier batch, then recovered
+    assert s.test_loss < 3.0  # wrecked weights give losses near 1e26
+
+
 def test_loss_scale_collapse_is_divergence_with_advice(tiny_config, tmp_path):
     x = np.full((256, 16), 1e5, np.float32)  # overflows float16 in every batch
     np.savez(tmp_path / "huge.npz", x_train=x, y_train=np.arange(256) % 4, x_test=x[:32],
