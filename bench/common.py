@@ -28,7 +28,7 @@ def cpu_model() -> str:
     from mptrain.hardware import probe_cpu
 
     cpu = probe_cpu()
-    return f"{cpu.model}, {cpu.cores} cores, flags: " + ", ".join(
+    return f"{cpu.model}, {cpu.physical_cores} cores, flags: " + ", ".join(
         k for k, v in cpu.features.items() if v)
 
 
