@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -20,6 +21,7 @@ flags\t\t: fpu sse avx2 avx512f avx512bw avx512_bf16 amx_bf16 amx_tile avx512_fp
 SKYLAKE = "model name\t: Intel(R) Xeon(R) Gold 6148\ncpu MHz : 2400.0\nflags : sse avx2 avx512f\n"
 OLD = "model name\t: AMD Opteron\nflags : sse sse2 avx2\n"
 NO_FLAGS = ""
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def cpu(text=OLD):
@@ -164,3 +166,15 @@ def test_check_gpu_bench_through_the_cli(tmp_path):
     assert len(report["bench"]) == 9 * (1 + len(report["machine"]["gpus"]))
     assert all(r["tflops"] > 0 for r in report["bench"])
     assert "measured on" in report["recommendation"]["reason"]
+
+
+def test_bench_names_this_machine():
+    """`make bench` ends by writing this line into RESULTS.md (a renamed field once broke it
+    after 20 minutes of measuring)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_common", ROOT / "bench" / "common.py")
+    common = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(common)
+    line = common.cpu_model()
+    assert " cores, flags: " in line and not line.startswith("None")
