@@ -67,22 +67,10 @@ def plain_fit_ms(policy: str, x, y, batch: int, steps: int, warmup: int, hidden=
 
     keras.mixed_precision.set_global_policy(policy)
     keras.utils.set_random_seed(0)
-    model = guide_model(keras, hidden, x.shape[1])
-    model.compile(loss="sparse_categorical_crossentropy", optimizer=keras.optimizers.RMSprop(),
-                  metrics=["accuracy"])
-    times: list[float] = []
-
-    class Timer(keras.callbacks.Callback):
-        def on_train_batch_begin(self, batch, logs=None):
-            self.t = time.perf_counter()
-
-        def on_train_batch_end(self, batch, logs=None):
-            times.append(time.perf_counter() - self.t)
-
-    n = batch * (steps + warmup)
-    model.fit(x[:n], y[:n], batch_size=batch, epochs=1, callbacks=[Timer()], verbose=0)
-    keras.mixed_precision.set_global_policy("float32")
-    return statistics.median(times[warmup:]) * 1000
+    try:
+        return plain_keras_ms(guide_model(keras, hidden, x.shape[1]), x, y, batch, steps, warmup)
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
 
 
 def plain_custom_ms(policy: str, x, y, batch: int, steps: int, warmup: int, hidden=(4096, 4096)) -> float:

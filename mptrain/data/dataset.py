@@ -42,7 +42,7 @@ class InputSpec:
 @dataclass
 class Split:
     size: int
-    arrays: tuple[np.ndarray, np.ndarray] | None = None
+    arrays: tuple[np.ndarray, np.ndarray] | None = None  # the pipeline holds them as host variables
     load: Callable[[Any], tuple[Any, Any]] | None = None  # tf index → (x, y), traced by tf.data
     stream: Callable[[], Any] | None = None  # () → tf.data.Dataset of (x, y) in a fixed order
 

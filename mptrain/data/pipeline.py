@@ -64,16 +64,39 @@ class Batches:
 def make_batches(data: Dataset, batch_size: int, epochs: int, seed: int, binary_labels: bool,
                  shuffle_buffer: int = STREAM_SHUFFLE_BUFFER) -> Batches:
     target = _binary_targets if binary_labels else None
+    val = _held_on_host(data.val) if data.val is not None else None
     return Batches(
-        split=data.train,
-        val=in_order(data.val, batch_size, target) if data.val is not None else None,
-        test=in_order(data.test, batch_size, target),
+        split=_held_on_host(data.train),
+        val=in_order(val, batch_size, target) if val is not None else None,
+        test=in_order(_held_on_host(data.test), batch_size, target),
         batch_size=batch_size,
         epochs=epochs,
         seed=seed,
         target=target,
         shuffle_buffer=shuffle_buffer,
     )
+
+
+def _held_on_host(split: Split) -> Split:
+    """In-memory arrays become host-memory variables, once, before training starts.
+
+    A tf.data function that captures a constant copies it into its graph every time an
+    iterator is made (each epoch's validation, each resume): a transient second copy of the
+    data set, which the allocator's peak then counted as training memory. A variable is
+    captured by its handle. Its value is a copy TensorFlow allocated (`DeepCopy`): a tensor
+    made from an aligned NumPy array may share the array's memory, which the allocator does
+    not count until a later copy, in the middle of training. A memory-mapped cache stays on
+    disk (read a batch at a time)."""
+    if split.arrays is None:
+        return split
+    import tensorflow as tf
+
+    def hold(array):
+        return tf.Variable(tf.raw_ops.DeepCopy(x=array), trainable=False)
+
+    x, y = split.arrays
+    with tf.device("CPU:0"):
+        return Split(split.size, arrays=(x if isinstance(x, np.memmap) else hold(x), hold(y)))
 
 
 def epoch_order(n: int, seed: int, epoch: int) -> np.ndarray:
@@ -133,22 +156,20 @@ def in_order(split: Split, batch_size: int, target=None):
 
 def _gather(tf, index_batches, arrays):
     """Batches of example indices → batches of (x, y) from in-memory or memory-mapped arrays."""
-    x, y = arrays
-    ys = tf.constant(y)
-    if isinstance(x, np.memmap):
-        # A cache file: NumPy reads the batch's rows, so only those are paged in.
+    xs, ys = arrays  # host variables (`_held_on_host`); x may be a memory-mapped cache
+    if isinstance(xs, np.memmap):
+        # a cache file: NumPy reads the batch's rows, so only those are paged in
         def read(index_batch):
             order = np.argsort(index_batch)
-            rows = np.empty((len(index_batch), *x.shape[1:]), x.dtype)
-            rows[order] = x[index_batch[order]]
+            rows = np.empty((len(index_batch), *xs.shape[1:]), xs.dtype)
+            rows[order] = xs[index_batch[order]]
             return rows
 
         def gather(index_batch):
-            rows = tf.numpy_function(read, [index_batch], tf.as_dtype(x.dtype), stateful=False)
-            rows.set_shape((None, *x.shape[1:]))
+            rows = tf.numpy_function(read, [index_batch], tf.as_dtype(xs.dtype), stateful=False)
+            rows.set_shape((None, *xs.shape[1:]))
             return rows, tf.gather(ys, index_batch)
     else:
-        xs = tf.constant(x)
 
         def gather(index_batch):
             return tf.gather(xs, index_batch), tf.gather(ys, index_batch)
