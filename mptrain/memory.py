@@ -162,7 +162,8 @@ def plan(config, policies: list[str], measure: bool = True, verbose: bool = Fals
         copies = trainable * _itemsize(compute) if compute != variable else 0
         gradients = sum(_bytes(v) for v in model.trainable_variables)
         slots = sum(_bytes(v) for v in optimizer.variables)
-        per_example = sum(_output_bytes(layer) for layer in _leaf_layers(model))
+        per_example = sum(_output_bytes(layer) + _attention_bytes(layer)
+                          for layer in _leaf_layers(model))
         fixed = weights + copies + gradients + slots
         batch = config.train.batch_size
         largest = int((0.8 * available - fixed) // per_example) if available and per_example else None
@@ -210,6 +211,33 @@ def _leaf_layers(model):
             yield from _leaf_layers(layer)
         elif type(layer).__name__ != "InputLayer":
             yield layer
+
+
+def _attention_bytes(layer) -> int:
+    """What a MultiHeadAttention keeps inside itself for the backward pass, per example: the
+    query, key and value projections and the attended values, and the heads x query x key
+    scores with their softmax (float32, as mptrain's attention computes it) and, under
+    dropout, the dropped probabilities and their mask. The scores grow with the square of the
+    sequence: on a 128-token transformer they outweigh every layer output together."""
+    import keras
+
+    if not isinstance(layer, keras.layers.MultiHeadAttention):
+        return 0
+    try:
+        inputs = layer.input
+    except (AttributeError, ValueError):
+        return 0
+    inputs = list(inputs) if isinstance(inputs, list | tuple) else [inputs]
+    query, key = inputs[0], inputs[1] if len(inputs) > 1 else inputs[0]
+    if any(d is None for d in (*query.shape[1:-1], *key.shape[1:-1])):
+        return 0
+    tq, tk = int(math.prod(query.shape[1:-1])), int(math.prod(key.shape[1:-1]))
+    item, heads = _itemsize(layer.compute_dtype), layer.num_heads
+    # queries and attended values (tq), keys and values (tk)
+    projections = heads * item * (tq * (layer.key_dim + layer.value_dim)
+                                  + tk * (layer.key_dim + layer.value_dim))
+    scores = heads * tq * tk * (item + 4 + ((item + 1) if layer.dropout else 0))
+    return projections + scores
 
 
 def _output_bytes(layer) -> int:

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from tests.test_cli import mptrain
-from tests.test_models import experiment, run_json
+from tests.test_models import IMAGES, TOKENS, experiment, run_json
 
 tf = pytest.importorskip("tensorflow")
 
@@ -97,6 +97,9 @@ def test_lint_finds_a_16bit_softmax_and_the_patched_output(tmp_path):
     assert "my_softmax: softmax in bfloat16; keep it float32 with model.float32_layers: [my_softmax]" \
         in kinds["softmax_16bit"]
     assert "the model's own output was not float32" in kinds["output_dtype"]
+    # the output layer's units are the classes, also in a model mptrain did not write: a note
+    notes = [f["message"] for f in report["findings"] if f["severity"] == "info"]
+    assert any(m.startswith("scores: units 4 is not a multiple of 8") for m in notes)
     # acting on the advice removes both
     code, report = lint_json(tmp_path, "model.kind=python", f"model.builder={builders}:softmax_in_policy",
                              "policy=mixed_bfloat16", "model.float32_layers=[my_softmax]", name="fixed.yaml")
@@ -150,6 +153,26 @@ def test_diagnose_names_the_layer_whose_activations_overflow(tmp_path):
     assert d["recommendation"].startswith("mixed_bfloat16")
 
 
+@pytest.mark.parametrize("kind", ["application", "tokens"])
+def test_diagnose_runs_on_nested_backbones_and_embeddings(tiny_config, kind):
+    """An application's backbone is a model nested in mptrain's (its `layer.output` is not
+    connected to the outer inputs); an Embedding's gradient is IndexedSlices. Both crashed."""
+    from mptrain.diagnostics.numerics import diagnose
+
+    overrides = {
+        "application": IMAGES + ["data.input_shape=[32, 32, 3]", "model.kind=application",
+                                 "model.name=MobileNet", "model.kwargs={alpha: 0.25}"],
+        "tokens": TOKENS + ["model.kind=transformer", "model.num_layers=1", "model.num_heads=2",
+                            "model.embed_dim=16", "model.mlp_dim=32"],
+    }[kind]
+    d = diagnose(tiny_config(*overrides, "train.batch_size=16"), steps=2)
+    by_layer = {n.layer: n for n in d.layers}
+    inner = "mobilenet_0.25_32" if kind == "application" else "token_embedding"
+    assert inner in by_layer, list(by_layer)
+    assert by_layer[inner].gradient_max > 0  # its weights' gradients were read
+    assert by_layer["logits"].bfloat16_error is not None
+
+
 def test_memory_estimate_matches_keras_and_the_measured_peak(tmp_path):
     config = experiment(tmp_path, "data.input_shape=[256]", "model.hidden_units=[1024, 1024]",
                         "train.batch_size=128", "train.optimizer.name=adam")
@@ -168,6 +191,24 @@ def test_memory_estimate_matches_keras_and_the_measured_peak(tmp_path):
         if plan["measured_peak_bytes"]:  # the estimate is within a factor 2 of the allocator
             assert 0.5 < plan["total_bytes"] / plan["measured_peak_bytes"] < 2.0, plan
     assert "variables stay float32" in report["why"]
+
+
+def test_memory_estimate_counts_the_attention_scores(tmp_path):
+    """On a 128-token transformer the heads x tokens x tokens scores (and their softmax) are
+    most of the training memory; an estimate from layer outputs alone was 4x too low, so the
+    "largest batch that fits" was 4x too large."""
+    config = experiment(tmp_path, "data.dataset=synthetic_text", "data.sequence_length=128",
+                        "data.vocab_size=60", "data.num_classes=4", "data.train_size=256",
+                        "data.test_size=64", "model.kind=transformer", "model.num_layers=1",
+                        "model.num_heads=4", "model.embed_dim=16", "model.mlp_dim=32",
+                        "model.dropout=0.1", "train.batch_size=64")
+    done = mptrain("memory", str(config), "--json", "--policies", "float32", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    (f32,) = json.loads(done.stdout)["plans"]
+    scores = 64 * 4 * 128 * 128 * 4  # one float32 score tensor of the batch
+    assert f32["activations_bytes"] > 2 * scores
+    if f32["measured_peak_bytes"]:
+        assert 0.5 < f32["total_bytes"] / f32["measured_peak_bytes"] < 2.0, f32
 
 
 def test_measured_training_memory_leaves_the_data_set_out(tiny_config):

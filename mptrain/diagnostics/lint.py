@@ -75,16 +75,15 @@ def isinstance_name(layer, name: str) -> bool:
 
 def _alignment(model, config, flops_by_layer, total, machine) -> list[Finding]:
     findings = []
+    sized = [(layer, dims) for layer in _layers(model) if (dims := _dimensions(layer))]
     first_layer = True
-    for layer in _layers(model):
-        dims = _dimensions(layer)
-        if not dims:
-            continue
+    for layer, dims in sized:
         share = flops_by_layer.get(layer.name, 0) / total
         for what, size in dims:
-            # fixed by the data (the first layer's inputs, RGB) or the task (the classes)
+            # fixed by the data (the first layer's inputs, RGB) or the task (the output layer's
+            # units are the classes, whoever wrote the model)
             fixed = ((first_layer and what in ("input features", "input channels"))
-                     or (layer.name == "logits" and what == "units"))
+                     or (layer is sized[-1][0] and what == "units"))
             message = _misaligned(size, machine)
             if message is None:
                 continue

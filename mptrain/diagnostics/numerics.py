@@ -67,7 +67,6 @@ def fractions(values: np.ndarray, scale: float = 1.0) -> tuple[float, float, flo
 
 
 def diagnose(config, steps: int = 5, verbose: bool = False) -> Diagnosis:
-    import keras
     import tensorflow as tf
 
     from mptrain.data import check_labels_fit_model, load_dataset
@@ -92,8 +91,7 @@ def diagnose(config, steps: int = 5, verbose: bool = False) -> Diagnosis:
     loss_fn = build_loss(config)
     optimizer = build_optimizer(config.train.optimizer, batches.steps_per_epoch)
     optimizer.build(model.trainable_variables)
-    layers = [layer for layer in model.layers if type(layer).__name__ != "InputLayer"]
-    probe = keras.Model(model.inputs, [layer.output for layer in layers])
+    layers, probe = _layer_probe(model)
 
     iterator = iter(batches.train)
     taken = 0
@@ -114,8 +112,8 @@ def diagnose(config, steps: int = 5, verbose: bool = False) -> Diagnosis:
     numbers, all_grads = [], []
     for i, layer in enumerate(layers):
         acts = np.asarray(outputs[i], np.float64)
-        grads = [np.asarray(g) for g in (activation_grads[i],) if g is not None]
-        grads += [np.asarray(g) for g, v in zip(weight_grads, model.trainable_variables, strict=True)
+        grads = [_dense(g) for g in (activation_grads[i],) if g is not None]
+        grads += [_dense(g) for g, v in zip(weight_grads, model.trainable_variables, strict=True)
                   if g is not None and owner.get(id(v)) == layer.name]
         flat = np.concatenate([g.ravel() for g in grads]) if grads else np.zeros(0)
         all_grads.append(flat)
@@ -143,6 +141,30 @@ def diagnose(config, steps: int = 5, verbose: bool = False) -> Diagnosis:
         overflowing_layers=[n.layer for n in numbers if n.activation_overflow > 0])
     result.verdicts, result.recommendation = verdicts(result)
     return result
+
+
+def _layer_probe(model):
+    """The model's top-level layers, and a model returning each one's output.
+
+    Not `layer.output`: that is the output of the layer's first call, which for a nested
+    model (a keras.applications backbone) lies in its own graph, not connected to this
+    model's inputs. Keras keeps this graph's calls (nodes) in `_nodes_by_depth`; there is no
+    public accessor."""
+    import keras
+
+    layers = [layer for layer in model.layers if type(layer).__name__ != "InputLayer"]
+    outputs = {}
+    for nodes in model._nodes_by_depth.values():
+        for node in nodes:
+            outputs[id(node.operation)] = node.output_tensors[0]
+    return layers, keras.Model(model.inputs, [outputs[id(layer)] for layer in layers])
+
+
+def _dense(gradient) -> np.ndarray:
+    """A gradient as an array (an Embedding's gradient comes as IndexedSlices)."""
+    import tensorflow as tf
+
+    return np.asarray(tf.convert_to_tensor(gradient))
 
 
 def _variable_owners(layers, variables) -> dict[int, str]:
@@ -177,10 +199,8 @@ def _bfloat16_errors(config, spec, model32, x, names: list[str]) -> dict[str, fl
     try:
         model16 = build_model(config, spec).model
         model16.set_weights(model32.get_weights())
-        layers16 = [layer for layer in model16.layers if type(layer).__name__ != "InputLayer"]
-        outs16 = keras.Model(model16.inputs, [layer.output for layer in layers16])(x, training=False)
-        layers32 = [layer for layer in model32.layers if type(layer).__name__ != "InputLayer"]
-        outs32 = keras.Model(model32.inputs, [layer.output for layer in layers32])(x, training=False)
+        outs16 = _layer_probe(model16)[1](x, training=False)
+        outs32 = _layer_probe(model32)[1](x, training=False)
     finally:
         apply_policy("float32")
     errors = {}
