@@ -186,7 +186,7 @@ def _run_variants(name: str, folder: Path, variants: list[Variant], done: dict[s
                 outcomes.append(done[variant.label])
                 continue
             if signals.received is not None:
-                outcomes.append("not run: the compare was interrupted")
+                outcomes.append(NOT_RUN)
                 continue
             if on_variant:
                 on_variant(index, len(variants), variant)
@@ -269,6 +269,9 @@ def explain_missing_default(error: DataError) -> DataError:
                      f"without a download: {offline}.")
 
 
+NOT_RUN = "not run: the compare was interrupted (mptrain compare --resume runs it)"
+
+
 def build_record(name: str, folder: Path, variants: list[Variant],
                  outcomes: list[RunSummary | str]) -> CompareRecord:
     """compare.json: one row per variant, with ratios to the baseline: the float32 variant of
@@ -277,12 +280,13 @@ def build_record(name: str, folder: Path, variants: list[Variant],
     summaries = {v.label: o for v, o in zip(variants, outcomes, strict=True) if isinstance(o, RunSummary)}
     rows = []
     for variant, outcome in zip(variants, outcomes, strict=True):
-        base = summaries.get(Variant(baseline_policy, variant.loop, variants[0].strategy).label)
-        is_baseline = variant.policy == baseline_policy
+        baseline = Variant(baseline_policy, variant.loop, variants[0].strategy)
+        base = summaries.get(baseline.label)
+        is_baseline = variant.label == baseline.label
         if isinstance(outcome, str):
             rows.append(CompareRow(variant=variant.label, policy=variant.policy, loop=variant.loop,
                                    strategy=variant.strategy, summary=None, failed=outcome,
-                                   verdict=f"failed ({outcome})"))
+                                   verdict=outcome if outcome == NOT_RUN else f"failed ({outcome})"))
         else:
             rows.append(_row(variant, outcome, base, is_baseline))
     return CompareRecord(experiment=name, folder=str(folder), baseline_policy=baseline_policy,

@@ -131,8 +131,6 @@ class MemoryPlan:
 
 def plan(config, policies: list[str], measure: bool = True, verbose: bool = False) -> list[MemoryPlan]:
     """One MemoryPlan per policy for `config`'s model, optimizer and batch size."""
-    import keras
-
     from mptrain.data import load_dataset
     from mptrain.model import build_model
     from mptrain.policy import DTYPES, apply_policy
@@ -142,6 +140,8 @@ def plan(config, policies: list[str], measure: bool = True, verbose: bool = Fals
 
     check_experiment(config)
     import_tensorflow(verbose)
+    import keras
+
     spec = load_dataset(config.data, config.seed).spec
     available = machine_memory_bytes()
     plans = []

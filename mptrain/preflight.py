@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
 from mptrain.config.schema import ExperimentConfig
@@ -68,6 +69,11 @@ def _check_output(folder: Path) -> None:
     if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
         raise ConfigError(f"output.dir {folder}: cannot write in {existing} (permissions); "
                           "choose another output.dir")
+    try:  # permissions are not the only obstacle (a read-only or virtual file system)
+        os.rmdir(tempfile.mkdtemp(prefix=".mptrain-check-", dir=existing))
+    except OSError as exc:
+        raise ConfigError(f"output.dir {folder}: cannot create folders in {existing} "
+                          f"({exc.strerror}); choose another output.dir") from None
     free = shutil.disk_usage(existing).free
     if free < MIN_FREE_BYTES:
         raise ConfigError(f"output.dir {folder}: only {free / 2**20:.0f} MiB free on its disk; "
@@ -101,8 +107,12 @@ def _check_data(data) -> None:
     path = getattr(data, "path", None)
     if kind == "npz" and not path.is_file():
         raise DataError(f"data.path {path}: no such file")
-    if kind in ("mnist", "fashion_mnist") and path is not None and not path.exists():
-        raise DataError(f"data.path {path}: no such file or folder")
+    if kind in ("mnist", "fashion_mnist") and path is not None:
+        if not path.exists():
+            raise DataError(f"data.path {path}: no such file or folder")
+        from mptrain.data.arrays import check_given_path
+
+        check_given_path(kind, path)
     if kind in ("image_folder", "text_folder"):
         from mptrain.data.folders import IMAGE_EXTENSIONS, TEXT_EXTENSIONS, list_classes
 

@@ -129,6 +129,15 @@ def test_ratios_and_verdicts_come_from_the_numbers():
     assert no_f32.baseline_policy == "mixed_bfloat16" and no_f32.variants[0].verdict == "baseline"
 
 
+def test_only_the_baseline_variant_is_called_baseline_across_strategies():
+    variants = [Variant("float32", "fit", "none"), Variant("float32", "fit", "mirrored")]
+    record = build_record("x", Path("/tmp/x"), variants,
+                          [make_summary(median=100.0), make_summary(median=400.0)])
+    single, mirrored = record.variants
+    assert single.verdict.startswith("baseline")
+    assert mirrored.speedup == 0.25 and mirrored.verdict.startswith("slower")
+
+
 def test_failed_variant_is_a_row_not_a_crash():
     record = record_of(("float32", make_summary()), ("mixed_float16", "exit code 3"))
     row = record.variants[1]

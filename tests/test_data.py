@@ -152,3 +152,17 @@ def test_synthetic_is_deterministic_and_shaped():
     np.testing.assert_array_equal(y1, y2)
     assert not np.array_equal(x1, x3)
 
+
+
+@pytest.mark.parametrize(("dataset", "message"), [
+    ("fashion_mnist", "expected the four Fashion-MNIST files"),
+    ("mnist", "no mnist.npz there"),
+])
+def test_validate_checks_what_an_explicit_data_path_holds(tmp_path, dataset, message):
+    """validate used to call an empty folder valid; only run found out."""
+    from mptrain.config import validate
+    from mptrain.preflight import check_experiment
+
+    config = validate({"name": "x", "data": {"dataset": dataset, "path": str(tmp_path)}}, "<test>")
+    with pytest.raises(DataError, match=message):
+        check_experiment(config)

@@ -50,6 +50,7 @@ def test_lint_flags_a_model_too_small_to_gain(tmp_path):
                              "data.input_shape=[8]")
     assert any(f["kind"] == "small_model" for f in report["findings"])
     assert "too small to gain from 16 bits" in json.dumps(report)
+    assert "gives 16 bits work to speed up" in json.dumps(report)  # the whole sentence
 
 
 BUILDERS = '''
@@ -271,3 +272,21 @@ def test_injected_overflows_give_exact_skips_in_steps_and_summary(tiny_config, t
     ls = result.summary.loss_scale
     assert ls.skipped_steps == len(expected) and ls.skip_rate == pytest.approx(len(expected) / 16)
     assert ls.min_scale == 64 / 2 ** len(expected)
+
+
+def test_memory_tables_fit_80_columns_with_every_number_whole():
+    from rich.console import Console
+
+    from mptrain.report.tables import memory_view
+
+    plan = {"weights_bytes": 340_000, "weight_copies_bytes": 170_000, "gradients_bytes": 340_000,
+            "optimizer_bytes": 680_000, "activations_bytes": 277_000, "total_bytes": 1_800_000,
+            "measured_peak_bytes": 1_250_000, "largest_batch": 18_650_123}
+    report = {"experiment": "synthetic", "batch_size": 256, "parameters": 85_000, "why": "why",
+              "plans": [{**plan, "policy": p} for p in ("float32", "mixed_float16", "mixed_bfloat16")]}
+    console = Console(width=80, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
+    console.print(memory_view(report))
+    text = console.export_text()
+    assert max(len(line) for line in text.splitlines()) <= 80 and "…" not in text
+    for cell in ("mixed_float16", "mixed_bfloat16", "18,650,123", "1.7 MiB", "332.0 KiB"):
+        assert cell in text, cell

@@ -157,6 +157,16 @@ def test_check_gpu_command_json_on_this_machine(tmp_path):
     assert report["bench"] is None
 
 
+def test_check_gpu_text_report_prints_in_full(tmp_path):
+    """The report a user reads (not --json): its texts hold brackets Rich must not parse."""
+    done = subprocess.run([sys.executable, "-m", "mptrain", "check-gpu"], capture_output=True,
+                          text=True, cwd=tmp_path, timeout=300, env={**os.environ, "COLUMNS": "100"})
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    assert "Recommended policy:" in done.stdout and "Mixed precision compatibility check" in done.stdout
+    assert "[/cpu:0, /cpu:1]" in done.stdout or "GPU" in done.stdout
+
+
 @pytest.mark.slow
 def test_check_gpu_bench_through_the_cli(tmp_path):
     done = subprocess.run([sys.executable, "-m", "mptrain", "check-gpu", "--bench", "--json"],

@@ -225,6 +225,7 @@ def test_compare_interrupted_keeps_what_ran_and_resumes(tmp_path):
     first, second = record["variants"]
     assert first["summary"]["status"] == "interrupted"
     assert second["summary"] is None and "not run" in second["failed"]
+    assert second["verdict"].startswith("not run") and "failed" not in second["verdict"]
     time.sleep(1)
     orphans = subprocess.run(["pgrep", "-f", "mptrain run"], capture_output=True, text=True)
     assert str(tmp_path) not in orphans.stdout  # the child stopped with its parent
@@ -248,6 +249,9 @@ def test_runs_started_in_the_same_second_never_collide(tmp_path):
 
 @pytest.mark.parametrize(("overrides", "message"), [
     (["output.dir=README.md"], "output.dir README.md: is a file"),
+    (["output.dir=/proc/mptrain-runs"], "cannot create folders in /proc"),
+    (["data.dataset=npz", "data.path=README.md"],
+     "README.md: not a readable .npz archive (not a zip archive)"),
     (["model.hidden_units=[100000, 100000]", "data.input_shape=[784]"],
      "GiB to train (weights, gradients, optimizer state and activations"),
     (["train.batch_size=1000"], "train.batch_size 1000 is larger than the 384 training examples"),

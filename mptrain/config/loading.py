@@ -125,8 +125,8 @@ def read_yaml(path: Path) -> dict[str, Any]:
     except ConfigError as exc:
         raise ConfigError(f"{path}: {exc}") from None
     if raw is None:
-        raise ConfigError(f"{path}: the file is empty; an experiment needs at least `name:` and "
-                          "the keys that differ from the defaults (see `mptrain validate synthetic`)")
+        raise ConfigError(f"{path}: the file is empty; write the keys that differ from the defaults "
+                          "(`mptrain validate synthetic` prints a whole experiment to start from)")
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: the top level must be a mapping of keys, not {type(raw).__name__}")
     return raw

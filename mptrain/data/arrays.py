@@ -185,7 +185,10 @@ def read_npz(path: Path):
     except FileNotFoundError:
         raise DataError(f"{path}: no such file") from None
     except (OSError, ValueError) as exc:
-        raise DataError(f"{path}: not a readable .npz archive ({exc})") from None
+        # NumPy takes any file that is not a zip or .npy for a pickle, and says so
+        reason = "not a zip archive" if "pickled" in str(exc) else str(exc)
+        raise DataError(f"{path}: not a readable .npz archive ({reason}); write one with "
+                        "numpy.savez(path, x_train=..., y_train=..., x_test=..., y_test=...)") from None
     for split in ("train", "test"):
         if len(arrays[f"x_{split}"]) != len(arrays[f"y_{split}"]):
             raise DataError(f"{path}: x_{split} and y_{split} have different lengths")
@@ -227,8 +230,8 @@ def load_mnist(path: Path | None):
     for base in (path, _env_dir(), keras_cache_dir()):
         if base is not None:
             candidates.append(base if base.suffix == ".npz" else base / "mnist.npz")
-    if path is not None and not candidates[0].is_file():
-        raise DataError(f"data.path {path}: no mnist.npz there (expected Keras' mnist.npz file)")
+    if path is not None:
+        check_given_path("mnist", path)
     for candidate in candidates:
         if candidate.is_file():
             return (*read_npz(candidate), str(candidate))
@@ -244,8 +247,8 @@ def load_fashion_mnist(path: Path | None):
     env = _env_dir()
     candidates = [d for d in (path, env, env / "fashion-mnist" if env else None) if d is not None]
     candidates += [DEBIAN_FASHION_MNIST, keras_cache_dir() / "fashion-mnist"]
-    if path is not None and not _has_fashion_files(path):
-        raise DataError(f"data.path {path}: expected the four Fashion-MNIST files {', '.join(FASHION_FILES)}")
+    if path is not None:
+        check_given_path("fashion_mnist", path)
     for folder in candidates:
         if _has_fashion_files(folder):
             x_train, y_train, x_test, y_test = (read_idx(folder / name) for name in FASHION_FILES)
@@ -276,6 +279,15 @@ def _keras_download(module: str, title: str, looked: list[Path], fix: str):
             f"Fix: {fix}"
         ) from None
     return train, test, "keras download"
+
+
+def check_given_path(dataset: str, path: Path) -> None:
+    """An explicit data.path holds what `mnist` / `fashion_mnist` read (validate checks it too)."""
+    if dataset == "mnist" and not (path if path.suffix == ".npz" else path / "mnist.npz").is_file():
+        raise DataError(f"data.path {path}: no mnist.npz there (expected Keras' mnist.npz file)")
+    if dataset == "fashion_mnist" and not _has_fashion_files(path):
+        raise DataError(f"data.path {path}: expected the four Fashion-MNIST files "
+                        f"{', '.join(FASHION_FILES)}")
 
 
 def _has_fashion_files(folder: Path) -> bool:

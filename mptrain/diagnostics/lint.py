@@ -132,24 +132,29 @@ def _yaml_hint(layer: str, what: str, config) -> str:
 
 
 def _small_model(config, profile, machine, choice) -> list[Finding]:
-    """Arithmetic per step at the 16-bit peak against the cost of launching the step's ops."""
+    """Arithmetic per step at float32's peak against the cost of launching the step's ops.
+    16 bits can only shorten the arithmetic; when even float32's takes less time than the
+    launches, fixed costs dominate and the gain is small. (At the 16-bit peak the test would
+    flag models whose measured step is hundreds of times their arithmetic: MFU on a CPU is
+    a few percent of the AMX peak.)"""
     from mptrain.flops import cpu_peak
 
     device = "TPU" if machine.tpu else "GPU" if machine.gpus else "CPU"
-    peak = None if machine.accelerated else cpu_peak(machine.cpu, "bfloat16")
+    peak = None if machine.accelerated else cpu_peak(machine.cpu, "float32")
     if peak is None:
         return []
-    compute = 3 * profile.flops * config.train.batch_size / peak.flops_per_second
+    flops = 3 * profile.flops * config.train.batch_size
+    compute = flops / peak.flops_per_second
     launch = 3 * profile.ops * LAUNCH_SECONDS[device]
     if compute >= launch:
         return []
     return [Finding("small_model", "warning", None,
                     f"model too small to gain from 16 bits: a step's arithmetic "
-                    f"({3 * profile.flops * config.train.batch_size / 1e6:,.1f} MFLOP) takes "
-                    f"~{compute * 1e6:,.0f} µs at this {device}'s 16-bit peak, less than launching "
-                    f"its ~{3 * profile.ops} operations (~{launch * 1e6:,.0f} µs): fixed costs "
-                    "dominate, and halving the arithmetic cannot halve the step. A larger "
-                    "train.batch_size or a wider model would", None)]
+                    f"({flops / 1e6:,.1f} MFLOP) takes ~{compute * 1e6:,.0f} µs at this {device}'s "
+                    f"float32 peak, less than launching its ~{3 * profile.ops} operations "
+                    f"(~{launch * 1e6:,.0f} µs): fixed costs dominate, and halving the arithmetic "
+                    "cannot halve the step. A larger train.batch_size or a wider model gives 16 "
+                    "bits work to speed up", None)]
 
 
 def _numerics(model, choice, notes: list[str]) -> list[Finding]:

@@ -67,8 +67,6 @@ def fractions(values: np.ndarray, scale: float = 1.0) -> tuple[float, float, flo
 
 
 def diagnose(config, steps: int = 5, verbose: bool = False) -> Diagnosis:
-    import tensorflow as tf
-
     from mptrain.data import check_labels_fit_model, load_dataset
     from mptrain.data.pipeline import make_batches
     from mptrain.model import build_model, check_model_fits
@@ -79,7 +77,7 @@ def diagnose(config, steps: int = 5, verbose: bool = False) -> Diagnosis:
     from mptrain.training.optimizer import build_optimizer
 
     check_experiment(config)
-    import_tensorflow(verbose)
+    tf = import_tensorflow(verbose)
     data = load_dataset(config.data, config.seed)
     check_labels_fit_model(data, config)
     check_model_fits(config, data.spec)

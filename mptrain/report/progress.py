@@ -70,5 +70,6 @@ class LiveProgress:
         extra = ""
         if record.loss_scale is not None:
             extra = f"  loss scale {record.loss_scale:g}, skipped {record.skipped_steps}"
-        self.console.print(f"{self.label}epoch {record.epoch}: {record.steps} steps  {metrics}{extra}",
+        steps = f"{record.steps} step" + ("" if record.steps == 1 else "s")
+        self.console.print(f"{self.label}epoch {record.epoch}: {steps}  {metrics}{extra}",
                            soft_wrap=True, highlight=False)

@@ -10,6 +10,7 @@ from typing import Any
 
 from rich import box
 from rich.console import Group
+from rich.markup import escape
 from rich.table import Table
 
 from mptrain.report.console import fmt, human_bytes
@@ -45,7 +46,7 @@ def summary_table(s: RunSummary) -> Table:
         ("loop", s.loop),
         ("XLA", f"step {'on' if s.jit_compile else 'off'} ({s.jit_compile_reason}); "
                 f"optimizer update {'on' if s.xla_optimizer_update else 'off'}"),
-        ("device", s.device),
+        ("device", s.device if s.replicas == 1 else f"{s.device}; {s.distribution}"),
         ("steps", f"{s.steps_run} in {s.epochs_run} epoch(s), batch {s.batch_size}"),
         ("step time", _step_time(s)),
         ("throughput", f"{fmt(s.examples_per_sec, ',.0f')} examples/s"),
@@ -86,7 +87,8 @@ def _step_time(s: RunSummary) -> str:
         return "n/a"
     text = (f"median {t.median_ms:.1f} ms  p10 {t.p10_ms:.1f}  p90 {t.p90_ms:.1f}  "
             f"mean {t.mean_ms:.1f}  ({t.timed_steps} timed; left out: {t.warmup_steps_excluded} "
-            f"warm-up, {t.short_batches_excluded} short batches)")
+            f"warm-up, {t.short_batches_excluded} short "
+            f"batch{'' if t.short_batches_excluded == 1 else 'es'})")
     if not t.enough:
         text += "  [yellow]too few timed steps for a reliable figure[/]"
     return text
@@ -117,7 +119,8 @@ def compare_tables(record) -> Group:
         s = row.summary
         name = f"{row.policy}\n{row.loop}" + ("" if row.strategy == "none" else f" {row.strategy}")
         if s is None:
-            result_rows.append([name, "-", "-", "-", "-", f"[red]{row.verdict}[/]"])
+            colour = "yellow" if row.failed.startswith("not run") else "red"
+            result_rows.append([name, "-", "-", "-", "-", f"[{colour}]{row.verdict}[/]"])
             continue
         t = s.step_time if s.step_time is not None and s.step_time.enough else None
         colour = "red" if s.status == "diverged" else "yellow" if s.stop_reason or t is None else ""
@@ -139,7 +142,7 @@ def compare_tables(record) -> Group:
         ])
         if s.peak_unit:
             peaks[s.compute_dtype] = f"{s.compute_dtype}: {s.peak_unit} {s.peak_tflops:.2f}"
-        label = f"{row.policy} {row.loop}"
+        label = f"{row.policy} {row.loop}" + ("" if row.strategy == "none" else f" {row.strategy}")
         if s.speed_warning:
             warnings.setdefault(s.speed_warning, []).append(label)
         if s.stop_reason:
@@ -216,14 +219,16 @@ def check_gpu_view(report: dict[str, Any]):
     else:
         parts.append("[bold]No GPU found[/]: TensorFlow sees no GPU on this machine.")
     rec = report["recommendation"]
-    parts.append(f"[bold green]Recommended policy: {rec['policy']}[/]\n{rec['reason']}")
-    parts += [f"[yellow]warning:[/] {w}" for w in rec["warnings"]]
-    parts.append(report["compatibility_check"])
+    # the texts hold brackets (`[/cpu:0, /cpu:1]`) that Rich would read as markup
+    parts.append(f"[bold green]Recommended policy: {rec['policy']}[/]\n{escape(rec['reason'])}")
+    parts += [f"[yellow]warning:[/] {escape(w)}" for w in rec["warnings"]]
+    parts.append(escape(report["compatibility_check"]))
     dist = report.get("distribution")
     if dist:
-        parts.append(f"[bold]tf.distribute[/]: mirrored would use {', '.join(dist['mirrored_devices'])}; "
+        parts.append(f"[bold]tf.distribute[/]: mirrored would use "
+                     f"{escape(', '.join(dist['mirrored_devices']))}; "
                      f"NCCL {'available' if dist['nccl'] else 'not available'}; all-reduce: "
-                     f"{dist['all_reduce']}" + (f"\n{dist['note']}" if dist["note"] else ""))
+                     f"{escape(dist['all_reduce'])}" + (f"\n{escape(dist['note'])}" if dist["note"] else ""))
     if report["bench"]:
         bench = Table("device", "kernel", "dtype", "ms/call", "TFLOP/s", "× fp32", box=box.SIMPLE_HEAD)
         for r in report["bench"]:
@@ -266,17 +271,23 @@ def diagnose_view(d: dict[str, Any]):
 
 
 def memory_view(report: dict[str, Any]):
-    """`mptrain memory`: the estimate per policy, the measured peak, the largest batch."""
-    table = Table("policy", "weights", "16-bit copies", "gradients", "optimizer", "activations",
-                  "total", "measured", "largest batch", box=box.SIMPLE_HEAD, show_edge=False,
-                  title_justify="left",
-                  title=f"mptrain memory: {report['experiment']} (batch {report['batch_size']}, "
-                        f"{report['parameters']:,} parameters)")
+    """`mptrain memory`: per policy the estimate, the measured peak and the largest batch; then
+    the estimate's parts. Two tables, so each fits 80 columns with every number whole."""
+    style = {"box": box.SIMPLE_HEAD, "show_edge": False, "title_justify": "left"}
+    totals = Table(title=f"mptrain memory: {report['experiment']} (batch {report['batch_size']}, "
+                         f"{report['parameters']:,} parameters)", **style)
+    parts = Table(title="the estimate's parts", **style)
+    total_rows, part_rows = [], []
     for p in report["plans"]:
-        table.add_row(p["policy"], *(human_bytes(p[k]) for k in (
+        total_rows.append([p["policy"], human_bytes(p["total_bytes"]),
+                           human_bytes(p["measured_peak_bytes"]), fmt(p["largest_batch"], ",d")])
+        part_rows.append([p["policy"], *(human_bytes(p[k]) for k in (
             "weights_bytes", "weight_copies_bytes", "gradients_bytes", "optimizer_bytes",
-            "activations_bytes", "total_bytes", "measured_peak_bytes")),
-            fmt(p["largest_batch"], ",d"))
-    return Group(table, report["why"],
+            "activations_bytes"))])
+    _fill(totals, ["policy", "estimate", "measured", "largest batch\nthat fits"], total_rows,
+          text_columns={0})
+    _fill(parts, ["policy", "weights", "16-bit\ncopies", "gradients", "optimizer", "activations"],
+          part_rows, text_columns={0})
+    return Group(totals, "", parts, "", report["why"],
                  "measured: TensorFlow's allocator peak above the data set in a 3-step run "
                  "(n/a where the allocator reports nothing, as for small models on a CPU)")
