@@ -108,8 +108,11 @@ def _user_errors(interrupted: str = "interrupted"):
     except MptrainError as exc:
         stderr.print(f"[bold red]error:[/] {exc}", markup=True, highlight=False, soft_wrap=True)
         raise typer.Exit(exc.exit_code) from None
-    except KeyboardInterrupt:
-        stderr.print(interrupted)
+    except KeyboardInterrupt as exc:
+        run_dir = getattr(exc, "run_dir", None)  # RunAbandoned: the run folder is known
+        stderr.print(f"interrupted: {run_dir} keeps its last checkpoint; continue with\n"
+                     f"  mptrain run --resume {run_dir}" if run_dir else interrupted,
+                     soft_wrap=True, highlight=False)
         raise typer.Exit(130) from None
 
 

@@ -21,6 +21,7 @@ from mptrain.data import check_labels_fit_model, load_dataset
 from mptrain.data.pipeline import make_batches
 from mptrain.diagnostics.lint import lint, worth_saying
 from mptrain.distribute import placement, prepare_devices, scope
+from mptrain.errors import RunAbandoned
 from mptrain.flops import forward_profile
 from mptrain.hardware import probe
 from mptrain.memory import MemoryMeter
@@ -139,7 +140,7 @@ def run_experiment(
     except KeyboardInterrupt:
         folder.write_status("interrupted", "abandoned by a second Ctrl-C; the last checkpoint "
                             "is kept: resume from it")
-        raise
+        raise RunAbandoned(folder.path) from None
     except BaseException as exc:
         folder.write_status("failed", f"{type(exc).__name__}: {exc}")
         raise

@@ -113,6 +113,20 @@ def test_signal_stops_after_the_step_checkpoints_and_resumes_identically(tmp_pat
         np.testing.assert_array_equal(a, b)
 
 
+def test_second_ctrl_c_abandons_at_once_and_says_where_to_resume(tmp_path):
+    process = mptrain_process(tmp_path, "run", str(long_experiment(tmp_path)))
+    wait_for(process, "epoch 1:")
+    process.send_signal(signal.SIGINT)
+    time.sleep(0.05)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130 and "Traceback" not in stderr
+    run_dir = only_run_dir(tmp_path)
+    assert f"mptrain run --resume {run_dir}" in " ".join(stderr.split())
+    assert json.loads((run_dir / "summary.json").read_text())["status"] == "interrupted"
+    assert (run_dir / "checkpoints" / "checkpoint").is_file()
+
+
 def validate_file(path: Path, output: Path):
     from mptrain.config import load_config
 
