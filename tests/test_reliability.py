@@ -51,6 +51,22 @@ def test_stopped_after_an_epoch_and_resumed_is_bit_identical(tiny_config, loop, 
         assert resumed.summary.loss_scale == whole.summary.loss_scale
 
 
+def test_resumed_run_counts_the_skips_before_its_checkpoint(tiny_config):
+    """A scale far too large makes the first steps skip; the resumed run's total must still
+    count them (they live only in the records before the checkpoint)."""
+    from mptrain.resume import resume_config
+
+    overrides = (*DETERMINISTIC, "policy=mixed_float16", "train.loss_scale.initial_scale=1e12",
+                 "train.loop=custom")
+    whole = run_experiment(tiny_config(*overrides, "train.epochs=2"))
+    first = run_experiment(tiny_config(*overrides, "train.epochs=1"))
+    resumed = run_experiment(resume_config(first.run_dir, None, ["train.epochs=2"]),
+                             resume=first.run_dir)
+    skipped = first.summary.loss_scale.skipped_steps
+    assert skipped > 0
+    assert resumed.summary.loss_scale.skipped_steps == whole.summary.loss_scale.skipped_steps >= skipped
+
+
 def mptrain_process(tmp_path: Path, *args: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "mptrain", *args], cwd=tmp_path,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
