@@ -107,6 +107,8 @@ def _compute_line(s: RunSummary) -> str:
 def compare_tables(record) -> Group:
     """Two tables that each fit 80 columns: the answer (step time, speed-up, accuracy, loss
     scale, verdict) and the details (spread, throughput, compute, training memory)."""
+    from mptrain.compare import NOT_RUN
+
     base = record.baseline_policy
     style = {"title_justify": "left", "box": box.SIMPLE_HEAD, "show_edge": False,
              "collapse_padding": True, "pad_edge": False}
@@ -119,7 +121,7 @@ def compare_tables(record) -> Group:
         s = row.summary
         name = f"{row.policy}\n{row.loop}" + ("" if row.strategy == "none" else f" {row.strategy}")
         if s is None:
-            colour = "yellow" if row.failed.startswith("not run") else "red"
+            colour = "yellow" if row.failed == NOT_RUN else "red"
             result_rows.append([name, "-", "-", "-", "-", f"[{colour}]{row.verdict}[/]"])
             continue
         t = s.step_time if s.step_time is not None and s.step_time.enough else None

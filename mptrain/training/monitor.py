@@ -58,10 +58,8 @@ class TrainingMonitor:
     listeners: list[TrainingListener] = field(default_factory=list)
     learning_rate: Callable[[], float] | None = None  # the optimizer's current rate
     initial_loss_scale: float | None = None  # None: the optimizer does not scale the loss
-    # a resumed run: the records of the steps and epochs done before (up to its checkpoint),
-    # and how many of those steps the loss scaler skipped
+    # a resumed run: the records of the steps and epochs done before (up to its checkpoint)
     history: tuple[list[StepRecord], list[EpochRecord]] = ([], [])
-    skipped_before: int = 0
 
     def __post_init__(self) -> None:
         self.timer = StepTimer()
@@ -71,7 +69,8 @@ class TrainingMonitor:
         self.stop_status: str | None = None  # stopped | interrupted | diverged
         self.signal: int | None = None  # the signal that interrupted the run
         self.loss_scale = self.initial_loss_scale
-        self.skipped_steps = self.skipped_before if self.initial_loss_scale is not None else None
+        self.skipped_steps = (sum(bool(r.skipped) for r in self.steps)
+                              if self.initial_loss_scale is not None else None)
         self.epoch = 0  # 1-based, the epoch in progress
         self.step_in_epoch = 0  # steps of it done
 

@@ -8,7 +8,6 @@ A new run starts at (epoch 0, step 0) with a first checkpoint of the initial wei
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from mptrain.config.schema import ExperimentConfig
@@ -41,7 +40,7 @@ class TrainingSession:
                                         learning_rate_at(optimizer, train.optimizer, total_steps))
         checkpointer = Checkpointer(folder.path / "checkpoints", model, optimizer, train.checkpoint,
                                     batches.steps_per_epoch, on_save=folder.flush_steps)
-        start, history, skipped = Position(0, 0, 0), ([], []), 0
+        start, history = Position(0, 0, 0), ([], [])
         if resume:
             start = checkpointer.restore_latest()
             if start is None:
@@ -49,7 +48,6 @@ class TrainingSession:
                                    "before its first one); start it again instead")
             history = (folder.read_steps()[: start.global_step], folder.read_epochs()[: start.epoch])
             folder.truncate_records(len(history[0]), len(history[1]))
-            skipped = skipped_steps(history[0], train.loss_scale.initial_scale)
         scale = loss_scale_of(optimizer)
         monitor = TrainingMonitor(
             epochs=train.epochs,
@@ -59,7 +57,6 @@ class TrainingSession:
             learning_rate=lambda: value_of(optimizer.learning_rate),
             initial_loss_scale=None if scale is None else value_of(scale),
             history=history,
-            skipped_before=skipped,
         )
         guard = DivergenceGuard(monitor, checkpointer, train.recovery, scales_loss=scale is not None)
         # the guard goes before the checkpointer: a diverged step is never saved as "good"
@@ -83,10 +80,3 @@ class TrainingSession:
         if self.monitor.stop_status != "diverged" and self.monitor.steps:
             self.checkpointer.save(self.position())
         self.tensorboard.flush()
-
-
-def skipped_steps(records, initial_scale: float) -> int:
-    """Steps the loss scaler skipped: each one halved the scale, nothing else lowers it."""
-    scales = [initial_scale] + [r.loss_scale for r in records if r.loss_scale is not None]
-    return sum(after < before for before, after in zip(scales, scales[1:], strict=False)
-               if not math.isnan(after))
