@@ -116,12 +116,6 @@ def agree_on_finite(gradients, tf):
             for g in gradients]
 
 
-def local_workers(count: int, base_port: int) -> list[dict]:
-    """TF_CONFIG for `count` workers on 127.0.0.1 (worker 0 is the chief)."""
-    cluster = {"worker": [f"127.0.0.1:{base_port + i}" for i in range(count)]}
-    return [{"cluster": cluster, "task": {"type": "worker", "index": i}} for i in range(count)]
-
-
 def tf_config_env(config: dict) -> dict[str, str]:
     return {**os.environ, "TF_CONFIG": json.dumps(config)}
 

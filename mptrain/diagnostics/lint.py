@@ -40,7 +40,7 @@ def lint(model, config, choice, machine, profile, notes: list[str]) -> list[Find
     layer's share of the FLOPs."""
     total = max(profile.flops, 1)
     findings = [*_alignment(model, config, profile.flops_by_layer, total, machine),
-                *_small_model(config, profile, machine, choice),
+                *_small_model(config, profile, machine),
                 *_numerics(model, choice, notes)]
     return sorted(findings, key=lambda f: (f.severity != "warning", -(f.flops_share or 0)))
 
@@ -131,7 +131,7 @@ def _yaml_hint(layer: str, what: str, config) -> str:
     return "change it in the model's definition (builder kwargs, or the architecture)"
 
 
-def _small_model(config, profile, machine, choice) -> list[Finding]:
+def _small_model(config, profile, machine) -> list[Finding]:
     """Arithmetic per step at float32's peak against the cost of launching the step's ops.
     16 bits can only shorten the arithmetic; when even float32's takes less time than the
     launches, fixed costs dominate and the gain is small. (At the 16-bit peak the test would

@@ -106,7 +106,7 @@ def diagnose(config, steps: int = 5, verbose: bool = False) -> Diagnosis:
         activation_grads, weight_grads = tape.gradient(loss, (outputs, model.trainable_variables))
         break
     scale = config.train.loss_scale.initial_scale
-    owner = _variable_owners(layers, model.trainable_variables)
+    owner = _variable_owners(layers)
     numbers, all_grads = [], []
     for i, layer in enumerate(layers):
         acts = np.asarray(outputs[i], np.float64)
@@ -165,7 +165,7 @@ def _dense(gradient) -> np.ndarray:
     return np.asarray(tf.convert_to_tensor(gradient))
 
 
-def _variable_owners(layers, variables) -> dict[int, str]:
+def _variable_owners(layers) -> dict[int, str]:
     """Variable → the (top-level) layer that holds it."""
     owner = {}
     for layer in layers:

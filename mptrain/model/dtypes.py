@@ -38,12 +38,6 @@ def policy_name(value: Any) -> str | None:
     return None
 
 
-def layer_names(model) -> list[str]:
-    import keras
-
-    return [c["config"].get("name", "") for c in layer_configs(keras.saving.serialize_keras_object(model))]
-
-
 def rebuild_with_policies(model, rules: dict[str, str], default: str | None = None,
                           keep: frozenset[str] = frozenset()):
     """The model rebuilt with layer policies changed, its weights copied back.

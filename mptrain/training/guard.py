@@ -23,7 +23,7 @@ from mptrain.summary import EpochRecord, StepRecord
 from mptrain.training.checkpoints import Checkpointer
 from mptrain.training.monitor import TrainingMonitor
 
-SIGNAL_EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # exit codes: cli.py
 
 
 @contextmanager
@@ -34,7 +34,7 @@ def stop_on_signals(monitor: TrainingMonitor):
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = {sig: signal.getsignal(sig) for sig in SIGNAL_EXIT_CODES}
+    previous = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
 
     def handler(signum, frame):
         if monitor.signal is not None and signum == signal.SIGINT:
@@ -43,7 +43,7 @@ def stop_on_signals(monitor: TrainingMonitor):
         monitor.request_stop(f"interrupted by {signal.Signals(signum).name} during epoch "
                              f"{monitor.epoch}, step {monitor.step_in_epoch + 1}", "interrupted")
 
-    for sig in SIGNAL_EXIT_CODES:
+    for sig in STOP_SIGNALS:
         signal.signal(sig, handler)
     try:
         yield
