@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: install test test-all lint bench clean
+.PHONY: install test test-fast test-all lint bench clean
 
 install:
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +21,12 @@ test:
 	@# Two workers: most of a test's time is one-threaded (process start-up, tracing), so the
 	@# suite takes about half as long on 2 cores; no more than 4, each worker holds TensorFlow.
 	$(BIN)/pytest -m "not slow" -n auto --maxprocesses 4
+
+# The unit tier alone: no training, no processes (config, verdicts, monitor, guard, plan's
+# choice, renderers, on recorded numbers); under a minute.
+test-fast:
+	$(BIN)/ruff check mptrain tests bench
+	$(BIN)/pytest tests/unit -n auto --maxprocesses 4
 
 test-all:
 	$(BIN)/pytest -n auto --maxprocesses 4

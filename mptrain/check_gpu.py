@@ -1,52 +1,121 @@
-"""`mptrain check-gpu`: this machine's facts, the policy to use, and optionally measurements.
+"""`mptrain check-gpu`: this machine's facts, the policy to use, and the measurements behind it.
 
-One JSON-able report (also meant to be pasted into bug reports, like `accelerate env`):
-the facts from `hardware`, the advice from `policy`, and with `--bench` the kernels timed by
-`microbench`, which the recommendation then cites.
+One typed report (also meant to be pasted into bug reports, like `accelerate env`): the facts
+from `hardware`, the advice from `policy`, decided on this machine's measured kernel speeds
+(`microbench`: cached, or measured on first use) unless the user asks for the flag rules
+alone (`--no-bench`). With `--bench` every dtype is measured afresh and the recommendation
+cites that measurement, so the report never contradicts its own numbers.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from pydantic import BaseModel, ConfigDict
 
-from mptrain.hardware import Machine, machine_to_dict
-from mptrain.microbench import BenchResult, best_16bit
+from mptrain.hardware import Machine
+from mptrain.microbench import KernelSpeeds, KernelTiming
 from mptrain.policy import compatibility_check, recommend
 
 
-def distribution_facts(tf, machine: Machine) -> dict:
-    """What tf.distribute would use here: the devices a mirrored strategy takes by default,
-    and how replicas would exchange gradients."""
+class _Report(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class CpuFacts(_Report):
+    model: str
+    physical_cores: int
+    logical_cpus: int
+    mhz: float | None
+    features: dict[str, bool]  # AVX-512, AVX512_BF16, AMX-BF16, ...
+
+
+class GpuFacts(_Report):
+    name: str
+    compute_capability: tuple[int, int] | None
+    memory_bytes: int | None
+    float16_tensor_cores: bool
+    fast_bfloat16: bool
+    tf32_by_default: bool
+    float8: bool
+
+
+class MachineFacts(_Report):
+    cpu: CpuFacts
+    gpus: list[GpuFacts]
+    tpu: bool
+    tensorflow_version: str | None
+    keras_version: str | None
+    onednn: bool
+    xla: bool | None
+    tf32_enabled: bool | None
+
+    @classmethod
+    def of(cls, machine: Machine) -> MachineFacts:
+        cpu = machine.cpu
+        return cls(
+            cpu=CpuFacts(model=cpu.model, physical_cores=cpu.physical_cores,
+                         logical_cpus=cpu.logical_cpus, mhz=cpu.mhz, features=cpu.features),
+            gpus=[GpuFacts(name=g.name, compute_capability=g.compute_capability,
+                           memory_bytes=g.memory_bytes, float16_tensor_cores=g.float16_tensor_cores,
+                           fast_bfloat16=g.fast_bfloat16, tf32_by_default=g.tf32_by_default,
+                           float8=g.float8) for g in machine.gpus],
+            tpu=machine.tpu, tensorflow_version=machine.tensorflow_version,
+            keras_version=machine.keras_version, onednn=machine.onednn, xla=machine.xla,
+            tf32_enabled=machine.tf32_enabled)
+
+
+class DistributionFacts(_Report):
+    """What tf.distribute would use here."""
+
+    logical_devices: list[str]
+    mirrored_devices: list[str]
+    nccl: bool
+    all_reduce: str
+    note: str
+
+
+class RecommendationFacts(_Report):
+    policy: str
+    reason: str
+    warnings: list[str]
+    measured: bool  # decided on measured kernel speeds (else on the hardware's flags)
+
+
+class CheckReport(_Report):
+    machine: MachineFacts
+    gpu_found: bool
+    recommendation: RecommendationFacts
+    compatibility_check: str
+    distribution: DistributionFacts | None
+    kernels: KernelSpeeds | None  # the measurement the recommendation cites
+    bench: list[KernelTiming] | None  # `--bench`: every dtype, measured now
+
+
+def distribution_facts(tf, machine: Machine) -> DistributionFacts:
     gpus = [d.name for d in tf.config.list_logical_devices("GPU")]
     cpus = [d.name for d in tf.config.list_logical_devices("CPU")]
-    return {
-        "logical_devices": cpus + gpus,
-        "mirrored_devices": gpus or cpus[:1],
-        "nccl": bool(gpus) and tf.test.is_built_with_cuda(),
-        "all_reduce": ("NCCL between this machine's GPUs" if gpus and tf.test.is_built_with_cuda()
-                       else "TensorFlow's collective ops (ring all-reduce): CPU replicas and "
-                            "workers over gRPC"),
-        "note": ("one CPU device: `distribute.devices: [/cpu:0, /cpu:1]` splits it into logical "
-                 "devices to try mirrored training" if not gpus else ""),
-    }
+    nccl = bool(gpus) and tf.test.is_built_with_cuda()
+    return DistributionFacts(
+        logical_devices=cpus + gpus,
+        mirrored_devices=gpus or cpus[:1],
+        nccl=nccl,
+        all_reduce=("NCCL between this machine's GPUs" if nccl else
+                    "TensorFlow's collective ops (ring all-reduce): CPU replicas and workers over gRPC"),
+        note=("one CPU device: `distribute.devices: [/cpu:0, /cpu:1]` splits it into logical "
+              "devices to try mirrored training" if not gpus else ""),
+    )
 
 
-def check_report(machine: Machine, bench: list[BenchResult] | None = None,
-                 distribution: dict | None = None) -> dict:
-    """Everything `check-gpu` shows, as one dict."""
-    rec = recommend(machine)
-    reason = rec.reason
-    if bench:
-        device = "/GPU:0" if machine.gpus else "/CPU:0"
-        best = best_16bit(bench, device)
-        if best is not None:
-            reason += (f"; measured on {device.strip('/')}: {best[0]} runs {best[1]:.1f}x float32 "
-                       "(geometric mean over matmul, dense and conv)")
-    return {
-        "machine": machine_to_dict(machine),
-        "gpu_found": bool(machine.gpus),
-        "recommendation": {"policy": rec.policy, "reason": reason, "warnings": rec.warnings},
-        "compatibility_check": compatibility_check(machine.gpus),
-        "distribution": distribution,
-        "bench": [asdict(r) for r in bench] if bench else None,
-    }
+def check_report(machine: Machine, kernels: KernelSpeeds | None, bench: list[KernelTiming] | None,
+                 distribution: DistributionFacts | None) -> CheckReport:
+    rec = recommend(machine, kernels)
+    return CheckReport(
+        machine=MachineFacts.of(machine),
+        gpu_found=bool(machine.gpus),
+        recommendation=RecommendationFacts(policy=rec.policy, reason=rec.reason,
+                                           warnings=rec.warnings, measured=rec.measured),
+        compatibility_check=compatibility_check(machine.gpus),
+        distribution=distribution,
+        kernels=kernels,
+        bench=bench,
+    )
+

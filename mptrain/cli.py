@@ -20,8 +20,6 @@ from mptrain import __version__
 from mptrain.errors import ConfigError, DataError, MptrainError
 
 STARTED_AT = time.perf_counter()
-DIVERGED_EXIT_CODE = 3
-SIGNAL_EXIT_CODES = {2: 130, 15: 143}  # SIGINT, SIGTERM → the shell's 128 + signal
 
 
 class _FlagHelp:
@@ -62,15 +60,35 @@ SetOpt = Annotated[
     typer.Option("--set", "-s", metavar="KEY.PATH=VALUE",
                  help="Override a config key (repeatable); the value is read as YAML: "
                       "--set train.epochs=2. KEY=null removes the key (its default applies); "
-                      "setting model.kind drops the old kind's keys."),
+                      "setting model.kind drops the old kind's keys. Relative paths given here "
+                      "are relative to the current folder."),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", metavar="", help="Print only a JSON object on stdout.")]
-VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", metavar="",
-                                          help="Show TensorFlow's own start-up logs (hidden by default).")]
+VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", metavar="", help=(
+    "Show TensorFlow's own start-up logs (hidden by default), and the traceback behind an "
+    "error raised by your own code (a builder, a saved model's layers)."))]
 
 
 def main() -> None:
     app(prog_name="mptrain")
+
+
+def parse_choices(text: str, allowed: tuple[str, ...], option: str) -> list[str]:
+    """`a,b` → ["a", "b"]; empty lists, unknown names and duplicates are errors."""
+    from mptrain.errors import did_you_mean
+
+    items = [item.strip() for item in text.split(",")]
+    if not text.strip() or any(not item for item in items):
+        raise ConfigError(f"{option} {text!r}: give a comma-separated list, e.g. {','.join(allowed[:2])}")
+    unknown = [item for item in items if item not in allowed]
+    if unknown:
+        hint = did_you_mean(unknown[0], allowed)
+        raise ConfigError(f"{option}: unknown {', '.join(map(repr, unknown))}{hint}; "
+                          f"allowed: {', '.join(allowed)}")
+    duplicates = sorted({item for item in items if items.count(item) > 1})
+    if duplicates:
+        raise ConfigError(f"{option}: {', '.join(duplicates)} listed more than once")
+    return items
 
 
 @contextmanager
@@ -99,13 +117,20 @@ def _options(
 
 
 @contextmanager
-def _user_errors(interrupted: str = "interrupted"):
-    """Errors a user can fix → their message and exit code, never a traceback; Ctrl-C → 130."""
+def _user_errors(interrupted: str = "interrupted", verbose: bool = False):
+    """Errors a user can fix → their message and exit code, never a traceback (with
+    --verbose, the traceback of the user's own code that caused it); Ctrl-C → 130."""
     from mptrain.report.console import stderr
 
     try:
         yield
     except MptrainError as exc:
+        if verbose and exc.__cause__ is not None:
+            import traceback
+
+            cause = exc.__cause__
+            stderr.print("".join(traceback.format_exception(type(cause), cause, cause.__traceback__)),
+                          markup=False, highlight=False, soft_wrap=True)
         stderr.print(f"[bold red]error:[/] {exc}", markup=True, highlight=False, soft_wrap=True)
         raise typer.Exit(exc.exit_code) from None
     except KeyboardInterrupt as exc:
@@ -122,11 +147,17 @@ def _emit(data, json_out: bool, render) -> None:
         if json_out:
             from mptrain.run_folder import to_json
 
-            typer.echo(to_json(data if isinstance(data, dict) else data.model_dump()))
+            typer.echo(to_json(data.model_dump()))
         else:
             from mptrain.report.console import stdout_console
 
             stdout_console().print(render(data))
+
+
+def _status(text: str):
+    from mptrain.report.console import stderr
+
+    return stderr.status(text)
 
 
 @app.command(cls=_Command)
@@ -138,16 +169,17 @@ def run(
     set_: SetOpt = None,
     resume: Annotated[Path | None, typer.Option(
         "--resume", metavar="RUN_DIR", show_default=False,
-        help="Continue the interrupted or failed run in RUN_DIR from its last checkpoint, with "
-             "its own config.yaml; --set train.epochs=N trains a run longer.")] = None,
+        help="Continue the interrupted, killed or failed run in RUN_DIR from its last "
+             "checkpoint, with its own config.yaml; --set train.epochs=N (or a raised "
+             "train.max_steps) trains a run further.")] = None,
     workers: Annotated[int | None, typer.Option(
         min=2, metavar="N", show_default=False,
         help="Try multi-worker training on this machine: N worker processes on 127.0.0.1 "
              "(distribute.strategy multi_worker_mirrored); the chief prints the summary.")] = None,
     json_out: JsonOpt = False,
     verbose: VerboseOpt = False,
-    initial_weights: Annotated[Path | None, typer.Option(hidden=True)] = None,  # used by compare
-    output_dir: Annotated[Path | None, typer.Option(hidden=True)] = None,  # used by compare
+    initial_weights: Annotated[Path | None, typer.Option(hidden=True)] = None,  # compare, plan
+    run_dir: Annotated[Path | None, typer.Option(hidden=True)] = None,  # compare, plan
 ) -> None:
     """Train and evaluate one experiment; write its run folder and print a summary.
 
@@ -160,9 +192,10 @@ def run(
     from mptrain.report.console import stderr
     from mptrain.report.progress import LiveProgress
     from mptrain.report.tables import run_header, summary_table
+    from mptrain.signals import DIVERGED_EXIT_CODE, exit_code
 
     if workers is not None:
-        from mptrain.distribute import run_local_workers
+        from mptrain.local_workers import run_local_workers
 
         with _user_errors():
             if config is None:
@@ -174,7 +207,8 @@ def run(
         typer.echo(stdout, nl=False)
         raise typer.Exit(code)
 
-    with _user_errors("interrupted (a run folder, if one was made, keeps its last checkpoint)"):
+    with _user_errors("interrupted (a run folder, if one was made, keeps its last checkpoint)",
+                      verbose):
         if resume is not None:
             from mptrain.resume import AlreadyFinished, resume_config
 
@@ -187,20 +221,27 @@ def run(
             raise ConfigError("mptrain run: give an experiment (CONFIG) or --resume RUN_DIR")
         else:
             experiment = load_config(config, set_)
+            from mptrain.plan import plan_beside
+
+            if (beside := plan_beside(config)) is not None:
+                stderr.print(f"[cyan]plan:[/] {beside}", soft_wrap=True, highlight=False)
         from mptrain.runner import run_experiment
+
+        def on_start(prepared, notes: list[str]) -> None:
+            stderr.print(run_header(experiment, prepared.choice, prepared.speed_warning, notes),
+                         soft_wrap=True)
 
         with LiveProgress() as progress:
             result = run_experiment(experiment, resume=resume, listeners=[progress],
                                     verbose=verbose, initial_weights=initial_weights,
-                                    output_dir=output_dir, started_at=STARTED_AT,
-                                    on_start=lambda c, w, notes: stderr.print(
-                                        run_header(experiment, c, w, notes), soft_wrap=True))
+                                    run_dir=run_dir, started_at=STARTED_AT, on_start=on_start,
+                                    status=_status)
     _emit(result.summary, json_out, summary_table)
     status = result.summary.status
     if status == "interrupted":
         stderr.print(f"[yellow]{result.summary.stop_reason}[/]: checkpoint saved. Continue with:\n"
                      f"  mptrain run --resume {result.run_dir}", soft_wrap=True, highlight=False)
-        raise typer.Exit(SIGNAL_EXIT_CODES.get(result.signal, 130))
+        raise typer.Exit(exit_code(result.signal))
     if status == "diverged":
         stderr.print(f"[red]diverged[/]: {result.summary.stop_reason or 'the loss became NaN/inf'}"
                      f"; the last good checkpoint is in {result.run_dir}/checkpoints",
@@ -229,7 +270,8 @@ def compare(
     set_: SetOpt = None,
     resume: Annotated[Path | None, typer.Option(
         "--resume", metavar="COMPARE_DIR", show_default=False,
-        help="Finish an interrupted compare: run the variants that did not finish.")] = None,
+        help="Finish a compare that stopped (Ctrl-C, or killed): run the variants that did "
+             "not finish.")] = None,
     json_out: JsonOpt = False,
     verbose: VerboseOpt = False,
 ) -> None:
@@ -249,8 +291,10 @@ def compare(
         run_compare,
     )
     from mptrain.config import load_config
+    from mptrain.config.schema import LOOPS, POLICIES, STRATEGIES
     from mptrain.report.console import stderr
     from mptrain.report.tables import compare_tables
+    from mptrain.signals import exit_code
 
     overrides = list(set_ or [])
     if epochs is not None:
@@ -264,12 +308,15 @@ def compare(
         where = "" if variant.strategy == "none" else f" · {variant.strategy}"
         stderr.rule(f"variant {index}/{total}: {variant.policy} · {variant.loop}{where}")
 
-    with _user_errors():
+    with _user_errors(verbose=verbose):
         if resume is not None:
             result = resume_compare(resume, verbose=verbose, on_variant=announce)
         else:
             experiment = load_config(config or DEFAULT_EXPERIMENT, overrides)
-            variants = plan_variants(policies, loops, experiment, strategies)
+            variants = plan_variants(
+                experiment, parse_choices(policies, POLICIES, "--policies"),
+                parse_choices(loops, LOOPS, "--loops") if loops else None,
+                parse_choices(strategies, STRATEGIES, "--strategies") if strategies else None)
 
             def notes(warnings: dict[str, str]) -> None:
                 for warning in dict.fromkeys(warnings.values()):
@@ -286,46 +333,141 @@ def compare(
     if result.record.status == "interrupted":
         stderr.print(f"[yellow]compare interrupted[/]: finished variants are kept. Continue with:\n"
                      f"  mptrain compare --resume {result.folder}", soft_wrap=True, highlight=False)
-        raise typer.Exit(SIGNAL_EXIT_CODES.get(result.signal, 130))
-    if any(row.failed for row in result.record.variants):
+        raise typer.Exit(exit_code(result.signal))
+    if any(row.summary is None for row in result.record.variants):
         raise typer.Exit(1)
 
 
 @app.command(cls=_Command)
-def validate(config: ConfigArg, set_: SetOpt = None) -> None:
-    """Check an experiment and print it fully resolved (every default filled in); no training."""
+def plan(
+    config: Annotated[str | None, typer.Argument(
+        metavar="CONFIG", show_default=False,
+        help="Experiment YAML file or built-in name (not needed with --resume).")] = None,
+    tolerance: Annotated[float, typer.Option(
+        metavar="PT", help="How much higher than float32's a candidate's training loss over its "
+                           "trial may be, in percent (with --eval: also test-accuracy points).")] = 3.0,
+    budget: Annotated[float, typer.Option(
+        metavar="MINUTES", help="Stop starting trials after this long; the untried are named "
+                                "and --resume tries them.")] = 20.0,
+    steps: Annotated[int, typer.Option(help="Training steps per trial.")] = 30,
+    candidates: Annotated[str | None, typer.Option(
+        help="Comma-separated candidates to try (float32 is always tried); default: every one "
+             "this machine can run.")] = None,
+    evaluate: Annotated[bool, typer.Option(
+        "--eval", metavar="", help="Also judge each candidate's test accuracy (evaluates the "
+                                   "whole test set per trial).")] = False,
+    out: Annotated[Path | None, typer.Option(
+        metavar="FILE", show_default=False,
+        help="Where to write the chosen experiment; default: EXPERIMENT.plan.yaml beside the "
+             "experiment file (a built-in's: in the current folder).")] = None,
+    set_: SetOpt = None,
+    resume: Annotated[Path | None, typer.Option(
+        "--resume", metavar="PLAN_DIR", show_default=False,
+        help="Finish a plan that stopped (Ctrl-C, or out of budget): run the untried trials.")] = None,
+    json_out: JsonOpt = False,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Measure which precision is fastest for this model on this machine, within an accuracy
+    tolerance, and write it as a runnable experiment.
+
+    Candidates (this machine's): float32; mixed_bfloat16, without and with XLA; mixed_float16
+    where it can be fast; on CPUs float32 with oneDNN's bfloat16 math and with TensorFlow's
+    bfloat16 graph rewrite; on GPUs float32 without TF32. Each is a short trial from the same
+    initial weights on the same batches; the best 16-bit one is then tried with its slow
+    layers kept float32 (measured per layer). Prints an 80-column table; writes plan.json,
+    plan.png and the trials in OUTPUT_DIR/plan-NAME-TIMESTAMP/, and the plan's experiment
+    file (`mptrain run` it). Ctrl-C keeps the finished trials; --resume finishes the rest.
+    """
+    from mptrain.plan import CANDIDATE_NAMES, plan_file_for, resume_plan, run_plan, start_plan
+    from mptrain.report.console import stderr
+    from mptrain.report.tables import plan_tables
+    from mptrain.signals import exit_code
+
+    def announce(index: int, total: int, candidate) -> None:
+        stderr.rule(f"trial {index}/{total}: {candidate.name}")
+
+    with _user_errors(verbose=verbose):
+        if resume is not None:
+            record, folder = resume_plan(resume), resume
+        else:
+            from mptrain.config import load_config
+
+            if config is None:
+                raise ConfigError("mptrain plan: give an experiment (CONFIG) or --resume PLAN_DIR")
+            experiment = load_config(config, set_)
+            names = parse_choices(candidates, CANDIDATE_NAMES, "--candidates") if candidates else None
+            record, folder = start_plan(
+                experiment, names=names, steps=steps, tolerance_pct=tolerance,
+                budget_minutes=budget, evaluate=evaluate,
+                out=out.resolve() if out else plan_file_for(config, experiment.name),
+                verbose=verbose, status=_status)
+        result = run_plan(record, folder, verbose=verbose, on_trial=announce, on_layers=_status)
+    _emit(result.record, json_out, plan_tables)
+    if result.record.status == "interrupted":
+        stderr.print(f"[yellow]plan interrupted[/]: finished trials are kept. Continue with:\n"
+                     f"  mptrain plan --resume {result.folder}", soft_wrap=True, highlight=False)
+        raise typer.Exit(exit_code(result.signal))
+
+
+@app.command(cls=_Command)
+def validate(
+    config: ConfigArg,
+    set_: SetOpt = None,
+    deep: Annotated[bool, typer.Option("--deep", metavar="", help=(
+        "Also load the data and build the model as `run` would (seconds: imports "
+        "TensorFlow), so nothing `run` could refuse is left unchecked."))] = False,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Check an experiment and print it fully resolved (every default filled in); no training.
+
+    Checks what `run` can check without TensorFlow: the file, every key, data and model
+    files present, the CSV header and label column, image and text folders, batch size
+    against the data, saved models' custom layers. --deep goes on to load the data and build
+    the model.
+    """
     import yaml
 
     from mptrain.config import load_config
     from mptrain.preflight import check_experiment
 
-    with _user_errors():
+    with _user_errors(verbose=verbose):
         experiment = load_config(config, set_)
-        check_experiment(experiment)
-    typer.echo(f"# {config}: valid", err=True)
+        check_experiment(experiment, thorough=True)
+        if deep:
+            from mptrain.experiment import prepare
+
+            prepare(experiment, verbose=verbose)
+    typer.echo(f"# {config}: valid" + (" (data loaded, model built)" if deep else ""), err=True)
     with _stdout_reader_may_stop():
         typer.echo(yaml.safe_dump(experiment.to_yaml_dict(), sort_keys=False), nl=False)
 
 
 @app.command(cls=_Command)
-def lint(config: ConfigArg, set_: SetOpt = None, json_out: JsonOpt = False,
-         verbose: VerboseOpt = False) -> None:
+def lint(
+    config: ConfigArg,
+    set_: SetOpt = None,
+    target: Annotated[str, typer.Option(help=(
+        "The hardware to check dimensions for: auto (what is here: Tensor Cores, a TPU, or "
+        "none on a CPU), gpu (multiples of 8), tpu (multiples of 128), cpu (none)."))] = "auto",
+    json_out: JsonOpt = False,
+    verbose: VerboseOpt = False,
+) -> None:
     """What keeps this model from being fast or safe in 16 bits, without training it.
 
-    Dimensions Tensor Cores want as multiples of 8 (TPUs: 128), largest FLOPs share first;
-    a model too small to gain; outputs, layers and softmaxes in the wrong dtype. Each finding
-    says what to change in the YAML. Exit 0: no warnings; 1: warnings; 2: bad input.
+    Dimensions Tensor Cores want as multiples of 8 (TPUs: 128) where there are such units,
+    largest FLOPs share first; a model too small to gain; outputs, layers and softmaxes in the
+    wrong dtype. Each finding says what to change in the YAML. Exit 0: no warnings; 1:
+    warnings; 2: bad input.
     """
     from mptrain.config import load_config
-    from mptrain.diagnostics.lint import lint_experiment, summary_line
+    from mptrain.diagnostics.lint import lint_experiment
     from mptrain.report.tables import lint_view
 
-    with _user_errors():
-        findings, context = lint_experiment(load_config(config, set_), verbose=verbose)
-    report = {**context, "findings": [f.to_dict() for f in findings],
-              "summary": summary_line(findings)}
+    with _user_errors(verbose=verbose):
+        (chosen,) = parse_choices(target, ("auto", "gpu", "tpu", "cpu"), "--target")
+        report = lint_experiment(load_config(config, set_), chosen, verbose=verbose)
     _emit(report, json_out, lint_view)
-    if any(f.severity == "warning" for f in findings):
+    if report.warnings:
         raise typer.Exit(1)
 
 
@@ -347,9 +489,9 @@ def diagnose(
     from mptrain.diagnostics.numerics import diagnose as run_diagnosis
     from mptrain.report.tables import diagnose_view
 
-    with _user_errors():
+    with _user_errors(verbose=verbose):
         result = run_diagnosis(load_config(config, set_), steps=steps, verbose=verbose)
-    _emit(result.to_dict(), json_out, diagnose_view)
+    _emit(result, json_out, diagnose_view)
 
 
 @app.command(cls=_Command)
@@ -365,26 +507,25 @@ def memory(
     """Training memory per policy: weights, gradients, optimizer state and activations,
     estimated from the built model and measured in a short run; the largest batch that fits.
     """
-    from mptrain.compare import parse_choices
-    from mptrain.config import POLICIES, load_config
-    from mptrain.memory import WHY_NOT_HALF, plan
+    from mptrain.config import load_config
+    from mptrain.config.schema import POLICIES
+    from mptrain.memory_plan import plan_memory
     from mptrain.report.tables import memory_view
 
-    with _user_errors():
+    with _user_errors(verbose=verbose):
         experiment = load_config(config, set_)
         chosen = parse_choices(policies, tuple(p for p in POLICIES if p != "auto"), "--policies")
-        plans = plan(experiment, chosen, measure=measure, verbose=verbose)
-    report = {"experiment": experiment.name, "batch_size": experiment.train.batch_size,
-              "parameters": plans[0].parameters, "plans": [p.to_dict() for p in plans],
-              "why": WHY_NOT_HALF}
+        report = plan_memory(experiment, chosen, measure=measure, verbose=verbose)
     _emit(report, json_out, memory_view)
 
 
 @app.command("check-gpu", cls=_Command)
 def check_gpu(
     bench: Annotated[bool, typer.Option("--bench", metavar="", help=(
-        "Also time a matmul, a fused dense layer and a 3x3 conv in float32, float16 and "
-        "bfloat16 on each device (a few seconds), and cite the measurement."))] = False,
+        "Measure again, every dtype (float32, float16, bfloat16) on each device: a matmul, a "
+        "fused dense layer and a 3x3 conv (about 15 s), and show the timings."))] = False,
+    no_bench: Annotated[bool, typer.Option("--no-bench", metavar="", help=(
+        "Recommend by the hardware's flags alone, without measuring."))] = False,
     bench_scale: Annotated[float, typer.Option(min=0.01, max=4.0, help=(
         "Size factor for the --bench kernels (1 = matmul 1024², conv 16×56²×64); smaller "
         "is quicker, larger is steadier."))] = 1.0,
@@ -393,24 +534,33 @@ def check_gpu(
 ) -> None:
     """What accelerators and CPU matrix units this machine has, and which policy will be fast.
 
-    Exits 0 without a GPU: that is information, not an error.
+    The recommendation follows this machine's measured kernel speeds: measured once (about
+    10 s) and cached per machine and TensorFlow version. Exits 0 without a GPU: that is
+    information, not an error.
     """
+    import time as clock
+
     from mptrain.check_gpu import check_report, distribution_facts
     from mptrain.hardware import probe
+    from mptrain.microbench import bench_devices, measure, measured_kernels, store_kernels
+    from mptrain.report.tables import check_gpu_view
     from mptrain.tf_runtime import import_tensorflow
 
-    tf = import_tensorflow(verbose)
-    machine = probe(tf)
-    results = None
-    if bench:
-        from mptrain.microbench import bench_devices, run_microbench
-        from mptrain.report.console import stderr
-
-        with stderr.status("benchmarking kernels per dtype…"):
-            results = run_microbench(tf, bench_devices(tf), scale=bench_scale)
-    from mptrain.report.tables import check_gpu_view
-
-    _emit(check_report(machine, results, distribution_facts(tf, machine)), json_out, check_gpu_view)
+    with _user_errors(verbose=verbose):
+        if bench and no_bench:
+            raise ConfigError("--bench and --no-bench contradict each other: give one")
+        tf = import_tensorflow(verbose)
+        machine = probe(tf)
+        timings = kernels = None
+        if bench:
+            started = clock.perf_counter()
+            with _status("benchmarking kernels per dtype…"):
+                timings = measure(tf, bench_devices(tf), scale=bench_scale)
+            kernels = store_kernels(machine, timings, clock.perf_counter() - started)
+        elif not no_bench:
+            kernels = measured_kernels(tf, machine, _status)
+        report = check_report(machine, kernels, timings, distribution_facts(tf, machine))
+    _emit(report, json_out, check_gpu_view)
 
 
 @app.command("configs", cls=_Command)

@@ -19,7 +19,6 @@ folder that is removed.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 from dataclasses import dataclass
 
@@ -116,48 +115,11 @@ def agree_on_finite(gradients, tf):
             for g in gradients]
 
 
-def tf_config_env(config: dict) -> dict[str, str]:
-    return {**os.environ, "TF_CONFIG": json.dumps(config)}
-
-
-def free_ports(count: int) -> list[int]:
-    import socket
-
-    sockets, ports = [], []
-    for _ in range(count):
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        sockets.append(s)
-        ports.append(s.getsockname()[1])
-    for s in sockets:
-        s.close()
-    return ports
-
-
-def run_local_workers(arguments: list[str], count: int, grace_seconds: float = 60.0) -> tuple[int, str]:
-    """`mptrain run ARGUMENTS` as `count` multi-worker processes on this machine (worker 0,
-    the chief, shows its progress; the others are quiet). Returns the chief's exit code and
-    stdout. Workers that outlive the chief by `grace_seconds` are stopped."""
-    import subprocess
-    import sys
-
-    ports = free_ports(count)
-    cluster = {"worker": [f"127.0.0.1:{port}" for port in ports]}
-    command = [sys.executable, "-m", "mptrain", "run", *arguments,
-               "--set", "distribute.strategy=multi_worker_mirrored"]
-    workers = []
-    for index in range(count):
-        config = {"cluster": cluster, "task": {"type": "worker", "index": index}}
-        workers.append(subprocess.Popen(
-            command, env=tf_config_env(config), text=True, stdout=subprocess.PIPE,
-            stderr=None if index == 0 else subprocess.DEVNULL))
-    stdout, _ = workers[0].communicate()
-    for worker in workers[1:]:
-        try:
-            worker.communicate(timeout=grace_seconds)
-        except subprocess.TimeoutExpired:
-            worker.kill()
-            worker.communicate()
-    failed = [i for i, w in enumerate(workers) if w.returncode not in (0, None)]
-    code = workers[0].returncode or (1 if failed else 0)
-    return code, stdout
+def replicas_for(strategy: str, devices: list[str] | None, machine) -> int:
+    """How many replicas a strategy would train on here, without creating it (a process may
+    hold only one): for the notes said before a compare's variants run."""
+    if strategy == "mirrored":
+        return len(devices) if devices else max(1, len(machine.gpus))
+    if strategy == "multi_worker_mirrored":
+        return 2  # at least two workers, or the strategy would not be worth it
+    return 1

@@ -13,7 +13,7 @@ import os
 import platform
 import shutil
 import subprocess
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 # cpuinfo flag → the name people search for. Ordered from general to specific.
@@ -206,15 +206,3 @@ def _nvidia_smi_memory() -> list[int]:
         return [int(float(line)) * 1024 * 1024 for line in out.split() if line.strip()]
     except (OSError, subprocess.SubprocessError, ValueError):
         return []
-
-
-def machine_to_dict(machine: Machine) -> dict:
-    data = asdict(machine)
-    data["cpu"]["flags"] = sorted(f for f in machine.cpu.flags if f in CPU_FEATURES)
-    data["cpu"]["features"] = machine.cpu.features
-    for gpu, raw in zip(machine.gpus, data["gpus"], strict=True):
-        raw["float16_tensor_cores"] = gpu.float16_tensor_cores
-        raw["fast_bfloat16"] = gpu.fast_bfloat16
-        raw["tf32_by_default"] = gpu.tf32_by_default
-        raw["float8"] = gpu.float8
-    return data

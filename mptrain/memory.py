@@ -1,9 +1,13 @@
-"""Measuring a run's memory: the process peak and TensorFlow's allocator statistics.
+"""Training memory: measured in a run, and estimated from a built model.
 
-A CPU run's process peak is dominated by TensorFlow and the data set, which are the same under
-every policy; what a policy changes is the training state. So the meter notes what the
-allocator holds before the model is built (the data set's tensors) and reports the training
-peak above it (see `summary.MemoryStats`).
+Measured: a CPU run's process peak is dominated by TensorFlow and the data set, which are the
+same under every policy; what a policy changes is the training state. So the meter notes what
+the allocator holds before the model is built (the data set's tensors) and reports the
+training peak above it (see `summary.MemoryStats`).
+
+Estimated (`estimate`): the parts of the training state, counted from the model and the
+optimizer as built: variables, the 16-bit copies of the weights a mixed step makes, gradients,
+optimizer slots, and the activations one example keeps for the backward pass.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ import math
 import os
 import resource
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from mptrain.summary import MemoryStats
 
@@ -72,7 +76,7 @@ def static_training_bytes(config, spec) -> int | None:
     batch = config.train.batch_size
     features = int(math.prod(spec.shape))
     if cfg.kind == "mlp":
-        widths = [features, *cfg.hidden_units, cfg.num_classes]
+        widths = [features, *cfg.hidden_units, cfg.num_classes or 1]
         params = sum(a * b + b for a, b in zip(widths, widths[1:], strict=False))
         activations = batch * sum(widths)
     elif cfg.kind == "cnn" and len(spec.shape) == 3:
@@ -84,7 +88,7 @@ def static_training_bytes(config, spec) -> int | None:
             channels = filters
             if cfg.pooling != "none":
                 height, width = max(1, height // 2), max(1, width // 2)
-        widths = [height * width * channels, *cfg.dense_units, cfg.num_classes]
+        widths = [height * width * channels, *cfg.dense_units, cfg.num_classes or 1]
         params += sum(a * b + b for a, b in zip(widths, widths[1:], strict=False))
         activations += batch * sum(widths)
     elif cfg.kind == "transformer":
@@ -100,98 +104,74 @@ def static_training_bytes(config, spec) -> int | None:
     return 4 * (4 * params + activations)
 
 
-WHY_NOT_HALF = (
-    "Why 16-bit training does not halve memory: under a mixed policy the variables stay "
-    "float32, and so do their gradients and the optimizer's state (Adam keeps two float32 "
-    "values per weight); the step adds 16-bit copies of the weights. Only the activations kept "
-    "for the backward pass are halved, so the saving is large when activations dominate (big "
-    "batches, big images, long sequences) and small when weights do. The guide's advice "
-    "follows: with the memory saved, double the batch size.")
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """Training memory of a built model under its policy, for one batch size, by part."""
 
-
-@dataclass
-class MemoryPlan:
-    """Training memory under one policy: estimated from the built model, and measured."""
-
-    policy: str
-    batch_size: int
     parameters: int
     weights_bytes: int  # the variables, in their dtype (float32 under mixed policies)
     weight_copies_bytes: int  # 16-bit casts of the trainable weights made during the step
     gradients_bytes: int
     optimizer_bytes: int  # slots, step counters, the loss scale
-    activations_bytes: int  # layer outputs of one batch, kept for the backward pass
-    total_bytes: int
-    largest_batch: int | None  # that fits in this machine's memory, by the estimate
-    measured_peak_bytes: int | None = None  # TensorFlow's allocator, a short real run
+    activations_per_example: int  # kept for the backward pass, per example
 
-    def to_dict(self) -> dict:
-        return asdict(self)
+    @property
+    def fixed_bytes(self) -> int:
+        """What does not grow with the batch."""
+        return self.weights_bytes + self.weight_copies_bytes + self.gradients_bytes + self.optimizer_bytes
 
-
-def plan(config, policies: list[str], measure: bool = True, verbose: bool = False) -> list[MemoryPlan]:
-    """One MemoryPlan per policy for `config`'s model, optimizer and batch size."""
-    from mptrain.data import load_dataset
-    from mptrain.model import build_model
-    from mptrain.policy import DTYPES, apply_policy
-    from mptrain.preflight import check_experiment
-    from mptrain.tf_runtime import import_tensorflow, seed_everything
-    from mptrain.training.optimizer import build_optimizer
-
-    check_experiment(config)
-    import_tensorflow(verbose)
-    import keras
-
-    spec = load_dataset(config.data, config.seed).spec
-    available = machine_memory_bytes()
-    plans = []
-    for policy in policies:
-        seed_everything(config.seed)
-        apply_policy(policy)
-        try:
-            model = build_model(config, spec).model
-            optimizer = build_optimizer(config.train.optimizer, 1000)
-            if policy == "mixed_float16":
-                optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
-            optimizer.build(model.trainable_variables)
-        finally:
-            apply_policy("float32")
-        compute, variable = DTYPES[policy]
-        trainable = sum(int(math.prod(v.shape)) for v in model.trainable_variables)
-        weights = sum(_bytes(v) for v in model.weights)
-        copies = trainable * _itemsize(compute) if compute != variable else 0
-        gradients = sum(_bytes(v) for v in model.trainable_variables)
-        slots = sum(_bytes(v) for v in optimizer.variables)
-        per_example = sum(_output_bytes(layer) + _attention_bytes(layer)
-                          for layer in _leaf_layers(model))
-        fixed = weights + copies + gradients + slots
-        batch = config.train.batch_size
-        largest = int((0.8 * available - fixed) // per_example) if available and per_example else None
-        plans.append(MemoryPlan(policy, batch, model.count_params(), weights, copies, gradients,
-                                slots, per_example * batch, fixed + per_example * batch,
-                                max(largest, 0) if largest is not None else None))
-        keras.backend.clear_session()
-    if measure:
-        for entry in plans:
-            entry.measured_peak_bytes = _measured(config, entry.policy, verbose)
-    return plans
+    def total_bytes(self, batch: int) -> int:
+        return self.fixed_bytes + self.activations_per_example * batch
 
 
-def _measured(config, policy: str, verbose: bool) -> int | None:
-    """The allocator's training peak over a few real steps (None where it reports nothing)."""
-    import tempfile
+def estimate(model, optimizer, compute_dtype: str, variable_dtype: str) -> MemoryEstimate:
+    """For a model and its built optimizer: weights, 16-bit weight copies, gradients and
+    optimizer state counted from the built variables; activations from the layers' outputs
+    (and inside attention, its scores), or,
+    for models whose inner layers were never called on symbolic inputs (subclassed models),
+    from the operations of the model's forward graph."""
+    trainable = sum(int(math.prod(v.shape)) for v in model.trainable_variables)
+    by_layers = sum(_output_bytes(layer) + _attention_bytes(layer) for layer in _leaf_layers(model))
+    unread = any(layer.weights and not _has_symbolic_output(layer) for layer in _leaf_layers(model))
+    return MemoryEstimate(
+        parameters=model.count_params(),
+        weights_bytes=sum(_bytes(v) for v in model.weights),
+        weight_copies_bytes=trainable * _itemsize(compute_dtype) if compute_dtype != variable_dtype else 0,
+        gradients_bytes=sum(_bytes(v) for v in model.trainable_variables),
+        optimizer_bytes=sum(_bytes(v) for v in optimizer.variables),
+        activations_per_example=_graph_activation_bytes(model) if unread or not by_layers else by_layers,
+    )
 
-    from mptrain.config import validate
-    from mptrain.runner import run_experiment
 
-    with tempfile.TemporaryDirectory() as scratch:
-        raw = config.to_yaml_dict()
-        raw["policy"] = policy
-        raw["train"] = {**raw["train"], "epochs": 1, "max_steps": 3,
-                        "checkpoint": {"every_epochs": None, "every_steps": None}}
-        raw["output"] = {"dir": scratch, "save_model": False}
-        summary = run_experiment(validate(raw, "<memory>"), verbose=verbose).summary
-    return summary.memory.training_peak_bytes
+def _has_symbolic_output(layer) -> bool:
+    try:
+        layer.output  # noqa: B018  (raises for a layer never called on symbolic inputs)
+    except (AttributeError, ValueError):
+        return False
+    return True
+
+
+def _graph_activation_bytes(model) -> int:
+    """Per example: the float outputs of the forward graph's operations, less those that
+    only read, copy or reshape (what backpropagation keeps is among the rest)."""
+    import tensorflow as tf
+
+    specs = [tf.TensorSpec((1, *t.shape[1:]), t.dtype) for t in model.inputs]
+    graph = tf.function(lambda *x: model(x[0] if len(x) == 1 else list(x), training=True),
+                        autograph=False).get_concrete_function(*specs).graph
+    total = 0
+    for op in graph.get_operations():
+        if op.type in VIEW_OPS or (op.type == "Cast" and op.inputs[0].op.type == "ReadVariableOp"):
+            continue
+        for out in op.outputs:
+            dims = out.shape.as_list() if out.shape.rank is not None else None
+            if out.dtype.is_floating and dims and None not in dims:
+                total += math.prod(dims) * out.dtype.size
+    return total
+
+
+VIEW_OPS = ("Placeholder", "Const", "ReadVariableOp", "Identity", "Reshape", "Shape", "NoOp",
+            "StridedSlice", "Squeeze", "ExpandDims", "StopGradient")
 
 
 def _bytes(variable) -> int:

@@ -1,29 +1,82 @@
-"""`check-gpu --bench`: how fast each dtype really is on each device, measured in seconds.
+"""How fast each dtype really is on this machine: kernels timed, cached, and summarised.
 
-Three kernels per device and dtype: a plain matmul, a fused dense layer (MatMul+BiasAdd+ReLU,
-the op that collapses for float16 on oneDNN CPUs) and a 3x3 convolution. Each runs for a
-bounded time; a kernel whose single call exceeds the budget is reported as cut short instead
-of being repeated, so a pathological dtype costs one call, not minutes.
+Three kernels per dtype: a plain matmul, a fused dense layer (MatMul+BiasAdd+ReLU, the op that
+collapses for float16 on oneDNN CPUs) and a 3x3 convolution. The dtypes of a kernel are timed
+in interleaved rounds (float32, bfloat16, float32, bfloat16, ...) so that a machine whose speed
+drifts slows every side alike, and each timing keeps its median and p10-p90 spread. A dtype
+whose single call exceeds the budget is timed once and marked cut short, so a pathological
+dtype (float16 on a CPU without XLA) costs one call, not minutes.
+
+CPU flags do not say which policy is fast: on a Xeon with AMX-BF16, oneDNN's bfloat16
+matmuls run several times float32; with AVX512_BF16 alone they were measured 0.8x. So
+`policy: auto` and `check-gpu` decide on this measurement (`policy.recommend`). It is made once
+per machine and cached (`measured_kernels`), keyed by the CPU, its flags, the GPUs and the
+TensorFlow version: a measurement never outlives the machine or the TensorFlow it describes.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import math
+import os
+import statistics
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+if TYPE_CHECKING:
+    from mptrain.hardware import Machine
 
 DTYPES = ("float32", "float16", "bfloat16")
+CACHE_ENV = "MPTRAIN_CACHE_DIR"
+ROUND_BUDGET_S = 0.6  # per kernel, all its dtypes together
+CUT_SHORT_S = 0.5  # a single call slower than this is not repeated
 
 
-@dataclass(frozen=True)
-class BenchResult:
+class KernelTiming(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
     device: str
     kernel: str
     dtype: str
-    ms_per_call: float
+    ms_per_call: float  # median over the calls
+    ms_p10: float
+    ms_p90: float
     tflops: float
     calls: int
     cut_short: bool
-    ratio_to_float32: float | None = None
+    ratio_to_float32: float | None  # float32's median / this median: > 1 is faster
+
+
+class KernelSpeeds(BaseModel):
+    """One measurement of this machine's kernels, and what it is valid for."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    machine_key: str  # the machine and TensorFlow it was measured on (`machine_key`)
+    measured_at: str
+    seconds: float
+    timings: list[KernelTiming]
+
+    def speedup(self, dtype: str, device: str) -> float | None:
+        """Geometric mean over the kernels of `dtype`'s speed relative to float32."""
+        ratios = [t.ratio_to_float32 for t in self.timings
+                  if t.device == device and t.dtype == dtype and t.ratio_to_float32]
+        if not ratios:
+            return None
+        return math.exp(sum(math.log(r) for r in ratios) / len(ratios))
+
+    def describe(self, dtype: str, device: str) -> str:
+        """'bfloat16 kernels run 0.80x float32 on CPU:0 (matmul 0.80x, dense 0.78x, conv 0.54x)'."""
+        parts = [f"{t.kernel.split()[0]} {t.ratio_to_float32:.2f}x" for t in self.timings
+                 if t.device == device and t.dtype == dtype and t.ratio_to_float32]
+        return (f"{dtype} kernels run {self.speedup(dtype, device):.2f}x float32 on "
+                f"{device.strip('/')} ({', '.join(parts)})")
 
 
 def _kernels(tf, scale: float):
@@ -60,41 +113,59 @@ def _kernels(tf, scale: float):
     ]
 
 
-def run_microbench(tf, devices: list[str], budget_s: float = 0.4, scale: float = 1.0) -> list[BenchResult]:
-    """Time every kernel in every dtype on every device, `budget_s` seconds each at most-ish."""
-    results: list[BenchResult] = []
+def measure(tf, devices: list[str], dtypes: tuple[str, ...] = DTYPES, scale: float = 1.0,
+            budget_s: float = ROUND_BUDGET_S) -> list[KernelTiming]:
+    """Time every kernel in every dtype on every device, the dtypes interleaved."""
+    timings: list[KernelTiming] = []
     for device in devices:
         for name, flops, make_inputs, fn in _kernels(tf, scale):
-            row: dict[str, BenchResult] = {}
-            for dtype in DTYPES:
-                with tf.device(device):
+            calls: dict[str, tuple[Callable, tuple]] = {}
+            with tf.device(device):
+                for dtype in dtypes:
                     inputs = make_inputs(getattr(tf, dtype))
                     compiled = tf.function(fn, autograph=False)
                     compiled.get_concrete_function(*inputs)  # trace outside the timing
-                    row[dtype] = _time_calls(compiled, inputs, budget_s, device, name, dtype, flops)
-            base = row["float32"].tflops
-            results += [
-                BenchResult(**{**r.__dict__, "ratio_to_float32": r.tflops / base if base else None})
-                for r in row.values()
-            ]
-    return results
+                    calls[dtype] = (compiled, inputs)
+                seconds = _interleaved(calls, budget_s)
+            medians = {dtype: statistics.median(s) for dtype, s in seconds.items()}
+            for dtype, samples in seconds.items():
+                ms = sorted(1e3 * s for s in samples)
+                timings.append(KernelTiming(
+                    device=device, kernel=name, dtype=dtype, ms_per_call=statistics.median(ms),
+                    ms_p10=_percentile(ms, 10), ms_p90=_percentile(ms, 90),
+                    tflops=flops / medians[dtype] / 1e12, calls=len(ms),
+                    cut_short=len(ms) == 1,
+                    ratio_to_float32=(medians["float32"] / medians[dtype]
+                                      if "float32" in medians else None)))
+    return timings
 
 
-def _time_calls(fn, inputs, budget_s, device, kernel, dtype, flops) -> BenchResult:
-    start = time.perf_counter()
-    fn(*inputs).numpy()
-    first = time.perf_counter() - start
-    if first > budget_s:  # too slow to repeat: one call is the measurement
-        return BenchResult(device, kernel, dtype, first * 1e3, flops / first / 1e12, 1, True)
-    calls, start = 0, time.perf_counter()
-    while True:
+def _interleaved(calls: dict[str, tuple[Callable, tuple]], budget_s: float) -> dict[str, list[float]]:
+    """Seconds per call of each dtype, in rounds that visit every dtype in turn (rotating
+    which goes first), until the budget is spent; a dtype too slow to repeat stops early."""
+    samples: dict[str, list[float]] = {dtype: [] for dtype in calls}
+    for fn, inputs in calls.values():  # warm-up: first allocations, oneDNN primitive creation
         fn(*inputs).numpy()
-        calls += 1
-        elapsed = time.perf_counter() - start
-        if elapsed >= budget_s:
-            break
-    per_call = elapsed / calls
-    return BenchResult(device, kernel, dtype, per_call * 1e3, flops / per_call / 1e12, calls, False)
+    active = list(calls)
+    start = time.perf_counter()
+    rounds = 0
+    while active and (rounds < 3 or time.perf_counter() - start < budget_s):
+        order = active[rounds % len(active):] + active[:rounds % len(active)]
+        for dtype in order:
+            fn, inputs = calls[dtype]
+            began = time.perf_counter()
+            fn(*inputs).numpy()
+            samples[dtype].append(time.perf_counter() - began)
+            if samples[dtype][-1] > CUT_SHORT_S:
+                active.remove(dtype)
+        rounds += 1
+    return samples
+
+
+def _percentile(sorted_values: list[float], q: float) -> float:
+    position = (len(sorted_values) - 1) * q / 100
+    low, high = math.floor(position), math.ceil(position)
+    return sorted_values[low] + (sorted_values[high] - sorted_values[low]) * (position - low)
 
 
 def bench_devices(tf) -> list[str]:
@@ -102,17 +173,88 @@ def bench_devices(tf) -> list[str]:
     return ["/CPU:0"] + [f"/GPU:{i}" for i, _ in enumerate(tf.config.list_physical_devices("GPU"))]
 
 
-def best_16bit(results: list[BenchResult], device: str) -> tuple[str, float] | None:
-    """The 16-bit dtype with the best geometric-mean speed-up over float32 on a device."""
-    best = None
-    for dtype in ("bfloat16", "float16"):
-        ratios = [r.ratio_to_float32 for r in results
-                  if r.device == device and r.dtype == dtype and r.ratio_to_float32]
-        if ratios:
-            geo = 1.0
-            for ratio in ratios:
-                geo *= ratio
-            geo **= 1 / len(ratios)
-            if best is None or geo > best[1]:
-                best = (dtype, geo)
-    return best
+# --- the cached measurement `policy: auto` decides on ------------------------------------
+
+
+def machine_key(machine: Machine) -> str:
+    """What a measurement describes: CPU model and flags, GPUs, TensorFlow, oneDNN."""
+    gpus = ", ".join(f"{g.name} {g.compute_capability}" for g in machine.gpus) or "no GPU"
+    flags = hashlib.sha256(" ".join(sorted(machine.cpu.flags)).encode()).hexdigest()[:12]
+    return (f"{machine.cpu.model} (flags {flags}); {gpus}; TensorFlow {machine.tensorflow_version}; "
+            f"oneDNN {'on' if machine.onednn else 'off'}")
+
+
+def cache_dir() -> Path:
+    """$MPTRAIN_CACHE_DIR, else $XDG_CACHE_HOME/mptrain, else ~/.cache/mptrain."""
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV])
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "mptrain"
+
+
+def cache_path(machine: Machine) -> Path:
+    digest = hashlib.sha256(machine_key(machine).encode()).hexdigest()[:16]
+    return cache_dir() / f"kernels-{digest}.json"
+
+
+def decision_dtypes(machine: Machine) -> tuple[str, ...]:
+    """The dtypes that can win on the device that would train: a CPU runs float16 no faster
+    than float32 (at best, with XLA), so only bfloat16 is measured against float32 there."""
+    if not machine.gpus:
+        return ("float32", "bfloat16")
+    gpu = machine.gpus[0]
+    return ("float32", "float16") + (("bfloat16",) if gpu.fast_bfloat16 else ())
+
+
+def decision_device(machine: Machine) -> str:
+    return "/GPU:0" if machine.gpus else "/CPU:0"
+
+
+def cached_kernels(machine: Machine) -> KernelSpeeds | None:
+    """The cached measurement for exactly this machine and TensorFlow, if there is one."""
+    path = cache_path(machine)
+    try:
+        speeds = KernelSpeeds.model_validate_json(path.read_text())
+    except (OSError, ValueError, ValidationError):
+        return None
+    if speeds.machine_key != machine_key(machine):
+        return None
+    device = decision_device(machine)
+    if not all(speeds.speedup(d, device) for d in decision_dtypes(machine) if d != "float32"):
+        return None
+    return speeds
+
+
+def store_kernels(machine: Machine, timings: list[KernelTiming], seconds: float) -> KernelSpeeds:
+    speeds = KernelSpeeds(machine_key=machine_key(machine),
+                          measured_at=datetime.now().isoformat(timespec="seconds"),
+                          seconds=round(seconds, 2), timings=timings)
+    path = cache_path(machine)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(speeds.model_dump(), indent=1))
+        os.replace(tmp, path)
+    except OSError:
+        pass  # an unwritable cache costs a measurement next time, nothing more
+    return speeds
+
+
+def measured_kernels(tf, machine: Machine, status: Callable[[str], object] | None = None
+                     ) -> KernelSpeeds | None:
+    """This machine's kernel speeds: cached, or measured now (about 10 s) and cached. None
+    when the measurement fails: the caller falls back to rules on the hardware's flags.
+    `status(text)` is a context manager that shows progress while measuring."""
+    speeds = cached_kernels(machine)
+    if speeds is not None or machine.tpu:
+        return speeds
+    started = time.perf_counter()
+    try:
+        if status is not None:
+            with status("measuring this machine's float32 and 16-bit kernels (once; cached)…"):
+                timings = measure(tf, [decision_device(machine)], decision_dtypes(machine))
+        else:
+            timings = measure(tf, [decision_device(machine)], decision_dtypes(machine))
+    except Exception:  # a broken device or kernel: fall back to the rules, never crash a run
+        return None
+    return store_kernels(machine, timings, time.perf_counter() - started)

@@ -4,11 +4,13 @@ Keras applies the *global* policy to layers as they are built, so `apply_policy`
 before the model is constructed. The rest are pure decisions over the machine's facts
 (`hardware.Machine`), each returned with the reason a user will see:
 
-- `recommend`: the policy that will actually be fast here (the guide's GPU logic, plus TPUs
-  and CPUs with bfloat16 matrix units); `policy: auto` resolves to it.
+- `recommend`: the policy that will actually be fast here, decided on this machine's measured
+  kernel speeds (`microbench`), or by rules on its hardware when there is no measurement;
+  `policy: auto` resolves to it.
 - `choose_jit_compile` / `choose_xla_optimizer_update`: XLA helps one 16-bit type and hurts
   the other on the same CPU (see `CPU_FLOAT16`, `CPU_BFLOAT16`).
-- `PolicyChoice.loss_scaling` / `wrap_optimizer`: only mixed_float16 gets dynamic loss scaling.
+- `PolicyChoice.loss_scaling`: only mixed_float16 gets dynamic loss scaling
+  (`training/loss_scale.py` wraps the optimizer).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from mptrain.hardware import GpuInfo, Machine
+from mptrain.microbench import KernelSpeeds, decision_device, decision_dtypes
 
 # policy → (compute dtype, variable dtype)
 DTYPES = {
@@ -34,19 +37,56 @@ CPU_BFLOAT16 = ("oneDNN runs bfloat16 matmuls and convolutions on the CPU's AMX-
                 "AVX512_BF16 instructions; XLA's CPU backend does not use them")
 
 
+# A 16-bit policy must measure at least this much faster than float32 to be recommended:
+# below it, the gain is within what a shared machine's noise and a model's other costs eat.
+MIN_GAIN = 1.1
+
+
 @dataclass(frozen=True)
 class Recommendation:
     policy: str
     reason: str
     warnings: list[str] = field(default_factory=list)
+    measured: bool = False  # decided on this machine's measured kernels (else on its flags)
 
 
-def recommend(machine: Machine) -> Recommendation:
-    """The policy that will actually be fast here, with the reason (the guide's logic + CPUs)."""
+def recommend(machine: Machine, kernels: KernelSpeeds | None = None) -> Recommendation:
+    """The policy that will actually be fast here, with the reason. Decided on this
+    machine's measured kernel speeds when there are some (`microbench.measured_kernels`),
+    else by rules on the hardware (the guide's GPU logic, TPUs, CPU flags)."""
     if machine.tpu:
         return Recommendation(
             "mixed_bfloat16", "TPUs compute in bfloat16 natively; bfloat16 needs no loss scaling"
         )
+    if kernels is not None:
+        return _measured(machine, kernels)
+    return _by_rule(machine)
+
+
+def _measured(machine: Machine, kernels: KernelSpeeds) -> Recommendation:
+    device = decision_device(machine)
+    where = machine.gpus[0].describe() if machine.gpus else f"this CPU ({machine.cpu.model})"
+    gains = {dtype: kernels.speedup(dtype, device) for dtype in decision_dtypes(machine)
+             if dtype != "float32"}
+    gains = {dtype: gain for dtype, gain in gains.items() if gain is not None}
+    warnings = [] if machine.gpus else [f"mixed_float16 on a CPU: {CPU_FLOAT16}"]
+    plan = "; `mptrain plan` measures your own model, which can differ from the kernels"
+    if not gains:
+        return _by_rule(machine)
+    best = max(gains, key=gains.get)
+    if "bfloat16" in gains and gains["bfloat16"] >= gains[best] / MIN_GAIN:
+        best = "bfloat16"  # as fast within the margin, and needs no loss scaling
+    measured = "; ".join(kernels.describe(dtype, device) for dtype in gains)
+    if gains[best] >= MIN_GAIN:
+        policy = "mixed_bfloat16" if best == "bfloat16" else "mixed_float16"
+        return Recommendation(policy, f"measured on {where}: {measured}{plan}", warnings, True)
+    return Recommendation(
+        "float32", f"measured on {where}: {measured}, not faster than float32 by the "
+        f"{MIN_GAIN:g}x it takes to pay off{plan}",
+        [*warnings, "16-bit policies measured no faster than float32 on this machine"], True)
+
+
+def _by_rule(machine: Machine) -> Recommendation:
     if machine.gpus:
         weakest = min(machine.gpus, key=lambda g: g.compute_capability or (0, 0))
         if weakest.fast_bfloat16:
@@ -66,17 +106,18 @@ def recommend(machine: Machine) -> Recommendation:
             ["16-bit policies save memory here but will not run faster than float32"],
         )
     cpu = machine.cpu
-    if cpu.has_bf16_matrix_units:
-        units = "AMX-BF16" if "amx_bf16" in cpu.flags else "AVX512_BF16"
+    if "amx_bf16" in cpu.flags:
         return Recommendation(
             "mixed_bfloat16",
-            f"CPU with {units}: {CPU_BFLOAT16}",
+            f"CPU with AMX-BF16 (not measured: a rule on the CPU's flags): {CPU_BFLOAT16}",
             [f"mixed_float16 on a CPU: {CPU_FLOAT16}"],
         )
+    units = ("AVX512_BF16 without AMX-BF16: its bfloat16 kernels can be slower than float32"
+             if "avx512_bf16" in cpu.flags else "no bfloat16 matrix units (AMX-BF16)")
     return Recommendation(
         "float32",
-        "no GPU, no TPU, and the CPU has no bfloat16 matrix units (AMX-BF16 or AVX512_BF16)",
-        ["16-bit policies will run slower than float32 on this machine",
+        f"no GPU, no TPU, and the CPU has {units} (not measured: a rule on the CPU's flags)",
+        ["16-bit policies may run slower than float32 on this machine",
          f"mixed_float16 on a CPU: {CPU_FLOAT16}"],
     )
 
@@ -110,9 +151,10 @@ class PolicyChoice:
 
 
 def choose_policy(requested: str, jit_compile: bool | None, machine: Machine,
-                  xla_optimizer_update: bool | None = None, replicas: int = 1) -> PolicyChoice:
+                  xla_optimizer_update: bool | None = None, replicas: int = 1,
+                  kernels: KernelSpeeds | None = None) -> PolicyChoice:
     if requested == "auto":
-        rec = recommend(machine)
+        rec = recommend(machine, kernels)
         name, reason = rec.policy, f"auto: {rec.reason}"
     else:
         name, reason = requested, "set in the experiment"
@@ -155,7 +197,8 @@ def choose_jit_compile(policy: str, requested: bool | None, machine: Machine,
     return False, "TensorFlow's default (no XLA)"
 
 
-def speed_warning(choice: PolicyChoice, machine: Machine) -> str | None:
+def speed_warning(choice: PolicyChoice, machine: Machine,
+                  kernels: KernelSpeeds | None = None) -> str | None:
     """A known-slow combination on this hardware, said before anyone waits an hour for it."""
     compute = choice.compute_dtype
     if machine.gpus:
@@ -171,6 +214,8 @@ def speed_warning(choice: PolicyChoice, machine: Machine) -> str | None:
         bf16 = machine.cpu.has_bf16_matrix_units
         advice = "; mixed_bfloat16 is the 16-bit policy to try here" if bf16 else ""
         return f"float16 on a CPU is no faster than float32: {CPU_FLOAT16}{advice}"
+    if kernels is not None and (gain := kernels.speedup("bfloat16", "/CPU:0")) and gain < 1:
+        return f"bfloat16 is slower than float32 on this CPU: {kernels.describe('bfloat16', '/CPU:0')}"
     if not machine.cpu.has_bf16_matrix_units:
         return "bfloat16 on a CPU without AMX-BF16/AVX512_BF16: slower than float32"
     return None
@@ -229,13 +274,10 @@ def apply_policy(name: str) -> None:
     keras.mixed_precision.set_global_policy(name)
 
 
-def wrap_optimizer(optimizer, choice: PolicyChoice, initial_scale: float, growth_steps: int):
-    """The optimizer the run applies updates with: under mixed_float16, a dynamic
-    `LossScaleOptimizer` around it (Keras 3: `scale_loss` before the gradients, `apply`
-    unscales them, skips non-finite steps and adapts the scale)."""
-    if not choice.loss_scaling:
-        return optimizer
-    import keras
-
-    return keras.optimizers.LossScaleOptimizer(
-        optimizer, initial_scale=initial_scale, dynamic_growth_steps=growth_steps)
+def apply_math_mode(tf, mode: str) -> None:
+    """How float32 math runs (`train.math_mode`), set both ways so a process that runs
+    several experiments never keeps a previous one's mode. `onednn_bf16` is an environment
+    variable TensorFlow reads when it starts (`experiment.math_environment`)."""
+    tf.config.optimizer.set_experimental_options(
+        {"auto_mixed_precision_onednn_bfloat16": mode == "graph_bf16"})
+    tf.config.experimental.enable_tensor_float_32_execution(mode != "tf32_off")

@@ -1,40 +1,55 @@
 """Checks of an experiment against the files it names, before anything heavy runs.
 
 The schema (`config/schema.py`) checks each value on its own; here are the checks that look
-at the disk or combine keys: does the data path exist, does the image folder have classes,
-does the CSV have the label column, does the builder file define the function, does the
-application accept images of this size. Nothing here imports TensorFlow, so `validate` stays
-fast; the same checks run at the start of `run` and `compare`, and `model.check_model_fits`
-repeats the shape checks on the data actually loaded.
+at the disk or combine keys: does the data exist, does the image folder have classes, does
+the CSV have the label column, does the builder file define the function, can a saved
+model's layers be loaded here, does the application accept images of this size, is the batch
+larger than the data. Nothing here imports TensorFlow, so `validate` stays fast; `run` makes
+the same checks first, and repeats the shape checks on the data it actually loads.
+
+Every error names the experiment file, the key, and the absolute path it looked at.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import os
 import shutil
 import tempfile
+import zipfile
 from pathlib import Path
 
 from mptrain.config.schema import ExperimentConfig
 from mptrain.data.dataset import InputSpec
-from mptrain.errors import ConfigError, DataError
+from mptrain.errors import ConfigError, DataError, MptrainError
 
 MIN_FREE_BYTES = 64 * 2**20
+MNIST_TRAIN_EXAMPLES = 60_000  # MNIST and Fashion-MNIST
 
 
-def check_experiment(config: ExperimentConfig) -> None:
-    _check_data(config.data)
-    _check_model(config)
-    _check_output(config.output.dir)
-    spec = static_input_spec(config.data)
-    if spec is not None:
-        from mptrain.model import check_model_fits
+def check_experiment(config: ExperimentConfig, thorough: bool = False) -> list[str]:
+    """Raise on anything `run` would refuse; return notes on what it cannot know yet.
 
-        check_model_fits(config, spec)
-        check_sizes(config, spec)
-    if config.data.dataset == "synthetic":
-        check_batch_fits(config, config.data.train_size - int(config.data.train_size
-                                                              * config.data.validation_split))
+    `thorough` (validate) also reads what `run` reads anyway before its first step: every
+    row of a CSV, every file name of a folder, the arrays' sizes in an .npz, so the batch
+    size is checked against the real number of training examples."""
+    try:
+        notes = _check_data(config.data)
+        _check_model(config)
+        _check_output(config.output.dir)
+        spec = static_input_spec(config.data)
+        if spec is not None:
+            from mptrain.model import check_model_fits
+
+            check_model_fits(config, spec)
+            check_sizes(config, spec)
+        examples = training_examples(config.data, thorough)
+        if examples is not None:
+            check_batch_fits(config, examples)
+    except MptrainError as exc:
+        raise type(exc)(f"{config.source}: {exc}") from exc.__cause__
+    return notes
 
 
 def check_batch_fits(config: ExperimentConfig, train_examples: int) -> None:
@@ -102,31 +117,62 @@ def static_input_spec(data) -> InputSpec | None:
     return None
 
 
-def _check_data(data) -> None:
+def training_examples(data, thorough: bool) -> int | None:
+    """How many examples a run trains on, when that is cheap to know (or `thorough`)."""
+    kind = data.dataset
+    if kind in ("synthetic", "synthetic_text"):
+        total = data.train_size
+    elif kind in ("mnist", "fashion_mnist"):
+        total = MNIST_TRAIN_EXAMPLES
+    elif kind == "npz" and thorough:
+        from mptrain.data.arrays import npz_length
+
+        total = npz_length(data.path, "x_train")
+    elif kind in ("image_folder", "text_folder") and thorough:
+        from mptrain.data.folders import split_files
+
+        return len(split_files(data).train[0])
+    elif kind == "csv" and thorough:
+        from mptrain.data.tabular import read_table
+
+        return len(read_table(data).train_rows)
+    else:
+        return None
+    if data.max_train_examples:
+        total = min(total, data.max_train_examples)
+    return total - int(total * data.validation_split)
+
+
+def _check_data(data) -> list[str]:
     kind = data.dataset
     path = getattr(data, "path", None)
     if kind == "npz" and not path.is_file():
         raise DataError(f"data.path {path}: no such file")
-    if kind in ("mnist", "fashion_mnist") and path is not None:
-        if not path.exists():
-            raise DataError(f"data.path {path}: no such file or folder")
-        from mptrain.data.arrays import check_given_path
+    if kind in ("mnist", "fashion_mnist"):
+        from mptrain.data.arrays import check_given_path, local_copy, looked_in
 
-        check_given_path(kind, path)
+        if path is not None:
+            if not path.exists():
+                raise DataError(f"data.path {path}: no such file or folder")
+            check_given_path(kind, path)
+        elif local_copy(kind) is None:
+            return [f"{kind} is not on this machine (looked in {looked_in(kind)}); `run` will "
+                    "try Keras' download, which needs the internet (README: Datasets)"]
     if kind in ("image_folder", "text_folder"):
         from mptrain.data.folders import IMAGE_EXTENSIONS, TEXT_EXTENSIONS, list_classes
 
         images = kind == "image_folder"
         extensions, what = (IMAGE_EXTENSIONS, "image") if images else (TEXT_EXTENSIONS, "text")
-        classes = list_classes(path, extensions, what).classes
+        classes = list_classes(path, extensions, what, key="data.path").classes
         if data.test_path is not None:
-            list_classes(data.test_path, extensions, what, classes)
+            list_classes(data.test_path, extensions, what, classes, key="data.test_path")
     if kind == "csv":
-        for csv_path in filter(None, (path, data.test_path)):
-            if not csv_path.is_file():
-                raise DataError(f"data.path {csv_path}: no such file")
+        for key, csv_path in (("data.path", path), ("data.test_path", data.test_path)):
+            if csv_path is not None and not csv_path.is_file():
+                raise DataError(f"{key} {csv_path}: no such file")
     if kind == "tfds" and data.data_dir is not None and not data.data_dir.is_dir():
         raise DataError(f"data.data_dir {data.data_dir}: no such folder")
+    return []
 
 
 def _check_model(config: ExperimentConfig) -> None:
@@ -139,8 +185,49 @@ def _check_model(config: ExperimentConfig) -> None:
         from mptrain.model.saved import check_saved
 
         check_saved(model)
-    elif model.kind == "application" and model.weights not in (None, "imagenet"):
-        from pathlib import Path
+        _check_saved_layers(model.path)
+    elif model.kind == "application" and model.weights not in (None, "imagenet") \
+            and not Path(model.weights).is_file():
+        raise ConfigError(f"model.weights {model.weights}: no such file")
 
-        if not Path(model.weights).is_file():
-            raise ConfigError(f"model.weights {model.weights}: no such file")
+
+def _check_saved_layers(path: Path) -> None:
+    """Every class a saved model names can be found here: Keras' own, or one from a module
+    that imports. A custom layer saved from a script (not registered in an importable module)
+    cannot be loaded, and `run` would fail on it."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            saved = json.loads(archive.read("config.json"))
+    except (OSError, KeyError, ValueError, zipfile.BadZipFile) as exc:
+        raise ConfigError(f"model.path {path}: not a readable .keras file ({exc})") from None
+    missing = sorted({name for name, module in _classes(saved) if not _importable(module)})
+    if missing:
+        raise ConfigError(
+            f"model.path {path}: the model uses {', '.join(missing)}, which cannot be loaded "
+            "here: a custom layer must be registered (keras.saving.register_keras_serializable) "
+            "in a module this Python can import, e.g. the package of your builder")
+
+
+def _classes(node) -> list[tuple[str, str | None]]:
+    """(class name, module) of every object in a saved model's config."""
+    found = []
+    if isinstance(node, dict):
+        if "class_name" in node and "module" in node:
+            found.append((node.get("registered_name") or node["class_name"], node["module"]))
+        for value in node.values():
+            found += _classes(value)
+    elif isinstance(node, list):
+        for value in node:
+            found += _classes(value)
+    return found
+
+
+def _importable(module: str | None) -> bool:
+    if module is None or module in ("__main__", "builtins"):
+        return False
+    if module == "keras" or module.startswith("keras."):
+        return True
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False

@@ -15,8 +15,10 @@ from typing import Any
 
 from mptrain.config import ExperimentConfig, load_config, validate
 from mptrain.config.loading import apply_overrides, read_yaml
+from mptrain.config.schema import TrainConfig
 from mptrain.errors import ConfigError
 from mptrain.run_folder import RunFolder
+from mptrain.summary import RunState, RunSummary
 
 MAY_CHANGE = ("train.epochs", "train.max_steps", "train.max_step_seconds")
 
@@ -32,9 +34,9 @@ def resume_config(run_dir: Path, config_ref: str | None, overrides: list[str]) -
     stored_path = run_dir / "config.yaml"
     if not stored_path.is_file():
         raise ConfigError(f"--resume {run_dir}: not a run folder (no config.yaml)")
-    state = folder.status()
-    if state.get("status") == "running" and _alive(state):
-        raise ConfigError(f"--resume {run_dir}: still running (process {state['pid']} on this "
+    state = folder.state()
+    if isinstance(state, RunState) and state.status == "running" and _alive(state):
+        raise ConfigError(f"--resume {run_dir}: still running (process {state.pid} on this "
                           "host); stop it first (Ctrl-C leaves a checkpoint)")
     stored_raw = read_yaml(stored_path)
     stored = validate(stored_raw, str(stored_path))
@@ -48,10 +50,31 @@ def resume_config(run_dir: Path, config_ref: str | None, overrides: list[str]) -
         raise ConfigError(f"--resume {run_dir}: refusing to continue with a different "
                           f"{', '.join(changed)} (the checkpoint belongs to the run's own "
                           f"settings; a resume may change only {', '.join(MAY_CHANGE)})")
-    if state.get("status") == "finished" and wanted.train.epochs <= stored.train.epochs:
-        raise AlreadyFinished(f"{run_dir} finished already ({stored.train.epochs} epochs); to "
-                              "train it longer: --resume with --set train.epochs=N")
+    if isinstance(state, RunSummary) and state.status == "finished" \
+            and not _goes_further(state, stored.train, wanted.train):
+        raise AlreadyFinished(_how_to_go_further(run_dir, state, stored.train))
     return wanted
+
+
+def _goes_further(state: RunSummary, before: TrainConfig, after: TrainConfig) -> bool:
+    """Whether a finished run has more to do with the new settings: more epochs, or a raised
+    (or removed) limit where that limit is what stopped it."""
+    if after.epochs > before.epochs:
+        return True
+    for limit in ("max_steps", "max_step_seconds"):
+        if state.stopped_by == limit:
+            old, new = getattr(before, limit), getattr(after, limit)
+            return new is None or new > old
+    return False
+
+
+def _how_to_go_further(run_dir: Path, state: RunSummary, train: TrainConfig) -> str:
+    if state.stopped_by in ("max_steps", "max_step_seconds"):
+        limit = state.stopped_by
+        return (f"{run_dir} stopped at its limit train.{limit} {getattr(train, limit):g}; to "
+                f"continue it: --resume with --set train.{limit}=N (larger) or =null")
+    return (f"{run_dir} finished already ({train.epochs} epochs); to train it longer: --resume "
+            "with --set train.epochs=N")
 
 
 def _differences(a: Any, b: Any, prefix: str = "") -> list[str]:
@@ -61,11 +84,11 @@ def _differences(a: Any, b: Any, prefix: str = "") -> list[str]:
     return [] if a == b else [prefix.rstrip(".")]
 
 
-def _alive(state: dict[str, Any]) -> bool:
-    if state.get("host") != socket.gethostname() or not state.get("pid"):
+def _alive(state: RunState) -> bool:
+    if state.host != socket.gethostname() or not state.pid:
         return False
     try:
-        os.kill(int(state["pid"]), 0)
+        os.kill(state.pid, 0)
     except (ProcessLookupError, PermissionError, ValueError):
         return False
     return True

@@ -21,11 +21,13 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from pydantic import ValidationError
 
-from mptrain.summary import EpochRecord, RunSummary, StepRecord
+from mptrain.summary import RUN_RECORD, RunRecord, RunState, RunSummary
+from mptrain.training.records import EpochRecord, StepRecord, TrainingListener
 
 
-class RunFolder:
+class RunFolder(TrainingListener):
     def __init__(self, path: Path):
         self.path = path
         self._pending_steps: list[StepRecord] = []
@@ -33,6 +35,12 @@ class RunFolder:
     @classmethod
     def create(cls, parent: Path, name: str) -> RunFolder:
         return cls(unique_folder(parent, name))
+
+    @classmethod
+    def create_at(cls, path: Path) -> RunFolder:
+        """Exactly this folder (compare and plan name their runs' folders in advance)."""
+        path.mkdir(parents=True)
+        return cls(path)
 
     # --- files ---------------------------------------------------------------------------
 
@@ -45,34 +53,56 @@ class RunFolder:
             write_atomic(self.path / name, text)
 
     def write_summary(self, summary: RunSummary) -> None:
-        write_atomic(self.path / "summary.json", to_json(summary.model_dump(), indent=2) + "\n")
+        self._write_record(summary)
 
     def mark_running(self, config_name: str) -> None:
         """summary.json says `running` until the run ends one way or another; with the
         process id, a folder whose process died (SIGKILL, power cut) is recognisable."""
-        state = {"status": "running", "name": config_name, "pid": os.getpid(),
-                 "host": socket.gethostname(), "started": datetime.now().isoformat(timespec="seconds")}
-        write_atomic(self.path / "summary.json", to_json(state, indent=2) + "\n")
+        state = RunState(status="running", name=config_name, pid=os.getpid(),
+                         host=socket.gethostname(), started=_now())
+        self._write_record(state)
 
     def write_status(self, status: str, reason: str) -> None:
         """For a run that ended without a full summary: `failed` or abandoned. What was saved
         (config, records, checkpoints) stays."""
-        state = {**self.status(), "status": status, "reason": reason, "pid": None,
-                 "ended": datetime.now().isoformat(timespec="seconds")}
+        previous = self.state()
+        name = previous.name if previous else self.path.name
+        started = previous.started if isinstance(previous, RunState) else _now()
+        state = RunState(status=status, name=name, pid=None, host=socket.gethostname(),
+                         started=started, ended=_now(), reason=reason)
         self.flush_steps()
-        write_atomic(self.path / "summary.json", to_json(state, indent=2) + "\n")
+        self._write_record(state)
 
-    def status(self) -> dict[str, Any]:
-        """summary.json's status fields ({} when there is none)."""
+    def state(self) -> RunRecord | None:
+        """summary.json as whichever state it holds; None when there is none (or it is not
+        one of ours: a folder that is not a run, or a file damaged beyond reading)."""
         try:
-            return json.loads((self.path / "summary.json").read_text())
-        except (OSError, ValueError):
-            return {}
+            return RUN_RECORD.validate_json((self.path / "summary.json").read_text())
+        except (OSError, ValueError, ValidationError):
+            return None
 
-    def save_model(self, model) -> None:
+    def _write_record(self, record: RunRecord) -> None:
+        write_atomic(self.path / "summary.json", to_json(record.model_dump(), indent=2) + "\n")
+
+    def save_model(self, model) -> str | None:
+        """model.keras, written atomically. A model Keras cannot serialise (a subclassed
+        model without `get_config`) keeps its training as model.weights.h5; the returned note
+        says why there is no model.keras (None when there is one)."""
         tmp = self.path / "model.tmp.keras"
-        model.save(tmp)
+        try:
+            model.save(tmp)
+        except (NotImplementedError, TypeError, ValueError) as exc:
+            tmp.unlink(missing_ok=True)
+            weights = self.path / "model.weights.h5"
+            staged = self.path / "model.tmp.weights.h5"
+            model.save_weights(staged)
+            os.replace(staged, weights)
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            return (f"no model.keras: Keras cannot serialise this model ({reason[:160]}); its "
+                    "trained weights are in model.weights.h5 (model.load_weights on the model "
+                    "your builder returns)")
         os.replace(tmp, self.path / "model.keras")
+        return None
 
     # --- records ---------------------------------------------------------------------------
 
@@ -103,14 +133,15 @@ class RunFolder:
                 write_atomic(path, "".join(lines))
 
     # TrainingListener: epoch records are appended as they happen (`tail -f metrics.jsonl`).
-    def epoch_started(self, epoch: int, epochs: int, steps: int) -> None:
-        pass
-
     def step_finished(self, record: StepRecord, step_in_epoch: int) -> None:
         self._pending_steps.append(record)
 
     def epoch_finished(self, record: EpochRecord) -> None:
         append_lines(self.path / "metrics.jsonl", [asdict(record)])
+
+
+def _now() -> str:
+    return datetime.now().isoformat(timespec="seconds")
 
 
 def unique_folder(parent: Path, name: str) -> Path:

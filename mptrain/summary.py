@@ -1,8 +1,10 @@
-"""What a run measured: per-step and per-epoch records, and the one typed run summary.
+"""What a run measured, as one typed run summary (the records it comes from are in
+`training/records.py`).
 
-`RunSummary` is the single description of a finished run: `summary.json` is its
-serialisation, `--json` prints it, `report` renders it, `compare` reads its variants' summaries
-back into it, and the benchmarks use it. The arithmetic that turns raw measurements into the
+`RunSummary` is the single description of a run that trained: `summary.json` is its
+serialisation (`RunState` before there is one, or when a run ended without one), `--json`
+prints it, the renderers show it, compare and plan read their children's summaries back into
+it, and the benchmarks use it. The arithmetic that turns raw measurements into the
 numbers people compare (step-time statistics, throughput, MFU, training memory) is here, once.
 """
 
@@ -11,13 +13,14 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, TypeAdapter
 
 from mptrain.flops import Peak, cpu_peak
+from mptrain.training.records import StepRecord, StopKind
 
 if TYPE_CHECKING:
     from mptrain.config import ExperimentConfig
@@ -29,32 +32,6 @@ if TYPE_CHECKING:
 MIN_TIMED_STEPS = 5
 
 Status = Literal["finished", "interrupted", "diverged"]
-
-
-@dataclass(frozen=True)
-class StepRecord:
-    """One training step, as both loops report it (one line of steps.jsonl)."""
-
-    step: int  # 1-based over the whole run
-    epoch: int  # 1-based
-    loss: float
-    seconds: float
-    examples: int  # the batch's size: the last batch of an epoch may be short
-    loss_scale: float | None = None  # mixed_float16 only: the scale after the step
-    metrics: dict[str, float] = field(default_factory=dict)  # running means over the epoch
-    skipped: bool | None = None  # mixed_float16 only: a non-finite gradient skipped the update
-
-
-@dataclass(frozen=True)
-class EpochRecord:
-    """One epoch's results (one line of metrics.jsonl)."""
-
-    epoch: int
-    steps: int
-    metrics: dict[str, float]
-    loss_scale: float | None = None
-    skipped_steps: int | None = None
-    learning_rate: float | None = None  # at the end of the epoch
 
 
 class _Record(BaseModel):
@@ -164,6 +141,7 @@ class RunSummary(_Record):
     epochs_run: int
     steps_run: int
     stop_reason: str | None
+    stopped_by: StopKind | None  # what stopped the run before its end, if anything
     step_time: StepTimes | None
     examples_per_sec: float | None
     flops_per_example: int | None
@@ -180,6 +158,7 @@ class RunSummary(_Record):
     test_loss: float | None
     test_accuracy: float | None
     test_metrics: dict[str, float | None]
+    test_examples: int | None  # what the test figures were measured on
     loss_scale: LossScaleStats | None
     memory: MemoryStats
     wall_time_s: float
@@ -222,7 +201,7 @@ def run_status(steps: list[StepRecord], test_loss: float | None, stopped: str | 
     a run of non-finite losses. An occasional NaN step is not divergence: under loss scaling
     it is a skipped step, and the next steps are finite again."""
     if stopped in ("interrupted", "diverged"):
-        return stopped
+        return stopped  # type: ignore[return-value]
     if test_loss is None or not math.isfinite(test_loss):
         return "diverged"
     last = steps[-5:]
@@ -233,7 +212,8 @@ def summarize_run(config: ExperimentConfig, choice: PolicyChoice, machine: Machi
                   monitor: TrainingMonitor, test: dict[str, float], *, output_dtype: str,
                   flops_per_example: int | None, dataset: str, speed_warning: str | None,
                   memory: MemoryStats, notes: list[str], started_at: float,
-                  run_dir: Path, distribution: str = "one device", replicas: int = 1) -> RunSummary:
+                  run_dir: Path, test_examples: int | None = None,
+                  distribution: str = "one device", replicas: int = 1) -> RunSummary:
     """The run's summary from what it measured (`monitor`, `test`, `memory`) and decided."""
     times = step_times(monitor.steps, config.train.warmup_steps)
     peak = None if machine.accelerated else cpu_peak(machine.cpu, choice.compute_dtype)
@@ -262,6 +242,7 @@ def summarize_run(config: ExperimentConfig, choice: PolicyChoice, machine: Machi
         epochs_run=len(monitor.epoch_records),
         steps_run=len(monitor.steps),
         stop_reason=monitor.stop_reason,
+        stopped_by=monitor.stop_kind,
         step_time=times,
         examples_per_sec=speed.examples_per_sec,
         flops_per_example=flops_per_example,
@@ -278,6 +259,7 @@ def summarize_run(config: ExperimentConfig, choice: PolicyChoice, machine: Machi
         test_loss=finite_or_none(test.get("loss")),
         test_accuracy=finite_or_none(test.get("accuracy")),
         test_metrics={k: finite_or_none(v) for k, v in test.items()},
+        test_examples=test_examples if test else None,
         loss_scale=loss_scale_stats(monitor),
         memory=memory,
         wall_time_s=time.perf_counter() - started_at,
@@ -290,11 +272,31 @@ def summarize_run(config: ExperimentConfig, choice: PolicyChoice, machine: Machi
 
 
 def loss_scale_stats(monitor: TrainingMonitor) -> LossScaleStats | None:
-    if monitor.skipped_steps is None:
+    tracker = monitor.loss_scale
+    if tracker is None:
         return None
     scales = [r.loss_scale for r in monitor.steps if r.loss_scale is not None]
     return LossScaleStats(
-        final=monitor.loss_scale, skipped_steps=monitor.skipped_steps,
-        skip_rate=monitor.skipped_steps / len(monitor.steps) if monitor.steps else 0.0,
+        final=tracker.scale, skipped_steps=tracker.skipped_steps,
+        skip_rate=tracker.skipped_steps / len(monitor.steps) if monitor.steps else 0.0,
         min_scale=min(scales) if scales else None,
         steps_at_floor=sum(1 for s in scales if s <= 1.0))
+
+
+class RunState(_Record):
+    """summary.json while a run has no summary: `running` (with the process id, so a folder
+    whose process died is recognisable), or ended without one (`failed`, or `interrupted`
+    when a second Ctrl-C abandoned it)."""
+
+    status: Literal["running", "failed", "interrupted"]
+    name: str
+    pid: int | None
+    host: str
+    started: str
+    ended: str | None = None
+    reason: str | None = None
+
+
+# summary.json, in every state a run can be in
+RunRecord = RunSummary | RunState
+RUN_RECORD = TypeAdapter(RunRecord)

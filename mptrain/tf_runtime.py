@@ -15,10 +15,20 @@ import tempfile
 import warnings
 
 
-def import_tensorflow(verbose: bool = False):
-    """Return the `tensorflow` module, imported quietly unless `verbose`."""
+def import_tensorflow(verbose: bool = False, environment: dict[str, str] | None = None):
+    """Return the `tensorflow` module, imported quietly unless `verbose`, with `environment`
+    set first (variables TensorFlow reads once, when it starts)."""
+    environment = environment or {}
     if "tensorflow" in sys.modules:
+        late = [name for name, value in environment.items() if os.environ.get(name) != value]
+        if late:
+            from mptrain.errors import ConfigError
+
+            raise ConfigError(f"{', '.join(late)} must be set before TensorFlow starts, and this "
+                              "process has started it already: run the experiment in a process "
+                              "of its own (`mptrain run`)")
         return sys.modules["tensorflow"]
+    os.environ.update(environment)
     if verbose:
         import tensorflow as tf
 

@@ -2,34 +2,22 @@
 
 from __future__ import annotations
 
-import copy
 import os
 from pathlib import Path
 
 import pytest
 
-from mptrain.config import apply_overrides, validate
+from mptrain.config import validate
+from tests.helpers import tiny_raw
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-TINY = {
-    "name": "tiny",
-    "seed": 7,
-    "policy": "float32",
-    "data": {
-        "dataset": "synthetic",
-        "validation_split": 0.25,
-        "train_size": 512, "test_size": 128, "input_shape": [16], "num_classes": 4, "noise": 2.0,
-    },
-    "model": {"kind": "mlp", "hidden_units": [32, 32], "num_classes": 4},
-    "train": {"loop": "fit", "epochs": 3, "batch_size": 64, "warmup_steps": 1,
-              "optimizer": {"name": "adam", "kwargs": {"learning_rate": 0.01}}},
-    "output": {"save_model": False},
-}
 
-
-def tiny_raw(*overrides: str) -> dict:
-    return apply_overrides(copy.deepcopy(TINY), list(overrides))
+@pytest.fixture(scope="session", autouse=True)
+def shared_cache(tmp_path_factory):
+    """One cache folder for the session (children inherit it): this machine's kernel
+    measurement is made once, not once per test that uses `policy: auto`."""
+    os.environ["MPTRAIN_CACHE_DIR"] = str(tmp_path_factory.mktemp("mptrain-cache"))
 
 
 @pytest.fixture

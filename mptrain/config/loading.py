@@ -202,25 +202,64 @@ def validate(raw: dict[str, Any], source: str, overrides: list[str] | None = Non
 
 def load_config(ref: str | Path, overrides: list[str] | None = None) -> ExperimentConfig:
     """Read, override and validate an experiment; the one way configs enter the program.
-    `name` defaults to the file's name."""
+    `name` defaults to the file's name; relative paths are resolved (`resolve_paths`)."""
     path = find_config(ref)
     raw = apply_overrides(read_yaml(path), overrides or [])
     raw.setdefault("name", path.name.removesuffix(".yaml").replace(" ", "_"))
-    return _beside_the_file(validate(raw, str(ref), overrides), path)
-
-
-def _beside_the_file(config: ExperimentConfig, path: Path) -> ExperimentConfig:
-    """A builder file named relative to the experiment (`builder: my_model.py:build`) is
-    found beside the experiment file first, so an experiment and its builder travel together;
-    otherwise relative to the current folder, like every other path."""
-    if config.model.kind != "python":
-        return config
-    target, _, function = config.model.builder.rpartition(":")
-    beside = path.parent / target
-    if target.endswith(".py") and not Path(target).is_absolute() and beside.is_file():
-        model = config.model.model_copy(update={"builder": f"{beside.resolve()}:{function}"})
-        return config.model_copy(update={"model": model})
+    config = validate(raw, str(ref), overrides)
+    from_cli = {tuple(parse_override(o)[0]) for o in overrides or []}
+    config = resolve_paths(config, Path.cwd() if is_builtin(path) else path.resolve().parent, from_cli)
+    config._source = str(ref)
     return config
+
+
+# Every key that holds a path (section, key); a python builder holds one before its ":".
+PATH_KEYS = (("data", "path"), ("data", "test_path"), ("data", "data_dir"), ("data", "cache"),
+             ("model", "path"), ("model", "weights"), ("model", "builder"), ("output", "dir"))
+
+
+def resolve_paths(config: ExperimentConfig, base: Path,
+                  from_cli: set[tuple[str, ...]] = frozenset()) -> ExperimentConfig:
+    """Relative paths made absolute, by one rule (as docker-compose does): a path written in
+    the experiment file, or a default such as `output.dir: runs`, is relative to the file's
+    folder, so an experiment and its data travel together; a path given with `--set` is
+    relative to the current folder, where the user typed it. (A built-in experiment's base is
+    the current folder.)"""
+    updates: dict[str, dict] = {}
+    for section, key in PATH_KEYS:
+        value = getattr(getattr(config, section), key, None)
+        if value is None:
+            continue
+        given_here = any(keys == (section, key)[: len(keys)] for keys in from_cli)
+        resolved = _absolute(key, value, Path.cwd() if given_here else base)
+        if resolved != value:
+            updates.setdefault(section, {})[key] = resolved
+    for section, changes in updates.items():
+        config = config.model_copy(update={section: getattr(config, section).model_copy(update=changes)})
+    return config
+
+
+def _absolute(key: str, value, root: Path):
+    if key == "builder":
+        target, _, function = value.rpartition(":")
+        if target.endswith(".py") and not Path(target).expanduser().is_absolute():
+            return f"{(root / Path(target).expanduser()).resolve()}:{function}"
+        return value
+    if key == "weights":  # null, imagenet, or a file
+        if value == "imagenet" or Path(value).expanduser().is_absolute():
+            return value
+        return str((root / Path(value).expanduser()).resolve())
+    if key == "cache" and value in ("none", "memory"):
+        return value
+    path = Path(value).expanduser()
+    return path if path.is_absolute() else (root / path).resolve()
+
+
+def is_builtin(path: Path) -> bool:
+    """A file of the experiments shipped inside the package (also through the repository's
+    `configs` link): its runs go to the current folder, never into the package."""
+    shipped = Path(str(resources.files("mptrain.configs"))).resolve()
+    return path.resolve().parent == shipped
 
 
 def _describe(err: dict[str, Any], set_keys: dict[tuple[str, ...], str]) -> str:

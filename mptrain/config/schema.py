@@ -20,6 +20,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     ValidationInfo,
     field_validator,
     model_validator,
@@ -28,8 +29,15 @@ from pydantic import (
 from mptrain.config.applications import APPLICATIONS
 from mptrain.config.optimizers import OPTIMIZERS, check_kwargs
 
+# The names a user can write, each defined once; everything else refers to these.
 POLICIES = ("float32", "mixed_float16", "mixed_bfloat16", "float16", "bfloat16", "auto")
-PolicyName = Literal["float32", "mixed_float16", "mixed_bfloat16", "float16", "bfloat16", "auto"]
+LOOPS = ("fit", "custom")
+STRATEGIES = ("none", "one_device", "mirrored", "multi_worker_mirrored", "tpu")
+MATH_MODES = ("default", "onednn_bf16", "graph_bf16", "tf32_off")
+PolicyName = Literal[POLICIES]  # type: ignore[valid-type]
+LoopName = Literal[LOOPS]  # type: ignore[valid-type]
+StrategyName = Literal[STRATEGIES]  # type: ignore[valid-type]
+MathMode = Literal[MATH_MODES]  # type: ignore[valid-type]
 Activation = Literal["relu", "gelu", "silu", "swish", "tanh", "sigmoid", "elu", "linear"]
 Positive = Annotated[int, Field(ge=1)]
 
@@ -103,12 +111,28 @@ class ImageFolderData(_FileData):
     color_mode: Literal["rgb", "grayscale"] = "rgb"
     random_flip: Literal["none", "horizontal", "vertical", "horizontal_and_vertical"] = "none"
     random_crop: int = Field(0, ge=0, description="Pad by this many pixels, crop back at random.")
+    skip_bad_files: bool = Field(False, description=(
+        "Leave out images that do not decode (listed in the run folder) instead of stopping."))
 
 
 class TextFolderData(_FileData):
     dataset: Literal["text_folder"]
     max_tokens: int = Field(20000, ge=8, description="Vocabulary size, padding and OOV included.")
     sequence_length: int = Field(128, ge=2)
+    encoding: str = Field("utf-8", description=(
+        "The texts' encoding (utf-8, latin-1, cp1252, utf-16...); bytes invalid in it become "
+        "U+FFFD."))
+
+    @field_validator("encoding")
+    @classmethod
+    def _known_encoding(cls, encoding: str) -> str:
+        import codecs
+
+        try:
+            return codecs.lookup(encoding).name
+        except LookupError:
+            raise ValueError(f"{encoding!r} is not an encoding Python knows; e.g. utf-8, "
+                             "latin-1, cp1252, utf-16") from None
 
 
 class CsvData(_FileData):
@@ -143,12 +167,20 @@ DATA_KINDS: dict[str, type[BaseModel]] = {
 # --- model --------------------------------------------------------------------------------
 
 
-LayerPolicy = Literal["float32", "mixed_float16", "mixed_bfloat16", "float16", "bfloat16"]
+LayerPolicy = Literal[tuple(p for p in POLICIES if p != "auto")]  # type: ignore[valid-type]
+
+
+OutputActivation = Literal["softmax", "linear", "sigmoid"]
 
 
 class _ModelBase(_Strict):
-    num_classes: int = Field(10, ge=1)
-    output_activation: Literal["softmax", "linear", "sigmoid"] = "softmax"
+    num_classes: int | None = Field(None, ge=1, description=(
+        "Outputs of the classifier; default: the classes the data has (1 with "
+        "binary_crossentropy)."))
+    output_activation: OutputActivation | None = Field(None, description=(
+        "mptrain's models: the head's activation (default softmax; sigmoid with "
+        "binary_crossentropy). Your own model (python, saved): what its output is (softmax or "
+        "sigmoid: probabilities; linear: logits); default: read from its last layer."))
     float32_layers: list[str] = Field(default_factory=list, description=(
         "Layer names or globs kept in float32 whatever the policy (e.g. what diagnose advises)."))
     layer_policies: dict[str, LayerPolicy] = Field(default_factory=dict, description=(
@@ -264,6 +296,9 @@ ModelConfig = Annotated[
     | SavedConfig,
     Field(discriminator="kind"),
 ]
+# Models mptrain did not write: what their output is (probabilities or logits) is read from
+# the model, not decided by a head of mptrain's.
+OWN_MODELS = ("python", "saved")
 MODEL_KINDS: dict[str, type[BaseModel]] = {
     "mlp": MLPConfig, "cnn": CNNConfig, "application": ApplicationConfig,
     "transformer": TransformerConfig, "keras_hub": KerasHubConfig, "python": PythonConfig,
@@ -372,7 +407,7 @@ class RecoveryConfig(_Strict):
 
 
 class TrainConfig(_Strict):
-    loop: Literal["fit", "custom"] = "fit"
+    loop: LoopName = "fit"
     epochs: int = Field(5, ge=1)
     batch_size: int = Field(128, ge=1)
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
@@ -386,6 +421,11 @@ class TrainConfig(_Strict):
     xla_optimizer_update: bool | None = Field(
         None, description="Compile only the optimizer update with XLA. null: on for CPUs."
     )
+    math_mode: MathMode = Field("default", description=(
+        "How float32 math runs (policy float32 only): onednn_bf16 = oneDNN computes float32 "
+        "matmuls and convolutions in bfloat16 (TF_SET_ONEDNN_FPMATH_MODE=BF16); graph_bf16 = "
+        "TensorFlow's auto_mixed_precision_onednn_bfloat16 graph rewrite; tf32_off = no TF32 "
+        "on Ampere+ GPUs. `mptrain plan` measures which helps."))
     warmup_steps: int = Field(2, ge=0)
     loss_scale: LossScaleConfig = Field(default_factory=LossScaleConfig)
     max_steps: int | None = Field(None, ge=1, description="Stop after this many training steps.")
@@ -399,7 +439,7 @@ class TrainConfig(_Strict):
 class DistributeConfig(_Strict):
     """tf.distribute: where the training runs. `train.batch_size` is the global batch."""
 
-    strategy: Literal["none", "one_device", "mirrored", "multi_worker_mirrored", "tpu"] = "none"
+    strategy: StrategyName = "none"
     devices: list[str] | None = Field(None, description='e.g. ["/gpu:0", "/gpu:1"]; default: all.')
     tpu: str | None = Field(None, description="TPU name or address (TPUClusterResolver).")
 
@@ -416,7 +456,9 @@ class DistributeConfig(_Strict):
 
 
 class OutputConfig(_Strict):
-    dir: Path = Path("runs")
+    dir: Path = Field(Path("runs"), description=(
+        "Run folders go here; relative: beside the experiment file (built-ins: the current "
+        "folder)."))
     save_model: bool = True
 
 
@@ -432,14 +474,28 @@ class ExperimentConfig(_Strict):
     train: TrainConfig = Field(default_factory=TrainConfig)
     distribute: DistributeConfig = Field(default_factory=DistributeConfig)
     output: OutputConfig = Field(default_factory=OutputConfig)
+    _source: str = PrivateAttr("<experiment>")  # the file (or built-in) it was read from
+
+    @property
+    def source(self) -> str:
+        """Where the experiment came from, for messages: its file, or a built-in's name."""
+        return self._source
 
     @model_validator(mode="before")
     @classmethod
     def _default_kinds(cls, raw: Any) -> Any:
         if isinstance(raw, dict):
             raw = dict(raw)
-            if isinstance(raw.get("model"), dict):
-                raw["model"] = {"kind": "mlp", **raw["model"]}
+            model = raw.get("model", {})
+            if isinstance(model, dict):
+                raw["model"] = model = {"kind": "mlp", **model}
+                train = raw.get("train")
+                loss = train.get("loss") if isinstance(train, dict) else None
+                if model.get("output_activation") is None and model["kind"] not in OWN_MODELS:
+                    model["output_activation"] = ("sigmoid" if loss == "binary_crossentropy"
+                                                  else "softmax")
+                if loss == "binary_crossentropy" and model.get("num_classes") is None:
+                    model["num_classes"] = 1
             if isinstance(raw.get("data"), dict):
                 raw["data"] = {"dataset": "synthetic", **raw["data"]}
         return raw
@@ -460,6 +516,13 @@ class ExperimentConfig(_Strict):
                 "model.output_activation sigmoid needs train.loss binary_crossentropy; "
                 "use softmax or linear with sparse_categorical_crossentropy"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _math_mode_needs_float32(self) -> ExperimentConfig:
+        if self.train.math_mode in ("onednn_bf16", "graph_bf16") and self.policy != "float32":
+            raise ValueError(f"train.math_mode {self.train.math_mode} changes how float32 math runs: "
+                             f"it needs policy: float32 (the experiment has {self.policy})")
         return self
 
     @model_validator(mode="after")

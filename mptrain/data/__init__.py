@@ -7,15 +7,18 @@ cache, and checks that the labels fit the model before anything trains.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from mptrain.config.schema import ExperimentConfig
 from mptrain.data.dataset import Dataset, InputSpec, Split
 from mptrain.errors import DataError
 
-__all__ = ["Dataset", "InputSpec", "Split", "check_labels_fit_model", "load_dataset"]
+__all__ = ["Dataset", "InputSpec", "Split", "fit_classes", "load_dataset"]
 
 
-def load_dataset(cfg, seed: int) -> Dataset:
-    """The configured data set, its splits cached as `data.cache` says."""
+def load_dataset(cfg, seed: int, status: Callable[[str], object] | None = None) -> Dataset:
+    """The configured data set, its splits cached as `data.cache` says. `status(text)` shows
+    progress while a large folder's files are checked."""
     kind = cfg.dataset
     if kind in ("mnist", "fashion_mnist", "npz", "synthetic", "synthetic_text"):
         from mptrain.data.arrays import load_arrays
@@ -24,7 +27,8 @@ def load_dataset(cfg, seed: int) -> Dataset:
     if kind in ("image_folder", "text_folder"):
         from mptrain.data import folders
 
-        data = (folders.load_image_folder if kind == "image_folder" else folders.load_text_folder)(cfg)
+        data = (folders.load_image_folder(cfg, status) if kind == "image_folder"
+                else folders.load_text_folder(cfg))
     elif kind == "csv":
         from mptrain.data.tabular import load_csv
 
@@ -40,10 +44,18 @@ def load_dataset(cfg, seed: int) -> Dataset:
     return data
 
 
-def check_labels_fit_model(data: Dataset, config: ExperimentConfig) -> None:
-    """Labels the model cannot output are an error before training, not a NaN loss in it."""
-    if config.train.loss != "binary_crossentropy" and data.num_classes_seen > config.model.num_classes:
+def fit_classes(config: ExperimentConfig, data: Dataset) -> ExperimentConfig:
+    """The experiment with `model.num_classes` the data's when it was left out. Labels the
+    model cannot output are an error before training, not a NaN loss in it."""
+    if config.train.loss == "binary_crossentropy":
+        return config
+    wanted = config.model.num_classes
+    if wanted is None:
+        model = config.model.model_copy(update={"num_classes": data.num_classes_seen})
+        return config.model_copy(update={"model": model})
+    if data.num_classes_seen > wanted:
         raise DataError(
             f"{data.source}: labels go up to {data.num_classes_seen - 1} but model.num_classes is "
-            f"{config.model.num_classes}; set model.num_classes to at least {data.num_classes_seen}"
-        )
+            f"{wanted}; set model.num_classes to at least {data.num_classes_seen} (or leave it "
+            "out: the data's classes)")
+    return config

@@ -14,6 +14,7 @@ import contextlib
 import gzip
 import os
 import sys
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -168,6 +169,21 @@ def make_synthetic_text(cfg: SyntheticTextData, seed: int):
     return draw(cfg.train_size), draw(cfg.test_size)
 
 
+def npz_length(path: Path, key: str) -> int:
+    """The length of one array in an .npz, read from its header (nothing else is loaded)."""
+    try:
+        with zipfile.ZipFile(path) as archive, archive.open(f"{key}.npy") as member:
+            version = np.lib.format.read_magic(member)
+            shape, _, _ = np.lib.format._read_array_header(member, version)  # noqa: SLF001
+    except KeyError:
+        read_npz(path)  # says which arrays are missing
+        raise
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
+        raise DataError(f"{path}: not a readable .npz archive ({exc}); write one with "
+                        "numpy.savez(path, x_train=..., y_train=..., x_test=..., y_test=...)") from None
+    return int(shape[0]) if shape else 0
+
+
 def read_npz(path: Path):
     """Arrays `x_train, y_train, x_test, y_test` from a NumPy archive (Keras' mnist.npz layout)."""
     try:
@@ -184,9 +200,9 @@ def read_npz(path: Path):
         raise
     except FileNotFoundError:
         raise DataError(f"{path}: no such file") from None
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
         # NumPy takes any file that is not a zip or .npy for a pickle, and says so
-        reason = "not a zip archive" if "pickled" in str(exc) else str(exc)
+        reason = "not a zip archive" if "pickled" in str(exc) else str(exc) or type(exc).__name__
         raise DataError(f"{path}: not a readable .npz archive ({reason}); write one with "
                         "numpy.savez(path, x_train=..., y_train=..., x_test=..., y_test=...)") from None
     for split in ("train", "test"):
@@ -224,19 +240,39 @@ def _env_dir() -> Path | None:
     return Path(value) if value else None
 
 
+def _candidates(dataset: str, path: Path | None) -> list[Path]:
+    """Where `mnist` (its mnist.npz) or `fashion_mnist` (a folder of its four files) is
+    looked for, in order."""
+    env = _env_dir()
+    if dataset == "mnist":
+        return [base if base.suffix == ".npz" else base / "mnist.npz"
+                for base in (path, env, keras_cache_dir()) if base is not None]
+    folders = [d for d in (path, env, env / "fashion-mnist" if env else None) if d is not None]
+    return folders + [DEBIAN_FASHION_MNIST, keras_cache_dir() / "fashion-mnist"]
+
+
+def _present(dataset: str, candidate: Path) -> bool:
+    return candidate.is_file() if dataset == "mnist" else _has_fashion_files(candidate)
+
+
+def local_copy(dataset: str, path: Path | None = None) -> Path | None:
+    """The first place that holds the data set, or None: then only a download can get it."""
+    return next((c for c in _candidates(dataset, path) if _present(dataset, c)), None)
+
+
+def looked_in(dataset: str, path: Path | None = None) -> str:
+    return ", ".join(str(c) for c in _candidates(dataset, path))
+
+
 def load_mnist(path: Path | None):
     """mnist.npz from `path`, `$MPTRAIN_DATA_DIR`, Keras' cache, else Keras' download."""
-    candidates = []
-    for base in (path, _env_dir(), keras_cache_dir()):
-        if base is not None:
-            candidates.append(base if base.suffix == ".npz" else base / "mnist.npz")
     if path is not None:
         check_given_path("mnist", path)
-    for candidate in candidates:
-        if candidate.is_file():
-            return (*read_npz(candidate), str(candidate))
+    found = local_copy("mnist", path)
+    if found is not None:
+        return (*read_npz(found), str(found))
     return _keras_download(
-        "mnist", "MNIST", candidates,
+        "mnist", "MNIST", _candidates("mnist", path),
         f"fetch {MNIST_URL} on a connected machine and put it in one of those places, "
         f"set data.path to the file, or set ${DATA_DIR_ENV} to its folder.",
     )
@@ -244,17 +280,14 @@ def load_mnist(path: Path | None):
 
 def load_fashion_mnist(path: Path | None):
     """The four IDX .gz files from `path`, `$MPTRAIN_DATA_DIR`, Debian's package, Keras' cache."""
-    env = _env_dir()
-    candidates = [d for d in (path, env, env / "fashion-mnist" if env else None) if d is not None]
-    candidates += [DEBIAN_FASHION_MNIST, keras_cache_dir() / "fashion-mnist"]
     if path is not None:
         check_given_path("fashion_mnist", path)
-    for folder in candidates:
-        if _has_fashion_files(folder):
-            x_train, y_train, x_test, y_test = (read_idx(folder / name) for name in FASHION_FILES)
-            return (x_train, y_train), (x_test, y_test), str(folder)
+    folder = local_copy("fashion_mnist", path)
+    if folder is not None:
+        x_train, y_train, x_test, y_test = (read_idx(folder / name) for name in FASHION_FILES)
+        return (x_train, y_train), (x_test, y_test), str(folder)
     return _keras_download(
-        "fashion_mnist", "Fashion-MNIST", candidates,
+        "fashion_mnist", "Fashion-MNIST", _candidates("fashion_mnist", path),
         "`apt-get install dataset-fashion-mnist` (Debian/Ubuntu), or put the four IDX .gz "
         f"files in a folder and set data.path or ${DATA_DIR_ENV} to it.",
     )

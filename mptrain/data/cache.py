@@ -25,7 +25,8 @@ def cached(data: Dataset, cfg) -> Dataset:
                                               ("test", data.test)) if split is not None}
     done = {name: _materialize(split, cfg.cache, name, fingerprint) for name, split in splits.items()}
     return Dataset(train=done["train"], val=done.get("val"), test=done["test"], spec=data.spec,
-                   num_classes_seen=data.num_classes_seen, source=data.source, files=data.files)
+                   num_classes_seen=data.num_classes_seen, source=data.source, files=data.files,
+                   notes=data.notes)
 
 
 def _fingerprint(data: Dataset, cfg) -> str:

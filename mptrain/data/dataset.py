@@ -60,6 +60,7 @@ class Dataset:
     num_classes_seen: int
     source: str
     files: dict[str, str] = field(default_factory=dict)  # name → text the run folder keeps
+    notes: list[str] = field(default_factory=list)  # what the loader did (files left out...)
 
 
 def hash_fraction(key: str, salt: str) -> float:

@@ -5,6 +5,14 @@ parallel, so a folder larger than memory trains. The order of the files, and whi
 test and validation splits, come from a hash of each file's path relative to the folder: the
 same on every machine and every run, and independent of how the file system lists them.
 
+A broken file must cost its owner one clear line, not a traceback an hour into training, so
+every image is decoded once before the first step (in parallel, with progress for large
+folders) and the verdict is cached by file size and modification time, so the next run does
+not pay again. A broken image is an error naming it, or, with `data.skip_bad_files`, left out
+and listed in the run folder. Text files are decoded with `data.encoding` (UTF-8 by default);
+a byte that is not valid in it becomes U+FFFD, so one stray byte never stops training, and an
+empty file is a valid (empty) example.
+
 Not `keras.utils.image_dataset_from_directory`: its shuffle order depends on how many
 iterators were made before, so fit and the custom loop (and a resumed run) would see
 different batches.
@@ -12,18 +20,21 @@ different batches.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import hashlib
+import json
+import os
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from mptrain.config.schema import ImageFolderData, TextFolderData
 from mptrain.data.dataset import Dataset, InputSpec, Split, hash_fraction, split_keys
 from mptrain.errors import DataError
 
-IMAGE_SIGNATURES = {  # magic bytes → format; anything else is not an image TensorFlow decodes
-    b"\x89PNG": "png", b"\xff\xd8\xff": "jpeg", b"GIF8": "gif", b"BM": "bmp",
-}
 IMAGE_EXTENSIONS = {".png", ".jpg", ".jpeg", ".gif", ".bmp"}
 TEXT_EXTENSIONS = {".txt"}
+PROGRESS_FROM = 500  # files: below this, checking is too quick to show
 
 
 @dataclass(frozen=True)
@@ -34,18 +45,19 @@ class Listing:
     root: Path
 
 
-def list_classes(root: Path, extensions: set[str], what: str, classes: list[str] | None = None) -> Listing:
+def list_classes(root: Path, extensions: set[str], what: str, classes: list[str] | None = None,
+                 key: str = "data.path") -> Listing:
     """Every file with one of `extensions` under root/<class>/ (recursively). `classes` fixes
     the class list (a test folder must use the training folder's classes)."""
     if not root.is_dir():
-        raise DataError(f"{root}: no such folder (data.path or data.test_path)")
+        raise DataError(f"{key} {root}: no such folder")
     found = sorted(d.name for d in root.iterdir() if d.is_dir() and not d.name.startswith("."))
     if not found:
-        raise DataError(f"{root}: no class sub-folders; put each class's {what} in its own "
+        raise DataError(f"{key} {root}: no class sub-folders; put each class's {what} in its own "
                         f"sub-folder ({root}/cats/..., {root}/dogs/...)")
     if classes is not None and not set(found) <= set(classes):
         extra = ", ".join(sorted(set(found) - set(classes)))
-        raise DataError(f"{root}: classes {extra} are not in the training folder's classes "
+        raise DataError(f"{key} {root}: classes {extra} are not in the training folder's classes "
                         f"({', '.join(classes)})")
     classes = classes or found
     entries = []
@@ -59,33 +71,146 @@ def list_classes(root: Path, extensions: set[str], what: str, classes: list[str]
     return Listing([e[1] for e in entries], [e[2] for e in entries], classes, root)
 
 
-def _splits(cfg: ImageFolderData | TextFolderData, extensions: set[str], what: str):
-    """(train, validation, test) listings, as index lists into the listings they come from."""
+Files = tuple[list[str], list[int]]
+
+
+@dataclass(frozen=True)
+class FolderSplits:
+    train: Files
+    val: Files
+    test: Files
+    classes: list[str]
+    skipped: list[str] = field(default_factory=list)  # broken files left out, with why
+
+
+def split_files(cfg: ImageFolderData | TextFolderData) -> FolderSplits:
+    """Training, validation and test files (and labels) of a folder data set; a test file
+    never comes from the training folder's training part."""
+    images = cfg.dataset == "image_folder"
+    extensions, what = (IMAGE_EXTENSIONS, "image") if images else (TEXT_EXTENSIONS, "text")
     listing = list_classes(cfg.path, extensions, what)
     keys = [str(Path(f).relative_to(listing.root)) for f in listing.files]
     if cfg.test_path is not None:
-        test_listing = list_classes(cfg.test_path, extensions, what, listing.classes)
+        test_listing = list_classes(cfg.test_path, extensions, what, listing.classes,
+                                    key="data.test_path")
         train_idx, test_idx = list(range(len(keys))), list(range(len(test_listing.files)))
     else:
         train_idx, test_idx = split_keys(keys, cfg.test_split, "test")
         test_listing = listing
         if not test_idx:
-            raise DataError(f"{cfg.path}: {len(keys)} files are too few for a test split of "
-                            f"{cfg.test_split:g}; add files or set data.test_path")
+            raise DataError(f"data.path {cfg.path}: {len(keys)} files are too few for a test "
+                            f"split of {cfg.test_split:g}; add files or set data.test_path")
     train_idx = train_idx[: cfg.max_train_examples] if cfg.max_train_examples else train_idx
     test_idx = test_idx[: cfg.max_test_examples] if cfg.max_test_examples else test_idx
     cut = len(train_idx) - int(len(train_idx) * cfg.validation_split)
     if cut == 0:
-        raise DataError(f"{cfg.path}: no training files left after the test and validation splits")
-    pick = lambda lst, idx: ([lst.files[i] for i in idx], [lst.labels[i] for i in idx])  # noqa: E731
-    return (pick(listing, train_idx[:cut]), pick(listing, train_idx[cut:]),
-            pick(test_listing, test_idx), listing.classes)
+        raise DataError(f"data.path {cfg.path}: no training files left after the test and "
+                        "validation splits")
+
+    def pick(lst: Listing, idx: list[int]) -> Files:
+        return [lst.files[i] for i in idx], [lst.labels[i] for i in idx]
+
+    return FolderSplits(pick(listing, train_idx[:cut]), pick(listing, train_idx[cut:]),
+                        pick(test_listing, test_idx), listing.classes)
 
 
-def load_image_folder(cfg: ImageFolderData) -> Dataset:
-    train, val, test, classes = _splits(cfg, IMAGE_EXTENSIONS, "image")
-    for path in train[0] + val[0] + test[0]:
-        _check_image_signature(path)
+# --- images -------------------------------------------------------------------------------
+
+
+def check_images(splits: FolderSplits, skip_bad: bool,
+                 status: Callable[[str], object] | None = None) -> FolderSplits:
+    """Every image decoded once (cached by size and mtime): an error naming the first broken
+    one, or, with `skip_bad`, the splits without them and the list of what was left out."""
+    files = splits.train[0] + splits.val[0] + splits.test[0]
+    cache = _VerdictCache(files)
+    unknown = [f for f in files if cache.get(f) is None]
+    if unknown:
+        if status is not None and len(unknown) >= PROGRESS_FROM:
+            with status(f"checking {len(unknown):,} images (once; cached)…"):
+                verdicts = _decode_all(unknown)
+        else:
+            verdicts = _decode_all(unknown)
+        for path, problem in verdicts.items():
+            cache.put(path, problem)
+        cache.save()
+    bad = {f: cache.get(f) for f in files if cache.get(f)}
+    if not bad:
+        return splits
+    if not skip_bad:
+        first, problem = next(iter(bad.items()))
+        more = f" ({len(bad) - 1} more broken)" if len(bad) > 1 else ""
+        raise DataError(f"{first}: {problem}{more}; remove or replace it, or set "
+                        "data.skip_bad_files: true to train without broken files")
+
+    def keep(part: Files) -> Files:
+        kept = [(f, y) for f, y in zip(*part, strict=True) if f not in bad]
+        return [f for f, _ in kept], [y for _, y in kept]
+
+    train = keep(splits.train)
+    if not train[0]:
+        raise DataError("every training image is broken; nothing to train on")
+    return FolderSplits(train, keep(splits.val), keep(splits.test), splits.classes,
+                        [f"{path}: {problem}" for path, problem in bad.items()])
+
+
+def _decode_all(paths: list[str]) -> dict[str, str]:
+    """path → '' when it decodes, else what is wrong; decoded in parallel (TensorFlow's
+    decoders release the interpreter)."""
+    import tensorflow as tf
+
+    def verdict(path: str) -> str:
+        try:
+            data = tf.io.read_file(path)
+            if not int(tf.strings.length(data)):
+                return "empty file"
+            tf.io.decode_image(data, expand_animations=False)
+            return ""
+        except tf.errors.OpError as exc:
+            return f"not a readable image ({exc.message.splitlines()[0][:120]})"
+
+    with ThreadPoolExecutor(max_workers=min(8, (os.cpu_count() or 2) * 2)) as pool:
+        return dict(zip(paths, pool.map(verdict, paths), strict=True))
+
+
+class _VerdictCache:
+    """Decoding verdicts per file, valid while its size and mtime are unchanged; one file
+    per data folder in the user's cache folder."""
+
+    def __init__(self, files: list[str]):
+        from mptrain.microbench import cache_dir
+
+        roots = sorted({str(Path(f).parent.parent) for f in files})
+        digest = hashlib.sha256("\n".join(roots).encode()).hexdigest()[:16]
+        self.path = cache_dir() / f"images-{digest}.json"
+        try:
+            self.entries: dict[str, list] = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            self.entries = {}
+
+    @staticmethod
+    def _stamp(path: str) -> list:
+        stat = os.stat(path)
+        return [stat.st_size, stat.st_mtime_ns]
+
+    def get(self, path: str) -> str | None:
+        entry = self.entries.get(path)
+        return entry[2] if entry and entry[:2] == self._stamp(path) else None
+
+    def put(self, path: str, problem: str) -> None:
+        self.entries[path] = [*self._stamp(path), problem]
+
+    def save(self) -> None:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(self.entries))
+            os.replace(tmp, self.path)
+        except OSError:
+            pass  # an unwritable cache costs a check next time, nothing more
+
+
+def load_image_folder(cfg: ImageFolderData, status: Callable[[str], object] | None = None) -> Dataset:
+    splits = check_images(split_files(cfg), cfg.skip_bad_files, status)
     channels = 3 if cfg.color_mode == "rgb" else 1
     height, width = cfg.image_size
 
@@ -103,15 +228,7 @@ def load_image_folder(cfg: ImageFolderData) -> Dataset:
 
         return load
 
-    return Dataset(
-        train=Split(len(train[0]), load=decoder(*train)),
-        val=Split(len(val[0]), load=decoder(*val)) if val[0] else None,
-        test=Split(len(test[0]), load=decoder(*test)),
-        spec=InputSpec((height, width, channels), "image"),
-        num_classes_seen=len(classes),
-        source=str(cfg.path),
-        files={"classes.txt": "\n".join(classes) + "\n"},
-    )
+    return _dataset(cfg, splits, decoder, InputSpec((height, width, channels), "image"), {})
 
 
 def load_text_folder(cfg: TextFolderData) -> Dataset:
@@ -120,41 +237,46 @@ def load_text_folder(cfg: TextFolderData) -> Dataset:
     import keras
     import tensorflow as tf
 
-    train, val, test, classes = _splits(cfg, TEXT_EXTENSIONS, "text")
+    splits = split_files(cfg)
+
+    def read(path):
+        return tf.strings.unicode_transcode(tf.io.read_file(path), cfg.encoding, "UTF-8",
+                                            errors="replace")
+
     vectorize = keras.layers.TextVectorization(max_tokens=cfg.max_tokens,
                                                output_sequence_length=cfg.sequence_length)
-    texts = tf.data.Dataset.from_tensor_slices(train[0]).map(
-        tf.io.read_file, num_parallel_calls=tf.data.AUTOTUNE).batch(256)
+    texts = tf.data.Dataset.from_tensor_slices(splits.train[0]).map(
+        read, num_parallel_calls=tf.data.AUTOTUNE).batch(256)
     try:
         vectorize.adapt(texts)
     except tf.errors.OpError as exc:
-        raise DataError(f"{cfg.path}: cannot read the training texts ({exc.message})") from None
+        raise DataError(f"data.path {cfg.path}: cannot read the training texts ({exc.message})") from None
     vocabulary = vectorize.get_vocabulary()
 
     def decoder(files, labels):
         paths, ys = tf.constant(files), tf.constant(labels, tf.int32)
 
         def load(index):
-            return vectorize(tf.io.read_file(paths[index])), ys[index]
+            return vectorize(read(paths[index])), ys[index]
 
         return load
 
+    spec = InputSpec((cfg.sequence_length,), "tokens", len(vocabulary))
+    return _dataset(cfg, splits, decoder, spec, {"vocabulary.txt": "\n".join(vocabulary) + "\n"})
+
+
+def _dataset(cfg, splits: FolderSplits, decoder, spec: InputSpec, files: dict[str, str]) -> Dataset:
+    kept = {"classes.txt": "\n".join(splits.classes) + "\n", **files}
+    if splits.skipped:
+        kept["skipped_files.txt"] = "\n".join(splits.skipped) + "\n"
     return Dataset(
-        train=Split(len(train[0]), load=decoder(*train)),
-        val=Split(len(val[0]), load=decoder(*val)) if val[0] else None,
-        test=Split(len(test[0]), load=decoder(*test)),
-        spec=InputSpec((cfg.sequence_length,), "tokens", len(vocabulary)),
-        num_classes_seen=len(classes),
+        train=Split(len(splits.train[0]), load=decoder(*splits.train)),
+        val=Split(len(splits.val[0]), load=decoder(*splits.val)) if splits.val[0] else None,
+        test=Split(len(splits.test[0]), load=decoder(*splits.test)),
+        spec=spec,
+        num_classes_seen=len(splits.classes),
         source=str(cfg.path),
-        files={"classes.txt": "\n".join(classes) + "\n",
-               "vocabulary.txt": "\n".join(vocabulary) + "\n"},
+        files=kept,
+        notes=[f"{len(splits.skipped)} broken file(s) left out (data.skip_bad_files): listed in "
+               "skipped_files.txt"] if splits.skipped else [],
     )
-
-
-def _check_image_signature(path: str) -> None:
-    """An empty, truncated-to-nothing or non-image file is found now, not mid-training."""
-    with open(path, "rb") as fh:
-        head = fh.read(8)
-    if not any(head.startswith(magic) for magic in IMAGE_SIGNATURES):
-        raise DataError(f"{path}: not a PNG, JPEG, GIF or BMP image "
-                        f"({'empty file' if not head else 'unknown format'}); remove or replace it")

@@ -4,7 +4,7 @@ Epoch e's order is `stateless_shuffle(range(n), seed=(seed, e))`: a pure functio
 and the epoch, not of how many iterators were created before. So `Model.fit` and the custom
 loop, and every policy in a compare, see exactly the same batches in every epoch, and a
 resumed run can start at any (epoch, step). Splits that can only be read in order (a CSV file,
-a TFDS split) are shuffled through a buffer seeded the same way.
+a TFDS split) are shuffled a block at a time, each block seeded the same way.
 
 The training data is one stream of `epochs x steps_per_epoch` batches. In-memory arrays are
 gathered by index a whole batch at a time: one memcpy per batch, where shuffling examples one
@@ -62,7 +62,7 @@ class Batches:
 
 
 def make_batches(data: Dataset, batch_size: int, epochs: int, seed: int, binary_labels: bool,
-                 shuffle_buffer: int = STREAM_SHUFFLE_BUFFER) -> Batches:
+                 shuffle_buffer: int | None = None) -> Batches:
     target = _binary_targets if binary_labels else None
     val = _held_on_host(data.val) if data.val is not None else None
     return Batches(
@@ -73,7 +73,7 @@ def make_batches(data: Dataset, batch_size: int, epochs: int, seed: int, binary_
         epochs=epochs,
         seed=seed,
         target=target,
-        shuffle_buffer=shuffle_buffer,
+        shuffle_buffer=shuffle_buffer or STREAM_SHUFFLE_BUFFER,
     )
 
 
@@ -124,10 +124,8 @@ def training_stream(split: Split, batch_size: int, seed: int, first_epoch: int, 
     def one_epoch(epoch):
         # batched within the epoch: the last batch of an epoch is short, never mixed with the next
         if split.stream is not None:
-            # a tensor seed per epoch: the buffer shuffles the same way for every iterator
-            shuffled = split.stream().shuffle(min(shuffle_buffer, split.size),
-                                              seed=tf.constant(seed, tf.int64) * 1_000_003 + epoch)
-            return shuffled.batch(batch_size)
+            return _block_shuffled(tf, split.stream(), min(shuffle_buffer, split.size), seed,
+                                   epoch).batch(batch_size)
         order = tf.data.Dataset.from_tensor_slices(_shuffled(tf, split.size, seed, epoch))
         if split.load is not None:  # files, decoded in parallel in order
             return order.map(split.load, num_parallel_calls=tf.data.AUTOTUNE,
@@ -138,6 +136,24 @@ def training_stream(split: Split, batch_size: int, seed: int, first_epoch: int, 
     if split.arrays is not None:
         batches = _gather(tf, batches, split.arrays)
     return _finish(tf, batches, target)
+
+
+def _block_shuffled(tf, examples, block: int, seed: int, epoch):
+    """A stream shuffled `block` examples at a time, each block by `stateless_shuffle` seeded
+    with (seed, epoch, block number): a pure function of the seed and the epoch, like the
+    indexed splits' order. (`Dataset.shuffle` with a tensor seed fails when the global seed
+    is 0, the default: TensorFlow compares the seeds as Python booleans.) Memory holds one
+    block, as a shuffle buffer of that size would; a file sorted by class needs a block as
+    large as the file to mix its classes."""
+    epoch_seed = tf.constant(seed, tf.int64) * 1_000_003 + tf.cast(epoch, tf.int64)
+
+    def shuffle(number, rows):
+        x, y = rows
+        order = tf.random.experimental.stateless_shuffle(
+            tf.range(tf.shape(y, out_type=tf.int64)[0]), seed=tf.stack([epoch_seed, number]))
+        return tf.gather(x, order), tf.gather(y, order)
+
+    return examples.batch(block).enumerate().map(shuffle).unbatch()
 
 
 def in_order(split: Split, batch_size: int, target=None):

@@ -1,16 +1,21 @@
 """`csv`: a table with a label column, for tabular models.
 
-One pass in Python reads the file before training: it counts the rows, finds the classes
-(whole numbers are class ids; any other labels are class names, numbered in sorted order) and
-checks that every feature is a finite number, so a bad cell is reported with its line and
-column now rather than as a failed step later. Training then streams the file through
-`tf.data.experimental.CsvDataset`, so the table never has to fit in memory.
+One pass in Python reads the file before training (`read_table`): it counts the rows, finds
+the classes (whole numbers are class ids; any other labels are class names, numbered in
+sorted order) and checks that every feature is a finite number and every label is there, so a
+bad cell is reported with its line and column now rather than as a failed step later.
+`validate` makes the same pass. Training then streams the file through the same reader (the
+`csv` module: quotes, CRLF line ends, blank lines and Excel's UTF-8 byte-order mark are read
+as spreadsheets write them), so the rows trained on are exactly the rows checked, and the
+table never has to fit in memory.
 """
 
 from __future__ import annotations
 
 import csv
 import math
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -19,23 +24,39 @@ from mptrain.config.schema import CsvData
 from mptrain.data.dataset import Dataset, InputSpec, Split, hash_fraction
 from mptrain.errors import DataError
 
+ENCODING = "utf-8-sig"  # UTF-8, without the byte-order mark spreadsheets put first
+DELIMITERS = ",;\t|"
+
+
+def _lines(path: Path, delimiter: str) -> Iterator[tuple[int, list[str]]]:
+    """(line number, cells) of every non-blank row, the header included."""
+    try:
+        with open(path, newline="", encoding=ENCODING) as fh:
+            reader = csv.reader(fh, delimiter=delimiter)
+            for row in reader:
+                if row and any(cell.strip() for cell in row):
+                    yield reader.line_num, row
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{path}: not UTF-8 text (byte {exc.object[exc.start]:#04x}); save the "
+                        "table as UTF-8 CSV") from None
+    except csv.Error as exc:
+        raise DataError(f"{path}: not a readable CSV file ({exc})") from None
+    except OSError as exc:
+        raise DataError(f"{path}: cannot read ({exc.strerror})") from None
+
 
 def read_header(path: Path, delimiter: str) -> list[str]:
-    try:
-        with open(path, newline="", encoding="utf-8") as fh:
-            header = next(csv.reader(fh, delimiter=delimiter), None)
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DataError(f"{path}: cannot read as a UTF-8 CSV file ({exc})") from None
-    if not header:
+    first = next(_lines(path, delimiter), None)
+    if first is None:
         raise DataError(f"{path}: empty file; a CSV data set needs a header row and data rows")
-    return [name.strip() for name in header]
+    return [name.strip() for name in first[1]]
 
 
 def columns(cfg: CsvData, header: list[str], path: Path) -> tuple[list[int], int]:
     """Indices of the feature columns and of the label column; unknown names are errors."""
     if cfg.label_column not in header:
-        raise DataError(f"{path}: no column {cfg.label_column!r} (data.label_column); "
-                        f"the columns are {', '.join(header)}")
+        raise DataError(f"{path}: no column {cfg.label_column!r} (data.label_column); the "
+                        f"columns are {', '.join(header)}{_delimiter_hint(header, cfg.delimiter)}")
     features = cfg.feature_columns or [c for c in header if c != cfg.label_column]
     missing = [c for c in features if c not in header]
     if missing:
@@ -46,35 +67,68 @@ def columns(cfg: CsvData, header: list[str], path: Path) -> tuple[list[int], int
     return [header.index(c) for c in features], header.index(cfg.label_column)
 
 
+def _delimiter_hint(header: list[str], delimiter: str) -> str:
+    """When the header reads as one column, the delimiter the file seems to use."""
+    if len(header) != 1:
+        return ""
+    try:
+        found = csv.Sniffer().sniff(header[0], delimiters=DELIMITERS.replace(delimiter, "")).delimiter
+    except csv.Error:
+        return ""
+    shown = "\\t" if found == "\t" else found
+    return (f" (one column: the file seems to use {shown!r} between cells; set "
+            f"data.delimiter: {shown!r})")
+
+
+@dataclass(frozen=True)
+class Table:
+    """What the pass over a CSV file found: its columns, labels and splits."""
+
+    feature_idx: list[int]
+    label_idx: int
+    classes: list[str]
+    class_id: dict[str, int]
+    numeric: bool  # labels are class ids, not names
+    train_rows: np.ndarray  # data-row numbers in the training file, training split
+    val_rows: np.ndarray
+    test_rows: np.ndarray  # data-row numbers in the test file (the training file without test_path)
+    test_path: Path
+    total_rows: int  # in the training file
+
+
 def _scan(path: Path, cfg: CsvData, feature_idx: list[int], label_idx: int) -> list[str]:
-    """Every row's label (as text); feature cells checked to be finite numbers."""
+    """Every data row's label (as text), each feature checked to be a finite number."""
     labels = []
     width = max(feature_idx + [label_idx]) + 1
-    with open(path, newline="", encoding="utf-8") as fh:
-        reader = csv.reader(fh, delimiter=cfg.delimiter)
-        next(reader)
-        for line, row in enumerate(reader, start=2):
-            if not row:
-                continue
-            if len(row) < width:
-                raise DataError(f"{path}, line {line}: {len(row)} cells, the header has more")
-            for i in feature_idx:
-                try:
-                    value = float(row[i])
-                except ValueError:
-                    value = math.nan
-                if not math.isfinite(value):
-                    raise DataError(f"{path}, line {line}, column {i + 1}: {row[i]!r} is not a "
-                                    "finite number; features must be numbers")
-            labels.append(row[label_idx].strip())
+    label_name = cfg.label_column
+    rows = _lines(path, cfg.delimiter)
+    next(rows, None)  # the header
+    for line, row in rows:
+        if len(row) < width:
+            raise DataError(f"{path}, line {line}: {len(row)} cells, the header has more")
+        for i in feature_idx:
+            try:
+                value = float(row[i])
+            except ValueError:
+                value = math.nan
+            if not math.isfinite(value):
+                what = "an empty cell" if not row[i].strip() else f"{row[i]!r} is not a finite number"
+                raise DataError(f"{path}, line {line}, column {i + 1}: {what}; features must be "
+                                "finite numbers")
+        label = row[label_idx].strip()
+        if not label or label.lower() in ("nan", "inf", "-inf", "null", "none", "na"):
+            what = "an empty label" if not label else f"label {label!r}"
+            raise DataError(f"{path}, line {line}, column {label_idx + 1} ({label_name}): {what}; "
+                            "every row needs its class")
+        labels.append(label)
     if not labels:
         raise DataError(f"{path}: a header but no data rows")
     return labels
 
 
-def load_csv(cfg: CsvData) -> Dataset:
-    import tensorflow as tf
-
+def read_table(cfg: CsvData) -> Table:
+    """The whole pass: header, cells, classes, and which rows are training, validation, test
+    (a hash of the row number, the same on every machine)."""
     header = read_header(cfg.path, cfg.delimiter)
     feature_idx, label_idx = columns(cfg, header, cfg.path)
     train_labels = _scan(cfg.path, cfg, feature_idx, label_idx)
@@ -87,55 +141,51 @@ def load_csv(cfg: CsvData) -> Dataset:
     numeric = all(v.isdigit() for v in every)
     classes = sorted(set(every), key=int if numeric else str)
     class_id = {name: int(name) if numeric else i for i, name in enumerate(classes)}
-
-    def rows(path: Path, keep: np.ndarray):
-        """Stream of (features, label) for the rows where `keep` is true, in file order."""
-        keys, values = list(class_id), [class_id[k] for k in class_id]
-        table = tf.lookup.StaticHashTable(tf.lookup.KeyValueTensorInitializer(
-            tf.constant(keys), tf.constant(values, tf.int32)), default_value=-1)
-        selected = sorted(feature_idx + [label_idx])
-        defaults = [tf.constant("") if i == label_idx else tf.constant(0.0) for i in selected]
-        label_at = selected.index(label_idx)
-        mask = tf.constant(keep)
-
-        def stream():
-            lines = tf.data.experimental.CsvDataset(str(path), defaults, header=True,
-                                                    field_delim=cfg.delimiter, select_cols=selected)
-            kept = lines.enumerate().filter(lambda i, cells: mask[i]).map(lambda i, cells: cells)
-            return kept.map(lambda *cells: (
-                tf.stack([cells[j] for j in range(len(cells)) if j != label_at]),
-                table.lookup(tf.strings.strip(cells[label_at]))))
-
-        return stream
-
     n = len(train_labels)
     if test_labels is None:
         is_test = np.array([hash_fraction(str(i), "test") < cfg.test_split for i in range(n)])
-        train_rows = np.flatnonzero(~is_test)
-        test_mask, test_path = is_test, cfg.path
+        train_rows, test_rows = np.flatnonzero(~is_test), np.flatnonzero(is_test)
     else:
-        train_rows = np.arange(n)
-        test_mask, test_path = np.ones(len(test_labels), bool), cfg.test_path
+        train_rows, test_rows = np.arange(n), np.arange(len(test_labels))
     if cfg.max_train_examples:
         train_rows = train_rows[: cfg.max_train_examples]
-    cut = len(train_rows) - int(len(train_rows) * cfg.validation_split)
-    if cut == 0 or not test_mask.any():
-        raise DataError(f"{cfg.path}: {n} rows are too few for the test and validation splits")
     if cfg.max_test_examples:
-        test_mask &= np.cumsum(test_mask) <= cfg.max_test_examples
+        test_rows = test_rows[: cfg.max_test_examples]
+    cut = len(train_rows) - int(len(train_rows) * cfg.validation_split)
+    if cut == 0 or not len(test_rows):
+        raise DataError(f"{cfg.path}: {n} rows are too few for the test and validation splits")
+    return Table(feature_idx, label_idx, classes, class_id, numeric, train_rows[:cut],
+                 train_rows[cut:], test_rows, cfg.test_path or cfg.path, n)
 
-    def mask_of(indices: np.ndarray, size: int) -> np.ndarray:
-        keep = np.zeros(size, bool)
-        keep[indices] = True
-        return keep
 
-    val_rows = train_rows[cut:]
+def load_csv(cfg: CsvData) -> Dataset:
+    table = read_table(cfg)
+
+    def stream(path: Path, rows: np.ndarray):
+        """() → a tf.data stream of (features, label) of those data rows, in file order."""
+        import tensorflow as tf
+
+        wanted = set(rows.tolist())
+
+        def examples():
+            data = _lines(path, cfg.delimiter)
+            next(data, None)  # the header
+            for index, (_, row) in enumerate(data):
+                if index in wanted:
+                    yield (np.array([float(row[i]) for i in table.feature_idx], np.float32),
+                           np.int32(table.class_id[row[table.label_idx].strip()]))
+
+        signature = (tf.TensorSpec((len(table.feature_idx),), tf.float32),
+                     tf.TensorSpec((), tf.int32))
+        return lambda: tf.data.Dataset.from_generator(examples, output_signature=signature)
+
     return Dataset(
-        train=Split(cut, stream=rows(cfg.path, mask_of(train_rows[:cut], n))),
-        val=Split(len(val_rows), stream=rows(cfg.path, mask_of(val_rows, n))) if len(val_rows) else None,
-        test=Split(int(test_mask.sum()), stream=rows(test_path, test_mask)),
-        spec=InputSpec((len(feature_idx),), "vector"),
-        num_classes_seen=max(class_id.values()) + 1,
+        train=Split(len(table.train_rows), stream=stream(cfg.path, table.train_rows)),
+        val=(Split(len(table.val_rows), stream=stream(cfg.path, table.val_rows))
+             if len(table.val_rows) else None),
+        test=Split(len(table.test_rows), stream=stream(table.test_path, table.test_rows)),
+        spec=InputSpec((len(table.feature_idx),), "vector"),
+        num_classes_seen=max(table.class_id.values()) + 1,
         source=str(cfg.path),
-        files={} if numeric else {"classes.txt": "\n".join(classes) + "\n"},
+        files={} if table.numeric else {"classes.txt": "\n".join(table.classes) + "\n"},
     )

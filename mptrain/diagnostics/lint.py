@@ -4,7 +4,9 @@ From the built model (nothing trains):
 - dimensions that Tensor Cores want as multiples of 8, and TPUs as multiples of 128 (the
   guide's performance advice): Dense units and input features, convolution filters and input
   channels, attention head sizes, embedding sizes and vocabularies, the batch size; each with
-  the nearest aligned value and the layer's share of the model's FLOPs, largest first;
+  the nearest aligned value and the layer's share of the model's FLOPs, largest first. Only
+  for hardware that has such units: a GPU with Tensor Cores or a TPU here, or the target the
+  user names (`lint --target gpu`); a layer with under 1% of the FLOPs is a note at most;
 - a model too small to gain: its arithmetic per step takes less time than launching the
   step's operations;
 - numerics: an output that was not float32, a layer that ignores the policy (variables or
@@ -15,33 +17,81 @@ Every finding says what to change in the YAML. Warnings decide the exit code; in
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+if TYPE_CHECKING:
+    from mptrain.experiment import Prepared
+    from mptrain.flops import ForwardProfile
 
 TENSOR_CORE_MULTIPLE, TPU_MULTIPLE = 8, 128
+# A layer doing less of the work than this cannot make a model slow, whatever its shape.
+NEGLIGIBLE_SHARE = 0.01
+Target = Literal["auto", "gpu", "tpu", "cpu"]
 # Per-operation launch cost (kernel dispatch, framework bookkeeping): a rule of thumb, not a
 # measurement of this machine; small models are flagged only when far below it.
 LAUNCH_SECONDS = {"CPU": 5e-6, "GPU": 10e-6, "TPU": 10e-6}
 
 
-@dataclass(frozen=True)
-class Finding:
-    kind: str  # alignment | small_model | output_dtype | policy_ignored | softmax_16bit
-    severity: str  # warning | info
+class Finding(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["alignment", "small_model", "output_dtype", "policy_ignored", "softmax_16bit"]
+    severity: Literal["warning", "info"]
     layer: str | None
     message: str
     flops_share: float | None = None
 
-    def to_dict(self) -> dict:
-        return asdict(self)
+
+class LintReport(BaseModel):
+    """What `mptrain lint` found, for the renderers and `--json`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    experiment: str
+    policy: str
+    device: str
+    alignment_for: str | None  # the units dimensions were checked for, or None: not checked
+    flops_per_example: int
+    operations: int
+    findings: list[Finding]
+
+    @property
+    def warnings(self) -> int:
+        return sum(f.severity == "warning" for f in self.findings)
+
+    @property
+    def summary(self) -> str:
+        notes = len(self.findings) - self.warnings
+        return f"{self.warnings} warning(s), {notes} note(s)" if self.findings else "no findings"
 
 
-def lint(model, config, choice, machine, profile, notes: list[str]) -> list[Finding]:
+def _finding(kind: str, severity: str, layer: str | None, message: str,
+             flops_share: float | None = None) -> Finding:
+    return Finding(kind=kind, severity=severity, layer=layer, message=message, flops_share=flops_share)
+
+
+def alignment_units(machine, target: Target) -> str | None:
+    """Which matrix units the dimensions are checked for: those here (Tensor Cores, a TPU),
+    or the target named; None on a CPU, whose units do not care."""
+    if target == "tpu" or (target == "auto" and machine.tpu):
+        return "TPU"
+    if target == "gpu" or (target == "auto" and any(g.float16_tensor_cores for g in machine.gpus)):
+        return "Tensor Cores"
+    return None
+
+
+def lint(prepared: Prepared, profile: ForwardProfile, target: Target = "auto") -> list[Finding]:
     """Every finding for this model, experiment and machine, warnings first, then by the
     layer's share of the FLOPs."""
     total = max(profile.flops, 1)
-    findings = [*_alignment(model, config, profile.flops_by_layer, total, machine),
+    config, machine = prepared.config, prepared.machine
+    units = alignment_units(machine, target)
+    findings = [*(_alignment(prepared.model, config, profile.flops_by_layer, total, units)
+                  if units else []),
                 *_small_model(config, profile, machine),
-                *_numerics(model, choice, notes)]
+                *_numerics(prepared.model, prepared.choice, prepared.notes)]
     return sorted(findings, key=lambda f: (f.severity != "warning", -(f.flops_share or 0)))
 
 
@@ -73,7 +123,7 @@ def isinstance_name(layer, name: str) -> bool:
     return any(cls.__name__ == name for cls in type(layer).__mro__)
 
 
-def _alignment(model, config, flops_by_layer, total, machine) -> list[Finding]:
+def _alignment(model, config, flops_by_layer, total, units: str) -> list[Finding]:
     findings = []
     sized = [(layer, dims) for layer in _layers(model) if (dims := _dimensions(layer))]
     first_layer = True
@@ -84,33 +134,34 @@ def _alignment(model, config, flops_by_layer, total, machine) -> list[Finding]:
             # units are the classes, whoever wrote the model)
             fixed = ((first_layer and what in ("input features", "input channels"))
                      or (layer is sized[-1][0] and what == "units"))
-            message = _misaligned(size, machine)
+            message = _misaligned(size, units)
             if message is None:
                 continue
-            severity = "info" if fixed else "warning"
-            fix = ("set by the data or the number of classes; padding them seldom pays"
-                   if fixed else _yaml_hint(layer.name, what, config))
-            findings.append(Finding("alignment", severity, layer.name,
+            negligible = share < NEGLIGIBLE_SHARE and what != "vocabulary"
+            severity = "info" if fixed or negligible else "warning"
+            if fixed:
+                fix = "set by the data or the number of classes; padding them seldom pays"
+            elif negligible:
+                fix = f"only {share:.1%} of the FLOPs: aligning it would not change the step time"
+            else:
+                fix = _yaml_hint(layer.name, what, config)
+            findings.append(_finding("alignment", severity, layer.name,
                                     f"{layer.name}: {what} {size} {message}; {fix}", share))
         first_layer = False
     batch = config.train.batch_size
-    message = _misaligned(batch, machine)
+    message = _misaligned(batch, units)
     if message is not None:
-        findings.append(Finding("alignment", "warning", None,
+        findings.append(_finding("alignment", "warning", None,
                                 f"batch size {batch} {message}; set train.batch_size", None))
     return findings
 
 
-def _misaligned(size: int, machine) -> str | None:
-    """'is not a multiple of 8 (Tensor Cores): use 72' or None when aligned. The TPU
-    multiple is checked only where a TPU is present."""
-    parts = []
-    if size % TENSOR_CORE_MULTIPLE:
-        parts.append(f"is not a multiple of {TENSOR_CORE_MULTIPLE} (Tensor Cores): "
-                     f"use {_nearest(size, TENSOR_CORE_MULTIPLE)}")
-    if machine.tpu and size % TPU_MULTIPLE:
-        parts.append(f"not a multiple of {TPU_MULTIPLE} (TPU): use {_nearest(size, TPU_MULTIPLE)}")
-    return "; ".join(parts) or None
+def _misaligned(size: int, units: str) -> str | None:
+    """'is not a multiple of 8 (Tensor Cores): use 72' or None when aligned."""
+    multiple = TPU_MULTIPLE if units == "TPU" else TENSOR_CORE_MULTIPLE
+    if size % multiple == 0:
+        return None
+    return f"is not a multiple of {multiple} ({units}): use {_nearest(size, multiple)}"
 
 
 def _nearest(size: int, multiple: int) -> int:
@@ -148,7 +199,7 @@ def _small_model(config, profile, machine) -> list[Finding]:
     launch = 3 * profile.ops * LAUNCH_SECONDS[device]
     if compute >= launch:
         return []
-    return [Finding("small_model", "warning", None,
+    return [_finding("small_model", "warning", None,
                     f"model too small to gain from 16 bits: a step's arithmetic "
                     f"({flops / 1e6:,.1f} MFLOP) takes ~{compute * 1e6:,.0f} µs at this {device}'s "
                     f"float32 peak, less than launching its ~{3 * profile.ops} operations "
@@ -162,7 +213,7 @@ def _numerics(model, choice, notes: list[str]) -> list[Finding]:
 
     findings = []
     if any("appended a float32" in note for note in notes):
-        findings.append(Finding(
+        findings.append(_finding(
             "output_dtype", "warning", None,
             "the model's own output was not float32 (mptrain appended a float32 output): its "
             "softmax or last layer computes in 16 bits; give the last activation "
@@ -176,7 +227,7 @@ def _numerics(model, choice, notes: list[str]) -> list[Finding]:
                if keras.backend.standardize_dtype(v.dtype) not in (wanted_variables, "int64", "int32")
                and "seed_generator" not in v.path]
         if odd:
-            findings.append(Finding("policy_ignored", "warning", layer.name,
+            findings.append(_finding("policy_ignored", "warning", layer.name,
                                     f"{layer.name}: variables {', '.join(odd[:3])} are not "
                                     f"{wanted_variables} under {policy}: the layer creates them "
                                     "with a fixed dtype instead of following the policy", None))
@@ -187,31 +238,25 @@ def _numerics(model, choice, notes: list[str]) -> list[Finding]:
             out = keras.backend.standardize_dtype(output.dtype)
             if out == "float32" and type(layer).__name__ not in ("LayerNormalization",
                                                                    "BatchNormalization"):
-                findings.append(Finding("policy_ignored", "info", layer.name,
+                findings.append(_finding("policy_ignored", "info", layer.name,
                                         f"{layer.name}: computes under {policy} but outputs float32 "
                                         "(it casts up, or ignores the policy)", None))
         is_softmax = type(layer).__name__ == "Softmax" or (
             type(layer).__name__ == "Activation" and getattr(layer.activation, "__name__", "") == "softmax")
         if is_softmax and compute in ("float16", "bfloat16"):
-            findings.append(Finding("softmax_16bit", "warning", layer.name,
+            findings.append(_finding("softmax_16bit", "warning", layer.name,
                                     f"{layer.name}: softmax in {compute}; keep it float32 with "
                                     f"model.float32_layers: [{layer.name}]", None))
         if isinstance_name(layer, "MultiHeadAttention") and getattr(layer, "_dropout", 0) > 0:
             inner = getattr(layer, "_softmax", None)
             if inner is not None and inner.compute_dtype in ("float16", "bfloat16"):
-                findings.append(Finding(
+                findings.append(_finding(
                     "softmax_16bit", "warning", layer.name,
                     f"{layer.name}: with attention dropout Keras computes the attention softmax "
                     f"in {inner.compute_dtype}; mptrain's transformer avoids it "
                     "(Float32SoftmaxAttention), or keep the layer float32 with "
                     f"model.float32_layers: [{layer.name}]", None))
     return findings
-
-
-def summary_line(findings: list[Finding]) -> str:
-    warnings = sum(f.severity == "warning" for f in findings)
-    infos = len(findings) - warnings
-    return f"{warnings} warning(s), {infos} note(s)" if findings else "no findings"
 
 
 def worth_saying(findings: list[Finding], limit: int = 5) -> list[str]:
@@ -221,32 +266,15 @@ def worth_saying(findings: list[Finding], limit: int = 5) -> list[str]:
     return warnings[:limit] + ([f"... and {more} more: `mptrain lint` lists them"] if more > 0 else [])
 
 
-
-def lint_experiment(config, verbose: bool = False) -> tuple[list[Finding], dict]:
-    """Build the experiment's model under the policy it would run with, and lint it."""
-    from mptrain.data import load_dataset
+def lint_experiment(config, target: Target = "auto", verbose: bool = False) -> LintReport:
+    """Set the experiment up as `run` would (without training) and lint its model."""
+    from mptrain.experiment import prepare
     from mptrain.flops import forward_profile
-    from mptrain.hardware import probe
-    from mptrain.model import build_model, check_model_fits
-    from mptrain.policy import apply_policy, choose_policy
-    from mptrain.preflight import check_experiment
-    from mptrain.tf_runtime import import_tensorflow, seed_everything
 
-    check_experiment(config)
-    tf = import_tensorflow(verbose)
-    spec = load_dataset(config.data, config.seed).spec
-    check_model_fits(config, spec)
-    machine = probe(tf, check_xla=False)
-    choice = choose_policy(config.policy, config.train.jit_compile, machine,
-                           config.train.xla_optimizer_update)
-    seed_everything(config.seed)
-    apply_policy(choice.name)
-    try:
-        built = build_model(config, spec)
-        profile = forward_profile(built.model)
-        findings = lint(built.model, config, choice, machine, profile, built.notes)
-    finally:
-        apply_policy("float32")
-    context = {"experiment": config.name, "policy": choice.name, "device": machine.device_label,
-               "flops_per_example": 3 * profile.flops, "operations": profile.ops}
-    return findings, context
+    prepared = prepare(config, verbose=verbose)
+    profile = forward_profile(prepared.model)
+    return LintReport(experiment=config.name, policy=prepared.choice.name,
+                      device=prepared.machine.device_label,
+                      alignment_for=alignment_units(prepared.machine, target),
+                      flops_per_example=3 * profile.flops, operations=profile.ops,
+                      findings=lint(prepared, profile, target))

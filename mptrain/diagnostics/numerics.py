@@ -1,30 +1,34 @@
 """`mptrain diagnose`: would this model's numbers survive 16 bits? Measured, in float32.
 
-A few real training steps run in float32 on the experiment's data; on the last one every
-layer's activations, the gradients flowing back into them, and the weight gradients are
-compared with float16's limits:
+The experiment is set up as `run` sets it up (`experiment.prepare`, under float32) and trains
+a few steps with its own training loop; then, on the next batch, every layer's activations,
+the gradients flowing back into them, and the weight gradients are compared with float16's
+limits:
 - overflow: |x| > 65504 becomes inf;
 - underflow: 0 < |x| < 2^-24 (the smallest subnormal) becomes 0, and below 2^-14 (the
   smallest normal) keeps fewer digits;
 with and without the configured loss scale (gradients are what loss scaling multiplies), and
 the range of scales that keeps every gradient representable. For bfloat16, whose range is
-float32's, what is lost is precision: the same steps in mixed_bfloat16 give each layer's
-relative error against float32.
+float32's, what is lost is precision: the same batch through the model built under
+mixed_bfloat16 with the same weights gives each layer's relative error against float32.
+
+Layers are the model's top-level layers: a nested model (an application's backbone, a
+subclassed model) is one row, read as a whole.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-
 import numpy as np
+from pydantic import BaseModel, ConfigDict
 
 F16_MAX = 65504.0
 F16_MIN_NORMAL = 2.0**-14
 F16_MIN_SUBNORMAL = 2.0**-24
 
 
-@dataclass
-class LayerNumbers:
+class LayerNumbers(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
     layer: str
     activation_max: float
     activation_overflow: float  # fraction of activation values above float16's max
@@ -36,8 +40,9 @@ class LayerNumbers:
     bfloat16_error: float | None = None  # relative error of the outputs under mixed_bfloat16
 
 
-@dataclass
-class Diagnosis:
+class Diagnosis(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
     experiment: str
     steps: int
     loss_scale: float
@@ -47,14 +52,11 @@ class Diagnosis:
     gradient_overflow_scaled: float
     scale_range: tuple[float, float] | None  # scales keeping gradients in float16's range
     overflowing_layers: list[str]
-    verdicts: dict[str, str] = field(default_factory=dict)
+    verdicts: dict[str, str] = {}
     recommendation: str = ""
 
-    def to_dict(self) -> dict:
-        return asdict(self)
 
-
-def fractions(values: np.ndarray, scale: float = 1.0) -> tuple[float, float, float]:
+def fractions(values: np.ndarray, scale: float = 1.0) -> tuple[float, float, int]:
     """(underflow, overflow, nonzero count) of `values * scale` in float16."""
     magnitudes = np.abs(values.astype(np.float64)) * scale
     nonzero = magnitudes > 0
@@ -67,50 +69,29 @@ def fractions(values: np.ndarray, scale: float = 1.0) -> tuple[float, float, flo
 
 
 def diagnose(config, steps: int = 5, verbose: bool = False) -> Diagnosis:
-    from mptrain.data import check_labels_fit_model, load_dataset
-    from mptrain.data.pipeline import make_batches
-    from mptrain.model import build_model, check_model_fits
-    from mptrain.policy import apply_policy
-    from mptrain.preflight import check_experiment
-    from mptrain.tf_runtime import import_tensorflow, seed_everything
-    from mptrain.training.losses import build_loss
-    from mptrain.training.optimizer import build_optimizer
+    from mptrain.experiment import prepare
+    from mptrain.training.monitor import TrainingMonitor
 
-    check_experiment(config)
-    tf = import_tensorflow(verbose)
-    data = load_dataset(config.data, config.seed)
-    check_labels_fit_model(data, config)
-    check_model_fits(config, data.spec)
-    batches = make_batches(data, config.train.batch_size, 1, config.seed,
-                           binary_labels=config.train.loss == "binary_crossentropy")
-    seed_everything(config.seed)
-    apply_policy("float32")
-    model = build_model(config, data.spec).model
-    loss_fn = build_loss(config)
-    optimizer = build_optimizer(config.train.optimizer, batches.steps_per_epoch)
-    optimizer.build(model.trainable_variables)
-    layers, probe = _layer_probe(model)
-
-    iterator = iter(batches.train)
-    taken = 0
-    for x, y in iterator:
-        taken += 1
-        with tf.GradientTape() as tape:
-            outputs = probe(x, training=True)
-            loss = loss_fn(y, outputs[-1])
-        if taken < min(steps, batches.steps_per_epoch):
-            gradients = tape.gradient(loss, model.trainable_variables)
-            optimizer.apply(gradients, model.trainable_variables)
-            continue
-        # the measured step: activation gradients and weight gradients, not applied
-        activation_grads, weight_grads = tape.gradient(loss, (outputs, model.trainable_variables))
-        break
+    prepared = prepare(config, policy="float32", verbose=verbose)
+    tf, model, batches = prepared.tf, prepared.model, prepared.batches
+    warm = min(steps, batches.steps_per_epoch) - 1
+    if warm:  # the experiment's own training loop: its optimizer, loss, step
+        monitor = TrainingMonitor(epochs=batches.epochs, steps_per_epoch=batches.steps_per_epoch,
+                                  max_steps=warm)
+        prepared.loop.train(batches, monitor)
+    x, y = next(iter(batches.train_from(0, warm)))
+    loss_fn = prepared.loop.loss_fn
+    layers, probe = layer_probe(model)
+    with tf.GradientTape() as tape:
+        *outputs, prediction = probe(x, training=True)
+        loss = loss_fn(y, prediction)
+    activation_grads, weight_grads = tape.gradient(loss, (outputs, model.trainable_variables))
     scale = config.train.loss_scale.initial_scale
     owner = _variable_owners(layers)
     numbers, all_grads = [], []
-    for i, layer in enumerate(layers):
-        acts = np.asarray(outputs[i], np.float64)
-        grads = [_dense(g) for g in (activation_grads[i],) if g is not None]
+    for layer, output, activation_grad in zip(layers, outputs, activation_grads, strict=True):
+        acts = np.asarray(output, np.float64)
+        grads = [_dense(g) for g in (activation_grad,) if g is not None]
         grads += [_dense(g) for g, v in zip(weight_grads, model.trainable_variables, strict=True)
                   if g is not None and owner.get(id(v)) == layer.name]
         flat = np.concatenate([g.ravel() for g in grads]) if grads else np.zeros(0)
@@ -129,11 +110,10 @@ def diagnose(config, steps: int = 5, verbose: bool = False) -> Diagnosis:
     everything = np.concatenate(all_grads) if all_grads else np.zeros(0)
     under_all, _, _ = fractions(everything)
     under_scaled_all, over_scaled_all, _ = fractions(everything, scale)
-    errors = _bfloat16_errors(config, data.spec, model, x, [layer.name for layer in layers])
-    for entry in numbers:
-        entry.bfloat16_error = errors.get(entry.layer)
+    errors = _bfloat16_errors(config, prepared.data.spec, model, x)
+    numbers = [n.model_copy(update={"bfloat16_error": errors.get(n.layer)}) for n in numbers]
     result = Diagnosis(
-        experiment=config.name, steps=taken, loss_scale=scale, layers=numbers,
+        experiment=config.name, steps=warm + 1, loss_scale=scale, layers=numbers,
         gradient_underflow=under_all, gradient_underflow_scaled=under_scaled_all,
         gradient_overflow_scaled=over_scaled_all, scale_range=scale_range(everything),
         overflowing_layers=[n.layer for n in numbers if n.activation_overflow > 0])
@@ -141,8 +121,9 @@ def diagnose(config, steps: int = 5, verbose: bool = False) -> Diagnosis:
     return result
 
 
-def _layer_probe(model):
-    """The model's top-level layers, and a model returning each one's output.
+def layer_probe(model):
+    """The model's top-level layers, and a model returning each one's output and then the
+    model's own output.
 
     Not `layer.output`: that is the output of the layer's first call, which for a nested
     model (a keras.applications backbone) lies in its own graph, not connected to this
@@ -150,12 +131,14 @@ def _layer_probe(model):
     public accessor."""
     import keras
 
-    layers = [layer for layer in model.layers if type(layer).__name__ != "InputLayer"]
     outputs = {}
     for nodes in model._nodes_by_depth.values():
         for node in nodes:
             outputs[id(node.operation)] = node.output_tensors[0]
-    return layers, keras.Model(model.inputs, [outputs[id(layer)] for layer in layers])
+    layers = [layer for layer in model.layers
+              if type(layer).__name__ != "InputLayer" and id(layer) in outputs]
+    return layers, keras.Model(model.inputs, [*(outputs[id(layer)] for layer in layers),
+                                              model.outputs[0]])
 
 
 def _dense(gradient) -> np.ndarray:
@@ -186,8 +169,9 @@ def scale_range(gradients: np.ndarray) -> tuple[float, float] | None:
     return (float(low), float(high))
 
 
-def _bfloat16_errors(config, spec, model32, x, names: list[str]) -> dict[str, float]:
-    """Each layer's outputs under mixed_bfloat16 (same weights, same batch) against float32."""
+def _bfloat16_errors(config, spec, model32, x) -> dict[str, float]:
+    """Each layer's outputs under mixed_bfloat16 (same weights, same batch) against float32,
+    matched by layer name (the 16-bit model may have a float32 output layer appended)."""
     import keras
 
     from mptrain.model import build_model
@@ -197,17 +181,21 @@ def _bfloat16_errors(config, spec, model32, x, names: list[str]) -> dict[str, fl
     try:
         model16 = build_model(config, spec).model
         model16.set_weights(model32.get_weights())
-        outs16 = _layer_probe(model16)[1](x, training=False)
-        outs32 = _layer_probe(model32)[1](x, training=False)
+        layers16, probe16 = layer_probe(model16)
+        layers32, probe32 = layer_probe(model32)
+        outs16 = dict(zip([layer.name for layer in layers16], probe16(x, training=False), strict=False))
+        outs32 = dict(zip([layer.name for layer in layers32], probe32(x, training=False), strict=False))
     finally:
         apply_policy("float32")
     errors = {}
-    for name, a16, a32 in zip(names, outs16, outs32, strict=True):
+    for name, a32 in outs32.items():
+        if name not in outs16:
+            continue
         reference = np.asarray(a32, np.float64)
         norm = np.linalg.norm(reference)
         if norm > 0:
-            errors[name] = float(np.linalg.norm(np.asarray(keras.ops.cast(a16, "float32"), np.float64)
-                                                - reference) / norm)
+            difference = np.asarray(keras.ops.cast(outs16[name], "float32"), np.float64) - reference
+            errors[name] = float(np.linalg.norm(difference) / norm)
     return errors
 
 
@@ -241,6 +229,5 @@ def verdicts(d: Diagnosis) -> tuple[dict[str, str], str]:
                   "too many gradients underflow even with loss scaling")
     else:
         advice = ("either: the values fit float16 with dynamic loss scaling, and bfloat16 needs "
-                  "none; pick by speed (`mptrain check-gpu`)")
+                  "none; pick by speed (`mptrain plan`)")
     return verdicts_, advice
-

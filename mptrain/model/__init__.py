@@ -14,6 +14,8 @@ from typing import Any
 
 from mptrain.config.schema import ExperimentConfig
 from mptrain.data.dataset import InputSpec
+from mptrain.errors import ConfigError
+from mptrain.model.outputs import OutputKind, kind_of_activation, read_output
 
 # model.kind → "module:function(config, spec) -> (keras.Model, notes)", imported when used
 BUILDERS = {
@@ -30,6 +32,7 @@ BUILDERS = {
 @dataclass
 class BuiltModel:
     model: Any  # keras.Model
+    output: OutputKind  # what the loss receives: probabilities or logits
     notes: list[str] = field(default_factory=list)
 
 
@@ -46,7 +49,35 @@ def build_model(config: ExperimentConfig, spec: InputSpec) -> BuiltModel:
         model, changed = rebuild_with_policies(model, rules)
         notes.append("per-layer policies: " + ", ".join(changed))
     model, more = ensure_float32_output(model)
-    return BuiltModel(model, notes + more)
+    output, said = _output_kind(config, model, spec)
+    return BuiltModel(model, output, notes + more + said)
+
+
+def _output_kind(config: ExperimentConfig, model, spec: InputSpec) -> tuple[OutputKind, list[str]]:
+    """Probabilities or logits: mptrain's heads say; a user's model is read (`outputs.py`)
+    unless `model.output_activation` declares it."""
+    declared = config.model.output_activation
+    if declared is not None:
+        return kind_of_activation(declared), []
+    reading = read_output(model, sample_inputs(spec))
+    if reading.kind is None:
+        raise ConfigError(
+            f"model: cannot tell whether the model's output is probabilities or logits "
+            f"({reading.evidence}); set model.output_activation: softmax (or sigmoid) when it "
+            "ends in that activation, linear when it returns logits")
+    loss = "with from_logits=True" if reading.kind == "logits" else "on them"
+    return reading.kind, [f"the model's output is {reading.kind} ({reading.evidence}): the loss "
+                          f"is computed {loss}"]
+
+
+def sample_inputs(spec: InputSpec, batch: int = 8, seed: int = 0):
+    """A few inputs of the data's shape and type, to call a model on."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    if spec.kind == "tokens":
+        return rng.integers(0, spec.vocab_size or 2, size=(batch, *spec.shape)).astype(np.int32)
+    return rng.uniform(0.0, 1.0, size=(batch, *spec.shape)).astype(np.float32)
 
 
 def output_dtype(model) -> str:
@@ -82,7 +113,5 @@ def check_model_fits(config: ExperimentConfig, spec: InputSpec) -> None:
 
         check_transformer_fits(config.model, spec)
     elif kind == "cnn" and len(spec.shape) != 3:
-        from mptrain.errors import ConfigError
-
         raise ConfigError(f"model.kind cnn needs image inputs (height, width, channels); this "
                           f"data set's examples have shape {spec.shape}")

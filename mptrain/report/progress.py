@@ -6,14 +6,12 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from mptrain.report.console import stderr
-from mptrain.summary import EpochRecord, StepRecord
-
-SKIP_WINDOW, SKIP_WARNING = 50, 0.2
+from mptrain.training.records import EpochRecord, StepRecord, TrainingListener
 
 
-class LiveProgress:
-    """A TrainingListener. Live bars need a terminal; elsewhere (CI logs, `2>file`) only the
-    epoch lines are printed."""
+class LiveProgress(TrainingListener):
+    """Live bars need a terminal; elsewhere (CI logs, `2>file`) only the epoch lines and
+    notices are printed."""
 
     def __init__(self, console: Console = stderr, label: str = ""):
         self.console = console
@@ -31,8 +29,6 @@ class LiveProgress:
             transient=True,
         )
         self._task = None
-        self._recent_skips: list[bool] = []
-        self._warned = False
 
     def __enter__(self) -> LiveProgress:
         self.progress.start()
@@ -49,17 +45,6 @@ class LiveProgress:
 
     def step_finished(self, record: StepRecord, step_in_epoch: int) -> None:
         scale = f"scale {record.loss_scale:g}" if record.loss_scale is not None else ""
-        if record.skipped is not None:
-            self._recent_skips = [*self._recent_skips[-(SKIP_WINDOW - 1):], record.skipped]
-            rate = sum(self._recent_skips) / len(self._recent_skips)
-            if len(self._recent_skips) >= 10 and rate > SKIP_WARNING and not self._warned:
-                self._warned = True
-                self.console.print(
-                    f"[yellow]warning:[/] {rate:.0%} of the last {len(self._recent_skips)} steps "
-                    "were skipped (non-finite gradients under float16); the loss scale is at "
-                    f"{record.loss_scale:g}. Persistent skipping wastes the steps: try "
-                    "mixed_bfloat16, or `mptrain diagnose` to see which layer overflows",
-                    soft_wrap=True, highlight=False)
         metrics = " ".join(f"{k} {v:.4f}" for k, v in record.metrics.items())
         self.progress.update(self._task, completed=step_in_epoch, loss=f"{record.loss:.4f}",
                              metrics=metrics, step_ms=f"{record.seconds * 1000:.1f}", scale=scale)
@@ -73,3 +58,6 @@ class LiveProgress:
         steps = f"{record.steps} step" + ("" if record.steps == 1 else "s")
         self.console.print(f"{self.label}epoch {record.epoch}: {steps}  {metrics}{extra}",
                            soft_wrap=True, highlight=False)
+
+    def notice(self, text: str) -> None:
+        self.console.print(f"[yellow]warning:[/] {text}", soft_wrap=True, highlight=False)

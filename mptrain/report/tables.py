@@ -6,7 +6,7 @@ are as wide as their widest value); only text columns (variant names, verdicts) 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich import box
 from rich.console import Group
@@ -16,10 +16,21 @@ from rich.table import Table
 from mptrain.report.console import fmt, human_bytes
 from mptrain.summary import RunSummary
 
+if TYPE_CHECKING:
+    from mptrain.check_gpu import CheckReport
+    from mptrain.compare import CompareRecord
+    from mptrain.config import ExperimentConfig
+    from mptrain.diagnostics.lint import LintReport
+    from mptrain.diagnostics.numerics import Diagnosis
+    from mptrain.memory_plan import MemoryReport
+    from mptrain.plan import PlanRecord
+    from mptrain.policy import PolicyChoice
+
 DTYPE_SHORT = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
 
 
-def run_header(experiment, choice, warning: str | None, notes: list[str]) -> str:
+def run_header(experiment: ExperimentConfig, choice: PolicyChoice, warning: str | None,
+               notes: list[str]) -> str:
     """What is about to run, printed before the first step."""
     policy = choice.name if choice.requested == choice.name else f"{choice.name} (from {choice.requested})"
     xla = "XLA step" if choice.jit_compile else (
@@ -104,10 +115,10 @@ def _compute_line(s: RunSummary) -> str:
     return line
 
 
-def compare_tables(record) -> Group:
+def compare_tables(record: CompareRecord) -> Group:
     """Two tables that each fit 80 columns: the answer (step time, speed-up, accuracy, loss
     scale, verdict) and the details (spread, throughput, compute, training memory)."""
-    from mptrain.compare import NOT_RUN
+    from mptrain.compare import NOT_RUN, WAITING
 
     base = record.baseline_policy
     style = {"title_justify": "left", "box": box.SIMPLE_HEAD, "show_edge": False,
@@ -121,7 +132,7 @@ def compare_tables(record) -> Group:
         s = row.summary
         name = f"{row.policy}\n{row.loop}" + ("" if row.strategy == "none" else f" {row.strategy}")
         if s is None:
-            colour = "yellow" if row.failed == NOT_RUN else "red"
+            colour = "yellow" if row.failed in (NOT_RUN, WAITING) else "red"
             result_rows.append([name, "-", "-", "-", "-", f"[{colour}]{row.verdict}[/]"])
             continue
         t = s.step_time if s.step_time is not None and s.step_time.enough else None
@@ -156,7 +167,8 @@ def compare_tables(record) -> Group:
                     "MFU", "training\nmemory (×)"], detail_rows, text_columns={0})
     notes.append("ms/step: median over timed steps (warm-up and short batches left out); speed-up: "
                  f"{base}'s median / this median; a verdict says faster or slower only when the "
-                 "p10–p90 spreads do not overlap.")
+                 "p10–p90 spreads do not overlap, and higher or lower accuracy only beyond what "
+                 "the test set's size can resolve (a 95% Wilson interval).")
     if peaks:
         notes.append("MFU: achieved TFLOP/s over the peak of the unit that runs each dtype's "
                      f"matmuls ({'; '.join(peaks.values())} TFLOP/s).")
@@ -191,105 +203,164 @@ def _fill(table: Table, headers: list[str], rows: list[list[str]], text_columns:
         table.add_row(*row)
 
 
-def check_gpu_view(report: dict[str, Any]):
+def check_gpu_view(report: CheckReport):
     """The `check-gpu` panel: a block a user can paste into a bug report."""
     from rich.panel import Panel
 
-    m = report["machine"]
+    m = report.machine
     facts = Table(show_header=False, box=None)
     facts.add_column(style="bold", no_wrap=True)
     facts.add_column(overflow="fold")
-    facts.add_row("TensorFlow / Keras", f"{m['tensorflow_version']} / {m['keras_version']}")
-    facts.add_row("oneDNN", "on" if m["onednn"] else "off (TF_ENABLE_ONEDNN_OPTS=0)")
-    facts.add_row("XLA", {True: "available", False: "not working", None: "not checked"}[m["xla"]])
-    facts.add_row("TF32 execution", {True: "enabled", False: "disabled", None: "n/a"}[m["tf32_enabled"]])
-    facts.add_row("TPU", "present (wants mixed_bfloat16)" if m["tpu"] else "none")
-    cpu = m["cpu"]
-    features = ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in cpu["features"].items())
-    facts.add_row("CPU", f"{cpu['model']}, {cpu['physical_cores']} cores "
-                         f"({cpu['logical_cpus']} logical CPUs) usable by this process")
+    facts.add_row("TensorFlow / Keras", f"{m.tensorflow_version} / {m.keras_version}")
+    facts.add_row("oneDNN", "on" if m.onednn else "off (TF_ENABLE_ONEDNN_OPTS=0)")
+    facts.add_row("XLA", {True: "available", False: "not working", None: "not checked"}[m.xla])
+    facts.add_row("TF32 execution", {True: "enabled", False: "disabled", None: "n/a"}[m.tf32_enabled])
+    facts.add_row("TPU", "present (wants mixed_bfloat16)" if m.tpu else "none")
+    features = ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in m.cpu.features.items())
+    facts.add_row("CPU", f"{m.cpu.model}, {m.cpu.physical_cores} cores "
+                         f"({m.cpu.logical_cpus} logical CPUs) usable by this process")
     facts.add_row("CPU features", features or "unknown (no /proc/cpuinfo)")
     parts: list[Any] = [facts]
-    if m["gpus"]:
+    if m.gpus:
         gpus = Table("GPU", "CC", "memory", "fp16 TC", "fast bf16", "TF32", "fp8", box=box.SIMPLE_HEAD)
-        for g in m["gpus"]:
-            cc = g["compute_capability"]
-            gpus.add_row(g["name"], f"{cc[0]}.{cc[1]}" if cc else "n/a", human_bytes(g["memory_bytes"]),
-                         *("yes" if g[k] else "no" for k in
-                           ("float16_tensor_cores", "fast_bfloat16", "tf32_by_default", "float8")))
+        for g in m.gpus:
+            cc = g.compute_capability
+            gpus.add_row(g.name, f"{cc[0]}.{cc[1]}" if cc else "n/a", human_bytes(g.memory_bytes),
+                         *("yes" if flag else "no" for flag in
+                           (g.float16_tensor_cores, g.fast_bfloat16, g.tf32_by_default, g.float8)))
         parts.append(gpus)
     else:
         parts.append("[bold]No GPU found[/]: TensorFlow sees no GPU on this machine.")
-    rec = report["recommendation"]
+    rec = report.recommendation
+    basis = ("measured" if rec.measured else "by rule, not measured: `mptrain check-gpu` without "
+             "--no-bench measures")
     # the texts hold brackets (`[/cpu:0, /cpu:1]`) that Rich would read as markup
-    parts.append(f"[bold green]Recommended policy: {rec['policy']}[/]\n{escape(rec['reason'])}")
-    parts += [f"[yellow]warning:[/] {escape(w)}" for w in rec["warnings"]]
-    parts.append(escape(report["compatibility_check"]))
-    dist = report.get("distribution")
+    parts.append(f"[bold green]Recommended policy: {rec.policy}[/] ({escape(basis)})\n"
+                 f"{escape(rec.reason)}")
+    parts += [f"[yellow]warning:[/] {escape(w)}" for w in rec.warnings]
+    parts.append(escape(report.compatibility_check))
+    dist = report.distribution
     if dist:
         parts.append(f"[bold]tf.distribute[/]: mirrored would use "
-                     f"{escape(', '.join(dist['mirrored_devices']))}; "
-                     f"NCCL {'available' if dist['nccl'] else 'not available'}; all-reduce: "
-                     f"{escape(dist['all_reduce'])}" + (f"\n{escape(dist['note'])}" if dist["note"] else ""))
-    if report["bench"]:
-        bench = Table("device", "kernel", "dtype", "ms/call", "TFLOP/s", "× fp32", box=box.SIMPLE_HEAD)
-        for r in report["bench"]:
-            note = " (1 call, cut short)" if r["cut_short"] else ""
-            bench.add_row(r["device"].strip("/"), r["kernel"], r["dtype"], f"{r['ms_per_call']:.2f}",
-                          f"{r['tflops']:.3f}", f"{fmt(r['ratio_to_float32'], '.3g')}{note}")
+                     f"{escape(', '.join(dist.mirrored_devices))}; "
+                     f"NCCL {'available' if dist.nccl else 'not available'}; all-reduce: "
+                     f"{escape(dist.all_reduce)}" + (f"\n{escape(dist.note)}" if dist.note else ""))
+    if report.kernels and not report.bench:
+        parts.append(f"kernels measured {report.kernels.measured_at} (cached; `check-gpu --bench` "
+                     "measures again)")
+    if report.bench:
+        bench = Table("device", "kernel", "dtype", "ms/call", "p10–p90", "TFLOP/s", "× fp32",
+                      box=box.SIMPLE_HEAD)
+        for r in report.bench:
+            note = " (1 call, cut short)" if r.cut_short else ""
+            bench.add_row(r.device.strip("/"), r.kernel, r.dtype, f"{r.ms_per_call:.2f}",
+                          f"{r.ms_p10:.2f}–{r.ms_p90:.2f}", f"{r.tflops:.3f}",
+                          f"{fmt(r.ratio_to_float32, '.3g')}{note}")
         parts.append(bench)
-        parts.append("dense = MatMul+BiasAdd+ReLU, which oneDNN fuses (the op behind float16's CPU collapse)")
+        parts.append("dense = MatMul+BiasAdd+ReLU, which oneDNN fuses (the op behind float16's CPU "
+                     "collapse); dtypes timed in interleaved rounds, medians and p10–p90 spreads")
     return Panel(Group(*parts), title="mptrain check-gpu", title_align="left")
 
 
-def lint_view(report: dict[str, Any]):
+def lint_view(report: LintReport):
     """`mptrain lint`: findings, warnings first, largest FLOPs share first."""
-    findings = report["findings"]
-    head = (f"mptrain lint: {report['experiment']} under {report['policy']} on {report['device']}; "
-            f"{report['flops_per_example']:,} training FLOPs per example")
-    if not findings:
-        return Group(head, "[green]no findings[/]: dimensions aligned, numerics as the guide wants")
+    head = (f"mptrain lint: {report.experiment} under {report.policy} on {report.device}; "
+            f"{report.flops_per_example:,} training FLOPs per example")
+    checked = (f"dimensions checked for {report.alignment_for}" if report.alignment_for else
+               "dimensions not checked: no Tensor Cores or TPU here (`--target gpu` checks them)")
+    if not report.findings:
+        return Group(head, f"[green]no findings[/]: numerics as the guide wants; {checked}")
     table = Table("", "layer", "FLOPs", "finding", box=box.SIMPLE_HEAD, show_edge=False,
                   title=head, title_justify="left")
-    for f in findings:
-        mark = "[yellow]warning[/]" if f["severity"] == "warning" else "note"
-        share = f"{f['flops_share']:.0%}" if f["flops_share"] is not None else ""
-        table.add_row(mark, f["layer"] or "", share, f["message"])
-    return Group(table, report["summary"])
+    for f in report.findings:
+        mark = "[yellow]warning[/]" if f.severity == "warning" else "note"
+        share = f"{f.flops_share:.0%}" if f.flops_share is not None else ""
+        table.add_row(mark, f.layer or "", share, escape(f.message))
+    return Group(table, f"{report.summary}; {checked}")
 
 
-def diagnose_view(d: dict[str, Any]):
+def diagnose_view(d: Diagnosis):
     """`mptrain diagnose`: per-layer numbers, verdict per policy, recommendation."""
     table = Table("layer", "act max", "act >65504", "grad underflow", "× scale", "bf16 error",
                   box=box.SIMPLE_HEAD, show_edge=False, title_justify="left",
-                  title=f"mptrain diagnose: {d['experiment']} ({d['steps']} float32 steps; "
-                        f"loss scale {d['loss_scale']:g})")
-    for n in d["layers"]:
-        table.add_row(n["layer"], f"{n['activation_max']:.3g}", f"{n['activation_overflow']:.1%}",
-                      f"{n['gradient_underflow']:.1%}", f"{n['gradient_underflow_scaled']:.1%}",
-                      fmt(n["bfloat16_error"], ".2%"))
-    verdicts = [f"[bold]{policy}[/]: {text}" for policy, text in d["verdicts"].items()]
-    return Group(table, *verdicts, f"[bold green]recommendation[/]: {d['recommendation']}")
+                  title=f"mptrain diagnose: {d.experiment} ({d.steps} float32 steps; "
+                        f"loss scale {d.loss_scale:g})")
+    for n in d.layers:
+        table.add_row(n.layer, f"{n.activation_max:.3g}", f"{n.activation_overflow:.1%}",
+                      f"{n.gradient_underflow:.1%}", f"{n.gradient_underflow_scaled:.1%}",
+                      fmt(n.bfloat16_error, ".2%"))
+    verdicts = [f"[bold]{policy}[/]: {escape(text)}" for policy, text in d.verdicts.items()]
+    return Group(table, *verdicts, f"[bold green]recommendation[/]: {escape(d.recommendation)}")
 
 
-def memory_view(report: dict[str, Any]):
+def memory_view(report: MemoryReport):
     """`mptrain memory`: per policy the estimate, the measured peak and the largest batch; then
     the estimate's parts. Two tables, so each fits 80 columns with every number whole."""
     style = {"box": box.SIMPLE_HEAD, "show_edge": False, "title_justify": "left"}
-    totals = Table(title=f"mptrain memory: {report['experiment']} (batch {report['batch_size']}, "
-                         f"{report['parameters']:,} parameters)", **style)
+    totals = Table(title=f"mptrain memory: {report.experiment} (batch {report.batch_size}, "
+                         f"{report.parameters:,} parameters)", **style)
     parts = Table(title="the estimate's parts", **style)
-    total_rows, part_rows = [], []
-    for p in report["plans"]:
-        total_rows.append([p["policy"], human_bytes(p["total_bytes"]),
-                           human_bytes(p["measured_peak_bytes"]), fmt(p["largest_batch"], ",d")])
-        part_rows.append([p["policy"], *(human_bytes(p[k]) for k in (
-            "weights_bytes", "weight_copies_bytes", "gradients_bytes", "optimizer_bytes",
-            "activations_bytes"))])
+    total_rows, part_rows, notes = [], [], []
+    for p in report.plans:
+        largest = fmt(p.largest_batch, ",d") + (" (m)" if p.largest_batch_basis == "measured" else "")
+        total_rows.append([p.policy, human_bytes(p.total_bytes), human_bytes(p.measured_peak_bytes),
+                           largest])
+        part_rows.append([p.policy, *(human_bytes(v) for v in (
+            p.weights_bytes, p.weight_copies_bytes, p.gradients_bytes, p.optimizer_bytes,
+            p.activations_bytes))])
+        if p.note:
+            notes.append(f"{p.policy}: {p.note}")
     _fill(totals, ["policy", "estimate", "measured", "largest batch\nthat fits"], total_rows,
           text_columns={0})
     _fill(parts, ["policy", "weights", "16-bit\ncopies", "gradients", "optimizer", "activations"],
           part_rows, text_columns={0})
-    return Group(totals, "", parts, "", report["why"],
+    return Group(totals, "", parts, "", report.why,
                  "measured: TensorFlow's allocator peak above the data set in a 3-step run "
-                 "(n/a where the allocator reports nothing, as for small models on a CPU)")
+                 "(n/a where the allocator reports nothing, as for small models on a CPU); "
+                 "largest batch from the estimate, or from the measurement where it is larger "
+                 "(m)", *notes)
+
+
+def plan_tables(record: PlanRecord) -> Group:
+    """`mptrain plan`: each candidate measured (or why not), the layers timed, the choice."""
+    style = {"title_justify": "left", "box": box.SIMPLE_HEAD, "show_edge": False,
+             "collapse_padding": True, "pad_edge": False}
+    table = Table(title=f"mptrain plan: {record.experiment} ({record.steps}-step trials)", **style)
+    rows = []
+    for trial in record.trials:
+        s = trial.summary
+        t = s.step_time if s is not None and s.step_time is not None and s.step_time.enough else None
+        colour = "green" if trial.candidate.name == record.winner else "" if trial.counts else "yellow"
+        verdict = f"[{colour}]{escape(trial.verdict)}[/]" if colour else escape(trial.verdict)
+        rows.append([escape(trial.candidate.name),
+                     f"{t.median_ms:.1f}" if t else "-",
+                     f"{t.p10_ms:.0f}–{t.p90_ms:.0f}" if t else "-",
+                     f"{trial.speedup:.2f}x" if trial.speedup is not None else "-",
+                     f"{trial.loss_delta_pct:+.1f}%" if trial.loss_delta_pct is not None else "-",
+                     verdict])
+    _fill(table, ["candidate", "ms/step", "p10–p90", "speed-up", "loss Δ", "verdict"], rows,
+          text_columns={0, 5})
+    parts: list[Any] = [table]
+    for candidate in record.candidates:
+        if candidate.why_not:
+            parts.append(f"[dim]{escape(candidate.name)}: skipped, {escape(candidate.why_not)}[/]")
+    if record.untried:
+        parts.append(f"[yellow]not tried ({record.status})[/]: "
+                     f"{', '.join(c.name for c in record.untried)}; "
+                     f"mptrain plan --resume {record.folder} tries them")
+    if record.layers:
+        slow = sorted(record.layers, key=lambda t: t.ms_float32 / t.ms_16bit)[:8]
+        layers = Table(title="layers (forward + backward), slowest in 16 bits first", **style)
+        _fill(layers, ["layer", "16-bit ms", "float32 ms", "16-bit ×", "island"],
+              [[escape(t.layer), f"{t.ms_16bit:.2f}", f"{t.ms_float32:.2f}",
+                f"{t.ms_float32 / t.ms_16bit:.2f}x", "yes" if t.slower_in_16bit else ""]
+               for t in slow], text_columns={0})
+        parts += ["", layers]
+    parts.append(f"[bold green]plan: {escape(record.winner or 'float32')}[/] — {escape(record.reason)}")
+    parts.append(f"measured on {escape(record.machine)}; speed-up: float32's median / this one's, "
+                 "a verdict says faster only when the p10–p90 spreads do not overlap; loss Δ: the "
+                 "trial's loss over its second half against float32's on the same batches")
+    if record.plan_file:
+        parts.append(f"runnable plan: {record.plan_file}  (mptrain run {record.plan_file})")
+    parts.append(f"folder: {record.folder}")
+    return Group(*parts)

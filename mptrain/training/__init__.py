@@ -13,8 +13,9 @@ if TYPE_CHECKING:
     from mptrain.policy import PolicyChoice
     from mptrain.training.monitor import TrainingMonitor
 
-# name in the experiment (train.loop) → the class that runs it, imported only when used.
-LOOPS = {
+# name in the experiment (train.loop, `config.schema.LOOPS`) → the class that runs it,
+# imported only when used.
+LOOP_CLASSES = {
     "fit": "mptrain.training.fit_loop:FitLoop",
     "custom": "mptrain.training.custom_loop:CustomLoop",
 }
@@ -26,6 +27,7 @@ class TrainingLoop(Protocol):
 
     model: Any
     optimizer: Any
+    loss_fn: Any  # the loss the step minimises (diagnose differentiates it too)
 
     def train(self, batches: Batches, monitor: TrainingMonitor, start_epoch: int = 0,
               start_step: int = 0) -> None:
@@ -39,7 +41,7 @@ class TrainingLoop(Protocol):
 def make_loop(name: str, model, optimizer, loss, metrics, choice: PolicyChoice,
               strategy=None) -> TrainingLoop:
     """The loop, constructed (inside the strategy's scope, when there is one)."""
-    module, _, cls = LOOPS[name].partition(":")
+    module, _, cls = LOOP_CLASSES[name].partition(":")
     return getattr(importlib.import_module(module), cls)(model, optimizer, loss, metrics, choice,
                                                          strategy)
 
@@ -50,12 +52,3 @@ def value_of(variable) -> float:
     import keras
 
     return float(keras.ops.convert_to_numpy(variable))
-
-
-def loss_scale_of(optimizer):
-    """The optimizer's dynamic loss scale (a variable), or None when it does not scale."""
-    import keras
-
-    if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
-        return optimizer.dynamic_scale
-    return None

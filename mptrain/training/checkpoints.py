@@ -11,16 +11,22 @@ A checkpoint holds everything a resumed run needs to continue as if never stoppe
   continue with the very next batch.
 The manager writes its index file atomically and keeps the last `keep` checkpoints. Records
 (steps.jsonl, metrics.jsonl) are flushed at each checkpoint, so they never lag behind it.
+
+A damaged folder still resumes: checkpoints are found by their files when the index is
+missing, and a checkpoint that does not read (truncated by a full disk or a kill) is passed
+over for the next older one, with the reason kept for the user.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from mptrain.config.schema import CheckpointConfig
-from mptrain.summary import EpochRecord, StepRecord
+from mptrain.errors import MptrainError
+from mptrain.training.records import EpochRecord, StepRecord, TrainingListener
 
 
 @dataclass(frozen=True)
@@ -34,13 +40,14 @@ class Position:
         return self.global_step == 0
 
 
-class Checkpointer:
-    """A TrainingListener that saves when the configuration says, and restores on demand."""
+class Checkpointer(TrainingListener):
+    """Saves when the configuration says, and restores on demand."""
 
     def __init__(self, folder: Path, model, optimizer, cfg: CheckpointConfig, steps_per_epoch: int,
                  on_save: Callable[[], None] = lambda: None):
         import tensorflow as tf
 
+        self.folder, self.optimizer = folder, optimizer
         self.cfg, self.steps_per_epoch, self.on_save = cfg, steps_per_epoch, on_save
         self.position = tf.Variable([0, 0, 0], dtype=tf.int64, trainable=False, name="position")
         self.checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer,
@@ -48,6 +55,7 @@ class Checkpointer:
         self.manager = tf.train.CheckpointManager(self.checkpoint, str(folder),
                                                   max_to_keep=cfg.keep)
         self.suspended = False  # while a run is diverging, nothing it holds is worth saving
+        self.passed_over: list[str] = []  # damaged checkpoints a restore skipped, and why
         self._global_step = 0
 
     def save(self, position: Position) -> None:
@@ -55,18 +63,35 @@ class Checkpointer:
         self.on_save()
         self.manager.save(checkpoint_number=position.global_step)
 
-    def restore_latest(self) -> Position | None:
-        """Model, optimizer and loss scale as last saved; None when there is no checkpoint."""
-        path = self.manager.latest_checkpoint
-        if path is None:
-            return None
-        self.checkpoint.restore(path).assert_existing_objects_matched()
-        epoch, step, global_step = (int(v) for v in self.position.numpy())
-        return Position(epoch, step, global_step)
+    def saved(self) -> list[str]:
+        """Checkpoint prefixes, newest first: from the index file, or from the files
+        themselves when the index is missing or names none that exist."""
+        listed = [p for p in self.manager.checkpoints if Path(p + ".index").is_file()]
+        found = sorted((str(p.with_suffix("")) for p in self.folder.glob("ckpt-*.index")),
+                       key=lambda p: int(re.sub(r"\D", "", Path(p).name) or 0))
+        return list(reversed(listed or found))
 
-    # TrainingListener
-    def epoch_started(self, epoch: int, epochs: int, steps: int) -> None:
-        pass
+    def restore_latest(self) -> Position | None:
+        """Model, optimizer and loss scale from the newest checkpoint that reads; None when
+        there is none. Unreadable ones are skipped (`passed_over` says which and why)."""
+        import tensorflow as tf
+
+        candidates = self.saved()
+        if not candidates:
+            return None
+        for path in candidates:
+            try:
+                self.checkpoint.restore(path).assert_existing_objects_matched()
+            except (tf.errors.OpError, ValueError, AssertionError, IndexError) as exc:
+                reason = getattr(exc, "message", None) or str(exc) or type(exc).__name__
+                self.passed_over.append(f"{Path(path).name}: unreadable ({reason.splitlines()[0]})")
+                continue
+            epoch, step, global_step = (int(v) for v in self.position.numpy())
+            return Position(epoch, step, global_step)
+        raise MptrainError(
+            f"{self.folder}: none of its {len(candidates)} checkpoints reads "
+            f"({'; '.join(self.passed_over)}); the run cannot continue from them: start it "
+            "again (mptrain run with its config.yaml)")
 
     def step_finished(self, record: StepRecord, step_in_epoch: int) -> None:
         self._global_step = record.step

@@ -13,7 +13,7 @@ import math
 
 from mptrain.data.pipeline import Batches
 from mptrain.policy import PolicyChoice
-from mptrain.training import loss_scale_of
+from mptrain.training.loss_scale import scale_variable
 from mptrain.training.monitor import TrainingMonitor
 from mptrain.training.optimizer_update import compile_optimizer_update
 
@@ -33,7 +33,7 @@ def make_train_step(model, optimizer, loss_fn, metrics, loss_tracker, jit_compil
 
     from mptrain.distribute import agree_on_finite
 
-    scale = loss_scale_of(optimizer)
+    scale = scale_variable(optimizer)
     replicas = strategy.num_replicas_in_sync if strategy is not None else 1
 
     def replica_step(x, y):

@@ -7,7 +7,8 @@ import keras  # this module is imported only when a fit run starts (training.mak
 from mptrain.data.pipeline import Batches
 from mptrain.errors import MptrainError
 from mptrain.policy import PolicyChoice
-from mptrain.training import loss_scale_of, value_of
+from mptrain.training import value_of
+from mptrain.training.loss_scale import scale_variable
 from mptrain.training.monitor import TrainingMonitor
 from mptrain.training.optimizer_update import compile_optimizer_update
 
@@ -38,14 +39,14 @@ class FitLoop:
             compile_optimizer_update(optimizer, model.trainable_variables)
         else:
             optimizer.build(model.trainable_variables)
-        self.model, self.optimizer = model, optimizer
+        self.model, self.optimizer, self.loss_fn = model, optimizer, loss
 
     def train(self, batches: Batches, monitor: TrainingMonitor, start_epoch: int = 0,
               start_step: int = 0) -> None:
         """One stream of every epoch's batches (see data/pipeline.py): with steps_per_epoch
         set, Keras keeps the iterator across epochs; shuffle=False, the stream is in order. A
         run resumed inside an epoch first finishes that epoch with its remaining steps."""
-        callback = _MonitorCallback(monitor, batches, loss_scale_of(self.optimizer), self.batch_loss)
+        callback = _MonitorCallback(monitor, batches, scale_variable(self.optimizer), self.batch_loss)
         steps = batches.steps_per_epoch
         if start_step:
             callback.first_step = start_step
@@ -98,3 +99,5 @@ class _MonitorCallback(keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         hidden = (BATCH_LOSS, "val_" + BATCH_LOSS)
         self.monitor.epoch_end({k: v for k, v in (logs or {}).items() if k not in hidden})
+        if self.monitor.stop_requested:  # a signal during validation: stop before the next epoch
+            self.model.stop_training = True

@@ -1,9 +1,14 @@
 """The one observer both training loops report to: timing, per-step records, stop conditions.
 
 Loops call `epoch_begin`, `step_begin`, `step_end`, `epoch_end`; the monitor times steps,
-derives skipped (non-finite) steps under loss scaling, decides when a bounded run must stop,
-and forwards records to listeners (live progress, the run folder's files). Checkpointing,
-telemetry and other per-step work plug in here as listeners, not into each loop.
+follows the loss scale (`loss_scale.LossScaleTracker`), decides when a bounded run must stop,
+and forwards records to listeners (live progress, the run folder's files, checkpoints, the
+divergence guard). A new capability is a listener, written once, not a change to each loop.
+
+A run resumed inside an epoch restarts the loop's metrics at the resume; the monitor carries
+the epoch's earlier steps (from their records) into every running metric, so the resumed
+epoch reports what an uninterrupted one would (all of mptrain's metrics are means over
+examples, which combine exactly).
 """
 
 from __future__ import annotations
@@ -12,15 +17,12 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from time import perf_counter
-from typing import Protocol
 
-from mptrain.summary import EpochRecord, StepRecord
+from mptrain.training.loss_scale import LossScaleTracker
+from mptrain.training.records import EpochRecord, StepRecord, StopKind, TrainingListener
 
-
-class TrainingListener(Protocol):
-    def epoch_started(self, epoch: int, epochs: int, steps: int) -> None: ...
-    def step_finished(self, record: StepRecord, step_in_epoch: int) -> None: ...
-    def epoch_finished(self, record: EpochRecord) -> None: ...
+STOP_STATUS = {"max_steps": "stopped", "max_step_seconds": "stopped", "signal": "interrupted",
+               "divergence": "diverged"}
 
 
 class StepTimer:
@@ -50,6 +52,23 @@ class StepTimer:
 
 
 @dataclass
+class _Carry:
+    """An epoch's steps before a resume: their examples and running metrics."""
+
+    examples: int
+    metrics: dict[str, float]
+
+    def combine(self, metrics: dict[str, float], examples: int) -> dict[str, float]:
+        """Running means over the whole epoch from the means before and after the resume."""
+        total = self.examples + examples
+        out = dict(metrics)
+        for key, before in self.metrics.items():
+            if key in metrics and total:
+                out[key] = (before * self.examples + metrics[key] * examples) / total
+        return out
+
+
+@dataclass
 class TrainingMonitor:
     epochs: int
     steps_per_epoch: int
@@ -66,26 +85,47 @@ class TrainingMonitor:
         self.steps: list[StepRecord] = list(self.history[0])
         self.epoch_records: list[EpochRecord] = list(self.history[1])
         self.stop_reason: str | None = None
-        self.stop_status: str | None = None  # stopped | interrupted | diverged
+        self.stop_kind: StopKind | None = None
         self.signal: int | None = None  # the signal that interrupted the run
-        self.loss_scale = self.initial_loss_scale
-        self.skipped_steps = (sum(bool(r.skipped) for r in self.steps)
-                              if self.initial_loss_scale is not None else None)
+        self.loss_scale: LossScaleTracker | None = None
+        if self.initial_loss_scale is not None:
+            self.loss_scale = LossScaleTracker(self.initial_loss_scale)
+            self.loss_scale.skipped_steps = sum(bool(r.skipped) for r in self.steps)
         self.epoch = 0  # 1-based, the epoch in progress
         self.step_in_epoch = 0  # steps of it done
+        self._carry: _Carry | None = None
+        self._examples_since_resume = 0
 
     @property
     def stop_requested(self) -> bool:
         return self.stop_reason is not None
 
-    def request_stop(self, reason: str, status: str = "stopped") -> None:
+    @property
+    def stop_status(self) -> str | None:
+        """stopped | interrupted | diverged, or None while training goes on."""
+        return STOP_STATUS[self.stop_kind] if self.stop_kind else None
+
+    @property
+    def epoch_complete(self) -> bool:
+        return self.step_in_epoch >= self.steps_per_epoch
+
+    def request_stop(self, reason: str, kind: StopKind) -> None:
         """Stop after the current step (the first request wins)."""
         if self.stop_reason is None:
-            self.stop_reason, self.stop_status = reason, status
+            self.stop_reason, self.stop_kind = reason, kind
+
+    def notify(self, text: str) -> None:
+        for listener in self.listeners:
+            listener.notice(text)
 
     def epoch_begin(self, epoch: int, first_step: int = 0) -> None:
         """`epoch` 0-based; `first_step` > 0 when a resumed run continues inside it."""
         self.epoch, self.step_in_epoch = epoch + 1, first_step
+        self._carry, self._examples_since_resume = None, 0
+        if first_step:
+            earlier = [r for r in self.steps if r.epoch == self.epoch]
+            if earlier:
+                self._carry = _Carry(sum(r.examples for r in earlier), earlier[-1].metrics)
         for listener in self.listeners:
             listener.epoch_started(self.epoch, self.epochs, self.steps_per_epoch)
 
@@ -94,44 +134,47 @@ class TrainingMonitor:
 
     def step_end(self, loss: float, examples: int, metrics: dict[str, float],
                  loss_scale: float | None = None) -> None:
-        """Record a finished step. `metrics` are the epoch's running values so far (as Keras
-        reports them); `loss_scale` is the scale after the step, under loss scaling.
-
-        A LossScaleOptimizer halves its scale exactly when it skips a step (a non-finite
-        gradient) and never lowers it otherwise, so a lower scale is a skipped step. (Its
-        `iterations` cannot tell: with gradient accumulation Keras divides them.)"""
+        """Record a finished step. `metrics` are the loop's running values since the epoch
+        (or the resume) began; `loss_scale` is the scale after the step, under loss scaling."""
         seconds = self.timer.stop()
         self.step_in_epoch += 1
+        self._examples_since_resume += examples
+        if self._carry is not None:
+            metrics = self._carry.combine(metrics, self._examples_since_resume)
         skipped = None
         if loss_scale is not None and self.loss_scale is not None:
-            skipped = loss_scale < self.loss_scale
-            self.skipped_steps += skipped
-            self.loss_scale = loss_scale
+            skipped = self.loss_scale.step(loss_scale)
         record = StepRecord(len(self.steps) + 1, self.epoch, loss, seconds, examples,
                             loss_scale, metrics, skipped)
         self.steps.append(record)
         for listener in self.listeners:
             listener.step_finished(record, self.step_in_epoch)
+        if self.loss_scale is not None and (notice := self.loss_scale.skip_rate_notice()):
+            self.notify(notice)
         if self.max_steps is not None and record.step >= self.max_steps:
-            self.request_stop(f"stopped after {_steps(record.step)} (step limit {self.max_steps})")
+            self.request_stop(f"stopped after {_steps(record.step)} (step limit {self.max_steps})",
+                              "max_steps")
         elif self.max_step_seconds is not None and seconds > self.max_step_seconds:
             self.request_stop(f"stopped after {_steps(record.step)}: a step took {seconds:.1f} s "
-                              f"(limit {self.max_step_seconds:g} s)")
+                              f"(limit {self.max_step_seconds:g} s)", "max_step_seconds")
 
     def epoch_end(self, metrics: dict[str, float]) -> None:
-        """`metrics` as the loop computed them; the training `loss` is replaced by the mean
+        """`metrics` as the loop computed them. The training `loss` is replaced by the mean
         over this epoch's steps with a finite loss, weighted by their examples: a skipped
         step (NaN loss, normal under loss scaling) would make Keras' running mean NaN."""
         steps = [r for r in self.steps if r.epoch == self.epoch]
         finite = [r for r in steps if math.isfinite(r.loss)]
         loss = (sum(r.loss * r.examples for r in finite) / sum(r.examples for r in finite)
                 if finite else math.nan)
+        values = {k: float(v) for k, v in metrics.items()}
+        if self._carry is not None:
+            values = self._carry.combine(values, self._examples_since_resume)
         record = EpochRecord(
             epoch=self.epoch,
             steps=self.step_in_epoch,
-            metrics=order_metrics({**{k: float(v) for k, v in metrics.items()}, "loss": loss}),
-            loss_scale=self.loss_scale,
-            skipped_steps=self.skipped_steps,
+            metrics=order_metrics({**values, "loss": loss}),
+            loss_scale=self.loss_scale.scale if self.loss_scale else None,
+            skipped_steps=self.loss_scale.skipped_steps if self.loss_scale else None,
             learning_rate=self.learning_rate() if self.learning_rate else None,
         )
         self.epoch_records.append(record)

@@ -1,20 +1,16 @@
 """`mptrain compare` for real (tiny variants through the CLI) and its pure parts."""
 
 import json
-import re
 from pathlib import Path
 
 import pytest
 
-from mptrain.compare import CompareRecord, Variant, build_record, parse_choices
-from mptrain.config import POLICIES
-from mptrain.errors import ConfigError
-from tests.test_cli import mptrain, write_config
-from tests.test_summary import make_summary
+from mptrain.compare import CompareRecord
+from tests.helpers import experiment, mptrain
 
 
 def test_compare_two_policies_through_the_cli(tmp_path):
-    config = write_config(tmp_path, "train.epochs=2")
+    config = experiment(tmp_path, "train.epochs=2")
     done = mptrain("compare", str(config), "--policies", "float32,mixed_bfloat16", "--json",
                    cwd=tmp_path)
     assert done.returncode == 0, done.stderr
@@ -59,7 +55,7 @@ def assert_nontrivial_png(path: Path):
 
 def test_diverging_variant_is_shown_not_crashed_on(tmp_path):
     """Pure float16 with Adam goes NaN (epsilon underflows): compare exists to show that."""
-    config = write_config(tmp_path, "train.epochs=2",
+    config = experiment(tmp_path, "train.epochs=2",
                           "train.optimizer.kwargs={learning_rate: 0.05}")
     done = mptrain("compare", str(config), "--policies", "float32,float16", cwd=tmp_path,
                    env_extra={"COLUMNS": "80"})
@@ -75,7 +71,7 @@ def test_diverging_variant_is_shown_not_crashed_on(tmp_path):
 
 
 def test_verdict_needs_enough_timed_steps(tmp_path):
-    config = write_config(tmp_path)
+    config = experiment(tmp_path)
     done = mptrain("compare", str(config), "--policies", "float32,mixed_float16",
                    "--loops", "custom", "--steps", "3", "--json", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
@@ -87,89 +83,15 @@ def test_verdict_needs_enough_timed_steps(tmp_path):
         assert row.verdict.endswith("(stopped early)")
 
 
-@pytest.mark.parametrize(("policies", "message"), [
-    ("", "comma-separated list"),
-    ("float32,,bfloat16", "comma-separated list"),
-    ("float32,fp8", "unknown 'fp8'; allowed: float32"),
-    ("float32,float32", "float32 listed more than once"),
-])
-def test_bad_policies(policies, message):
-    with pytest.raises(ConfigError, match=message):
-        parse_choices(policies, POLICIES, "--policies")
-
-
 def test_bad_policies_through_cli_run_nothing(tmp_path):
-    config = write_config(tmp_path)
+    config = experiment(tmp_path)
     done = mptrain("compare", str(config), "--policies", "float32,float32", cwd=tmp_path)
     assert done.returncode == 2 and "more than once" in done.stderr
     assert "Traceback" not in done.stderr and not (tmp_path / "runs").exists()
 
 
-def record_of(*rows):
-    variants = [Variant(policy, "fit") for policy, _ in rows]
-    return build_record("x", Path("/tmp/x"), variants, [s for _, s in rows])
-
-
-def test_ratios_and_verdicts_come_from_the_numbers():
-    record = record_of(("float32", make_summary(median=100.0, accuracy=0.90, memory=1000)),
-                       ("mixed_bfloat16", make_summary(median=50.0, accuracy=0.8988, memory=600)))
-    bf16 = record.variants[1]
-    assert bf16.speedup == 2.0 and bf16.memory_ratio == 0.6
-    assert bf16.accuracy_delta_pt == pytest.approx(-0.12)
-    assert bf16.verdict == "faster, accuracy within 0.5 pt"
-    slower = record_of(("float32", make_summary(median=40.0)),
-                       ("float16", make_summary(median=100.0, accuracy=0.88)))
-    assert slower.variants[1].verdict == "slower, accuracy lower"
-    assert slower.variants[1].speedup == 0.4 and slower.variants[1].accuracy_delta_pt == pytest.approx(-2)
-    same = record_of(("float32", make_summary(median=100.0)),
-                     ("mixed_bfloat16", make_summary(median=99.0, spread=0.2)))
-    assert same.variants[1].verdict == "same speed within noise, same accuracy"
-    # without float32 the first policy listed is the baseline
-    no_f32 = record_of(("mixed_bfloat16", make_summary()))
-    assert no_f32.baseline_policy == "mixed_bfloat16" and no_f32.variants[0].verdict == "baseline"
-
-
-def test_only_the_baseline_variant_is_called_baseline_across_strategies():
-    variants = [Variant("float32", "fit", "none"), Variant("float32", "fit", "mirrored")]
-    record = build_record("x", Path("/tmp/x"), variants,
-                          [make_summary(median=100.0), make_summary(median=400.0)])
-    single, mirrored = record.variants
-    assert single.verdict.startswith("baseline")
-    assert mirrored.speedup == 0.25 and mirrored.verdict.startswith("slower")
-
-
-def test_failed_variant_is_a_row_not_a_crash():
-    record = record_of(("float32", make_summary()), ("mixed_float16", "exit code 3"))
-    row = record.variants[1]
-    assert row.summary is None and row.verdict == "failed (exit code 3)"
-
-
-def test_tables_fit_80_columns_and_never_cut_a_number():
-    from rich.console import Console
-
-    from mptrain.report.tables import compare_tables
-
-    record = record_of(
-        ("float32", make_summary(median=1234.5, accuracy=0.9123, memory=123_456_789)),
-        ("mixed_bfloat16", make_summary(median=321.9, accuracy=0.9101, memory=61_234_567,
-                                        scale=None)),
-        ("mixed_float16", make_summary(median=1456.7, accuracy=0.9110, memory=70_000_000,
-                                       scale=(32768.0, 12))),
-        ("float16", make_summary(median=1500.0, status="diverged")),
-    )
-    console = Console(width=80, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
-    console.print(compare_tables(record))
-    text = console.export_text()
-    assert max(len(line) for line in text.splitlines()) <= 80
-    assert "…" not in text
-    for number in ("1234.5", "321.9", "3.84x", "0.9101 (-0.22)", "32768/12", "0.85x",
-                   "117.7 MiB", "0.50x", "1209.8–1259.2"):
-        assert number in text, number
-    assert re.search(r"^float16 .*diverged \(NaN/inf", text, re.MULTILINE)
-
-
 def test_compare_with_missing_data_leaves_nothing(tmp_path):
-    config = write_config(tmp_path, "data.dataset=npz", f"data.path={tmp_path / 'none.npz'}")
+    config = experiment(tmp_path, "data.dataset=npz", f"data.path={tmp_path / 'none.npz'}")
     done = mptrain("compare", str(config), "--policies", "float32,mixed_bfloat16", cwd=tmp_path)
     assert done.returncode == 2 and "no such file" in done.stderr
     assert "Traceback" not in done.stderr and not (tmp_path / "runs").exists()

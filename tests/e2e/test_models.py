@@ -1,40 +1,11 @@
 """Every model kind trains for real through the command line; bad models give clean errors."""
 
-import json
 from pathlib import Path
 
 import numpy as np
 import pytest
-import yaml
 
-from tests.conftest import tiny_raw
-from tests.test_cli import mptrain
-
-IMAGES = ["data.input_shape=[16, 16, 1]", "data.train_size=192", "data.test_size=48", "data.noise=0.5"]
-TOKENS = ["data.dataset=synthetic_text", "data.sequence_length=16", "data.vocab_size=60",
-          "data.num_classes=4", "data.train_size=256", "data.test_size=64"]
-
-
-def experiment(tmp_path: Path, *overrides: str, name="exp.yaml") -> Path:
-    path = tmp_path / name
-    path.write_text(yaml.safe_dump(tiny_raw(f"output.dir={tmp_path / 'runs'}", *overrides)))
-    return path
-
-
-def run_json(tmp_path: Path, config: Path, *args: str) -> dict:
-    done = mptrain("run", str(config), "--json", *args, cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)
-
-
-def refuses(tmp_path: Path, config: Path, *messages: str, command: str = "validate"):
-    done = mptrain(command, str(config), cwd=tmp_path)
-    assert done.returncode == 2, done.stderr
-    assert "Traceback" not in done.stderr and done.stdout == ""
-    for message in messages:
-        assert message in done.stderr, done.stderr
-    assert not (tmp_path / "runs").exists()
-    return done.stderr
+from tests.helpers import IMAGES, TOKENS, experiment, mptrain, refuses, run_json
 
 
 def test_vision_transformer_trains_on_images_in_bfloat16(tmp_path):
@@ -153,13 +124,16 @@ def test_application_table_matches_keras_applications():
     ([*TOKENS, "model.kind=transformer", "model.vocab_size=10"],
      ["model.vocab_size 10 is smaller than the data's vocabulary (60 token ids)"]),
     (["model.kind=python", "model.builder=nowhere.py:build"],
-     ["model.builder 'nowhere.py:build': nowhere.py: no such file"]),
+     ["{tmp}/exp.yaml: model.builder '{tmp}/nowhere.py:build': {tmp}/nowhere.py: no such file"]),
     (["model.kind=python", "model.builder=no_such_package.models:build"],
      ["no_such_package.models: no such module on the Python path"]),
-    (["model.kind=saved", "model.path=missing.keras"], ["model.path missing.keras: no such file"]),
+    (["model.kind=saved", "model.path=missing.keras"],
+     ["{tmp}/exp.yaml: model.path {tmp}/missing.keras: no such file"]),
 ])
 def test_bad_models_are_refused_before_anything_runs(tmp_path, overrides, messages):
-    refuses(tmp_path, experiment(tmp_path, *overrides), *messages)
+    """Paths in the file are relative to its folder; the error names the file, the key and
+    the absolute path tried."""
+    refuses(tmp_path, experiment(tmp_path, *overrides), *(m.format(tmp=tmp_path) for m in messages))
 
 
 def write_builder(tmp_path: Path) -> Path:

@@ -1,25 +1,28 @@
-"""One training session: the monitor, its listeners (progress, run folder, divergence guard,
-checkpoints) and where training starts, assembled once for both loops.
+"""One training session: the monitor, its listeners (progress, run folder, telemetry,
+divergence guard, checkpoints) and where training starts, assembled once for both loops.
 
 A new run starts at (epoch 0, step 0) with a first checkpoint of the initial weights, the
-"last good checkpoint" recovery falls back to. A resumed run restores the latest checkpoint
-(model, optimizer, loss scale, data position), keeps the records up to it and redoes the rest.
+"last good checkpoint" recovery falls back to. A resumed run restores the newest checkpoint
+that reads (model, optimizer, loss scale, data position), keeps the records up to it, redoes
+the rest, and says where it continues.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from mptrain.config.schema import ExperimentConfig
 from mptrain.data.pipeline import Batches
 from mptrain.errors import MptrainError
-from mptrain.report.tensorboard import TensorBoardWriter
 from mptrain.run_folder import RunFolder
-from mptrain.training import loss_scale_of, value_of
+from mptrain.training import value_of
 from mptrain.training.checkpoints import Checkpointer, Position
 from mptrain.training.guard import DivergenceGuard
-from mptrain.training.monitor import TrainingListener, TrainingMonitor
+from mptrain.training.loss_scale import scale_variable
+from mptrain.training.monitor import TrainingMonitor
 from mptrain.training.optimizer import learning_rate_at
+from mptrain.training.records import TrainingListener
+from mptrain.training.tensorboard import TensorBoardWriter
 
 
 @dataclass
@@ -28,8 +31,8 @@ class TrainingSession:
     checkpointer: Checkpointer
     guard: DivergenceGuard
     start: Position
-
     tensorboard: TensorBoardWriter
+    notes: list[str] = field(default_factory=list)  # where a resumed run continues, and why
 
     @classmethod
     def open(cls, config: ExperimentConfig, folder: RunFolder, model, optimizer, batches: Batches,
@@ -40,7 +43,7 @@ class TrainingSession:
                                         learning_rate_at(optimizer, train.optimizer, total_steps))
         checkpointer = Checkpointer(folder.path / "checkpoints", model, optimizer, train.checkpoint,
                                     batches.steps_per_epoch, on_save=folder.flush_steps)
-        start, history = Position(0, 0, 0), ([], [])
+        start, history, notes = Position(0, 0, 0), ([], []), []
         if resume:
             start = checkpointer.restore_latest()
             if start is None:
@@ -48,7 +51,10 @@ class TrainingSession:
                                    "before its first one); start it again instead")
             history = (folder.read_steps()[: start.global_step], folder.read_epochs()[: start.epoch])
             folder.truncate_records(len(history[0]), len(history[1]))
-        scale = loss_scale_of(optimizer)
+            notes.append(f"resumed at epoch {start.epoch + 1}, step {start.step + 1} (after "
+                         f"{start.global_step} steps)")
+            notes += [f"checkpoint passed over: {why}" for why in checkpointer.passed_over]
+        scale = scale_variable(optimizer)
         monitor = TrainingMonitor(
             epochs=train.epochs,
             steps_per_epoch=batches.steps_per_epoch,
@@ -58,25 +64,25 @@ class TrainingSession:
             initial_loss_scale=None if scale is None else value_of(scale),
             history=history,
         )
-        guard = DivergenceGuard(monitor, checkpointer, train.recovery, scales_loss=scale is not None)
+        guard = DivergenceGuard(monitor, checkpointer, train.recovery)
         # the guard goes before the checkpointer: a diverged step is never saved as "good"
         monitor.listeners = [*listeners, folder, tensorboard, guard]
         if train.checkpoint.enabled:
             monitor.listeners.append(checkpointer)
         if start.start:
             checkpointer.save(start)  # the last good checkpoint recovery can always go back to
-        return cls(monitor, checkpointer, guard, start, tensorboard)
+        return cls(monitor, checkpointer, guard, start, tensorboard, notes)
 
     def position(self) -> Position:
         """Where training stands now (after an interrupt: inside an epoch)."""
         m = self.monitor
-        if m.step_in_epoch >= m.steps_per_epoch:
+        if m.epoch_complete:
             return Position(m.epoch, 0, len(m.steps))
         return Position(max(m.epoch - 1, 0), m.step_in_epoch, len(m.steps))
 
     def close(self) -> None:
         """After training, however it ended: a checkpoint where the run stopped (unless it
         diverged: its last good checkpoint stays the latest), telemetry flushed."""
-        if self.monitor.stop_status != "diverged" and self.monitor.steps:
+        if self.monitor.stop_kind != "divergence" and self.monitor.steps:
             self.checkpointer.save(self.position())
         self.tensorboard.flush()

@@ -12,11 +12,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from mptrain.summary import EpochRecord, StepRecord
+from mptrain.training.records import EpochRecord, StepRecord, TrainingListener
 
 
-class TensorBoardWriter:
-    """A TrainingListener."""
+class TensorBoardWriter(TrainingListener):
 
     def __init__(self, logdir: Path, learning_rate_at: Callable[[int], float]):
         import tensorflow as tf
@@ -25,9 +24,6 @@ class TensorBoardWriter:
         self.writer = tf.summary.create_file_writer(str(logdir))
         self.learning_rate_at = learning_rate_at
         self.pending: list[StepRecord] = []
-
-    def epoch_started(self, epoch: int, epochs: int, steps: int) -> None:
-        pass
 
     def step_finished(self, record: StepRecord, step_in_epoch: int) -> None:
         self.pending.append(record)

@@ -3,7 +3,7 @@ import pytest
 from mptrain.config import validate
 from mptrain.data.dataset import InputSpec
 from mptrain.policy import DTYPES
-from tests.conftest import tiny_raw
+from tests.helpers import tiny_raw
 
 keras = pytest.importorskip("keras")
 

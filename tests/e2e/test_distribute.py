@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import tiny_raw
+from tests.helpers import tiny_raw
 
 pytest.importorskip("tensorflow")
 
@@ -31,10 +31,10 @@ def test_mirrored_matches_one_device_in_both_loops_and_three_policies(tmp_path):
     within float rounding of the different summation order (and bf16/fp16 rounding)."""
     code = f"""
 import json, sys
-sys.path.insert(0, {str(Path(__file__).resolve().parent.parent)!r})
+sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r})
 from mptrain.config import validate
 from mptrain.runner import run_experiment
-from tests.conftest import tiny_raw
+from tests.helpers import tiny_raw
 out = {{}}
 for loop in ("fit", "custom"):
     for policy in ("float32", "mixed_bfloat16", "mixed_float16"):
@@ -61,7 +61,7 @@ print(json.dumps(out))
 def test_a_non_finite_gradient_on_one_replica_makes_every_replica_skip(tmp_path):
     code = f"""
 import sys
-sys.path.insert(0, {str(Path(__file__).resolve().parent.parent)!r})
+sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r})
 import numpy as np, tensorflow as tf, keras
 tf.config.set_logical_device_configuration(tf.config.list_physical_devices("CPU")[0],
                                            [tf.config.LogicalDeviceConfiguration()] * 2)

@@ -102,9 +102,10 @@ def test_custom_loop_differentiates_the_scaled_loss(tiny_config):
     step would be ~32768x too small."""
     import keras
 
-    from mptrain.policy import apply_policy, choose_policy, wrap_optimizer
+    from mptrain.policy import apply_policy
     from mptrain.tf_runtime import seed_everything
     from mptrain.training.custom_loop import make_train_step
+    from mptrain.training.loss_scale import wrap_optimizer
     from mptrain.training.losses import build_loss
     from mptrain.training.optimizer import build_optimizer
 
@@ -117,11 +118,12 @@ def test_custom_loop_differentiates_the_scaled_loss(tiny_config):
         seed_everything(0)
         apply_policy(policy)
         model = model_of(config)
-        choice = choose_policy(policy, False, _cpu_machine())
-        optimizer = wrap_optimizer(build_optimizer(config.train.optimizer, 100), choice, 2.0**15, 2000)
+        optimizer = wrap_optimizer(build_optimizer(config.train.optimizer, 100),
+                                   policy == "mixed_float16", 2.0**15, 2000)
         optimizer.build(model.trainable_variables)
         before = [w.copy() for w in model.get_weights()]
-        step = make_train_step(model, optimizer, build_loss(config), [], keras.metrics.Mean(), False)
+        step = make_train_step(model, optimizer, build_loss(config, "probabilities"), [],
+                               keras.metrics.Mean(), False)
         step(x, y)
         after = model.get_weights()
         deltas[policy] = np.concatenate([(a - b).ravel() for a, b in zip(after, before, strict=True)])
@@ -136,18 +138,13 @@ def model_of(config):
     return build_model(config, InputSpec((16,), "vector")).model
 
 
-def _cpu_machine():
-    from mptrain.hardware import Machine, parse_cpuinfo
-
-    return Machine(cpu=parse_cpuinfo("flags : avx512f amx_bf16"))
-
-
 @pytest.mark.parametrize("xla_update", [False, True])
 def test_non_finite_gradient_is_skipped_and_halves_the_scale(tiny_config, xla_update):
     import keras
 
-    from mptrain.policy import apply_policy, choose_policy, wrap_optimizer
+    from mptrain.policy import apply_policy
     from mptrain.training.custom_loop import make_train_step
+    from mptrain.training.loss_scale import wrap_optimizer
     from mptrain.training.losses import build_loss
     from mptrain.training.optimizer import build_optimizer
     from mptrain.training.optimizer_update import compile_optimizer_update
@@ -155,13 +152,13 @@ def test_non_finite_gradient_is_skipped_and_halves_the_scale(tiny_config, xla_up
     config = tiny_config("policy=mixed_float16")
     apply_policy("mixed_float16")
     model = model_of(config)
-    choice = choose_policy("mixed_float16", False, _cpu_machine())
-    optimizer = wrap_optimizer(build_optimizer(config.train.optimizer, 100), choice, 256, 2000)
+    optimizer = wrap_optimizer(build_optimizer(config.train.optimizer, 100), True, 256, 2000)
     if xla_update:
         compile_optimizer_update(optimizer, model.trainable_variables)
     else:
         optimizer.build(model.trainable_variables)
-    step = make_train_step(model, optimizer, build_loss(config), [], keras.metrics.Mean(), False)
+    step = make_train_step(model, optimizer, build_loss(config, "probabilities"), [],
+                           keras.metrics.Mean(), False)
     x = np.ones((8, 16), np.float32)
     y = np.zeros(8, np.int32)
     before = [w.copy() for w in model.get_weights()]
@@ -234,14 +231,20 @@ def test_max_step_seconds_stops_after_the_slow_step(tiny_config, loop):
     assert result.summary.test_accuracy is not None
 
 
-def test_auto_policy_records_request_and_resolution(tiny_config):
+@pytest.mark.parametrize(("bf16_ratio", "expected"), [(0.8, "float32"), (3.0, "mixed_bfloat16")])
+def test_auto_follows_this_machines_recorded_kernel_speeds(tiny_config, tmp_path, monkeypatch,
+                                                           bf16_ratio, expected):
+    """`policy: auto` decides on the cached measurement of this machine's kernels: a recorded
+    one where bfloat16 is 0.8x float32 (AVX512_BF16 without AMX) gives float32, one where it
+    is 3x (AMX) gives mixed_bfloat16, whatever this CPU's flags say."""
     from mptrain.hardware import probe
-    from mptrain.policy import recommend
+    from tests.helpers import record_kernels
 
+    monkeypatch.setenv("MPTRAIN_CACHE_DIR", str(tmp_path / "cache"))
+    record_kernels(probe(tf, check_xla=False), bfloat16=bf16_ratio)
     result = run_experiment(tiny_config("policy=auto", "train.epochs=1"))
-    expected = recommend(probe(tf, check_xla=False)).policy
-    assert result.summary.policy_requested == "auto"
-    assert result.summary.policy == expected
+    assert result.summary.policy_requested == "auto" and result.summary.policy == expected
+    assert f"{bf16_ratio:.2f}x float32" in result.summary.policy_reason
     header = (result.run_dir / "config.yaml").read_text()
     assert f"policy: auto resolved to {expected}" in header and "\npolicy: auto\n" in header
 
@@ -294,7 +297,7 @@ def test_training_flops_of_the_guide_mlp_match_a_hand_count():
     from mptrain.flops import count_training_flops
     from mptrain.model import build_model
     from mptrain.policy import apply_policy
-    from tests.conftest import tiny_raw
+    from tests.helpers import tiny_raw
 
     apply_policy("mixed_bfloat16")  # the count does not depend on the dtype
     config = validate(tiny_raw("model.hidden_units=[4096, 4096]", "model.num_classes=10"), "<test>")

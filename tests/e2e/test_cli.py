@@ -1,30 +1,17 @@
 """The command line as a user runs it: subprocesses, exit codes, stdout/stderr contents."""
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import yaml
 
-from tests.conftest import tiny_raw
-
-
-def mptrain(*args: str, cwd: Path, env_extra: dict | None = None) -> subprocess.CompletedProcess:
-    env = {**os.environ, "COLUMNS": "120", **(env_extra or {})}
-    return subprocess.run([sys.executable, "-m", "mptrain", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=600)
-
-
-def write_config(tmp_path: Path, *overrides: str) -> Path:
-    path = tmp_path / "exp.yaml"
-    path.write_text(yaml.safe_dump(tiny_raw(f"output.dir={tmp_path / 'runs'}", *overrides)))
-    return path
+from tests.helpers import experiment, mptrain
 
 
 def test_full_run_through_the_cli_prints_only_json(tmp_path):
-    config = write_config(tmp_path, "policy=mixed_float16", "train.loop=custom")
+    config = experiment(tmp_path, "policy=mixed_float16", "train.loop=custom")
     done = mptrain("run", str(config), "--json", "--set", "train.epochs=2", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout)  # stdout holds exactly one JSON document
@@ -43,7 +30,7 @@ def test_full_run_through_the_cli_prints_only_json(tmp_path):
 
 
 def test_table_output_names_the_measurements(tmp_path):
-    config = write_config(tmp_path, "train.epochs=1")
+    config = experiment(tmp_path, "train.epochs=1")
     done = mptrain("run", str(config), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     for label in ("policy", "step time", "median", "throughput", "memory", "run folder"):
@@ -51,7 +38,7 @@ def test_table_output_names_the_measurements(tmp_path):
 
 
 def test_invalid_config_exits_2_without_traceback_or_folder(tmp_path):
-    config = write_config(tmp_path)
+    config = experiment(tmp_path)
     done = mptrain("run", str(config), "--set", "train.batch_size=zero", cwd=tmp_path)
     assert done.returncode == 2
     assert "exp.yaml" in done.stderr and "train.batch_size = 'zero'" in done.stderr
@@ -60,21 +47,21 @@ def test_invalid_config_exits_2_without_traceback_or_folder(tmp_path):
 
 
 def test_missing_dataset_exits_2_with_a_fix(tmp_path):
-    config = write_config(tmp_path, "data.dataset=npz", f"data.path={tmp_path / 'no.npz'}")
+    config = experiment(tmp_path, "data.dataset=npz", f"data.path={tmp_path / 'no.npz'}")
     done = mptrain("run", str(config), cwd=tmp_path)
     assert done.returncode == 2 and "no such file" in done.stderr
     assert "Traceback" not in done.stderr and not (tmp_path / "runs").exists()
 
 
 def test_validate_prints_resolved_config_without_tensorflow(tmp_path):
-    config = write_config(tmp_path)
+    config = experiment(tmp_path)
     code = (
         "import sys; from mptrain.cli import app\n"
         f"sys.argv = ['mptrain', 'validate', {str(config)!r}, '--set', 'train.epochs=9']\n"
         "try:\n    app()\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
         "assert 'tensorflow' not in sys.modules, 'validate imported TensorFlow'\n"
         "assert 'rich.progress' not in sys.modules, 'validate imported the progress renderer'\n"
-        "assert 'mptrain.training' not in sys.modules, 'validate imported the training package'\n"
+        "assert 'mptrain.training.monitor' not in sys.modules, 'validate imported training'\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
     assert done.returncode == 0, done.stderr

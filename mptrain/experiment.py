@@ -1,0 +1,130 @@
+"""The one way an experiment is set up, for every command that needs its model.
+
+`prepare` does, once and in the guide's order, what run, compare, plan, lint, diagnose and
+memory all need: check the experiment against the disk, start TensorFlow (with the
+environment the experiment asks for), place the run (tf.distribute, created before any other
+TensorFlow op, as collective ops require), load and check the data, decide the policy with the
+number of replicas and this machine's measured kernels, set it as Keras' global policy
+*before* the model is built, build the model with a float32 output, and create the optimizer
+(a LossScaleOptimizer under mixed_float16), loss, metrics and training loop inside the
+strategy's scope, everything seeded. What each command then does with a `Prepared` is its own.
+
+Everything that can fail on bad input happens here, before any run folder exists.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mptrain.config import ExperimentConfig
+from mptrain.data import Dataset, fit_classes, load_dataset
+from mptrain.data.pipeline import Batches, make_batches
+from mptrain.distribute import Placement, placement, prepare_devices, scope
+from mptrain.hardware import Machine, probe
+from mptrain.memory import MemoryMeter
+from mptrain.microbench import KernelSpeeds, measured_kernels
+from mptrain.model import build_model, check_model_fits
+from mptrain.model.outputs import OutputKind
+from mptrain.policy import PolicyChoice, apply_math_mode, apply_policy, choose_policy, speed_warning
+from mptrain.preflight import check_batch_fits, check_experiment, check_sizes
+from mptrain.tf_runtime import import_tensorflow, seed_everything
+from mptrain.training import TrainingLoop, make_loop
+from mptrain.training.loss_scale import wrap_optimizer
+from mptrain.training.losses import build_loss, build_metrics
+from mptrain.training.optimizer import build_optimizer
+
+
+@dataclass
+class Prepared:
+    """An experiment ready to train: everything decided, built and seeded."""
+
+    config: ExperimentConfig  # as run: `model.num_classes` filled in from the data
+    tf: Any
+    machine: Machine
+    place: Placement
+    choice: PolicyChoice
+    kernels: KernelSpeeds | None  # the measurement `auto` decided on, if it measured
+    data: Dataset
+    batches: Batches
+    memory: MemoryMeter  # started after the data, before the model: it measures training
+    model: Any
+    output: OutputKind
+    optimizer: Any
+    loop: TrainingLoop
+    notes: list[str] = field(default_factory=list)  # what mptrain did to the model
+
+    @property
+    def speed_warning(self) -> str | None:
+        return speed_warning(self.choice, self.machine, self.kernels)
+
+
+def prepare(config: ExperimentConfig, *, policy: str | None = None, verbose: bool = False,
+            initial_weights: Path | None = None,
+            status: Callable[[str], Any] | None = None) -> Prepared:
+    """Set the experiment up under `policy` (default: the experiment's own).
+
+    `initial_weights` (an .npz from `save_initial_weights`) makes several runs start from the
+    same weights; `status(text)` is a context manager showing progress for slow set-up steps
+    (the first measurement of this machine's kernels, under `policy: auto`)."""
+    check_experiment(config)  # missing files and impossible shapes, before TensorFlow's import
+    tf = import_tensorflow(verbose, environment=math_environment(config.train.math_mode))
+    prepare_devices(config.distribute, tf)
+    place = placement(config.distribute, tf)
+    if config.deterministic:
+        tf.config.experimental.enable_op_determinism()
+    apply_math_mode(tf, config.train.math_mode)
+    data = load_dataset(config.data, config.seed, status)
+    config = fit_classes(config, data)
+    check_model_fits(config, data.spec)
+    check_sizes(config, data.spec)
+    check_batch_fits(config, data.train.size)
+    machine = probe(tf, check_xla=False)
+    requested = policy or config.policy
+    kernels = measured_kernels(tf, machine, status) if requested == "auto" else None
+    choice = choose_policy(requested, config.train.jit_compile, machine,
+                           config.train.xla_optimizer_update, replicas=place.replicas,
+                           kernels=kernels)
+    batches = make_batches(data, config.train.batch_size, config.train.epochs, config.seed,
+                           binary_labels=config.train.loss == "binary_crossentropy",
+                           shuffle_buffer=getattr(config.data, "shuffle_buffer", None))
+    memory = MemoryMeter(tf, machine.memory_device).start()
+
+    seed_everything(config.seed)
+    apply_policy(choice.name)
+    with scope(place):  # model, optimizer, metrics (and checkpoints) live on the replicas
+        built = build_model(config, data.spec)
+        if initial_weights is not None:
+            load_initial_weights(built.model, initial_weights)
+        scale = config.train.loss_scale
+        optimizer = wrap_optimizer(
+            build_optimizer(config.train.optimizer, config.train.epochs * batches.steps_per_epoch),
+            choice.loss_scaling, scale.initial_scale, scale.dynamic_growth_steps)
+        loop = make_loop(config.train.loop, built.model, optimizer, build_loss(config, built.output),
+                         build_metrics(config, built.output), choice, place.strategy)
+    return Prepared(config, tf, machine, place, choice, kernels, data, batches, memory,
+                    built.model, built.output, optimizer, loop, data.notes + built.notes)
+
+
+def math_environment(mode: str) -> dict[str, str]:
+    """Environment variables a math mode needs before TensorFlow starts."""
+    return {"TF_SET_ONEDNN_FPMATH_MODE": "BF16"} if mode == "onednn_bf16" else {}
+
+
+def save_initial_weights(config: ExperimentConfig, path: Path, verbose: bool = False) -> None:
+    """Build the experiment's model once under float32 and save its weights (the guide's
+    `initial_weights = model.get_weights()`), so every policy variant starts from them."""
+    import numpy as np
+
+    prepared = prepare(config, policy="float32", verbose=verbose)
+    np.savez(path, *prepared.model.get_weights())
+
+
+def load_initial_weights(model, path: Path) -> None:
+    import numpy as np
+
+    with np.load(path) as archive:
+        weights = [archive[f"arr_{i}"] for i in range(len(archive.files))]
+    model.set_weights([w.astype(v.dtype) for w, v in zip(weights, model.get_weights(), strict=True)])

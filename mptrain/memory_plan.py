@@ -1,0 +1,127 @@
+"""`mptrain memory`: training memory per policy, estimated and measured, and what fits.
+
+For each policy the experiment is set up as `run` would (`experiment.prepare`) and its
+training state estimated part by part (`memory.estimate`); a short real run per policy gives
+TensorFlow's allocator peak where the allocator reports one. The largest batch that fits in
+80% of this machine's memory follows from the estimate, scaled up by the measurement where it
+is larger (XLA's buffers, for one, are in no estimate): a figure never more hopeful than what
+was measured.
+"""
+
+from __future__ import annotations
+
+import tempfile
+
+from pydantic import BaseModel, ConfigDict
+
+from mptrain.config import ExperimentConfig, validate
+from mptrain.memory import machine_memory_bytes
+
+WHY_NOT_HALF = (
+    "Why 16-bit training does not halve memory: under a mixed policy the variables stay "
+    "float32, and so do their gradients and the optimizer's state (Adam keeps two float32 "
+    "values per weight); the step adds 16-bit copies of the weights. Only the activations kept "
+    "for the backward pass are halved, so the saving is large when activations dominate (big "
+    "batches, big images, long sequences) and small when weights do. The guide's advice "
+    "follows: with the memory saved, double the batch size.")
+USABLE_FRACTION = 0.8
+
+
+class MemoryPlan(BaseModel):
+    """Training memory under one policy: estimated from the built model, and measured."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    policy: str
+    batch_size: int
+    parameters: int
+    weights_bytes: int
+    weight_copies_bytes: int
+    gradients_bytes: int
+    optimizer_bytes: int
+    activations_bytes: int  # of the configured batch
+    total_bytes: int
+    measured_peak_bytes: int | None = None  # TensorFlow's allocator, a short real run
+    largest_batch: int | None = None  # that fits in 80% of this machine's memory
+    largest_batch_basis: str = ""  # "estimate" or "measured"
+    note: str | None = None  # e.g. far beyond the data set
+
+
+class MemoryReport(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    experiment: str
+    batch_size: int
+    parameters: int
+    training_examples: int
+    plans: list[MemoryPlan]
+    why: str = WHY_NOT_HALF
+
+
+def plan_memory(config: ExperimentConfig, policies: list[str], measure: bool = True,
+                verbose: bool = False) -> MemoryReport:
+    """One MemoryPlan per policy for the experiment's model, optimizer and batch size."""
+    import keras
+
+    from mptrain.experiment import prepare
+    from mptrain.memory import estimate
+    from mptrain.policy import apply_policy
+
+    plans, examples = [], 0
+    for policy in policies:
+        try:
+            prepared = prepare(config, policy=policy, verbose=verbose)
+            parts = estimate(prepared.model, prepared.optimizer, prepared.choice.compute_dtype,
+                             prepared.choice.variable_dtype)
+        finally:
+            apply_policy("float32")
+        examples = prepared.batches.train_examples
+        batch = config.train.batch_size
+        plans.append(MemoryPlan(
+            policy=policy, batch_size=batch, parameters=parts.parameters,
+            weights_bytes=parts.weights_bytes, weight_copies_bytes=parts.weight_copies_bytes,
+            gradients_bytes=parts.gradients_bytes, optimizer_bytes=parts.optimizer_bytes,
+            activations_bytes=parts.activations_per_example * batch,
+            total_bytes=parts.total_bytes(batch)))
+        keras.backend.clear_session()
+    if measure:
+        plans = [p.model_copy(update={"measured_peak_bytes": _measured(config, p.policy, verbose)})
+                 for p in plans]
+    plans = [_with_largest_batch(p, machine_memory_bytes(), examples) for p in plans]
+    return MemoryReport(experiment=config.name, batch_size=config.train.batch_size,
+                        parameters=plans[0].parameters, training_examples=examples, plans=plans)
+
+
+def _with_largest_batch(plan: MemoryPlan, available: int | None, examples: int) -> MemoryPlan:
+    """The largest batch whose training state fits in 80% of memory, by the estimate; where
+    the measured peak exceeds the estimate (allocator overheads, XLA's buffers), every part
+    is scaled up by that ratio, so the figure is never more hopeful than the measurement."""
+    fixed = plan.total_bytes - plan.activations_bytes
+    per_example = plan.activations_bytes / plan.batch_size
+    if not available or per_example <= 0:
+        return plan
+    scale, basis = 1.0, "estimate"
+    if plan.measured_peak_bytes and plan.measured_peak_bytes > plan.total_bytes:
+        scale, basis = plan.measured_peak_bytes / plan.total_bytes, "measured"
+    largest = max(int((USABLE_FRACTION * available / scale - fixed) // per_example), 0)
+    note = None
+    if examples and largest > 10 * examples:
+        note = (f"{largest:,} is a memory figure only: {largest // examples:,}x the "
+                f"{examples:,} training examples")
+    return plan.model_copy(update={"largest_batch": largest, "largest_batch_basis": basis,
+                                   "note": note})
+
+
+def _measured(config: ExperimentConfig, policy: str, verbose: bool) -> int | None:
+    """The allocator's training peak over a few real steps (None where it reports nothing)."""
+    from mptrain.runner import run_experiment
+
+    with tempfile.TemporaryDirectory() as scratch:
+        raw = config.to_yaml_dict()
+        raw["policy"] = policy
+        raw["train"] = {**raw["train"], "epochs": 1, "max_steps": 3,
+                        "checkpoint": {"every_epochs": None, "every_steps": None}}
+        raw["output"] = {**raw["output"], "dir": scratch, "save_model": False}
+        summary = run_experiment(validate(raw, "<memory>"), verbose=verbose).summary
+    return summary.memory.training_peak_bytes
+

@@ -1,0 +1,618 @@
+"""`mptrain plan`: the fastest safe precision for this model on this machine, measured.
+
+CPU flags and GPU compute capabilities say what a machine *has*; they do not say what is fast
+for a given model: bfloat16 on a Xeon with AVX512_BF16 but no AMX was measured 1.9x slower
+than float32 on the guide's MLP, and on AMX the same MLP runs 3x faster while a ResNet gains
+1.15x. So plan measures:
+
+1. Candidates this machine can run (`candidates`): float32; mixed_bfloat16 through oneDNN and
+   with XLA; mixed_float16 where it can be fast (Tensor Cores, or XLA on a CPU); on CPUs
+   float32 with oneDNN's bfloat16 math and with TensorFlow's bfloat16 graph rewrite; on
+   Ampere+ GPUs float32 without TF32. What cannot win here is skipped with its reason.
+2. A trial of each (`local_workers`: a child `mptrain run`, since some switches are read once
+   when TensorFlow starts): the same initial weights, the same batches, enough steps to time
+   with compare's rules (`verdicts`), most promising first, within the budget.
+3. The accuracy guard: a candidate counts only if its training loss over the trial stays
+   within the tolerance of float32's (and, with `--eval`, its test accuracy), with no
+   non-finite loss that a loss scaler did not explain.
+4. Float32 islands: for the best 16-bit candidate, each layer's forward and backward is timed
+   in 16 bits and in float32 (`layer_timings`); the layers slower in 16 bits, and under
+   float16 those whose activations overflow, become `model.float32_layers` in one more trial,
+   kept only if it is measured faster (or safer).
+5. The choice (`choose`): the fastest counted candidate that is faster than float32 beyond
+   the noise, else float32; written as a runnable experiment (plan.yaml) whose header says
+   what was measured, when, and on which machine.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict
+
+from mptrain.config import ExperimentConfig
+from mptrain.errors import ConfigError
+from mptrain.hardware import Machine
+from mptrain.local_workers import run_child, run_command
+from mptrain.microbench import KernelSpeeds
+from mptrain.run_folder import RunFolder, to_json, unique_folder, write_atomic
+from mptrain.signals import ForwardSignals
+from mptrain.summary import RunSummary
+from mptrain.verdicts import accuracy_noise_pt, difference, speed_words, speedup
+
+# every candidate plan knows, on some machine (which are tried depends on this one)
+CANDIDATE_NAMES = ("float32", "mixed_bfloat16", "mixed_bfloat16+xla", "float32+onednn_bf16",
+                   "float32+graph_bf16", "mixed_float16+xla", "mixed_float16", "float32+tf32_off")
+DEFAULT_STEPS = 30
+DEFAULT_TOLERANCE_PCT = 3.0
+DEFAULT_BUDGET_MINUTES = 20.0
+SLOWEST_RATIO = 5.0  # a trial step this many times float32's is stopped: it cannot win
+TIMED_LAYER_KINDS = ("Dense", "EinsumDense", "Conv1D", "Conv2D", "Conv3D", "DepthwiseConv2D",
+                     "SeparableConv2D", "Conv2DTranspose", "MultiHeadAttention", "Float32SoftmaxAttention")
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Candidate(_Record):
+    """One way to run the experiment: a policy, XLA or not, a math mode, float32 layers."""
+
+    name: str
+    policy: str
+    jit_compile: bool | None = None  # None: mptrain's choice for the policy and device
+    math_mode: str = "default"
+    float32_layers: list[str] = []
+    why_not: str | None = None  # set when it cannot win on this machine, and is not tried
+
+    @property
+    def overrides(self) -> list[str]:
+        jit = "null" if self.jit_compile is None else str(self.jit_compile).lower()
+        out = [f"policy={self.policy}", f"train.math_mode={self.math_mode}", f"train.jit_compile={jit}"]
+        if self.float32_layers:
+            out.append(f"model.float32_layers=[{', '.join(self.float32_layers)}]")
+        return out
+
+    @property
+    def sixteen_bit(self) -> bool:
+        return self.policy != "float32" or self.math_mode in ("onednn_bf16", "graph_bf16")
+
+
+class Trial(_Record):
+    candidate: Candidate
+    run_dir: str
+    summary: RunSummary | None = None
+    failed: str | None = None  # why there is no summary
+    speedup: float | None = None  # float32's median step / this one's
+    speedup_range: tuple[float, float] | None = None
+    loss_delta_pct: float | None = None  # trial loss vs float32's, in % of float32's
+    accuracy_delta_pt: float | None = None
+    unexplained_non_finite: int = 0
+    counts: bool = False  # passed the accuracy guard and was timed
+    verdict: str = ""
+
+
+class LayerTiming(_Record):
+    """One layer's forward and backward, in 16 bits and in float32 (ms, medians)."""
+
+    layer: str
+    ms_16bit: float
+    ms_float32: float
+    spread_16bit: tuple[float, float]
+    spread_float32: tuple[float, float]
+
+    @property
+    def slower_in_16bit(self) -> bool:
+        """Slower beyond the noise: the 16-bit spread lies wholly above float32's."""
+        return self.spread_16bit[0] > self.spread_float32[1]
+
+
+class PlanRecord(_Record):
+    """plan.json."""
+
+    experiment: str
+    folder: str
+    status: Literal["running", "finished", "interrupted", "out of budget"] = "running"
+    machine: str  # where it was measured
+    measured_at: str
+    steps: int
+    tolerance_pct: float
+    evaluate: bool
+    budget_minutes: float
+    candidates: list[Candidate]  # in the order tried; skipped ones carry why_not
+    trials: list[Trial] = []
+    layers: list[LayerTiming] = []
+    island_layers: list[str] = []
+    winner: str | None = None
+    reason: str = ""
+    plan_file: str | None = None
+    plot: str | None = None
+
+    def trial(self, name: str) -> Trial | None:
+        return next((t for t in self.trials if t.candidate.name == name), None)
+
+    @property
+    def untried(self) -> list[Candidate]:
+        tried = {t.candidate.name for t in self.trials if t.summary is not None}
+        return [c for c in self.candidates if c.why_not is None and c.name not in tried]
+
+
+# --- candidates ---------------------------------------------------------------------------
+
+
+def candidates(machine: Machine, kernels: KernelSpeeds | None = None) -> list[Candidate]:
+    """What this machine can run, most promising first after float32 (by its measured
+    kernels when there are some); the ones that cannot win carry why."""
+    cpu = not machine.accelerated
+    bf16_units = "amx_bf16" in machine.cpu.flags or "avx512_bf16" in machine.cpu.flags
+    found = [Candidate(name="float32", policy="float32")]
+    if machine.tpu:
+        found.append(Candidate(name="mixed_bfloat16", policy="mixed_bfloat16"))
+        return found
+    gpu = machine.gpus[0] if machine.gpus else None
+    if cpu:
+        no_bf16 = None if bf16_units else ("the CPU has no bfloat16 instructions (AVX512_BF16 or "
+                                           "AMX-BF16): oneDNN would emulate them")
+        found += [
+            Candidate(name="mixed_bfloat16", policy="mixed_bfloat16", jit_compile=False, why_not=no_bf16),
+            Candidate(name="mixed_bfloat16+xla", policy="mixed_bfloat16", jit_compile=True,
+                      why_not=no_bf16),
+            Candidate(name="float32+onednn_bf16", policy="float32", math_mode="onednn_bf16",
+                      why_not=no_bf16),
+            Candidate(name="float32+graph_bf16", policy="float32", math_mode="graph_bf16",
+                      why_not=no_bf16),
+            Candidate(name="mixed_float16+xla", policy="mixed_float16", jit_compile=True),
+            Candidate(name="mixed_float16", policy="mixed_float16", jit_compile=False,
+                      why_not="float16 on a CPU without XLA runs oneDNN's reference kernel, "
+                              "orders of magnitude slower than float32"),
+        ]
+    else:
+        no_tc = None if gpu.float16_tensor_cores else f"{gpu.describe()}: no Tensor Cores (CC < 7.0)"
+        no_bf = None if gpu.fast_bfloat16 else f"{gpu.describe()}: no fast bfloat16 (CC < 8.0)"
+        found += [
+            Candidate(name="mixed_bfloat16", policy="mixed_bfloat16", why_not=no_bf),
+            Candidate(name="mixed_bfloat16+xla", policy="mixed_bfloat16", jit_compile=True, why_not=no_bf),
+            Candidate(name="mixed_float16", policy="mixed_float16", why_not=no_tc),
+            Candidate(name="mixed_float16+xla", policy="mixed_float16", jit_compile=True, why_not=no_tc),
+            Candidate(name="float32+tf32_off", policy="float32", math_mode="tf32_off",
+                      why_not=None if gpu.tf32_by_default else
+                      f"{gpu.describe()}: no TF32 to turn off (CC < 8.0)"),
+        ]
+    if kernels is not None:
+        device = "/GPU:0" if gpu else "/CPU:0"
+        gain = {"bfloat16": kernels.speedup("bfloat16", device) or 0.0,
+                "float16": kernels.speedup("float16", device) or 0.0}
+        first, *rest = found
+        rest.sort(key=lambda c: -gain.get("float16" if "float16" in c.policy else "bfloat16", 0.0)
+                  if c.sixteen_bit else 0.0)
+        found = [first, *rest]
+    return found
+
+
+def select(found: list[Candidate], names: list[str] | None) -> list[Candidate]:
+    """Only the candidates named (float32 always: it is the baseline)."""
+    if not names:
+        return found
+    known = [c.name for c in found]
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ConfigError(f"--candidates: unknown {', '.join(map(repr, unknown))}; on this machine "
+                          f"the candidates are {', '.join(known)}")
+    return [c for c in found if c.name == "float32" or c.name in names]
+
+
+# --- judging trials -----------------------------------------------------------------------
+
+
+def trial_loss(steps) -> float | None:
+    """Mean training loss over the trial's second half (same batches in every trial)."""
+    losses = [r.loss for r in steps[len(steps) // 2:] if math.isfinite(r.loss) and not r.skipped]
+    return sum(losses) / len(losses) if losses else None
+
+
+def judge(trial: Trial, base: Trial | None, base_loss: float | None, loss: float | None,
+          tolerance_pct: float, evaluate: bool) -> Trial:
+    """The trial against float32's: timed, within the tolerance, finite."""
+    s = trial.summary
+    if s is None:
+        return trial.model_copy(update={"verdict": f"failed ({trial.failed})"})
+    measured = speedup(base.summary, s) if base and base.summary else None
+    loss_delta = (100 * (loss - base_loss) / abs(base_loss)
+                  if loss is not None and base_loss else None)
+    accuracy = difference(s.test_accuracy, base.summary.test_accuracy if base and base.summary else None,
+                          scale=100.0)
+    problems = []
+    if s.status == "diverged":
+        problems.append("diverged")
+    elif trial.unexplained_non_finite:
+        problems.append(f"{trial.unexplained_non_finite} non-finite loss(es) no loss scaler explains")
+    if loss_delta is not None and loss_delta > tolerance_pct:
+        problems.append(f"loss {loss_delta:+.1f}% of float32's (tolerance {tolerance_pct:g}%)")
+    if evaluate and accuracy is not None:
+        noise = accuracy_noise_pt(s.test_accuracy, s.test_examples) or 0.0
+        if accuracy < -max(tolerance_pct, noise):
+            problems.append(f"test accuracy {accuracy:+.2f} pt")
+    timed = measured is not None
+    if not timed and not problems:
+        problems.append("not enough steps to time" if s.stop_reason is None else s.stop_reason)
+    is_base = trial.candidate.name == "float32"
+    words = "baseline" if is_base else (speed_words(measured[1]) if measured else None)
+    verdict = ", ".join(filter(None, [words, *problems])) or "n/a"
+    return trial.model_copy(update={
+        "speedup": measured[0] if measured else None,
+        "speedup_range": measured[1] if measured else None,
+        "loss_delta_pct": loss_delta, "accuracy_delta_pt": accuracy,
+        "counts": timed and not problems, "verdict": verdict})
+
+
+def choose(trials: list[Trial]) -> tuple[str, str]:
+    """The fastest counted candidate that is faster than float32 beyond the noise (its
+    whole speed-up range above 1); among those within each other's noise, the simplest (the
+    order candidates are listed in). float32 when none is."""
+    faster = [t for t in trials if t.counts and t.candidate.name != "float32"
+              and t.speedup_range and t.speedup_range[0] > 1.0]
+    if not faster:
+        counted16 = [t for t in trials if t.candidate.sixteen_bit and t.summary is not None]
+        if counted16 and not any(t.counts for t in counted16):
+            return "float32", "every 16-bit candidate failed the accuracy guard or diverged"
+        return "float32", "no candidate was faster than float32 beyond the noise"
+    best = max(faster, key=lambda t: t.speedup)
+    for t in faster:  # the first listed whose range reaches the best one's median
+        if t.speedup_range[1] >= best.speedup:
+            best = t
+            break
+    low, high = best.speedup_range
+    return best.candidate.name, (f"{best.speedup:.2f}x float32 (p10-p90 {low:.2f}-{high:.2f}x), "
+                                 f"loss {best.loss_delta_pct:+.1f}% of float32's over the trial")
+
+
+# --- float32 islands ----------------------------------------------------------------------
+
+
+def layer_timings(config: ExperimentConfig, candidate: Candidate, budget_s: float = 0.3,
+                  verbose: bool = False) -> list[LayerTiming]:
+    """Forward and backward of each weight-bearing layer on its own, at the experiment's
+    batch size, in the candidate's 16-bit policy and in float32, interleaved."""
+    import keras
+
+    from mptrain.experiment import prepare
+    from mptrain.microbench import _interleaved, _percentile
+    from mptrain.policy import DTYPES, apply_policy
+
+    prepared = prepare(config, policy="float32", verbose=verbose)
+    tf = prepared.tf
+    compute16 = DTYPES[candidate.policy][0] if candidate.policy != "float32" else "bfloat16"
+    policy16 = candidate.policy if candidate.policy != "float32" else "mixed_bfloat16"
+    batch = config.train.batch_size // max(prepared.place.replicas, 1)
+    timings = []
+    try:
+        for layer in _leaf_layers(prepared.model):
+            if type(layer).__name__ not in TIMED_LAYER_KINDS or not layer.weights:
+                continue
+            shapes = _input_shapes(layer)
+            if shapes is None:
+                continue
+            calls = {}
+            for label, policy, dtype in (("16", policy16, compute16), ("32", "float32", "float32")):
+                apply_policy(policy)
+                copy = type(layer).from_config({**layer.get_config(), "dtype": policy})
+                inputs = [tf.cast(tf.random.normal((batch, *s)), dtype) for s in shapes]
+                copy(*inputs) if len(inputs) > 1 else copy(inputs[0])
+                calls[label] = (_fwd_bwd(tf, copy, candidate.jit_compile is True), tuple(inputs))
+            seconds = _interleaved(calls, budget_s)
+            ms = {k: sorted(1e3 * s for s in v) for k, v in seconds.items()}
+            timings.append(LayerTiming(
+                layer=layer.name, ms_16bit=_percentile(ms["16"], 50), ms_float32=_percentile(ms["32"], 50),
+                spread_16bit=(_percentile(ms["16"], 10), _percentile(ms["16"], 90)),
+                spread_float32=(_percentile(ms["32"], 10), _percentile(ms["32"], 90))))
+    finally:
+        apply_policy("float32")
+        keras.backend.clear_session()
+    return timings
+
+
+def _leaf_layers(model):
+    for layer in model.layers:
+        inner = getattr(layer, "layers", None)
+        if inner and type(layer).__name__ not in TIMED_LAYER_KINDS:
+            yield from _leaf_layers(layer)
+        else:
+            yield layer
+
+
+def _input_shapes(layer) -> list[tuple[int, ...]] | None:
+    """The shapes (without the batch) a layer was called with, from its first call."""
+    try:
+        node = layer._inbound_nodes[0]
+    except (AttributeError, IndexError):
+        return None
+    shapes = [tuple(t.shape[1:]) for t in node.input_tensors]
+    if not shapes or any(d is None for s in shapes for d in s):
+        return None
+    return shapes
+
+
+def _fwd_bwd(tf, layer, jit: bool):
+    def step(*inputs):
+        with tf.GradientTape() as tape:
+            for x in inputs:
+                tape.watch(x)
+            out = layer(*inputs) if len(inputs) > 1 else layer(inputs[0])
+            total = tf.reduce_sum(tf.cast(out, tf.float32))
+        grads = tape.gradient(total, [*inputs, *layer.trainable_variables])
+        return tf.add_n([tf.reduce_sum(tf.cast(g, tf.float32)) for g in grads if g is not None])
+
+    return tf.function(step, jit_compile=jit, autograph=False)
+
+
+def islands(timings: list[LayerTiming], overflowing: list[str]) -> list[str]:
+    """Layers to keep in float32: slower in 16 bits beyond the noise, or overflowing."""
+    return [t.layer for t in timings if t.slower_in_16bit] + [n for n in overflowing
+                                                              if n not in {t.layer for t in timings}]
+
+
+# --- running a plan -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PlanResult:
+    record: PlanRecord
+    folder: Path
+    signal: int | None = None
+
+
+def plan_file_for(source: str, name: str) -> Path:
+    """Where plan.yaml goes by default: beside the experiment file (`exp.plan.yaml`), or in
+    the current folder for a built-in experiment."""
+    from mptrain.config.loading import find_config, is_builtin
+
+    path = find_config(source)
+    folder = Path.cwd() if is_builtin(path) else path.resolve().parent
+    return folder / f"{path.name.removesuffix('.yaml')}.plan.yaml"
+
+
+def start_plan(config: ExperimentConfig, *, names: list[str] | None = None,
+               steps: int = DEFAULT_STEPS, tolerance_pct: float = DEFAULT_TOLERANCE_PCT,
+               budget_minutes: float = DEFAULT_BUDGET_MINUTES, evaluate: bool = False,
+               out: Path | None = None, verbose: bool = False,
+               status: Callable[[str], object] | None = None) -> tuple[PlanRecord, Path]:
+    """Check everything, save the shared initial weights, write the plan folder with the
+    trials to run. Bad input fails here, before any folder exists."""
+    import numpy as np
+
+    from mptrain.experiment import prepare
+    from mptrain.microbench import measured_kernels
+
+    if tolerance_pct < 0:
+        raise ConfigError(f"--tolerance {tolerance_pct:g}: give a percentage of float32's loss, 0 or more")
+    if budget_minutes <= 0:
+        raise ConfigError(f"--budget {budget_minutes:g}: give the minutes plan may take, more than 0")
+    if steps < 8:
+        raise ConfigError(f"--steps {steps}: a trial needs at least 8 steps to be timed")
+    with tempfile.TemporaryDirectory() as scratch:
+        staged = Path(scratch) / "initial_weights.npz"
+        prepared = prepare(config, policy="float32", verbose=verbose)
+        np.savez(staged, *prepared.model.get_weights())
+        machine = prepared.machine
+        found = select(candidates(machine, measured_kernels(prepared.tf, machine, status)), names)
+        per_epoch = prepared.batches.steps_per_epoch
+        config = prepared.config
+        folder = unique_folder(config.output.dir, f"plan-{config.name}")
+        shutil.move(staged, folder / "initial_weights.npz")
+    trial_config = _trial_config(config, steps, per_epoch, evaluate)
+    write_atomic(folder / "experiment.yaml", yaml.safe_dump(config.to_yaml_dict(), sort_keys=False))
+    write_atomic(folder / "trial.yaml", yaml.safe_dump(trial_config, sort_keys=False))
+    record = PlanRecord(
+        experiment=config.name, folder=str(folder), machine=describe_machine(machine),
+        measured_at=datetime.now().isoformat(timespec="seconds"), steps=steps,
+        tolerance_pct=tolerance_pct, evaluate=evaluate, budget_minutes=budget_minutes,
+        candidates=found, plan_file=str(out) if out else None)
+    write_plan(folder, record)
+    return record, folder
+
+
+def _trial_config(config: ExperimentConfig, steps: int, per_epoch: int, evaluate: bool) -> dict:
+    """A trial: `steps` steps, no checkpoints, no saved model; without --eval, a small test
+    set (its figures are not judged, and evaluating a whole one would cost the budget)."""
+    raw = config.to_yaml_dict()
+    raw["train"] = {**raw["train"], "epochs": math.ceil(steps / per_epoch), "max_steps": steps,
+                    "checkpoint": {"every_epochs": None, "every_steps": None, "keep": 1}}
+    raw["output"] = {**raw["output"], "save_model": False}
+    if not evaluate:
+        raw["data"] = {**raw["data"], "max_test_examples": 2 * config.train.batch_size}
+    return raw
+
+
+def describe_machine(machine: Machine) -> str:
+    from mptrain.hardware import CPU_FEATURES
+
+    if machine.gpus:
+        what = machine.gpus[0].describe()
+    elif machine.tpu:
+        what = "TPU"
+    else:
+        has = [label for flag, label in CPU_FEATURES.items() if flag in machine.cpu.flags]
+        amx = "AMX-BF16" if "amx_bf16" in machine.cpu.flags else "no AMX"
+        what = (f"{machine.cpu.model}, {machine.cpu.physical_cores} cores, "
+                f"{', '.join(has) or 'no AVX-512'}{'' if 'AMX-BF16' in has else f' ({amx})'}")
+    return f"{what}; TensorFlow {machine.tensorflow_version}"
+
+
+def run_plan(record: PlanRecord, folder: Path, *, verbose: bool = False,
+             on_trial: Callable[[int, int, Candidate], None] | None = None,
+             on_layers: Callable[[str], object] | None = None) -> PlanResult:
+    """Run the trials not yet run, then the float32 islands, then choose; resumable."""
+    started = time.perf_counter()
+    budget_s = 60 * record.budget_minutes
+    signal = None
+    with ForwardSignals() as signals:
+        queue = [c for c in record.candidates if c.why_not is None]
+        for index, candidate in enumerate(queue, start=1):
+            done = record.trial(candidate.name)
+            if done is not None and done.summary is not None:
+                continue
+            if signals.received is not None or time.perf_counter() - started > budget_s:
+                break
+            if on_trial:
+                on_trial(index, len(queue), candidate)
+            record = _run_trial(record, folder, candidate, verbose, signals)
+            write_plan(folder, record)
+        if signals.received is None and time.perf_counter() - started <= budget_s \
+                and not record.untried and not record.island_layers:
+            record = _try_islands(record, folder, verbose, signals, on_trial, on_layers)
+        signal = signals.received
+    winner, reason = choose(record.trials)
+    status = ("interrupted" if signal is not None else
+              "out of budget" if record.untried else "finished")
+    record = record.model_copy(update={"winner": winner, "reason": reason, "status": status})
+    if record.trials:
+        from mptrain.plot import plot_plan
+
+        record.plot = str(folder / "plan.png")
+        plot_plan(record, folder / "plan.png")
+    if record.plan_file and status != "interrupted":
+        write_plan_file(record, folder, Path(record.plan_file))
+    write_plan(folder, record)
+    return PlanResult(record, folder, signal)
+
+
+def _run_trial(record: PlanRecord, folder: Path, candidate: Candidate, verbose: bool,
+               signals: ForwardSignals) -> PlanRecord:
+    from mptrain.compare import read_child_summary
+
+    run_dir = folder / f"{record.experiment}-{candidate.name.replace('+', '-')}"
+    shutil.rmtree(run_dir, ignore_errors=True)  # an interrupted trial runs again, whole
+    overrides = [f"name={record.experiment}-{candidate.name.replace('+', '-')}", *candidate.overrides]
+    base = record.trial("float32")
+    if base is not None and base.summary is not None and base.summary.step_time is not None:
+        limit = max(SLOWEST_RATIO * base.summary.step_time.p90_ms / 1e3, 5.0)
+        overrides.append(f"train.max_step_seconds={limit:.3g}")
+    code, stdout = run_child(run_command(folder / "trial.yaml", overrides, run_dir=run_dir,
+                                         initial_weights=folder / "initial_weights.npz",
+                                         verbose=verbose), signals)
+    outcome = read_child_summary(code, stdout)
+    trial = Trial(candidate=candidate, run_dir=str(run_dir),
+                  summary=outcome if isinstance(outcome, RunSummary) else None,
+                  failed=outcome if isinstance(outcome, str) else None)
+    if trial.summary is not None and trial.summary.status == "interrupted":
+        trial = trial.model_copy(update={"summary": None, "failed": "interrupted"})
+    trials = [t for t in record.trials if t.candidate.name != candidate.name] + [trial]
+    return record.model_copy(update={"trials": _judged(trials, record)})
+
+
+def _judged(trials: list[Trial], record: PlanRecord) -> list[Trial]:
+    steps = {t.candidate.name: RunFolder(Path(t.run_dir)).read_steps() for t in trials
+             if t.summary is not None}
+    base = next((t for t in trials if t.candidate.name == "float32"), None)
+    base_loss = trial_loss(steps["float32"]) if "float32" in steps else None
+    judged = []
+    for t in trials:
+        records = steps.get(t.candidate.name, [])
+        unexplained = sum(1 for r in records if not math.isfinite(r.loss) and not r.skipped)
+        t = t.model_copy(update={"unexplained_non_finite": unexplained})
+        judged.append(judge(t, base, base_loss, trial_loss(records) if records else None,
+                            record.tolerance_pct, record.evaluate))
+    return judged
+
+
+def _try_islands(record: PlanRecord, folder: Path, verbose: bool, signals: ForwardSignals,
+                 on_trial, on_layers) -> PlanRecord:
+    """The best 16-bit trial, with its slow (or overflowing) layers kept in float32."""
+    from mptrain.config import load_config
+
+    sixteen = [t for t in record.trials if t.candidate.sixteen_bit and t.summary is not None
+               and t.candidate.policy != "float32" and not t.candidate.float32_layers]
+    if not sixteen:
+        return record
+    best = max(sixteen, key=lambda t: (t.counts, t.speedup or 0.0))
+    config = load_config(folder / "experiment.yaml")
+    if on_layers is not None:
+        with on_layers(f"timing each layer of {record.experiment} in {best.candidate.policy} "
+                       "and float32…"):
+            timings = layer_timings(config, best.candidate, verbose=verbose)
+    else:
+        timings = layer_timings(config, best.candidate, verbose=verbose)
+    overflowing = _overflowing_layers(config, verbose) if "float16" in best.candidate.policy else []
+    chosen = islands(timings, overflowing)
+    record = record.model_copy(update={"layers": timings, "island_layers": chosen})
+    if not chosen:
+        return record
+    candidate = best.candidate.model_copy(update={
+        "name": f"{best.candidate.name}+islands", "float32_layers": chosen})
+    record = record.model_copy(update={"candidates": [*record.candidates, candidate]})
+    write_plan(folder, record)
+    if on_trial:
+        on_trial(len(record.candidates), len(record.candidates), candidate)
+    return _run_trial(record, folder, candidate, verbose, signals)
+
+
+def _overflowing_layers(config: ExperimentConfig, verbose: bool) -> list[str]:
+    from mptrain.diagnostics.numerics import diagnose
+
+    return diagnose(config, steps=2, verbose=verbose).overflowing_layers
+
+
+def resume_plan(folder: Path) -> PlanRecord:
+    try:
+        record = PlanRecord.model_validate_json((folder / "plan.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"--resume {folder}: not a plan folder ({exc})") from None
+    if record.status == "finished":
+        raise ConfigError(f"--resume {folder}: the plan has finished; nothing to resume")
+    return record
+
+
+def write_plan(folder: Path, record: PlanRecord) -> None:
+    write_atomic(folder / "plan.json", to_json(record.model_dump(), indent=2) + "\n")
+
+
+def write_plan_file(record: PlanRecord, folder: Path, path: Path) -> None:
+    """The experiment as plan chose to run it, with a header saying what was measured."""
+    from mptrain.config.loading import read_yaml
+
+    winner = next(c for c in record.candidates if c.name == record.winner)
+    raw = read_yaml(folder / "experiment.yaml")
+    raw["policy"] = winner.policy
+    raw["train"] = {**raw.get("train", {}), "jit_compile": winner.jit_compile,
+                    "math_mode": winner.math_mode}
+    raw["model"] = {**raw.get("model", {}), "float32_layers": winner.float32_layers}
+    lines = [f"# mptrain plan for {record.experiment}: {record.winner} ({record.reason}).",
+             f"# Measured {record.measured_at} on {record.machine}:",
+             f"# {record.steps}-step trials from the same initial weights, tolerance "
+             f"{record.tolerance_pct:g}% of float32's loss.", "# candidate: speed-up, verdict"]
+    for t in record.trials:
+        speed = f"{t.speedup:.2f}x" if t.speedup is not None else "-"
+        lines.append(f"#   {t.candidate.name}: {speed}, {t.verdict}")
+    lines += [f"#   {c.name}: not tried ({c.why_not or 'budget spent'})"
+              for c in record.candidates if c.why_not or c in record.untried]
+    lines.append(f"# The plan's folder: {folder}")
+    lines.append("# Another machine may choose differently: run `mptrain plan` there.")
+    try:
+        write_atomic(path, "\n".join(lines) + "\n" + yaml.safe_dump(raw, sort_keys=False))
+    except OSError as exc:
+        raise ConfigError(f"--out {path}: cannot write ({exc.strerror})") from None
+
+
+def plan_beside(source: str) -> str | None:
+    """The first line of the plan.yaml beside an experiment file, if there is one."""
+    try:
+        from mptrain.config.loading import find_config, is_builtin
+
+        path = find_config(source)
+        if path.name.endswith(".plan.yaml"):
+            return None
+        beside = plan_file_for(source, "") if not is_builtin(path) else \
+            Path.cwd() / f"{path.name.removesuffix('.yaml')}.plan.yaml"
+        first = beside.read_text().splitlines()[0] if beside.is_file() else None
+    except (OSError, ConfigError, IndexError):
+        return None
+    return f"{beside}: {first.lstrip('# ')}" if first else None

@@ -1,0 +1,113 @@
+"""Signals and exit codes, in one place.
+
+A run is hours of someone's machine, so signals stop it cleanly:
+- while a run trains (`stop_on_signals`), the first Ctrl-C (SIGINT) or SIGTERM asks the loop
+  to stop at the end of the current step (or, between epochs, before the next one), so the
+  runner saves a checkpoint and an `interrupted` summary; a second Ctrl-C abandons the run at
+  once (`RunAbandoned`, which keeps the last checkpoint);
+- while compare or plan runs children (`ForwardSignals`), a signal is passed on to the
+  running child, once per signal, and no further child starts;
+- children die with their parent (`die_with_parent`): a parent killed with SIGKILL cannot
+  forward anything, so Linux's parent-death signal sends the child SIGTERM, which stops it
+  like a Ctrl-C would, with a checkpoint to resume from.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import threading
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from mptrain.training.monitor import TrainingMonitor
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+DIVERGED_EXIT_CODE = 3
+INTERRUPTED_EXIT_CODE = 130
+
+
+def exit_code(signum: int | None) -> int:
+    """The shell's convention for a process stopped by a signal: 128 + its number."""
+    return 128 + signum if signum else INTERRUPTED_EXIT_CODE
+
+
+class RunAbandoned(KeyboardInterrupt):
+    """A second Ctrl-C abandoned training at once; `run_dir` keeps its last checkpoint."""
+
+    def __init__(self, run_dir):
+        super().__init__(str(run_dir))
+        self.run_dir = run_dir
+
+
+def _main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
+
+
+@contextmanager
+def stop_on_signals(monitor: TrainingMonitor):
+    """While training: SIGINT/SIGTERM request a stop after the current step (`monitor.signal`
+    says which); a second SIGINT raises KeyboardInterrupt. Outside the main thread (where
+    Python allows no signal handlers) this does nothing."""
+    if not _main_thread():
+        yield
+        return
+    previous = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
+
+    def handler(signum, frame):
+        if monitor.signal is not None and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        monitor.signal = signum
+        name = signal.Signals(signum).name
+        where = (f"at the end of epoch {monitor.epoch}" if monitor.epoch_complete else
+                 f"during epoch {monitor.epoch}, step {monitor.step_in_epoch + 1}")
+        monitor.request_stop(f"interrupted by {name} {where}", "signal")
+
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, handler)
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+class ForwardSignals:
+    """While children run: SIGINT/SIGTERM are passed on to the running child (which stops
+    after its current step and saves a checkpoint), and `received` tells the caller to start
+    no more. Children run in their own session, so a terminal's Ctrl-C reaches them only
+    through here: once per Ctrl-C (a second one abandons the child, as it would a run)."""
+
+    def __init__(self):
+        self.received: int | None = None
+        self.child: subprocess.Popen | None = None
+        self._previous: dict[int, object] = {}
+
+    def __enter__(self) -> ForwardSignals:
+        if _main_thread():
+            for sig in STOP_SIGNALS:
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+    def _handle(self, signum, frame) -> None:
+        self.received = self.received or signum
+        if self.child is not None and self.child.poll() is None:
+            self.child.send_signal(signum)
+
+
+def die_with_parent() -> None:
+    """In a child, before it runs (`Popen(preexec_fn=...)`): receive SIGTERM when the parent
+    dies, however it dies (Linux's PR_SET_PDEATHSIG); elsewhere nothing."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG = 1
+    except (OSError, AttributeError):
+        pass

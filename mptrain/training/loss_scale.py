@@ -1,0 +1,86 @@
+"""Dynamic loss scaling, in one place: the optimizer that does it, and what its scale tells us.
+
+Under mixed_float16 small gradients underflow float16, so the loss is multiplied by a scale
+before the backward pass and the gradients are divided by it before the update. Keras 3's
+`LossScaleOptimizer` does it dynamically: `scale_loss(loss)` multiplies, `apply` divides, skips
+the update when a gradient is inf/NaN and halves the scale, and doubles the scale after
+`dynamic_growth_steps` finite steps in a row. Keras keeps no count of skipped steps, so it is
+read from the scale itself: the scale goes down exactly when a step was skipped (its
+`iterations` cannot tell: with gradient accumulation Keras divides them).
+
+What a skip means for the run:
+- one skipped step is the scaler doing its job: its NaN loss is explained, not divergence;
+- many skips in a recent window waste steps: the user is told once (`skip_rate_notice`);
+- `collapse_steps` skips in a row mean no scale works: the run stops (`collapse`).
+`train.recovery.loss_upper_bound` means the same under every policy: a *finite* loss above it
+is divergence. Under loss scaling a non-finite loss is a skipped step, so only the bound and
+the collapse rule can call a float16 run diverged.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+SKIP_WINDOW, SKIP_WARNING_RATE, SKIP_WARNING_MIN_STEPS = 50, 0.2, 10
+
+
+def wrap_optimizer(optimizer, scales_loss: bool, initial_scale: float, growth_steps: int):
+    """The optimizer that applies the updates: a dynamic `LossScaleOptimizer` around
+    `optimizer` when the policy scales its loss (mixed_float16), else `optimizer` itself."""
+    if not scales_loss:
+        return optimizer
+    import keras
+
+    return keras.optimizers.LossScaleOptimizer(
+        optimizer, initial_scale=initial_scale, dynamic_growth_steps=growth_steps)
+
+
+def scale_variable(optimizer):
+    """The optimizer's dynamic loss scale (a variable), or None when it does not scale."""
+    import keras
+
+    if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
+        return optimizer.dynamic_scale
+    return None
+
+
+@dataclass
+class LossScaleTracker:
+    """Follows the scale step by step: skips, skips in a row, the recent skip rate."""
+
+    scale: float
+    skipped_steps: int = 0
+    in_a_row: int = 0
+    recent: deque = field(default_factory=lambda: deque(maxlen=SKIP_WINDOW))
+    _warned: bool = False
+
+    def step(self, new_scale: float) -> bool:
+        """Record the scale after a step; True when that step was skipped."""
+        skipped = new_scale < self.scale
+        self.scale = new_scale
+        self.skipped_steps += skipped
+        self.in_a_row = self.in_a_row + 1 if skipped else 0
+        self.recent.append(skipped)
+        return skipped
+
+    def skip_rate_notice(self) -> str | None:
+        """Once per run: most recent steps were skipped, so training is wasting them."""
+        if self._warned or len(self.recent) < SKIP_WARNING_MIN_STEPS:
+            return None
+        rate = sum(self.recent) / len(self.recent)
+        if rate <= SKIP_WARNING_RATE:
+            return None
+        self._warned = True
+        return (f"{rate:.0%} of the last {len(self.recent)} steps were skipped (non-finite "
+                f"gradients under float16); the loss scale is at {self.scale:g}. Persistent "
+                "skipping wastes the steps: try mixed_bfloat16, or `mptrain diagnose` to see "
+                "which layer overflows")
+
+    def collapse(self, limit: int, where: str) -> str | None:
+        """Why the run must stop, when `limit` steps in a row were skipped."""
+        if self.in_a_row < limit:
+            return None
+        return (f"the loss scale collapsed: {self.in_a_row} steps in a row had non-finite "
+                f"gradients (scale now {self.scale:g}) at {where}; float16 cannot represent "
+                "this model's values: use mixed_bfloat16 (float32's range) or float32")

@@ -1,0 +1,60 @@
+"""What training produces, step by step: the records both loops emit, and who listens.
+
+A `StepRecord` is one line of steps.jsonl, an `EpochRecord` one line of metrics.jsonl. Every
+consumer (live progress, the run folder, TensorBoard, the divergence guard, checkpoints, the
+summary, the plot) reads these, never a loop's own structures, so a new listener is written
+once for both loops.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+# What can stop a run before its configured end.
+StopKind = Literal["max_steps", "max_step_seconds", "signal", "divergence"]
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One training step, as both loops report it (one line of steps.jsonl)."""
+
+    step: int  # 1-based over the whole run
+    epoch: int  # 1-based
+    loss: float
+    seconds: float
+    examples: int  # the batch's size: the last batch of an epoch may be short
+    loss_scale: float | None = None  # mixed_float16 only: the scale after the step
+    metrics: dict[str, float] = field(default_factory=dict)  # running means over the epoch
+    skipped: bool | None = None  # mixed_float16 only: a non-finite gradient skipped the update
+
+
+@dataclass(frozen=True)
+class EpochRecord:
+    """One epoch's results (one line of metrics.jsonl)."""
+
+    epoch: int
+    steps: int
+    metrics: dict[str, float]
+    loss_scale: float | None = None
+    skipped_steps: int | None = None
+    learning_rate: float | None = None  # at the end of the epoch
+
+
+class TrainingListener:
+    """Told about training as it happens; override what you need (the rest do nothing).
+
+    `notice` carries advice that arises during training (a loss scale that keeps skipping
+    steps) to whoever shows it: domain rules decide, renderers only render."""
+
+    def epoch_started(self, epoch: int, epochs: int, steps: int) -> None:
+        """`epoch` is 1-based; `steps` the steps an epoch has."""
+
+    def step_finished(self, record: StepRecord, step_in_epoch: int) -> None:
+        """After every step; `step_in_epoch` is 1-based."""
+
+    def epoch_finished(self, record: EpochRecord) -> None:
+        """After an epoch, its validation included."""
+
+    def notice(self, text: str) -> None:
+        """Advice about the run in progress, said once."""

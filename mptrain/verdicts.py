@@ -1,0 +1,98 @@
+"""Reading two runs' numbers side by side: is this one faster, and is it as accurate?
+
+The arithmetic compare, plan and `runs --compare` share, kept pure (summaries in, numbers and
+words out) so it is tested on recorded numbers and says the same thing everywhere.
+
+Speed: the machines are shared and noisy, so a ratio of medians alone can mislead. The
+speed-up's range comes from the two p10-p90 spreads, and a verdict says faster or slower only
+when that whole range is on one side of 1.
+
+Accuracy: a test set of n examples measures accuracy to about ±1.96·sqrt(p(1-p)/n), so on
+41 examples one example (2.4 points) is noise. Two accuracies differ only when the difference
+is outside the Wilson 95% interval of the variant's accuracy at the test set's size.
+"""
+
+from __future__ import annotations
+
+import math
+
+from mptrain.summary import MIN_TIMED_STEPS, RunSummary
+
+Z95 = 1.96
+
+
+def speedup(base: RunSummary, other: RunSummary) -> tuple[float, tuple[float, float]] | None:
+    """The baseline's median step over `other`'s, with its range from both p10-p90 spreads;
+    None unless both have enough timed steps."""
+    a, b = base.step_time, other.step_time
+    if a is None or b is None or not a.enough or not b.enough:
+        return None
+    return a.median_ms / b.median_ms, (a.p10_ms / b.p90_ms, a.p90_ms / b.p10_ms)
+
+
+def speed_words(speedup_range: tuple[float, float] | None) -> str | None:
+    """Faster or slower only when the whole range of the ratio is on one side of 1."""
+    if speedup_range is None:
+        return None
+    low, high = speedup_range
+    if low > 1.0:
+        return "faster"
+    if high < 1.0:
+        return "slower"
+    return "same speed within noise"
+
+
+def wilson_half_width(accuracy: float, n: int, z: float = Z95) -> float:
+    """Half the width of the Wilson score interval of a proportion measured on n examples."""
+    if n <= 0:
+        return 1.0
+    spread = z * math.sqrt(accuracy * (1 - accuracy) / n + z * z / (4 * n * n))
+    return spread / (1 + z * z / n)
+
+
+def accuracy_noise_pt(accuracy: float | None, n: int | None) -> float | None:
+    """What a test set of n examples cannot resolve, in points: the Wilson half-width, and
+    never less than one example."""
+    if accuracy is None or not n:
+        return None
+    return 100 * max(wilson_half_width(accuracy, n), 1 / n)
+
+
+def accuracy_words(delta_pt: float | None, noise_pt: float | None) -> str | None:
+    """Judged on the rounded figure the table shows, so a -0.00 is 'same accuracy'."""
+    if delta_pt is None:
+        return None
+    shown = round(delta_pt, 2)
+    if shown == 0:
+        return "same accuracy"
+    if noise_pt is not None and abs(delta_pt) <= noise_pt:
+        return f"accuracy within noise (±{noise_pt:.1f} pt)"
+    return "accuracy lower" if shown < 0 else "accuracy higher"
+
+
+def verdict(s: RunSummary, speedup_range: tuple[float, float] | None,
+            accuracy_delta_pt: float | None, is_baseline: bool) -> str:
+    """The numbers in words, beside them in the table (so it cannot contradict them):
+    'faster, accuracy within noise (±0.6 pt)'."""
+    accuracy = accuracy_words(accuracy_delta_pt, accuracy_noise_pt(s.test_accuracy, s.test_examples))
+    if s.status == "diverged":
+        text = "diverged (NaN/inf loss)"
+    elif s.status == "interrupted":
+        text = "interrupted: not finished"
+    elif s.step_time is None or not s.step_time.enough:
+        timed = s.step_time.timed_steps if s.step_time else 0
+        speed = f"not enough steps to time ({timed} timed, need {MIN_TIMED_STEPS})"
+        text = speed if is_baseline else ", ".join(filter(None, [speed, accuracy]))
+    elif is_baseline:
+        text = "baseline"
+    else:
+        text = ", ".join(filter(None, [speed_words(speedup_range), accuracy])) or "n/a"
+    return f"{text} (stopped early)" if s.stop_reason else text
+
+
+def difference(a: float | None, b: float | None, scale: float = 1.0) -> float | None:
+    return scale * (a - b) if a is not None and b is not None else None
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None

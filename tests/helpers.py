@@ -1,0 +1,145 @@
+"""What tests share: tiny experiments, running mptrain as a user does, recorded summaries.
+
+Test modules import from here (and from `datafiles`, the files tests write), never from each
+other."""
+
+from __future__ import annotations
+
+import copy
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+from mptrain.config import apply_overrides
+from mptrain.summary import LossScaleStats, MemoryStats, RunSummary, StepTimes
+from mptrain.training.records import StepRecord
+
+TINY = {
+    "name": "tiny",
+    "seed": 7,
+    "policy": "float32",
+    "data": {
+        "dataset": "synthetic",
+        "validation_split": 0.25,
+        "train_size": 512, "test_size": 128, "input_shape": [16], "num_classes": 4, "noise": 2.0,
+    },
+    "model": {"kind": "mlp", "hidden_units": [32, 32], "num_classes": 4},
+    "train": {"loop": "fit", "epochs": 3, "batch_size": 64, "warmup_steps": 1,
+              "optimizer": {"name": "adam", "kwargs": {"learning_rate": 0.01}}},
+    "output": {"save_model": False},
+}
+IMAGES = ["data.input_shape=[16, 16, 1]", "data.train_size=192", "data.test_size=48", "data.noise=0.5"]
+TOKENS = ["data.dataset=synthetic_text", "data.sequence_length=16", "data.vocab_size=60",
+          "data.num_classes=4", "data.train_size=256", "data.test_size=64"]
+CNN = ["model.kind=cnn", "model.filters=[8]", "model.dense_units=[16]", "model.num_classes=3"]
+
+
+def tiny_raw(*overrides: str) -> dict:
+    return apply_overrides(copy.deepcopy(TINY), list(overrides))
+
+
+def mptrain(*args: str, cwd: Path, env_extra: dict | None = None,
+            timeout: int = 600) -> subprocess.CompletedProcess:
+    env = {**os.environ, "COLUMNS": "120", **(env_extra or {})}
+    return subprocess.run([sys.executable, "-m", "mptrain", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def mptrain_process(cwd: Path, *args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "mptrain", *args], cwd=cwd,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def wait_for(process: subprocess.Popen, text: str, timeout: float = 120) -> list[str]:
+    """stderr lines until one contains `text` (the process is then mid-training)."""
+    lines, deadline = [], time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = process.stderr.readline()
+        if not line:
+            break
+        lines.append(line)
+        if text in line:
+            return lines
+    raise AssertionError(f"never saw {text!r}: {''.join(lines)}")
+
+
+def experiment(tmp_path: Path, *overrides: str, name: str = "exp.yaml") -> Path:
+    """A tiny experiment file writing its runs to tmp_path/runs."""
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(tiny_raw(f"output.dir={tmp_path / 'runs'}", *overrides)))
+    return path
+
+
+def run_json(tmp_path: Path, config: Path, *args: str) -> dict:
+    import json
+
+    done = mptrain("run", str(config), "--json", *args, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def refuses(tmp_path: Path, config: Path, *messages: str, command: str = "validate") -> str:
+    """The command exits 2 with each message, no traceback, nothing on stdout, no run folder."""
+    done = mptrain(command, str(config), cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr and done.stdout == ""
+    for message in messages:
+        assert message in " ".join(done.stderr.split()), done.stderr
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+    return done.stderr
+
+
+def make_summary(median=100.0, accuracy=0.9, memory=1000, status="finished", spread=0.02,
+                 scale=None, steps=50, **changes) -> RunSummary:
+    """A summary as a run would write it, with the numbers a test cares about."""
+    times = StepTimes(median_ms=median, p10_ms=median * (1 - spread), p90_ms=median * (1 + spread),
+                      mean_ms=median, timed_steps=steps - 2, warmup_steps_excluded=2,
+                      short_batches_excluded=0, enough=steps - 2 >= 5)
+    fields = dict(
+        name="x", status=status, policy="float32", policy_requested="float32", policy_reason="",
+        compute_dtype="float32", variable_dtype="float32", output_dtype="float32", loop="fit",
+        jit_compile=False, jit_compile_reason="", xla_optimizer_update=False,
+        xla_optimizer_update_reason="", device="CPU", distribution="one device", replicas=1,
+        dataset="synthetic", batch_size=64,
+        epochs_run=1, steps_run=steps, stop_reason=None, stopped_by=None, step_time=times,
+        examples_per_sec=64 / median * 1000, flops_per_example=1000, achieved_tflops=0.1,
+        peak_tflops=1.0, peak_unit="AVX-512 FP32", mfu=0.1, speed_warning=None, notes=[],
+        first_step_loss=2.0, non_finite_loss_steps=10 if status == "diverged" else 0,
+        final_train_loss=None if status == "diverged" else 0.5, final_metrics={},
+        test_loss=None if status == "diverged" else 0.5,
+        test_accuracy=None if status == "diverged" else accuracy, test_metrics={},
+        test_examples=10_000,
+        loss_scale=LossScaleStats(final=scale[0], skipped_steps=scale[1], skip_rate=scale[1] / steps,
+                                  min_scale=scale[0], steps_at_floor=0) if scale else None,
+        memory=MemoryStats(process_peak_bytes=2**30, device="CPU:0", device_peak_bytes=memory + 10,
+                           data_bytes=10, training_peak_bytes=memory),
+        wall_time_s=10.0, time_to_first_step_s=2.0, tensorflow_version="2", keras_version="3",
+        seed=0, run_dir="/tmp/x",
+    )
+    fields.update(changes)
+    return RunSummary(**fields)
+
+
+def step_records(*seconds_and_sizes, epoch: int = 1) -> list[StepRecord]:
+    return [StepRecord(i + 1, epoch, 1.0, s, n) for i, (s, n) in enumerate(seconds_and_sizes)]
+
+
+def record_kernels(machine, bfloat16: float, float16: float | None = None, device: str = "/CPU:0"):
+    """A kernel measurement of `machine` in its cache, as if measured: each 16-bit dtype at
+    the given speed relative to float32 on every kernel."""
+    from mptrain.microbench import KernelTiming, store_kernels
+
+    timings = []
+    for kernel in ("matmul 1024²", "dense 512² fused", "conv3x3 16×56²×64"):
+        for dtype, ratio in (("float32", 1.0), ("bfloat16", bfloat16), ("float16", float16)):
+            if ratio is None:
+                continue
+            ms = 10.0 / ratio
+            timings.append(KernelTiming(device=device, kernel=kernel, dtype=dtype, ms_per_call=ms,
+                                        ms_p10=ms * 0.95, ms_p90=ms * 1.05, tflops=1.0 * ratio,
+                                        calls=20, cut_short=False, ratio_to_float32=ratio))
+    return store_kernels(machine, timings, seconds=1.0)

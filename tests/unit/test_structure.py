@@ -1,0 +1,79 @@
+"""The package's shape: imports only point down (no circles, counting imports inside
+functions), and the names a user writes are defined once."""
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[2] / "mptrain"
+
+
+def imports() -> dict[str, set[str]]:
+    """module → the mptrain modules it imports, at any depth of its code."""
+    graph = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("mptrain"):
+                found.add(node.module)
+            elif isinstance(node, ast.Import):
+                found |= {a.name for a in node.names if a.name.startswith("mptrain")}
+        graph[name] = found
+    resolved = {}
+    for module, targets in graph.items():
+        edges = set()
+        for target in targets:
+            while target and target not in graph:
+                target = target.rpartition(".")[0]
+            if target and target != module:
+                edges.add(target)
+        resolved[module] = edges
+    return resolved
+
+
+def test_no_import_circles():
+    graph = imports()
+    state: dict[str, str] = {}
+    circles = []
+
+    def visit(module, path):
+        state[module] = "open"
+        for target in sorted(graph[module]):
+            if state.get(target) == "open":
+                circles.append(path[path.index(target):] + [target] if target in path else [module, target])
+            elif target not in state:
+                visit(target, [*path, target])
+        state[module] = "done"
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [module])
+    assert circles == [], "import circles: " + "; ".join(" -> ".join(c) for c in circles)
+
+
+def test_the_lowest_floors_import_nothing_of_mptrain():
+    graph = imports()
+    assert graph["mptrain.errors"] == set()
+    assert graph["mptrain.hardware"] == set()
+    assert graph["mptrain.training.records"] == set()
+
+
+def test_training_loops_and_data_do_not_reach_up_to_the_commands():
+    graph = imports()
+    commands = {"mptrain.cli", "mptrain.runner", "mptrain.compare", "mptrain.plan",
+                "mptrain.experiment", "mptrain.memory_plan"}
+    for module, targets in graph.items():
+        if module.startswith(("mptrain.training", "mptrain.data", "mptrain.model", "mptrain.config")):
+            assert not targets & commands, (module, targets & commands)
+
+
+def test_policy_loop_and_strategy_names_are_defined_once():
+    """Only the schema spells out the names; everything else refers to it."""
+    for path in PACKAGE.rglob("*.py"):
+        if path.name == "schema.py":
+            continue
+        text = path.read_text()
+        assert '("fit", "custom")' not in text, path
+        assert '"none", "one_device", "mirrored"' not in text, path
+        assert '"float32", "mixed_float16", "mixed_bfloat16", "float16", "bfloat16"' not in text, path

@@ -1,0 +1,63 @@
+"""The run summary: step-time statistics, throughput and MFU arithmetic, and its documentation."""
+
+import re
+import typing
+from pathlib import Path
+
+import pytest
+
+from mptrain.flops import Peak
+from mptrain.summary import (
+    LossScaleStats,
+    MemoryStats,
+    RunSummary,
+    Status,
+    StepTimes,
+    step_times,
+    throughput,
+)
+from mptrain.training.records import StopKind
+from tests.helpers import step_records
+
+
+def test_warmup_and_short_batches_are_left_out_of_step_times():
+    # 2 slow warm-up steps, 6 full steps of 10 ms, a short batch that recompiled (1.5 s)
+    records = step_records((3.0, 64), (2.0, 64), *[(0.010, 64)] * 6, (1.5, 20))
+    times = step_times(records, warmup_steps=2)
+    assert times.median_ms == pytest.approx(10.0) and times.mean_ms == pytest.approx(10.0)
+    assert times.p90_ms == pytest.approx(10.0)
+    assert (times.timed_steps, times.warmup_steps_excluded, times.short_batches_excluded) == (6, 2, 1)
+    assert times.enough
+
+
+def test_too_few_timed_steps_are_flagged_and_a_cut_run_still_has_a_time():
+    assert not step_times(step_records(*[(0.01, 64)] * 5), warmup_steps=2).enough  # 3 timed
+    cut = step_times(step_records((5.0, 64)), warmup_steps=2)
+    assert cut.median_ms == pytest.approx(5000.0) and cut.timed_steps == 1 and not cut.enough
+    assert step_times([], 2) is None
+
+
+def test_throughput_and_mfu_arithmetic():
+    times = step_times(step_records(*[(0.5, 100)] * 7), warmup_steps=2)
+    speed = throughput(times, batch_size=100, flops_per_example=10**9,
+                       peak=Peak(4e11, "AVX-512 FP32"))
+    assert speed.examples_per_sec == pytest.approx(200.0)
+    assert speed.achieved_tflops == pytest.approx(0.2) and speed.mfu == pytest.approx(0.5)
+    assert throughput(None, 100, 10, None).examples_per_sec is None
+
+
+def test_readme_documents_every_summary_key():
+    """The README's summary.json key list and the RunSummary model stay in step."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme.split("`summary.json` keys:")[1].split("\n\n")[0]
+    values = {"auto", "null", *typing.get_args(Status), *typing.get_args(StopKind)}  # not keys
+    documented = set(re.findall(r"`([a-z0-9_]+)`", section)) - values
+    nested = {"median_ms", "p10_ms", "p90_ms", "mean_ms", "timed_steps", "warmup_steps_excluded",
+              "short_batches_excluded", "enough", "final", "skipped_steps", "skip_rate", "min_scale",
+              "steps_at_floor", "process_peak_bytes",
+              "device", "device_peak_bytes", "data_bytes", "training_peak_bytes"}
+    fields = set(RunSummary.model_fields) | set(StepTimes.model_fields) | \
+        set(LossScaleStats.model_fields) | set(MemoryStats.model_fields)
+    assert fields - documented == set(), "undocumented keys"
+    assert documented - fields - {"summary.json"} == set(), "documented keys that do not exist"
+    assert nested <= fields

@@ -1,0 +1,169 @@
+"""The rules training follows, on recorded steps (nothing trains): loss-scale skips and
+collapse, the divergence guard, stop limits, metrics carried across a resume, signals."""
+
+import math
+import os
+import signal
+
+import pytest
+
+from mptrain.config.schema import RecoveryConfig
+from mptrain.signals import stop_on_signals
+from mptrain.training.guard import DivergenceGuard
+from mptrain.training.loss_scale import LossScaleTracker
+from mptrain.training.monitor import TrainingMonitor
+from mptrain.training.records import EpochRecord, StepRecord, TrainingListener
+
+
+class Recorder(TrainingListener):
+    def __init__(self):
+        self.steps, self.epochs, self.notices = [], [], []
+
+    def step_finished(self, record, step_in_epoch):
+        self.steps.append(record)
+
+    def epoch_finished(self, record):
+        self.epochs.append(record)
+
+    def notice(self, text):
+        self.notices.append(text)
+
+
+def step(monitor: TrainingMonitor, loss=1.0, examples=10, metrics=None, scale=None):
+    monitor.step_begin()
+    monitor.step_end(loss, examples, metrics or {}, scale)
+    return monitor.steps[-1]
+
+
+def test_a_lower_scale_is_a_skipped_step_and_a_run_of_them_collapses():
+    tracker = LossScaleTracker(1024.0)
+    assert [tracker.step(s) for s in (1024.0, 512.0, 512.0, 1024.0, 512.0, 256.0)] == \
+        [False, True, False, False, True, True]
+    assert tracker.skipped_steps == 3 and tracker.in_a_row == 2
+    assert tracker.collapse(3, "epoch 1, step 6") is None
+    tracker.step(128.0)
+    reason = tracker.collapse(3, "epoch 1, step 7")
+    assert "3 steps in a row" in reason and "mixed_bfloat16" in reason and "scale now 128" in reason
+
+
+def test_the_skip_rate_notice_reaches_listeners_once():
+    recorder = Recorder()
+    monitor = TrainingMonitor(epochs=1, steps_per_epoch=100, listeners=[recorder],
+                              initial_loss_scale=2.0**20)
+    monitor.epoch_begin(0)
+    scale = 2.0**20
+    for i in range(30):
+        scale = scale / 2 if i % 2 else scale  # every other step skipped: 50%
+        step(monitor, loss=math.nan if i % 2 else 1.0, scale=scale)
+    assert len(recorder.notices) == 1 and "of the last" in recorder.notices[0]
+    assert [r.skipped for r in recorder.steps[:4]] == [False, True, False, True]
+
+
+def test_step_limits_stop_the_run_and_say_which():
+    monitor = TrainingMonitor(epochs=5, steps_per_epoch=10, max_steps=3)
+    monitor.epoch_begin(0)
+    for _ in range(3):
+        step(monitor)
+    assert monitor.stop_kind == "max_steps" and monitor.stop_status == "stopped"
+    assert monitor.stop_reason == "stopped after 3 steps (step limit 3)"
+    slow = TrainingMonitor(epochs=1, steps_per_epoch=10, max_step_seconds=1e-12)
+    slow.epoch_begin(0)
+    step(slow)
+    assert slow.stop_kind == "max_step_seconds" and "a step took" in slow.stop_reason
+
+
+def test_a_resumed_epoch_reports_the_metrics_of_the_whole_epoch():
+    """Stopped after 2 of an epoch's steps (20 examples, running accuracy 0.5), resumed: the
+    loop's metrics restart, so after one more step (10 examples at 0.8) the epoch's running
+    accuracy is (0.5 * 20 + 0.8 * 10) / 30, and so is the epoch's result. Validation metrics
+    are not running means over the epoch: they pass through."""
+    history = [StepRecord(1, 1, 1.0, 0.1, 10, metrics={"accuracy": 0.4}),
+               StepRecord(2, 1, 1.0, 0.1, 10, metrics={"accuracy": 0.5})]
+    monitor = TrainingMonitor(epochs=2, steps_per_epoch=3, history=(history, []))
+    monitor.epoch_begin(0, first_step=2)
+    record = step(monitor, examples=10, metrics={"accuracy": 0.8})
+    assert record.metrics["accuracy"] == pytest.approx(0.6)
+    monitor.epoch_end({"accuracy": 0.8, "val_accuracy": 0.3})
+    epoch = monitor.epoch_records[-1]
+    assert epoch.metrics["accuracy"] == pytest.approx(0.6) and epoch.metrics["val_accuracy"] == 0.3
+    assert epoch.steps == 3 and list(epoch.metrics) == ["loss", "accuracy", "val_accuracy"]
+    # the next epoch starts afresh
+    monitor.epoch_begin(1)
+    assert step(monitor, metrics={"accuracy": 0.9}).metrics["accuracy"] == 0.9
+
+
+class FakeCheckpointer:
+    def __init__(self, optimizer=None):
+        self.restored, self.suspended, self.optimizer = 0, False, optimizer
+
+    def saved(self):
+        return ["ckpt-1"]
+
+    def restore_latest(self):
+        self.restored += 1
+
+
+def guarded(**recovery):
+    monitor = TrainingMonitor(epochs=1, steps_per_epoch=100)
+    checkpointer = FakeCheckpointer()
+    guard = DivergenceGuard(monitor, checkpointer, RecoveryConfig(**recovery))
+    monitor.listeners = [guard]
+    monitor.epoch_begin(0)
+    return monitor, checkpointer, guard
+
+
+def test_divergence_restores_then_gives_up_after_max_trials():
+    monitor, checkpointer, guard = guarded(max_trials=2)
+    step(monitor, loss=1.0)
+    step(monitor, loss=math.nan)
+    step(monitor, loss=math.inf)
+    assert checkpointer.restored == 2 and not monitor.stop_requested
+    step(monitor, loss=math.nan)
+    assert monitor.stop_kind == "divergence" and checkpointer.suspended
+    assert "after 2 recoveries" in monitor.stop_reason and len(guard.recoveries) == 2
+
+
+def test_under_loss_scaling_a_skip_is_not_divergence_but_the_bound_still_is():
+    """mixed_float16: a NaN loss on a skipped step is the scaler at work; a finite loss above
+    train.recovery.loss_upper_bound means what it means under every policy."""
+    monitor = TrainingMonitor(epochs=1, steps_per_epoch=100, initial_loss_scale=1024.0)
+    checkpointer = FakeCheckpointer()
+    guard = DivergenceGuard(monitor, checkpointer, RecoveryConfig(loss_upper_bound=10.0,
+                                                                  collapse_steps=3))
+    monitor.listeners = [guard]
+    monitor.epoch_begin(0)
+    step(monitor, loss=math.nan, scale=512.0)  # skipped
+    assert checkpointer.restored == 0 and not monitor.stop_requested
+    step(monitor, loss=50.0, scale=512.0)  # finite, above the bound, not skipped
+    assert checkpointer.restored == 1 and "above train.recovery.loss_upper_bound" in guard.recoveries[0]
+    for scale in (256.0, 128.0, 64.0):
+        step(monitor, loss=math.nan, scale=scale)
+    assert monitor.stop_kind == "divergence" and "loss scale collapsed" in monitor.stop_reason
+
+
+def test_a_signal_between_epochs_stops_there_and_says_so():
+    monitor = TrainingMonitor(epochs=3, steps_per_epoch=2)
+    monitor.epoch_begin(0)
+    step(monitor)
+    step(monitor)  # the epoch's last step: validation would run now
+    with stop_on_signals(monitor):
+        os.kill(os.getpid(), signal.SIGTERM)
+    assert monitor.stop_kind == "signal" and monitor.signal == signal.SIGTERM
+    assert monitor.stop_reason == "interrupted by SIGTERM at the end of epoch 1"
+    inside = TrainingMonitor(epochs=3, steps_per_epoch=4)
+    inside.epoch_begin(0)
+    step(inside)
+    with stop_on_signals(inside):
+        os.kill(os.getpid(), signal.SIGINT)
+    assert inside.stop_reason == "interrupted by SIGINT during epoch 1, step 2"
+
+
+def test_epoch_records_keep_loss_first_and_validation_last():
+    monitor = TrainingMonitor(epochs=1, steps_per_epoch=2)
+    monitor.epoch_begin(0)
+    step(monitor, loss=2.0, examples=30)
+    step(monitor, loss=math.nan, examples=10)  # a skipped step's loss is left out of the mean
+    monitor.epoch_end({"val_loss": 1.0, "accuracy": 0.5, "loss": 99.0})
+    record: EpochRecord = monitor.epoch_records[-1]
+    assert record.metrics == {"loss": 2.0, "accuracy": 0.5, "val_loss": 1.0}
+    assert list(record.metrics) == ["loss", "accuracy", "val_loss"]

@@ -1,0 +1,137 @@
+"""Reading numbers side by side: speed-ups, accuracy within noise, compare.json's rows and
+its tables, on recorded summaries (nothing trains)."""
+
+import re
+from pathlib import Path
+
+import pytest
+
+from mptrain.cli import parse_choices
+from mptrain.compare import Variant, build_record
+from mptrain.config.schema import POLICIES
+from mptrain.errors import ConfigError
+from mptrain.verdicts import accuracy_noise_pt, accuracy_words, wilson_half_width
+from tests.helpers import make_summary
+
+
+@pytest.mark.parametrize(("policies", "message"), [
+    ("", "comma-separated list"),
+    ("float32,,bfloat16", "comma-separated list"),
+    ("float32,fp8", "unknown 'fp8'; allowed: float32"),
+    ("float32,float32", "float32 listed more than once"),
+])
+def test_bad_policies(policies, message):
+    with pytest.raises(ConfigError, match=message):
+        parse_choices(policies, POLICIES, "--policies")
+
+
+def record_of(*rows):
+    variants = [Variant(policy, "fit") for policy, _ in rows]
+    return build_record("x", Path("/tmp/x"), variants,
+                        {v.label: s for v, (_, s) in zip(variants, rows, strict=True)})
+
+
+def test_ratios_and_verdicts_come_from_the_numbers():
+    record = record_of(("float32", make_summary(median=100.0, accuracy=0.90, memory=1000)),
+                       ("mixed_bfloat16", make_summary(median=50.0, accuracy=0.8988, memory=600)))
+    bf16 = record.variants[1]
+    assert bf16.speedup == 2.0 and bf16.memory_ratio == 0.6
+    assert bf16.accuracy_delta_pt == pytest.approx(-0.12)
+    assert bf16.verdict == "faster, accuracy within noise (±0.6 pt)"  # 10,000 test examples
+    slower = record_of(("float32", make_summary(median=40.0)),
+                       ("float16", make_summary(median=100.0, accuracy=0.88)))
+    assert slower.variants[1].verdict == "slower, accuracy lower"
+    assert slower.variants[1].speedup == 0.4 and slower.variants[1].accuracy_delta_pt == pytest.approx(-2)
+    same = record_of(("float32", make_summary(median=100.0)),
+                     ("mixed_bfloat16", make_summary(median=99.0, spread=0.2)))
+    assert same.variants[1].verdict == "same speed within noise, same accuracy"
+    # without float32 the first policy listed is the baseline
+    no_f32 = record_of(("mixed_bfloat16", make_summary()))
+    assert no_f32.baseline_policy == "mixed_bfloat16" and no_f32.variants[0].verdict == "baseline"
+
+
+def test_only_the_baseline_variant_is_called_baseline_across_strategies():
+    variants = [Variant("float32", "fit", "none"), Variant("float32", "fit", "mirrored")]
+    record = build_record("x", Path("/tmp/x"), variants,
+                          {variants[0].label: make_summary(median=100.0),
+                           variants[1].label: make_summary(median=400.0)})
+    single, mirrored = record.variants
+    assert single.verdict.startswith("baseline")
+    assert mirrored.speedup == 0.25 and mirrored.verdict.startswith("slower")
+
+
+def test_failed_variant_is_a_row_not_a_crash():
+    record = record_of(("float32", make_summary()), ("mixed_float16", "exit code 3"))
+    row = record.variants[1]
+    assert row.summary is None and row.verdict == "failed (exit code 3)"
+
+
+def test_tables_fit_80_columns_and_never_cut_a_number():
+    from rich.console import Console
+
+    from mptrain.report.tables import compare_tables
+
+    record = record_of(
+        ("float32", make_summary(median=1234.5, accuracy=0.9123, memory=123_456_789)),
+        ("mixed_bfloat16", make_summary(median=321.9, accuracy=0.9101, memory=61_234_567,
+                                        scale=None)),
+        ("mixed_float16", make_summary(median=1456.7, accuracy=0.9110, memory=70_000_000,
+                                       scale=(32768.0, 12))),
+        ("float16", make_summary(median=1500.0, status="diverged")),
+    )
+    console = Console(width=80, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
+    console.print(compare_tables(record))
+    text = console.export_text()
+    assert max(len(line) for line in text.splitlines()) <= 80
+    assert "…" not in text
+    for number in ("1234.5", "321.9", "3.84x", "0.9101 (-0.22)", "32768/12", "0.85x",
+                   "117.7 MiB", "0.50x", "1209.8–1259.2"):
+        assert number in text, number
+    assert re.search(r"^float16 .*diverged \(NaN/inf", text, re.MULTILINE)
+
+
+
+
+def test_accuracy_is_judged_against_what_the_test_set_can_resolve():
+    """On 41 test examples one example is 2.44 points: such a difference is noise, not
+    'higher/lower'. On 10,000 the same 2.44 points is real."""
+    small = accuracy_noise_pt(0.76, 41)
+    assert small > 2.44 and accuracy_words(-2.44, small).startswith("accuracy within noise")
+    large = accuracy_noise_pt(0.76, 10_000)
+    assert large < 1.0 and accuracy_words(-2.44, large) == "accuracy lower"
+    assert accuracy_words(2.44, large) == "accuracy higher"
+    assert accuracy_words(-0.001, large) == "same accuracy"  # shown as -0.00
+    # the Wilson half-width: 95% interval of 0.5 at n=100 is about ±9.6 points
+    assert wilson_half_width(0.5, 100) == pytest.approx(0.096, abs=0.002)
+    assert accuracy_noise_pt(1.0, 20) >= 100 / 20  # never less than one example
+
+
+def test_a_small_test_set_makes_a_compare_verdict_say_noise():
+    record = record_of(("float32", make_summary(accuracy=0.7805, test_examples=41)),
+                       ("mixed_bfloat16", make_summary(median=50.0, accuracy=0.7561, test_examples=41)))
+    row = record.variants[1]
+    assert row.accuracy_delta_pt == pytest.approx(-2.44) and row.accuracy_noise_pt > 2.44
+    assert row.verdict.startswith("faster, accuracy within noise")
+
+
+def test_memory_tables_fit_80_columns_with_every_number_whole():
+    from rich.console import Console
+
+    from mptrain.memory_plan import MemoryPlan, MemoryReport
+    from mptrain.report.tables import memory_view
+
+    plan = {"batch_size": 256, "parameters": 85_000, "weights_bytes": 340_000,
+            "weight_copies_bytes": 170_000, "gradients_bytes": 340_000, "optimizer_bytes": 680_000,
+            "activations_bytes": 277_000, "total_bytes": 1_800_000,
+            "measured_peak_bytes": 1_250_000, "largest_batch": 18_650_123,
+            "largest_batch_basis": "estimate"}
+    report = MemoryReport(experiment="synthetic", batch_size=256, parameters=85_000,
+                          training_examples=4096, why="why",
+                          plans=[MemoryPlan(policy=p, **plan) for p in
+                                 ("float32", "mixed_float16", "mixed_bfloat16")])
+    console = Console(width=80, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
+    console.print(memory_view(report))
+    text = console.export_text()
+    assert max(len(line) for line in text.splitlines()) <= 80 and "…" not in text
+    for cell in ("mixed_float16", "mixed_bfloat16", "18,650,123", "1.7 MiB", "332.0 KiB"):
+        assert cell in text, cell
