@@ -432,12 +432,14 @@ def validate(
 
     with _user_errors(verbose=verbose):
         experiment = load_config(config, set_)
-        check_experiment(experiment, thorough=True)
+        notes = check_experiment(experiment, thorough=True)
         if deep:
             from mptrain.experiment import prepare
 
             prepare(experiment, verbose=verbose)
     typer.echo(f"# {config}: valid" + (" (data loaded, model built)" if deep else ""), err=True)
+    for note in notes:
+        typer.echo(f"# note: {note}", err=True)
     with _stdout_reader_may_stop():
         typer.echo(yaml.safe_dump(experiment.to_yaml_dict(), sort_keys=False), nl=False)
 

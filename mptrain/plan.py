@@ -86,6 +86,11 @@ class Candidate(_Record):
     def sixteen_bit(self) -> bool:
         return self.policy != "float32" or self.math_mode in ("onednn_bf16", "graph_bf16")
 
+    @property
+    def sixteen_bit_dtype(self) -> str:
+        """bfloat16 or float16: the 16-bit type its matmuls run in (if they do)."""
+        return "float16" if self.policy in ("mixed_float16", "float16") else "bfloat16"
+
 
 class Trial(_Record):
     candidate: Candidate
@@ -192,8 +197,7 @@ def candidates(machine: Machine, kernels: KernelSpeeds | None = None) -> list[Ca
         gain = {"bfloat16": kernels.speedup("bfloat16", device) or 0.0,
                 "float16": kernels.speedup("float16", device) or 0.0}
         first, *rest = found
-        rest.sort(key=lambda c: -gain.get("float16" if "float16" in c.policy else "bfloat16", 0.0)
-                  if c.sixteen_bit else 0.0)
+        rest.sort(key=lambda c: -gain[c.sixteen_bit_dtype] if c.sixteen_bit else 0.0)
         found = [first, *rest]
     return found
 
@@ -541,7 +545,8 @@ def _try_islands(record: PlanRecord, folder: Path, verbose: bool, signals: Forwa
             timings = layer_timings(config, best.candidate, verbose=verbose)
     else:
         timings = layer_timings(config, best.candidate, verbose=verbose)
-    overflowing = _overflowing_layers(config, verbose) if "float16" in best.candidate.policy else []
+    overflowing = (_overflowing_layers(config, verbose)
+                   if best.candidate.sixteen_bit_dtype == "float16" else [])
     chosen = islands(timings, overflowing)
     record = record.model_copy(update={"layers": timings, "island_layers": chosen})
     if not chosen:

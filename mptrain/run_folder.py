@@ -11,6 +11,7 @@ process id, so a dead run is recognisable), `finished`, `interrupted`, `diverged
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -70,7 +71,8 @@ class RunFolder(TrainingListener):
         started = previous.started if isinstance(previous, RunState) else _now()
         state = RunState(status=status, name=name, pid=None, host=socket.gethostname(),
                          started=started, ended=_now(), reason=reason)
-        self.flush_steps()
+        with contextlib.suppress(OSError):  # a full disk: the status matters more than records
+            self.flush_steps()
         self._write_record(state)
 
     def state(self) -> RunRecord | None:

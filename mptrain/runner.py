@@ -7,6 +7,8 @@ checkpoints, divergence guard, telemetry); the summary is written however traini
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import shutil
 import tempfile
 import time
@@ -17,6 +19,7 @@ from pathlib import Path
 from mptrain.config import ExperimentConfig
 from mptrain.diagnostics.lint import lint, worth_saying
 from mptrain.distribute import scope
+from mptrain.errors import MptrainError
 from mptrain.experiment import Prepared, prepare
 from mptrain.flops import forward_profile
 from mptrain.model import output_dtype
@@ -110,13 +113,33 @@ def run_experiment(
         folder.write_status("interrupted", "abandoned by a second Ctrl-C; the last checkpoint "
                             "is kept: resume from it")
         raise RunAbandoned(folder.path) from None
+    except OSError as exc:
+        _mark_failed(folder, exc)
+        if exc.errno not in DISK_ERRORS:
+            raise
+        raise MptrainError(
+            f"{exc.filename or folder.path}: {exc.strerror}; training stopped, and its last "
+            f"checkpoint is intact. Free space (or fix the disk), then continue with: mptrain "
+            f"run --resume {folder.path}") from exc
     except BaseException as exc:
-        folder.write_status("failed", f"{type(exc).__name__}: {exc}")
+        _mark_failed(folder, exc)
         raise
     finally:
         if not chief:
             shutil.rmtree(parent, ignore_errors=True)
     return RunResult(summary, monitor.steps, monitor.epoch_records, monitor.signal)
+
+
+# A full disk (or quota), an I/O error, a read-only file system: the run folder cannot take
+# what training writes. Said cleanly, with the way to continue.
+DISK_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS)
+
+
+def _mark_failed(folder: RunFolder, exc: BaseException) -> None:
+    """summary.json says `failed` and why, if the disk still takes that much."""
+    # if not, the folder keeps `running` with a dead pid: still recognisably stopped
+    with contextlib.suppress(OSError):
+        folder.write_status("failed", f"{type(exc).__name__}: {exc}")
 
 
 def _config_header(prepared: Prepared) -> str:

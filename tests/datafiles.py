@@ -104,3 +104,83 @@ def tfds_dataset(data_dir: Path) -> Path:
     script.write_text(f"DATA_DIR = {str(data_dir)!r}\n" + TFDS_BUILDER)
     subprocess.run([sys.executable, str(script)], check=True, capture_output=True, timeout=300)
     return data_dir
+
+
+USER_MODELS = '''
+import keras
+import numpy as np
+
+
+def functional_logits(input_shape, num_classes):
+    """Ends in Dense(num_classes) with no softmax: logits."""
+    inputs = keras.Input(input_shape)
+    x = keras.layers.Flatten()(inputs)
+    x = keras.layers.Dense(16, activation="relu")(x)
+    small = keras.initializers.RandomNormal(stddev=0.01)  # logits near 0: a first loss near ln(n)
+    return keras.Model(inputs, keras.layers.Dense(num_classes, kernel_initializer=small, name="out")(x))
+
+
+def sequential(input_shape, num_classes):
+    return keras.Sequential([keras.Input(input_shape), keras.layers.Flatten(),
+                             keras.layers.Dense(16, activation="relu"),
+                             keras.layers.Dense(num_classes, activation="softmax")])
+
+
+class Doubler(keras.layers.Layer):
+    """A custom layer, registered nowhere."""
+
+    def call(self, x):
+        return 2.0 * x
+
+
+def custom_layer(input_shape, num_classes):
+    inputs = keras.Input(input_shape)
+    x = Doubler()(keras.layers.Flatten()(inputs))
+    return keras.Model(inputs, keras.layers.Dense(num_classes, activation="softmax")(x))
+
+
+class Classifier(keras.Model):
+    """How most people write a model: subclassed, no get_config, returns logits."""
+
+    def __init__(self, num_classes):
+        super().__init__()
+        self.flatten = keras.layers.Flatten()
+        self.hidden = keras.layers.Dense(16, activation="relu")
+        self.out = keras.layers.Dense(num_classes,
+                                      kernel_initializer=keras.initializers.RandomNormal(stddev=0.01))
+
+    def call(self, x):
+        return self.out(self.hidden(self.flatten(x)))
+
+
+def subclassed(input_shape, num_classes):
+    return Classifier(num_classes)
+
+
+class Squash(keras.layers.Layer):
+    def call(self, x):
+        return keras.ops.sigmoid(x) * 0.5 + 0.25
+
+
+def ambiguous(input_shape, num_classes):
+    """Outputs in (0, 1) that do not sum to 1: neither clearly logits nor probabilities."""
+    inputs = keras.Input(input_shape)
+    x = keras.layers.Dense(num_classes)(keras.layers.Flatten()(inputs))
+    return keras.Model(inputs, Squash()(x))
+
+
+def unseeded(input_shape, num_classes):
+    """Initial weights from an unseeded generator: different in every process."""
+    model = functional_logits(input_shape, num_classes)
+    rng = np.random.default_rng()
+    model.set_weights([rng.normal(0, 0.3, w.shape).astype(w.dtype) for w in model.get_weights()])
+    return model
+'''
+
+
+def user_models(folder: Path) -> Path:
+    """A builder module with the kinds of model users bring."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "user_models.py"
+    path.write_text(USER_MODELS)
+    return path

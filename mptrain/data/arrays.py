@@ -174,7 +174,9 @@ def npz_length(path: Path, key: str) -> int:
     try:
         with zipfile.ZipFile(path) as archive, archive.open(f"{key}.npy") as member:
             version = np.lib.format.read_magic(member)
-            shape, _, _ = np.lib.format._read_array_header(member, version)  # noqa: SLF001
+            read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                           else np.lib.format.read_array_header_2_0)
+            shape, _, _ = read_header(member)
     except KeyError:
         read_npz(path)  # says which arrays are missing
         raise

@@ -257,7 +257,8 @@ def load_text_folder(cfg: TextFolderData) -> Dataset:
         paths, ys = tf.constant(files), tf.constant(labels, tf.int32)
 
         def load(index):
-            return vectorize(read(paths[index])), ys[index]
+            # as a batch of one: a lone empty text would give 0 tokens, not sequence_length
+            return vectorize(read(paths[index])[None])[0], ys[index]
 
         return load
 

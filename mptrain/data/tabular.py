@@ -75,9 +75,9 @@ def _delimiter_hint(header: list[str], delimiter: str) -> str:
         found = csv.Sniffer().sniff(header[0], delimiters=DELIMITERS.replace(delimiter, "")).delimiter
     except csv.Error:
         return ""
-    shown = "\\t" if found == "\t" else found
-    return (f" (one column: the file seems to use {shown!r} between cells; set "
-            f"data.delimiter: {shown!r})")
+    shown = '"\\t"' if found == "\t" else f"'{found}'"  # as YAML reads it
+    return (f" (one column: the file seems to use {shown} between cells; set "
+            f"data.delimiter: {shown})")
 
 
 @dataclass(frozen=True)

@@ -170,31 +170,36 @@ def scale_range(gradients: np.ndarray) -> tuple[float, float] | None:
 
 
 def _bfloat16_errors(config, spec, model32, x) -> dict[str, float]:
-    """Each layer's outputs under mixed_bfloat16 (same weights, same batch) against float32,
-    matched by layer name (the 16-bit model may have a float32 output layer appended)."""
+    """Each layer's outputs under mixed_bfloat16 (same weights, same batch) against float32.
+    Layers are matched by position: a user's layers are named by Keras' counters, which
+    differ between two builds; the float32 output mptrain appends to a 16-bit model has no
+    float32 twin and is left out."""
     import keras
 
     from mptrain.model import build_model
     from mptrain.policy import apply_policy
 
+    def outputs(model) -> list[tuple[str, object]]:
+        layers, probe = layer_probe(model)
+        values = probe(x, training=False)[:-1]  # the last is the model's own output
+        return [(layer.name, value) for layer, value in zip(layers, values, strict=True)
+                if layer.name != "float32_output"]
+
     apply_policy("mixed_bfloat16")
     try:
         model16 = build_model(config, spec).model
         model16.set_weights(model32.get_weights())
-        layers16, probe16 = layer_probe(model16)
-        layers32, probe32 = layer_probe(model32)
-        outs16 = dict(zip([layer.name for layer in layers16], probe16(x, training=False), strict=False))
-        outs32 = dict(zip([layer.name for layer in layers32], probe32(x, training=False), strict=False))
+        outs16, outs32 = outputs(model16), outputs(model32)
     finally:
         apply_policy("float32")
+    if len(outs16) != len(outs32):
+        return {}
     errors = {}
-    for name, a32 in outs32.items():
-        if name not in outs16:
-            continue
+    for (name, a32), (_, a16) in zip(outs32, outs16, strict=True):
         reference = np.asarray(a32, np.float64)
         norm = np.linalg.norm(reference)
         if norm > 0:
-            difference = np.asarray(keras.ops.cast(outs16[name], "float32"), np.float64) - reference
+            difference = np.asarray(keras.ops.cast(a16, "float32"), np.float64) - reference
             errors[name] = float(np.linalg.norm(difference) / norm)
     return errors
 

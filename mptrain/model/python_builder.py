@@ -70,7 +70,7 @@ def load_builder(builder: str):
             module = importlib.import_module(target)
     except Exception as exc:
         raise ConfigError(f"model.builder {builder!r}: importing {target} failed "
-                          f"({type(exc).__name__}: {exc})") from None
+                          f"({type(exc).__name__}: {exc}; --verbose shows where)") from exc
     return getattr(module, function)
 
 
@@ -82,7 +82,8 @@ def build_python(config: ExperimentConfig, spec: InputSpec):
     try:
         model = build(input_shape=spec.shape, num_classes=cfg.num_classes, **cfg.kwargs)
     except Exception as exc:
-        raise ConfigError(f"model.builder {cfg.builder!r} raised {type(exc).__name__}: {exc}") from None
+        raise ConfigError(f"model.builder {cfg.builder!r} raised {type(exc).__name__}: {exc} "
+                          "(--verbose shows where)") from exc
     if not isinstance(model, keras.Model):
         raise ConfigError(f"model.builder {cfg.builder!r} returned {type(model).__name__}, not a "
                           "keras.Model")
@@ -94,7 +95,9 @@ def build_python(config: ExperimentConfig, spec: InputSpec):
         functional = bool(model.outputs)
     except (AttributeError, ValueError):
         functional = False
-    if not functional:  # a subclassed model: call it on a symbolic input to get a functional one
+    if not functional or isinstance(model, keras.Sequential):
+        # a subclassed model (or a Sequential, which keeps no graph of its own): called on a
+        # symbolic input, it becomes one layer of a functional model mptrain can read
         inputs = keras.Input(shape=spec.shape, dtype="int32" if spec.kind == "tokens" else "float32")
         model = keras.Model(inputs, model(inputs), name=model.name)
     return model, [f"model from {cfg.builder}"]

@@ -32,7 +32,8 @@ def build_saved(config: ExperimentConfig, spec: InputSpec):
     except Exception as exc:
         raise ConfigError(f"model.path {cfg.path}: cannot load it ({type(exc).__name__}: {exc}); "
                           "a model with custom layers needs them registered "
-                          "(keras.saving.register_keras_serializable) in an importable module") from None
+                          "(keras.saving.register_keras_serializable) in an importable module; "
+                          "--verbose shows where") from exc
     expected = tuple(original.inputs[0].shape[1:])
     if any(a is not None and a != b for a, b in zip(expected, spec.shape, strict=False)) or \
             len(expected) != len(spec.shape):

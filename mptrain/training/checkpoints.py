@@ -19,6 +19,7 @@ over for the next older one, with the reason kept for the user.
 
 from __future__ import annotations
 
+import errno
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -59,9 +60,20 @@ class Checkpointer(TrainingListener):
         self._global_step = 0
 
     def save(self, position: Position) -> None:
+        """Records first, then the checkpoint; a checkpoint that cannot be written (a full
+        disk) is an OSError naming the folder, and the previous checkpoints stay as they were
+        (the index moves to a new one only once it is whole)."""
+        import tensorflow as tf
+
         self.position.assign([position.epoch, position.step, position.global_step])
         self.on_save()
-        self.manager.save(checkpoint_number=position.global_step)
+        try:
+            self.manager.save(checkpoint_number=position.global_step)
+        except tf.errors.OpError as exc:
+            full = "no space left" in exc.message.lower()
+            raise OSError(errno.ENOSPC if full else errno.EIO,
+                          f"cannot write a checkpoint ({exc.message.splitlines()[0][:160]})",
+                          str(self.folder)) from exc
 
     def saved(self) -> list[str]:
         """Checkpoint prefixes, newest first: from the index file, or from the files

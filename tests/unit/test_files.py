@@ -1,0 +1,168 @@
+"""The files people have: CSV exports, broken images, odd encodings, truncated archives, and
+the run folder's own writes (nothing trains)."""
+
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mptrain.config import validate
+from mptrain.data.folders import check_images, split_files
+from mptrain.data.tabular import read_table
+from mptrain.errors import DataError
+from mptrain.run_folder import write_atomic
+from tests import datafiles
+from tests.helpers import tiny_raw
+
+
+def csv_config(path: Path, *overrides: str):
+    return validate(tiny_raw("data.dataset=csv", f"data.path={path}", "data.label_column=y",
+                             *overrides), "<test>").data
+
+
+def write(path: Path, text: str, encoding="utf-8") -> Path:
+    path.write_bytes(text.encode(encoding))
+    return path
+
+
+def test_spreadsheet_exports_read_as_written(tmp_path):
+    """Excel's "CSV UTF-8" (a byte-order mark), quoted cells, CRLF line ends, blank lines."""
+    rows = "".join(f'"{i % 2}","{i}.5",{i}\r\n' for i in range(40))
+    table = read_table(csv_config(write(tmp_path / "t.csv", "\ufeffy,a,b\r\n" + rows + "\r\n\r\n")))
+    assert table.total_rows == 40 and table.classes == ["0", "1"] and table.numeric
+    assert table.feature_idx == [1, 2] and table.label_idx == 0
+
+
+def test_every_row_is_in_exactly_one_split_and_streamed_once(tmp_path):
+    import tensorflow as tf
+
+    from mptrain.data.tabular import load_csv
+
+    path = datafiles.csv_table(tmp_path / "t.csv", rows=97, label_column="y")
+    cfg = csv_config(path, "data.validation_split=0.2")
+    table = read_table(cfg)
+    parts = [set(table.train_rows), set(table.val_rows), set(table.test_rows)]
+    assert sum(map(len, parts)) == 97 and set().union(*parts) == set(range(97))
+    data = load_csv(cfg)
+    for split in (data.train, data.val, data.test):
+        streamed = list(split.stream().as_numpy_iterator())
+        assert len(streamed) == split.size
+    features = {tuple(np.round(x, 3)) for split in (data.train, data.val, data.test)
+                for x, _ in split.stream().as_numpy_iterator()}
+    assert len(features) == 97  # no row twice, none left out
+    assert tf.is_tensor(next(iter(data.train.stream()))[0])
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("y,a\n1,2\n,3\n", "t.csv, line 3, column 1 (y): an empty label"),
+    ("y,a\n1,2\nnan,3\n", "line 3, column 1 (y): label 'nan'"),
+    ("y,a\n1,2\n0,\n", "t.csv, line 3, column 2: an empty cell"),
+    ("y,a\n1,2\n0,inf\n", "line 3, column 2: 'inf' is not a finite number"),
+    ("y;a;b\n1;2;3\n", "no column 'y' (data.label_column); the columns are y;a;b (one column: the "
+                       "file seems to use ';' between cells; set data.delimiter: ';')"),
+    ("y\ta\n1\t2\n", 'the file seems to use "\\t" between cells; set data.delimiter: "\\t"'),
+    ("", "empty file"),
+])
+def test_bad_tables_name_the_line_and_the_column(tmp_path, text, message):
+    with pytest.raises(DataError) as error:
+        read_table(csv_config(write(tmp_path / "t.csv", text)))
+    assert message in str(error.value)
+
+
+def test_a_table_that_is_not_utf8_says_so(tmp_path):
+    path = write(tmp_path / "t.csv", "y,name\n1,café\n", encoding="latin-1")
+    with pytest.raises(DataError, match="t.csv: not UTF-8 text .* save the table as UTF-8 CSV"):
+        read_table(csv_config(path, "data.feature_columns=[name]"))
+
+
+def test_a_folder_never_puts_one_file_in_two_splits(tmp_path):
+    folder = datafiles.image_folder(tmp_path / "imgs", per_class=20)
+    cfg = validate(tiny_raw("data.dataset=image_folder", f"data.path={folder}",
+                            "data.validation_split=0.25"), "<test>").data
+    splits = split_files(cfg)
+    files = [set(splits.train[0]), set(splits.val[0]), set(splits.test[0])]
+    assert sum(map(len, files)) == 60 and len(set().union(*files)) == 60
+    assert all(files)
+
+
+def broken_images(tmp_path: Path):
+    folder = datafiles.image_folder(tmp_path / "imgs", per_class=6)
+    good = next((folder / "circle").glob("*.png")).read_bytes()
+    (folder / "circle" / "truncated.png").write_bytes(good[: len(good) // 2])
+    (folder / "square" / "garbage.png").write_bytes(good[:16] + b"\x00" * 200)  # valid header
+    return validate(tiny_raw("data.dataset=image_folder", f"data.path={folder}"), "<test>").data
+
+
+def test_a_broken_image_is_found_before_training_with_its_name(tmp_path):
+    cfg = broken_images(tmp_path)
+    with pytest.raises(DataError) as error:
+        check_images(split_files(cfg), skip_bad=False)
+    message = str(error.value)
+    assert ("truncated.png: not a readable image" in message or "garbage.png: not a readable image"
+            in message) and "(1 more broken)" in message and "data.skip_bad_files: true" in message
+
+
+def test_skip_bad_files_leaves_them_out_and_the_check_is_cached(tmp_path, monkeypatch):
+    import mptrain.data.folders as folders
+
+    cfg = broken_images(tmp_path)
+    checked = check_images(split_files(cfg), skip_bad=True)
+    assert sorted(Path(s.split(":")[0]).name for s in checked.skipped) == ["garbage.png", "truncated.png"]
+    kept = checked.train[0] + checked.val[0] + checked.test[0]
+    assert len(kept) == 18 and not any("truncated" in f or "garbage" in f for f in kept)
+
+    def must_not_decode(paths):
+        raise AssertionError(f"decoded again: {paths}")
+
+    monkeypatch.setattr(folders, "_decode_all", must_not_decode)
+    again = check_images(split_files(cfg), skip_bad=True)  # every verdict from the cache
+    assert again.skipped == checked.skipped
+    touched = Path(next(f for f in kept if "stripes" in f))
+    touched.write_bytes(touched.read_bytes() + b"")  # same size, new mtime: checked again
+    import os
+
+    os.utime(touched, ns=(1, 1))
+    with pytest.raises(AssertionError, match="decoded again"):
+        check_images(split_files(cfg), skip_bad=True)
+
+
+def test_a_truncated_npz_is_a_clean_error_naming_it(tmp_path):
+    from mptrain.data.arrays import npz_length, read_npz
+
+    path = tmp_path / "data.npz"
+    np.savez(path, x_train=np.zeros((50, 4)), y_train=np.zeros(50), x_test=np.zeros((5, 4)),
+             y_test=np.zeros(5))
+    assert npz_length(path, "x_train") == 50
+    path.write_bytes(path.read_bytes()[:300])
+    for read in (read_npz, lambda p: npz_length(p, "x_train")):
+        with pytest.raises(DataError, match="data.npz: not a readable .npz archive"):
+            read(path)
+    assert zipfile.is_zipfile(path) is False
+
+
+def test_a_write_that_fails_halfway_leaves_the_old_file(tmp_path, monkeypatch):
+    path = tmp_path / "summary.json"
+    path.write_text("the old summary")
+
+    real_open = open
+
+    class Full:
+        def __init__(self, *args, **kwargs):
+            self.real = real_open(*args, **kwargs)  # noqa: SIM115
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.real.close()
+
+        def write(self, text):
+            self.real.write(text[: len(text) // 2])
+            raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("builtins.open", Full)
+    with pytest.raises(OSError):
+        write_atomic(path, "a new summary, longer than the old one")
+    monkeypatch.undo()
+    assert path.read_text() == "the old summary"

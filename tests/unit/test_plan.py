@@ -1,0 +1,176 @@
+"""mptrain plan's decisions on recorded machines and timings (nothing trains): which
+candidates a machine can run, the accuracy guard, the choice, float32 islands; and the kernel
+measurement `policy: auto` decides on, cached per machine and TensorFlow version."""
+
+import re
+
+import pytest
+
+from mptrain.errors import ConfigError
+from mptrain.hardware import Machine, gpu_from_details, parse_cpuinfo
+from mptrain.microbench import cached_kernels
+from mptrain.plan import (
+    CANDIDATE_NAMES,
+    Candidate,
+    LayerTiming,
+    Trial,
+    candidates,
+    choose,
+    islands,
+    judge,
+    select,
+)
+from mptrain.policy import recommend
+from tests.helpers import make_summary, record_kernels
+
+AMX = Machine(cpu=parse_cpuinfo("model name : Xeon AMX\nflags : avx512f avx512_bf16 amx_bf16"),
+              tensorflow_version="2.21.0")
+AVX512_BF16 = Machine(cpu=parse_cpuinfo("model name : Xeon\nflags : avx512f avx512_bf16"),
+                      tensorflow_version="2.21.0")
+PLAIN = Machine(cpu=parse_cpuinfo("model name : Old\nflags : avx2"), tensorflow_version="2.21.0")
+
+
+def gpu_machine(major, minor):
+    return Machine(cpu=PLAIN.cpu, tensorflow_version="2.21.0", gpus=(gpu_from_details(
+        {"device_name": "GPU", "compute_capability": (major, minor)}),))
+
+
+def names(found):
+    return [c.name for c in found if c.why_not is None]
+
+
+def test_each_machine_gets_the_candidates_that_can_win_there():
+    assert names(candidates(AMX)) == ["float32", "mixed_bfloat16", "mixed_bfloat16+xla",
+                                      "float32+onednn_bf16", "float32+graph_bf16",
+                                      "mixed_float16+xla"]
+    skipped = {c.name: c.why_not for c in candidates(AMX) if c.why_not}
+    assert "reference kernel" in skipped["mixed_float16"]  # float16 on a CPU without XLA
+    plain = candidates(PLAIN)
+    assert names(plain) == ["float32", "mixed_float16+xla"]
+    assert all("no bfloat16 instructions" in c.why_not for c in plain if "bf16" in c.name or
+               c.policy == "mixed_bfloat16")
+    assert names(candidates(gpu_machine(7, 0))) == ["float32", "mixed_float16", "mixed_float16+xla"]
+    assert names(candidates(gpu_machine(8, 0))) == ["float32", "mixed_bfloat16", "mixed_bfloat16+xla",
+                                                    "mixed_float16", "mixed_float16+xla",
+                                                    "float32+tf32_off"]
+    assert names(candidates(Machine(cpu=PLAIN.cpu, tpu=True))) == ["float32", "mixed_bfloat16"]
+    every = {c.name for m in (AMX, PLAIN, gpu_machine(8, 0)) for c in candidates(m)}
+    assert every <= set(CANDIDATE_NAMES)
+
+
+def test_measured_kernels_put_the_promising_candidates_first(tmp_path, monkeypatch):
+    monkeypatch.setenv("MPTRAIN_CACHE_DIR", str(tmp_path))
+    slow_bf16 = record_kernels(AVX512_BF16, bfloat16=0.8, float16=1.2)
+    order = names(candidates(AVX512_BF16, slow_bf16))
+    assert order[0] == "float32" and order[1] == "mixed_float16+xla"  # bf16 measured slower
+
+
+def test_select_keeps_float32_and_refuses_unknown_names():
+    found = candidates(AMX)
+    assert [c.name for c in select(found, ["mixed_bfloat16"])] == ["float32", "mixed_bfloat16"]
+    with pytest.raises(ConfigError, match=re.escape("unknown 'float32+tf32_off'; on this machine")):
+        select(found, ["float32+tf32_off"])
+
+
+def trial(name, policy, median, spread=0.02, loss_delta=0.0, status="finished", non_finite=0,
+          accuracy=0.9):
+    summary = make_summary(median=median, spread=spread, status=status, accuracy=accuracy)
+    return Trial(candidate=Candidate(name=name, policy=policy), run_dir="/tmp/x", summary=summary,
+                 unexplained_non_finite=non_finite), 1.0 * (1 + loss_delta / 100)
+
+
+def judged(*specs, tolerance=3.0, evaluate=False):
+    trials = [trial(*spec[:3], **(spec[3] if len(spec) > 3 else {})) for spec in specs]
+    base, base_loss = trials[0]
+    return [judge(t, base, base_loss, loss, tolerance, evaluate) for t, loss in trials]
+
+
+def test_where_bf16_wins_plan_picks_it():
+    trials = judged(("float32", "float32", 300.0), ("mixed_bfloat16", "mixed_bfloat16", 100.0),
+                    ("mixed_bfloat16+xla", "mixed_bfloat16", 280.0))
+    assert [t.counts for t in trials] == [True, True, True]
+    winner, reason = choose(trials)
+    assert winner == "mixed_bfloat16" and reason.startswith("3.00x float32")
+
+
+def test_where_bf16_loses_plan_keeps_float32():
+    """AVX512_BF16 without AMX: bf16 measured 1.9x slower on the guide's MLP."""
+    trials = judged(("float32", "float32", 3000.0), ("mixed_bfloat16", "mixed_bfloat16", 5700.0),
+                    ("float32+onednn_bf16", "float32", 3020.0))
+    assert trials[1].verdict == "slower" and trials[2].verdict == "same speed within noise"
+    assert choose(trials) == ("float32", "no candidate was faster than float32 beyond the noise")
+
+
+def test_the_accuracy_guard_rejects_a_fast_candidate_whose_loss_drifts():
+    trials = judged(("float32", "float32", 300.0),
+                    ("mixed_float16+xla", "mixed_float16", 100.0, {"loss_delta": 8.0}),
+                    ("mixed_bfloat16", "mixed_bfloat16", 150.0, {"loss_delta": 1.0}))
+    assert not trials[1].counts and "loss +8.0% of float32's (tolerance 3%)" in trials[1].verdict
+    assert choose(trials)[0] == "mixed_bfloat16"
+    unexplained = judged(("float32", "float32", 300.0),
+                         ("mixed_bfloat16", "mixed_bfloat16", 100.0, {"non_finite": 2}))
+    assert "2 non-finite loss(es) no loss scaler explains" in unexplained[1].verdict
+
+
+def test_when_every_16bit_candidate_diverges_plan_picks_float32_and_says_why():
+    trials = judged(("float32", "float32", 300.0),
+                    ("mixed_float16+xla", "mixed_float16", 100.0, {"status": "diverged"}),
+                    ("mixed_bfloat16", "mixed_bfloat16", 120.0, {"loss_delta": 50.0}))
+    assert choose(trials) == ("float32", "every 16-bit candidate failed the accuracy guard or diverged")
+
+
+def test_among_candidates_within_each_others_noise_the_simplest_wins():
+    trials = judged(("float32", "float32", 300.0), ("mixed_bfloat16", "mixed_bfloat16", 102.0),
+                    ("mixed_bfloat16+xla", "mixed_bfloat16", 100.0))
+    assert choose(trials)[0] == "mixed_bfloat16"
+
+
+def test_with_eval_a_lower_test_accuracy_beyond_noise_fails_the_guard():
+    trials = judged(("float32", "float32", 300.0, {"accuracy": 0.90}),
+                    ("mixed_bfloat16", "mixed_bfloat16", 100.0, {"accuracy": 0.85}), evaluate=True)
+    assert not trials[1].counts and "test accuracy -5.00 pt" in trials[1].verdict
+
+
+def test_one_slow_layer_becomes_a_float32_island():
+    """The late-stage convolutions of a ResNet were measured 2-5x slower in bf16 (their weight
+    gradients); the rest faster. Only a layer slower beyond the noise becomes an island, and
+    so does a layer whose activations overflow float16."""
+    timings = [LayerTiming(layer="conv1", ms_16bit=1.0, ms_float32=2.0, spread_16bit=(0.9, 1.1),
+                           spread_float32=(1.9, 2.1)),
+               LayerTiming(layer="conv5_block3", ms_16bit=4.0, ms_float32=1.5,
+                           spread_16bit=(3.8, 4.3), spread_float32=(1.4, 1.6)),
+               LayerTiming(layer="dense", ms_16bit=1.05, ms_float32=1.0, spread_16bit=(0.9, 1.2),
+                           spread_float32=(0.9, 1.1))]
+    assert islands(timings, []) == ["conv5_block3"]
+    assert islands(timings, ["amplifier"]) == ["conv5_block3", "amplifier"]
+    assert islands(timings[:1], []) == []
+
+
+def test_auto_follows_the_measurement_not_the_flags(tmp_path, monkeypatch):
+    """The same AVX512_BF16 CPU: recorded 0.8x bf16 → float32; recorded 2x → mixed_bfloat16.
+    Without a measurement, the rule: AMX → bf16, AVX512_BF16 alone → float32."""
+    monkeypatch.setenv("MPTRAIN_CACHE_DIR", str(tmp_path))
+    slow = record_kernels(AVX512_BF16, bfloat16=0.8)
+    rec = recommend(AVX512_BF16, slow)
+    assert rec.policy == "float32" and rec.measured and "0.80x float32" in rec.reason
+    fast = record_kernels(AVX512_BF16, bfloat16=2.0)
+    assert recommend(AVX512_BF16, fast).policy == "mixed_bfloat16"
+    assert recommend(AMX).policy == "mixed_bfloat16" and not recommend(AMX).measured
+    assert recommend(AVX512_BF16).policy == "float32"
+
+
+def test_a_kernel_measurement_is_not_reused_on_another_cpu_or_tensorflow(tmp_path, monkeypatch):
+    monkeypatch.setenv("MPTRAIN_CACHE_DIR", str(tmp_path))
+    record_kernels(AVX512_BF16, bfloat16=0.8)
+    assert cached_kernels(AVX512_BF16) is not None
+    newer = Machine(cpu=AVX512_BF16.cpu, tensorflow_version="2.22.0")
+    other_cpu = Machine(cpu=parse_cpuinfo("model name : Xeon 2\nflags : avx512f avx512_bf16"),
+                        tensorflow_version="2.21.0")
+    more_flags = Machine(cpu=parse_cpuinfo("model name : Xeon\nflags : avx512f avx512_bf16 amx_bf16"),
+                         tensorflow_version="2.21.0")
+    assert cached_kernels(newer) is None and cached_kernels(other_cpu) is None
+    assert cached_kernels(more_flags) is None
+    (tmp_path / "garbage").mkdir()
+    for path in tmp_path.glob("kernels-*.json"):
+        path.write_text("{not json")
+    assert cached_kernels(AVX512_BF16) is None  # a damaged cache is measured again
