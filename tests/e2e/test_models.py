@@ -166,12 +166,13 @@ def broken(input_shape, num_classes):
     return path
 
 
-def test_python_builder_gets_the_policy_and_a_float32_output(tmp_path):
+@pytest.mark.parametrize("policy", ["mixed_bfloat16", "mixed_float16"])
+def test_python_builder_gets_the_policy_and_a_float32_output(tmp_path, policy):
     write_builder(tmp_path)
     config = experiment(tmp_path, "model.kind=python", "model.builder=my_model.py:build",
-                        "model.kwargs={width: 16}", "policy=mixed_bfloat16", name="models/exp.yaml")
+                        "model.kwargs={width: 16}", f"policy={policy}", name="models/exp.yaml")
     s = run_json(tmp_path, config)  # the builder is found beside the experiment file
-    assert s["compute_dtype"] == "bfloat16" and s["output_dtype"] == "float32"
+    assert s["compute_dtype"] == policy.removeprefix("mixed_") and s["output_dtype"] == "float32"
     assert any("appended a float32 linear Activation" in n for n in s["notes"])
     assert s["test_accuracy"] > 0.4
 
