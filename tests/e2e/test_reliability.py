@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import yaml
 
-from tests.helpers import tiny_raw
+from tests.helpers import mptrain_process, tiny_raw, wait_for
 
 tf = pytest.importorskip("tensorflow")
 
@@ -65,24 +65,6 @@ def test_resumed_run_counts_the_skips_before_its_checkpoint(tiny_config):
     skipped = first.summary.loss_scale.skipped_steps
     assert skipped > 0
     assert resumed.summary.loss_scale.skipped_steps == whole.summary.loss_scale.skipped_steps >= skipped
-
-
-def mptrain_process(tmp_path: Path, *args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "mptrain", *args], cwd=tmp_path,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def wait_for(process: subprocess.Popen, text: str, timeout: float = 120) -> list[str]:
-    """stderr lines until one contains `text` (the process is then mid-training)."""
-    lines, deadline = [], time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        line = process.stderr.readline()
-        if not line:
-            break
-        lines.append(line)
-        if text in line:
-            return lines
-    raise AssertionError(f"never saw {text!r}: {''.join(lines)}")
 
 
 def long_experiment(tmp_path: Path, *overrides: str) -> Path:
