@@ -399,7 +399,7 @@ def plan(
             record, folder = start_plan(
                 experiment, names=names, steps=steps, tolerance_pct=tolerance,
                 budget_minutes=budget, evaluate=evaluate,
-                out=out.resolve() if out else plan_file_for(config, experiment.name),
+                out=out.resolve() if out else plan_file_for(config),
                 verbose=verbose, status=_status)
         result = run_plan(record, folder, verbose=verbose, on_trial=announce, on_layers=_status)
     _emit(result.record, json_out, plan_tables)

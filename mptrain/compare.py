@@ -16,7 +16,6 @@ is stopped with it and keeps a checkpoint) and runs the rest.
 
 from __future__ import annotations
 
-import json
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -25,11 +24,11 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict
 
 from mptrain.config import ExperimentConfig
 from mptrain.errors import ConfigError, DataError
-from mptrain.local_workers import resume_command, run_child, run_command
+from mptrain.local_workers import read_child_summary, resume_command, run_child, run_command
 from mptrain.run_folder import RunFolder, to_json, unique_folder, write_atomic
 from mptrain.signals import ForwardSignals
 from mptrain.summary import RunState, RunSummary
@@ -226,13 +225,6 @@ def resumable(run_dir: Path) -> bool:
                                               and state.status == "interrupted")
     return stopped and (run_dir / "config.yaml").is_file() and \
         any((run_dir / "checkpoints").glob("ckpt-*.index"))
-
-
-def read_child_summary(code: int, stdout: str) -> RunSummary | str:
-    try:
-        return RunSummary.model_validate(json.loads(stdout))
-    except (json.JSONDecodeError, ValidationError):
-        return f"exit code {code}" if code else "printed no run summary"
 
 
 def explain_missing_default(error: DataError) -> DataError:

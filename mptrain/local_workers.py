@@ -19,7 +19,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from mptrain.signals import ForwardSignals, die_with_parent
+from mptrain.summary import RunSummary
 
 
 def mptrain_command(*arguments: str) -> list[str]:
@@ -62,6 +65,14 @@ def run_child(command: list[str], signals: ForwardSignals,
     code = signals.child.returncode
     signals.child = None
     return code, stdout
+
+
+def read_child_summary(code: int, stdout: str) -> RunSummary | str:
+    """The summary a `run --json` child printed, or why there is none."""
+    try:
+        return RunSummary.model_validate(json.loads(stdout))
+    except (json.JSONDecodeError, ValidationError):
+        return f"exit code {code}" if code else "printed no run summary"
 
 
 def free_ports(count: int) -> list[int]:

@@ -126,13 +126,13 @@ def measure(tf, devices: list[str], dtypes: tuple[str, ...] = DTYPES, scale: flo
                     compiled = tf.function(fn, autograph=False)
                     compiled.get_concrete_function(*inputs)  # trace outside the timing
                     calls[dtype] = (compiled, inputs)
-                seconds = _interleaved(calls, budget_s)
+                seconds = interleaved(calls, budget_s)
             medians = {dtype: statistics.median(s) for dtype, s in seconds.items()}
             for dtype, samples in seconds.items():
                 ms = sorted(1e3 * s for s in samples)
                 timings.append(KernelTiming(
                     device=device, kernel=name, dtype=dtype, ms_per_call=statistics.median(ms),
-                    ms_p10=_percentile(ms, 10), ms_p90=_percentile(ms, 90),
+                    ms_p10=percentile(ms, 10), ms_p90=percentile(ms, 90),
                     tflops=flops / medians[dtype] / 1e12, calls=len(ms),
                     cut_short=len(ms) == 1,
                     ratio_to_float32=(medians["float32"] / medians[dtype]
@@ -140,7 +140,7 @@ def measure(tf, devices: list[str], dtypes: tuple[str, ...] = DTYPES, scale: flo
     return timings
 
 
-def _interleaved(calls: dict[str, tuple[Callable, tuple]], budget_s: float) -> dict[str, list[float]]:
+def interleaved(calls: dict[str, tuple[Callable, tuple]], budget_s: float) -> dict[str, list[float]]:
     """Seconds per call of each dtype, in rounds that visit every dtype in turn (rotating
     which goes first), until the budget is spent; a dtype too slow to repeat stops early."""
     samples: dict[str, list[float]] = {dtype: [] for dtype in calls}
@@ -162,7 +162,8 @@ def _interleaved(calls: dict[str, tuple[Callable, tuple]], budget_s: float) -> d
     return samples
 
 
-def _percentile(sorted_values: list[float], q: float) -> float:
+def percentile(sorted_values: list[float], q: float) -> float:
+    """Linear interpolation between closest ranks (NumPy's default), without NumPy."""
     position = (len(sorted_values) - 1) * q / 100
     low, high = math.floor(position), math.ceil(position)
     return sorted_values[low] + (sorted_values[high] - sorted_values[low]) * (position - low)

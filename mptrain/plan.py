@@ -42,7 +42,7 @@ from pydantic import BaseModel, ConfigDict
 from mptrain.config import ExperimentConfig
 from mptrain.errors import ConfigError
 from mptrain.hardware import Machine
-from mptrain.local_workers import run_child, run_command
+from mptrain.local_workers import read_child_summary, run_child, run_command
 from mptrain.microbench import KernelSpeeds
 from mptrain.run_folder import RunFolder, to_json, unique_folder, write_atomic
 from mptrain.signals import ForwardSignals
@@ -289,7 +289,7 @@ def layer_timings(config: ExperimentConfig, candidate: Candidate, budget_s: floa
     import keras
 
     from mptrain.experiment import prepare
-    from mptrain.microbench import _interleaved, _percentile
+    from mptrain.microbench import interleaved, percentile
     from mptrain.policy import DTYPES, apply_policy
 
     prepared = prepare(config, policy="float32", verbose=verbose)
@@ -312,12 +312,12 @@ def layer_timings(config: ExperimentConfig, candidate: Candidate, budget_s: floa
                 inputs = [tf.cast(tf.random.normal((batch, *s)), dtype) for s in shapes]
                 copy(*inputs) if len(inputs) > 1 else copy(inputs[0])
                 calls[label] = (_fwd_bwd(tf, copy, candidate.jit_compile is True), tuple(inputs))
-            seconds = _interleaved(calls, budget_s)
+            seconds = interleaved(calls, budget_s)
             ms = {k: sorted(1e3 * s for s in v) for k, v in seconds.items()}
             timings.append(LayerTiming(
-                layer=layer.name, ms_16bit=_percentile(ms["16"], 50), ms_float32=_percentile(ms["32"], 50),
-                spread_16bit=(_percentile(ms["16"], 10), _percentile(ms["16"], 90)),
-                spread_float32=(_percentile(ms["32"], 10), _percentile(ms["32"], 90))))
+                layer=layer.name, ms_16bit=percentile(ms["16"], 50), ms_float32=percentile(ms["32"], 50),
+                spread_16bit=(percentile(ms["16"], 10), percentile(ms["16"], 90)),
+                spread_float32=(percentile(ms["32"], 10), percentile(ms["32"], 90))))
     finally:
         apply_policy("float32")
         keras.backend.clear_session()
@@ -374,7 +374,7 @@ class PlanResult:
     signal: int | None = None
 
 
-def plan_file_for(source: str, name: str) -> Path:
+def plan_file_for(source: str) -> Path:
     """Where plan.yaml goes by default: beside the experiment file (`exp.plan.yaml`), or in
     the current folder for a built-in experiment."""
     from mptrain.config.loading import find_config, is_builtin
@@ -491,8 +491,6 @@ def run_plan(record: PlanRecord, folder: Path, *, verbose: bool = False,
 
 def _run_trial(record: PlanRecord, folder: Path, candidate: Candidate, verbose: bool,
                signals: ForwardSignals) -> PlanRecord:
-    from mptrain.compare import read_child_summary
-
     run_dir = folder / f"{record.experiment}-{candidate.name.replace('+', '-')}"
     shutil.rmtree(run_dir, ignore_errors=True)  # an interrupted trial runs again, whole
     overrides = [f"name={record.experiment}-{candidate.name.replace('+', '-')}", *candidate.overrides]
@@ -608,15 +606,11 @@ def write_plan_file(record: PlanRecord, folder: Path, path: Path) -> None:
 
 
 def plan_beside(source: str) -> str | None:
-    """The first line of the plan.yaml beside an experiment file, if there is one."""
+    """The first line of the plan written beside an experiment, if there is one."""
+    if source.endswith(".plan.yaml"):
+        return None
     try:
-        from mptrain.config.loading import find_config, is_builtin
-
-        path = find_config(source)
-        if path.name.endswith(".plan.yaml"):
-            return None
-        beside = plan_file_for(source, "") if not is_builtin(path) else \
-            Path.cwd() / f"{path.name.removesuffix('.yaml')}.plan.yaml"
+        beside = plan_file_for(source)
         first = beside.read_text().splitlines()[0] if beside.is_file() else None
     except (OSError, ConfigError, IndexError):
         return None

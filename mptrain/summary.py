@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import BaseModel, ConfigDict, TypeAdapter
 
 from mptrain.flops import Peak, cpu_peak
+from mptrain.microbench import percentile
 from mptrain.training.records import StepRecord, StopKind
 
 if TYPE_CHECKING:
@@ -71,21 +72,14 @@ def step_times(steps: list[StepRecord], warmup_steps: int) -> StepTimes | None:
     short = sum(1 for r in steps[warmup_steps:] if r.examples != timed[0].examples)
     return StepTimes(
         median_ms=statistics.median(ms),
-        p10_ms=_percentile(ms, 10),
-        p90_ms=_percentile(ms, 90),
+        p10_ms=percentile(ms, 10),
+        p90_ms=percentile(ms, 90),
         mean_ms=statistics.fmean(ms),
         timed_steps=len(ms),
         warmup_steps_excluded=len(steps) - len(ms) - short,
         short_batches_excluded=short,
         enough=len(ms) >= MIN_TIMED_STEPS,
     )
-
-
-def _percentile(sorted_values: list[float], q: float) -> float:
-    """Linear interpolation between closest ranks (NumPy's default), without NumPy."""
-    position = (len(sorted_values) - 1) * q / 100
-    low, high = math.floor(position), math.ceil(position)
-    return sorted_values[low] + (sorted_values[high] - sorted_values[low]) * (position - low)
 
 
 class LossScaleStats(_Record):
