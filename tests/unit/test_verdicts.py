@@ -135,3 +135,26 @@ def test_memory_tables_fit_80_columns_with_every_number_whole():
     assert max(len(line) for line in text.splitlines()) <= 80 and "…" not in text
     for cell in ("mixed_float16", "mixed_bfloat16", "18,650,123", "1.7 MiB", "332.0 KiB"):
         assert cell in text, cell
+
+
+def test_the_largest_batch_is_never_more_hopeful_than_the_measurement():
+    """A measured peak above the estimate (XLA's buffers under mixed_float16 on a CPU: 72 MiB
+    measured where 26 MiB was estimated) scales every part up by that ratio; a batch far
+    beyond the data set is said to be a memory figure only."""
+    from mptrain.memory_plan import MemoryPlan, _with_largest_batch
+
+    mib = 2**20
+    parts = {"policy": "mixed_float16", "batch_size": 100, "parameters": 1000,
+             "weights_bytes": 4 * mib, "weight_copies_bytes": 2 * mib, "gradients_bytes": 4 * mib,
+             "optimizer_bytes": 8 * mib, "activations_bytes": 8 * mib, "total_bytes": 26 * mib}
+    estimated = _with_largest_batch(MemoryPlan(**parts), available=1000 * mib, examples=60_000)
+    measured = _with_largest_batch(MemoryPlan(**parts, measured_peak_bytes=72 * mib),
+                                   available=1000 * mib, examples=60_000)
+    per_example = 8 * mib / 100
+    assert estimated.largest_batch == int((800 * mib - 18 * mib) // per_example)
+    assert estimated.largest_batch_basis == "estimate" and estimated.note is None
+    assert measured.largest_batch == int((800 * mib * 26 / 72 - 18 * mib) // per_example)
+    assert measured.largest_batch_basis == "measured"
+    assert measured.largest_batch < estimated.largest_batch / 2
+    tiny = _with_largest_batch(MemoryPlan(**parts), available=1000 * mib, examples=500)
+    assert "memory figure only" in tiny.note and "500 training examples" in tiny.note
