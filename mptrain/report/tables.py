@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from mptrain.memory_plan import MemoryReport
     from mptrain.plan import PlanRecord
     from mptrain.policy import PolicyChoice
+    from mptrain.runs import RunsReport
 
 DTYPE_SHORT = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
 
@@ -118,7 +119,7 @@ def _compute_line(s: RunSummary) -> str:
 def compare_tables(record: CompareRecord) -> Group:
     """Two tables that each fit 80 columns: the answer (step time, speed-up, accuracy, loss
     scale, verdict) and the details (spread, throughput, compute, training memory)."""
-    from mptrain.compare import NOT_RUN, WAITING
+    from mptrain.compare import NOT_RUN, WAITING, Variant
 
     base = record.baseline_policy
     style = {"title_justify": "left", "box": box.SIMPLE_HEAD, "show_edge": False,
@@ -130,7 +131,10 @@ def compare_tables(record: CompareRecord) -> Group:
     peaks: dict[str, str] = {}
     for row in record.variants:
         s = row.summary
-        name = f"{row.policy}\n{row.loop}" + ("" if row.strategy == "none" else f" {row.strategy}")
+        where = "" if row.strategy == "none" else f" {row.strategy}"
+        name = f"{row.policy}\n{row.loop}{where}"
+        if row.variant != Variant(row.policy, row.loop, row.strategy).label:  # runs --compare
+            name = f"{escape(row.variant)}\n{row.policy} {row.loop}{where}"
         if s is None:
             colour = "yellow" if row.failed in (NOT_RUN, WAITING) else "red"
             result_rows.append([name, "-", "-", "-", "-", f"[{colour}]{row.verdict}[/]"])
@@ -364,3 +368,42 @@ def plan_tables(record: PlanRecord) -> Group:
         parts.append(f"runnable plan: {record.plan_file}  (mptrain run {record.plan_file})")
     parts.append(f"folder: {record.folder}")
     return Group(*parts)
+
+
+RUN_STATUS_COLOUR = {"finished": "green", "diverged": "red", "failed": "red", "killed": "yellow",
+                     "interrupted": "yellow", "running": "cyan"}
+
+
+def runs_table(report: RunsReport) -> Group:
+    """`mptrain runs`: one row per run folder, newest first; * marks the resumable."""
+    style = {"title_justify": "left", "box": box.SIMPLE_HEAD, "show_edge": False,
+             "collapse_padding": True, "pad_edge": False}
+    table = Table(title=f"mptrain runs: {escape(report.folder)}", **style)
+    rows, notes = [], []
+    for run in report.runs:
+        colour = RUN_STATUS_COLOUR[run.status]
+        rows.append([
+            escape(run.name),
+            f"[{colour}]{run.status}[/]" + ("*" if run.resumable else ""),
+            f"{run.policy or '-'}\n{run.loop or '-'}",
+            fmt(run.epochs, "d", "-"),
+            fmt(run.median_step_ms, ".1f", "-"),
+            fmt(run.test_accuracy, ".4f", "-"),
+            run.when[5:16].replace("T", " "),
+        ])
+        if run.status in ("failed", "killed") and run.reason:
+            notes.append(f"[{colour}]{escape(run.name)}[/]: {escape(run.reason)}")
+    if not rows:
+        return Group(f"no run folders in {escape(report.folder)} (a run folder holds config.yaml "
+                     "and summary.json)")
+    # run names are long single words (name-date-time): they fold anywhere, the rest never
+    table.add_column("run", overflow="fold", ratio=1, min_width=12)
+    for header in ("status", "policy\nloop"):
+        table.add_column(header, no_wrap=True)
+    for header in ("epochs", "ms/step", "test\naccuracy", "when"):
+        table.add_column(header, justify="right", no_wrap=True)
+    for row in rows:
+        table.add_row(*row)
+    if any(run.resumable for run in report.runs):
+        notes.append(f"* resumable: mptrain run --resume {escape(report.folder)}/RUN")
+    return Group(table, *notes)
