@@ -148,16 +148,24 @@ def summary_metrics(s: RunSummary) -> dict[str, float]:
 def _client(uri: str):
     for name, value in HTTP_SETTINGS.items():
         os.environ.setdefault(name, value)
+    # MLflow prints "View run ... at: URL" on stdout, which is mptrain's (`--json`)
+    os.environ["MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"] = "true"
     from mlflow import MlflowClient
 
-    logging.getLogger("mlflow").setLevel(logging.WARNING)  # "Creating initial tables..."
+    # "Creating initial tables...", "Retrying...": the summary's note says what matters
+    logging.getLogger("mlflow").setLevel(logging.WARNING)
     logging.getLogger("alembic").setLevel(logging.WARNING)
+    logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
     return MlflowClient(tracking_uri=uri)
 
 
 def _reason(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    return f"{type(exc).__name__}: {text[:200]}" if text else type(exc).__name__
+    """The error in a line: its start and its end, where a wrapped cause ends ("Connection
+    refused")."""
+    text = " ".join(str(exc).split())
+    if len(text) > 200:
+        text = f"{text[:120]} … {text[-80:]}"
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def read_tracked(folder: Path) -> TrackedRun | None:
@@ -192,6 +200,7 @@ class _Connection:
 
     def __init__(self, what: str):
         self.what = what  # "run", "compare", "plan": for the notes
+        self.uri = "the tracking store"
         self.client = None
         self.run: TrackedRun | None = None
         self.failure: str | None = None
@@ -204,8 +213,7 @@ class _Connection:
         try:
             action()
         except Exception as exc:
-            uri = self.run.tracking_uri if self.run else "the tracking store"
-            self.failure = (f"MLflow: nothing logged to {uri} from {where} on (the "
+            self.failure = (f"MLflow: nothing logged to {self.uri} from {where} on (the "
                             f"{self.what} folder has it all): {_reason(exc)}")
             return False
         return True
@@ -214,11 +222,11 @@ class _Connection:
              artifacts: Path | None) -> bool:
         """Continue the run named in `folder`'s mlflow.json, or start one and write it there."""
         stored = read_tracked(folder)
+        self.uri, self.run = (stored.tracking_uri if stored else uri), stored
 
         def start() -> None:
-            self.client = _client(stored.tracking_uri if stored else uri)
+            self.client = _client(self.uri)
             if stored is not None:
-                self.run = stored
                 self.client.update_run(stored.run_id, status="RUNNING")
                 return
             parent = os.environ.get(PARENT_ENV)
@@ -233,7 +241,6 @@ class _Connection:
                                   run_id=created.info.run_id)
             write_atomic(folder / RUN_FILE, self.run.model_dump_json(indent=2) + "\n")
 
-        self.run = stored
         return self.call("the start", start)
 
     def log(self, where: str, metrics: list | None = None, params: dict[str, str] | None = None,
