@@ -47,7 +47,7 @@ if TYPE_CHECKING:
 PARENT_ENV = "MPTRAIN_MLFLOW_PARENT"  # compare and plan: the parent run of their children
 RUN_FILE = "mlflow.json"
 FLUSH_SECONDS = 5.0
-MAX_PARAM_VALUE = 500  # the limit of older MLflow servers; newer ones allow more
+MAX_PARAM_VALUE = 500  # older MLflow servers refuse longer values (3.17 allows 6000)
 MAX_BATCH_METRICS = 1000  # log_batch's limits
 MAX_BATCH_PARAMS = 100
 MAX_BATCH_TAGS = 100
@@ -75,6 +75,15 @@ def default_tracking_uri(output_dir: Path) -> str:
     """A SQLite store beside the run folders: works offline, `mlflow ui --backend-store-uri`
     reads it."""
     return f"sqlite:///{Path(output_dir).resolve() / 'mlflow.db'}"
+
+
+def _store(config: ExperimentConfig) -> tuple[str, Path | None]:
+    """The tracking URI, and where a new experiment keeps its artifacts: with the default
+    store, beside the run folders (MLflow's own default is ./mlruns in the current folder)."""
+    uri = config.output.mlflow.tracking_uri
+    if uri is not None:
+        return uri, None
+    return default_tracking_uri(config.output.dir), config.output.dir.resolve() / "mlartifacts"
 
 
 def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, str]:
@@ -218,9 +227,16 @@ class _Connection:
             return False
         return True
 
-    def open(self, folder: Path, uri: str, experiment: str, run_name: str, tags: dict[str, str],
-             artifacts: Path | None) -> bool:
-        """Continue the run named in `folder`'s mlflow.json, or start one and write it there."""
+    def fetch(self, where: str, read: Callable[[], Any]) -> Any:
+        """`read()`'s value, or None when it (or an earlier call) failed."""
+        values = []
+        self.call(where, lambda: values.append(read()))
+        return values[0] if values else None
+
+    def open(self, folder: Path, uri: str = "", experiment: str = "", run_name: str = "",
+             tags: dict[str, str] | None = None, artifacts: Path | None = None) -> bool:
+        """Continue the run named in `folder`'s mlflow.json, or start one (the other
+        arguments say how) and write it there."""
         stored = read_tracked(folder)
         self.uri, self.run = (stored.tracking_uri if stored else uri), stored
 
@@ -230,7 +246,7 @@ class _Connection:
                 self.client.update_run(stored.run_id, status="RUNNING")
                 return
             parent = os.environ.get(PARENT_ENV)
-            all_tags = dict(tags)
+            all_tags = dict(tags or {})
             if parent:  # nested in the parent's experiment, whatever this run's name
                 experiment_id = self.client.get_run(parent).info.experiment_id
                 all_tags["mlflow.parentRunId"] = parent
@@ -334,27 +350,8 @@ class MlflowLogger(TrainingListener):
         self.connection.log(first, metrics=chunks)
 
 
-def _logged_so_far(connection: _Connection) -> tuple[int, int]:
-    """The last step and epoch the MLflow run holds."""
-    counts = [0, 0]
-
-    def read() -> None:
-        for index, key in enumerate(("step/loss", "loss")):
-            history = connection.client.get_metric_history(connection.run.run_id, key)
-            counts[index] = max((m.step for m in history), default=0)
-
-    connection.call("the resume", read)
-    return counts[0], counts[1]
-
-
-def _resumed_params(connection: _Connection, params: dict[str, str]) -> tuple[dict, dict]:
-    """Params are immutable in MLflow: a resume that trains further (`train.epochs`) logs
-    the new value as the tag `resumed.<key>`; keys the run lacks are logged."""
-    run = connection.client.get_run(connection.run.run_id)
-    known = run.data.params
-    new = {k: v for k, v in params.items() if k not in known}
-    changed = {f"resumed.{k}": v for k, v in params.items() if k in known and known[k] != v}
-    return new, changed
+def _last_step(client, run_id: str, key: str) -> int:
+    return max((m.step for m in client.get_metric_history(run_id, key)), default=0)
 
 
 def start_tracking(config: ExperimentConfig, folder: Path, choice: PolicyChoice, machine: Machine,
@@ -365,25 +362,30 @@ def start_tracking(config: ExperimentConfig, folder: Path, choice: PolicyChoice,
     if settings is None:
         return None
     connection = _Connection("run")
-    parent = os.environ.get(PARENT_ENV)
     resumed = read_tracked(folder) is not None
     tags = {**machine_tags(machine), "status": "running",
             **{k: str(v) for k, v in settings.tags.items()}}
-    default_store = settings.tracking_uri is None
-    if not connection.open(folder, settings.tracking_uri or default_tracking_uri(config.output.dir),
-                           settings.experiment or config.name,
-                           folder.name if parent else settings.run_name or folder.name, tags,
-                           config.output.dir.resolve() / "mlartifacts" if default_store else None):
+    uri, artifacts = _store(config)
+    # a compare's or plan's child is named after its folder (the variant), whatever run_name
+    name = folder.name if os.environ.get(PARENT_ENV) else (settings.run_name or folder.name)
+    if not connection.open(folder, uri, settings.experiment or config.name, name, tags, artifacts):
         return MlflowLogger(connection)
     params = run_params(config, choice, replicas)
     if not resumed:
         connection.log("the start", params=params, tags=tags)
         return MlflowLogger(connection)
-    steps, epochs = _logged_so_far(connection)
-    split: list[tuple[dict, dict]] = []
-    if connection.call("the resume", lambda: split.append(_resumed_params(connection, params))):
-        new, changed = split[0]
-        connection.log("the resume", params=new, tags={**tags, **changed})
+    client, run_id = connection.client, connection.run.run_id
+    logged = connection.fetch("the resume", lambda: (
+        _last_step(client, run_id, "step/loss"), _last_step(client, run_id, "loss"),
+        client.get_run(run_id).data.params))
+    if logged is None:
+        return MlflowLogger(connection)
+    steps, epochs, known = logged
+    # params are fixed in MLflow: a resume that trains further (`train.epochs`) logs the new
+    # value as the tag `resumed.<key>`
+    connection.log("the resume", params={k: v for k, v in params.items() if k not in known},
+                   tags={**tags, **{f"resumed.{k}": v for k, v in params.items()
+                                    if k in known and known[k] != v}})
     return MlflowLogger(connection, steps, epochs)
 
 
@@ -451,24 +453,22 @@ class ParentRun:
 def start_parent(folder: Path, kind: str, params: dict[str, str] | None = None) -> ParentRun | None:
     """The parent run of a compare or plan folder: the one its mlflow.json names (a
     resumed compare or plan), else a new one when its experiment.yaml turns tracking on;
-    None when off. Never raises."""
-    if read_tracked(folder) is None:
-        from mptrain.config import load_config
+    None when off. A tracking failure is the parent's note, never an error."""
+    from mptrain.config import load_config
 
-        config = load_config(folder / "experiment.yaml")
-        settings = config.output.mlflow
-        if settings is None:
-            return None
-        uri = settings.tracking_uri or default_tracking_uri(config.output.dir)
-        artifacts = config.output.dir.resolve() / "mlartifacts" if settings.tracking_uri is None else None
-        tags = {"mptrain_command": kind, "mptrain_version": __version__, "status": "running",
-                **{k: str(v) for k, v in settings.tags.items()}}
-        connection = _Connection(kind)
-        if connection.open(folder, uri, settings.experiment or config.name,
-                           settings.run_name or folder.name, tags, artifacts):
-            connection.log("the start", params={**flatten(config.to_yaml_dict()), **(params or {})},
-                           tags=tags)
-        return ParentRun(connection)
     connection = _Connection(kind)
-    connection.open(folder, "", "", "", {}, None)
+    if read_tracked(folder) is not None:
+        connection.open(folder)
+        return ParentRun(connection)
+    config = load_config(folder / "experiment.yaml")
+    settings = config.output.mlflow
+    if settings is None:
+        return None
+    tags = {"mptrain_command": kind, "mptrain_version": __version__, "status": "running",
+            **{k: str(v) for k, v in settings.tags.items()}}
+    uri, artifacts = _store(config)
+    if connection.open(folder, uri, settings.experiment or config.name,
+                       settings.run_name or folder.name, tags, artifacts):
+        connection.log("the start", params={**flatten(config.to_yaml_dict()), **(params or {})},
+                       tags=tags)
     return ParentRun(connection)

@@ -375,21 +375,26 @@ RUN_STATUS_COLOUR = {"finished": "green", "diverged": "red", "failed": "red", "k
 
 
 def runs_table(report: RunsReport) -> Group:
-    """`mptrain runs`: one row per run folder, newest first; * marks the resumable."""
-    style = {"title_justify": "left", "box": box.SIMPLE_HEAD, "show_edge": False,
-             "collapse_padding": True, "pad_edge": False}
-    table = Table(title=f"mptrain runs: {escape(report.folder)}", **style)
+    """`mptrain runs`: one row per run folder, newest first; * marks the resumable. A run
+    inside a compare or plan folder names that folder on its second line."""
+    from datetime import datetime
+
+    now = datetime.now()
+    # no padding: the box's own space divides the columns, which leaves the names room
+    table = Table(title=f"mptrain runs: {escape(report.folder)}", title_justify="left",
+                  box=box.SIMPLE_HEAD, show_edge=False, padding=0)
     rows, notes = [], []
     for run in report.runs:
         colour = RUN_STATUS_COLOUR[run.status]
+        parent, _, own = run.name.rpartition("/")
         rows.append([
-            escape(run.name),
+            escape(own) + (f"\n[dim]({escape(parent)})[/]" if parent else ""),
             f"[{colour}]{run.status}[/]" + ("*" if run.resumable else ""),
             f"{run.policy or '-'}\n{run.loop or '-'}",
             fmt(run.epochs, "d", "-"),
             fmt(run.median_step_ms, ".1f", "-"),
             fmt(run.test_accuracy, ".4f", "-"),
-            run.when[5:16].replace("T", " "),
+            _ago(datetime.fromisoformat(run.when), now),
         ])
         if run.status in ("failed", "killed") and run.reason:
             notes.append(f"[{colour}]{escape(run.name)}[/]: {escape(run.reason)}")
@@ -400,10 +405,19 @@ def runs_table(report: RunsReport) -> Group:
     table.add_column("run", overflow="fold", ratio=1, min_width=12)
     for header in ("status", "policy\nloop"):
         table.add_column(header, no_wrap=True)
-    for header in ("epochs", "ms/step", "test\naccuracy", "when"):
+    for header in ("epochs", "ms/step", "test\nacc", "when"):
         table.add_column(header, justify="right", no_wrap=True)
     for row in rows:
         table.add_row(*row)
     if any(run.resumable for run in report.runs):
         notes.append(f"* resumable: mptrain run --resume {escape(report.folder)}/RUN")
     return Group(table, *notes)
+
+
+def _ago(when, now) -> str:
+    """How long ago, in the largest unit that is not 0: "45s ago", "3h ago", "12d ago"."""
+    seconds = max((now - when).total_seconds(), 0)
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size:.0f}{unit} ago"
+    return f"{seconds:.0f}s ago"
