@@ -165,10 +165,12 @@ def _status(text: str):
 
 
 def _notes(notes: list[str]) -> None:
+    from rich.markup import escape
+
     from mptrain.report.console import stderr
 
     for note in notes:
-        stderr.print(f"[yellow]note:[/] {note}", soft_wrap=True, highlight=False)
+        stderr.print(f"[yellow]note:[/] {escape(note)}", soft_wrap=True, highlight=False)
 
 
 @app.command(cls=_Command)

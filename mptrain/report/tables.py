@@ -66,7 +66,7 @@ def summary_table(s: RunSummary) -> Table:
         ("test", f"loss {fmt(s.test_loss)}  accuracy {fmt(s.test_accuracy)}"),
     ]
     if s.notes:
-        rows.append(("model", "; ".join(s.notes)))
+        rows.append(("notes", escape("; ".join(s.notes))))
     if s.speed_warning:
         rows.append(("[yellow]warning[/]", s.speed_warning))
     if s.loss_scale is not None:
