@@ -8,7 +8,7 @@ BIN    := $(VENV)/bin
 install:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e ".[dev,hub,tfds]"
+	$(BIN)/pip install --quiet -e ".[dev,hub,tfds,mlflow]"
 	@# Fashion-MNIST from Debian, so the quick start runs offline (skipped where apt is absent).
 	@if [ ! -d /usr/share/datasets/fashion-mnist ] && command -v apt-get >/dev/null 2>&1; then \
 		if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \

@@ -131,7 +131,11 @@ def _user_errors(interrupted: str = "interrupted", verbose: bool = False):
             cause = exc.__cause__
             stderr.print("".join(traceback.format_exception(type(cause), cause, cause.__traceback__)),
                           markup=False, highlight=False, soft_wrap=True)
-        stderr.print(f"[bold red]error:[/] {exc}", markup=True, highlight=False, soft_wrap=True)
+        from rich.markup import escape
+
+        # escaped: a message may hold brackets Rich would read as markup ('mptrain[mlflow]')
+        stderr.print(f"[bold red]error:[/] {escape(str(exc))}", markup=True, highlight=False,
+                     soft_wrap=True)
         raise typer.Exit(exc.exit_code) from None
     except KeyboardInterrupt as exc:
         run_dir = getattr(exc, "run_dir", None)  # RunAbandoned: the run folder is known
@@ -158,6 +162,15 @@ def _status(text: str):
     from mptrain.report.console import stderr
 
     return stderr.status(text)
+
+
+def _notes(notes: list[str]) -> None:
+    from rich.markup import escape
+
+    from mptrain.report.console import stderr
+
+    for note in notes:
+        stderr.print(f"[yellow]note:[/] {escape(note)}", soft_wrap=True, highlight=False)
 
 
 @app.command(cls=_Command)
@@ -292,7 +305,7 @@ def compare(
     )
     from mptrain.config import load_config
     from mptrain.config.schema import LOOPS, POLICIES, STRATEGIES
-    from mptrain.report.console import stderr
+    from mptrain.report.console import plain_text, stderr
     from mptrain.report.tables import compare_tables
     from mptrain.signals import exit_code
 
@@ -310,7 +323,8 @@ def compare(
 
     with _user_errors(verbose=verbose):
         if resume is not None:
-            result = resume_compare(resume, verbose=verbose, on_variant=announce)
+            result = resume_compare(resume, verbose=verbose, on_variant=announce,
+                                    as_text=lambda record: plain_text(compare_tables(record)))
         else:
             experiment = load_config(config or DEFAULT_EXPERIMENT, overrides)
             variants = plan_variants(
@@ -326,10 +340,12 @@ def compare(
 
             try:
                 result = run_compare(experiment, variants, verbose=verbose, on_notes=notes,
-                                     on_variant=announce)
+                                     on_variant=announce,
+                                     as_text=lambda record: plain_text(compare_tables(record)))
             except DataError as exc:
                 raise (explain_missing_default(exc) if config is None else exc) from None
     _emit(result.record, json_out, compare_tables)
+    _notes(result.notes)
     if result.record.status == "interrupted":
         stderr.print(f"[yellow]compare interrupted[/]: finished variants are kept. Continue with:\n"
                      f"  mptrain compare --resume {result.folder}", soft_wrap=True, highlight=False)
@@ -379,7 +395,7 @@ def plan(
     file (`mptrain run` it). Ctrl-C keeps the finished trials; --resume finishes the rest.
     """
     from mptrain.plan import CANDIDATE_NAMES, plan_file_for, resume_plan, run_plan, start_plan
-    from mptrain.report.console import stderr
+    from mptrain.report.console import plain_text, stderr
     from mptrain.report.tables import plan_tables
     from mptrain.signals import exit_code
 
@@ -401,12 +417,47 @@ def plan(
                 budget_minutes=budget, evaluate=evaluate,
                 out=out.resolve() if out else plan_file_for(config),
                 verbose=verbose, status=_status)
-        result = run_plan(record, folder, verbose=verbose, on_trial=announce, on_layers=_status)
+        result = run_plan(record, folder, verbose=verbose, on_trial=announce, on_layers=_status,
+                          as_text=lambda record: plain_text(plan_tables(record)))
     _emit(result.record, json_out, plan_tables)
+    _notes(result.notes)
     if result.record.status == "interrupted":
         stderr.print(f"[yellow]plan interrupted[/]: finished trials are kept. Continue with:\n"
                      f"  mptrain plan --resume {result.folder}", soft_wrap=True, highlight=False)
         raise typer.Exit(exit_code(result.signal))
+
+
+@app.command(cls=_Command)
+def runs(
+    arguments: Annotated[list[str] | None, typer.Argument(
+        metavar="[DIR] [RUN...]", show_default=False,
+        help="The folder the run folders are in (default: runs); with --compare, the runs "
+             "to put side by side: folder names in DIR, or paths.")] = None,
+    compare: Annotated[bool, typer.Option(
+        "--compare", metavar="", help="Put the RUNs side by side with compare's tables and "
+                                      "verdicts (the baseline: the first float32 run named, "
+                                      "else the first).")] = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """List the run folders in DIR (and in its compare and plan folders), newest first:
+    status (finished, interrupted, diverged, failed, running, or killed: `running` with its
+    process gone), policy, loop, epochs, median step time, test accuracy, when. * marks a run
+    `mptrain run --resume` can continue.
+    """
+    from mptrain.report.tables import compare_tables, runs_table
+    from mptrain.runs import DEFAULT_FOLDER, compare_runs, list_runs, split_arguments
+
+    arguments = arguments or []
+    with _user_errors():
+        if compare:
+            folder, named = split_arguments(arguments)
+            result = compare_runs(named, folder)
+        elif len(arguments) > 1:
+            raise ConfigError(f"mptrain runs: give one folder, not {len(arguments)}; to put runs "
+                              "side by side: mptrain runs DIR --compare RUN RUN...")
+        else:
+            result = list_runs(Path(arguments[0]) if arguments else DEFAULT_FOLDER)
+    _emit(result, json_out, compare_tables if compare else runs_table)
 
 
 @app.command(cls=_Command)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -103,6 +103,7 @@ class CompareResult:
     record: CompareRecord
     folder: Path
     signal: int | None = None  # the signal that interrupted the compare
+    notes: list[str] = field(default_factory=list)  # what MLflow tracking could not log
 
 
 def preflight_notes(config: ExperimentConfig, variants: list[Variant], machine) -> dict[str, str]:
@@ -131,9 +132,11 @@ def run_compare(
     verbose: bool = False,
     on_notes: Callable[[dict[str, str]], None] | None = None,
     on_variant: Callable[[int, int, Variant], None] | None = None,
+    as_text: Callable[[CompareRecord], str] | None = None,
 ) -> CompareResult:
     """Run every variant in a fresh process from shared initial weights; write compare.json
-    and compare.png into OUTPUT_DIR/compare-<name>-<timestamp>/ and return the record."""
+    and compare.png into OUTPUT_DIR/compare-<name>-<timestamp>/ and return the record.
+    `as_text(record)`: the tables as text, for MLflow (with `output.mlflow`)."""
     from mptrain.experiment import prepare
 
     # Everything that can fail on bad input (data not found, model not buildable) happens
@@ -150,11 +153,12 @@ def run_compare(
         shutil.move(staged, folder / "initial_weights.npz")
     write_atomic(folder / "experiment.yaml", yaml.safe_dump(config.to_yaml_dict(), sort_keys=False))
     run_dirs = {v.label: folder / f"{config.name}-{v.label}" for v in variants}
-    return _run_variants(config.name, folder, variants, run_dirs, {}, verbose, on_variant)
+    return _run_variants(config.name, folder, variants, run_dirs, {}, verbose, on_variant, as_text)
 
 
 def resume_compare(folder: Path, *, verbose: bool = False,
-                   on_variant: Callable[[int, int, Variant], None] | None = None) -> CompareResult:
+                   on_variant: Callable[[int, int, Variant], None] | None = None,
+                   as_text: Callable[[CompareRecord], str] | None = None) -> CompareResult:
     """Finish a compare that stopped: variants that finished (or diverged) stay; one that was
     stopped resumes from its checkpoint; the others run now."""
     try:
@@ -169,12 +173,18 @@ def resume_compare(folder: Path, *, verbose: bool = False,
             and state.status in ("finished", "diverged")}
     if len(done) == len(variants):
         raise ConfigError(f"--resume {folder}: every variant has finished; nothing to resume")
-    return _run_variants(record.experiment, folder, variants, run_dirs, done, verbose, on_variant)
+    return _run_variants(record.experiment, folder, variants, run_dirs, done, verbose, on_variant,
+                         as_text)
 
 
 def _run_variants(name: str, folder: Path, variants: list[Variant], run_dirs: dict[str, Path],
-                  done: dict[str, RunSummary], verbose: bool, on_variant) -> CompareResult:
+                  done: dict[str, RunSummary], verbose: bool, on_variant, as_text) -> CompareResult:
+    from mptrain.tracking import start_parent
+
     outcomes: dict[str, RunSummary | str] = dict(done)
+    # with output.mlflow: a parent run, each variant's run nested in it
+    tracking = start_parent(folder, "compare", {"variants": ",".join(v.label for v in variants)})
+    env = tracking.env if tracking else {}
     _write(folder, build_record(name, folder, variants, outcomes, run_dirs, status="running"))
     with ForwardSignals() as signals:
         for index, variant in enumerate(variants, start=1):
@@ -186,7 +196,7 @@ def _run_variants(name: str, folder: Path, variants: list[Variant], run_dirs: di
             if on_variant:
                 on_variant(index, len(variants), variant)
             outcomes[variant.label] = _run_variant(folder, name, variant, run_dirs[variant.label],
-                                                   verbose, signals)
+                                                   verbose, signals, env)
             _write(folder, build_record(name, folder, variants, outcomes, run_dirs, status="running"))
     status = "interrupted" if signals.received is not None else "finished"
     record = build_record(name, folder, variants, outcomes, run_dirs, status=status)
@@ -196,7 +206,11 @@ def _run_variants(name: str, folder: Path, variants: list[Variant], run_dirs: di
         record.plot = str(folder / "compare.png")
         plot_compare(record, folder / "compare.png")
     _write(folder, record)
-    return CompareResult(record, folder, signals.received)
+    if tracking is None:
+        return CompareResult(record, folder, signals.received)
+    tracking.finish(status, [folder / "compare.json", folder / "compare.png"],
+                    {"compare.txt": as_text(record)} if as_text else {})
+    return CompareResult(record, folder, signals.received, tracking.notes)
 
 
 def _write(folder: Path, record: CompareRecord) -> None:
@@ -204,7 +218,7 @@ def _write(folder: Path, record: CompareRecord) -> None:
 
 
 def _run_variant(folder: Path, name: str, variant: Variant, run_dir: Path, verbose: bool,
-                 signals: ForwardSignals) -> RunSummary | str:
+                 signals: ForwardSignals, env: dict[str, str]) -> RunSummary | str:
     """The variant's summary (finished, diverged or interrupted), or why it has none."""
     if resumable(run_dir):
         command = resume_command(run_dir, verbose)
@@ -214,7 +228,7 @@ def _run_variant(folder: Path, name: str, variant: Variant, run_dir: Path, verbo
                               [f"name={name}-{variant.label}", *variant.overrides],
                               run_dir=run_dir, initial_weights=folder / "initial_weights.npz",
                               verbose=verbose)
-    code, stdout = run_child(command, signals)
+    code, stdout = run_child(command, signals, env)
     return read_child_summary(code, stdout)
 
 

@@ -31,7 +31,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Literal
@@ -372,6 +372,7 @@ class PlanResult:
     record: PlanRecord
     folder: Path
     signal: int | None = None
+    notes: list[str] = field(default_factory=list)  # what MLflow tracking could not log
 
 
 def plan_file_for(source: str) -> Path:
@@ -453,9 +454,18 @@ def describe_machine(machine: Machine) -> str:
 
 def run_plan(record: PlanRecord, folder: Path, *, verbose: bool = False,
              on_trial: Callable[[int, int, Candidate], None] | None = None,
-             on_layers: Callable[[str], object] | None = None) -> PlanResult:
-    """Run the trials not yet run, then the float32 islands, then choose; resumable."""
+             on_layers: Callable[[str], object] | None = None,
+             as_text: Callable[[PlanRecord], str] | None = None) -> PlanResult:
+    """Run the trials not yet run, then the float32 islands, then choose; resumable.
+    `as_text(record)`: the table as text, for MLflow (with `output.mlflow`)."""
+    from mptrain.tracking import start_parent
+
     started = time.perf_counter()
+    # with output.mlflow: a parent run, each trial's run nested in it
+    tracking = start_parent(folder, "plan", {
+        "plan.steps": str(record.steps), "plan.tolerance_pct": str(record.tolerance_pct),
+        "plan.budget_minutes": str(record.budget_minutes), "plan.evaluate": str(record.evaluate)})
+    env = tracking.env if tracking else {}
     budget_s = 60 * record.budget_minutes
     signal = None
     with ForwardSignals() as signals:
@@ -468,11 +478,11 @@ def run_plan(record: PlanRecord, folder: Path, *, verbose: bool = False,
                 break
             if on_trial:
                 on_trial(index, len(queue), candidate)
-            record = _run_trial(record, folder, candidate, verbose, signals)
+            record = _run_trial(record, folder, candidate, verbose, signals, env)
             write_plan(folder, record)
         if signals.received is None and time.perf_counter() - started <= budget_s \
                 and not record.untried and not record.island_layers:
-            record = _try_islands(record, folder, verbose, signals, on_trial, on_layers)
+            record = _try_islands(record, folder, verbose, signals, on_trial, on_layers, env)
         signal = signals.received
     winner, reason = choose(record.trials)
     status = ("interrupted" if signal is not None else
@@ -486,11 +496,19 @@ def run_plan(record: PlanRecord, folder: Path, *, verbose: bool = False,
     if record.plan_file and status != "interrupted":
         write_plan_file(record, folder, Path(record.plan_file))
     write_plan(folder, record)
-    return PlanResult(record, folder, signal)
+    if tracking is None:
+        return PlanResult(record, folder, signal)
+    plan_file = Path(record.plan_file) if record.plan_file else None
+    texts = {"plan.txt": as_text(record)} if as_text else {}
+    if plan_file is not None and plan_file.is_file() and status != "interrupted":
+        texts["plan.yaml"] = plan_file.read_text()
+    tracking.finish(status, [folder / "plan.json", folder / "plan.png"], texts,
+                    tags={"winner": record.winner or ""})
+    return PlanResult(record, folder, signal, tracking.notes)
 
 
 def _run_trial(record: PlanRecord, folder: Path, candidate: Candidate, verbose: bool,
-               signals: ForwardSignals) -> PlanRecord:
+               signals: ForwardSignals, env: dict[str, str]) -> PlanRecord:
     run_dir = folder / f"{record.experiment}-{candidate.name.replace('+', '-')}"
     shutil.rmtree(run_dir, ignore_errors=True)  # an interrupted trial runs again, whole
     overrides = [f"name={record.experiment}-{candidate.name.replace('+', '-')}", *candidate.overrides]
@@ -500,7 +518,7 @@ def _run_trial(record: PlanRecord, folder: Path, candidate: Candidate, verbose: 
         overrides.append(f"train.max_step_seconds={limit:.3g}")
     code, stdout = run_child(run_command(folder / "trial.yaml", overrides, run_dir=run_dir,
                                          initial_weights=folder / "initial_weights.npz",
-                                         verbose=verbose), signals)
+                                         verbose=verbose), signals, env)
     outcome = read_child_summary(code, stdout)
     trial = Trial(candidate=candidate, run_dir=str(run_dir),
                   summary=outcome if isinstance(outcome, RunSummary) else None,
@@ -527,7 +545,7 @@ def _judged(trials: list[Trial], record: PlanRecord) -> list[Trial]:
 
 
 def _try_islands(record: PlanRecord, folder: Path, verbose: bool, signals: ForwardSignals,
-                 on_trial, on_layers) -> PlanRecord:
+                 on_trial, on_layers, env: dict[str, str]) -> PlanRecord:
     """The best 16-bit trial, with its slow (or overflowing) layers kept in float32."""
     from mptrain.config import load_config
 
@@ -555,7 +573,7 @@ def _try_islands(record: PlanRecord, folder: Path, verbose: bool, signals: Forwa
     write_plan(folder, record)
     if on_trial:
         on_trial(len(record.candidates), len(record.candidates), candidate)
-    return _run_trial(record, folder, candidate, verbose, signals)
+    return _run_trial(record, folder, candidate, verbose, signals, env)
 
 
 def _overflowing_layers(config: ExperimentConfig, verbose: bool) -> list[str]:

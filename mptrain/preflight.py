@@ -38,6 +38,7 @@ def check_experiment(config: ExperimentConfig, thorough: bool = False) -> list[s
         notes = _check_data(config.data)
         _check_model(config)
         _check_output(config.output.dir)
+        _check_tracking(config)
         spec = static_input_spec(config.data)
         if spec is not None:
             from mptrain.model import check_model_fits
@@ -93,6 +94,14 @@ def _check_output(folder: Path) -> None:
     if free < MIN_FREE_BYTES:
         raise ConfigError(f"output.dir {folder}: only {free / 2**20:.0f} MiB free on its disk; "
                           f"a run needs at least {MIN_FREE_BYTES / 2**20:.0f} MiB (checkpoints, model)")
+
+
+def _check_tracking(config: ExperimentConfig) -> None:
+    """`output.mlflow` needs the package; found without importing it (an import costs a
+    second or two, and `validate` stays fast)."""
+    if config.output.mlflow is not None and importlib.util.find_spec("mlflow") is None:
+        raise ConfigError("output.mlflow needs MLflow: pip install 'mptrain[mlflow]' (or set "
+                          "output.mlflow: null to train without tracking)")
 
 
 def static_input_spec(data) -> InputSpec | None:

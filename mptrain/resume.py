@@ -35,7 +35,7 @@ def resume_config(run_dir: Path, config_ref: str | None, overrides: list[str]) -
     if not stored_path.is_file():
         raise ConfigError(f"--resume {run_dir}: not a run folder (no config.yaml)")
     state = folder.state()
-    if isinstance(state, RunState) and state.status == "running" and _alive(state):
+    if isinstance(state, RunState) and state.status == "running" and alive(state):
         raise ConfigError(f"--resume {run_dir}: still running (process {state.pid} on this "
                           "host); stop it first (Ctrl-C leaves a checkpoint)")
     stored_raw = read_yaml(stored_path)
@@ -84,7 +84,9 @@ def _differences(a: Any, b: Any, prefix: str = "") -> list[str]:
     return [] if a == b else [prefix.rstrip(".")]
 
 
-def _alive(state: RunState) -> bool:
+def alive(state: RunState) -> bool:
+    """Whether the process a `running` folder names is alive (on this host: elsewhere we
+    cannot tell, and say no)."""
     if state.host != socket.gethostname() or not state.pid:
         return False
     try:

@@ -84,7 +84,7 @@ class RunFolder(TrainingListener):
             return None
 
     def _write_record(self, record: RunRecord) -> None:
-        write_atomic(self.path / "summary.json", to_json(record.model_dump(), indent=2) + "\n")
+        write_atomic(self.path / "summary.json", record_text(record))
 
     def save_model(self, model) -> str | None:
         """model.keras, written atomically. A model Keras cannot serialise (a subclassed
@@ -159,6 +159,11 @@ def unique_folder(parent: Path, name: str) -> Path:
             continue
         return path
     raise FileExistsError(f"{parent}: too many folders named {name}-{stamp}")
+
+
+def record_text(record: RunRecord) -> str:
+    """summary.json's text (MLflow tracking uploads the same)."""
+    return to_json(record.model_dump(), indent=2) + "\n"
 
 
 def write_atomic(path: Path, text: str) -> None:

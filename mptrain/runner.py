@@ -2,7 +2,8 @@
 
 Everything that can fail on bad input happens in `prepare`, before the run folder is created.
 Then the folder says `running`; training goes through a `TrainingSession` (monitor,
-checkpoints, divergence guard, telemetry); the summary is written however training ended.
+checkpoints, divergence guard, telemetry); the summary is written however training ended,
+and with `output.mlflow` the run is logged to MLflow as well (`tracking`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from mptrain.run_folder import RunFolder
 from mptrain.session import TrainingSession
 from mptrain.signals import RunAbandoned, stop_on_signals
 from mptrain.summary import RunSummary, summarize_run
+from mptrain.tracking import end_tracking, finish_tracking, start_tracking
 from mptrain.training.records import EpochRecord, StepRecord, TrainingListener
 
 
@@ -77,14 +79,18 @@ def run_experiment(
         folder = RunFolder.create_at(run_dir)
     else:
         folder = RunFolder.create(parent, config.name)
+    tracking = None
     try:
         folder.mark_running(config.name)
         folder.write_config(config.to_yaml_dict(), _config_header(prepared))
         folder.write_files(prepared.data.files)
+        if chief:
+            tracking = start_tracking(config, folder.path, prepared.choice, prepared.machine,
+                                      prepared.place.replicas)
         with scope(prepared.place):
             session = TrainingSession.open(config, folder, prepared.model, prepared.optimizer,
                                            prepared.batches, listeners or [],
-                                           resume=resume is not None)
+                                           resume=resume is not None, tracking=tracking)
         if on_start is not None:
             on_start(prepared, session.notes + [f"lint: {f}" for f in findings])
         monitor = session.monitor
@@ -108,13 +114,16 @@ def run_experiment(
                 and (why_not := folder.save_model(prepared.model)) is not None:
             summary = summary.model_copy(update={"notes": [*summary.notes, why_not]})
         folder.flush_steps()
+        summary = finish_tracking(tracking, summary, folder.path)
         folder.write_summary(summary)
     except KeyboardInterrupt:
         folder.write_status("interrupted", "abandoned by a second Ctrl-C; the last checkpoint "
                             "is kept: resume from it")
+        end_tracking(tracking, "interrupted")
         raise RunAbandoned(folder.path) from None
     except OSError as exc:
         _mark_failed(folder, exc)
+        end_tracking(tracking, "failed")
         if exc.errno not in DISK_ERRORS:
             raise
         raise MptrainError(
@@ -123,6 +132,7 @@ def run_experiment(
             f"run --resume {folder.path}") from exc
     except BaseException as exc:
         _mark_failed(folder, exc)
+        end_tracking(tracking, "failed")
         raise
     finally:
         if not chief:

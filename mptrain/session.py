@@ -10,6 +10,7 @@ the rest, and says where it continues.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from mptrain.config.schema import ExperimentConfig
 from mptrain.data.pipeline import Batches
@@ -24,6 +25,9 @@ from mptrain.training.optimizer import learning_rate_at
 from mptrain.training.records import TrainingListener
 from mptrain.training.tensorboard import TensorBoardWriter
 
+if TYPE_CHECKING:
+    from mptrain.tracking import MlflowLogger
+
 
 @dataclass
 class TrainingSession:
@@ -36,7 +40,8 @@ class TrainingSession:
 
     @classmethod
     def open(cls, config: ExperimentConfig, folder: RunFolder, model, optimizer, batches: Batches,
-             listeners: list[TrainingListener], resume: bool) -> TrainingSession:
+             listeners: list[TrainingListener], resume: bool,
+             tracking: MlflowLogger | None = None) -> TrainingSession:
         train = config.train
         total_steps = train.epochs * batches.steps_per_epoch
         tensorboard = TensorBoardWriter(folder.path / "tensorboard",
@@ -66,7 +71,9 @@ class TrainingSession:
         )
         guard = DivergenceGuard(monitor, checkpointer, train.recovery)
         # the guard goes before the checkpointer: a diverged step is never saved as "good"
-        monitor.listeners = [*listeners, folder, tensorboard, guard]
+        if tracking is not None:
+            tracking.catch_up(*history)  # what a resumed run's MLflow run may lack
+        monitor.listeners = [*listeners, folder, tensorboard, *([tracking] if tracking else []), guard]
         if train.checkpoint.enabled:
             monitor.listeners.append(checkpointer)
         if start.start:

@@ -455,11 +455,24 @@ class DistributeConfig(_Strict):
         return devices
 
 
+class MlflowConfig(_Strict):
+    """MLflow tracking (the `mptrain[mlflow]` extra): each run also logged as an MLflow run.
+    The run folder stays the record; a tracking server that fails never stops training."""
+
+    tracking_uri: str | None = Field(None, description=(
+        "Default: a SQLite store in output.dir (sqlite:///OUTPUT_DIR/mlflow.db), offline."))
+    experiment: str | None = Field(None, description="Default: the experiment's name.")
+    run_name: str | None = Field(None, description="Default: the run folder's name.")
+    tags: dict[str, str | int | float | bool] = Field(default_factory=dict)
+
+
 class OutputConfig(_Strict):
     dir: Path = Field(Path("runs"), description=(
         "Run folders go here; relative: beside the experiment file (built-ins: the current "
         "folder)."))
     save_model: bool = True
+    mlflow: MlflowConfig | None = Field(None, description=(
+        "Log runs to MLflow; off when null, on when a mapping (even {})."))
 
 
 class ExperimentConfig(_Strict):

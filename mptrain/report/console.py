@@ -13,6 +13,16 @@ def stdout_console() -> Console:
     return Console()
 
 
+def plain_text(renderable, width: int = 80) -> str:
+    """What a table looks like on an 80-column terminal, without colours: for a file (MLflow's
+    copy of compare's and plan's tables)."""
+    import io
+
+    console = Console(file=io.StringIO(), width=width, color_system=None, record=True)
+    console.print(renderable)
+    return console.export_text()
+
+
 def human_bytes(n: float | None) -> str:
     if n is None:
         return "n/a"

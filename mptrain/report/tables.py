@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from mptrain.memory_plan import MemoryReport
     from mptrain.plan import PlanRecord
     from mptrain.policy import PolicyChoice
+    from mptrain.runs import RunsReport
 
 DTYPE_SHORT = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
 
@@ -65,7 +66,7 @@ def summary_table(s: RunSummary) -> Table:
         ("test", f"loss {fmt(s.test_loss)}  accuracy {fmt(s.test_accuracy)}"),
     ]
     if s.notes:
-        rows.append(("model", "; ".join(s.notes)))
+        rows.append(("notes", escape("; ".join(s.notes))))
     if s.speed_warning:
         rows.append(("[yellow]warning[/]", s.speed_warning))
     if s.loss_scale is not None:
@@ -118,7 +119,7 @@ def _compute_line(s: RunSummary) -> str:
 def compare_tables(record: CompareRecord) -> Group:
     """Two tables that each fit 80 columns: the answer (step time, speed-up, accuracy, loss
     scale, verdict) and the details (spread, throughput, compute, training memory)."""
-    from mptrain.compare import NOT_RUN, WAITING
+    from mptrain.compare import NOT_RUN, WAITING, Variant
 
     base = record.baseline_policy
     style = {"title_justify": "left", "box": box.SIMPLE_HEAD, "show_edge": False,
@@ -130,7 +131,10 @@ def compare_tables(record: CompareRecord) -> Group:
     peaks: dict[str, str] = {}
     for row in record.variants:
         s = row.summary
-        name = f"{row.policy}\n{row.loop}" + ("" if row.strategy == "none" else f" {row.strategy}")
+        where = "" if row.strategy == "none" else f" {row.strategy}"
+        name = f"{row.policy}\n{row.loop}{where}"
+        if row.variant != Variant(row.policy, row.loop, row.strategy).label:  # runs --compare
+            name = f"{escape(row.variant)}\n{row.policy} {row.loop}{where}"
         if s is None:
             colour = "yellow" if row.failed in (NOT_RUN, WAITING) else "red"
             result_rows.append([name, "-", "-", "-", "-", f"[{colour}]{row.verdict}[/]"])
@@ -364,3 +368,56 @@ def plan_tables(record: PlanRecord) -> Group:
         parts.append(f"runnable plan: {record.plan_file}  (mptrain run {record.plan_file})")
     parts.append(f"folder: {record.folder}")
     return Group(*parts)
+
+
+RUN_STATUS_COLOUR = {"finished": "green", "diverged": "red", "failed": "red", "killed": "yellow",
+                     "interrupted": "yellow", "running": "cyan"}
+
+
+def runs_table(report: RunsReport) -> Group:
+    """`mptrain runs`: one row per run folder, newest first; * marks the resumable. A run
+    inside a compare or plan folder names that folder on its second line."""
+    from datetime import datetime
+
+    now = datetime.now()
+    # no padding: the box's own space divides the columns, which leaves the names room
+    table = Table(title=f"mptrain runs: {escape(report.folder)}", title_justify="left",
+                  box=box.SIMPLE_HEAD, show_edge=False, padding=0)
+    rows, notes = [], []
+    for run in report.runs:
+        colour = RUN_STATUS_COLOUR[run.status]
+        parent, _, own = run.name.rpartition("/")
+        rows.append([
+            escape(own) + (f"\n[dim]({escape(parent)})[/]" if parent else ""),
+            f"[{colour}]{run.status}[/]" + ("*" if run.resumable else ""),
+            f"{run.policy or '-'}\n{run.loop or '-'}",
+            fmt(run.epochs, "d", "-"),
+            fmt(run.median_step_ms, ".1f", "-"),
+            fmt(run.test_accuracy, ".4f", "-"),
+            _ago(datetime.fromisoformat(run.when), now),
+        ])
+        if run.status in ("failed", "killed") and run.reason:
+            notes.append(f"[{colour}]{escape(run.name)}[/]: {escape(run.reason)}")
+    if not rows:
+        return Group(f"no run folders in {escape(report.folder)} (a run folder holds config.yaml "
+                     "and summary.json)")
+    # run names are long single words (name-date-time): they fold anywhere, the rest never
+    table.add_column("run", overflow="fold", ratio=1, min_width=12)
+    for header in ("status", "policy\nloop"):
+        table.add_column(header, no_wrap=True)
+    for header in ("epochs", "ms/step", "test\nacc", "when"):
+        table.add_column(header, justify="right", no_wrap=True)
+    for row in rows:
+        table.add_row(*row)
+    if any(run.resumable for run in report.runs):
+        notes.append(f"* resumable: mptrain run --resume {escape(report.folder)}/RUN")
+    return Group(table, *notes)
+
+
+def _ago(when, now) -> str:
+    """How long ago, in the largest unit that is not 0: "45s ago", "3h ago", "12d ago"."""
+    seconds = max((now - when).total_seconds(), 0)
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size:.0f}{unit} ago"
+    return f"{seconds:.0f}s ago"

@@ -1,0 +1,474 @@
+"""MLflow tracking: every run also an MLflow run, when `output.mlflow` is set.
+
+A run logs its resolved config (flattened: `train.optimizer.name`) and what mptrain chose
+(`resolved.policy`, dtypes, XLA, replicas) as params; per epoch its metrics (step = epoch);
+per step the loss, running metrics, loss scale, skip and seconds (step = global step,
+`step/loss`...); the summary's figures at the end; tags (status, machine, versions, the
+user's); and config.yaml, summary.json and the model as artifacts. compare and plan log a
+parent run whose id their children read from `MPTRAIN_MLFLOW_PARENT`, so each variant or
+trial is nested under it.
+
+The run folder stays the record; MLflow is a copy for browsing. So:
+- steps are sent in batches (`log_batch`), at most every `FLUSH_SECONDS` and at each
+  epoch's end, never one call per value per step;
+- a store that is down or refuses a write never stops training: the first failure ends the
+  logging (HTTP retries and timeouts are kept short), and the run summary's notes say what
+  was not logged and why;
+- `mlflow.json` in the run folder names the MLflow run, so `run --resume` continues the same
+  run; what it already holds is not logged again (a resume redoes the steps after its
+  checkpoint), so each metric's history has one value per step or epoch run.
+
+mlflow is imported here only, and only when tracking is on (it takes a second or two).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict
+
+from mptrain import __version__
+from mptrain.run_folder import record_text, write_atomic
+from mptrain.training.records import EpochRecord, StepRecord, TrainingListener
+
+if TYPE_CHECKING:
+    from mptrain.config import ExperimentConfig
+    from mptrain.hardware import Machine
+    from mptrain.policy import PolicyChoice
+    from mptrain.summary import RunSummary
+
+PARENT_ENV = "MPTRAIN_MLFLOW_PARENT"  # compare and plan: the parent run of their children
+RUN_FILE = "mlflow.json"
+FLUSH_SECONDS = 5.0
+MAX_PARAM_VALUE = 500  # older MLflow servers refuse longer values (3.17 allows 6000)
+MAX_BATCH_METRICS = 1000  # log_batch's limits
+MAX_BATCH_PARAMS = 100
+MAX_BATCH_TAGS = 100
+# A server that is down answers at once (connection refused); one that hangs would block
+# training for MLflow's default 7 retries x 120 s. One retry, 10 s each: a failure costs
+# seconds, once. The user's own settings of these win.
+HTTP_SETTINGS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+                 "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
+# summary.json's status → MLflow's
+RUN_STATUS = {"finished": "FINISHED", "interrupted": "KILLED", "diverged": "FAILED",
+              "failed": "FAILED"}
+
+
+class TrackedRun(BaseModel):
+    """mlflow.json: which MLflow run a run folder (or a compare or plan folder) is."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tracking_uri: str
+    experiment_id: str
+    run_id: str
+
+
+def default_tracking_uri(output_dir: Path) -> str:
+    """A SQLite store beside the run folders: works offline, `mlflow ui --backend-store-uri`
+    reads it."""
+    return f"sqlite:///{Path(output_dir).resolve() / 'mlflow.db'}"
+
+
+def _store(config: ExperimentConfig) -> tuple[str, Path | None]:
+    """The tracking URI, and where a new experiment keeps its artifacts: with the default
+    store, beside the run folders (MLflow's own default is ./mlruns in the current folder)."""
+    uri = config.output.mlflow.tracking_uri
+    if uri is not None:
+        return uri, None
+    return default_tracking_uri(config.output.dir), config.output.dir.resolve() / "mlartifacts"
+
+
+def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, str]:
+    """{"train": {"optimizer": {"name": "adam"}}} → {"train.optimizer.name": "adam"}; lists
+    and empty mappings as JSON, long values cut to MLflow's limit."""
+    flat: dict[str, str] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict) and value:
+            flat.update(flatten(value, f"{prefix}{key}."))
+        else:
+            text = value if isinstance(value, str) else json.dumps(value)
+            flat[f"{prefix}{key}"] = text if len(text) <= MAX_PARAM_VALUE else \
+                text[:MAX_PARAM_VALUE - 3] + "..."
+    return flat
+
+
+def run_params(config: ExperimentConfig, choice: PolicyChoice, replicas: int) -> dict[str, str]:
+    """The resolved config, and what mptrain decided for this machine (`policy: auto`, XLA)."""
+    return {**flatten(config.to_yaml_dict()),
+            "resolved.policy": choice.name,
+            "resolved.compute_dtype": choice.compute_dtype,
+            "resolved.variable_dtype": choice.variable_dtype,
+            "resolved.loop": config.train.loop,
+            "resolved.jit_compile": str(choice.jit_compile).lower(),
+            "resolved.xla_optimizer_update": str(choice.xla_optimizer_update).lower(),
+            "resolved.replicas": str(replicas)}
+
+
+def machine_tags(machine: Machine) -> dict[str, str]:
+    return {"machine": machine.gpus[0].describe() if machine.gpus else machine.device_label,
+            "mptrain_version": __version__,
+            "tensorflow_version": machine.tensorflow_version or "unknown",
+            "keras_version": machine.keras_version or "unknown"}
+
+
+def step_metrics(record: StepRecord) -> dict[str, float]:
+    values = {"step/loss": record.loss, "step/seconds": record.seconds}
+    values.update({f"step/{k}": v for k, v in record.metrics.items()})
+    if record.loss_scale is not None:
+        values["step/loss_scale"] = record.loss_scale
+    if record.skipped is not None:
+        values["step/skipped"] = float(record.skipped)
+    return values
+
+
+def epoch_metrics(record: EpochRecord) -> dict[str, float]:
+    values = dict(record.metrics)
+    for key in ("loss_scale", "skipped_steps", "learning_rate"):
+        if (value := getattr(record, key)) is not None:
+            values[key] = float(value)
+    return values
+
+
+def summary_metrics(s: RunSummary) -> dict[str, float]:
+    """The figures runs are compared by, in MLflow's runs table."""
+    times = s.step_time
+    values = {
+        "median_step_ms": times.median_ms if times else None,
+        "p10_step_ms": times.p10_ms if times else None,
+        "p90_step_ms": times.p90_ms if times else None,
+        "examples_per_sec": s.examples_per_sec, "achieved_tflops": s.achieved_tflops,
+        "mfu": s.mfu, "test_loss": s.test_loss, "test_accuracy": s.test_accuracy,
+        "training_peak_bytes": s.memory.training_peak_bytes,
+        "process_peak_bytes": s.memory.process_peak_bytes,
+        "wall_time_s": s.wall_time_s,
+        "loss_scale_skipped_steps": s.loss_scale.skipped_steps if s.loss_scale else None,
+    }
+    return {k: float(v) for k, v in values.items() if v is not None}
+
+
+def _client(uri: str):
+    for name, value in HTTP_SETTINGS.items():
+        os.environ.setdefault(name, value)
+    # MLflow prints "View run ... at: URL" on stdout, which is mptrain's (`--json`)
+    os.environ["MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"] = "true"
+    from mlflow import MlflowClient
+
+    # "Creating initial tables...", "Retrying...": the summary's note says what matters
+    logging.getLogger("mlflow").setLevel(logging.WARNING)
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+    logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
+    return MlflowClient(tracking_uri=uri)
+
+
+def _reason(exc: BaseException) -> str:
+    """The error in a line: its start and its end, where a wrapped cause ends ("Connection
+    refused")."""
+    text = " ".join(str(exc).split())
+    if len(text) > 200:
+        text = f"{text[:120]} … {text[-80:]}"
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def read_tracked(folder: Path) -> TrackedRun | None:
+    try:
+        return TrackedRun.model_validate_json((folder / RUN_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _experiment_id(client, name: str, artifacts: Path | None) -> str:
+    """The experiment's id, created when new (in the default store, with its artifacts
+    beside the run folders rather than in the current folder's ./mlruns)."""
+    found = client.get_experiment_by_name(name)
+    if found is not None:
+        return found.experiment_id
+    try:
+        return client.create_experiment(name, artifact_location=artifacts.as_uri() if artifacts else None)
+    except Exception:  # another process created it first
+        found = client.get_experiment_by_name(name)
+        if found is None:
+            raise
+        return found.experiment_id
+
+
+def _batches(items: list, size: int):
+    for start in range(0, len(items), size):
+        yield items[start:start + size]
+
+
+class _Connection:
+    """One MLflow run, written until the first failure; then `failure` says where and why."""
+
+    def __init__(self, what: str):
+        self.what = what  # "run", "compare", "plan": for the notes
+        self.uri = "the tracking store"
+        self.client = None
+        self.run: TrackedRun | None = None
+        self.failure: str | None = None
+
+    def call(self, where: str, action: Callable[[], object]) -> bool:
+        """Do `action` unless an earlier call failed; a failure is remembered, never raised:
+        tracking must not stop what it tracks."""
+        if self.failure is not None:
+            return False
+        try:
+            action()
+        except Exception as exc:
+            self.failure = (f"MLflow: nothing logged to {self.uri} from {where} on (the "
+                            f"{self.what} folder has it all): {_reason(exc)}")
+            return False
+        return True
+
+    def fetch(self, where: str, read: Callable[[], Any]) -> Any:
+        """`read()`'s value, or None when it (or an earlier call) failed."""
+        values = []
+        self.call(where, lambda: values.append(read()))
+        return values[0] if values else None
+
+    def open(self, folder: Path, uri: str = "", experiment: str = "", run_name: str = "",
+             tags: dict[str, str] | None = None, artifacts: Path | None = None) -> bool:
+        """Continue the run named in `folder`'s mlflow.json, or start one (the other
+        arguments say how) and write it there."""
+        stored = read_tracked(folder)
+        self.uri, self.run = (stored.tracking_uri if stored else uri), stored
+
+        def start() -> None:
+            self.client = _client(self.uri)
+            if stored is not None:
+                self.client.update_run(stored.run_id, status="RUNNING")
+                return
+            parent = os.environ.get(PARENT_ENV)
+            all_tags = dict(tags or {})
+            if parent:  # nested in the parent's experiment, whatever this run's name
+                experiment_id = self.client.get_run(parent).info.experiment_id
+                all_tags["mlflow.parentRunId"] = parent
+            else:
+                experiment_id = _experiment_id(self.client, experiment, artifacts)
+            created = self.client.create_run(experiment_id, tags=all_tags, run_name=run_name)
+            self.run = TrackedRun(tracking_uri=uri, experiment_id=experiment_id,
+                                  run_id=created.info.run_id)
+            write_atomic(folder / RUN_FILE, self.run.model_dump_json(indent=2) + "\n")
+
+        return self.call("the start", start)
+
+    def log(self, where: str, metrics: list | None = None, params: dict[str, str] | None = None,
+            tags: dict[str, str] | None = None) -> bool:
+        from mlflow.entities import Metric, Param, RunTag
+
+        def send() -> None:
+            run_id = self.run.run_id
+            for chunk in _batches([Param(k, v) for k, v in (params or {}).items()], MAX_BATCH_PARAMS):
+                self.client.log_batch(run_id, params=chunk)
+            for chunk in _batches([RunTag(k, str(v)) for k, v in (tags or {}).items()], MAX_BATCH_TAGS):
+                self.client.log_batch(run_id, tags=chunk)
+            for chunk in metrics or []:
+                self.client.log_batch(run_id, metrics=[Metric(k, v, ms, step) for k, v, ms, step in chunk])
+
+        return self.call(where, send)
+
+    def files(self, where: str, paths: list[Path], texts: dict[str, str]) -> bool:
+        def send() -> None:
+            for path in paths:
+                if path.is_file():
+                    self.client.log_artifact(self.run.run_id, str(path))
+            for name, text in texts.items():
+                self.client.log_text(self.run.run_id, text, name)
+
+        return self.call(where, send)
+
+    def end(self, status: str) -> bool:
+        return self.call("the end", lambda: self.client.set_terminated(self.run.run_id, status))
+
+
+def _whole_steps(rows: list[tuple[int, dict[str, float], int]]) -> list[list[tuple]]:
+    """(step, values, ms) rows as log_batch chunks that never split a step: a chunk that
+    fails leaves no step half-logged (a resume counts steps by `step/loss`)."""
+    chunks: list[list[tuple]] = [[]]
+    for step, values, ms in rows:
+        entries = [(k, v, ms, step) for k, v in values.items()]
+        if len(chunks[-1]) + len(entries) > MAX_BATCH_METRICS:
+            chunks.append([])
+        chunks[-1].extend(entries)
+    return [c for c in chunks if c]
+
+
+class MlflowLogger(TrainingListener):
+    """The listener that logs a run's steps and epochs (see the module docstring)."""
+
+    def __init__(self, connection: _Connection, logged_steps: int = 0, logged_epochs: int = 0):
+        self.connection = connection
+        self.logged_steps, self.logged_epochs = logged_steps, logged_epochs
+        self._steps: list[tuple[int, dict[str, float], int]] = []
+        self._epochs: list[tuple[int, dict[str, float], int]] = []
+        self._last_flush = time.perf_counter()
+
+    @property
+    def failure(self) -> str | None:
+        return self.connection.failure
+
+    def catch_up(self, steps: list[StepRecord], epochs: list[EpochRecord]) -> None:
+        """A resumed run's records before its checkpoint that MLflow does not have yet (a
+        run killed between two of its flushes)."""
+        for record in steps:
+            self.step_finished(record, 0)
+        for epoch in epochs:
+            self._add_epoch(epoch)
+        self.flush()
+
+    def step_finished(self, record: StepRecord, step_in_epoch: int) -> None:
+        if record.step <= self.logged_steps or self.failure is not None:
+            return  # logged before a resume redid it
+        self._steps.append((record.step, step_metrics(record), int(time.time() * 1000)))
+        self.logged_steps = record.step
+        if time.perf_counter() - self._last_flush >= FLUSH_SECONDS:
+            self.flush()
+
+    def epoch_finished(self, record: EpochRecord) -> None:
+        self._add_epoch(record)
+        self.flush()
+
+    def _add_epoch(self, record: EpochRecord) -> None:
+        if record.epoch > self.logged_epochs and self.failure is None:
+            self._epochs.append((record.epoch, epoch_metrics(record), int(time.time() * 1000)))
+            self.logged_epochs = record.epoch
+
+    def flush(self) -> None:
+        self._last_flush = time.perf_counter()
+        if not (self._steps or self._epochs):
+            return
+        first = f"step {self._steps[0][0]}" if self._steps else f"epoch {self._epochs[0][0]}"
+        chunks = _whole_steps(self._steps) + _whole_steps(self._epochs)
+        self._steps, self._epochs = [], []
+        self.connection.log(first, metrics=chunks)
+
+
+def _last_step(client, run_id: str, key: str) -> int:
+    return max((m.step for m in client.get_metric_history(run_id, key)), default=0)
+
+
+def start_tracking(config: ExperimentConfig, folder: Path, choice: PolicyChoice, machine: Machine,
+                   replicas: int) -> MlflowLogger | None:
+    """The run's MLflow run, started (or continued, after a resume) with its params and
+    tags; None when `output.mlflow` is off. Never raises: a failure is the logger's note."""
+    settings = config.output.mlflow
+    if settings is None:
+        return None
+    connection = _Connection("run")
+    resumed = read_tracked(folder) is not None
+    tags = {**machine_tags(machine), "status": "running",
+            **{k: str(v) for k, v in settings.tags.items()}}
+    uri, artifacts = _store(config)
+    # a compare's or plan's child is named after its folder (the variant), whatever run_name
+    name = folder.name if os.environ.get(PARENT_ENV) else (settings.run_name or folder.name)
+    if not connection.open(folder, uri, settings.experiment or config.name, name, tags, artifacts):
+        return MlflowLogger(connection)
+    params = run_params(config, choice, replicas)
+    if not resumed:
+        connection.log("the start", params=params, tags=tags)
+        return MlflowLogger(connection)
+    client, run_id = connection.client, connection.run.run_id
+    logged = connection.fetch("the resume", lambda: (
+        _last_step(client, run_id, "step/loss"), _last_step(client, run_id, "loss"),
+        client.get_run(run_id).data.params))
+    if logged is None:
+        return MlflowLogger(connection)
+    steps, epochs, known = logged
+    # params are fixed in MLflow: a resume that trains further (`train.epochs`) logs the new
+    # value as the tag `resumed.<key>`
+    connection.log("the resume", params={k: v for k, v in params.items() if k not in known},
+                   tags={**tags, **{f"resumed.{k}": v for k, v in params.items()
+                                    if k in known and known[k] != v}})
+    return MlflowLogger(connection, steps, epochs)
+
+
+def finish_tracking(logger: MlflowLogger | None, summary: RunSummary, folder: Path) -> RunSummary:
+    """The rest of the run, after training: steps not yet sent, the summary's figures and
+    status, config.yaml, the model and summary.json; then MLflow's status (interrupted:
+    KILLED, diverged: FAILED). Returns the summary with a note when something was not
+    logged, and that summary is the one uploaded."""
+    if logger is None:
+        return summary
+    connection = logger.connection
+    logger.flush()
+    connection.log("the summary", metrics=[[(k, v, int(time.time() * 1000), summary.steps_run)
+                                            for k, v in summary_metrics(summary).items()
+                                            if math.isfinite(v)]],
+                   tags={"status": summary.status})
+    connection.files("the artifacts", [folder / "config.yaml", folder / "model.keras",
+                                       folder / "model.weights.h5"], {})
+    final = summary if connection.failure is None else \
+        summary.model_copy(update={"notes": [*summary.notes, connection.failure]})
+    connection.files("summary.json", [], {"summary.json": record_text(final)})
+    connection.end(RUN_STATUS[summary.status])
+    if connection.failure is not None and connection.failure not in final.notes:
+        final = final.model_copy(update={"notes": [*final.notes, connection.failure]})
+    return final
+
+
+def end_tracking(logger: MlflowLogger | None, status: str) -> None:
+    """A run that ended without a summary (`failed`, or abandoned: `interrupted`): what was
+    recorded, and the status. The run folder's summary.json says why."""
+    if logger is None:
+        return
+    logger.flush()
+    logger.connection.log("the end", tags={"status": status})
+    logger.connection.end(RUN_STATUS[status])
+
+
+# --- compare and plan: a parent run, its children nested ----------------------------------
+
+
+class ParentRun:
+    """The MLflow run of a compare or plan folder. Its children (`mptrain run` processes)
+    find it in their environment (`env`) and log themselves as nested runs."""
+
+    def __init__(self, connection: _Connection):
+        self.connection = connection
+
+    @property
+    def env(self) -> dict[str, str]:
+        run = self.connection.run
+        return {PARENT_ENV: run.run_id} if run and self.connection.failure is None else {}
+
+    @property
+    def notes(self) -> list[str]:
+        return [self.connection.failure] if self.connection.failure else []
+
+    def finish(self, status: str, files: list[Path], texts: dict[str, str],
+               tags: dict[str, str] | None = None) -> None:
+        """Its results as artifacts; MLflow's status: KILLED when interrupted."""
+        self.connection.log("the end", tags={"status": status, **(tags or {})})
+        self.connection.files("the artifacts", files, texts)
+        self.connection.end("KILLED" if status == "interrupted" else "FINISHED")
+
+
+def start_parent(folder: Path, kind: str, params: dict[str, str] | None = None) -> ParentRun | None:
+    """The parent run of a compare or plan folder: the one its mlflow.json names (a
+    resumed compare or plan), else a new one when its experiment.yaml turns tracking on;
+    None when off. A tracking failure is the parent's note, never an error."""
+    from mptrain.config import load_config
+
+    connection = _Connection(kind)
+    if read_tracked(folder) is not None:
+        connection.open(folder)
+        return ParentRun(connection)
+    config = load_config(folder / "experiment.yaml")
+    settings = config.output.mlflow
+    if settings is None:
+        return None
+    tags = {"mptrain_command": kind, "mptrain_version": __version__, "status": "running",
+            **{k: str(v) for k, v in settings.tags.items()}}
+    uri, artifacts = _store(config)
+    if connection.open(folder, uri, settings.experiment or config.name,
+                       settings.run_name or folder.name, tags, artifacts):
+        connection.log("the start", params={**flatten(config.to_yaml_dict()), **(params or {})},
+                       tags=tags)
+    return ParentRun(connection)

@@ -1,0 +1,191 @@
+"""`mptrain runs` on recorded run folders: statuses (a dead `running` is killed), order,
+resumability, the 80-column table, and `--compare` with compare's rows and verdicts. Also
+the pure parts of MLflow tracking (params, batches) and its check in `validate`."""
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from rich.console import Console
+
+from mptrain.config import validate
+from mptrain.errors import ConfigError
+from mptrain.run_folder import record_text
+from mptrain.runs import compare_runs, list_runs, split_arguments
+from mptrain.summary import RunState
+from tests.helpers import make_summary, tiny_raw
+
+
+def run_folder(root: Path, name: str, record, mtime: float, *overrides: str,
+               checkpoint: bool = False) -> Path:
+    path = root / name
+    path.mkdir(parents=True)
+    (path / "config.yaml").write_text(yaml.safe_dump(validate(tiny_raw(*overrides), "x").to_yaml_dict()))
+    (path / "summary.json").write_text(record_text(record))
+    if checkpoint:
+        (path / "checkpoints").mkdir()
+        (path / "checkpoints" / "ckpt-1.index").write_text("")
+    os.utime(path / "summary.json", (mtime, mtime))
+    return path
+
+
+def state(status: str, pid: int | None = None, reason: str | None = None) -> RunState:
+    return RunState(status=status, name="tiny", pid=pid, host=socket.gethostname(),
+                    started="2026-12-01T10:00:00", reason=reason)
+
+
+def dead_pid() -> int:
+    done = subprocess.Popen([sys.executable, "-c", "pass"])
+    done.wait()
+    return done.pid
+
+
+@pytest.fixture
+def runs(tmp_path):
+    root = tmp_path / "runs"
+    run_folder(root, "a-finished", make_summary(median=20.0, accuracy=0.91), 1000)
+    run_folder(root, "b-interrupted", make_summary(status="interrupted", stop_reason="interrupted by "
+                                                   "SIGINT"), 2000, checkpoint=True)
+    run_folder(root, "c-failed", state("failed", reason="ValueError: boom"), 3000,
+               "policy=mixed_bfloat16", checkpoint=True)
+    run_folder(root, "d-killed", state("running", pid=dead_pid()), 4000, "train.loop=custom",
+               checkpoint=True)
+    run_folder(root, "e-running", state("running", pid=os.getpid()), 5000)
+    run_folder(root / "compare-tiny-1", "tiny-mixed_bfloat16-fit",
+               make_summary(median=10.0, accuracy=0.9, policy="mixed_bfloat16"), 500)
+    (root / "not-a-run").mkdir()
+    (root / "compare-tiny-1" / "compare.json").write_text("{}")
+    return root
+
+
+def test_every_run_folder_with_its_status_newest_first(runs):
+    report = list_runs(runs)
+    rows = {row.name: row for row in report.runs}
+    assert [row.name for row in report.runs] == [
+        "e-running", "d-killed", "c-failed", "b-interrupted", "a-finished",
+        "compare-tiny-1/tiny-mixed_bfloat16-fit"]
+    assert {name: (row.status, row.resumable) for name, row in rows.items()} == {
+        "e-running": ("running", False), "d-killed": ("killed", True),
+        "c-failed": ("failed", True), "b-interrupted": ("interrupted", True),
+        "a-finished": ("finished", False), "compare-tiny-1/tiny-mixed_bfloat16-fit": ("finished", False)}
+    assert (rows["a-finished"].median_step_ms, rows["a-finished"].test_accuracy) == (20.0, 0.91)
+    # a run without a summary says what its config asked for, and why it stopped
+    assert (rows["c-failed"].policy, rows["d-killed"].loop) == ("mixed_bfloat16", "custom")
+    assert rows["c-failed"].reason == "ValueError: boom" and "is gone" in rows["d-killed"].reason
+    assert rows["b-interrupted"].reason == "interrupted by SIGINT"
+
+
+def test_the_table_fits_80_columns_and_marks_the_resumable(runs):
+    from mptrain.report.tables import runs_table
+
+    console = Console(width=80, record=True, file=open(os.devnull, "w"))  # noqa: SIM115
+    console.print(runs_table(list_runs(runs)))
+    text = console.export_text()
+    assert max(len(line) for line in text.splitlines()) <= 80
+    assert "killed*" in text and "interrupted*" in text and "running*" not in text
+    assert f"mptrain run --resume {runs}/RUN" in " ".join(text.split())
+    assert "ValueError: boom" in text  # why it failed
+
+
+def test_when_reads_as_how_long_ago():
+    from datetime import datetime, timedelta
+
+    from mptrain.report.tables import _ago
+
+    now = datetime(2026, 12, 1, 12, 0, 0)
+    assert [_ago(now - timedelta(seconds=s), now) for s in (5, 125, 7300, 3 * 86400 + 5)] == [
+        "5s ago", "2m ago", "2h ago", "3d ago"]
+
+
+def test_a_missing_folder_is_a_clear_error(tmp_path):
+    with pytest.raises(ConfigError, match="no such folder"):
+        list_runs(tmp_path / "nowhere")
+
+
+def test_compare_runs_side_by_side_with_compare_rules(runs):
+    record = compare_runs(["compare-tiny-1/tiny-mixed_bfloat16-fit", "a-finished", "c-failed"], runs)
+    assert record.baseline_policy == "float32"  # a float32 run is the baseline, wherever named
+    by_name = {row.variant: row for row in record.variants}
+    assert by_name["a-finished"].verdict.startswith("baseline")
+    fast = by_name["compare-tiny-1/tiny-mixed_bfloat16-fit"]
+    assert fast.speedup == pytest.approx(2.0) and fast.verdict.startswith("faster")
+    assert by_name["c-failed"].summary is None and "failed" in by_name["c-failed"].verdict
+    # the first named is the baseline when none is float32
+    run_folder(runs, "f-fp16", make_summary(median=30.0, policy="mixed_float16"), 6000)
+    record = compare_runs([str(runs / "compare-tiny-1" / "tiny-mixed_bfloat16-fit"), "f-fp16"], runs)
+    assert record.baseline_policy == "mixed_bfloat16"
+    assert record.variants[1].verdict.startswith("slower")
+
+    from mptrain.report.tables import compare_tables
+
+    console = Console(width=80, record=True, file=open(os.devnull, "w"))  # noqa: SIM115
+    console.print(compare_tables(record))
+    assert "f-fp16" in console.export_text()
+
+
+def test_compare_refuses_what_it_cannot_compare(runs):
+    with pytest.raises(ConfigError, match="at least two"):
+        compare_runs(["a-finished"], runs)
+    with pytest.raises(ConfigError, match="not-there: not a run folder"):
+        compare_runs(["a-finished", "not-there"], runs)
+    with pytest.raises(ConfigError, match="named twice"):
+        compare_runs(["a-finished", str(runs / "a-finished")], runs)
+
+
+def test_dir_then_runs(runs, monkeypatch):
+    assert split_arguments([str(runs), "a", "b"]) == (runs, ["a", "b"])
+    assert split_arguments([str(runs / "a-finished"), "b"]) == (Path("runs"), [str(runs / "a-finished"), "b"])
+    monkeypatch.chdir(runs.parent)
+    assert compare_runs(["a-finished", "b-interrupted"]).baseline_policy == "float32"  # in ./runs
+
+
+# --- MLflow tracking: the pure parts --------------------------------------------------------
+
+
+def test_params_are_the_flattened_config_within_mlflows_limit():
+    from mptrain.tracking import MAX_PARAM_VALUE, flatten
+
+    flat = flatten({"train": {"optimizer": {"name": "adam", "kwargs": {}}, "metrics": ["accuracy"]},
+                    "seed": 0, "model": {"layers": ["x" * 600]}, "note": None})
+    assert flat == {"train.optimizer.name": "adam", "train.optimizer.kwargs": "{}",
+                    "train.metrics": '["accuracy"]', "seed": "0",
+                    "model.layers": flat["model.layers"], "note": "null"}
+    assert len(flat["model.layers"]) == MAX_PARAM_VALUE and flat["model.layers"].endswith("...")
+
+
+def test_step_batches_keep_whole_steps_within_log_batchs_limit():
+    from mptrain.tracking import MAX_BATCH_METRICS, _whole_steps
+
+    rows = [(step, {f"m{i}": 1.0 for i in range(7)}, 0) for step in range(1, 301)]
+    chunks = _whole_steps(rows)
+    assert sum(len(c) for c in chunks) == 2100 and all(len(c) <= MAX_BATCH_METRICS for c in chunks)
+    for chunk in chunks:  # no step split across two calls
+        steps = [entry[3] for entry in chunk]
+        assert all(steps.count(s) == 7 for s in set(steps))
+
+
+def test_validate_without_mlflow_says_what_to_install(tmp_path, monkeypatch):
+    """As if mlflow were not installed: the check finds that out without importing it."""
+    import importlib.util
+
+    from typer.testing import CliRunner
+
+    from mptrain.cli import app
+    from mptrain.preflight import check_experiment
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "mlflow" else real(name, *a))
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump(tiny_raw(f"output.dir={tmp_path / 'runs'}", "output.mlflow={}")))
+    with pytest.raises(ConfigError, match=r"output.mlflow needs MLflow: pip install 'mptrain\[mlflow\]'"):
+        check_experiment(validate(tiny_raw("output.mlflow={}"), "x"))
+    check_experiment(validate(tiny_raw(f"output.dir={tmp_path / 'runs'}"), "x"))  # off: no check
+    done = CliRunner().invoke(app, ["validate", str(path)])
+    assert done.exit_code == 2
+    assert "output.mlflow needs MLflow: pip install 'mptrain[mlflow]'" in " ".join(done.output.split())
+    assert "Traceback" not in done.output
