@@ -20,7 +20,7 @@ test:
 	$(BIN)/ruff check mptrain tests bench
 	@# Two workers: most of a test's time is one-threaded (process start-up, tracing), so the
 	@# suite takes about half as long on 2 cores; no more than 4, each worker holds TensorFlow.
-	$(BIN)/pytest -m "not slow" -n auto --maxprocesses 4
+	$(BIN)/pytest -m "not slow" -n auto --maxprocesses 4 --dist worksteal
 
 # The unit tier alone: no training, no processes (config, verdicts, monitor, guard, plan's
 # choice, renderers, on recorded numbers); under a minute.

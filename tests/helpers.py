@@ -28,7 +28,10 @@ TINY = {
         "train_size": 512, "test_size": 128, "input_shape": [16], "num_classes": 4, "noise": 2.0,
     },
     "model": {"kind": "mlp", "hidden_units": [32, 32], "num_classes": 4},
+    # no XLA-compiled optimizer update: compiling it costs a second or two a run and tiny
+    # models gain nothing (its own tests turn it on)
     "train": {"loop": "fit", "epochs": 3, "batch_size": 64, "warmup_steps": 1,
+              "xla_optimizer_update": False,
               "optimizer": {"name": "adam", "kwargs": {"learning_rate": 0.01}}},
     "output": {"save_model": False},
 }

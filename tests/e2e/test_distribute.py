@@ -41,7 +41,7 @@ for loop in ("fit", "custom"):
         for strategy in ("none", "mirrored"):
             raw = tiny_raw("output.dir={tmp_path / 'runs'}", f"train.loop={{loop}}", f"policy={{policy}}",
                            f"distribute.strategy={{strategy}}", "distribute.devices=[/cpu:0, /cpu:1]",
-                           "train.epochs=2", "train.xla_optimizer_update=false")
+                           "train.epochs=1", "train.xla_optimizer_update=false")
             s = run_experiment(validate(raw, "<test>")).summary
             out[f"{{loop}} {{policy}} {{strategy}}"] = [s.replicas, s.first_step_loss, s.final_train_loss,
                                                    s.test_loss, s.status]

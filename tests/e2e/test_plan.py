@@ -15,7 +15,7 @@ tf = pytest.importorskip("tensorflow")
 
 def test_plan_on_a_built_in_measures_chooses_and_writes_a_runnable_plan(tmp_path):
     done = mptrain("plan", "synthetic", "--candidates", "mixed_bfloat16,float32+onednn_bf16",
-                   "--steps", "12", "--json", cwd=tmp_path, env_extra={"COLUMNS": "80"})
+                   "--steps", "10", "--json", cwd=tmp_path, env_extra={"COLUMNS": "80"})
     assert done.returncode == 0, done.stderr[-3000:]
     record = json.loads(done.stdout)
     names = [t["candidate"]["name"] for t in record["trials"]]
@@ -23,7 +23,7 @@ def test_plan_on_a_built_in_measures_chooses_and_writes_a_runnable_plan(tmp_path
         names[:3] == ["float32", "float32+onednn_bf16", "mixed_bfloat16"]
     for trial in record["trials"]:
         s = trial["summary"]
-        assert s["steps_run"] == 12 and s["step_time"]["enough"], trial["candidate"]["name"]
+        assert s["steps_run"] == 10 and s["step_time"]["enough"], trial["candidate"]["name"]
         assert trial["loss_delta_pct"] is not None and trial["verdict"]
     onednn = next(t for t in record["trials"] if t["candidate"]["name"] == "float32+onednn_bf16")
     assert onednn["summary"]["policy"] == "float32"  # oneDNN's bf16 math under a float32 policy
@@ -45,11 +45,9 @@ def test_plan_on_a_built_in_measures_chooses_and_writes_a_runnable_plan(tmp_path
     assert "max_steps" not in planned["train"] or planned["train"]["max_steps"] is None
     table = mptrain("plan", "--resume", str(folder), cwd=tmp_path)
     assert table.returncode == 2 and "the plan has finished" in table.stderr
-    run = mptrain("run", "synthetic.plan.yaml", "--json", "--set", "train.epochs=1", cwd=tmp_path)
+    run = mptrain("run", "synthetic.plan.yaml", "--json", "--set", "train.max_steps=2", cwd=tmp_path)
     assert run.returncode == 0, run.stderr[-2000:]
     assert json.loads(run.stdout)["policy"] == winner["policy"]
-    beside = mptrain("run", "synthetic", "--json", "--set", "train.epochs=1", cwd=tmp_path)
-    assert "plan: " in beside.stderr and "synthetic.plan.yaml" in beside.stderr
 
 
 @pytest.mark.parametrize(("args", "message"), [
@@ -68,8 +66,8 @@ def test_bad_plan_input_is_refused_and_leaves_nothing(tmp_path, args, message):
 
 def test_ctrl_c_keeps_the_finished_trials_and_resume_runs_the_rest(tmp_path):
     config = experiment(tmp_path, "train.batch_size=8", "model.hidden_units=[64, 64]")
-    process = mptrain_process(tmp_path, "plan", str(config), "--steps", "40", "--candidates",
-                              "mixed_bfloat16,mixed_bfloat16+xla", "--json")
+    process = mptrain_process(tmp_path, "plan", str(config), "--steps", "16", "--candidates",
+                              "mixed_bfloat16", "--json")
     wait_for(process, "trial 2/")
     process.send_signal(signal.SIGINT)
     stdout, stderr = process.communicate(timeout=300)
@@ -84,7 +82,7 @@ def test_ctrl_c_keeps_the_finished_trials_and_resume_runs_the_rest(tmp_path):
     final = json.loads(resumed.stdout)
     assert final["status"] == "finished"
     assert {t["candidate"]["name"] for t in final["trials"] if t["summary"]} >= {
-        "float32", "mixed_bfloat16", "mixed_bfloat16+xla"}
+        "float32", "mixed_bfloat16"}
     assert (tmp_path / "exp.plan.yaml").is_file()
 
 

@@ -174,3 +174,18 @@ def test_a_kernel_measurement_is_not_reused_on_another_cpu_or_tensorflow(tmp_pat
     for path in tmp_path.glob("kernels-*.json"):
         path.write_text("{not json")
     assert cached_kernels(AVX512_BF16) is None  # a damaged cache is measured again
+
+
+def test_run_names_the_plan_beside_its_experiment(tmp_path, monkeypatch):
+    from mptrain.plan import plan_beside, plan_file_for
+
+    experiment = tmp_path / "exp.yaml"
+    experiment.write_text("data: {dataset: synthetic}\n")
+    assert plan_file_for(str(experiment)) == tmp_path / "exp.plan.yaml"
+    assert plan_beside(str(experiment)) is None
+    (tmp_path / "exp.plan.yaml").write_text("# mptrain plan for exp: mixed_bfloat16 (2.1x float32).\n")
+    assert plan_beside(str(experiment)) == (f"{tmp_path / 'exp.plan.yaml'}: mptrain plan for exp: "
+                                            "mixed_bfloat16 (2.1x float32).")
+    assert plan_beside(str(tmp_path / "exp.plan.yaml")) is None  # running the plan itself
+    monkeypatch.chdir(tmp_path)
+    assert plan_file_for("synthetic") == tmp_path / "synthetic.plan.yaml"  # a built-in's: here
