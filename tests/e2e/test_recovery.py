@@ -104,49 +104,61 @@ def test_compare_variants_start_from_the_shared_weights_not_their_own(tmp_path):
     assert bf16["first_step_loss"] == pytest.approx(f32["first_step_loss"], rel=1e-2)
 
 
-def damaged_run(tiny_config, **changes):
-    """A run stopped after epoch 3 of 5 with a checkpoint at each of its first three epochs."""
-    first = run_experiment(tiny_config("train.epochs=3", "train.checkpoint.keep=5"))
-    checkpoints = first.run_dir / "checkpoints"
-    return first, checkpoints
+@pytest.fixture(scope="module")
+def three_epochs(tmp_path_factory):
+    """One run of 3 epochs with a checkpoint after each (and the first), trained once for the
+    module; each test damages its own copy."""
+    from mptrain.config import validate
+    from tests.helpers import tiny_raw
+
+    output = tmp_path_factory.mktemp("three-epochs")
+    raw = tiny_raw(f"output.dir={output}", "train.epochs=3", "train.checkpoint.keep=5")
+    return run_experiment(validate(raw, "<test>")).run_dir
 
 
-def test_resume_passes_over_a_truncated_newest_checkpoint(tiny_config):
-    first, checkpoints = damaged_run(tiny_config)
+@pytest.fixture
+def damaged(three_epochs, tmp_path):
+    """(a copy of the 3-epoch run folder, its checkpoints folder)."""
+    import shutil
+
+    folder = tmp_path / three_epochs.name
+    shutil.copytree(three_epochs, folder)
+    return folder, folder / "checkpoints"
+
+
+def test_resume_passes_over_a_truncated_newest_checkpoint(damaged):
+    run_dir, checkpoints = damaged
     number = lambda p: int(p.name.split("-")[1].split(".")[0])  # noqa: E731
     newest = sorted(checkpoints.glob("ckpt-*.data-*"), key=number)[-1]
     newest.write_bytes(newest.read_bytes()[:100])
-    resumed = run_experiment(resume_config(first.run_dir, None, ["train.epochs=4"]),
-                             resume=first.run_dir)
+    resumed = run_experiment(resume_config(run_dir, None, ["train.epochs=4"]), resume=run_dir)
     assert resumed.summary.status == "finished" and resumed.summary.epochs_run == 4
     passed = [n for n in resumed.summary.notes if n.startswith("checkpoint passed over")]
     assert passed and newest.name.split(".")[0] in passed[0] and "unreadable" in passed[0]
     assert "resumed at epoch 3, step 1" in " ".join(resumed.summary.notes)  # from epoch 2's
 
 
-def test_resume_finds_checkpoints_without_their_index_file(tiny_config):
-    first, checkpoints = damaged_run(tiny_config)
+def test_resume_finds_checkpoints_without_their_index_file(damaged):
+    run_dir, checkpoints = damaged
     (checkpoints / "checkpoint").unlink()
-    resumed = run_experiment(resume_config(first.run_dir, None, ["train.epochs=4"]),
-                             resume=first.run_dir)
+    resumed = run_experiment(resume_config(run_dir, None, ["train.epochs=4"]), resume=run_dir)
     assert resumed.summary.epochs_run == 4 and resumed.summary.steps_run == 24
     assert "resumed at epoch 4, step 1 (after 18 steps)" in resumed.summary.notes
 
 
-def test_a_folder_whose_every_checkpoint_is_broken_is_a_clean_error(tmp_path, tiny_config):
-    first, checkpoints = damaged_run(tiny_config)
+def test_a_folder_whose_every_checkpoint_is_broken_is_a_clean_error(tmp_path, damaged):
+    run_dir, checkpoints = damaged
     for data in checkpoints.glob("ckpt-*.data-*"):
         data.write_bytes(b"\0" * 10)
-    done = mptrain("run", "--resume", str(first.run_dir), "--set", "train.epochs=4", cwd=tmp_path)
+    done = mptrain("run", "--resume", str(run_dir), "--set", "train.epochs=4", cwd=tmp_path)
     assert done.returncode == 1 and "Traceback" not in done.stderr
     message = " ".join(done.stderr.split())
     assert "none of its 4 checkpoints reads" in message and "start it again" in message
 
 
 @pytest.mark.parametrize("breakage", ["summary", "config", "not a run", "running"])
-def test_other_damage_to_a_run_folder_is_said_cleanly(tmp_path, tiny_config, breakage):
-    first, _ = damaged_run(tiny_config)
-    folder = first.run_dir
+def test_other_damage_to_a_run_folder_is_said_cleanly(tmp_path, damaged, breakage):
+    folder, _ = damaged
     if breakage == "summary":
         (folder / "summary.json").write_text("{half a summ")
     elif breakage == "config":
