@@ -111,11 +111,14 @@ def per_round(base: list[float], other: list[float]) -> tuple[float, float, floa
     return statistics.median(ratios), min(ratios), max(ratios)
 
 
-def main() -> str:
+def main(only: list[str] | None = None) -> str:
+    """Every experiment, or those whose names start with one of `only`."""
     rows, goals = [], []
     with tempfile.TemporaryDirectory(prefix="mptrain-bench-plan-") as scratch:
         folder = Path(scratch)
         for name, (spec, overrides, steps) in EXPERIMENTS.items():
+            if only and not any(name.startswith(o) for o in only):
+                continue
             ref = experiment_file(name, spec, folder)
             print(f"-- {name}", file=sys.stderr, flush=True)
             record, seconds, plan_file = plan(name, ref, overrides, steps, folder)
@@ -151,4 +154,4 @@ def main() -> str:
 
 
 if __name__ == "__main__":
-    print(main())
+    print(main(sys.argv[1:]))

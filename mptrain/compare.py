@@ -79,7 +79,7 @@ class CompareRow(_Record):
     summary: RunSummary | None
     failed: str | None = None  # why there is no summary
     speedup: float | None = None  # baseline median step time / this median
-    speedup_range: tuple[float, float] | None = None  # from both sides' p10-p90 spread
+    speedup_range: tuple[float, float] | None = None  # its 95% interval (verdicts.speedup)
     memory_ratio: float | None = None  # training memory / the baseline's
     accuracy_delta_pt: float | None = None
     accuracy_noise_pt: float | None = None  # what the test set's size cannot resolve

@@ -55,6 +55,7 @@ CANDIDATE_NAMES = ("float32", "mixed_bfloat16", "mixed_bfloat16+xla", "float32+o
 DEFAULT_STEPS = 30
 DEFAULT_TOLERANCE_PCT = 3.0
 DEFAULT_BUDGET_MINUTES = 20.0
+PRACTICAL_GAIN = 1.05  # less than this between two trials is within a shared machine's drift
 SLOWEST_RATIO = 5.0  # a trial step this many times float32's is stopped: it cannot win
 TIMED_LAYER_KINDS = ("Dense", "EinsumDense", "Conv1D", "Conv2D", "Conv3D", "DepthwiseConv2D",
                      "SeparableConv2D", "Conv2DTranspose", "MultiHeadAttention", "Float32SoftmaxAttention")
@@ -259,23 +260,22 @@ def judge(trial: Trial, base: Trial | None, base_loss: float | None, loss: float
 
 
 def choose(trials: list[Trial]) -> tuple[str, str]:
-    """The fastest counted candidate that is faster than float32 beyond the noise (its
-    whole speed-up range above 1); among those within each other's noise, the simplest (the
-    order candidates are listed in). float32 when none is."""
-    faster = [t for t in trials if t.counts and t.candidate.name != "float32"
-              and t.speedup_range and t.speedup_range[0] > 1.0]
+    """The fastest counted candidate that is faster than float32 beyond the noise: its
+    speed-up's 95% interval above 1, and by at least PRACTICAL_GAIN, because trials run one
+    after another and a shared machine drifts between them more than within one. Among
+    candidates within PRACTICAL_GAIN of the fastest, the simplest (the first listed). float32
+    when none is."""
+    faster = [t for t in trials if t.counts and t.candidate.name != "float32" and t.speedup_range
+              and t.speedup_range[0] > 1.0 and t.speedup >= PRACTICAL_GAIN]
     if not faster:
         counted16 = [t for t in trials if t.candidate.sixteen_bit and t.summary is not None]
         if counted16 and not any(t.counts for t in counted16):
             return "float32", "every 16-bit candidate failed the accuracy guard or diverged"
         return "float32", "no candidate was faster than float32 beyond the noise"
-    best = max(faster, key=lambda t: t.speedup)
-    for t in faster:  # the first listed whose range reaches the best one's median
-        if t.speedup_range[1] >= best.speedup:
-            best = t
-            break
+    fastest = max(t.speedup for t in faster)
+    best = next(t for t in faster if t.speedup * PRACTICAL_GAIN >= fastest)
     low, high = best.speedup_range
-    return best.candidate.name, (f"{best.speedup:.2f}x float32 (p10-p90 {low:.2f}-{high:.2f}x), "
+    return best.candidate.name, (f"{best.speedup:.2f}x float32 (95% interval {low:.2f}-{high:.2f}x), "
                                  f"loss {best.loss_delta_pct:+.1f}% of float32's over the trial")
 
 

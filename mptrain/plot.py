@@ -142,7 +142,7 @@ def _speedup_bars(ax, rows, colours, baseline: str) -> None:
     ax.axvline(1.0, color="0.3", linewidth=1)
     ax.set_yticks(list(positions), [r.variant for r in rows], fontsize=8)
     ax.invert_yaxis()
-    ax.set(title=f"Speed-up over {baseline} (bars: p10–p90 spread)", xlabel="× faster")
+    ax.set(title=f"Speed-up over {baseline} (bars: 95% interval)", xlabel="× faster")
     ax.grid(alpha=0.3, axis="x")
 
 

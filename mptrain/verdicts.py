@@ -3,9 +3,11 @@
 The arithmetic compare, plan and `runs --compare` share, kept pure (summaries in, numbers and
 words out) so it is tested on recorded numbers and says the same thing everywhere.
 
-Speed: the machines are shared and noisy, so a ratio of medians alone can mislead. The
-speed-up's range comes from the two p10-p90 spreads, and a verdict says faster or slower only
-when that whole range is on one side of 1.
+Speed: the machines are shared and noisy, so a ratio of medians alone can mislead. Each
+median's uncertainty follows from its steps' spread and how many were timed (the standard
+error of a median is about 1.25 sigma / sqrt(n), sigma from the p10-p90 spread); the
+speed-up's range is the 95% interval of the ratio of the two medians, and a verdict says
+faster or slower only when that whole range is on one side of 1.
 
 Accuracy: a test set of n examples measures accuracy to about ±1.96·sqrt(p(1-p)/n), so on
 41 examples one example (2.4 points) is noise. Two accuracies differ only when the difference
@@ -22,12 +24,21 @@ Z95 = 1.96
 
 
 def speedup(base: RunSummary, other: RunSummary) -> tuple[float, tuple[float, float]] | None:
-    """The baseline's median step over `other`'s, with its range from both p10-p90 spreads;
-    None unless both have enough timed steps."""
+    """The baseline's median step over `other`'s, with its 95% interval; None unless both
+    have enough timed steps."""
     a, b = base.step_time, other.step_time
     if a is None or b is None or not a.enough or not b.enough:
         return None
-    return a.median_ms / b.median_ms, (a.p10_ms / b.p90_ms, a.p90_ms / b.p10_ms)
+    ratio = a.median_ms / b.median_ms
+    margin = math.exp(Z95 * math.hypot(_relative_error(a), _relative_error(b)))
+    return ratio, (ratio / margin, ratio * margin)
+
+
+def _relative_error(times) -> float:
+    """The standard error of a median step, relative to it: 1.2533 sigma / sqrt(n), with
+    sigma = (p90 - p10) / 2.563 (as for a normal distribution)."""
+    sigma = (times.p90_ms - times.p10_ms) / 2.563
+    return 1.2533 * sigma / math.sqrt(max(times.timed_steps, 1)) / times.median_ms
 
 
 def speed_words(speedup_range: tuple[float, float] | None) -> str | None:

@@ -171,7 +171,8 @@ def compare_tables(record: CompareRecord) -> Group:
                     "MFU", "training\nmemory (×)"], detail_rows, text_columns={0})
     notes.append("ms/step: median over timed steps (warm-up and short batches left out); speed-up: "
                  f"{base}'s median / this median; a verdict says faster or slower only when the "
-                 "p10–p90 spreads do not overlap, and higher or lower accuracy only beyond what "
+                 "95% interval of the speed-up (from each median, its spread and its timed steps) "
+                 "is on one side of 1, and higher or lower accuracy only beyond what "
                  "the test set's size can resolve (a 95% Wilson interval).")
     if peaks:
         notes.append("MFU: achieved TFLOP/s over the peak of the unit that runs each dtype's "
@@ -362,7 +363,7 @@ def plan_tables(record: PlanRecord) -> Group:
         parts += ["", layers]
     parts.append(f"[bold green]plan: {escape(record.winner or 'float32')}[/] — {escape(record.reason)}")
     parts.append(f"measured on {escape(record.machine)}; speed-up: float32's median / this one's, "
-                 "a verdict says faster only when the p10–p90 spreads do not overlap; loss Δ: the "
+                 "a verdict says faster only when its 95% interval is above 1; loss Δ: the "
                  "trial's loss over its second half against float32's on the same batches")
     if record.plan_file:
         parts.append(f"runnable plan: {record.plan_file}  (mptrain run {record.plan_file})")

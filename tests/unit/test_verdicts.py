@@ -158,3 +158,17 @@ def test_the_largest_batch_is_never_more_hopeful_than_the_measurement():
     assert measured.largest_batch < estimated.largest_batch / 2
     tiny = _with_largest_batch(MemoryPlan(**parts), available=1000 * mib, examples=500)
     assert "memory figure only" in tiny.note and "500 training examples" in tiny.note
+
+
+def test_a_speed_up_is_judged_on_the_medians_uncertainty():
+    """13% faster with steps that jitter ±20%: resolved by 40 timed steps each, not by 5 (the
+    p10-p90 spreads overlap either way: that rule called every small model's gain noise)."""
+    from mptrain.verdicts import speed_words, speedup
+
+    base = make_summary(median=2.4, spread=0.2, steps=42)
+    quick = make_summary(median=2.1, spread=0.2, steps=42)
+    ratio, (low, high) = speedup(base, quick)
+    assert ratio == pytest.approx(2.4 / 2.1) and 1.0 < low < ratio < high
+    assert speed_words((low, high)) == "faster"
+    few = speedup(make_summary(median=2.4, spread=0.2, steps=7), make_summary(median=2.1, spread=0.2, steps=7))
+    assert speed_words(few[1]) == "same speed within noise"
