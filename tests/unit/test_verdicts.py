@@ -170,5 +170,6 @@ def test_a_speed_up_is_judged_on_the_medians_uncertainty():
     ratio, (low, high) = speedup(base, quick)
     assert ratio == pytest.approx(2.4 / 2.1) and 1.0 < low < ratio < high
     assert speed_words((low, high)) == "faster"
-    few = speedup(make_summary(median=2.4, spread=0.2, steps=7), make_summary(median=2.1, spread=0.2, steps=7))
+    few = speedup(make_summary(median=2.4, spread=0.2, steps=7),
+                  make_summary(median=2.1, spread=0.2, steps=7))
     assert speed_words(few[1]) == "same speed within noise"
