@@ -609,7 +609,8 @@ def check_gpu(
             started = clock.perf_counter()
             with _status("benchmarking kernels per dtype…"):
                 timings = measure(tf, bench_devices(tf), scale=bench_scale)
-            kernels = store_kernels(machine, timings, clock.perf_counter() - started)
+            kernels = store_kernels(machine, timings, clock.perf_counter() - started,
+                                    keep=bench_scale == 1.0)
         elif not no_bench:
             kernels = measured_kernels(tf, machine, _status)
         report = check_report(machine, kernels, timings, distribution_facts(tf, machine))

@@ -226,10 +226,15 @@ def cached_kernels(machine: Machine) -> KernelSpeeds | None:
     return speeds
 
 
-def store_kernels(machine: Machine, timings: list[KernelTiming], seconds: float) -> KernelSpeeds:
+def store_kernels(machine: Machine, timings: list[KernelTiming], seconds: float,
+                  keep: bool = True) -> KernelSpeeds:
+    """The measurement, written to this machine's cache when `keep` (kernels of another
+    size than `policy: auto` measures are shown, not kept)."""
     speeds = KernelSpeeds(machine_key=machine_key(machine),
                           measured_at=datetime.now().isoformat(timespec="seconds"),
                           seconds=round(seconds, 2), timings=timings)
+    if not keep:
+        return speeds
     path = cache_path(machine)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

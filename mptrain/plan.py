@@ -148,7 +148,9 @@ class PlanRecord(_Record):
 
     @property
     def untried(self) -> list[Candidate]:
-        tried = {t.candidate.name for t in self.trials if t.summary is not None}
+        """Candidates still to try: never started, or stopped by an interrupt (a trial that
+        failed on its own has its row and verdict)."""
+        tried = {t.candidate.name for t in self.trials if t.failed != "interrupted"}
         return [c for c in self.candidates if c.why_not is None and c.name not in tried]
 
 
@@ -471,8 +473,7 @@ def run_plan(record: PlanRecord, folder: Path, *, verbose: bool = False,
     with ForwardSignals() as signals:
         queue = [c for c in record.candidates if c.why_not is None]
         for index, candidate in enumerate(queue, start=1):
-            done = record.trial(candidate.name)
-            if done is not None and done.summary is not None:
+            if candidate not in record.untried:
                 continue
             if signals.received is not None or time.perf_counter() - started > budget_s:
                 break

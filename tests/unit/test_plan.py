@@ -189,3 +189,15 @@ def test_run_names_the_plan_beside_its_experiment(tmp_path, monkeypatch):
     assert plan_beside(str(tmp_path / "exp.plan.yaml")) is None  # running the plan itself
     monkeypatch.chdir(tmp_path)
     assert plan_file_for("synthetic") == tmp_path / "synthetic.plan.yaml"  # a built-in's: here
+
+
+def test_a_trial_that_failed_is_a_result_one_that_was_interrupted_is_still_to_try():
+    from mptrain.plan import PlanRecord
+
+    found = [c for c in candidates(AMX) if c.why_not is None][:4]
+    record = PlanRecord(experiment="x", folder="/tmp/x", machine="m", measured_at="t", steps=30,
+                        tolerance_pct=3.0, evaluate=False, budget_minutes=20.0, candidates=found,
+                        trials=[trial("float32", "float32", 100.0)[0],
+                                Trial(candidate=found[1], run_dir="/tmp/a", failed="exit code 1"),
+                                Trial(candidate=found[2], run_dir="/tmp/b", failed="interrupted")])
+    assert [c.name for c in record.untried] == [found[2].name, found[3].name]
