@@ -139,6 +139,7 @@ def main(only: list[str] | None = None) -> str:
                          spread(ms["auto"]),
                          f"{auto_ratio[0]:.2f}x ({auto_ratio[1]:.2f}–{auto_ratio[2]:.2f})",
                          f"{seconds:.0f}"])
+            print(" | ".join(rows[-1]), file=sys.stderr, flush=True)  # kept if a later one fails
             goals.append(f"- {name}: trials {trials}; float32 islands: {islands}; pick within 5% of "
                          f"the fastest: {'met' if pick_vs_fastest <= 1.05 else 'NOT met'}; pick "
                          f"slower than float32 beyond noise: {'yes' if pick_ratio[2] < 1 else 'no'}; "

@@ -208,7 +208,8 @@ def load_config(ref: str | Path, overrides: list[str] | None = None) -> Experime
     raw.setdefault("name", path.name.removesuffix(".yaml").replace(" ", "_"))
     config = validate(raw, str(ref), overrides)
     from_cli = {tuple(parse_override(o)[0]) for o in overrides or []}
-    config = resolve_paths(config, Path.cwd() if is_builtin(path) else path.resolve().parent, from_cli)
+    base = path.resolve().parent
+    config = resolve_paths(config, base, from_cli, output_base=Path.cwd() if is_builtin(path) else base)
     config._source = str(ref)
     return config
 
@@ -219,19 +220,22 @@ PATH_KEYS = (("data", "path"), ("data", "test_path"), ("data", "data_dir"), ("da
 
 
 def resolve_paths(config: ExperimentConfig, base: Path,
-                  from_cli: set[tuple[str, ...]] = frozenset()) -> ExperimentConfig:
+                  from_cli: set[tuple[str, ...]] = frozenset(),
+                  output_base: Path | None = None) -> ExperimentConfig:
     """Relative paths made absolute, by one rule (as docker-compose does): a path written in
     the experiment file, or a default such as `output.dir: runs`, is relative to the file's
     folder, so an experiment and its data travel together; a path given with `--set` is
-    relative to the current folder, where the user typed it. (A built-in experiment's base is
-    the current folder.)"""
+    relative to the current folder, where the user typed it. A built-in experiment's own files
+    (python_builder's my_model.py) are in the package beside it, but its runs go to
+    `output_base`, the current folder: nothing is written into the installed package."""
     updates: dict[str, dict] = {}
     for section, key in PATH_KEYS:
         value = getattr(getattr(config, section), key, None)
         if value is None:
             continue
         given_here = any(keys == (section, key)[: len(keys)] for keys in from_cli)
-        resolved = _absolute(key, value, Path.cwd() if given_here else base)
+        root = output_base if (section, key) == ("output", "dir") and output_base else base
+        resolved = _absolute(key, value, Path.cwd() if given_here else root)
         if resolved != value:
             updates.setdefault(section, {})[key] = resolved
     for section, changes in updates.items():
