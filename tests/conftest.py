@@ -11,6 +11,10 @@ from mptrain.config import validate
 from tests.helpers import tiny_raw
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# Rich reads COLUMNS when a console is made: the shared stderr console must read it at each
+# print, so that `mptrain(..., env_extra={"COLUMNS": ...})` in this process is obeyed.
+os.environ.pop("COLUMNS", None)
+import mptrain.report.console  # noqa: E402,F401
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -45,11 +45,46 @@ def tiny_raw(*overrides: str) -> dict:
     return apply_overrides(copy.deepcopy(TINY), list(overrides))
 
 
-def mptrain(*args: str, cwd: Path, env_extra: dict | None = None,
-            timeout: int = 600) -> subprocess.CompletedProcess:
-    env = {**os.environ, "COLUMNS": "120", **(env_extra or {})}
-    return subprocess.run([sys.executable, "-m", "mptrain", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+def mptrain(*args: str, cwd: Path, env_extra: dict | None = None, timeout: int = 600,
+            process: bool = False) -> subprocess.CompletedProcess:
+    """`mptrain ARGS` run from `cwd` → its exit code, stdout and stderr.
+
+    In this test's process, through the command line (Typer parses the arguments, the command
+    runs, errors become exit codes and messages), unless `process=True`: starting TensorFlow
+    costs ~4 s of CPU a process, which was most of the suite's time. A test whose subject is
+    the process itself (signals, start-up logs, what TensorFlow reads when it starts) asks for
+    one; compare, plan and `--workers` start their children as processes either way."""
+    env = {"COLUMNS": "120", **(env_extra or {})}
+    if process:
+        return subprocess.run([sys.executable, "-m", "mptrain", *args], cwd=cwd,
+                              env={**os.environ, **env}, capture_output=True, text=True,
+                              timeout=timeout)
+    return _in_this_process(list(args), cwd, env)
+
+
+def _in_this_process(args: list[str], cwd: Path, env: dict) -> subprocess.CompletedProcess:
+    import traceback
+
+    from typer.testing import CliRunner
+
+    from mptrain.cli import app
+
+    previous = Path.cwd()
+    os.chdir(cwd)
+    try:
+        result = CliRunner().invoke(app, args, env=env, prog_name="mptrain")
+    finally:
+        os.chdir(previous)
+        if "keras" in sys.modules:  # what a process would have dropped on exit
+            import keras
+
+            keras.backend.clear_session()
+            keras.mixed_precision.set_global_policy("float32")
+    stderr = result.stderr
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        # an escaped exception, shown as the process would show it (tests assert its absence)
+        stderr += "".join(traceback.format_exception(result.exception))
+    return subprocess.CompletedProcess(["mptrain", *args], result.exit_code, result.stdout, stderr)
 
 
 def mptrain_process(cwd: Path, *args: str) -> subprocess.Popen:

@@ -1,4 +1,5 @@
-"""The command line as a user runs it: subprocesses, exit codes, stdout/stderr contents."""
+"""The command line as a user runs it: exit codes, stdout/stderr contents (a real process where
+the process is the subject: start-up logs, what validate imports)."""
 
 import json
 import subprocess
@@ -12,7 +13,8 @@ from tests.helpers import experiment, mptrain
 
 def test_full_run_through_the_cli_prints_only_json(tmp_path):
     config = experiment(tmp_path, "policy=mixed_float16", "train.loop=custom")
-    done = mptrain("run", str(config), "--json", "--set", "train.epochs=2", cwd=tmp_path)
+    done = mptrain("run", str(config), "--json", "--set", "train.epochs=2", cwd=tmp_path,
+                   process=True)
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout)  # stdout holds exactly one JSON document
     assert summary["policy"] == "mixed_float16" and summary["loop"] == "custom"

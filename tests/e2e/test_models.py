@@ -231,7 +231,8 @@ def test_keras_hub_preset_offline_is_a_clear_error(tmp_path):
     pytest.importorskip("keras_hub")
     config = experiment(tmp_path, *TOKENS, "model.kind=keras_hub", "model.backbone=BertBackbone",
                         "model.preset=bert_tiny_en_uncased")
-    done = mptrain("run", str(config), cwd=tmp_path,
+    # a process of its own: urllib keeps the proxies it first saw for the process's life
+    done = mptrain("run", str(config), cwd=tmp_path, process=True,
                    env_extra={"HTTPS_PROXY": "http://127.0.0.1:9", "HTTP_PROXY": "http://127.0.0.1:9",
                               "KAGGLEHUB_CACHE": str(tmp_path / "kaggle"), "HF_HOME": str(tmp_path / "hf")})
     assert done.returncode == 2 and "Traceback" not in done.stderr
