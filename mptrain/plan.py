@@ -226,6 +226,13 @@ def trial_loss(steps) -> float | None:
     return sum(losses) / len(losses) if losses else None
 
 
+def compared_losses(base_steps, steps) -> tuple[float | None, float | None]:
+    """float32's loss and the trial's over the steps both ran: a trial cut short by the step
+    limit is compared on its own few batches, not on float32's later, lower losses."""
+    both = min(len(base_steps), len(steps))
+    return trial_loss(base_steps[:both]), trial_loss(steps[:both])
+
+
 def judge(trial: Trial, base: Trial | None, base_loss: float | None, loss: float | None,
           tolerance_pct: float, evaluate: bool) -> Trial:
     """The trial against float32's: timed, within the tolerance, finite."""
@@ -238,7 +245,9 @@ def judge(trial: Trial, base: Trial | None, base_loss: float | None, loss: float
     accuracy = difference(s.test_accuracy, base.summary.test_accuracy if base and base.summary else None,
                           scale=100.0)
     problems = []
-    if s.status == "diverged":
+    if s.stopped_by == "max_step_seconds":  # too slow to finish: its loss says nothing
+        problems.append(s.stop_reason)
+    elif s.status == "diverged":
         problems.append("diverged")
     elif trial.unexplained_non_finite:
         problems.append(f"{trial.unexplained_non_finite} non-finite loss(es) no loss scaler explains")
@@ -534,14 +543,13 @@ def _judged(trials: list[Trial], record: PlanRecord) -> list[Trial]:
     steps = {t.candidate.name: RunFolder(Path(t.run_dir)).read_steps() for t in trials
              if t.summary is not None}
     base = next((t for t in trials if t.candidate.name == "float32"), None)
-    base_loss = trial_loss(steps["float32"]) if "float32" in steps else None
     judged = []
     for t in trials:
         records = steps.get(t.candidate.name, [])
         unexplained = sum(1 for r in records if not math.isfinite(r.loss) and not r.skipped)
         t = t.model_copy(update={"unexplained_non_finite": unexplained})
-        judged.append(judge(t, base, base_loss, trial_loss(records) if records else None,
-                            record.tolerance_pct, record.evaluate))
+        base_loss, loss = compared_losses(steps.get("float32", []), records)
+        judged.append(judge(t, base, base_loss, loss, record.tolerance_pct, record.evaluate))
     return judged
 
 

@@ -430,7 +430,8 @@ class TrainConfig(_Strict):
     loss_scale: LossScaleConfig = Field(default_factory=LossScaleConfig)
     max_steps: int | None = Field(None, ge=1, description="Stop after this many training steps.")
     max_step_seconds: float | None = Field(
-        None, gt=0, description="Stop once a timed step takes longer than this."
+        None, gt=0, description="Stop once a step takes longer than this (seconds), from the "
+        "second step of a start on: the first traces the step and creates its kernels."
     )
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
     recovery: RecoveryConfig = Field(default_factory=RecoveryConfig)

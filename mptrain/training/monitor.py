@@ -95,6 +95,7 @@ class TrainingMonitor:
         self.step_in_epoch = 0  # steps of it done
         self._carry: _Carry | None = None
         self._examples_since_resume = 0
+        self._steps_since_start = 0  # the steps this process ran (its first traces, compiles)
 
     @property
     def stop_requested(self) -> bool:
@@ -147,6 +148,7 @@ class TrainingMonitor:
         record = StepRecord(len(self.steps) + 1, self.epoch, loss, seconds, examples,
                             loss_scale, metrics, skipped)
         self.steps.append(record)
+        self._steps_since_start += 1
         for listener in self.listeners:
             listener.step_finished(record, self.step_in_epoch)
         if self.loss_scale is not None and (notice := self.loss_scale.skip_rate_notice()):
@@ -154,7 +156,10 @@ class TrainingMonitor:
         if self.max_steps is not None and record.step >= self.max_steps:
             self.request_stop(f"stopped after {_steps(record.step)} (step limit {self.max_steps})",
                               "max_steps")
-        elif self.max_step_seconds is not None and seconds > self.max_step_seconds:
+        # not the first step of a start: it traces the step function and creates the kernels
+        # (a ViT's first bfloat16 step took 10 s, its next ones 0.2 s), and is never timed
+        elif (self.max_step_seconds is not None and seconds > self.max_step_seconds
+              and self._steps_since_start > 1):
             self.request_stop(f"stopped after {_steps(record.step)}: a step took {seconds:.1f} s "
                               f"(limit {self.max_step_seconds:g} s)", "max_step_seconds")
 

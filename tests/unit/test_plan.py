@@ -16,6 +16,7 @@ from mptrain.plan import (
     Trial,
     candidates,
     choose,
+    compared_losses,
     islands,
     judge,
     select,
@@ -110,6 +111,27 @@ def test_the_accuracy_guard_rejects_a_fast_candidate_whose_loss_drifts():
     unexplained = judged(("float32", "float32", 300.0),
                          ("mixed_bfloat16", "mixed_bfloat16", 100.0, {"non_finite": 2}))
     assert "2 non-finite loss(es) no loss scaler explains" in unexplained[1].verdict
+
+
+def test_a_trial_cut_short_by_the_step_limit_is_too_slow_not_inaccurate():
+    """A trial stopped after 2 steps is compared with float32's first 2 steps, not with its
+    later, lower losses (a ViT's bf16 trials once read "loss +21%" that way), and its verdict
+    is the stop."""
+    from mptrain.training.records import StepRecord
+
+    def losses(*values):
+        return [StepRecord(i + 1, 1, v, 0.2, 64) for i, v in enumerate(values)]
+
+    base_loss, loss = compared_losses(losses(2.83, 2.76, 2.75, 2.65, 2.56, 2.47, 2.42, 2.37),
+                                      losses(2.84, 2.77))
+    assert base_loss == 2.76 and loss == 2.77
+    base, _ = trial("float32", "float32", 230.0)
+    cut, _ = trial("mixed_bfloat16", "mixed_bfloat16", 9990.0)
+    stop = "stopped after 2 steps: a step took 10.0 s (limit 5 s)"
+    cut = cut.model_copy(update={"summary": cut.summary.model_copy(update={
+        "stopped_by": "max_step_seconds", "stop_reason": stop, "status": "stopped"})})
+    verdict = judge(cut, base, base_loss, loss, 3.0, False)
+    assert not verdict.counts and stop in verdict.verdict and "loss" not in verdict.verdict
 
 
 def test_when_every_16bit_candidate_diverges_plan_picks_float32_and_says_why():
