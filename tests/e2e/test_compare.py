@@ -104,7 +104,9 @@ def test_compare_without_config_explains_the_default(tmp_path):
     experiment and name what runs here instead."""
     offline = {"HTTPS_PROXY": "http://127.0.0.1:9", "HTTP_PROXY": "http://127.0.0.1:9",
                "KERAS_HOME": str(tmp_path / "empty")}
-    done = mptrain("compare", "--policies", "float32,mixed_float16", cwd=tmp_path, env_extra=offline)
+    # a process of its own: urllib keeps the proxies it first saw for the process's life
+    done = mptrain("compare", "--policies", "float32,mixed_float16", cwd=tmp_path, env_extra=offline,
+                   process=True)
     assert done.returncode == 2, done.stderr
     assert "No CONFIG was given" in done.stderr and "mnist_mixed" in done.stderr
     assert "mptrain compare synthetic" in done.stderr and "Traceback" not in done.stderr

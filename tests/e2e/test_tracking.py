@@ -56,7 +56,9 @@ def running_server(root: Path):
         deadline = time.monotonic() + 180
         while True:
             try:
-                urllib.request.urlopen(f"{uri}/health", timeout=2)
+                # no proxy for localhost, whatever a test in this process set before
+                urllib.request.build_opener(urllib.request.ProxyHandler({})).open(
+                    f"{uri}/health", timeout=2)
                 break
             except OSError:
                 assert server.poll() is None, (root / "server.log").read_text()
