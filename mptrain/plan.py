@@ -245,7 +245,7 @@ def judge(trial: Trial, base: Trial | None, base_loss: float | None, loss: float
     accuracy = difference(s.test_accuracy, base.summary.test_accuracy if base and base.summary else None,
                           scale=100.0)
     problems = []
-    if s.stopped_by == "max_step_seconds":  # too slow to finish: its loss says nothing
+    if s.stopped_by == "max_step_seconds":  # too slow to finish: the verdict leads with that
         problems.append(s.stop_reason)
     elif s.status == "diverged":
         problems.append("diverged")

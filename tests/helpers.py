@@ -75,11 +75,10 @@ def _in_this_process(args: list[str], cwd: Path, env: dict) -> subprocess.Comple
         result = CliRunner().invoke(app, args, env=env, prog_name="mptrain")
     finally:
         os.chdir(previous)
-        if "keras" in sys.modules:  # what a process would have dropped on exit
+        if "keras" in sys.modules:  # the models a process would have dropped on exit
             import keras
 
-            keras.backend.clear_session()
-            keras.mixed_precision.set_global_policy("float32")
+            keras.backend.clear_session()  # (the global policy: conftest's reset_global_policy)
     stderr = result.stderr
     if result.exception is not None and not isinstance(result.exception, SystemExit):
         # an escaped exception, shown as the process would show it (tests assert its absence)

@@ -208,8 +208,8 @@ def load_config(ref: str | Path, overrides: list[str] | None = None) -> Experime
     raw.setdefault("name", path.name.removesuffix(".yaml").replace(" ", "_"))
     config = validate(raw, str(ref), overrides)
     from_cli = {tuple(parse_override(o)[0]) for o in overrides or []}
-    base = path.resolve().parent
-    config = resolve_paths(config, base, from_cli, output_base=Path.cwd() if is_builtin(path) else base)
+    config = resolve_paths(config, path.resolve().parent, from_cli,
+                           output_base=Path.cwd() if is_builtin(path) else None)
     config._source = str(ref)
     return config
 
@@ -228,13 +228,14 @@ def resolve_paths(config: ExperimentConfig, base: Path,
     relative to the current folder, where the user typed it. A built-in experiment's own files
     (python_builder's my_model.py) are in the package beside it, but its runs go to
     `output_base`, the current folder: nothing is written into the installed package."""
+    output_base = output_base or base
     updates: dict[str, dict] = {}
     for section, key in PATH_KEYS:
         value = getattr(getattr(config, section), key, None)
         if value is None:
             continue
         given_here = any(keys == (section, key)[: len(keys)] for keys in from_cli)
-        root = output_base if (section, key) == ("output", "dir") and output_base else base
+        root = output_base if (section, key) == ("output", "dir") else base
         resolved = _absolute(key, value, Path.cwd() if given_here else root)
         if resolved != value:
             updates.setdefault(section, {})[key] = resolved
