@@ -127,16 +127,18 @@ def static_input_spec(data) -> InputSpec | None:
 
 
 def training_examples(data, thorough: bool) -> int | None:
-    """How many examples a run trains on, when that is cheap to know (or `thorough`)."""
+    """How many examples a run trains on, when that is cheap to know (or `thorough`); an
+    .npz's training labels are checked on the way (they are read anyway)."""
     kind = data.dataset
     if kind in ("synthetic", "synthetic_text"):
         total = data.train_size
     elif kind in ("mnist", "fashion_mnist"):
         total = MNIST_TRAIN_EXAMPLES
     elif kind == "npz" and thorough:
-        from mptrain.data.arrays import npz_length
+        from mptrain.data.arrays import check_npz_labels, npz_length
 
         total = npz_length(data.path, "x_train")
+        check_npz_labels(data)
     elif kind in ("image_folder", "text_folder") and thorough:
         from mptrain.data.folders import split_files
 

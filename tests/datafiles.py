@@ -157,6 +157,24 @@ def subclassed(input_shape, num_classes):
     return Classifier(num_classes)
 
 
+class SoftmaxClassifier(keras.Model):
+    """Subclassed and ending in a softmax Dense: under a 16-bit policy its rows sum to 1 only
+    within the compute dtype's precision."""
+
+    def __init__(self, num_classes):
+        super().__init__()
+        self.flatten = keras.layers.Flatten()
+        self.hidden = keras.layers.Dense(16, activation="relu")
+        self.out = keras.layers.Dense(num_classes, activation="softmax")
+
+    def call(self, x):
+        return self.out(self.hidden(self.flatten(x)))
+
+
+def subclassed_softmax(input_shape, num_classes):
+    return SoftmaxClassifier(num_classes)
+
+
 class Squash(keras.layers.Layer):
     def call(self, x):
         return keras.ops.sigmoid(x) * 0.5 + 0.25

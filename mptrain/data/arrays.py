@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from mptrain.config.schema import MnistData, NpzData, SyntheticData, SyntheticTextData
-from mptrain.data.dataset import Dataset, InputSpec, Split
+from mptrain.data.dataset import Dataset, InputSpec, Split, check_learnable
 from mptrain.errors import DataError
 
 DATA_DIR_ENV = "MPTRAIN_DATA_DIR"
@@ -62,6 +62,7 @@ def load_arrays(cfg: MnistData | NpzData | SyntheticData | SyntheticTextData, se
 
     # Like Keras' validation_split: the last fraction, taken before any shuffling.
     cut = len(x_train) - int(len(x_train) * cfg.validation_split)
+    check_learnable(np.unique(y_train[:cut]), source)
     spec = InputSpec.of_array(x_train)
     if spec.kind == "tokens":
         spec = InputSpec(spec.shape, "tokens", int(max(x_train.max(), x_test.max())) + 1)
@@ -167,6 +168,14 @@ def make_synthetic_text(cfg: SyntheticTextData, seed: int):
         return x.astype(np.int32), y
 
     return draw(cfg.train_size), draw(cfg.test_size)
+
+
+def check_npz_labels(cfg) -> None:
+    """`validate`'s look at an .npz's training labels (only `y_train` is read): the classes
+    `run` would train on, after `max_train_examples` and the validation split."""
+    with np.load(cfg.path, allow_pickle=False) as archive:
+        y = archive["y_train"][: cfg.max_train_examples or None]
+    check_learnable(np.unique(y[: len(y) - int(len(y) * cfg.validation_split)]), str(cfg.path))
 
 
 def npz_length(path: Path, key: str) -> int:

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mptrain.config.schema import ImageFolderData, TextFolderData
-from mptrain.data.dataset import Dataset, InputSpec, Split, hash_fraction, split_keys
+from mptrain.data.dataset import Dataset, InputSpec, Split, check_learnable, hash_fraction, split_keys
 from mptrain.errors import DataError
 
 IMAGE_EXTENSIONS = {".png", ".jpg", ".jpeg", ".gif", ".bmp"}
@@ -59,6 +59,7 @@ def list_classes(root: Path, extensions: set[str], what: str, classes: list[str]
         extra = ", ".join(sorted(set(found) - set(classes)))
         raise DataError(f"{key} {root}: classes {extra} are not in the training folder's classes "
                         f"({', '.join(classes)})")
+    training = classes is None  # a test folder may hold fewer classes
     classes = classes or found
     entries = []
     for name in found:
@@ -67,6 +68,8 @@ def list_classes(root: Path, extensions: set[str], what: str, classes: list[str]
         if not files:
             raise DataError(f"{root / name}: no {what} files ({', '.join(sorted(extensions))})")
         entries += [(str(p.relative_to(root)), str(p), classes.index(name)) for p in files]
+    if training:
+        check_learnable([e[2] for e in entries], f"{key} {root}", classes)
     entries.sort(key=lambda e: (hash_fraction(e[0], "order"), e[0]))
     return Listing([e[1] for e in entries], [e[2] for e in entries], classes, root)
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from mptrain.config.schema import CsvData
-from mptrain.data.dataset import Dataset, InputSpec, Split, hash_fraction
+from mptrain.data.dataset import Dataset, InputSpec, Split, check_learnable, hash_fraction
 from mptrain.errors import DataError
 
 ENCODING = "utf-8-sig"  # UTF-8, without the byte-order mark spreadsheets put first
@@ -154,6 +154,8 @@ def read_table(cfg: CsvData) -> Table:
     cut = len(train_rows) - int(len(train_rows) * cfg.validation_split)
     if cut == 0 or not len(test_rows):
         raise DataError(f"{cfg.path}: {n} rows are too few for the test and validation splits")
+    check_learnable([train_labels[i] for i in train_rows[:cut]],
+                    f"{cfg.path} (label column {cfg.label_column!r})")
     return Table(feature_idx, label_idx, classes, class_id, numeric, train_rows[:cut],
                  train_rows[cut:], test_rows, cfg.test_path or cfg.path, n)
 

@@ -110,7 +110,8 @@ def diagnose(config, steps: int = 5, verbose: bool = False) -> Diagnosis:
     everything = np.concatenate(all_grads) if all_grads else np.zeros(0)
     under_all, _, _ = fractions(everything)
     under_scaled_all, over_scaled_all, _ = fractions(everything, scale)
-    errors = _bfloat16_errors(config, prepared.data.spec, model, x)
+    # the prepared experiment: what the data filled in (num_classes, input shape) included
+    errors = _bfloat16_errors(prepared.config, prepared.data.spec, model, x)
     numbers = [n.model_copy(update={"bfloat16_error": errors.get(n.layer)}) for n in numbers]
     result = Diagnosis(
         experiment=config.name, steps=warm + 1, loss_scale=scale, layers=numbers,

@@ -40,6 +40,7 @@ def build_model(config: ExperimentConfig, spec: InputSpec) -> BuiltModel:
     """The experiment's model under the current global policy, with a float32 output."""
     import mptrain.model.layers  # noqa: F401  (registers mptrain's layers for saving/loading)
 
+    reset_layer_names()
     module, _, function = BUILDERS[config.model.kind].partition(":")
     model, notes = getattr(importlib.import_module(module), function)(config, spec)
     rules = config.model.layer_rules
@@ -51,6 +52,20 @@ def build_model(config: ExperimentConfig, spec: InputSpec) -> BuiltModel:
     model, more = ensure_float32_output(model)
     output, said = _output_kind(config, model, spec)
     return BuiltModel(model, output, notes + more + said)
+
+
+def reset_layer_names() -> None:
+    """Restart Keras' layer-name counters, so every build of an experiment's model names its
+    layers alike (`dense`, `dense_1`, ...): the names plan, diagnose, lint and memory show are
+    then the names `model.float32_layers` matches when `run` builds the model, however many
+    models the process built before (plan and diagnose build several). Keras keeps the
+    counters in its global state; `keras.backend.clear_session()` would reset them too, but
+    also the global dtype policy and every traced graph."""
+    import collections
+
+    from keras.src.backend.common import global_state
+
+    global_state.set_global_attribute("object_name_uids", collections.defaultdict(int))
 
 
 def _output_kind(config: ExperimentConfig, model, spec: InputSpec) -> tuple[OutputKind, list[str]]:

@@ -8,8 +8,13 @@ model's final layer is read, walking back past layers that only cast or reshape:
   convolution's own `activation`): probabilities;
 - a Dense, EinsumDense or convolution without activation (linear): logits.
 A model whose last layer says nothing (a subclassed model, a custom layer) is called on a few
-inputs: negative values or values above 1 are logits, rows of non-negative values that sum to
-1 are probabilities. Anything else cannot be told, and `model.output_activation` must say.
+inputs, and on the same inputs scaled up (logits grow with their inputs, probabilities stay in
+[0, 1]): values outside [0, 1] are logits; rows of non-negative values that sum to 1 are
+probabilities, and so is a single column that stays in [0, 1] at every scale (a sigmoid).
+"Sum to 1" is judged in the precision the model computes in: a bfloat16 softmax keeps about 3
+significant digits, so its rows sum to 1 only within a few of bfloat16's steps (2^-7), and a
+float32 tolerance would call mptrain's own recommended policy's softmax "cannot tell".
+Anything else cannot be told, and `model.output_activation` must say.
 """
 
 from __future__ import annotations
@@ -21,6 +26,12 @@ OutputKind = Literal["probabilities", "logits"]
 PROBABILITY_ACTIVATIONS = ("softmax", "sigmoid")
 PASS_THROUGH = ("Reshape", "Flatten", "Identity", "Dropout", "Permute")
 MAX_DEPTH = 20
+# The spacing of numbers near 1 in each compute dtype: a row of probabilities computed in it
+# sums to 1 within a few of these.
+EPSILON = {"float32": 2.0**-23, "float16": 2.0**-10, "bfloat16": 2.0**-7}
+SUM_STEPS = 4  # measured: Keras' softmax rows in bfloat16 and float16 miss 1 by under 2 steps
+MIN_SUM_TOLERANCE = 1e-3
+INPUT_SCALE = 100.0  # the second probe's inputs: large enough that logits leave [0, 1]
 
 
 @dataclass(frozen=True)
@@ -96,17 +107,50 @@ def _read_layers(model) -> OutputReading:
     return OutputReading(None, "its last layers do not say")
 
 
+def sum_tolerance(compute_dtypes) -> float:
+    """How far from 1 a row of probabilities may sum, computed in the least precise of
+    `compute_dtypes`."""
+    steps = [EPSILON.get(str(dtype), EPSILON["float32"]) for dtype in compute_dtypes]
+    return max(MIN_SUM_TOLERANCE, SUM_STEPS * max(steps, default=EPSILON["float32"]))
+
+
+def _compute_dtypes(model) -> set[str]:
+    """The dtypes the model computes in: its own policy's and the global one it was built
+    under (the layers of a subclassed model follow the global policy, not the wrapper's)."""
+    import keras
+
+    return {keras.config.dtype_policy().compute_dtype, getattr(model, "compute_dtype", "float32")}
+
+
+def _values(model, inputs):
+    import numpy as np
+
+    values = np.asarray(model(inputs, training=False), dtype=np.float64)
+    return values.reshape(len(values), -1)
+
+
 def _read_values(model, sample) -> OutputReading:
     import numpy as np
 
-    values = np.asarray(model(sample, training=False), dtype=np.float64)
-    values = values.reshape(len(values), -1)
+    values = _values(model, sample)
     if not np.isfinite(values).all():
         return OutputReading(None, "its output on a few inputs is not finite")
-    if values.min() < 0 or values.max() > 1:
-        return OutputReading("logits", f"its outputs on a few inputs range from {values.min():.3g} "
-                                       f"to {values.max():.3g}, outside [0, 1]")
-    if values.shape[1] > 1 and np.allclose(values.sum(axis=1), 1.0, atol=1e-3):
+    if np.issubdtype(np.asarray(sample).dtype, np.floating):
+        scaled = _values(model, np.asarray(sample) * INPUT_SCALE)
+        if np.isfinite(scaled).all():  # 16 bits may overflow on large inputs: then unread
+            values = np.concatenate([values, scaled])
+    low, high = values.min(), values.max()
+    if low < 0 or high > 1:
+        return OutputReading("logits", f"its outputs on a few inputs range from {low:.3g} "
+                                       f"to {high:.3g}, outside [0, 1]")
+    if values.shape[1] == 1:
+        if np.issubdtype(np.asarray(sample).dtype, np.floating):
+            return OutputReading("probabilities", "its single output stays in [0, 1] on inputs of "
+                                                  f"every scale up to {INPUT_SCALE:g}x (a sigmoid)")
+        return OutputReading(None, "its single output lies in [0, 1] on a few inputs")
+    tolerance = sum_tolerance(_compute_dtypes(model))
+    if np.allclose(values.sum(axis=1), 1.0, rtol=0, atol=tolerance):
         return OutputReading("probabilities", "its outputs on a few inputs are non-negative rows "
-                                              "that sum to 1")
-    return OutputReading(None, "its outputs on a few inputs lie in [0, 1] without summing to 1")
+                                              f"that sum to 1 (within {tolerance:.2g})")
+    return OutputReading(None, "its outputs on a few inputs lie in [0, 1] without summing to 1 "
+                               f"(within {tolerance:.2g})")

@@ -130,6 +130,43 @@ def test_a_model_ending_in_logits_trains_with_from_logits(tmp_path):
         assert s["final_train_loss"] < s["first_step_loss"] and s["test_accuracy"] > 0.5
 
 
+@pytest.mark.parametrize("policy", ["mixed_bfloat16", "mixed_float16"])
+def test_a_subclassed_softmax_model_is_probabilities_in_16_bits(tmp_path, policy):
+    """The most common hand-written classifier, under the policies mptrain recommends: its
+    16-bit softmax rows sum to 1 only within bfloat16's (or float16's) precision. run,
+    diagnose and memory all read the same output, on an experiment that leaves
+    model.num_classes to the data."""
+    models = datafiles.user_models(tmp_path)
+    config = experiment(tmp_path, "model.kind=python", f"model.builder={models}:subclassed_softmax",
+                        f"policy={policy}", "train.epochs=1")
+    s = run_json(tmp_path, config)
+    assert any("output is probabilities" in n for n in s["notes"]), s["notes"]
+    for command in (["diagnose", "--steps", "2"], ["memory", "--no-measure"]):
+        done = mptrain(command[0], str(config), *command[1:], "--json", cwd=tmp_path)
+        assert done.returncode == 0, (command, done.stderr[-2000:])
+
+
+@pytest.mark.parametrize("kind", ["image_folder", "csv", "npz"])
+def test_data_with_one_class_is_refused_before_training(tmp_path, kind):
+    """One class trains to loss 0 and accuracy 1: a run that "succeeds" at nothing."""
+    if kind == "image_folder":
+        datafiles.image_folder(tmp_path / "photos", classes=("circle",), per_class=40)
+        data, where = {"dataset": "image_folder", "path": "photos"}, "photos"
+    elif kind == "csv":
+        (tmp_path / "t.csv").write_text("a,b,y\n" + "".join(f"{i},{i % 7},cat\n" for i in range(200)))
+        data, where = {"dataset": "csv", "path": "t.csv", "label_column": "y"}, "t.csv (label column 'y')"
+    else:
+        x = np.random.default_rng(0).normal(size=(200, 4)).astype(np.float32)
+        np.savez(tmp_path / "d.npz", x_train=x, y_train=np.full(200, 2), x_test=x[:40],
+                 y_test=np.arange(40) % 3)
+        data, where = {"dataset": "npz", "path": "d.npz"}, "d.npz"
+    config = write_yaml(tmp_path / "one.yaml", {"data": data, "train": {"batch_size": 16}})
+    for command in ("validate", "run"):
+        said = " ".join(refuses(tmp_path, config, "every training example has the same class",
+                                "nothing to learn", command=command).split())
+        assert str(tmp_path / where) in said, said
+
+
 def test_a_model_whose_output_cannot_be_read_asks_what_it_is(tmp_path):
     models = datafiles.user_models(tmp_path)
     config = experiment(tmp_path, "model.kind=python", f"model.builder={models}:ambiguous")
@@ -154,6 +191,22 @@ MODEL_KINDS = {
                   "stackwise_num_filters: [64], stackwise_num_blocks: [1], "
                   "stackwise_num_strides: [1], block_type: basic_block, image_shape: [32, 32, 3]}"],
 }
+
+
+@pytest.mark.parametrize("kind", ["npz", "image_folder", "text_folder", "csv"])
+def test_every_command_works_with_only_the_required_keys(tmp_path, kind):
+    """diagnose once rebuilt the model from the experiment as written (num_classes: None);
+    every command must work from the one prepared experiment, with what the data fills in."""
+    data = required_keys(kind, tmp_path / "exp")
+    config = write_yaml(tmp_path / "exp" / "exp.yaml", {"data": data, "model": {"hidden_units": [16]},
+                                                        "train": {"batch_size": 32}})
+    assert mptrain("validate", str(config), cwd=tmp_path).returncode == 0
+    for command in (["lint"], ["diagnose", "--steps", "2"], ["memory", "--no-measure"]):
+        done = mptrain(command[0], str(config), *command[1:], "--json", cwd=tmp_path)
+        assert done.returncode in ((0, 1) if command == ["lint"] else (0,)), (command, done.stderr[-2000:])
+        assert "Traceback" not in done.stderr
+        if command[0] == "diagnose":
+            assert json.loads(done.stdout)["layers"], command
 
 
 @pytest.mark.parametrize("kind", list(MODEL_KINDS))

@@ -72,3 +72,32 @@ def test_an_application_sees_its_own_preprocessing(tmp_path):
     images = np.random.default_rng(0).random((2, 32, 32, 3)).astype(np.float32)
     expected = keras.applications.mobilenet.preprocess_input(images * 255.0)
     np.testing.assert_allclose(np.asarray(fed(images)), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_a_model_built_twice_names_its_layers_alike_and_float32_layers_takes_them(tmp_path):
+    """plan and diagnose build an experiment's model several times in one process; Keras'
+    name counters used to move on (conv2d_2 for conv2d), so plan named layers that
+    `model.float32_layers` then refused."""
+    apply_policy("mixed_bfloat16")
+    models = convnet_builder(tmp_path)
+    first = model_of("model.kind=python", f"model.builder={models}:convnet", shape=(6, 6, 1))
+    second = model_of("model.kind=python", f"model.builder={models}:convnet", shape=(6, 6, 1))
+    names = [layer.name for layer in first.layers]
+    assert names == [layer.name for layer in second.layers]
+    assert {"conv2d", "conv2d_1", "dense", "dense_1"} <= set(names)
+    kept = model_of("model.kind=python", f"model.builder={models}:convnet",
+                    "model.float32_layers=[conv2d_1, dense_1]", shape=(6, 6, 1))
+    assert kept.get_layer("conv2d_1").compute_dtype == "float32"
+    assert kept.get_layer("conv2d").compute_dtype == "bfloat16"
+
+
+def convnet_builder(folder):
+    path = folder / "convnet.py"
+    path.write_text(
+        "import keras\n\n"
+        "def convnet(input_shape, num_classes):\n"
+        "    inputs = keras.Input(input_shape)\n"
+        "    x = keras.layers.Conv2D(4, 3)(keras.layers.Conv2D(4, 3)(inputs))\n"
+        "    x = keras.layers.Dense(8)(keras.layers.Flatten()(x))\n"
+        "    return keras.Model(inputs, keras.layers.Dense(num_classes, activation='softmax')(x))\n")
+    return path

@@ -1,0 +1,69 @@
+"""Probabilities or logits, read from a model in the precision it computes in (no training).
+
+Each model is wrapped the way mptrain wraps a user's model (`python` builder: a subclassed
+or Sequential model called on a symbolic input; then the float32 output), so what is read
+here is what `run`, `diagnose`, `memory` and `plan` read."""
+
+import numpy as np
+import pytest
+
+from mptrain.model.outputs import read_output, sum_tolerance
+from mptrain.policy import DTYPES
+
+keras = pytest.importorskip("keras")
+
+from mptrain.model import ensure_float32_output  # noqa: E402
+from mptrain.policy import apply_policy  # noqa: E402
+
+HEADS = {"softmax": (10, "probabilities"), "sigmoid": (1, "probabilities"), "linear": (10, "logits")}
+
+
+class Subclassed(keras.Model):
+    """The most common way to write a classifier by hand: no graph mptrain can read."""
+
+    def __init__(self, units, activation):
+        super().__init__()
+        self.hidden = keras.layers.Dense(16, activation="relu")
+        self.out = keras.layers.Dense(units, activation=activation)
+
+    def call(self, x):
+        return self.out(self.hidden(x))
+
+
+def build(style: str, head: str):
+    units, _ = HEADS[head]
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((12,))
+    if style == "subclassed":
+        model = Subclassed(units, head)
+    else:
+        layers = [keras.layers.Dense(16, activation="relu"), keras.layers.Dense(units, activation=head)]
+        model = keras.Sequential(layers) if style == "sequential" else None
+        if style == "functional":
+            return ensure_float32_output(keras.Model(inputs, layers[1](layers[0](inputs))))[0]
+    return ensure_float32_output(keras.Model(inputs, model(inputs)))[0]
+
+
+@pytest.mark.parametrize("policy", list(DTYPES))
+@pytest.mark.parametrize("head", list(HEADS))
+@pytest.mark.parametrize("style", ["functional", "sequential", "subclassed"])
+def test_a_models_output_is_read_under_every_policy(style, head, policy):
+    apply_policy(policy)
+    sample = np.random.default_rng(0).uniform(size=(8, 12)).astype(np.float32)
+    reading = read_output(build(style, head), sample)
+    assert reading.kind == HEADS[head][1], reading.evidence
+
+
+def test_values_that_are_neither_cannot_be_told():
+    """Values in [0, 1] whose rows do not sum to 1 at any scale: not guessed."""
+    apply_policy("float32")
+    inputs = keras.Input((4,))
+    clipped = keras.layers.Lambda(lambda x: keras.ops.clip(x, 0.0, 1.0) * 0.5)(inputs)
+    reading = read_output(keras.Model(inputs, clipped), np.full((8, 4), 0.3, np.float32))
+    assert reading.kind is None
+
+
+def test_the_sum_tolerance_follows_the_least_precise_compute_dtype():
+    assert sum_tolerance({"float32"}) == pytest.approx(1e-3)
+    assert sum_tolerance({"float32", "float16"}) == pytest.approx(4 * 2.0**-10)
+    assert sum_tolerance({"float32", "bfloat16", "float16"}) == pytest.approx(4 * 2.0**-7)
