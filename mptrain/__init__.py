@@ -1,3 +1,13 @@
-"""mptrain: train Keras models in mixed precision from YAML experiment files."""
+"""mptrain: train Keras models in mixed precision from YAML experiment files.
+
+From Python (notebooks, sweeps), the functions the command line calls (`mptrain.api`):
+`load_experiment`, `variant`, `run`, `compare`, `plan`, `check_machine`. Importing mptrain
+does not import TensorFlow; the first function that needs it does.
+"""
+
+from mptrain.api import check_machine, compare, load_experiment, plan, run, variant
+from mptrain.errors import ConfigError, DataError, MptrainError, WorkerLost
 
 __version__ = "0.1.0"
+__all__ = ["ConfigError", "DataError", "MptrainError", "WorkerLost", "check_machine", "compare",
+           "load_experiment", "plan", "run", "variant"]

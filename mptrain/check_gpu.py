@@ -9,8 +9,13 @@ cites that measurement, so the report never contradicts its own numbers.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable
+from typing import Any
+
 from pydantic import BaseModel, ConfigDict
 
+from mptrain.errors import ConfigError
 from mptrain.hardware import Machine
 from mptrain.microbench import KernelSpeeds, KernelTiming
 from mptrain.policy import compatibility_check, recommend
@@ -87,6 +92,7 @@ class CheckReport(_Report):
     compatibility_check: str
     distribution: DistributionFacts | None
     kernels: KernelSpeeds | None  # the measurement the recommendation cites
+    kernels_cached: bool = False  # that measurement came from the cache, not from this run
     bench: list[KernelTiming] | None  # `--bench`: every dtype, measured now
 
 
@@ -105,8 +111,41 @@ def distribution_facts(tf, machine: Machine) -> DistributionFacts:
     )
 
 
+def check_machine(*, bench: bool = False, no_bench: bool = False, bench_scale: float = 1.0,
+                  verbose: bool = False, status: Callable[[str], Any] | None = None) -> CheckReport:
+    """`mptrain check-gpu`: this machine's facts and the policy that will be fast here.
+
+    The kernels the recommendation rests on are the cached measurement, or measured now on
+    first use; `bench` measures every dtype afresh (cached only at the standard scale, so
+    another scale is shown, not kept); `no_bench` decides by the hardware's rules alone.
+    `status(text)` is a context manager that shows progress while measuring."""
+    import time
+
+    from mptrain.hardware import probe
+    from mptrain.microbench import bench_devices, cached_kernels, measure, measured_kernels, store_kernels
+    from mptrain.tf_runtime import import_tensorflow
+
+    if bench and no_bench:
+        raise ConfigError("--bench and --no-bench contradict each other: give one")
+    tf = import_tensorflow(verbose)
+    machine = probe(tf)
+    timings = kernels = None
+    cached = False
+    if bench:
+        started = time.perf_counter()
+        with status("benchmarking kernels per dtype…") if status else contextlib.nullcontext():
+            timings = measure(tf, bench_devices(tf), scale=bench_scale)
+        kernels = store_kernels(machine, timings, time.perf_counter() - started,
+                                keep=bench_scale == 1.0)
+    elif not no_bench:
+        cached = cached_kernels(machine) is not None
+        kernels = measured_kernels(tf, machine, status)
+    return check_report(machine, kernels, timings, distribution_facts(tf, machine),
+                        kernels_cached=cached and kernels is not None)
+
+
 def check_report(machine: Machine, kernels: KernelSpeeds | None, bench: list[KernelTiming] | None,
-                 distribution: DistributionFacts | None) -> CheckReport:
+                 distribution: DistributionFacts | None, kernels_cached: bool = False) -> CheckReport:
     rec = recommend(machine, kernels)
     return CheckReport(
         machine=MachineFacts.of(machine),
@@ -116,6 +155,7 @@ def check_report(machine: Machine, kernels: KernelSpeeds | None, bench: list[Ker
         compatibility_check=compatibility_check(machine.gpus),
         distribution=distribution,
         kernels=kernels,
+        kernels_cached=kernels_cached,
         bench=bench,
     )
 

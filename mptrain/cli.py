@@ -70,17 +70,31 @@ VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", metavar="", help=(
 
 
 def main() -> None:
-    app(prog_name="mptrain")
+    from mptrain.errors import WorkerLost
+
+    try:
+        app(prog_name="mptrain")
+    except SystemExit as done:
+        if done.code != WorkerLost.exit_code:
+            raise
+        # A worker was lost: TensorFlow's runtime cannot be reset in this process ("Restart
+        # your program to reset"), and its finalisers may wait on the dead peer or print
+        # tracebacks from its thread pools. Everything is said and written: leave at once.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(done.code)
 
 
-def parse_choices(text: str, allowed: tuple[str, ...], option: str) -> list[str]:
-    """`a,b` → ["a", "b"]; empty lists, unknown names and duplicates are errors."""
+def parse_choices(text: str, allowed: tuple[str, ...] | None, option: str) -> list[str]:
+    """`a,b` → ["a", "b"]; empty lists, unknown names (when `allowed` lists them; else the
+    library checks them) and duplicates are errors."""
     from mptrain.errors import did_you_mean
 
     items = [item.strip() for item in text.split(",")]
     if not text.strip() or any(not item for item in items):
-        raise ConfigError(f"{option} {text!r}: give a comma-separated list, e.g. {','.join(allowed[:2])}")
-    unknown = [item for item in items if item not in allowed]
+        example = ",".join(allowed[:2]) if allowed else "float32,mixed_bfloat16"
+        raise ConfigError(f"{option} {text!r}: give a comma-separated list, e.g. {example}")
+    unknown = [item for item in items if allowed is not None and item not in allowed]
     if unknown:
         hint = did_you_mean(unknown[0], allowed)
         raise ConfigError(f"{option}: unknown {', '.join(map(repr, unknown))}{hint}; "
@@ -117,9 +131,12 @@ def _options(
 
 
 @contextmanager
-def _user_errors(interrupted: str = "interrupted", verbose: bool = False):
+def _user_errors(interrupted: str = "interrupted", verbose: bool = False,
+                 unsaid: type[MptrainError] | None = None):
     """Errors a user can fix → their message and exit code, never a traceback (with
-    --verbose, the traceback of the user's own code that caused it); Ctrl-C → 130."""
+    --verbose, the traceback of the user's own code that caused it); Ctrl-C → 130. An
+    `unsaid` error ends with its exit code alone: someone else says it (a local worker's lost
+    peer is said once, by `run --workers`)."""
     from mptrain.report.console import stderr
 
     try:
@@ -131,11 +148,8 @@ def _user_errors(interrupted: str = "interrupted", verbose: bool = False):
             cause = exc.__cause__
             stderr.print("".join(traceback.format_exception(type(cause), cause, cause.__traceback__)),
                           markup=False, highlight=False, soft_wrap=True)
-        from rich.markup import escape
-
-        # escaped: a message may hold brackets Rich would read as markup ('mptrain[mlflow]')
-        stderr.print(f"[bold red]error:[/] {escape(str(exc))}", markup=True, highlight=False,
-                     soft_wrap=True)
+        if unsaid is None or not isinstance(exc, unsaid):
+            _say_error(str(exc))
         raise typer.Exit(exc.exit_code) from None
     except KeyboardInterrupt as exc:
         run_dir = getattr(exc, "run_dir", None)  # RunAbandoned: the run folder is known
@@ -143,6 +157,16 @@ def _user_errors(interrupted: str = "interrupted", verbose: bool = False):
                      f"  mptrain run --resume {run_dir}" if run_dir else interrupted,
                      soft_wrap=True, highlight=False)
         raise typer.Exit(130) from None
+
+
+def _say_error(message: str) -> None:
+    from rich.markup import escape
+
+    from mptrain.report.console import stderr
+
+    # escaped: a message may hold brackets Rich would read as markup ('mptrain[mlflow]')
+    stderr.print(f"[bold red]error:[/] {escape(message)}", markup=True, highlight=False,
+                 soft_wrap=True)
 
 
 def _emit(data, json_out: bool, render) -> None:
@@ -156,6 +180,13 @@ def _emit(data, json_out: bool, render) -> None:
             from mptrain.report.console import stdout_console
 
             stdout_console().print(render(data))
+
+
+def _announce_turn(round_: int, label: str, step_ms: list[float]) -> None:
+    from mptrain.report.console import stderr
+    from mptrain.report.progress import turn_line
+
+    stderr.print(turn_line(round_, label, step_ms), highlight=False, soft_wrap=True)
 
 
 def _status(text: str):
@@ -183,57 +214,66 @@ def run(
     resume: Annotated[Path | None, typer.Option(
         "--resume", metavar="RUN_DIR", show_default=False,
         help="Continue the interrupted, killed or failed run in RUN_DIR from its last "
-             "checkpoint, with its own config.yaml; --set train.epochs=N (or a raised "
-             "train.max_steps) trains a run further.")] = None,
+             "checkpoint, with its own config.yaml (a run on local workers: on as many "
+             "again); --set train.epochs=N (or a raised train.max_steps) trains a run "
+             "further.")] = None,
     workers: Annotated[int | None, typer.Option(
         min=2, metavar="N", show_default=False,
         help="Try multi-worker training on this machine: N worker processes on 127.0.0.1 "
-             "(distribute.strategy multi_worker_mirrored); the chief prints the summary.")] = None,
+             "(distribute.strategy multi_worker_mirrored); the chief prints the summary. "
+             "With --resume: continue that run on N workers.")] = None,
+    max_restarts: Annotated[int, typer.Option(
+        min=0, metavar="K",
+        help="With local workers: when one is lost (killed, or stopped by a signal), restart "
+             "them all from the last checkpoint, up to K times; then stop, saying how to "
+             "resume.")] = 0,
     json_out: JsonOpt = False,
     verbose: VerboseOpt = False,
     initial_weights: Annotated[Path | None, typer.Option(hidden=True)] = None,  # compare, plan
-    run_dir: Annotated[Path | None, typer.Option(hidden=True)] = None,  # compare, plan
+    run_dir: Annotated[Path | None, typer.Option(hidden=True)] = None,  # compare, plan, --workers
+    supervised: Annotated[bool, typer.Option(hidden=True)] = False,  # a --workers worker
 ) -> None:
     """Train and evaluate one experiment; write its run folder and print a summary.
 
     The run folder OUTPUT_DIR/NAME-TIMESTAMP/ holds config.yaml (resolved), summary.json,
     metrics.jsonl, steps.jsonl, checkpoints/ and model.keras. Live progress goes to stderr.
     Ctrl-C or SIGTERM stops after the current step, saves a checkpoint and prints the
-    --resume command (exit 130 / 143); a diverged run exits 3.
+    --resume command (exit 130 / 143); a diverged run exits 3. With local workers, a lost
+    worker stops them all (exit 4, with the --resume command) unless --max-restarts allows
+    restarting them.
     """
     from mptrain.config import load_config
+    from mptrain.errors import WorkerLost
+    from mptrain.local_workers import local_worker_count, worker_overrides
     from mptrain.report.console import stderr
     from mptrain.report.progress import LiveProgress
     from mptrain.report.tables import run_header, summary_table
     from mptrain.signals import DIVERGED_EXIT_CODE, exit_code
 
-    if workers is not None:
-        from mptrain.local_workers import run_local_workers
-
-        with _user_errors():
-            if config is None:
-                raise ConfigError("--workers needs an experiment (CONFIG)")
-            load_config(config, set_)  # bad input: one error here, not one per worker
-            arguments = [config, *(arg for item in set_ or [] for arg in ("--set", item))]
-            arguments += ["--json"] * json_out + ["--verbose"] * verbose
-            code, stdout = run_local_workers(arguments, workers)
-        typer.echo(stdout, nl=False)
-        raise typer.Exit(code)
-
+    overrides = [*(set_ or []), *(worker_overrides(workers) if workers is not None else [])]
     with _user_errors("interrupted (a run folder, if one was made, keeps its last checkpoint)",
-                      verbose):
+                      verbose, unsaid=WorkerLost if supervised else None):
         if resume is not None:
             from mptrain.resume import AlreadyFinished, resume_config
 
             try:
-                experiment = resume_config(resume, config, set_ or [])
+                experiment = resume_config(resume, config, overrides)
             except AlreadyFinished as done:
                 stderr.print(f"nothing to do: {done}", soft_wrap=True, highlight=False)
                 raise typer.Exit(0) from None
         elif config is None:
             raise ConfigError("mptrain run: give an experiment (CONFIG) or --resume RUN_DIR")
         else:
-            experiment = load_config(config, set_)
+            experiment = load_config(config, overrides)
+        count = local_worker_count(experiment.distribute.workers, workers, supervised,
+                                   "TF_CONFIG" in os.environ)
+        if count is not None:
+            raise typer.Exit(_run_on_local_workers(experiment, count, config, overrides, resume,
+                                                   max_restarts, json_out, verbose))
+        if max_restarts:
+            raise ConfigError("--max-restarts restarts lost local workers: it needs --workers N "
+                              "(or --resume of a run on local workers)")
+        if resume is None:
             from mptrain.plan import plan_beside
 
             if (beside := plan_beside(config)) is not None:
@@ -262,14 +302,38 @@ def run(
         raise typer.Exit(DIVERGED_EXIT_CODE)
 
 
+def _run_on_local_workers(experiment, count: int, config: str | None, overrides: list[str],
+                          resume: Path | None, max_restarts: int, json_out: bool,
+                          verbose: bool) -> int:
+    """`run` as `count` local worker processes (`local_workers.run_local_workers`): the
+    chief's summary, then the line that says why the run stopped if a worker was lost; the
+    exit code."""
+    from rich.markup import escape
+
+    from mptrain.local_workers import local_run, run_local_workers
+    from mptrain.report.console import stderr
+
+    result = run_local_workers(
+        local_run(experiment, count, config, overrides, resume, json_out, verbose), max_restarts,
+        on_restart=lambda line: stderr.print(f"[yellow]restart:[/] {escape(line)}",
+                                             soft_wrap=True, highlight=False))
+    typer.echo(result.stdout, nl=False)
+    if result.message is not None:
+        _say_error(result.message)
+    return result.code
+
+
 @app.command(cls=_Command)
 def compare(
     config: Annotated[str | None, typer.Argument(
         metavar="CONFIG", show_default=False,
         help="Experiment YAML file or built-in name. Without it: the guide's mnist_mixed "
              "(needs MNIST; `mptrain compare synthetic` runs anywhere).")] = None,
-    policies: Annotated[str, typer.Option(help="Comma-separated policies to compare.")] = (
-        "float32,mixed_float16"),
+    policies: Annotated[str | None, typer.Option(
+        show_default=False,
+        help="Comma-separated policies, or any candidate `mptrain plan` prints "
+             "(mixed_bfloat16+xla, float32+onednn_bf16, ...). Default: float32 and the policy "
+             "that `policy: auto` picks on this machine (measured; see check-gpu).")] = None,
     loops: Annotated[str | None, typer.Option(
         help="Comma-separated loops (fit,custom); default: the experiment's.")] = None,
     strategies: Annotated[str | None, typer.Option(
@@ -298,13 +362,14 @@ def compare(
     """
     from mptrain.compare import (
         DEFAULT_EXPERIMENT,
+        default_policies,
         explain_missing_default,
         plan_variants,
         resume_compare,
         run_compare,
     )
     from mptrain.config import load_config
-    from mptrain.config.schema import LOOPS, POLICIES, STRATEGIES
+    from mptrain.config.schema import LOOPS, STRATEGIES
     from mptrain.report.console import plain_text, stderr
     from mptrain.report.tables import compare_tables
     from mptrain.signals import exit_code
@@ -317,18 +382,16 @@ def compare(
     if max_step_seconds:
         overrides.append(f"train.max_step_seconds={max_step_seconds}")
 
-    def announce(index: int, total: int, variant) -> None:
-        where = "" if variant.strategy == "none" else f" · {variant.strategy}"
-        stderr.rule(f"variant {index}/{total}: {variant.policy} · {variant.loop}{where}")
-
     with _user_errors(verbose=verbose):
         if resume is not None:
-            result = resume_compare(resume, verbose=verbose, on_variant=announce,
+            result = resume_compare(resume, verbose=verbose, on_turn=_announce_turn,
                                     as_text=lambda record: plain_text(compare_tables(record)))
         else:
             experiment = load_config(config or DEFAULT_EXPERIMENT, overrides)
+            chosen = (parse_choices(policies, None, "--policies") if policies is not None
+                      else default_policies(experiment, verbose, _status))
             variants = plan_variants(
-                experiment, parse_choices(policies, POLICIES, "--policies"),
+                experiment, chosen,
                 parse_choices(loops, LOOPS, "--loops") if loops else None,
                 parse_choices(strategies, STRATEGIES, "--strategies") if strategies else None)
 
@@ -340,7 +403,7 @@ def compare(
 
             try:
                 result = run_compare(experiment, variants, verbose=verbose, on_notes=notes,
-                                     on_variant=announce,
+                                     on_turn=_announce_turn,
                                      as_text=lambda record: plain_text(compare_tables(record)))
             except DataError as exc:
                 raise (explain_missing_default(exc) if config is None else exc) from None
@@ -394,13 +457,11 @@ def plan(
     plan.png and the trials in OUTPUT_DIR/plan-NAME-TIMESTAMP/, and the plan's experiment
     file (`mptrain run` it). Ctrl-C keeps the finished trials; --resume finishes the rest.
     """
-    from mptrain.plan import CANDIDATE_NAMES, plan_file_for, resume_plan, run_plan, start_plan
+    from mptrain.plan import plan_file_for, resume_plan, run_plan, start_plan
+    from mptrain.precision import CANDIDATE_NAMES
     from mptrain.report.console import plain_text, stderr
     from mptrain.report.tables import plan_tables
     from mptrain.signals import exit_code
-
-    def announce(index: int, total: int, candidate) -> None:
-        stderr.rule(f"trial {index}/{total}: {candidate.name}")
 
     with _user_errors(verbose=verbose):
         if resume is not None:
@@ -417,7 +478,7 @@ def plan(
                 budget_minutes=budget, evaluate=evaluate,
                 out=out.resolve() if out else plan_file_for(config),
                 verbose=verbose, status=_status)
-        result = run_plan(record, folder, verbose=verbose, on_trial=announce, on_layers=_status,
+        result = run_plan(record, folder, verbose=verbose, on_turn=_announce_turn, on_layers=_status,
                           as_text=lambda record: plain_text(plan_tables(record)))
     _emit(result.record, json_out, plan_tables)
     _notes(result.notes)
@@ -591,30 +652,30 @@ def check_gpu(
     10 s) and cached per machine and TensorFlow version. Exits 0 without a GPU: that is
     information, not an error.
     """
-    import time as clock
-
-    from mptrain.check_gpu import check_report, distribution_facts
-    from mptrain.hardware import probe
-    from mptrain.microbench import bench_devices, measure, measured_kernels, store_kernels
+    from mptrain.check_gpu import check_machine
     from mptrain.report.tables import check_gpu_view
-    from mptrain.tf_runtime import import_tensorflow
 
     with _user_errors(verbose=verbose):
-        if bench and no_bench:
-            raise ConfigError("--bench and --no-bench contradict each other: give one")
-        tf = import_tensorflow(verbose)
-        machine = probe(tf)
-        timings = kernels = None
-        if bench:
-            started = clock.perf_counter()
-            with _status("benchmarking kernels per dtype…"):
-                timings = measure(tf, bench_devices(tf), scale=bench_scale)
-            kernels = store_kernels(machine, timings, clock.perf_counter() - started,
-                                    keep=bench_scale == 1.0)
-        elif not no_bench:
-            kernels = measured_kernels(tf, machine, _status)
-        report = check_report(machine, kernels, timings, distribution_facts(tf, machine))
+        report = check_machine(bench=bench, no_bench=no_bench, bench_scale=bench_scale,
+                               verbose=verbose, status=_status)
     _emit(report, json_out, check_gpu_view)
+
+
+@app.command("schema", cls=_Command)
+def schema() -> None:
+    """Print the JSON Schema of an experiment file (keys, types, defaults, limits, help).
+
+    Point your editor at it for completion and checking as you type: save it
+    (`mptrain schema > experiment.schema.json`) and put `# yaml-language-server:
+    $schema=./experiment.schema.json` on your experiment's first line. `mptrain validate`
+    checks what a schema cannot (rules across keys, optimizer arguments, files on disk).
+    """
+    import json
+
+    from mptrain.config.json_schema import experiment_schema
+
+    with _stdout_reader_may_stop():
+        typer.echo(json.dumps(experiment_schema(), indent=2))
 
 
 @app.command("configs", cls=_Command)

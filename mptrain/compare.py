@@ -27,12 +27,23 @@ import yaml
 from pydantic import BaseModel, ConfigDict
 
 from mptrain.config import ExperimentConfig
+from mptrain.engine import Contender, run_in_turns, turn_steps
 from mptrain.errors import ConfigError, DataError
-from mptrain.local_workers import read_child_summary, resume_command, run_child, run_command
+from mptrain.local_workers import read_child_summary, resume_command, run_command
+from mptrain.precision import candidate
 from mptrain.run_folder import RunFolder, to_json, unique_folder, write_atomic
 from mptrain.signals import ForwardSignals
 from mptrain.summary import RunState, RunSummary
-from mptrain.verdicts import accuracy_noise_pt, difference, ratio, speedup, verdict
+from mptrain.training.turns import planned_steps
+from mptrain.verdicts import (
+    accuracy_noise_pt,
+    difference,
+    input_bound,
+    paired_speedup,
+    ratio,
+    speedup,
+    verdict,
+)
 
 DEFAULT_EXPERIMENT = "mnist_mixed"  # the guide's experiment
 OFFLINE_EXPERIMENTS = ("synthetic", "fashion_mnist_mixed")
@@ -48,17 +59,50 @@ class Variant:
 
     @property
     def label(self) -> str:
-        base = f"{self.policy}-{self.loop}"
+        base = f"{self.policy.replace('+', '-')}-{self.loop}"  # names folders and runs
         return base if self.strategy == "none" else f"{base}-{self.strategy}"
 
     @property
     def overrides(self) -> list[str]:
-        return [f"policy={self.policy}", f"train.loop={self.loop}",
+        """`policy` is a precision candidate's name (`mixed_bfloat16+xla`), as plan prints it."""
+        return [*candidate(self.policy).overrides, f"train.loop={self.loop}",
                 f"distribute.strategy={self.strategy}"]
+
+
+def default_policies(config: ExperimentConfig, verbose: bool = False,
+                     status: Callable[[str], object] | None = None) -> list[str]:
+    """`compare`'s policies when none are given: `policies_worth_comparing` on this machine,
+    with its kernels measured (or the cached measurement)."""
+    from mptrain.experiment import math_environment
+    from mptrain.hardware import probe
+    from mptrain.microbench import measured_kernels
+    from mptrain.tf_runtime import import_tensorflow
+
+    tf = import_tensorflow(verbose, environment=math_environment(config.train.math_mode))
+    machine = probe(tf, check_xla=False)
+    return policies_worth_comparing(machine, measured_kernels(tf, machine, status))
+
+
+def policies_worth_comparing(machine, kernels) -> list[str]:
+    """float32 and what `policy: auto` picks here: the comparison a user without
+    `--policies` is asking for. When auto picks float32, the 16-bit policy it weighed
+    (bfloat16, unless a GPU lacks fast bfloat16), so the default compare still shows what 16
+    bits would cost here. Never mixed_float16 on a CPU, where it is known to be slow."""
+    from mptrain.policy import recommend
+
+    picked = recommend(machine, kernels).policy
+    if picked != "float32":
+        return ["float32", picked]
+    float16_only = machine.gpus and not all(g.fast_bfloat16 for g in machine.gpus)
+    return ["float32", "mixed_float16" if float16_only else "mixed_bfloat16"]
 
 
 def plan_variants(config: ExperimentConfig, policies: list[str], loops: list[str] | None = None,
                   strategies: list[str] | None = None) -> list[Variant]:
+    """Every policy (a precision candidate's name) under every loop and strategy; a name
+    that is no candidate is an error before anything runs."""
+    for name in policies:
+        candidate(name)
     return [Variant(p, loop, s) for s in (strategies or [config.distribute.strategy])
             for loop in (loops or [config.train.loop]) for p in policies]
 
@@ -84,6 +128,7 @@ class CompareRow(_Record):
     accuracy_delta_pt: float | None = None
     accuracy_noise_pt: float | None = None  # what the test set's size cannot resolve
     test_loss_delta: float | None = None
+    rounds: list[float | None] = []  # its median step (ms) in each round run in turns
     verdict: str
 
 
@@ -94,6 +139,8 @@ class CompareRecord(_Record):
     folder: str
     status: Literal["running", "finished", "interrupted"] = "finished"
     baseline_policy: str
+    turn_steps: int = 0  # steps each variant ran per turn (0: not run in turns)
+    input_ms_per_batch: float | None = None  # the input pipeline alone, measured before the runs
     variants: list[CompareRow]
     plot: str | None = None
 
@@ -117,12 +164,17 @@ def preflight_notes(config: ExperimentConfig, variants: list[Variant], machine) 
     notes = {}
     for v in variants:
         replicas = replicas_for(v.strategy, config.distribute.devices, machine)
-        choice = choose_policy(v.policy, config.train.jit_compile, machine,
-                               config.train.xla_optimizer_update, replicas, kernels)
+        option = candidate(v.policy)
+        jit = option.jit_compile if option.jit_compile is not None else config.train.jit_compile
+        choice = choose_policy(option.policy, jit, machine, config.train.xla_optimizer_update,
+                               replicas, kernels)
         warning = speed_warning(choice, machine, kernels)
         if warning:
             notes[v.label] = warning
     return notes
+
+
+OnTurn = Callable[[int, str, list[float]], None]  # (round, variant label, its steps' ms)
 
 
 def run_compare(
@@ -131,12 +183,13 @@ def run_compare(
     *,
     verbose: bool = False,
     on_notes: Callable[[dict[str, str]], None] | None = None,
-    on_variant: Callable[[int, int, Variant], None] | None = None,
+    on_turn: OnTurn | None = None,
     as_text: Callable[[CompareRecord], str] | None = None,
 ) -> CompareResult:
-    """Run every variant in a fresh process from shared initial weights; write compare.json
-    and compare.png into OUTPUT_DIR/compare-<name>-<timestamp>/ and return the record.
-    `as_text(record)`: the tables as text, for MLflow (with `output.mlflow`)."""
+    """Run every variant in a process of its own from shared initial weights, all in turns
+    (`engine`); write compare.json and compare.png into OUTPUT_DIR/compare-<name>-<timestamp>/
+    and return the record. `on_turn` is told of each turn as it ends; `as_text(record)`: the
+    tables as text, for MLflow (with `output.mlflow`)."""
     from mptrain.experiment import prepare
 
     # Everything that can fail on bad input (data not found, model not buildable) happens
@@ -147,20 +200,24 @@ def run_compare(
         staged = Path(scratch) / "initial_weights.npz"
         prepared = prepare(config, policy="float32", verbose=verbose)
         np.savez(staged, *prepared.model.get_weights())
+        from mptrain.data.pipeline import input_ms_per_batch
+
         if on_notes is not None:
             on_notes(preflight_notes(config, variants, prepared.machine))
         folder = unique_folder(config.output.dir, f"compare-{config.name}")
         shutil.move(staged, folder / "initial_weights.npz")
     write_atomic(folder / "experiment.yaml", yaml.safe_dump(config.to_yaml_dict(), sort_keys=False))
     run_dirs = {v.label: folder / f"{config.name}-{v.label}" for v in variants}
-    return _run_variants(config.name, folder, variants, run_dirs, {}, verbose, on_variant, as_text)
+    steps = turn_steps(planned_steps(prepared.config.train, prepared.batches.steps_per_epoch))
+    record = build_record(config.name, folder, variants, {}, run_dirs, status="running",
+                          turn_steps=steps, input_ms=input_ms_per_batch(prepared.batches))
+    return _run_variants(record, folder, variants, run_dirs, {}, verbose, on_turn, as_text)
 
 
-def resume_compare(folder: Path, *, verbose: bool = False,
-                   on_variant: Callable[[int, int, Variant], None] | None = None,
+def resume_compare(folder: Path, *, verbose: bool = False, on_turn: OnTurn | None = None,
                    as_text: Callable[[CompareRecord], str] | None = None) -> CompareResult:
     """Finish a compare that stopped: variants that finished (or diverged) stay; one that was
-    stopped resumes from its checkpoint; the others run now."""
+    stopped resumes from its checkpoint; the others run now, in turns."""
     try:
         record = CompareRecord.model_validate_json((folder / "compare.json").read_text())
     except (OSError, ValueError) as exc:
@@ -173,33 +230,43 @@ def resume_compare(folder: Path, *, verbose: bool = False,
             and state.status in ("finished", "diverged")}
     if len(done) == len(variants):
         raise ConfigError(f"--resume {folder}: every variant has finished; nothing to resume")
-    return _run_variants(record.experiment, folder, variants, run_dirs, done, verbose, on_variant,
-                         as_text)
+    return _run_variants(record, folder, variants, run_dirs, done, verbose, on_turn, as_text)
 
 
-def _run_variants(name: str, folder: Path, variants: list[Variant], run_dirs: dict[str, Path],
-                  done: dict[str, RunSummary], verbose: bool, on_variant, as_text) -> CompareResult:
+def _run_variants(record: CompareRecord, folder: Path, variants: list[Variant],
+                  run_dirs: dict[str, Path], done: dict[str, RunSummary], verbose: bool,
+                  on_turn, as_text) -> CompareResult:
+    """The variants not yet done, run in turns by the engine; compare.json rewritten as they
+    end, with each variant's per-round step times (`rounds`), so every verdict can be
+    recomputed from the record."""
     from mptrain.tracking import start_parent
 
+    name = record.experiment
     outcomes: dict[str, RunSummary | str] = dict(done)
+    rounds = {row.variant: row.rounds for row in record.variants if row.variant in done}
     # with output.mlflow: a parent run, each variant's run nested in it
     tracking = start_parent(folder, "compare", {"variants": ",".join(v.label for v in variants)})
     env = tracking.env if tracking else {}
-    _write(folder, build_record(name, folder, variants, outcomes, run_dirs, status="running"))
+    contenders = [Contender(v.label, _variant_command(folder, name, v, run_dirs[v.label], verbose),
+                            folder / "logs" / f"{v.label}.log", env)
+                  for v in variants if v.label not in done]
+    _write(folder, build_record(name, folder, variants, outcomes, run_dirs, rounds, "running",
+                                record.turn_steps, record.input_ms_per_batch))
     with ForwardSignals() as signals:
-        for index, variant in enumerate(variants, start=1):
-            if variant.label in outcomes:
-                continue
-            if signals.received is not None:
-                outcomes[variant.label] = NOT_RUN
-                continue
-            if on_variant:
-                on_variant(index, len(variants), variant)
-            outcomes[variant.label] = _run_variant(folder, name, variant, run_dirs[variant.label],
-                                                   verbose, signals, env)
-            _write(folder, build_record(name, folder, variants, outcomes, run_dirs, status="running"))
+        ran = run_in_turns(contenders, record.turn_steps, signals, on_turn)
+    for contender in contenders:
+        outcome = ran.get(contender.label)
+        if outcome is None:
+            outcomes[contender.label] = NOT_RUN
+            continue
+        summary = read_child_summary(outcome.code, outcome.stdout)
+        if isinstance(summary, str) and outcome.log_tail:
+            summary = f"{summary}: {outcome.log_tail}"
+        outcomes[contender.label] = summary
+        rounds[contender.label] = outcome.rounds
     status = "interrupted" if signals.received is not None else "finished"
-    record = build_record(name, folder, variants, outcomes, run_dirs, status=status)
+    record = build_record(name, folder, variants, outcomes, run_dirs, rounds, status, record.turn_steps,
+                          record.input_ms_per_batch)
     if any(row.summary for row in record.variants):
         from mptrain.plot import plot_compare
 
@@ -217,19 +284,15 @@ def _write(folder: Path, record: CompareRecord) -> None:
     write_atomic(folder / "compare.json", to_json(record.model_dump(), indent=2) + "\n")
 
 
-def _run_variant(folder: Path, name: str, variant: Variant, run_dir: Path, verbose: bool,
-                 signals: ForwardSignals, env: dict[str, str]) -> RunSummary | str:
-    """The variant's summary (finished, diverged or interrupted), or why it has none."""
+def _variant_command(folder: Path, name: str, variant: Variant, run_dir: Path,
+                     verbose: bool) -> list[str]:
+    """`mptrain run` of the variant: a resume when it stopped with a checkpoint, else anew."""
     if resumable(run_dir):
-        command = resume_command(run_dir, verbose)
-    else:
-        shutil.rmtree(run_dir, ignore_errors=True)  # started, but stopped before its first checkpoint
-        command = run_command(folder / "experiment.yaml",
-                              [f"name={name}-{variant.label}", *variant.overrides],
-                              run_dir=run_dir, initial_weights=folder / "initial_weights.npz",
-                              verbose=verbose)
-    code, stdout = run_child(command, signals, env)
-    return read_child_summary(code, stdout)
+        return resume_command(run_dir, verbose)
+    shutil.rmtree(run_dir, ignore_errors=True)  # started, but stopped before its first checkpoint
+    return run_command(folder / "experiment.yaml", [f"name={name}-{variant.label}", *variant.overrides],
+                       run_dir=run_dir, initial_weights=folder / "initial_weights.npz",
+                       verbose=verbose)
 
 
 def resumable(run_dir: Path) -> bool:
@@ -252,11 +315,12 @@ def explain_missing_default(error: DataError) -> DataError:
 
 def build_record(name: str, folder: Path, variants: list[Variant],
                  outcomes: dict[str, RunSummary | str], run_dirs: dict[str, Path] | None = None,
-                 status: str = "finished") -> CompareRecord:
+                 rounds: dict[str, list[float | None]] | None = None, status: str = "finished",
+                 turn_steps: int = 0, input_ms: float | None = None) -> CompareRecord:
     """compare.json: one row per variant (label → its summary, or why it has none), with
     ratios to the baseline: the float32 variant of the same loop, or the first policy listed
     when float32 is not compared."""
-    run_dirs = run_dirs or {}
+    run_dirs, rounds = run_dirs or {}, rounds or {}
     baseline_policy = "float32" if any(v.policy == "float32" for v in variants) else variants[0].policy
     summaries = {label: o for label, o in outcomes.items() if isinstance(o, RunSummary)}
     rows = []
@@ -272,14 +336,25 @@ def build_record(name: str, folder: Path, variants: list[Variant],
                                    verdict=outcome if failed else f"failed ({outcome})"))
         else:
             rows.append(compare_row(variant, outcome, summaries.get(baseline.label),
-                                    variant.label == baseline.label, run_dir))
+                                    variant.label == baseline.label, run_dir,
+                                    rounds.get(variant.label, []), rounds.get(baseline.label, []),
+                                    input_ms))
     return CompareRecord(experiment=name, folder=str(folder), status=status,
-                         baseline_policy=baseline_policy, variants=rows)
+                         baseline_policy=baseline_policy, turn_steps=turn_steps,
+                         input_ms_per_batch=input_ms, variants=rows)
 
 
 def compare_row(variant: Variant, s: RunSummary, base: RunSummary | None, is_baseline: bool,
-                run_dir: str | None = None) -> CompareRow:
-    measured = speedup(base, s) if base is not None else None
+                run_dir: str | None = None, rounds: list[float | None] | None = None,
+                base_rounds: list[float | None] | None = None,
+                input_ms: float | None = None) -> CompareRow:
+    """The variant against the baseline: the speed-up from the rounds both ran in turns
+    (`verdicts.paired_speedup`); from the two runs' own medians only where there are no such
+    rounds (`runs --compare`, which sets side by side runs made at different times)."""
+    rounds = rounds or []
+    measured = paired_speedup(base_rounds or [], rounds) if base is not None else None
+    if measured is None and base is not None and not (rounds and base_rounds):
+        measured = speedup(base, s)
     accuracy_delta = loss_delta = memory_ratio = None
     if base is not None and "diverged" not in (s.status, base.status):
         accuracy_delta = difference(s.test_accuracy, base.test_accuracy, scale=100.0)
@@ -291,6 +366,8 @@ def compare_row(variant: Variant, s: RunSummary, base: RunSummary | None, is_bas
         speedup=measured[0] if measured else None, speedup_range=measured[1] if measured else None,
         memory_ratio=memory_ratio, accuracy_delta_pt=accuracy_delta,
         accuracy_noise_pt=accuracy_noise_pt(s.test_accuracy, s.test_examples),
-        test_loss_delta=loss_delta,
-        verdict=verdict(s, measured[1] if measured else None, accuracy_delta, is_baseline),
+        test_loss_delta=loss_delta, rounds=rounds,
+        verdict="; ".join(filter(None, [
+            verdict(s, measured[1] if measured else None, accuracy_delta, is_baseline),
+            input_bound(s.step_time.median_ms if s.step_time else None, input_ms)])),
     )

@@ -13,16 +13,25 @@ that one skips. `agree_on_finite` makes them agree first: if any replica's gradi
 finite, every replica's are made non-finite, so all skip and the scale halves once.
 
 Only the chief (worker 0) writes the run folder; the other workers train into a scratch
-folder that is removed.
+folder that is removed (a resumed one starts from a copy of the chief's checkpoints, as
+TensorFlow's PreemptionCheckpointHandler has the other workers read the chief's and write
+their own).
+
+A worker that dies cannot be replaced in place: TensorFlow's collectives then fail on every
+other worker ("Restart your program to reset"). `worker_lost` turns that failure into
+mptrain's `WorkerLost`, which says which worker was lost and how to restart them all from the
+last checkpoint (`run --workers N` does it itself: `local_workers.py`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 from dataclasses import dataclass
+from pathlib import Path
 
-from mptrain.errors import ConfigError
+from mptrain.errors import ConfigError, WorkerLost
 
 
 @dataclass(frozen=True)
@@ -34,6 +43,7 @@ class Placement:
     replicas: int
     chief: bool
     description: str
+    task: tuple[str, int] | None = None  # this process's task in a multi-worker cluster
 
 
 def prepare_devices(cfg, tf) -> None:
@@ -75,13 +85,15 @@ def _new_placement(cfg, tf) -> Placement:
         if "TF_CONFIG" not in os.environ:
             raise ConfigError("distribute.strategy multi_worker_mirrored reads the cluster from "
                               "$TF_CONFIG; set it on every worker (README: Scale out), or try it "
-                              "on one machine with `mptrain run --workers N`")
+                              "on one machine with `mptrain run --workers N` (a stopped run: "
+                              "`mptrain run --resume RUN_DIR --workers N`)")
         strategy = tf.distribute.MultiWorkerMirroredStrategy()
         resolver = strategy.cluster_resolver
         chief = is_chief(resolver.task_type, resolver.task_id, resolver.cluster_spec().as_dict())
         return Placement(strategy, strategy.num_replicas_in_sync, chief,
                          f"{strategy.num_replicas_in_sync} replicas on "
-                         f"{len(resolver.cluster_spec().as_dict().get('worker', []))} workers")
+                         f"{len(resolver.cluster_spec().as_dict().get('worker', []))} workers",
+                         (resolver.task_type, resolver.task_id))
     resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=cfg.tpu or "")
     tf.config.experimental_connect_to_cluster(resolver)
     tf.tpu.experimental.initialize_tpu_system(resolver)
@@ -95,6 +107,48 @@ def is_chief(task_type: str | None, task_id: int | None, cluster: dict) -> bool:
     if task_type in (None, "chief"):
         return True
     return task_type == "worker" and task_id == 0 and "chief" not in cluster
+
+
+def worker_lost(exc: BaseException, place: Placement, tf, run_dir: Path | None) -> WorkerLost | None:
+    """TensorFlow's error on a worker whose peer died (its collective ops aborted, the peer's
+    heartbeats missed, the connection reset) as a `WorkerLost` naming that peer and the way
+    to continue; None for any other error (or outside a multi-worker cluster). `run_dir`: the
+    run folder, when this worker knows it (a non-chief worker of a new run does not)."""
+    failures = (tf.errors.UnavailableError, tf.errors.CancelledError, tf.errors.InternalError,
+                tf.errors.AbortedError, tf.errors.DeadlineExceededError)
+    if place.task is None or not isinstance(exc, failures) or not collective_failure(exc.message):
+        return None
+    return WorkerLost(lost_peer_message(peer_named(exc.message, place.task), type(exc).__name__,
+                                        run_dir))
+
+
+_TASK = re.compile(r"/job:(\w+)/(?:replica:\d+/)?task:(\d+)")
+
+
+def collective_failure(message: str) -> bool:
+    """Whether TensorFlow's error message is about the cluster (a collective op, the
+    coordination service, another task) rather than this worker's own computation."""
+    return bool(re.search(r"collective|coordination service|heartbeat", message, re.IGNORECASE)
+                or _TASK.search(message))
+
+
+def peer_named(message: str, own: tuple[str, int]) -> str | None:
+    """The other task TensorFlow's error names ("The following tasks are unhealthy ...
+    /job:worker/replica:0/task:1", "remote target /job:worker/replica:0/task:0"), as
+    "worker 1"; None when it names none but this worker itself."""
+    for job, task in _TASK.findall(message):
+        if (job, int(task)) != own:
+            return f"{job} {task}"
+    return None
+
+
+def lost_peer_message(peer: str | None, error: str, run_dir: Path | None) -> str:
+    """The one line a worker says when another is lost (without `run --workers`, which says
+    it for them): who, that the checkpoint is intact, and the command that continues."""
+    folder = run_dir if run_dir is not None else "RUN_DIR (the chief's run folder)"
+    return (f"{peer or 'another worker'} was lost (TensorFlow's collective ops failed with "
+            f"{error}; --verbose shows it): training stopped, and the last checkpoint is intact. "
+            f"Restart every worker, each with its TF_CONFIG: mptrain run --resume {folder}")
 
 
 def scope(place: Placement):

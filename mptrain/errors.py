@@ -24,15 +24,18 @@ class DataError(MptrainError):
     exit_code = 2
 
 
+class WorkerLost(MptrainError):
+    """Another worker of a multi-worker run died or stopped: TensorFlow's collectives cannot
+    continue without it ("Restart your program to reset"), so every worker stops and all
+    restart from the last checkpoint. Its own exit code tells a scheduler (or `run --workers`)
+    that the run can be restarted, like the restart code TensorFlow's PreemptionCheckpointHandler
+    exits with (`TerminationConfig.exit_fn`)."""
+
+    exit_code = 4
+
+
 def did_you_mean(word: str, choices: Iterable[str]) -> str:
     """' (did you mean train?)' for the closest choice, or '' when nothing is close."""
     match = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
     return f" (did you mean {match[0]}?)" if match else ""
 
-
-class RunAbandoned(KeyboardInterrupt):
-    """A second Ctrl-C abandoned training at once; `run_dir` keeps its last checkpoint."""
-
-    def __init__(self, run_dir):
-        super().__init__(str(run_dir))
-        self.run_dir = run_dir

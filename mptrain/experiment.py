@@ -23,6 +23,7 @@ from mptrain.config import ExperimentConfig
 from mptrain.data import Dataset, fit_classes, load_dataset
 from mptrain.data.pipeline import Batches, make_batches
 from mptrain.distribute import Placement, placement, prepare_devices, scope
+from mptrain.errors import MptrainError
 from mptrain.hardware import Machine, probe
 from mptrain.memory import MemoryMeter
 from mptrain.microbench import KernelSpeeds, measured_kernels
@@ -77,10 +78,7 @@ def prepare(config: ExperimentConfig, *, policy: str | None = None, verbose: boo
         tf.config.experimental.enable_op_determinism()
     apply_math_mode(tf, config.train.math_mode)
     data = load_dataset(config.data, config.seed, status)
-    config = fit_classes(config, data)
-    check_model_fits(config, data.spec)
-    check_sizes(config, data.spec)
-    check_batch_fits(config, data.train.size)
+    config = fit_data(config, data)
     machine = probe(tf, check_xla=False)
     requested = policy or config.policy
     kernels = measured_kernels(tf, machine, status) if requested == "auto" else None
@@ -106,6 +104,19 @@ def prepare(config: ExperimentConfig, *, policy: str | None = None, verbose: boo
                          build_metrics(config, built.output), choice, place.strategy)
     return Prepared(config, tf, machine, place, choice, kernels, data, batches, memory,
                     built.model, built.output, optimizer, loop, data.notes + built.notes)
+
+
+def fit_data(config: ExperimentConfig, data: Dataset) -> ExperimentConfig:
+    """The experiment with what the data fills in (`model.num_classes`), checked against
+    what the data turned out to be; an error names the experiment file, as `validate`'s do."""
+    try:
+        config = fit_classes(config, data)
+        check_model_fits(config, data.spec)
+        check_sizes(config, data.spec)
+        check_batch_fits(config, data.train.size)
+    except MptrainError as exc:
+        raise type(exc)(f"{config.source}: {exc}") from exc.__cause__
+    return config
 
 
 def math_environment(mode: str) -> dict[str, str]:

@@ -184,7 +184,9 @@ def probe(tf, check_xla: bool = True) -> Machine:
         keras_version=keras.__version__,
         onednn=onednn_enabled(),
         xla=_xla_works(tf) if check_xla else None,
-        tf32_enabled=bool(tf.config.experimental.tensor_float_32_execution_enabled()),
+        # TF32 is a GPU math mode (Ampere and later): on a machine without one it is n/a,
+        # whatever TensorFlow's switch says
+        tf32_enabled=bool(tf.config.experimental.tensor_float_32_execution_enabled()) if gpus else None,
     )
 
 

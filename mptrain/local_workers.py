@@ -3,7 +3,8 @@
 compare and plan run each variant as a `mptrain run` child (Keras' global policy, traced
 graphs, the XLA and oneDNN caches and the process's peak memory are per process, and some
 switches, such as oneDNN's math mode, are read once when TensorFlow starts); `run --workers N`
-starts N multi-worker children. Every child:
+starts N multi-worker children and, when one is lost, stops and restarts them all from the
+last checkpoint (`run_local_workers`). Every child:
 - runs in its own session, so a terminal's Ctrl-C reaches it once, through the parent
   (`signals.ForwardSignals`), not twice;
 - dies with its parent (`signals.die_with_parent`): a parent killed with SIGKILL leaves no
@@ -13,16 +14,26 @@ starts N multi-worker children. Every child:
 from __future__ import annotations
 
 import json
+import math
 import os
+import shutil
+import signal
 import socket
 import subprocess
 import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import ValidationError
 
-from mptrain.signals import ForwardSignals, die_with_parent
-from mptrain.summary import RunSummary
+from mptrain.config import ExperimentConfig
+from mptrain.errors import WorkerLost
+from mptrain.run_folder import RunFolder, last_checkpoint, unique_folder
+from mptrain.signals import ForwardSignals, die_with_parent, exit_code
+from mptrain.summary import RunState, RunSummary
 
 
 def mptrain_command(*arguments: str) -> list[str]:
@@ -47,24 +58,14 @@ def resume_command(run_dir: Path, verbose: bool = False) -> list[str]:
     return mptrain_command("run", "--resume", str(run_dir), "--json") + ["--verbose"] * verbose
 
 
-def start(command: list[str], env: dict[str, str] | None = None, quiet: bool = False,
-          own_session: bool = True) -> subprocess.Popen:
+def start(command: list[str], env: dict[str, str] | None = None, quiet: bool = False) -> subprocess.Popen:
     """A child with stdout captured and stderr passed through (its live progress shows on the
-    user's terminal) or discarded (`quiet`)."""
-    return subprocess.Popen(command, stdout=subprocess.PIPE, text=True,
+    user's terminal), or both discarded (`quiet`)."""
+    return subprocess.Popen(command, text=True,
+                            stdout=subprocess.DEVNULL if quiet else subprocess.PIPE,
                             stderr=subprocess.DEVNULL if quiet else None,
-                            env={**os.environ, **(env or {})}, start_new_session=own_session,
+                            env={**os.environ, **(env or {})}, start_new_session=True,
                             preexec_fn=die_with_parent)
-
-
-def run_child(command: list[str], signals: ForwardSignals,
-              env: dict[str, str] | None = None) -> tuple[int, str]:
-    """Run a child to its end, forwarding signals to it; its exit code and stdout."""
-    signals.child = start(command, env)
-    stdout, _ = signals.child.communicate()
-    code = signals.child.returncode
-    signals.child = None
-    return code, stdout
 
 
 def read_child_summary(code: int, stdout: str) -> RunSummary | str:
@@ -87,24 +88,217 @@ def free_ports(count: int) -> list[int]:
     return ports
 
 
-def run_local_workers(arguments: list[str], count: int, grace_seconds: float = 60.0) -> tuple[int, str]:
-    """`mptrain run ARGUMENTS` as `count` multi-worker processes on this machine (worker 0,
-    the chief, shows its progress; the others are quiet). Returns the chief's exit code and
-    stdout. Workers that outlive the chief by `grace_seconds` are stopped."""
+# After a worker is lost, how long the others may take to stop by themselves before they are
+# killed: one whose connection to it reset notices at once and ends with a `failed` summary;
+# one waiting on TensorFlow's 10 s heartbeat timeout has nothing left to do (its collectives
+# cannot complete, and what it trained since the last checkpoint is redone anyway), and a
+# kill is as safe as any (files are written whole). After a worker ends normally, how long the
+# others may take to end too (the chief evaluates and saves the model).
+LOST_GRACE_SECONDS = 3.0
+END_GRACE_SECONDS = 60.0
+
+
+def local_worker_count(configured: int | None, option: int | None, supervised: bool,
+                       tf_config: bool) -> int | None:
+    """How many local workers `run` starts: `--workers N`, or else the experiment's
+    `distribute.workers` (a resumed run's own), unless this process is one of those workers
+    (`supervised`) or one worker of a cluster ($TF_CONFIG set). None: train in this process."""
+    if supervised:
+        return None
+    if option is not None:
+        return option
+    return None if tf_config else configured
+
+
+def worker_overrides(count: int) -> list[str]:
+    """What `--workers N` means in the experiment: kept in the run's config.yaml, so that
+    `run --resume RUN_DIR` alone starts as many workers again."""
+    return ["distribute.strategy=multi_worker_mirrored", f"distribute.workers={count}"]
+
+
+@dataclass(frozen=True)
+class LocalRun:
+    """One run on `count` local workers: its folder (known before any worker starts, so the
+    way to continue can be said whichever worker is lost) and what its workers are given."""
+
+    count: int
+    run_dir: Path
+    config: str | None  # CONFIG as the user gave it (with --resume: checked against the run's)
+    overrides: list[str]  # --set, with what --workers N means
+    resumed: bool  # the user resumed run_dir (else this command started it)
+    json_out: bool = False
+    verbose: bool = False
+
+    def command(self, resume: bool) -> list[str]:
+        """A worker's `mptrain run`: start the run in its reserved folder, or continue it."""
+        where = ["--resume", str(self.run_dir)] if resume else ["--run-dir", str(self.run_dir)]
+        sets = [arg for item in self.overrides for arg in ("--set", item)]
+        return mptrain_command("run", *([self.config] if self.config else []), *sets, *where,
+                               "--supervised", *["--json"] * self.json_out,
+                               *["--verbose"] * self.verbose)
+
+
+def local_run(experiment: ExperimentConfig, count: int, config: str | None, overrides: list[str],
+              resume: Path | None, json_out: bool, verbose: bool) -> LocalRun:
+    """The run `run --workers` supervises: `resume`, or a new folder reserved now."""
+    run_dir = resume if resume is not None else unique_folder(experiment.output.dir, experiment.name)
+    return LocalRun(count, run_dir, config, overrides, resume is not None, json_out, verbose)
+
+
+@dataclass(frozen=True)
+class WorkerEnd:
+    index: int
+    code: int  # Popen.returncode: negative when a signal killed the process
+    stopped: bool = False  # killed by `run --workers` after another worker was lost
+
+
+@dataclass(frozen=True)
+class Loss:
+    """Why a multi-worker run stopped before its end."""
+
+    worker: int | None  # the worker lost first; None: no worker ended first, they lost contact
+    code: int  # its exit code (Popen's: negative when killed by a signal)
+
+    @property
+    def restartable(self) -> bool:
+        """Killed or stopped by a signal (a kill, the OOM killer, a preemption's SIGTERM), or
+        contact lost: restarting can cure that; a worker's own error (exit 1, 2, 3) it cannot."""
+        return self.worker is None or self.code < 0 or _signal_name(self.code - 128) is not None
+
+    def said(self, count: int) -> str:
+        """What happened, as a sentence's subject and verb: 'worker 1 of 2 was killed by
+        SIGKILL'."""
+        if self.worker is None:
+            return f"the {count} workers lost contact (TensorFlow's collective ops failed on each)"
+        who = f"worker {self.worker} of {count}"
+        if self.code < 0:
+            return f"{who} was killed by {_signal_name(-self.code) or f'signal {-self.code}'}"
+        if (name := _signal_name(self.code - 128)) is not None:
+            return f"{who} stopped on {name} (exit code {self.code})"
+        return f"{who} failed (exit code {self.code})"
+
+
+def _signal_name(number: int) -> str | None:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return None
+
+
+def judge(ends: list[WorkerEnd]) -> Loss | None:
+    """Why the workers stopped, from how each ended (in the order they ended). None: the run
+    ended by itself, alike on every worker (finished, diverged, interrupted by the user, or
+    the same error everywhere). Otherwise the loss that stopped the others: the first worker
+    to end neither cleanly, nor for want of its peers (`WorkerLost`'s exit code), nor killed
+    here after a loss."""
+    codes = {end.code for end in ends}
+    if not any(end.stopped for end in ends) and len(codes) == 1 and WorkerLost.exit_code not in codes:
+        return None
+    for end in ends:
+        if not end.stopped and end.code not in (0, WorkerLost.exit_code):
+            return Loss(end.index, end.code)
+    return Loss(None, WorkerLost.exit_code)
+
+
+def loss_message(loss: Loss, run: LocalRun, step: int | None, restarts: int = 0) -> str:
+    """The one line that ends a run whose worker was lost: who, how, that the checkpoint is
+    intact, and the command that continues."""
+    tried = f" ({restarts} restart{'s' * (restarts != 1)} tried)" if restarts else ""
+    if step is None:
+        return (f"{loss.said(run.count)} before the run's first checkpoint; the other workers "
+                f"were stopped{tried}. Start the run again.")
+    return (f"{loss.said(run.count)}; the other workers were stopped{tried}. The last checkpoint "
+            f"(step {step}) in {run.run_dir} is intact; continue with: mptrain run --resume "
+            f"{run.run_dir}")
+
+
+def restart_message(loss: Loss, run: LocalRun, step: int | None, restart: int, allowed: int) -> str:
+    """The line said as the workers restart: who was lost, and from where they continue."""
+    where = f"the last checkpoint (step {step})" if step is not None else "the start"
+    return (f"{loss.said(run.count)}; restarting all {run.count} workers from {where}: "
+            f"restart {restart} of {allowed}")
+
+
+@dataclass(frozen=True)
+class WorkersResult:
+    code: int  # the command's exit code
+    stdout: str  # the chief's: its summary, when the run ended by itself
+    message: str | None  # the line a lost worker ended the run with (None: it ended by itself)
+
+
+def run_local_workers(run: LocalRun, max_restarts: int = 0,
+                      on_restart: Callable[[str], None] = lambda line: None) -> WorkersResult:
+    """Train `run` on its local workers, as Ray Train's `FailureConfig(max_failures)` does:
+    when a worker is lost, stop them all and restart them all from the last checkpoint, up to
+    `max_restarts` times; then give up, saying which worker was lost and how to continue.
+    TensorFlow's collectives cannot go on without a worker ("Restart your program to
+    reset"), so restarting every worker is the only cure. A signal to this process is passed
+    on to the workers (each stops after its step, with a checkpoint) and nothing restarts."""
+    resume, restarts = run.resumed, 0
+    with ForwardSignals() as signals:
+        while True:
+            ends, stdout = run_workers(run.command(resume), run.count, signals, run.verbose)
+            loss = judge(ends)
+            if loss is None:
+                return WorkersResult(next(end.code for end in ends if end.index == 0), stdout, None)
+            step = last_checkpoint(run.run_dir)
+            # a run this command started, lost before its first checkpoint, starts again
+            can_restart = loss.restartable and (step is not None or not run.resumed)
+            if signals.received or not can_restart or restarts == max_restarts:
+                message = loss_message(loss, run, step, restarts)
+                _mark_lost(run.run_dir, message)
+                code = (exit_code(signals.received) if signals.received else
+                        WorkerLost.exit_code if loss.restartable else loss.code)
+                return WorkersResult(code, stdout, message)
+            restarts += 1
+            on_restart(restart_message(loss, run, step, restarts, max_restarts))
+            resume = step is not None
+            if not resume:
+                shutil.rmtree(run.run_dir)
+                run.run_dir.mkdir()
+
+
+def run_workers(command: list[str], count: int, signals: ForwardSignals,
+                verbose: bool) -> tuple[list[WorkerEnd], str]:
+    """`count` workers of one cluster on fresh ports, each to its end (in the order they
+    end), and the chief's stdout. Worker 0, the chief, shows its progress; the others are
+    quiet. TensorFlow's C++ error lines about aborted collectives are hidden unless
+    `verbose`: the loss is said once, in mptrain's own line."""
     cluster = {"worker": [f"127.0.0.1:{port}" for port in free_ports(count)]}
-    command = mptrain_command("run", *arguments, "--set", "distribute.strategy=multi_worker_mirrored")
-    workers = []
-    for index in range(count):
-        tf_config = {"cluster": cluster, "task": {"type": "worker", "index": index}}
-        workers.append(start(command, {"TF_CONFIG": json.dumps(tf_config)}, quiet=index > 0,
-                             own_session=False))
-    stdout, _ = workers[0].communicate()
-    for worker in workers[1:]:
-        try:
-            worker.communicate(timeout=grace_seconds)
-        except subprocess.TimeoutExpired:
-            worker.kill()
-            worker.communicate()
-    failed = [i for i, w in enumerate(workers) if w.returncode not in (0, None)]
-    code = workers[0].returncode or (1 if failed else 0)
-    return code, stdout
+    quiet_tf = {} if verbose else {"TF_CPP_MIN_LOG_LEVEL": "3"}
+    workers = [start(command, {"TF_CONFIG": json.dumps({"cluster": cluster,
+                                                        "task": {"type": "worker", "index": i}}),
+                               **quiet_tf}, quiet=i > 0)
+               for i in range(count)]
+    signals.children = workers
+    chief_stdout: list[str] = []
+    reader = threading.Thread(target=lambda: chief_stdout.append(workers[0].stdout.read()))
+    reader.start()
+    ends: list[WorkerEnd] = []
+    stopped: set[int] = set()
+    deadline = math.inf
+    while len(ends) < count:
+        for index, worker in enumerate(workers):
+            if worker.poll() is not None and all(end.index != index for end in ends):
+                ends.append(WorkerEnd(index, worker.returncode, index in stopped))
+                grace = END_GRACE_SECONDS if worker.returncode == 0 else LOST_GRACE_SECONDS
+                deadline = min(deadline, time.monotonic() + grace)
+        if time.monotonic() > deadline:
+            for index, worker in enumerate(workers):
+                if worker.poll() is None:
+                    stopped.add(index)
+                    worker.kill()
+        time.sleep(0.1)
+    reader.join()
+    signals.children = []
+    return ends, "".join(chief_stdout)
+
+
+def _mark_lost(run_dir: Path, message: str) -> None:
+    """summary.json says `failed`, with this command's line as the reason: the chief knew
+    less (not which worker, nor how it ended), or could not say it at all (it was the one
+    killed, or was killed here, and its folder still says `running`). All workers are gone."""
+    folder = RunFolder(run_dir)
+    state = folder.state()
+    if isinstance(state, RunState) and state.status in ("running", "failed"):
+        folder.write_status("failed", message)

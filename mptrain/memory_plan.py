@@ -17,13 +17,21 @@ from pydantic import BaseModel, ConfigDict
 from mptrain.config import ExperimentConfig, validate
 from mptrain.memory import machine_memory_bytes
 
-WHY_NOT_HALF = (
-    "Why 16-bit training does not halve memory: under a mixed policy the variables stay "
-    "float32, and so do their gradients and the optimizer's state (Adam keeps two float32 "
-    "values per weight); the step adds 16-bit copies of the weights. Only the activations kept "
-    "for the backward pass are halved, so the saving is large when activations dominate (big "
-    "batches, big images, long sequences) and small when weights do. The guide's advice "
-    "follows: with the memory saved, double the batch size.")
+
+def why_not_half(optimizer: str, state_per_weight: float) -> str:
+    """Why 16 bits do not halve memory, naming this experiment's optimizer and how many
+    float32 values of state it keeps per weight (measured from the built optimizer)."""
+    kept = (f"{optimizer} keeps {state_per_weight:g} float32 value"
+            f"{'' if state_per_weight == 1 else 's'} per weight" if state_per_weight
+            else f"{optimizer} keeps none")
+    return ("Why 16-bit training does not halve memory: under a mixed policy the variables stay "
+            f"float32, and so do their gradients and the optimizer's state ({kept}); the step "
+            "adds 16-bit copies of the weights. Only the activations kept for the backward pass "
+            "are halved, so the saving is large when activations dominate (big batches, big "
+            "images, long sequences) and small when weights do. The guide's advice follows: "
+            "with the memory saved, double the batch size.")
+
+
 USABLE_FRACTION = 0.8
 
 
@@ -55,14 +63,12 @@ class MemoryReport(BaseModel):
     parameters: int
     training_examples: int
     plans: list[MemoryPlan]
-    why: str = WHY_NOT_HALF
+    why: str
 
 
 def plan_memory(config: ExperimentConfig, policies: list[str], measure: bool = True,
                 verbose: bool = False) -> MemoryReport:
     """One MemoryPlan per policy for the experiment's model, optimizer and batch size."""
-    import keras
-
     from mptrain.experiment import prepare
     from mptrain.memory import estimate
     from mptrain.policy import apply_policy
@@ -83,13 +89,19 @@ def plan_memory(config: ExperimentConfig, policies: list[str], measure: bool = T
             gradients_bytes=parts.gradients_bytes, optimizer_bytes=parts.optimizer_bytes,
             activations_bytes=parts.activations_per_example * batch,
             total_bytes=parts.total_bytes(batch)))
+        import keras  # (after prepare: it imports TensorFlow quietly, keras would not)
+
         keras.backend.clear_session()
     if measure:
         plans = [p.model_copy(update={"measured_peak_bytes": _measured(config, p.policy, verbose)})
                  for p in plans]
     plans = [_with_largest_batch(p, machine_memory_bytes(), examples) for p in plans]
+    first = plans[0]
+    # (to a tenth: the optimizer also keeps a few scalars, its iteration count)
+    state = round(first.optimizer_bytes / first.weights_bytes, 1) if first.weights_bytes else 0
     return MemoryReport(experiment=config.name, batch_size=config.train.batch_size,
-                        parameters=plans[0].parameters, training_examples=examples, plans=plans)
+                        parameters=first.parameters, training_examples=examples, plans=plans,
+                        why=why_not_half(config.train.optimizer.name, state))
 
 
 def _with_largest_batch(plan: MemoryPlan, available: int | None, examples: int) -> MemoryPlan:

@@ -26,6 +26,7 @@ than float32 on the guide's MLP, and on AMX the same MLP runs 3x faster while a 
 
 from __future__ import annotations
 
+import contextlib
 import math
 import shutil
 import tempfile
@@ -40,57 +41,30 @@ import yaml
 from pydantic import BaseModel, ConfigDict
 
 from mptrain.config import ExperimentConfig
+from mptrain.data.pipeline import input_ms_per_batch
+from mptrain.engine import Contender, run_in_turns, turn_steps
 from mptrain.errors import ConfigError
 from mptrain.hardware import Machine
-from mptrain.local_workers import read_child_summary, run_child, run_command
+from mptrain.local_workers import read_child_summary, run_command
 from mptrain.microbench import KernelSpeeds
+from mptrain.precision import Candidate, candidate
 from mptrain.run_folder import RunFolder, to_json, unique_folder, write_atomic
 from mptrain.signals import ForwardSignals
 from mptrain.summary import RunSummary
-from mptrain.verdicts import accuracy_noise_pt, difference, speed_words, speedup
+from mptrain.training.turns import planned_steps
+from mptrain.verdicts import accuracy_noise_pt, difference, input_bound, paired_speedup, speed_words
 
-# every candidate plan knows, on some machine (which are tried depends on this one)
-CANDIDATE_NAMES = ("float32", "mixed_bfloat16", "mixed_bfloat16+xla", "float32+onednn_bf16",
-                   "float32+graph_bf16", "mixed_float16+xla", "mixed_float16", "float32+tf32_off")
 DEFAULT_STEPS = 30
 DEFAULT_TOLERANCE_PCT = 3.0
 DEFAULT_BUDGET_MINUTES = 20.0
 PRACTICAL_GAIN = 1.05  # less than this between two trials is within a shared machine's drift
-SLOWEST_RATIO = 5.0  # a trial step this many times float32's is stopped: it cannot win
+SLOWEST_RATIO = 5.0  # a trial stepping this many times float32's in a round is stopped: it cannot win
 TIMED_LAYER_KINDS = ("Dense", "EinsumDense", "Conv1D", "Conv2D", "Conv3D", "DepthwiseConv2D",
                      "SeparableConv2D", "Conv2DTranspose", "MultiHeadAttention", "Float32SoftmaxAttention")
 
 
 class _Record(BaseModel):
     model_config = ConfigDict(extra="forbid")
-
-
-class Candidate(_Record):
-    """One way to run the experiment: a policy, XLA or not, a math mode, float32 layers."""
-
-    name: str
-    policy: str
-    jit_compile: bool | None = None  # None: mptrain's choice for the policy and device
-    math_mode: str = "default"
-    float32_layers: list[str] = []
-    why_not: str | None = None  # set when it cannot win on this machine, and is not tried
-
-    @property
-    def overrides(self) -> list[str]:
-        jit = "null" if self.jit_compile is None else str(self.jit_compile).lower()
-        out = [f"policy={self.policy}", f"train.math_mode={self.math_mode}", f"train.jit_compile={jit}"]
-        if self.float32_layers:
-            out.append(f"model.float32_layers=[{', '.join(self.float32_layers)}]")
-        return out
-
-    @property
-    def sixteen_bit(self) -> bool:
-        return self.policy != "float32" or self.math_mode in ("onednn_bf16", "graph_bf16")
-
-    @property
-    def sixteen_bit_dtype(self) -> str:
-        """bfloat16 or float16: the 16-bit type its matmuls run in (if they do)."""
-        return "float16" if self.policy in ("mixed_float16", "float16") else "bfloat16"
 
 
 class Trial(_Record):
@@ -103,6 +77,8 @@ class Trial(_Record):
     loss_delta_pct: float | None = None  # trial loss vs float32's, in % of float32's
     accuracy_delta_pt: float | None = None
     unexplained_non_finite: int = 0
+    rounds: list[float | None] = []  # its median step (ms) in each round run in turns
+    whole_run_s: float | None = None  # estimated time to run the experiment as written
     counts: bool = False  # passed the accuracy guard and was timed
     verdict: str = ""
 
@@ -134,6 +110,9 @@ class PlanRecord(_Record):
     tolerance_pct: float
     evaluate: bool
     budget_minutes: float
+    experiment_steps: int = 0  # the experiment's own length, for the whole-run estimates
+    input_ms_per_batch: float | None = None  # the input pipeline alone, measured before the trials
+    turn_steps: int = 0  # steps each trial ran per turn
     candidates: list[Candidate]  # in the order tried; skipped ones carry why_not
     trials: list[Trial] = []
     layers: list[LayerTiming] = []
@@ -162,37 +141,33 @@ def candidates(machine: Machine, kernels: KernelSpeeds | None = None) -> list[Ca
     kernels when there are some); the ones that cannot win carry why."""
     cpu = not machine.accelerated
     bf16_units = "amx_bf16" in machine.cpu.flags or "avx512_bf16" in machine.cpu.flags
-    found = [Candidate(name="float32", policy="float32")]
+    found = [candidate("float32")]
     if machine.tpu:
-        found.append(Candidate(name="mixed_bfloat16", policy="mixed_bfloat16"))
+        found.append(candidate("mixed_bfloat16"))
         return found
     gpu = machine.gpus[0] if machine.gpus else None
     if cpu:
         no_bf16 = None if bf16_units else ("the CPU has no bfloat16 instructions (AVX512_BF16 or "
                                            "AMX-BF16): oneDNN would emulate them")
         found += [
-            Candidate(name="mixed_bfloat16", policy="mixed_bfloat16", jit_compile=False, why_not=no_bf16),
-            Candidate(name="mixed_bfloat16+xla", policy="mixed_bfloat16", jit_compile=True,
-                      why_not=no_bf16),
-            Candidate(name="float32+onednn_bf16", policy="float32", math_mode="onednn_bf16",
-                      why_not=no_bf16),
-            Candidate(name="float32+graph_bf16", policy="float32", math_mode="graph_bf16",
-                      why_not=no_bf16),
-            Candidate(name="mixed_float16+xla", policy="mixed_float16", jit_compile=True),
-            Candidate(name="mixed_float16", policy="mixed_float16", jit_compile=False,
-                      why_not="float16 on a CPU without XLA runs oneDNN's reference kernel, "
-                              "orders of magnitude slower than float32"),
+            candidate("mixed_bfloat16", no_bf16),
+            candidate("mixed_bfloat16+xla", no_bf16),
+            candidate("float32+onednn_bf16", no_bf16),
+            candidate("float32+graph_bf16", no_bf16),
+            candidate("mixed_float16+xla"),
+            candidate("mixed_float16", "the same as mixed_float16+xla here: on a CPU mptrain compiles "
+                                       "float16 with XLA (without it oneDNN's reference kernel "
+                                       "runs, orders of magnitude slower than float32)"),
         ]
     else:
         no_tc = None if gpu.float16_tensor_cores else f"{gpu.describe()}: no Tensor Cores (CC < 7.0)"
         no_bf = None if gpu.fast_bfloat16 else f"{gpu.describe()}: no fast bfloat16 (CC < 8.0)"
         found += [
-            Candidate(name="mixed_bfloat16", policy="mixed_bfloat16", why_not=no_bf),
-            Candidate(name="mixed_bfloat16+xla", policy="mixed_bfloat16", jit_compile=True, why_not=no_bf),
-            Candidate(name="mixed_float16", policy="mixed_float16", why_not=no_tc),
-            Candidate(name="mixed_float16+xla", policy="mixed_float16", jit_compile=True, why_not=no_tc),
-            Candidate(name="float32+tf32_off", policy="float32", math_mode="tf32_off",
-                      why_not=None if gpu.tf32_by_default else
+            candidate("mixed_bfloat16", no_bf),
+            candidate("mixed_bfloat16+xla", no_bf),
+            candidate("mixed_float16", no_tc),
+            candidate("mixed_float16+xla", no_tc),
+            candidate("float32+tf32_off", None if gpu.tf32_by_default else
                       f"{gpu.describe()}: no TF32 to turn off (CC < 8.0)"),
         ]
     if kernels is not None:
@@ -234,12 +209,13 @@ def compared_losses(base_steps, steps) -> tuple[float | None, float | None]:
 
 
 def judge(trial: Trial, base: Trial | None, base_loss: float | None, loss: float | None,
-          tolerance_pct: float, evaluate: bool) -> Trial:
-    """The trial against float32's: timed, within the tolerance, finite."""
+          tolerance_pct: float, evaluate: bool, experiment_steps: int = 0) -> Trial:
+    """The trial against float32's: timed in the same rounds, within the tolerance, finite,
+    and not slower over the experiment's whole length than float32."""
     s = trial.summary
     if s is None:
         return trial.model_copy(update={"verdict": f"failed ({trial.failed})"})
-    measured = speedup(base.summary, s) if base and base.summary else None
+    measured = paired_speedup(base.rounds, trial.rounds) if base and base.summary else None
     loss_delta = (100 * (loss - base_loss) / abs(base_loss)
                   if loss is not None and base_loss else None)
     accuracy = difference(s.test_accuracy, base.summary.test_accuracy if base and base.summary else None,
@@ -261,23 +237,42 @@ def judge(trial: Trial, base: Trial | None, base_loss: float | None, loss: float
     if not timed and not problems:
         problems.append("not enough steps to time" if s.stop_reason is None else s.stop_reason)
     is_base = trial.candidate.name == "float32"
+    whole_run = whole_run_estimate(s, experiment_steps)
+    base_whole = whole_run_estimate(base.summary, experiment_steps) if base and base.summary else None
+    if (not is_base and measured and measured[0] > 1 and whole_run and base_whole
+            and whole_run > base_whole):
+        problems.append(f"faster per step, but slower over the experiment's {experiment_steps} "
+                        f"steps (est. {whole_run:.1f} s against float32's {base_whole:.1f} s: its "
+                        "one-off costs outweigh the gain)")
     words = "baseline" if is_base else (speed_words(measured[1]) if measured else None)
     verdict = ", ".join(filter(None, [words, *problems])) or "n/a"
     return trial.model_copy(update={
         "speedup": measured[0] if measured else None,
         "speedup_range": measured[1] if measured else None,
-        "loss_delta_pct": loss_delta, "accuracy_delta_pt": accuracy,
+        "loss_delta_pct": loss_delta, "accuracy_delta_pt": accuracy, "whole_run_s": whole_run,
         "counts": timed and not problems, "verdict": verdict})
+
+
+def whole_run_estimate(s: RunSummary, experiment_steps: int) -> float | None:
+    """How long the experiment as written would take this way: the one-off costs of its
+    first step (start, data, model, tracing, compiling: `time_to_first_step_s`) and every
+    later step at the trial's median (evaluation left out: the same work at any precision)."""
+    if not experiment_steps or s.step_time is None or s.time_to_first_step_s is None:
+        return None
+    return s.time_to_first_step_s + (experiment_steps - 1) * s.step_time.median_ms / 1e3
 
 
 def choose(trials: list[Trial]) -> tuple[str, str]:
     """The fastest counted candidate that is faster than float32 beyond the noise: its
-    speed-up's 95% interval above 1, and by at least PRACTICAL_GAIN, because trials run one
-    after another and a shared machine drifts between them more than within one. Among
+    speed-up's 95% interval (from the rounds run in turns) above 1, and by at least
+    PRACTICAL_GAIN, a gain too small to be worth a change of precision otherwise. Among
     candidates within PRACTICAL_GAIN of the fastest, the simplest (the first listed). float32
     when none is."""
     faster = [t for t in trials if t.counts and t.candidate.name != "float32" and t.speedup_range
               and t.speedup_range[0] > 1.0 and t.speedup >= PRACTICAL_GAIN]
+    if not faster and any("slower over the experiment" in t.verdict for t in trials):
+        return "float32", ("a candidate was faster per step but not over the experiment's "
+                           "length (its one-off costs outweigh the gain)")
     if not faster:
         counted16 = [t for t in trials if t.candidate.sixteen_bit and t.summary is not None]
         if counted16 and not any(t.counts for t in counted16):
@@ -421,6 +416,7 @@ def start_plan(config: ExperimentConfig, *, names: list[str] | None = None,
         machine = prepared.machine
         found = select(candidates(machine, measured_kernels(prepared.tf, machine, status)), names)
         per_epoch = prepared.batches.steps_per_epoch
+        input_ms = input_ms_per_batch(prepared.batches)
         config = prepared.config
         folder = unique_folder(config.output.dir, f"plan-{config.name}")
         shutil.move(staged, folder / "initial_weights.npz")
@@ -431,6 +427,8 @@ def start_plan(config: ExperimentConfig, *, names: list[str] | None = None,
         experiment=config.name, folder=str(folder), machine=describe_machine(machine),
         measured_at=datetime.now().isoformat(timespec="seconds"), steps=steps,
         tolerance_pct=tolerance_pct, evaluate=evaluate, budget_minutes=budget_minutes,
+        experiment_steps=planned_steps(config.train, per_epoch), turn_steps=turn_steps(steps),
+        input_ms_per_batch=input_ms,
         candidates=found, plan_file=str(out) if out else None)
     write_plan(folder, record)
     return record, folder
@@ -464,11 +462,11 @@ def describe_machine(machine: Machine) -> str:
 
 
 def run_plan(record: PlanRecord, folder: Path, *, verbose: bool = False,
-             on_trial: Callable[[int, int, Candidate], None] | None = None,
+             on_turn: Callable[[int, str, list[float]], None] | None = None,
              on_layers: Callable[[str], object] | None = None,
              as_text: Callable[[PlanRecord], str] | None = None) -> PlanResult:
-    """Run the trials not yet run, then the float32 islands, then choose; resumable.
-    `as_text(record)`: the table as text, for MLflow (with `output.mlflow`)."""
+    """Decide the float32 islands, run the trials not yet run in turns (`engine`), then
+    choose; resumable. `as_text(record)`: the table as text, for MLflow (`output.mlflow`)."""
     from mptrain.tracking import start_parent
 
     started = time.perf_counter()
@@ -477,22 +475,13 @@ def run_plan(record: PlanRecord, folder: Path, *, verbose: bool = False,
         "plan.steps": str(record.steps), "plan.tolerance_pct": str(record.tolerance_pct),
         "plan.budget_minutes": str(record.budget_minutes), "plan.evaluate": str(record.evaluate)})
     env = tracking.env if tracking else {}
-    budget_s = 60 * record.budget_minutes
+    if not record.layers and record.untried:
+        record = _add_islands(record, folder, verbose, on_layers)
+        write_plan(folder, record)
     signal = None
     with ForwardSignals() as signals:
-        queue = [c for c in record.candidates if c.why_not is None]
-        for index, candidate in enumerate(queue, start=1):
-            if candidate not in record.untried:
-                continue
-            if signals.received is not None or time.perf_counter() - started > budget_s:
-                break
-            if on_trial:
-                on_trial(index, len(queue), candidate)
-            record = _run_trial(record, folder, candidate, verbose, signals, env)
-            write_plan(folder, record)
-        if signals.received is None and time.perf_counter() - started <= budget_s \
-                and not record.untried and not record.island_layers:
-            record = _try_islands(record, folder, verbose, signals, on_trial, on_layers, env)
+        if record.untried and time.perf_counter() - started <= 60 * record.budget_minutes:
+            record = _run_trials(record, folder, verbose, signals, on_turn, env)
         signal = signals.received
     winner, reason = choose(record.trials)
     status = ("interrupted" if signal is not None else
@@ -517,26 +506,39 @@ def run_plan(record: PlanRecord, folder: Path, *, verbose: bool = False,
     return PlanResult(record, folder, signal, tracking.notes)
 
 
-def _run_trial(record: PlanRecord, folder: Path, candidate: Candidate, verbose: bool,
-               signals: ForwardSignals, env: dict[str, str]) -> PlanRecord:
-    run_dir = folder / f"{record.experiment}-{candidate.name.replace('+', '-')}"
-    shutil.rmtree(run_dir, ignore_errors=True)  # an interrupted trial runs again, whole
-    overrides = [f"name={record.experiment}-{candidate.name.replace('+', '-')}", *candidate.overrides]
-    base = record.trial("float32")
-    if base is not None and base.summary is not None and base.summary.step_time is not None:
-        limit = max(SLOWEST_RATIO * base.summary.step_time.p90_ms / 1e3, 5.0)
-        overrides.append(f"train.max_step_seconds={limit:.3g}")
-    code, stdout = run_child(run_command(folder / "trial.yaml", overrides, run_dir=run_dir,
-                                         initial_weights=folder / "initial_weights.npz",
-                                         verbose=verbose), signals, env)
-    outcome = read_child_summary(code, stdout)
-    trial = Trial(candidate=candidate, run_dir=str(run_dir),
-                  summary=outcome if isinstance(outcome, RunSummary) else None,
-                  failed=outcome if isinstance(outcome, str) else None)
-    if trial.summary is not None and trial.summary.status == "interrupted":
-        trial = trial.model_copy(update={"summary": None, "failed": "interrupted"})
-    trials = [t for t in record.trials if t.candidate.name != candidate.name] + [trial]
-    return record.model_copy(update={"trials": _judged(trials, record)})
+def _run_trials(record: PlanRecord, folder: Path, verbose: bool, signals: ForwardSignals,
+                on_turn, env: dict[str, str]) -> PlanRecord:
+    """Every untried candidate, and float32 with them (every speed-up is a ratio within a
+    round, so the baseline runs in the same rounds, also when a plan resumes)."""
+    queue = record.untried
+    if all(c.name != "float32" for c in queue):
+        queue = [next(c for c in record.candidates if c.name == "float32"), *queue]
+    contenders, run_dirs = [], {}
+    for option in queue:
+        label = option.name.replace("+", "-")
+        run_dir = run_dirs[option.name] = folder / f"{record.experiment}-{label}"
+        shutil.rmtree(run_dir, ignore_errors=True)  # an interrupted trial runs again, whole
+        overrides = [f"name={record.experiment}-{label}", *option.overrides]
+        command = run_command(folder / "trial.yaml", overrides, run_dir=run_dir,
+                              initial_weights=folder / "initial_weights.npz", verbose=verbose)
+        contenders.append(Contender(option.name, command, folder / "logs" / f"{label}.log", env))
+    outcomes = run_in_turns(contenders, record.turn_steps, signals, on_turn,
+                            slowest_ratio=SLOWEST_RATIO)
+    trials = {t.candidate.name: t for t in record.trials}
+    for option in queue:
+        outcome = outcomes.get(option.name)
+        if outcome is None:
+            continue  # never started: still to try
+        summary = read_child_summary(outcome.code, outcome.stdout)
+        failed = None
+        if isinstance(summary, str):
+            summary, failed = None, f"{summary}: {outcome.log_tail}" if outcome.log_tail else summary
+        elif summary.status == "interrupted":
+            summary, failed = None, "interrupted"
+        trials[option.name] = Trial(candidate=option, run_dir=str(run_dirs[option.name]),
+                                    summary=summary, failed=failed, rounds=outcome.rounds)
+    ordered = [trials[c.name] for c in record.candidates if c.name in trials]
+    return record.model_copy(update={"trials": _judged(ordered, record)})
 
 
 def _judged(trials: list[Trial], record: PlanRecord) -> list[Trial]:
@@ -549,40 +551,36 @@ def _judged(trials: list[Trial], record: PlanRecord) -> list[Trial]:
         unexplained = sum(1 for r in records if not math.isfinite(r.loss) and not r.skipped)
         t = t.model_copy(update={"unexplained_non_finite": unexplained})
         base_loss, loss = compared_losses(steps.get("float32", []), records)
-        judged.append(judge(t, base, base_loss, loss, record.tolerance_pct, record.evaluate))
+        t = judge(t, base, base_loss, loss, record.tolerance_pct, record.evaluate,
+                  record.experiment_steps)
+        waits = input_bound(t.summary.step_time.median_ms if t.summary and t.summary.step_time
+                            else None, record.input_ms_per_batch)
+        judged.append(t.model_copy(update={"verdict": f"{t.verdict}; {waits}"}) if waits else t)
     return judged
 
 
-def _try_islands(record: PlanRecord, folder: Path, verbose: bool, signals: ForwardSignals,
-                 on_trial, on_layers, env: dict[str, str]) -> PlanRecord:
-    """The best 16-bit trial, with its slow (or overflowing) layers kept in float32."""
+def _add_islands(record: PlanRecord, folder: Path, verbose: bool, on_layers) -> PlanRecord:
+    """The most promising 16-bit candidate (the first listed: by this machine's measured
+    kernels) with its slow (or overflowing) layers kept in float32, as one more candidate,
+    so it runs in the same rounds as the others. Decided before the trials from each
+    layer's own timing, in 16 bits and in float32."""
     from mptrain.config import load_config
 
-    sixteen = [t for t in record.trials if t.candidate.sixteen_bit and t.summary is not None
-               and t.candidate.policy != "float32" and not t.candidate.float32_layers]
-    if not sixteen:
+    best = next((c for c in record.untried if c.sixteen_bit and c.policy != "float32"
+                 and not c.float32_layers), None)
+    if best is None:
         return record
-    best = max(sixteen, key=lambda t: (t.counts, t.speedup or 0.0))
     config = load_config(folder / "experiment.yaml")
-    if on_layers is not None:
-        with on_layers(f"timing each layer of {record.experiment} in {best.candidate.policy} "
-                       "and float32…"):
-            timings = layer_timings(config, best.candidate, verbose=verbose)
-    else:
-        timings = layer_timings(config, best.candidate, verbose=verbose)
-    overflowing = (_overflowing_layers(config, verbose)
-                   if best.candidate.sixteen_bit_dtype == "float16" else [])
+    what = f"timing each layer of {record.experiment} in {best.policy} and float32…"
+    with on_layers(what) if on_layers is not None else contextlib.nullcontext():
+        timings = layer_timings(config, best, verbose=verbose)
+    overflowing = _overflowing_layers(config, verbose) if best.sixteen_bit_dtype == "float16" else []
     chosen = islands(timings, overflowing)
     record = record.model_copy(update={"layers": timings, "island_layers": chosen})
     if not chosen:
         return record
-    candidate = best.candidate.model_copy(update={
-        "name": f"{best.candidate.name}+islands", "float32_layers": chosen})
-    record = record.model_copy(update={"candidates": [*record.candidates, candidate]})
-    write_plan(folder, record)
-    if on_trial:
-        on_trial(len(record.candidates), len(record.candidates), candidate)
-    return _run_trial(record, folder, candidate, verbose, signals, env)
+    candidate = best.model_copy(update={"name": f"{best.name}+islands", "float32_layers": chosen})
+    return record.model_copy(update={"candidates": [*record.candidates, candidate]})
 
 
 def _overflowing_layers(config: ExperimentConfig, verbose: bool) -> list[str]:

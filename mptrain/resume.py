@@ -1,9 +1,10 @@
 """`mptrain run --resume RUN_DIR`: which runs can be continued, and with what changes.
 
 A resumed run trains with the run folder's own resolved config.yaml. It may go further
-(`train.epochs`, `train.max_steps`, `train.max_step_seconds`), but nothing that changes what
-the checkpoint means: another model, policy, batch size, data or seed would continue a
-different experiment from weights that are not its own, so those are refused by name.
+(`train.epochs`, `train.max_steps`, `train.max_step_seconds`), or on another number of local
+workers (`distribute.workers`), but nothing that changes what the checkpoint means: another
+model, policy, batch size, data or seed would continue a different experiment from weights
+that are not its own, so those are refused by name.
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ from mptrain.errors import ConfigError
 from mptrain.run_folder import RunFolder
 from mptrain.summary import RunState, RunSummary
 
-MAY_CHANGE = ("train.epochs", "train.max_steps", "train.max_step_seconds")
+# distribute.workers too: the checkpoint holds every worker's (mirrored) variables once, and
+# the data position counts global batches, so any number of local workers continues it
+MAY_CHANGE = ("train.epochs", "train.max_steps", "train.max_step_seconds", "distribute.workers")
 
 
 class AlreadyFinished(Exception):

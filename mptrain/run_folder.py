@@ -15,6 +15,8 @@ import contextlib
 import json
 import math
 import os
+import re
+import shutil
 import socket
 from dataclasses import asdict
 from datetime import datetime
@@ -39,9 +41,25 @@ class RunFolder(TrainingListener):
 
     @classmethod
     def create_at(cls, path: Path) -> RunFolder:
-        """Exactly this folder (compare and plan name their runs' folders in advance)."""
-        path.mkdir(parents=True)
+        """Exactly this folder, new or empty (compare and plan name their runs' folders in
+        advance; `run --workers` reserves one with `unique_folder`, so it knows the folder
+        whichever worker is lost)."""
+        path.mkdir(parents=True, exist_ok=True)
+        if any(path.iterdir()):
+            raise FileExistsError(f"{path}: a run folder must start empty")
         return cls(path)
+
+    @classmethod
+    def worker_copy(cls, run_dir: Path, scratch: Path) -> RunFolder:
+        """A non-chief worker's copy of the run it resumes, in its scratch folder: the chief's
+        checkpoints and records, so it restores the same state and takes the same decisions,
+        while only the chief writes the run folder."""
+        copy = scratch / run_dir.name
+        shutil.copytree(run_dir / "checkpoints", copy / "checkpoints")
+        for name in ("steps.jsonl", "metrics.jsonl"):
+            if (run_dir / name).exists():
+                shutil.copy2(run_dir / name, copy / name)
+        return cls(copy)
 
     # --- files ---------------------------------------------------------------------------
 
@@ -99,8 +117,8 @@ class RunFolder(TrainingListener):
             staged = self.path / "model.tmp.weights.h5"
             model.save_weights(staged)
             os.replace(staged, weights)
-            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            return (f"no model.keras: Keras cannot serialise this model ({reason[:160]}); its "
+            reason = first_sentence(str(exc)) or type(exc).__name__
+            return (f"no model.keras: Keras cannot serialise this model ({reason}); its "
                     "trained weights are in model.weights.h5 (model.load_weights on the model "
                     "your builder returns)")
         os.replace(tmp, self.path / "model.keras")
@@ -109,9 +127,9 @@ class RunFolder(TrainingListener):
     # --- records ---------------------------------------------------------------------------
 
     def flush_steps(self) -> None:
-        """Append the steps recorded since the last flush (called at checkpoints and at the
-        end: per-step file I/O would tax the training loop, and steps after the last
-        checkpoint are redone by a resume anyway)."""
+        """Append the steps recorded since the last flush (called at checkpoints, at each
+        epoch's end and at the end: per-step file I/O would tax the training loop, and steps
+        after the last checkpoint are redone by a resume anyway)."""
         if self._pending_steps:
             append_lines(self.path / "steps.jsonl", [asdict(r) for r in self._pending_steps])
             self._pending_steps.clear()
@@ -139,7 +157,16 @@ class RunFolder(TrainingListener):
         self._pending_steps.append(record)
 
     def epoch_finished(self, record: EpochRecord) -> None:
+        self.flush_steps()  # the step log is complete at each epoch's end, checkpoint or not
         append_lines(self.path / "metrics.jsonl", [asdict(record)])
+
+
+def first_sentence(text: str) -> str:
+    """The first sentence of a message, whole, on one line (Keras wraps its messages over
+    lines, so their first line can end mid-sentence)."""
+    flat = " ".join(text.split())
+    end = flat.find(". ")
+    return flat if end < 0 else flat[: end + 1]
 
 
 def _now() -> str:
@@ -159,6 +186,21 @@ def unique_folder(parent: Path, name: str) -> Path:
             continue
         return path
     raise FileExistsError(f"{parent}: too many folders named {name}-{stamp}")
+
+
+def last_checkpoint(run_dir: Path) -> int | None:
+    """The step of the run's newest whole checkpoint (TensorFlow names its `checkpoint` index
+    only once a checkpoint is written), read without TensorFlow; None when it has none."""
+    folder = run_dir / "checkpoints"
+    try:
+        index = (folder / "checkpoint").read_text()
+    except OSError:
+        index = ""
+    named = re.search(r'^model_checkpoint_path: "ckpt-(\d+)"', index, re.MULTILINE)
+    if named and (folder / f"ckpt-{named[1]}.index").is_file():
+        return int(named[1])
+    found = (re.fullmatch(r"ckpt-(\d+)\.index", path.name) for path in folder.glob("ckpt-*.index"))
+    return max((int(match[1]) for match in found if match), default=None)
 
 
 def record_text(record: RunRecord) -> str:

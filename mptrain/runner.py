@@ -19,7 +19,7 @@ from pathlib import Path
 
 from mptrain.config import ExperimentConfig
 from mptrain.diagnostics.lint import lint, worth_saying
-from mptrain.distribute import scope
+from mptrain.distribute import scope, worker_lost
 from mptrain.errors import MptrainError
 from mptrain.experiment import Prepared, prepare
 from mptrain.flops import forward_profile
@@ -30,6 +30,7 @@ from mptrain.signals import RunAbandoned, stop_on_signals
 from mptrain.summary import RunSummary, summarize_run
 from mptrain.tracking import end_tracking, finish_tracking, start_tracking
 from mptrain.training.records import EpochRecord, StepRecord, TrainingListener
+from mptrain.training.turns import TakeTurns, planned_steps
 
 
 @dataclass
@@ -74,7 +75,7 @@ def run_experiment(
     chief = prepared.place.chief
     parent = (output_dir or config.output.dir) if chief else Path(tempfile.mkdtemp())
     if resume is not None:
-        folder = RunFolder(resume)
+        folder = RunFolder(resume) if chief else RunFolder.worker_copy(resume, parent)
     elif run_dir is not None and chief:
         folder = RunFolder.create_at(run_dir)
     else:
@@ -94,8 +95,14 @@ def run_experiment(
         if on_start is not None:
             on_start(prepared, session.notes + [f"lint: {f}" for f in findings])
         monitor = session.monitor
+        turns = TakeTurns.from_environment(
+            monitor, planned_steps(config.train, prepared.batches.steps_per_epoch))
+        if turns is not None:  # a variant of compare or plan: it trains in turns with the others
+            monitor.listeners.append(turns)
         with stop_on_signals(monitor):
             prepared.loop.train(prepared.batches, monitor, session.start.epoch, session.start.step)
+            if turns is not None:
+                turns.finish()
         session.close()
         # an interrupted run is not evaluated: its user wants it to stop, now
         test = {} if monitor.stop_kind == "signal" else prepared.loop.evaluate(prepared.batches.test)
@@ -110,6 +117,9 @@ def run_experiment(
                                 test_examples=prepared.data.test.size,
                                 distribution=prepared.place.description,
                                 replicas=prepared.place.replicas)
+        if turns is not None:
+            summary = summary.model_copy(update={"wall_time_s": summary.wall_time_s - turns.waited_s,
+                                                 "turn_wait_s": turns.waited_s})
         if config.output.save_model and summary.status == "finished" \
                 and (why_not := folder.save_model(prepared.model)) is not None:
             summary = summary.model_copy(update={"notes": [*summary.notes, why_not]})
@@ -131,8 +141,12 @@ def run_experiment(
             f"checkpoint is intact. Free space (or fix the disk), then continue with: mptrain "
             f"run --resume {folder.path}") from exc
     except BaseException as exc:
-        _mark_failed(folder, exc)
+        # another worker died: say so, and how to continue, instead of TensorFlow's traceback
+        lost = worker_lost(exc, prepared.place, prepared.tf, folder.path if chief else resume or run_dir)
+        _mark_failed(folder, lost or exc)
         end_tracking(tracking, "failed")
+        if lost is not None:
+            raise lost from exc
         raise
     finally:
         if not chief:

@@ -70,12 +70,15 @@ class TrainingSession:
             history=history,
         )
         guard = DivergenceGuard(monitor, checkpointer, train.recovery)
-        # the guard goes before the checkpointer: a diverged step is never saved as "good"
         if tracking is not None:
             tracking.catch_up(*history)  # what a resumed run's MLflow run may lack
-        monitor.listeners = [*listeners, folder, tensorboard, *([tracking] if tracking else []), guard]
-        if train.checkpoint.enabled:
-            monitor.listeners.append(checkpointer)
+        # What is reported is saved: the records and the checkpoint go to disk before a line
+        # is printed or logged, so a run killed right after its epoch line resumes after that
+        # epoch. The epoch's record precedes its checkpoint (a resume reads the records up to
+        # the checkpoint); the guard precedes the checkpointer (a diverged step is never saved
+        # as "good").
+        saving = [folder, guard, *([checkpointer] if train.checkpoint.enabled else [])]
+        monitor.listeners = [*saving, tensorboard, *([tracking] if tracking else []), *listeners]
         if start.start:
             checkpointer.save(start)  # the last good checkpoint recovery can always go back to
         return cls(monitor, checkpointer, guard, start, tensorboard, notes)

@@ -5,8 +5,9 @@ A run is hours of someone's machine, so signals stop it cleanly:
   to stop at the end of the current step (or, between epochs, before the next one), so the
   runner saves a checkpoint and an `interrupted` summary; a second Ctrl-C abandons the run at
   once (`RunAbandoned`, which keeps the last checkpoint);
-- while compare or plan runs children (`ForwardSignals`), a signal is passed on to the
-  running child, once per signal, and no further child starts;
+- while compare or plan runs children, or `run --workers` its workers (`ForwardSignals`), a
+  signal is passed on to the running children, once per signal, and no further child starts
+  (no lost worker is restarted);
 - children die with their parent (`die_with_parent`): a parent killed with SIGKILL cannot
   forward anything, so Linux's parent-death signal sends the child SIGTERM, which stops it
   like a Ctrl-C would, with a checkpoint to resume from.
@@ -74,14 +75,14 @@ def stop_on_signals(monitor: TrainingMonitor):
 
 
 class ForwardSignals:
-    """While children run: SIGINT/SIGTERM are passed on to the running child (which stops
+    """While children run: SIGINT/SIGTERM are passed on to the running children (each stops
     after its current step and saves a checkpoint), and `received` tells the caller to start
     no more. Children run in their own session, so a terminal's Ctrl-C reaches them only
-    through here: once per Ctrl-C (a second one abandons the child, as it would a run)."""
+    through here: once per Ctrl-C (a second one abandons a child, as it would a run)."""
 
     def __init__(self):
         self.received: int | None = None
-        self.child: subprocess.Popen | None = None
+        self.children: list[subprocess.Popen] = []
         self._previous: dict[int, object] = {}
 
     def __enter__(self) -> ForwardSignals:
@@ -96,8 +97,9 @@ class ForwardSignals:
 
     def _handle(self, signum, frame) -> None:
         self.received = self.received or signum
-        if self.child is not None and self.child.poll() is None:
-            self.child.send_signal(signum)
+        for child in self.children:
+            if child.poll() is None:
+                child.send_signal(signum)
 
 
 def die_with_parent() -> None:

@@ -155,8 +155,9 @@ class RunSummary(_Record):
     test_examples: int | None  # what the test figures were measured on
     loss_scale: LossScaleStats | None
     memory: MemoryStats
-    wall_time_s: float
-    time_to_first_step_s: float | None
+    wall_time_s: float  # its own work: time spent waiting for its turn (compare, plan) left out
+    time_to_first_step_s: float | None  # the one-off costs: start, data, model, tracing, compiling
+    turn_wait_s: float = 0.0  # how long it waited for other variants' turns (compare, plan)
     tensorflow_version: str | None
     keras_version: str | None
     seed: int

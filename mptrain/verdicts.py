@@ -9,6 +9,13 @@ error of a median is about 1.25 sigma / sqrt(n), sigma from the p10-p90 spread);
 speed-up's range is the 95% interval of the ratio of the two medians, and a verdict says
 faster or slower only when that whole range is on one side of 1.
 
+Speed measured in turns (compare and plan run their variants round-robin, `engine`): each
+round's ratio is taken within the round (the baseline's median step in that round over the
+variant's), so a machine that drifts between rounds moves both sides alike; the speed-up is
+the median of the rounds' ratios, and its 95% interval the distribution-free interval of a
+median from those ratios (order statistics of a Binomial(n, 1/2)), which needs 6 rounds;
+with fewer, the whole range of the rounds' ratios.
+
 Accuracy: a test set of n examples measures accuracy to about ±1.96·sqrt(p(1-p)/n), so on
 41 examples one example (2.4 points) is noise. Two accuracies differ only when the difference
 is outside the Wilson 95% interval of the variant's accuracy at the test set's size.
@@ -32,6 +39,43 @@ def speedup(base: RunSummary, other: RunSummary) -> tuple[float, tuple[float, fl
     ratio = a.median_ms / b.median_ms
     margin = math.exp(Z95 * math.hypot(_relative_error(a), _relative_error(b)))
     return ratio, (ratio / margin, ratio * margin)
+
+
+MIN_ROUNDS = 3  # fewer paired rounds are no measurement of a ratio
+
+
+def paired_speedup(base_rounds: list[float | None], rounds: list[float | None]
+                   ) -> tuple[float, tuple[float, float]] | None:
+    """The speed-up from rounds run in turns: `base_rounds[i]` and `rounds[i]` are the two
+    sides' median step times in round i (None: that side had no timed step in it). The
+    median of the per-round ratios, with its 95% interval; None with fewer than MIN_ROUNDS
+    rounds where both sides were timed."""
+    ratios = sorted(b / v for b, v in zip(base_rounds, rounds, strict=False) if b and v)
+    if len(ratios) < MIN_ROUNDS:
+        return None
+    return _median(ratios), median_interval(ratios)
+
+
+def median_interval(values: list[float], coverage: float = 0.95) -> tuple[float, float]:
+    """A distribution-free interval for the median of `values`: the k-th smallest and k-th
+    largest, with k the largest rank whose Binomial(n, 1/2) tails leave at least `coverage`
+    between them; the whole range when no rank does (n < 6 for 95%)."""
+    ordered = sorted(values)
+    n = len(ordered)
+    tail, k = 0.0, 0
+    for rank in range(n // 2):
+        tail += math.comb(n, rank) / 2**n  # P(fewer than rank + 1 of n below the median)
+        if 2 * tail > 1 - coverage:
+            break
+        k = rank + 1
+    if k == 0:
+        return ordered[0], ordered[-1]
+    return ordered[k - 1], ordered[n - k]
+
+
+def _median(ordered: list[float]) -> float:
+    n = len(ordered)
+    return ordered[n // 2] if n % 2 else (ordered[n // 2 - 1] + ordered[n // 2]) / 2
 
 
 def _relative_error(times) -> float:
@@ -107,3 +151,16 @@ def difference(a: float | None, b: float | None, scale: float = 1.0) -> float | 
 
 def ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a is not None and b else None
+
+
+INPUT_BOUND_MARGIN = 1.2  # a step within this of the input pipeline's time waits for data
+
+
+def input_bound(step_ms: float | None, input_ms: float | None) -> str | None:
+    """When a step takes about as long as the input pipeline alone needs to deliver its batch,
+    the step waits for data: no precision can make it faster than the pipeline."""
+    if step_ms is None or input_ms is None or step_ms > INPUT_BOUND_MARGIN * input_ms:
+        return None
+    return (f"input-bound: the input pipeline alone takes {input_ms:.1f} ms a batch, so no step "
+            "runs faster than that whatever its precision (data.cache: memory, or fewer decode "
+            "steps, would help)")

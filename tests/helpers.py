@@ -104,6 +104,26 @@ def wait_for(process: subprocess.Popen, text: str, timeout: float = 120) -> list
     raise AssertionError(f"never saw {text!r}: {''.join(lines)}")
 
 
+def local_worker(parent: subprocess.Popen, index: int) -> int:
+    """The process id of worker `index` of a `mptrain run --workers N` (its child whose
+    TF_CONFIG says that task), read from /proc."""
+    import json
+
+    for entry in Path("/proc").iterdir():
+        try:
+            if not entry.name.isdigit() or \
+                    int((entry / "stat").read_text().rpartition(")")[2].split()[1]) != parent.pid:
+                continue
+            environ = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:  # ended meanwhile
+            continue
+        for variable in environ:
+            if variable.startswith(b"TF_CONFIG=") and \
+                    json.loads(variable[len(b"TF_CONFIG="):])["task"]["index"] == index:
+                return int(entry.name)
+    raise AssertionError(f"process {parent.pid} has no worker {index}")
+
+
 def experiment(tmp_path: Path, *overrides: str, name: str = "exp.yaml") -> Path:
     """A tiny experiment file writing its runs to tmp_path/runs."""
     path = tmp_path / name

@@ -98,6 +98,20 @@ def find_config(ref: str | Path) -> Path:
                       f"{did_you_mean(name, builtins)} (built-ins: {', '.join(builtins)})")
 
 
+def yaml_problem(exc: yaml.YAMLError, text: str, lines: bool) -> str:
+    """PyYAML's error in one line: where (line and column, or column alone for a one-line
+    `--set` value) and what, without its multi-line excerpt of the text."""
+    mark = getattr(exc, "problem_mark", None)
+    where = ""
+    if mark is not None:
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if lines else \
+            f" at column {mark.column + 1}"
+    problem = getattr(exc, "problem", None) or " ".join(str(exc).split())
+    if "\t" in text and "\\t" in problem:
+        problem += " (YAML indents with spaces, not tabs)"
+    return f"{where}: {problem}"
+
+
 def read_yaml(path: Path) -> dict[str, Any]:
     """The file's top-level mapping. Unreadable, non-UTF-8, empty, oversized or non-mapping
     files are errors that say which."""
@@ -116,12 +130,7 @@ def read_yaml(path: Path) -> dict[str, Any]:
     try:
         raw = parse_yaml(text)
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        if "\t" in text and "\\t" in problem:
-            problem += " (YAML indents with spaces, not tabs)"
-        raise ConfigError(f"{path}: not valid YAML{where}: {problem}") from None
+        raise ConfigError(f"{path}: not valid YAML{yaml_problem(exc, text, lines=True)}") from None
     except ConfigError as exc:
         raise ConfigError(f"{path}: {exc}") from None
     if raw is None:
@@ -152,7 +161,8 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     try:
         value = parse_yaml(raw) if raw.strip() else None
     except yaml.YAMLError as exc:
-        raise ConfigError(f"--set {text!r}: the value is not valid YAML ({exc})") from None
+        raise ConfigError(f"--set {text!r}: the value is not valid YAML"
+                          f"{yaml_problem(exc, raw, lines=False)}") from None
     return key.split("."), value
 
 
@@ -212,6 +222,18 @@ def load_config(ref: str | Path, overrides: list[str] | None = None) -> Experime
                            output_base=Path.cwd() if is_builtin(path) else None)
     config._source = str(ref)
     return config
+
+
+def with_overrides(config: ExperimentConfig, overrides: list[str]) -> ExperimentConfig:
+    """A new validated experiment: `config` with `--set`-style overrides (a sweep's point, a
+    candidate's settings). Paths given in the overrides are relative to the current folder,
+    as on the command line; the others were resolved already."""
+    raw = apply_overrides(config.to_yaml_dict(), overrides)
+    changed = validate(raw, config.source, overrides)
+    from_cli = {tuple(parse_override(o)[0]) for o in overrides}
+    changed = resolve_paths(changed, Path.cwd(), from_cli)
+    changed._source = config.source
+    return changed
 
 
 # Every key that holds a path (section, key); a python builder holds one before its ":".
@@ -286,6 +308,10 @@ def _describe(err: dict[str, Any], set_keys: dict[tuple[str, ...], str]) -> str:
         where = f"{key}: " if loc else ""
         return f"  {origin}{where}{err['msg'].removeprefix('Value error, ')}"
     shown = repr(value) if not isinstance(value, dict) else "{…}"
+    if kind in ("literal_error", "enum"):  # a name from a fixed list: say the list, and the nearest
+        choices = re.findall(r"'([^']*)'", str(err.get("ctx", {}).get("expected", "")))
+        hint = did_you_mean(str(value), choices) if isinstance(value, str) else ""
+        return f"  {origin}{key} = {shown}: not one of {', '.join(choices)}{hint}"
     return f"  {origin}{key} = {shown}: {err['msg']}"
 
 

@@ -443,6 +443,17 @@ class DistributeConfig(_Strict):
     strategy: StrategyName = "none"
     devices: list[str] | None = Field(None, description='e.g. ["/gpu:0", "/gpu:1"]; default: all.')
     tpu: str | None = Field(None, description="TPU name or address (TPUClusterResolver).")
+    workers: int | None = Field(None, ge=2, description=(
+        "multi_worker_mirrored on this machine: N local worker processes (`run --workers N`); "
+        "kept in the run's config.yaml so `run --resume` restarts as many. Where $TF_CONFIG "
+        "is set, each process is one worker of that cluster instead."))
+
+    @model_validator(mode="after")
+    def _workers_are_multi_worker(self) -> DistributeConfig:
+        if self.workers is not None and self.strategy != "multi_worker_mirrored":
+            raise ValueError(f"distribute.workers {self.workers} needs distribute.strategy "
+                             f"multi_worker_mirrored (not {self.strategy})")
+        return self
 
     @field_validator("devices")
     @classmethod

@@ -61,6 +61,26 @@ class Batches:
                                self.target, self.shuffle_buffer)
 
 
+def input_ms_per_batch(batches: Batches, count: int = 20) -> float | None:
+    """How fast the input pipeline alone delivers training batches (ms a batch, the median
+    after the first, which builds the pipeline): a step can be no faster than this, whatever
+    its precision. None with fewer than 3 batches an epoch."""
+    import statistics
+    import time
+
+    count = min(count, batches.steps_per_epoch)
+    if count < 3:
+        return None
+    stream = iter(batches.train_from(0, 0, until_epoch=1))
+    next(stream)
+    times = []
+    for _ in range(count - 1):
+        started = time.perf_counter()
+        next(stream)
+        times.append(1e3 * (time.perf_counter() - started))
+    return statistics.median(times)
+
+
 def make_batches(data: Dataset, batch_size: int, epochs: int, seed: int, binary_labels: bool,
                  shuffle_buffer: int | None = None) -> Batches:
     target = _binary_targets if binary_labels else None

@@ -91,7 +91,7 @@ def lint(prepared: Prepared, profile: ForwardProfile, target: Target = "auto") -
     findings = [*(_alignment(prepared.model, config, profile.flops_by_layer, total, units)
                   if units else []),
                 *_small_model(config, profile, machine),
-                *_numerics(prepared.model, prepared.choice, prepared.notes)]
+                *_numerics(prepared.model, prepared.choice, prepared.notes, prepared.output)]
     return sorted(findings, key=lambda f: (f.severity != "warning", -(f.flops_share or 0)))
 
 
@@ -199,25 +199,30 @@ def _small_model(config, profile, machine) -> list[Finding]:
     launch = 3 * profile.ops * LAUNCH_SECONDS[device]
     if compute >= launch:
         return []
-    return [_finding("small_model", "warning", None,
-                    f"model too small to gain from 16 bits: a step's arithmetic "
+    # A note, never a warning: it is an estimate from a rule of thumb, which a measured step
+    # time (`run`'s summary, `mptrain plan`) overrules; so `run` does not print it.
+    return [_finding("small_model", "info", None,
+                    f"model may be too small to gain from 16 bits (an estimate): a step's arithmetic "
                     f"({flops / 1e6:,.1f} MFLOP) takes ~{compute * 1e6:,.0f} µs at this {device}'s "
                     f"float32 peak, less than launching its ~{3 * profile.ops} operations "
                     f"(~{launch * 1e6:,.0f} µs): fixed costs dominate, and halving the arithmetic "
                     "cannot halve the step. A larger train.batch_size or a wider model gives 16 "
-                    "bits work to speed up", None)]
+                    "bits work to speed up; `mptrain plan` measures it", None)]
 
 
-def _numerics(model, choice, notes: list[str]) -> list[Finding]:
+def _numerics(model, choice, notes: list[str], output: str) -> list[Finding]:
     import keras
 
     findings = []
-    if any("appended a float32" in note for note in notes):
+    # Logits in 16 bits are fine: mptrain casts them to float32 and the loss applies its
+    # softmax there (from_logits). Probabilities are not: their softmax already ran in 16 bits.
+    if output == "probabilities" and any("appended a float32" in note for note in notes):
         findings.append(_finding(
             "output_dtype", "warning", None,
-            "the model's own output was not float32 (mptrain appended a float32 output): its "
-            "softmax or last layer computes in 16 bits; give the last activation "
-            "dtype='float32' in the model, as the guide does", None))
+            f"the model's softmax or sigmoid output computes in {choice.compute_dtype} (mptrain "
+            "appended a float32 cast after it): give that last activation dtype='float32' in "
+            "the model, as the guide does, or return logits (mptrain then applies the softmax "
+            "in float32 inside the loss)", None))
     if choice.compute_dtype == "float32":
         return findings
     for layer in _layers(model):

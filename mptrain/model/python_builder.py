@@ -18,6 +18,7 @@ from pathlib import Path
 from mptrain.config.schema import ExperimentConfig, PythonConfig
 from mptrain.data.dataset import InputSpec
 from mptrain.errors import ConfigError
+from mptrain.model.in_process import is_registered
 
 
 def split_builder(builder: str) -> tuple[str, str]:
@@ -41,6 +42,13 @@ def check_builder(builder: str) -> None:
     """The file or module exists and defines the function: checked without running it (the
     module's own imports, such as TensorFlow, would make `validate` slow)."""
     target, function = split_builder(builder)
+    if is_registered(target):  # a Python object handed over in this process (a notebook's)
+        if not callable(getattr(sys.modules[target], function, None)):
+            raise ConfigError(f"model.builder {builder!r}: a builder passed as a Python object "
+                              "exists only in the process that passed it (compare and plan run "
+                              "each variant in a process of its own); save it in a .py file and "
+                              "give model.builder: path/to/file.py:function")
+        return
     source = builder_source(builder)
     if source is None or not source.is_file():
         what = "no such file" if target.endswith(".py") else "no such module on the Python path"

@@ -61,3 +61,14 @@ class LiveProgress(TrainingListener):
 
     def notice(self, text: str) -> None:
         self.console.print(f"[yellow]warning:[/] {text}", soft_wrap=True, highlight=False)
+
+
+def turn_line(round_: int, label: str, step_ms: list[float]) -> str:
+    """One line per turn of compare's or plan's variants (`engine`): round 0 is a variant's
+    first step (its one-off costs), each later round a turn of steps."""
+    import statistics
+
+    if round_ == 0:
+        return f"{label}: started; first step {step_ms[0] / 1e3:.2f} s (tracing, kernels, compiling)"
+    median = statistics.median(step_ms) if step_ms else float("nan")
+    return f"round {round_} · {label}: {len(step_ms)} steps, median {median:.1f} ms"

@@ -207,6 +207,8 @@ def test_every_command_works_with_only_the_required_keys(tmp_path, kind):
         assert "Traceback" not in done.stderr
         if command[0] == "diagnose":
             assert json.loads(done.stdout)["layers"], command
+        if command[0] == "memory":  # the experiment's own optimizer, not Adam's two slots
+            assert "rmsprop keeps 1 float32 value per weight" in json.loads(done.stdout)["why"]
 
 
 @pytest.mark.parametrize("kind", list(MODEL_KINDS))
@@ -262,6 +264,8 @@ def test_validate_predicts_what_run_would_refuse(tmp_path):
     folder = datafiles.image_folder(tmp_path / "few", per_class=6)
     small = write_yaml(tmp_path / "small.yaml", {"data": {"dataset": "image_folder", "path": str(folder)}})
     refuses(tmp_path, small, "train.batch_size 128 is larger than the", "training examples")
+    # run finds it only once the folder is read: its message names the file too
+    refuses(tmp_path, small, f"{small}: ", "train.batch_size 128 is larger than the", command="run")
     (tmp_path / "semi.csv").write_text("y;a;b\n" + "".join(f"{i % 2};{i};1\n" for i in range(50)))
     semi = write_yaml(tmp_path / "semi.yaml", {"data": {"dataset": "csv", "path": "semi.csv",
                                                         "label_column": "y"}})

@@ -27,8 +27,25 @@ def test_full_run_through_the_cli_prints_only_json(tmp_path):
     assert resolved["train"]["epochs"] == 2 and resolved["train"]["loop"] == "custom"
     # TensorFlow's start-up chatter stays off the terminal; our progress lines do not
     assert "epoch 2:" in done.stderr
-    for chatter in ("cuInit", "oneDNN custom operations", "cpu_feature_guard", "absl::"):
+    for chatter in CHATTER:
         assert chatter not in done.stderr
+
+
+CHATTER = ("cuInit", "oneDNN custom operations", "cpu_feature_guard", "absl::", "retracing",
+           "XLA service", "cudart_stub")
+
+
+def test_every_command_keeps_tensorflows_logs_hidden(tmp_path):
+    """memory once imported Keras (and so TensorFlow) loudly before its quiet import."""
+    config = experiment(tmp_path, "train.epochs=1")
+    for command in (["memory", "--policies", "float32,mixed_bfloat16"], ["lint"],
+                    ["diagnose", "--steps", "2"], ["check-gpu", "--no-bench"]):
+        arguments = [*command[:1], *([str(config)] if command[0] != "check-gpu" else []), *command[1:]]
+        done = mptrain(*arguments, cwd=tmp_path, process=True)
+        assert done.returncode in (0, 1), (command, done.stderr[-2000:])
+        assert done.stdout.strip(), command
+        for chatter in CHATTER:
+            assert chatter not in done.stderr, (command, done.stderr[-2000:])
 
 
 def test_table_output_names_the_measurements(tmp_path):
@@ -109,3 +126,16 @@ def test_set_errors_name_the_option_and_suggest_the_key(tmp_path):
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert "--set trian.epochs=2: trian: unknown key (did you mean train?)" in done.stderr
     assert "mptrain/configs" not in done.stderr  # not the packaged file's path
+
+
+def test_check_gpu_says_whether_it_measured_now_or_read_the_cache(tmp_path):
+    env = {"MPTRAIN_CACHE_DIR": str(tmp_path / "cache"), "COLUMNS": "100"}
+    first = mptrain("check-gpu", cwd=tmp_path, env_extra=env)
+    assert first.returncode == 0, first.stderr
+    assert "kernels measured now" in first.stdout and "(cached" not in first.stdout
+    again = mptrain("check-gpu", "--json", cwd=tmp_path, env_extra=env)
+    report = json.loads(again.stdout)
+    assert report["kernels_cached"] is True
+    if not report["machine"]["gpus"]:  # TF32 is a GPU mode: not "enabled" on a CPU
+        assert report["machine"]["tf32_enabled"] is None
+        assert "TF32 execution" not in first.stdout or "n/a" in first.stdout

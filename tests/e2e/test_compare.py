@@ -6,6 +6,8 @@ from pathlib import Path
 import pytest
 
 from mptrain.compare import CompareRecord
+from mptrain.verdicts import paired_speedup
+from tests.e2e.test_plan import assert_in_turns
 from tests.helpers import experiment, mptrain
 
 
@@ -26,8 +28,13 @@ def test_compare_two_policies_through_the_cli(tmp_path):
     assert bf16.summary.first_step_loss == pytest.approx(f32.summary.first_step_loss, rel=2e-2)
     # ratios are computed from the measured numbers
     assert f32.speedup == 1.0 and f32.verdict == "baseline"
-    assert bf16.speedup == pytest.approx(
-        f32.summary.step_time.median_ms / bf16.summary.step_time.median_ms)
+    # the speed-up is the median of the per-round ratios, from the rounds the record keeps
+    assert len(f32.rounds) == len(bf16.rounds) >= 3 and record.turn_steps == 5
+    assert record.input_ms_per_batch > 0  # the input pipeline alone, measured before the runs
+    assert bf16.speedup == pytest.approx(paired_speedup(f32.rounds, bf16.rounds)[0])
+    assert bf16.summary.turn_wait_s > 0 and f32.summary.turn_wait_s > 0
+    assert bf16.summary.wall_time_s > bf16.summary.time_to_first_step_s > 0
+    assert_in_turns(done.stderr, ["float32-fit", "mixed_bfloat16-fit"])
     assert bf16.accuracy_delta_pt == pytest.approx(
         100 * (bf16.summary.test_accuracy - f32.summary.test_accuracy))
     assert f32.summary.memory.training_peak_bytes and bf16.summary.memory.training_peak_bytes
@@ -83,6 +90,20 @@ def test_verdict_needs_enough_timed_steps(tmp_path):
         assert row.speedup is None
         assert row.verdict.startswith("not enough steps to time (2 timed, need 5)")
         assert row.verdict.endswith("(stopped early)")
+
+
+def test_compare_takes_a_candidate_plan_prints(tmp_path):
+    """A plan's pick is checked with the tool meant for checking: same name, same settings."""
+    config = experiment(tmp_path, "train.epochs=1")
+    done = mptrain("compare", str(config), "--policies", "float32,mixed_bfloat16+xla", "--json",
+                   cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    record = CompareRecord.model_validate_json(done.stdout)
+    pick = record.variants[1]
+    assert pick.policy == "mixed_bfloat16+xla" and pick.summary.policy == "mixed_bfloat16"
+    assert pick.summary.jit_compile is True and pick.summary.compute_dtype == "bfloat16"
+    bad = mptrain("compare", str(config), "--policies", "float32,mixed_bfloat16+fast", cwd=tmp_path)
+    assert bad.returncode == 2 and "'fast' is not +xla or a math mode" in bad.stderr
 
 
 def test_bad_policies_through_cli_run_nothing(tmp_path):

@@ -13,17 +13,35 @@ from tests.helpers import experiment, mptrain, mptrain_process, record_kernels, 
 tf = pytest.importorskip("tensorflow")
 
 
+def assert_in_turns(stderr: str, labels: list[str]) -> None:
+    """Every variant's first step, then rounds in which each runs one turn before any runs
+    the next: the lines the engine prints as the turns end."""
+    lines = [line for line in stderr.splitlines() if line.startswith("round ")]
+    rounds: dict[int, list[str]] = {}
+    for line in lines:
+        number, label = line.removeprefix("round ").split(":")[0].split(" · ")
+        rounds.setdefault(int(number), []).append(label)
+    assert len(rounds) >= 3, stderr[-2000:]
+    seen = [int(line.removeprefix("round ").split(" · ")[0]) for line in lines]
+    assert seen == sorted(seen)  # round r+1 starts only when every variant has run round r
+    assert all(sorted(members) == sorted(labels) for members in rounds.values()), rounds
+
+
 def test_plan_on_a_built_in_measures_chooses_and_writes_a_runnable_plan(tmp_path):
     done = mptrain("plan", "synthetic", "--candidates", "mixed_bfloat16,float32+onednn_bf16",
-                   "--steps", "10", "--json", cwd=tmp_path, env_extra={"COLUMNS": "80"})
+                   "--steps", "16", "--json", cwd=tmp_path, env_extra={"COLUMNS": "80"})
     assert done.returncode == 0, done.stderr[-3000:]
     record = json.loads(done.stdout)
+    assert_in_turns(done.stderr, [t["candidate"]["name"] for t in record["trials"]])
+    for trial in record["trials"]:  # the rounds every speed-up is computed from, in the record
+        assert len(trial["rounds"]) == 3 and trial["summary"]["turn_wait_s"] > 0
+        assert trial["summary"]["time_to_first_step_s"] > 0 and trial["whole_run_s"] > 0
     names = [t["candidate"]["name"] for t in record["trials"]]
     assert names[:3] == ["float32", "mixed_bfloat16", "float32+onednn_bf16"] or \
         names[:3] == ["float32", "float32+onednn_bf16", "mixed_bfloat16"]
     for trial in record["trials"]:
         s = trial["summary"]
-        assert s["steps_run"] == 10 and s["step_time"]["enough"], trial["candidate"]["name"]
+        assert s["steps_run"] == 16 and s["step_time"]["enough"], trial["candidate"]["name"]
         assert trial["loss_delta_pct"] is not None and trial["verdict"]
     onednn = next(t for t in record["trials"] if t["candidate"]["name"] == "float32+onednn_bf16")
     assert onednn["summary"]["policy"] == "float32"  # oneDNN's bf16 math under a float32 policy
@@ -64,18 +82,19 @@ def test_bad_plan_input_is_refused_and_leaves_nothing(tmp_path, args, message):
     assert not (tmp_path / "runs").exists() and not list(tmp_path.glob("*.plan.yaml"))
 
 
-def test_ctrl_c_keeps_the_finished_trials_and_resume_runs_the_rest(tmp_path):
+def test_ctrl_c_stops_the_trials_in_turn_and_resume_runs_them(tmp_path):
+    """The trials run in turns, so a Ctrl-C stops them all mid-trial: none is a result (a
+    plan from half-run trials would be drift again), and --resume runs them all anew."""
     config = experiment(tmp_path, "train.batch_size=8", "model.hidden_units=[64, 64]")
     process = mptrain_process(tmp_path, "plan", str(config), "--steps", "16", "--candidates",
                               "mixed_bfloat16", "--json")
-    wait_for(process, "trial 2/")
+    wait_for(process, "round 1 ·")
     process.send_signal(signal.SIGINT)
     stdout, stderr = process.communicate(timeout=300)
     assert process.returncode == 130, stderr[-2000:]
     record = json.loads(stdout)
     assert record["status"] == "interrupted" and f"mptrain plan --resume {record['folder']}" in stderr
-    kept = [t["candidate"]["name"] for t in record["trials"] if t["summary"]]
-    assert kept[0] == "float32"
+    assert record["trials"] and all(t["failed"] == "interrupted" for t in record["trials"])
     assert not (tmp_path / "exp.plan.yaml").exists()  # no plan from half the trials
     resumed = mptrain("plan", "--resume", record["folder"], "--json", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-3000:]

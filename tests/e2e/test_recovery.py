@@ -75,7 +75,8 @@ def test_a_model_keras_cannot_save_keeps_its_training(tmp_path):
     s = run_json(tmp_path, config)
     run_dir = Path(s["run_dir"])
     assert s["status"] == "finished"
-    assert any("no model.keras: Keras cannot serialise this model" in n for n in s["notes"])
+    (note,) = [n for n in s["notes"] if "no model.keras: Keras cannot serialise this model" in n]
+    assert "must override `get_config()` in order to be serializable.)" in note  # whole, not cut
     assert (run_dir / "model.weights.h5").is_file() and not (run_dir / "model.keras").exists()
     assert not list(run_dir.glob("*tmp*"))
     longer = mptrain("run", "--resume", str(run_dir), "--set", "train.epochs=2", "--json", cwd=tmp_path)
@@ -251,7 +252,7 @@ def test_compare_survives_its_parent_killed_outright(tmp_path):
                         "model.hidden_units=[64, 64]", "train.checkpoint.every_steps=10")
     process = mptrain_process(tmp_path, "compare", str(config), "--policies",
                               "float32,mixed_bfloat16", "--json")
-    wait_for(process, "epoch 1:")  # the first variant is training
+    wait_for(process, "round 1 ·")  # the variants are training, in turns
     process.kill()
     process.communicate(timeout=60)
     deadline = time.monotonic() + 60
@@ -274,3 +275,24 @@ def test_compare_survives_its_parent_killed_outright(tmp_path):
     first = final["variants"][0]["summary"]
     assert first["steps_run"] == 3 * 48 and any("resumed at" in n for n in first["notes"])
     assert np.isfinite(first["test_loss"])
+
+
+def test_what_an_epoch_line_reports_is_on_disk_before_it_is_printed(tmp_path):
+    """SIGKILL the moment `epoch 1:` is printed: its record, its steps and its checkpoint are
+    already saved, so the resume continues at epoch 2, not at step 1."""
+    config = experiment(tmp_path, "train.batch_size=8", "train.epochs=3",
+                        "model.hidden_units=[512, 512]")
+    process = mptrain_process(tmp_path, "run", str(config), "--json")
+    wait_for(process, "epoch 1:")
+    process.kill()
+    process.communicate(timeout=60)
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    epochs = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    steps = (run_dir / "steps.jsonl").read_text().splitlines()
+    assert [e["epoch"] for e in epochs][:1] == [1] and len(steps) >= 48  # 384 examples / 8
+    done = mptrain("run", "--resume", str(run_dir), "--json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads(done.stdout)
+    resumed = [n for n in summary["notes"] if n.startswith("resumed at")]
+    assert resumed and not resumed[0].startswith("resumed at epoch 1,"), resumed
+    assert summary["epochs_run"] == 3 and summary["steps_run"] == 3 * 48

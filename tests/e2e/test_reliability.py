@@ -228,16 +228,16 @@ def test_compare_interrupted_keeps_what_ran_and_resumes(tmp_path):
     config = long_experiment(tmp_path, "train.epochs=4")
     process = mptrain_process(tmp_path, "compare", str(config), "--policies",
                               "float32,mixed_bfloat16", "--json")
-    wait_for(process, "epoch 1:")  # the first variant is training
+    wait_for(process, "round 2 ·")  # both variants are training, in turns
     process.send_signal(signal.SIGTERM)
     stdout, stderr = process.communicate(timeout=120)
     assert process.returncode == 143, stderr
     record = json.loads(stdout)
     assert record["status"] == "interrupted"
     first, second = record["variants"]
-    assert first["summary"]["status"] == "interrupted"
-    assert second["summary"] is None and "not run" in second["failed"]
-    assert second["verdict"].startswith("not run") and "failed" not in second["verdict"]
+    # each stopped after its current step, with a checkpoint, and said so
+    assert first["summary"]["status"] == second["summary"]["status"] == "interrupted"
+    assert second["verdict"].startswith("interrupted") and "failed" not in second["verdict"]
     time.sleep(1)
     orphans = subprocess.run(["pgrep", "-f", "mptrain run"], capture_output=True, text=True)
     assert str(tmp_path) not in orphans.stdout  # the child stopped with its parent
@@ -250,6 +250,8 @@ def test_compare_interrupted_keeps_what_ran_and_resumes(tmp_path):
     assert record["status"] == "finished"
     assert [v["summary"]["status"] for v in record["variants"]] == ["finished", "finished"]
     assert record["variants"][0]["summary"]["run_dir"] == first["summary"]["run_dir"]
+    assert all(any(n.startswith("resumed at") for n in v["summary"]["notes"])
+               for v in record["variants"])
 
 
 def test_runs_started_in_the_same_second_never_collide(tmp_path):

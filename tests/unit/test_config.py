@@ -78,6 +78,9 @@ def test_bad_choice_lists_allowed_values(tmp_path):
     assert "policy = 'fp8'" in message
     for allowed in ("float32", "mixed_float16", "mixed_bfloat16", "auto"):
         assert allowed in message
+    assert "Input should be" not in message  # mptrain's wording, as for unknown keys
+    near = error_of(tmp_path, {**TINY, "policy": "mixed_bfloat"})
+    assert "not one of float32, mixed_float16" in near and "(did you mean mixed_bfloat16?)" in near
 
 
 def test_model_kind_switch_validates_the_right_schema(tmp_path):
@@ -119,6 +122,13 @@ def test_bad_override_syntax(bad):
         apply_overrides({}, [bad])
 
 
+def test_a_bad_override_value_is_one_line_saying_where():
+    with pytest.raises(ConfigError) as caught:
+        apply_overrides({}, ["model.hidden_units=[32,oops"])
+    message = str(caught.value)
+    assert "\n" not in message and "at column 9" in message and "expected ',' or ']'" in message
+
+
 def test_override_through_a_scalar_is_an_error():
     with pytest.raises(ConfigError, match="not a mapping"):
         apply_overrides({"policy": "float32"}, ["policy.x=1"])
@@ -126,7 +136,7 @@ def test_override_through_a_scalar_is_an_error():
 
 def test_override_is_validated_like_the_file(tmp_path):
     message = error_of(tmp_path, TINY, ["train.loop=eager"])
-    assert "train.loop = 'eager'" in message and "'fit' or 'custom'" in message
+    assert "train.loop = 'eager'" in message and "not one of fit, custom" in message
 
 
 def test_repository_configs_folder_is_the_shipped_one():

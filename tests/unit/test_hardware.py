@@ -189,3 +189,19 @@ def test_bench_names_this_machine():
     spec.loader.exec_module(common)
     line = common.cpu_model()
     assert " cores, flags: " in line and not line.startswith("None")
+
+
+@pytest.mark.parametrize(("machine", "bfloat16", "expected"), [
+    (Machine(cpu=cpu(SKYLAKE)), 1.8, ["float32", "mixed_bfloat16"]),  # measured fast (AMD-like)
+    (Machine(cpu=cpu(SKYLAKE)), 0.6, ["float32", "mixed_bfloat16"]),  # slow: still the one to weigh
+    (Machine(cpu=cpu(), gpus=(gpu(7, 0),)), None, ["float32", "mixed_float16"]),
+    (Machine(cpu=cpu(), gpus=(gpu(6, 1),)), None, ["float32", "mixed_float16"]),
+    (Machine(cpu=cpu(), gpus=(gpu(8, 0),)), None, ["float32", "mixed_bfloat16"]),
+])
+def test_compare_by_default_weighs_float32_against_what_auto_would_pick(machine, bfloat16, expected):
+    """Never float32 against mixed_float16 on a CPU, the pair mptrain itself warns is slow."""
+    from mptrain.compare import policies_worth_comparing
+    from tests.helpers import record_kernels
+
+    kernels = record_kernels(machine, bfloat16=bfloat16, float16=0.01) if bfloat16 else None
+    assert policies_worth_comparing(machine, kernels) == expected

@@ -10,8 +10,6 @@ from mptrain.errors import ConfigError
 from mptrain.hardware import Machine, gpu_from_details, parse_cpuinfo
 from mptrain.microbench import cached_kernels
 from mptrain.plan import (
-    CANDIDATE_NAMES,
-    Candidate,
     LayerTiming,
     Trial,
     candidates,
@@ -22,6 +20,7 @@ from mptrain.plan import (
     select,
 )
 from mptrain.policy import recommend
+from mptrain.precision import CANDIDATE_NAMES, Candidate
 from tests.helpers import make_summary, record_kernels
 
 AMX = Machine(cpu=parse_cpuinfo("model name : Xeon AMX\nflags : avx512f avx512_bf16 amx_bf16"),
@@ -73,17 +72,30 @@ def test_select_keeps_float32_and_refuses_unknown_names():
         select(found, ["float32+tf32_off"])
 
 
+def rounds_of(median, spread=0.02, count=8, seed=0):
+    """Per-round medians as the engine records them: around `median`, within its spread,
+    each trial's noise its own."""
+    import random
+
+    noise = random.Random(seed)
+    return [median * (1 + noise.uniform(-spread, spread)) for _ in range(count)]
+
+
 def trial(name, policy, median, spread=0.02, loss_delta=0.0, status="finished", non_finite=0,
-          accuracy=0.9):
-    summary = make_summary(median=median, spread=spread, status=status, accuracy=accuracy)
+          accuracy=0.9, first_step_s=2.0, rounds=None):
+    summary = make_summary(median=median, spread=spread, status=status, accuracy=accuracy,
+                           time_to_first_step_s=first_step_s)
     return Trial(candidate=Candidate(name=name, policy=policy), run_dir="/tmp/x", summary=summary,
-                 unexplained_non_finite=non_finite), 1.0 * (1 + loss_delta / 100)
+                 unexplained_non_finite=non_finite,
+                 rounds=rounds if rounds is not None else rounds_of(median, spread, seed=name)), \
+        1.0 * (1 + loss_delta / 100)
 
 
-def judged(*specs, tolerance=3.0, evaluate=False):
+def judged(*specs, tolerance=3.0, evaluate=False, experiment_steps=0):
     trials = [trial(*spec[:3], **(spec[3] if len(spec) > 3 else {})) for spec in specs]
     base, base_loss = trials[0]
-    return [judge(t, base, base_loss, loss, tolerance, evaluate) for t, loss in trials]
+    return [judge(t, base, base_loss, loss, tolerance, evaluate, experiment_steps)
+            for t, loss in trials]
 
 
 def test_where_bf16_wins_plan_picks_it():
@@ -223,3 +235,53 @@ def test_a_trial_that_failed_is_a_result_one_that_was_interrupted_is_still_to_tr
                                 Trial(candidate=found[1], run_dir="/tmp/a", failed="exit code 1"),
                                 Trial(candidate=found[2], run_dir="/tmp/b", failed="interrupted")])
     assert [c.name for c in record.untried] == [found[2].name, found[3].name]
+
+
+def test_a_plan_written_beside_an_experiment_of_this_repository_is_ignored_by_git(tmp_path):
+    """`mptrain plan configs/x.yaml` once left x.plan.yaml untracked in the checkout."""
+    import fnmatch
+    from pathlib import Path
+
+    from mptrain.plan import plan_file_for
+
+    experiment_file = tmp_path / "x.yaml"
+    experiment_file.write_text("name: x\n")
+    written = plan_file_for(str(experiment_file)).name
+    ignored = (Path(__file__).resolve().parents[2] / ".gitignore").read_text().split()
+    assert any(fnmatch.fnmatch(written, pattern) for pattern in ignored), written
+
+
+def test_a_candidate_faster_per_step_but_slower_over_the_whole_run_is_not_picked():
+    """XLA's compile can cost more than it saves over a short experiment: 25 s of one-off
+    costs against float32's 2 s, for 10 ms a step saved over 500 steps (5 s)."""
+    short = judged(("float32", "float32", 100.0),
+                   ("mixed_bfloat16+xla", "mixed_bfloat16", 90.0, {"first_step_s": 25.0}),
+                   experiment_steps=500)
+    slow = short[1]
+    assert slow.speedup > 1.05 and not slow.counts
+    assert slow.whole_run_s == pytest.approx(25.0 + 499 * 0.09)
+    assert "slower over the experiment's 500 steps (est. 69.9 s against float32's 51.9 s" in slow.verdict
+    winner, reason = choose(short)
+    assert winner == "float32" and "not over the experiment's length" in reason
+    longer = judged(("float32", "float32", 100.0),
+                    ("mixed_bfloat16+xla", "mixed_bfloat16", 90.0, {"first_step_s": 25.0}),
+                    experiment_steps=50_000)  # over a long run the same compile pays off
+    assert longer[1].counts and choose(longer)[0] == "mixed_bfloat16+xla"
+
+
+def test_every_candidate_plan_prints_is_a_name_compare_takes():
+    """One name, one meaning: the candidate plan tries is the one `candidate(name)` parses."""
+    from mptrain.precision import candidate
+
+    for machine in (AMX, AVX512_BF16, PLAIN, gpu_machine(7, 0), gpu_machine(8, 0)):
+        for planned in candidates(machine):
+            parsed = candidate(planned.name)
+            assert (parsed.policy, parsed.jit_compile, parsed.math_mode) == \
+                (planned.policy, planned.jit_compile, planned.math_mode), planned.name
+    assert candidate("mixed_bfloat16+xla").overrides == [
+        "policy=mixed_bfloat16", "train.math_mode=default", "train.jit_compile=true"]
+    for bad, says in (("mixed_bfloat+xla", "did you mean mixed_bfloat16?"),
+                      ("mixed_bfloat16+fast", "'fast' is not +xla or a math mode"),
+                      ("mixed_bfloat16+onednn_bf16", "use float32+onednn_bf16")):
+        with pytest.raises(ConfigError, match=re.escape(says)):
+            candidate(bad)

@@ -173,3 +173,41 @@ def test_a_speed_up_is_judged_on_the_medians_uncertainty():
     few = speedup(make_summary(median=2.4, spread=0.2, steps=7),
                   make_summary(median=2.1, spread=0.2, steps=7))
     assert speed_words(few[1]) == "same speed within noise"
+
+
+def test_rounds_in_turns_see_through_a_drift_the_old_rule_called_a_speed_up():
+    """The machine halves its speed between the first and second half of a session. Run one
+    after another, float32 meets the slow half and the candidate the fast one: their own
+    medians and spreads say 2x faster, with a tight interval. Run in turns, each round's
+    ratio sees both at the same speed: the same speed within noise."""
+    from mptrain.verdicts import paired_speedup, speed_words, speedup
+    from tests.helpers import make_summary
+
+    sequential = speedup(make_summary(median=4.0, spread=0.03), make_summary(median=2.0, spread=0.03))
+    assert sequential[0] == 2.0 and speed_words(sequential[1]) == "faster"  # the drift, read as speed
+    machine = [2.0, 2.0, 2.1, 2.0, 4.0, 4.1, 4.0, 3.9]  # ms a step of either side, round by round
+    base = [m * (1 + 0.02 * (-1) ** i) for i, m in enumerate(machine)]
+    other = [m * (1 - 0.02 * (-1) ** i) for i, m in enumerate(machine)]
+    ratio, interval = paired_speedup(base, other)
+    assert 0.95 < ratio < 1.05 and speed_words(interval) == "same speed within noise"
+    faster = paired_speedup(base, [m / 1.5 for m in other])  # a real 1.5x gain under the drift
+    assert speed_words(faster[1]) == "faster" and 1.4 < faster[0] < 1.6
+
+
+def test_the_median_interval_widens_with_fewer_rounds():
+    from mptrain.verdicts import median_interval, paired_speedup
+
+    assert median_interval([1.0, 2.0, 3.0]) == (1.0, 3.0)  # too few for 95%: the whole range
+    assert median_interval([float(i) for i in range(1, 11)]) == (2.0, 9.0)  # ranks 2 and 9 of 10
+    assert median_interval([float(i) for i in range(1, 21)]) == (6.0, 15.0)
+    assert paired_speedup([1.0, None], [1.0, 1.0]) is None  # one timed pair is no measurement
+
+
+def test_a_step_as_slow_as_the_input_pipeline_is_input_bound():
+    from mptrain.verdicts import input_bound
+
+    said = input_bound(step_ms=5.0, input_ms=4.6)
+    assert said.startswith("input-bound: the input pipeline alone takes 4.6 ms a batch")
+    assert "data.cache: memory" in said
+    assert input_bound(step_ms=10.0, input_ms=4.6) is None  # the step does more than wait
+    assert input_bound(step_ms=None, input_ms=4.6) is None and input_bound(5.0, None) is None

@@ -1,0 +1,188 @@
+"""The measuring engine: the variants of one experiment, run in turns, for compare and plan.
+
+A shared machine's speed drifts (2x within a session was measured here), so variants timed
+one after another meet different machines, and their ratio measures the drift as much as the
+variants: two plans in a row once picked different winners, and a pick's speed-up did not
+survive a check. Benchmark tools solved this by interleaving (Google Benchmark's random
+interleaving, asv's interleaved processes, ReBench's randomised order). So here:
+
+- every variant is its own `mptrain run` child (Keras' global policy, traced graphs, the XLA
+  and oneDNN caches and some math switches are per process), started one at a time, each
+  running its first step (tracing, kernel creation, XLA compiling: one-off costs it reports
+  in its summary) and then waiting (`training.turns`);
+- then the engine advances them round-robin, a turn of steps each, in a random order every
+  round (a periodic drift cannot line up with one variant), so within a round every variant
+  meets the same machine, and a speed-up is a ratio within each round (`verdicts.
+  paired_speedup`);
+- a child that finished training waits once more, and evaluates only once every variant is
+  done, so no evaluation runs during another's turn.
+
+Signals: a Ctrl-C or SIGTERM reaches the parent (children run in their own session), which
+passes it on to every child (`ForwardSignals`) and then lets each in turn take its last
+step, save its checkpoint and write its summary, so an interrupted compare or plan resumes
+like a run. A child's live progress would garble the terminal while others run, so its
+stderr goes to a log file beside its run folder (shown when it fails); the engine reports
+each turn instead.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import statistics
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mptrain.signals import ForwardSignals, die_with_parent
+from mptrain.training.turns import REPORT_FD_ENV, TURN_STEPS_ENV
+
+MIN_TURN_STEPS = 5  # fewer steps a turn: their median is mostly noise
+TARGET_ROUNDS = 10  # rounds a run of the experiment's length is cut into, when it can be
+
+
+def turn_steps(total_steps: int) -> int:
+    """Steps a turn, so that a run of `total_steps` gives about TARGET_ROUNDS rounds."""
+    return max(MIN_TURN_STEPS, (total_steps - 1) // TARGET_ROUNDS)
+
+
+@dataclass(frozen=True)
+class Contender:
+    """One variant: its label, the `mptrain run ... --json` command and extra environment,
+    and the file its stderr goes to."""
+
+    label: str
+    command: list[str]
+    log: Path
+    env: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Outcome:
+    """What a contender did: its exit code and stdout (the run summary), and the median step
+    time (ms) of each of its turns, round by round (None: no full batch was timed in it)."""
+
+    code: int
+    stdout: str
+    rounds: list[float | None] = field(default_factory=list)
+    log: str = ""
+
+    @property
+    def log_tail(self) -> str:
+        lines = [line for line in self.log.splitlines() if line.strip()]
+        return " | ".join(lines[-3:])
+
+
+@dataclass
+class _Child:
+    contender: Contender
+    process: subprocess.Popen
+    reports: object  # the read end of the report pipe
+    log: object
+    rounds: list[float | None] = field(default_factory=list)
+    first_step_done: bool = False
+    training: bool = True  # not yet reported its final turn
+    batch: int = 0  # the largest batch seen: shorter ones (an epoch's last) are not timed
+
+
+def run_in_turns(contenders: list[Contender], steps_per_turn: int, signals: ForwardSignals,
+                 on_turn: Callable[[int, str, list[float]], None] | None = None,
+                 seed: int = 0, slowest_ratio: float | None = None) -> dict[str, Outcome]:
+    """Run every contender to its end in turns; `on_turn(round, label, step_ms)` after each
+    turn. With `slowest_ratio`, a contender whose turn's median step is that many times the
+    first contender's (the baseline's) in the same round is stopped: it cannot win, and
+    finishing it would spend the budget. Returns each contender's outcome by label."""
+    children: list[_Child] = []
+    order = random.Random(seed)
+    try:
+        for contender in contenders:  # one at a time: start-up costs are measured alone
+            if signals.received is not None:
+                break
+            child = _start(contender, steps_per_turn, signals)
+            children.append(child)
+            _take_turn(child, on_turn, 0)
+        round_ = 0
+        while signals.received is None and any(c.training for c in children):
+            round_ += 1
+            playing = [c for c in children if c.training]
+            order.shuffle(playing)
+            for child in playing:
+                if signals.received is not None:
+                    break
+                _take_turn(child, on_turn, round_, _too_slow(child, children[0], slowest_ratio))
+    finally:
+        outcomes = {}
+        for child in children:  # evaluations (or the last step of an interrupted one) one by one
+            outcomes[child.contender.label] = _finish(child)
+        signals.children = []
+    return outcomes
+
+
+def _start(contender: Contender, steps_per_turn: int, signals: ForwardSignals) -> _Child:
+    read_end, write_end = os.pipe()
+    contender.log.parent.mkdir(parents=True, exist_ok=True)
+    log = open(contender.log, "w")  # noqa: SIM115  (closed in _finish)
+    env = {**os.environ, **contender.env, TURN_STEPS_ENV: str(steps_per_turn),
+           REPORT_FD_ENV: str(write_end)}
+    process = subprocess.Popen(contender.command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                               stderr=log, text=True, env=env, pass_fds=(write_end,),
+                               start_new_session=True, preexec_fn=die_with_parent)
+    os.close(write_end)  # the child holds it: end of file here means the child is gone
+    signals.children.append(process)
+    return _Child(contender, process, os.fdopen(read_end), log)
+
+
+def _too_slow(child: _Child, base: _Child, ratio: float | None) -> str | None:
+    """Why the child is to stop, when its last turn ran `ratio` times the baseline's."""
+    if ratio is None or child is base or not child.rounds or not base.rounds:
+        return None
+    mine, theirs = child.rounds[-1], base.rounds[min(len(child.rounds), len(base.rounds)) - 1]
+    if mine is None or theirs is None or mine <= ratio * theirs:
+        return None
+    return (f"too slow to win: {mine:.1f} ms a step, {mine / theirs:.1f}x "
+            f"{base.contender.label}'s {theirs:.1f} ms in the same round")
+
+
+def _take_turn(child: _Child, on_turn, round_: int, stop: str | None = None) -> None:
+    """Let the child run its next turn (its first step, for round 0) and read its report;
+    `stop`: tell it to stop instead, and why (it still reports its last step)."""
+    if child.first_step_done and not _say(child, f"too slow {stop}" if stop else "go"):
+        child.training = False
+        return
+    line = child.reports.readline()
+    if not line:  # it ended on its own (failed, or stopped before reporting)
+        child.training = False
+        return
+    report = json.loads(line)
+    child.first_step_done = True
+    child.training = not report["final"]
+    seconds = report["seconds"]
+    child.batch = max([child.batch, *report["examples"]])
+    timed = [1e3 * s for s, n in zip(seconds, report["examples"], strict=True) if n == child.batch]
+    if round_ > 0:
+        child.rounds.append(statistics.median(timed) if timed else None)
+    if on_turn is not None:
+        on_turn(round_, child.contender.label, [1e3 * s for s in seconds])
+
+
+def _say(child: _Child, command: str) -> bool:
+    try:
+        child.process.stdin.write(command + "\n")
+        child.process.stdin.flush()
+        return True
+    except (BrokenPipeError, OSError):
+        return False
+
+
+def _finish(child: _Child) -> Outcome:
+    """Let the child go on to its end, saying go at each report, and collect it."""
+    if child.first_step_done:
+        while _say(child, "go") and child.reports.readline():
+            pass
+    stdout, _ = child.process.communicate()
+    child.reports.close()
+    child.log.close()
+    log = Path(child.contender.log).read_text(errors="replace")
+    return Outcome(child.process.returncode, stdout, child.rounds, log)

@@ -1,0 +1,85 @@
+"""A run that takes turns with others: the child's side of the measuring engine (`engine`).
+
+compare and plan time several variants of one experiment on one machine, whose speed drifts
+(2x within a session was measured). Run one after another, each variant meets a different
+machine; run in turns, every variant sees the same drift. So a child started by the engine
+(`MPTRAIN_TURNS=<steps per turn>` and `MPTRAIN_TURNS_FD=<a pipe>` in its environment) stops
+after its first step (tracing, kernel creation: a one-off cost) and then after every turn of
+steps, writes what it measured to the pipe as one JSON line, and waits on stdin until the
+engine says `go` (or `too slow REASON`: it cannot win, and stops as `train.max_step_seconds`
+would stop it). After its last step it reports `final` and waits once more, so its
+evaluation does not overlap another variant's turn. The time spent waiting is kept, and
+subtracted from the run's wall time: a variant's whole-run time is its own work only.
+
+Step times are the monitor's (step begin to step end), so the wait, which happens between
+two steps, is in none of them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+
+from mptrain.training.records import StepRecord, TrainingListener
+
+TURN_STEPS_ENV = "MPTRAIN_TURNS"
+REPORT_FD_ENV = "MPTRAIN_TURNS_FD"
+
+
+def planned_steps(train, steps_per_epoch: int) -> int:
+    """The global step training ends at (`train`: the experiment's TrainConfig), unless a
+    stop comes first."""
+    total = train.epochs * steps_per_epoch
+    return min(total, train.max_steps) if train.max_steps else total
+
+
+class TakeTurns(TrainingListener):
+    """Pauses training at turn boundaries until the engine says go (see the module doc)."""
+
+    def __init__(self, monitor, turn_steps: int, report_fd: int, total_steps: int):
+        self.monitor, self.turn_steps, self.total_steps = monitor, turn_steps, total_steps
+        self.report = os.fdopen(report_fd, "w", buffering=1)
+        self.seconds: list[float] = []
+        self.examples: list[int] = []
+        self.turn = 0
+        self.waited_s = 0.0
+
+    @classmethod
+    def from_environment(cls, monitor, total_steps: int) -> TakeTurns | None:
+        turn_steps, fd = os.environ.get(TURN_STEPS_ENV), os.environ.get(REPORT_FD_ENV)
+        if not turn_steps or not fd:
+            return None
+        return cls(monitor, int(turn_steps), int(fd), total_steps)
+
+    def step_finished(self, record: StepRecord, step_in_epoch: int) -> None:
+        self.seconds.append(record.seconds)
+        self.examples.append(record.examples)
+        last = record.step >= self.total_steps or self.monitor.stop_requested
+        if self.turn == 0 or last or len(self.seconds) >= self.turn_steps:
+            self._hand_over(record.step, final=last)
+
+    def finish(self) -> None:
+        """After training, however it ended (an interrupt between turns, a stop before the
+        last planned step): say so once, and wait for the go to evaluate."""
+        if self.report is not None:
+            self._hand_over(len(self.monitor.steps), final=True)
+
+    def _hand_over(self, step: int, final: bool) -> None:
+        line = {"turn": self.turn, "step": step, "seconds": self.seconds,
+                "examples": self.examples, "final": final}
+        self.report.write(json.dumps(line) + "\n")
+        self.turn += 1
+        self.seconds, self.examples = [], []
+        started = time.perf_counter()
+        command = sys.stdin.readline().strip()
+        self.waited_s += time.perf_counter() - started
+        if final:
+            self.report.close()
+            self.report = None
+        if command.startswith("too slow "):  # it cannot win: stopped as by max_step_seconds
+            self.monitor.request_stop(command.removeprefix("too slow "), "max_step_seconds")
+        elif command != "go":  # "stop", or the engine is gone (end of input): stop like a Ctrl-C
+            signal.raise_signal(signal.SIGTERM if not command else signal.SIGINT)

@@ -1,0 +1,79 @@
+"""The exported experiment schema, checked as an editor checks a file: with a real JSON Schema
+validator, on every built-in experiment and on good and bad files, against `validate`."""
+
+import copy
+import json
+
+import pytest
+
+from mptrain.config import builtin_configs, validate
+from mptrain.config.json_schema import experiment_schema
+from mptrain.config.loading import find_config, parse_yaml
+from mptrain.errors import ConfigError
+from tests.helpers import TINY
+
+jsonschema = pytest.importorskip("jsonschema")
+
+
+def schema_errors(document: dict) -> list[str]:
+    validator = jsonschema.Draft202012Validator(experiment_schema())
+    return [error.message for error in validator.iter_errors(document)]
+
+
+def test_the_schema_is_a_valid_draft_2020_12_schema():
+    jsonschema.Draft202012Validator.check_schema(experiment_schema())
+
+
+@pytest.mark.parametrize("name", sorted(builtin_configs()))
+def test_every_built_in_experiment_satisfies_the_schema(name):
+    document = parse_yaml(find_config(name).read_text())
+    assert schema_errors(document) == [], name
+
+
+def with_(path: str, value):
+    raw = copy.deepcopy({k: v for k, v in TINY.items() if k != "name"})
+    node = raw
+    *parents, last = path.split(".")
+    for key in parents:
+        node = node.setdefault(key, {})
+    node[last] = value
+    return raw
+
+
+GOOD = [
+    {},  # every key has a default, name included (the file's name)
+    {k: v for k, v in TINY.items() if k != "name"},
+    with_("model", {"kind": "cnn", "filters": [8], "dense_units": [16], "num_classes": 4}),
+    with_("policy", "mixed_bfloat16"),
+    with_("train.loop", "custom"),
+    with_("data", {"dataset": "npz", "path": "d.npz"}),
+]
+BAD = [
+    with_("policy", "mixed_bfloat"),  # not a policy
+    with_("train.batch_size", "big"),  # wrong type
+    with_("train.batch_size", 0),  # below its minimum
+    with_("train.epochs_", 3),  # unknown key
+    with_("model", {"kind": "cnn", "hidden_units": [3]}),  # a key the kind does not have
+    with_("data", {"dataset": "npz"}),  # a required key missing
+    with_("train.loop", "eager"),
+    {"name": "spaces are not allowed"},
+]
+
+
+@pytest.mark.parametrize("document", GOOD + BAD)
+def test_the_schema_and_validate_agree(document):
+    """A file the schema rejects is one validate rejects too, and the other way round."""
+    by_schema = schema_errors(document)
+    try:
+        validate(copy.deepcopy(document), "<file>")
+        by_validate = None
+    except ConfigError as exc:
+        by_validate = str(exc)
+    assert (by_schema == []) == (by_validate is None), (json.dumps(document), by_schema, by_validate)
+    assert (document in GOOD) == (by_validate is None)
+
+
+def test_the_schema_carries_each_keys_description_and_default():
+    train = experiment_schema()["$defs"]["TrainConfig"]["properties"]
+    assert train["batch_size"]["default"] == 128 and train["batch_size"]["minimum"] == 1
+    assert "math" in train["math_mode"]["description"].lower()

@@ -1,0 +1,146 @@
+"""The decisions behind a run that loses a worker, on recorded endings and TensorFlow's own
+error messages: who was lost, whether a restart can help, what is said, which command a
+worker is given, where the last checkpoint is, when `run` starts local workers."""
+
+from pathlib import Path
+
+import pytest
+
+from mptrain.distribute import collective_failure, lost_peer_message, peer_named
+from mptrain.local_workers import (
+    LocalRun,
+    Loss,
+    WorkerEnd,
+    judge,
+    local_worker_count,
+    loss_message,
+    restart_message,
+)
+from mptrain.run_folder import RunFolder, last_checkpoint
+
+LOST = 4  # WorkerLost's exit code: "my peer is gone"
+
+
+@pytest.mark.parametrize("codes", [(0, 0), (3, 3), (130, 130), (1, 1, 1)])
+def test_workers_that_end_alike_ended_the_run_themselves(codes):
+    """Finished, diverged, interrupted by the user, or one error on every worker."""
+    assert judge([WorkerEnd(i, code) for i, code in enumerate(codes)]) is None
+
+
+@pytest.mark.parametrize(("ends", "lost"), [
+    # killed: the others report it, in whichever order they are seen ending
+    ([WorkerEnd(1, -9), WorkerEnd(0, LOST)], Loss(1, -9)),
+    ([WorkerEnd(0, LOST), WorkerEnd(1, -9)], Loss(1, -9)),
+    # the chief killed; the other worker, waiting on it, killed here after the grace
+    ([WorkerEnd(0, -9), WorkerEnd(1, -9, stopped=True)], Loss(0, -9)),
+    # preempted: stopped cleanly on its SIGTERM while the others waited for it
+    ([WorkerEnd(1, 143), WorkerEnd(0, LOST), WorkerEnd(2, LOST)], Loss(1, 143)),
+    # an error of its own on one worker only
+    ([WorkerEnd(0, 1), WorkerEnd(1, LOST)], Loss(0, 1)),
+    # nobody ended first: they lost contact
+    ([WorkerEnd(0, LOST), WorkerEnd(1, LOST)], Loss(None, LOST)),
+])
+def test_the_lost_worker_is_the_first_that_did_not_end_for_want_of_the_others(ends, lost):
+    assert judge(ends) == lost
+
+
+def test_a_restart_can_cure_a_signal_or_lost_contact_but_not_a_workers_own_error():
+    assert Loss(1, -9).restartable and Loss(1, 143).restartable and Loss(None, LOST).restartable
+    assert not Loss(1, 1).restartable and not Loss(0, 3).restartable
+    assert Loss(1, -9).said(2) == "worker 1 of 2 was killed by SIGKILL"
+    assert Loss(1, 143).said(3) == "worker 1 of 3 stopped on SIGTERM (exit code 143)"
+    assert Loss(0, 1).said(2) == "worker 0 of 2 failed (exit code 1)"
+    assert Loss(None, LOST).said(2).startswith("the 2 workers lost contact")
+
+
+def run(resumed: bool = False, config: str | None = "exp.yaml") -> LocalRun:
+    return LocalRun(2, Path("/runs/tiny-1"), config,
+                    ["train.epochs=3", "distribute.strategy=multi_worker_mirrored",
+                     "distribute.workers=2"], resumed, json_out=True)
+
+
+def test_the_line_says_who_that_the_checkpoint_is_intact_and_the_command_that_continues():
+    assert loss_message(Loss(1, -9), run(), 25) == (
+        "worker 1 of 2 was killed by SIGKILL; the other workers were stopped. The last "
+        "checkpoint (step 25) in /runs/tiny-1 is intact; continue with: mptrain run --resume "
+        "/runs/tiny-1")
+    assert "(1 restart tried)" in loss_message(Loss(1, -9), run(), 25, restarts=1)
+    assert loss_message(Loss(1, -9), run(), None).endswith(
+        "before the run's first checkpoint; the other workers were stopped. Start the run again.")
+    assert restart_message(Loss(1, -9), run(), 25, 1, 2) == (
+        "worker 1 of 2 was killed by SIGKILL; restarting all 2 workers from the last "
+        "checkpoint (step 25): restart 1 of 2")
+
+
+def test_a_worker_starts_the_run_in_its_reserved_folder_or_continues_it():
+    started = run().command(resume=False)
+    assert started[started.index("run"):] == [
+        "run", "exp.yaml", "--set", "train.epochs=3", "--set",
+        "distribute.strategy=multi_worker_mirrored", "--set", "distribute.workers=2",
+        "--run-dir", "/runs/tiny-1", "--supervised", "--json"]
+    resumed = run(resumed=True, config=None).command(resume=True)
+    assert resumed[resumed.index("run") + 1] == "--set"
+    assert resumed[-4:] == ["--resume", "/runs/tiny-1", "--supervised", "--json"]
+
+
+@pytest.mark.parametrize(("configured", "option", "supervised", "tf_config", "count"), [
+    (None, 2, False, False, 2),  # --workers 2
+    (None, 2, False, True, 2),  # --workers wins over a TF_CONFIG left in the environment
+    (2, None, False, False, 2),  # --resume of a run on 2 local workers
+    (2, None, False, True, None),  # ... on a cluster host: one worker of TF_CONFIG's cluster
+    (2, None, True, True, None),  # one of the local workers itself
+    (None, None, False, False, None),  # an ordinary run
+])
+def test_run_starts_local_workers_unless_it_is_one(configured, option, supervised, tf_config, count):
+    assert local_worker_count(configured, option, supervised, tf_config) == count
+
+
+# TensorFlow's errors on the survivor, as measured: the peer killed while both were in a
+# collective (its connection reset), and between collectives (its heartbeats missed)
+RESET = ("Graph execution error:\n\nDetected at node CollectiveReduceV2 defined at ...\n\n"
+         "Collective ops is aborted by: recvmsg:Connection reset by peer\nAdditional GRPC error "
+         "information from remote target /job:worker/replica:0/task:0 while calling "
+         "/tensorflow.WorkerService/CompleteInstance:\n:UNKNOWN:Error received from peer  "
+         "{grpc_message:\"recvmsg:Connection reset by peer\", grpc_status:14}\nThe error could be "
+         "from a previous operation. Restart your program to reset.")
+HEARTBEATS = ("{{function_node __wrapped__CollectiveReduceV2_Nordering_token_1_device_/job:worker/"
+              "replica:0/task:0/device:CPU:0}} Collective ops is aborted by: Error reported from "
+              "/job:worker/task:1: The following tasks are unhealthy (stopped sending heartbeats):"
+              "\n/job:worker/replica:0/task:1\nThe tasks have crashed.")
+
+
+def test_tensorflows_error_names_the_peer_that_was_lost():
+    assert collective_failure(RESET) and collective_failure(HEARTBEATS)
+    assert not collective_failure("Incompatible shapes: [64,4] vs. [64,3]")
+    assert peer_named(RESET, ("worker", 1)) == "worker 0"
+    assert peer_named(HEARTBEATS, ("worker", 0)) == "worker 1"  # not itself, named first
+    assert peer_named("Collective ops is aborted by: timeout", ("worker", 0)) is None
+    line = lost_peer_message("worker 1", "UnavailableError", Path("/runs/tiny-1"))
+    assert line.startswith("worker 1 was lost (TensorFlow's collective ops failed with Unavail")
+    assert line.endswith("the last checkpoint is intact. Restart every worker, each with its "
+                         "TF_CONFIG: mptrain run --resume /runs/tiny-1")
+    assert "--resume RUN_DIR (the chief's run folder)" in lost_peer_message(None, "X", None)
+
+
+def test_the_last_checkpoint_is_the_newest_whole_one(tmp_path):
+    folder = tmp_path / "checkpoints"
+    assert last_checkpoint(tmp_path) is None
+    folder.mkdir()
+    for step in (20, 25, 30):
+        (folder / f"ckpt-{step}.index").write_text("")
+    assert last_checkpoint(tmp_path) == 30  # no index file: found by their files
+    # TensorFlow's index names a checkpoint once it is whole, and a resume restores it
+    (folder / "checkpoint").write_text('model_checkpoint_path: "ckpt-25"\n'
+                                       'all_model_checkpoint_paths: "ckpt-20"\n')
+    assert last_checkpoint(tmp_path) == 25
+    (folder / "ckpt-25.index").unlink()  # the index names one that is gone
+    assert last_checkpoint(tmp_path) == 30
+
+
+def test_a_reserved_run_folder_is_taken_only_while_empty(tmp_path):
+    reserved = tmp_path / "tiny-1"
+    reserved.mkdir()
+    assert RunFolder.create_at(reserved).path == reserved
+    (reserved / "config.yaml").write_text("")
+    with pytest.raises(FileExistsError, match="must start empty"):
+        RunFolder.create_at(reserved)

@@ -1,0 +1,223 @@
+"""Every table at 80 columns, on records built here (nothing trains): no line is wider, and
+every number and every name a user copies into a command (runs, variants, layers, policies,
+candidates) is whole on one line, however long the names and wide the numbers."""
+
+import io
+import re
+from pathlib import Path
+
+from rich.console import Console
+
+from mptrain.compare import Variant, build_record, compare_row
+from mptrain.plan import LayerTiming, PlanRecord, Trial
+from mptrain.precision import Candidate
+from mptrain.report.tables import (
+    check_gpu_view,
+    compare_tables,
+    diagnose_view,
+    lint_view,
+    memory_view,
+    plan_tables,
+    runs_table,
+    summary_table,
+)
+from mptrain.runs import RunRow, RunsReport
+from tests.helpers import make_summary
+
+RUN = "synthetic-mixed_float16-custom-20261201-120000"
+NESTED = "compare-synthetic-20261201-120000/synthetic-mixed_bfloat16-fit"  # 62 columns
+SHORT = "synthetic-20261201-120000"
+LAYER = "transformer_encoder_block_11/multi_head_attention/query_dense"
+FOLDER = "/home/someone/precision/runs/" + RUN  # 75 columns: fits a line, not beside a key
+
+
+def rendered(renderable) -> str:
+    console = Console(width=80, record=True, file=io.StringIO())
+    console.print(renderable)
+    text = console.export_text()
+    assert max(len(line) for line in text.splitlines()) <= 80, text
+    assert "…" not in text, text
+    return text
+
+
+def whole(text: str, *cells: str) -> None:
+    """Each cell on one line of `text` (a cell cut in two has a line break inside it)."""
+    for cell in cells:
+        assert cell in text, f"{cell!r} is not whole on one line:\n{text}"
+
+
+def leads_a_line(text: str, name: str) -> None:
+    """A name in a table's first column: at a line's start, whole."""
+    assert re.search(rf"^{re.escape(name)}( |$)", text, re.MULTILINE), f"{name!r}:\n{text}"
+
+
+def test_runs_names_are_each_on_one_line_as_compare_takes_them():
+    when = "2026-12-01T12:00:00"
+    report = RunsReport(folder="runs", runs=[
+        RunRow(name=RUN, path="x", status="interrupted", resumable=True, policy="mixed_float16",
+               loop="custom", epochs=120, median_step_ms=12345.6, test_accuracy=0.9123, when=when),
+        RunRow(name=NESTED, path="x", status="finished", resumable=False, policy="mixed_bfloat16",
+               loop="fit", epochs=3, median_step_ms=1.2, test_accuracy=0.8765, when=when),
+        RunRow(name=SHORT, path="x", status="killed", resumable=True, reason="process 7 is gone",
+               policy="float32", loop="fit", epochs=2, when=when),
+    ])
+    text = rendered(runs_table(report))
+    for name in (RUN, NESTED, SHORT):
+        leads_a_line(text, name)
+    whole(text, "interrupted*", "12345.6", "0.9123", "0.8765", "mixed_float16 custom", "120")
+    # a name that fits keeps its row; the others have their own line above theirs
+    assert re.search(rf"^{SHORT} +killed\* +2 ", text, re.MULTILINE), text
+    assert re.search(r"^mixed_float16 custom +interrupted\* +120 +12345\.6", text, re.MULTILINE)
+
+
+def test_compare_tables_keep_numbers_names_and_verdicts_whole():
+    """`compare` (policy and loop name a row) and `runs --compare` (run names)."""
+    variants = [Variant("float32", "custom", "mirrored"), Variant("mixed_bfloat16", "custom", "mirrored"),
+                Variant("mixed_float16", "custom", "mirrored"), Variant("float16", "custom", "mirrored")]
+    summaries = [make_summary(median=12345.6, accuracy=0.9123, memory=1_234_567_890),
+                 make_summary(median=321.9, accuracy=0.7912, memory=61_234_567, policy="mixed_bfloat16"),
+                 make_summary(median=14567.8, accuracy=0.9101, memory=70_000_000,
+                              scale=(32768.0, 1234), policy="mixed_float16"),
+                 "exit code 3"]
+    record = build_record("synthetic", Path("/tmp/x"), variants,
+                          {v.label: s for v, s in zip(variants, summaries, strict=True)})
+    text = rendered(compare_tables(record))
+    whole(text, "12345.6", "321.9", "38.35x", "0.7912 (-12.11)", "0.9101 (-0.22)", "32768/1234",
+          "12098.7–12592.5", "14276.4–14859.2", "1.1 GiB 1.00x", "58.4 MiB 0.05x",
+          "mixed_bfloat16", "mixed_float16", "custom mirrored", "ms/step", "speed-up", "TFLOP/s",
+          "verdict", "MFU")
+    for row in record.variants:  # the verdicts wrap between words, none dropped
+        whole(text, *row.verdict.split())
+
+    base = summaries[0]
+    named = [compare_row(Variant(s.policy, s.loop), s, base, s is base).model_copy(update={"variant": n})
+             for n, s in ((RUN, base), (NESTED, summaries[1]), (SHORT, summaries[2]))]
+    text = rendered(compare_tables(record.model_copy(update={"variants": named})))
+    for name in (RUN, NESTED, SHORT):
+        leads_a_line(text, name)
+    whole(text, "12345.6", "321.9", "38.35x", "0.7912 (-12.11)", "32768/1234", "12098.7–12592.5",
+          "1.1 GiB 1.00x", "verdict", *(word for row in named for word in row.verdict.split()))
+
+
+def test_plan_tables_keep_candidates_layers_and_numbers_whole():
+    names = ("float32", "mixed_bfloat16+xla", "float32+onednn_bf16", "mixed_float16+xla")
+    found = [Candidate(name=n, policy=n.split("+")[0]) for n in names]
+    trials = [Trial(candidate=c, run_dir="/tmp/x", summary=make_summary(median=12345.6 / (i + 1)),
+                    speedup=float(i + 1), loss_delta_pct=-12.3 * i, counts=True,
+                    whole_run_s=5400.0 / (i + 1),
+                    verdict=f"{i + 1}.00x float32, faster beyond the noise")
+              for i, c in enumerate(found)]
+    layers = [LayerTiming(layer=LAYER, ms_16bit=1234.56, ms_float32=987.65,
+                          spread_16bit=(1200.0, 1300.0), spread_float32=(900.0, 1000.0)),
+              LayerTiming(layer="dense_1", ms_16bit=1.5, ms_float32=3.0, spread_16bit=(1.4, 1.6),
+                          spread_float32=(2.9, 3.1))]
+    record = PlanRecord(experiment="synthetic", folder="/tmp/plan", machine="m", measured_at="t",
+                        steps=30, tolerance_pct=3.0, evaluate=False, budget_minutes=20.0,
+                        candidates=found, trials=trials, layers=layers,
+                        winner="mixed_float16+xla", reason="4.00x float32")
+    text = rendered(plan_tables(record))
+    for name in (*names, LAYER, "dense_1"):
+        leads_a_line(text, name)
+    whole(text, "12345.6", "90 min", "45 min", "4.00x", "-36.9%", "1234.56", "987.65", "0.80x",
+          "ms/step", "1st step", "speed-up", "verdict", "faster beyond")
+
+
+def test_summary_keeps_its_run_folder_on_one_line():
+    text = rendered(summary_table(make_summary(
+        name="synthetic", median=12345.6, scale=(32768.0, 1234), run_dir=FOLDER,
+        notes=["a note long enough to wrap over more than one line of the table's values, "
+               "with a path in it: /tmp/x"])))
+    whole(text, FOLDER, "median 12345.6 ms", "p10 12098.7", "p90 12592.5", "32768",
+          "skipped steps 1234")
+
+
+def test_check_gpu_panel_keeps_every_measurement_whole():
+    from mptrain.check_gpu import (
+        CheckReport,
+        CpuFacts,
+        GpuFacts,
+        MachineFacts,
+        RecommendationFacts,
+    )
+    from mptrain.microbench import KernelTiming
+
+    gpu = GpuFacts(name="NVIDIA GeForce RTX 4090 Laptop GPU", compute_capability=(8, 9),
+                   memory_bytes=85_000_000_000, float16_tensor_cores=True, fast_bfloat16=True,
+                   tf32_by_default=True, float8=True)
+    machine = MachineFacts(cpu=CpuFacts(model="AMD EPYC 7B13 64-Core Processor", physical_cores=64,
+                                        logical_cpus=128, mhz=2450.0, features={"AVX-512": True}),
+                           gpus=[gpu], tpu=False, tensorflow_version="2.21.0", keras_version="3.13.0",
+                           onednn=True, xla=True, tf32_enabled=True)
+    bench = [KernelTiming(device="/GPU:0", kernel=kernel, dtype=dtype, ms_per_call=1234.56,
+                          ms_p10=1200.01, ms_p90=1300.99, tflops=123.456, calls=1, cut_short=True,
+                          ratio_to_float32=0.803)
+             for kernel in ("matmul 1024²", "conv3x3 16×56²×64") for dtype in ("float32", "bfloat16")]
+    report = CheckReport(machine=machine, gpu_found=True, compatibility_check="ok",
+                         recommendation=RecommendationFacts(policy="mixed_bfloat16", reason="why",
+                                                            warnings=[], measured=True),
+                         distribution=None, kernels=None, bench=bench)
+    text = rendered(check_gpu_view(report))
+    whole(text, "8.9", "79.2 GiB", "1234.56*", "1200.01–1300.99", "123.456", "0.803", "bfloat16",
+          "conv3x3", "16×56²×64", "fp16 TC", "fast bf16", "TFLOP/s", "× fp32", "* 1 call, cut short")
+
+
+def test_lint_keeps_layer_names_whole():
+    from mptrain.diagnostics.lint import Finding, LintReport
+
+    findings = [Finding(kind="softmax_16bit", severity="warning", layer=LAYER, flops_share=0.456,
+                        message=f"{LAYER}: softmax in float16; keep it float32 with "
+                                f"model.float32_layers: [{LAYER}]"),
+                Finding(kind="alignment", severity="info", layer="dense_1", flops_share=0.001,
+                        message="dense_1: units 100 is not a multiple of 8; set model.hidden_units"),
+                Finding(kind="alignment", severity="warning", layer=None,
+                        message="batch size 100 is not a multiple of 8; set train.batch_size"),
+                # a word wider than the room beside the numbers folds; the numbers stay whole
+                Finding(kind="policy_ignored", severity="info", layer="dense_2", flops_share=0.123,
+                        message=f"dense_2: outputs float32 in {FOLDER}")]
+    report = LintReport(experiment="synthetic", policy="mixed_float16", device="GPU:0",
+                        alignment_for="Tensor Cores", flops_per_example=123_456_789_012,
+                        operations=12, findings=findings)
+    text = rendered(lint_view(report))
+    for name in (LAYER, "dense_1", "dense_2"):
+        leads_a_line(text, name)
+    whole(text, f"[{LAYER}]", "46%", "0%", "12%", "123,456,789,012", "train.batch_size",
+          "warning:", "FLOPs", "finding")
+
+
+def test_diagnose_keeps_layer_names_and_numbers_whole():
+    from mptrain.diagnostics.numerics import Diagnosis, LayerNumbers
+
+    layers = [LayerNumbers(layer=name, activation_max=123456.7, activation_overflow=0.123,
+                           gradient_max=1.0, gradient_min_nonzero=1e-9, gradient_underflow=0.546,
+                           gradient_underflow_scaled=1.0, gradient_overflow_scaled=0.0,
+                           bfloat16_error=0.1234)
+              for name in (LAYER, "dense_1")]
+    diagnosis = Diagnosis(experiment="synthetic", steps=3, loss_scale=32768.0, layers=layers,
+                          gradient_underflow=0.5, gradient_underflow_scaled=0.0,
+                          gradient_overflow_scaled=0.0, scale_range=(1.0, 2.0),
+                          overflowing_layers=[LAYER], verdicts={"mixed_float16": "54.6% underflow"},
+                          recommendation="mixed_bfloat16")
+    text = rendered(diagnose_view(diagnosis))
+    for name in (LAYER, "dense_1"):
+        leads_a_line(text, name)
+    whole(text, "1.23e+05", "12.3%", "54.6%", "100.0%", "12.34%", "underflow", "× scale")
+
+
+def test_memory_keeps_every_figure_whole():
+    from mptrain.memory_plan import MemoryPlan, MemoryReport
+
+    plan = {"batch_size": 4096, "parameters": 123_456_789, "weights_bytes": 1023 * 2**30,
+            "weight_copies_bytes": 512 * 2**30, "gradients_bytes": 1023 * 2**30,
+            "optimizer_bytes": 2046 * 2**30, "activations_bytes": 999 * 2**20,
+            "total_bytes": 4200 * 2**30, "measured_peak_bytes": 4300 * 2**30,
+            "largest_batch": 1_234_567_890, "largest_batch_basis": "measured"}
+    report = MemoryReport(experiment="synthetic", batch_size=4096, parameters=123_456_789,
+                          training_examples=4096, why="why",
+                          plans=[MemoryPlan(policy=p, **plan) for p in
+                                 ("float32", "mixed_float16", "mixed_bfloat16")])
+    text = rendered(memory_view(report))
+    for name in ("float32", "mixed_float16", "mixed_bfloat16"):
+        leads_a_line(text, name)
+    whole(text, "1,234,567,890 (m)", "4200.0 GiB", "4300.0 GiB", "2046.0 GiB", "999.0 MiB",
+          "123,456,789 parameters", "activations", "optimizer")
+
