@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: install test test-fast test-all lint bench clean
+.PHONY: install test test-fast test-all lint bench docs clean
 
 install:
 	$(PYTHON) -m venv $(VENV)
@@ -13,14 +13,14 @@ install:
 	@if [ ! -d /usr/share/datasets/fashion-mnist ] && command -v apt-get >/dev/null 2>&1; then \
 		if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 		($$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq dataset-fashion-mnist) \
-		|| echo "note: could not install dataset-fashion-mnist; see README (Datasets)"; \
+		|| echo "note: could not install dataset-fashion-mnist; see docs/data.md"; \
 	fi
 
 test:
 	$(BIN)/ruff check mptrain tests bench
 	@# Two workers: most of a test's time is one-threaded (process start-up, tracing), so the
 	@# suite takes about half as long on 2 cores; no more than 4, each worker holds TensorFlow.
-	$(BIN)/pytest -m "not slow" -n auto --maxprocesses 4 --dist worksteal
+	$(BIN)/pytest -m "not slow" -n auto --maxprocesses 4 --dist worksteal --durations=15
 
 # The unit tier alone: no training, no processes (config, verdicts, monitor, guard, plan's
 # choice, renderers, on recorded numbers); under a minute.
@@ -36,6 +36,11 @@ lint:
 
 bench:
 	$(BIN)/python bench/run_all.py
+
+# docs/reference/ from the code: the experiment schema and the command line's help
+# (tests/unit/test_docs.py fails when they are stale).
+docs:
+	$(BIN)/python docs/generate.py
 
 clean:
 	rm -rf $(VENV) runs build *.egg-info

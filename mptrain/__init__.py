@@ -7,7 +7,7 @@ does not import TensorFlow; the first function that needs it does.
 
 from mptrain.api import check_machine, compare, load_experiment, plan, run, variant
 from mptrain.errors import ConfigError, DataError, MptrainError, WorkerLost
+from mptrain.version import __version__
 
-__version__ = "0.1.0"
-__all__ = ["ConfigError", "DataError", "MptrainError", "WorkerLost", "check_machine", "compare",
-           "load_experiment", "plan", "run", "variant"]
+__all__ = ["ConfigError", "DataError", "MptrainError", "WorkerLost", "__version__", "check_machine",
+           "compare", "load_experiment", "plan", "run", "variant"]

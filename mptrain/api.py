@@ -27,9 +27,9 @@ from mptrain.config import ExperimentConfig, load_config, validate
 from mptrain.config.loading import apply_overrides, with_overrides
 
 if TYPE_CHECKING:
-    from mptrain.check_gpu import CheckReport
-    from mptrain.compare import CompareRecord
-    from mptrain.plan import PlanRecord
+    from mptrain.commands.check_gpu import CheckReport
+    from mptrain.commands.compare import CompareRecord
+    from mptrain.commands.plan import PlanRecord
     from mptrain.summary import RunSummary
 
 Overrides = Mapping[str, Any] | list[str] | None
@@ -92,7 +92,7 @@ def compare(experiment: ExperimentConfig, candidates: list[str] | None = None, *
     """The experiment under several precision candidates (policies, or any name plan
     prints), in turns, as `mptrain compare`; default: float32 and what `policy: auto` picks
     here."""
-    from mptrain.compare import default_policies, plan_variants, run_compare
+    from mptrain.commands.compare import default_policies, plan_variants, run_compare
 
     chosen = candidates or default_policies(experiment, verbose)
     on_turn = _print_turn if progress else None
@@ -105,7 +105,7 @@ def plan(experiment: ExperimentConfig, *, candidates: list[str] | None = None, s
          out: str | Path | None = None, progress: bool = True, verbose: bool = False) -> PlanRecord:
     """The fastest safe precision for the experiment on this machine, as `mptrain plan`;
     `out`: where to write the runnable plan (default: none from Python)."""
-    from mptrain.plan import run_plan, start_plan
+    from mptrain.commands.plan import run_plan, start_plan
 
     record, folder = start_plan(experiment, names=candidates, steps=steps,
                                 tolerance_pct=tolerance_pct, budget_minutes=budget_minutes,
@@ -118,7 +118,7 @@ def plan(experiment: ExperimentConfig, *, candidates: list[str] | None = None, s
 def check_machine(*, bench: bool = False, verbose: bool = False) -> CheckReport:
     """This machine's accelerators and CPU, and the policy that will be fast here (measured),
     as `mptrain check-gpu`."""
-    from mptrain.check_gpu import check_machine as check
+    from mptrain.commands.check_gpu import check_machine as check
 
     return check(bench=bench, verbose=verbose)
 

@@ -6,6 +6,7 @@ TensorFlow is imported only inside the commands that train or probe devices, so 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
@@ -16,8 +17,8 @@ from typing import Annotated
 import typer
 import typer.core
 
-from mptrain import __version__
 from mptrain.errors import ConfigError, DataError, MptrainError
+from mptrain.version import __version__
 
 STARTED_AT = time.perf_counter()
 
@@ -70,11 +71,18 @@ VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", metavar="", help=(
 
 
 def main() -> None:
+    import signal
+
     from mptrain.errors import WorkerLost
+    from mptrain.signals import exit_code
 
     try:
         app(prog_name="mptrain")
     except SystemExit as done:
+        if done.code in (exit_code(signal.SIGINT), exit_code(signal.SIGTERM)):
+            # stopped by a signal and all said: a late second Ctrl-C, arriving while the
+            # interpreter exits, has nothing left to abandon (it would turn 130 into a kill)
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
         if done.code != WorkerLost.exit_code:
             raise
         # A worker was lost: TensorFlow's runtime cannot be reset in this process ("Restart
@@ -248,7 +256,7 @@ def run(
     from mptrain.report.console import stderr
     from mptrain.report.progress import LiveProgress
     from mptrain.report.tables import run_header, summary_table
-    from mptrain.signals import DIVERGED_EXIT_CODE, exit_code
+    from mptrain.signals import DIVERGED_EXIT_CODE, exit_code, ignoring_interrupts
 
     overrides = [*(set_ or []), *(worker_overrides(workers) if workers is not None else [])]
     with _user_errors("interrupted (a run folder, if one was made, keeps its last checkpoint)",
@@ -274,7 +282,7 @@ def run(
             raise ConfigError("--max-restarts restarts lost local workers: it needs --workers N "
                               "(or --resume of a run on local workers)")
         if resume is None:
-            from mptrain.plan import plan_beside
+            from mptrain.commands.plan import plan_beside
 
             if (beside := plan_beside(config)) is not None:
                 stderr.print(f"[cyan]plan:[/] {beside}", soft_wrap=True, highlight=False)
@@ -289,11 +297,16 @@ def run(
                                     verbose=verbose, initial_weights=initial_weights,
                                     run_dir=run_dir, started_at=STARTED_AT, on_start=on_start,
                                     status=_status)
-    _emit(result.summary, json_out, summary_table)
     status = result.summary.status
+    # a second Ctrl-C once training has stopped has nothing left to abandon: the summary and
+    # the resume command are printed whole
+    with ignoring_interrupts() if status == "interrupted" else contextlib.nullcontext():
+        _emit(result.summary, json_out, summary_table)
+        if status == "interrupted":
+            stderr.print(f"[yellow]{result.summary.stop_reason}[/]: checkpoint saved. Continue "
+                         f"with:\n  mptrain run --resume {result.run_dir}", soft_wrap=True,
+                         highlight=False)
     if status == "interrupted":
-        stderr.print(f"[yellow]{result.summary.stop_reason}[/]: checkpoint saved. Continue with:\n"
-                     f"  mptrain run --resume {result.run_dir}", soft_wrap=True, highlight=False)
         raise typer.Exit(exit_code(result.signal))
     if status == "diverged":
         stderr.print(f"[red]diverged[/]: {result.summary.stop_reason or 'the loss became NaN/inf'}"
@@ -354,13 +367,15 @@ def compare(
 ) -> None:
     """Run one experiment under several policies (and loops) from the same initial weights.
 
-    Each variant runs in its own process. Writes OUTPUT_DIR/compare-NAME-TIMESTAMP/ with
-    compare.json, compare.png and every variant's run folder, and prints two tables that fit
-    80 columns: the results (speed-up, accuracy, verdict) and the details. Ctrl-C or SIGTERM
-    stops the running variant after its current step (with a checkpoint) and starts no more;
-    --resume finishes the compare later.
+    Each variant runs in its own process, all of them in turns (a turn of steps each, in a
+    random order every round), so the machine's drift falls on every variant alike; a
+    speed-up is the median of the per-round ratios. Writes OUTPUT_DIR/compare-NAME-TIMESTAMP/
+    with compare.json, compare.png and every variant's run folder, and prints three tables
+    that fit 80 columns: the results (speed-up, accuracy, verdict), the details and the whole
+    run (one-off costs, wall time). Ctrl-C or SIGTERM stops every variant after its current
+    step (with a checkpoint); --resume finishes the compare later.
     """
-    from mptrain.compare import (
+    from mptrain.commands.compare import (
         DEFAULT_EXPERIMENT,
         default_policies,
         explain_missing_default,
@@ -452,12 +467,13 @@ def plan(
     Candidates (this machine's): float32; mixed_bfloat16, without and with XLA; mixed_float16
     where it can be fast; on CPUs float32 with oneDNN's bfloat16 math and with TensorFlow's
     bfloat16 graph rewrite; on GPUs float32 without TF32. Each is a short trial from the same
-    initial weights on the same batches; the best 16-bit one is then tried with its slow
-    layers kept float32 (measured per layer). Prints an 80-column table; writes plan.json,
-    plan.png and the trials in OUTPUT_DIR/plan-NAME-TIMESTAMP/, and the plan's experiment
-    file (`mptrain run` it). Ctrl-C keeps the finished trials; --resume finishes the rest.
+    initial weights on the same batches, all run in turns, with the most promising 16-bit one
+    also tried with its slow layers kept float32 (measured per layer first). Judged per step
+    and over the whole experiment (one-off costs included). Prints an 80-column table; writes
+    plan.json, plan.png and the trials in OUTPUT_DIR/plan-NAME-TIMESTAMP/, and the plan's
+    experiment file (`mptrain run` it). Ctrl-C stops every trial; --resume runs them again.
     """
-    from mptrain.plan import plan_file_for, resume_plan, run_plan, start_plan
+    from mptrain.commands.plan import plan_file_for, resume_plan, run_plan, start_plan
     from mptrain.precision import CANDIDATE_NAMES
     from mptrain.report.console import plain_text, stderr
     from mptrain.report.tables import plan_tables
@@ -505,8 +521,8 @@ def runs(
     process gone), policy, loop, epochs, median step time, test accuracy, when. * marks a run
     `mptrain run --resume` can continue.
     """
+    from mptrain.commands.runs import DEFAULT_FOLDER, compare_runs, list_runs, split_arguments
     from mptrain.report.tables import compare_tables, runs_table
-    from mptrain.runs import DEFAULT_FOLDER, compare_runs, list_runs, split_arguments
 
     arguments = arguments or []
     with _user_errors():
@@ -621,9 +637,9 @@ def memory(
     """Training memory per policy: weights, gradients, optimizer state and activations,
     estimated from the built model and measured in a short run; the largest batch that fits.
     """
+    from mptrain.commands.memory import plan_memory
     from mptrain.config import load_config
     from mptrain.config.schema import POLICIES
-    from mptrain.memory_plan import plan_memory
     from mptrain.report.tables import memory_view
 
     with _user_errors(verbose=verbose):
@@ -652,7 +668,7 @@ def check_gpu(
     10 s) and cached per machine and TensorFlow version. Exits 0 without a GPU: that is
     information, not an error.
     """
-    from mptrain.check_gpu import check_machine
+    from mptrain.commands.check_gpu import check_machine
     from mptrain.report.tables import check_gpu_view
 
     with _user_errors(verbose=verbose):

@@ -84,7 +84,7 @@ def _new_placement(cfg, tf) -> Placement:
     if kind == "multi_worker_mirrored":
         if "TF_CONFIG" not in os.environ:
             raise ConfigError("distribute.strategy multi_worker_mirrored reads the cluster from "
-                              "$TF_CONFIG; set it on every worker (README: Scale out), or try it "
+                              "$TF_CONFIG; set it on every worker (docs/scale-out.md), or try it "
                               "on one machine with `mptrain run --workers N` (a stopped run: "
                               "`mptrain run --resume RUN_DIR --workers N`)")
         strategy = tf.distribute.MultiWorkerMirroredStrategy()

@@ -168,7 +168,7 @@ def _check_data(data) -> list[str]:
             check_given_path(kind, path)
         elif local_copy(kind) is None:
             return [f"{kind} is not on this machine (looked in {looked_in(kind)}); `run` will "
-                    "try Keras' download, which needs the internet (README: Datasets)"]
+                    "try Keras' download, which needs the internet (docs/data.md)"]
     if kind in ("image_folder", "text_folder"):
         from mptrain.data.folders import IMAGE_EXTENSIONS, TEXT_EXTENSIONS, list_classes
 

@@ -74,6 +74,19 @@ def stop_on_signals(monitor: TrainingMonitor):
             signal.signal(sig, old)
 
 
+@contextmanager
+def ignoring_interrupts():
+    """Ctrl-C ignored for a moment (in the main thread): a stopped run's last words."""
+    if not _main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 class ForwardSignals:
     """While children run: SIGINT/SIGTERM are passed on to the running children (each stops
     after its current step and saves a checkpoint), and `received` tells the caller to start

@@ -112,7 +112,7 @@ class MemoryStats(_Record):
 
 
 class RunSummary(_Record):
-    """summary.json. Every key is documented in the README (a test keeps the two in step)."""
+    """summary.json. Every key is documented in docs/outputs.md (a test keeps the two in step)."""
 
     name: str
     status: Status

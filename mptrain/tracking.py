@@ -34,9 +34,9 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
 
-from mptrain import __version__
 from mptrain.run_folder import record_text, write_atomic
 from mptrain.training.records import EpochRecord, StepRecord, TrainingListener
+from mptrain.version import __version__
 
 if TYPE_CHECKING:
     from mptrain.config import ExperimentConfig

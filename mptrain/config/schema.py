@@ -416,7 +416,7 @@ class TrainConfig(_Strict):
     )
     metrics: list[Literal["accuracy", "top5_accuracy"]] = Field(default_factory=lambda: ["accuracy"])
     jit_compile: bool | None = Field(
-        None, description="XLA. null: chosen per policy and device (see README)."
+        None, description="XLA. null: chosen per policy and device (docs/experiment-file.md)."
     )
     xla_optimizer_update: bool | None = Field(
         None, description="Compile only the optimizer update with XLA. null: on for CPUs."

@@ -64,6 +64,17 @@ def check_builder(builder: str) -> None:
                           f"(functions there: {listed})")
 
 
+def check_builder_travels(config: ExperimentConfig, command: str) -> None:
+    """compare and plan run each variant in a process of its own, which cannot see a builder
+    passed as a Python object: refuse before anything runs, not in every child."""
+    builder = getattr(config.model, "builder", None)
+    if config.model.kind == "python" and builder and is_registered(split_builder(builder)[0]):
+        raise ConfigError(f"model.builder: a builder passed as a Python object exists only in "
+                          f"the process that passed it, and {command} runs each variant in a "
+                          "process of its own; save it in a .py file and give model.builder: "
+                          "path/to/file.py:function")
+
+
 def load_builder(builder: str):
     target, function = split_builder(builder)
     check_builder(builder)

@@ -55,6 +55,8 @@ class TakeTurns(TrainingListener):
         return cls(monitor, int(turn_steps), int(fd), total_steps)
 
     def step_finished(self, record: StepRecord, step_in_epoch: int) -> None:
+        if self.report is None:  # its last turn was reported, or the engine is gone
+            return
         self.seconds.append(record.seconds)
         self.examples.append(record.examples)
         last = record.step >= self.total_steps or self.monitor.stop_requested
@@ -70,7 +72,12 @@ class TakeTurns(TrainingListener):
     def _hand_over(self, step: int, final: bool) -> None:
         line = {"turn": self.turn, "step": step, "seconds": self.seconds,
                 "examples": self.examples, "final": final}
-        self.report.write(json.dumps(line) + "\n")
+        try:
+            self.report.write(json.dumps(line) + "\n")
+        except OSError:  # the engine is gone (killed outright): stop like a SIGTERM, waiting for no one
+            self.report = None
+            signal.raise_signal(signal.SIGTERM)
+            return
         self.turn += 1
         self.seconds, self.examples = [], []
         started = time.perf_counter()

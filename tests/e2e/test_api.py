@@ -6,11 +6,12 @@ from pathlib import Path
 import pytest
 
 import mptrain
-from mptrain.check_gpu import CheckReport
-from mptrain.compare import CompareRecord
-from mptrain.plan import PlanRecord
+from mptrain.commands.check_gpu import CheckReport
+from mptrain.commands.compare import CompareRecord
+from mptrain.commands.plan import PlanRecord
 from mptrain.summary import RunSummary
-from tests.helpers import TINY, experiment, mptrain as mptrain_cli
+from tests.helpers import TINY, experiment
+from tests.helpers import mptrain as mptrain_cli
 
 pytest.importorskip("tensorflow")
 
@@ -62,7 +63,8 @@ def test_a_notebooks_builder_function_runs_without_a_file(tmp_path):
                                      {"train.epochs": 1}, builder=my_model)
     summary = mptrain.run(config, progress=False)
     assert summary.status == "finished" and any("output is probabilities" in n for n in summary.notes)
-    with pytest.raises(mptrain.ConfigError, match="exists only in the process that passed it"):
+    with pytest.raises(mptrain.ConfigError, match="exists only in the process that passed it, and "
+                                                  "compare runs"):
         mptrain.compare(config, ["float32", "mixed_bfloat16"], progress=False)
 
 
@@ -72,7 +74,7 @@ def test_compare_plan_and_check_machine_from_python(tmp_path):
     assert isinstance(record, CompareRecord) and record.status == "finished"
     assert [row.policy for row in record.variants] == ["float32", "mixed_bfloat16"]
     assert all(row.summary.status == "finished" for row in record.variants)
-    planned = mptrain.plan(config, candidates=["mixed_bfloat16"], steps=10, progress=False)
+    planned = mptrain.plan(config, candidates=["mixed_bfloat16"], steps=8, progress=False)
     assert isinstance(planned, PlanRecord) and planned.status == "finished" and planned.winner
     assert [t.candidate.name for t in planned.trials][:1] == ["float32"]
     report = mptrain.check_machine()

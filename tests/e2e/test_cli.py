@@ -38,10 +38,9 @@ CHATTER = ("cuInit", "oneDNN custom operations", "cpu_feature_guard", "absl::", 
 def test_every_command_keeps_tensorflows_logs_hidden(tmp_path):
     """memory once imported Keras (and so TensorFlow) loudly before its quiet import."""
     config = experiment(tmp_path, "train.epochs=1")
-    for command in (["memory", "--policies", "float32,mixed_bfloat16"], ["lint"],
-                    ["diagnose", "--steps", "2"], ["check-gpu", "--no-bench"]):
-        arguments = [*command[:1], *([str(config)] if command[0] != "check-gpu" else []), *command[1:]]
-        done = mptrain(*arguments, cwd=tmp_path, process=True)
+    # (run's own start-up is checked in test_full_run_through_the_cli_prints_only_json)
+    for command in (["memory", "--policies", "float32,mixed_bfloat16"], ["diagnose", "--steps", "2"]):
+        done = mptrain(command[0], str(config), *command[1:], cwd=tmp_path, process=True)
         assert done.returncode in (0, 1), (command, done.stderr[-2000:])
         assert done.stdout.strip(), command
         for chatter in CHATTER:

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from mptrain.compare import CompareRecord
+from mptrain.commands.compare import CompareRecord
 from mptrain.verdicts import paired_speedup
 from tests.e2e.test_plan import assert_in_turns
 from tests.helpers import experiment, mptrain

@@ -248,7 +248,7 @@ def test_compare_survives_its_parent_killed_outright(tmp_path):
     """SIGKILL of the compare process: its running child is stopped with it (parent-death
     signal: a checkpoint, no orphan training on), and `compare --resume` finishes the compare
     from the folder as it was left."""
-    config = experiment(tmp_path, "train.batch_size=8", "train.epochs=3",
+    config = experiment(tmp_path, "train.batch_size=8", "train.epochs=2",
                         "model.hidden_units=[64, 64]", "train.checkpoint.every_steps=10")
     process = mptrain_process(tmp_path, "compare", str(config), "--policies",
                               "float32,mixed_bfloat16", "--json")
@@ -273,14 +273,14 @@ def test_compare_survives_its_parent_killed_outright(tmp_path):
     assert final["status"] == "finished"
     assert [v["summary"]["status"] for v in final["variants"]] == ["finished", "finished"]
     first = final["variants"][0]["summary"]
-    assert first["steps_run"] == 3 * 48 and any("resumed at" in n for n in first["notes"])
+    assert first["steps_run"] == 2 * 48 and any("resumed at" in n for n in first["notes"])
     assert np.isfinite(first["test_loss"])
 
 
 def test_what_an_epoch_line_reports_is_on_disk_before_it_is_printed(tmp_path):
     """SIGKILL the moment `epoch 1:` is printed: its record, its steps and its checkpoint are
     already saved, so the resume continues at epoch 2, not at step 1."""
-    config = experiment(tmp_path, "train.batch_size=8", "train.epochs=3",
+    config = experiment(tmp_path, "train.batch_size=8", "train.epochs=2",
                         "model.hidden_units=[512, 512]")
     process = mptrain_process(tmp_path, "run", str(config), "--json")
     wait_for(process, "epoch 1:")
@@ -295,4 +295,4 @@ def test_what_an_epoch_line_reports_is_on_disk_before_it_is_printed(tmp_path):
     summary = json.loads(done.stdout)
     resumed = [n for n in summary["notes"] if n.startswith("resumed at")]
     assert resumed and not resumed[0].startswith("resumed at epoch 1,"), resumed
-    assert summary["epochs_run"] == 3 and summary["steps_run"] == 3 * 48
+    assert summary["epochs_run"] == 2 and summary["steps_run"] == 2 * 48

@@ -225,7 +225,7 @@ def test_loss_upper_bound_counts_as_divergence(tiny_config):
 
 
 def test_compare_interrupted_keeps_what_ran_and_resumes(tmp_path):
-    config = long_experiment(tmp_path, "train.epochs=4")
+    config = long_experiment(tmp_path, "train.epochs=2")
     process = mptrain_process(tmp_path, "compare", str(config), "--policies",
                               "float32,mixed_bfloat16", "--json")
     wait_for(process, "round 2 ·")  # both variants are training, in turns

@@ -200,7 +200,7 @@ def test_bench_names_this_machine():
 ])
 def test_compare_by_default_weighs_float32_against_what_auto_would_pick(machine, bfloat16, expected):
     """Never float32 against mixed_float16 on a CPU, the pair mptrain itself warns is slow."""
-    from mptrain.compare import policies_worth_comparing
+    from mptrain.commands.compare import policies_worth_comparing
     from tests.helpers import record_kernels
 
     kernels = record_kernels(machine, bfloat16=bfloat16, float16=0.01) if bfloat16 else None

@@ -6,10 +6,7 @@ import re
 
 import pytest
 
-from mptrain.errors import ConfigError
-from mptrain.hardware import Machine, gpu_from_details, parse_cpuinfo
-from mptrain.microbench import cached_kernels
-from mptrain.plan import (
+from mptrain.commands.plan import (
     LayerTiming,
     Trial,
     candidates,
@@ -19,6 +16,9 @@ from mptrain.plan import (
     judge,
     select,
 )
+from mptrain.errors import ConfigError
+from mptrain.hardware import Machine, gpu_from_details, parse_cpuinfo
+from mptrain.microbench import cached_kernels
 from mptrain.policy import recommend
 from mptrain.precision import CANDIDATE_NAMES, Candidate
 from tests.helpers import make_summary, record_kernels
@@ -211,7 +211,7 @@ def test_a_kernel_measurement_is_not_reused_on_another_cpu_or_tensorflow(tmp_pat
 
 
 def test_run_names_the_plan_beside_its_experiment(tmp_path, monkeypatch):
-    from mptrain.plan import plan_beside, plan_file_for
+    from mptrain.commands.plan import plan_beside, plan_file_for
 
     experiment = tmp_path / "exp.yaml"
     experiment.write_text("data: {dataset: synthetic}\n")
@@ -226,7 +226,7 @@ def test_run_names_the_plan_beside_its_experiment(tmp_path, monkeypatch):
 
 
 def test_a_trial_that_failed_is_a_result_one_that_was_interrupted_is_still_to_try():
-    from mptrain.plan import PlanRecord
+    from mptrain.commands.plan import PlanRecord
 
     found = [c for c in candidates(AMX) if c.why_not is None][:4]
     record = PlanRecord(experiment="x", folder="/tmp/x", machine="m", measured_at="t", steps=30,
@@ -242,7 +242,7 @@ def test_a_plan_written_beside_an_experiment_of_this_repository_is_ignored_by_gi
     import fnmatch
     from pathlib import Path
 
-    from mptrain.plan import plan_file_for
+    from mptrain.commands.plan import plan_file_for
 
     experiment_file = tmp_path / "x.yaml"
     experiment_file.write_text("name: x\n")

@@ -12,10 +12,10 @@ import pytest
 import yaml
 from rich.console import Console
 
+from mptrain.commands.runs import compare_runs, list_runs, split_arguments
 from mptrain.config import validate
 from mptrain.errors import ConfigError
 from mptrain.run_folder import record_text
-from mptrain.runs import compare_runs, list_runs, split_arguments
 from mptrain.summary import RunState
 from tests.helpers import make_summary, tiny_raw
 

@@ -61,8 +61,8 @@ def test_the_lowest_floors_import_nothing_of_mptrain():
 
 def test_training_loops_and_data_do_not_reach_up_to_the_commands():
     graph = imports()
-    commands = {"mptrain.cli", "mptrain.runner", "mptrain.compare", "mptrain.plan",
-                "mptrain.experiment", "mptrain.memory_plan"}
+    commands = {"mptrain.cli", "mptrain.runner", "mptrain.commands.compare", "mptrain.commands.plan",
+                "mptrain.experiment", "mptrain.commands.memory"}
     for module, targets in graph.items():
         if module.startswith(("mptrain.training", "mptrain.data", "mptrain.model", "mptrain.config")):
             assert not targets & commands, (module, targets & commands)

@@ -8,8 +8,9 @@ from pathlib import Path
 
 from rich.console import Console
 
-from mptrain.compare import Variant, build_record, compare_row
-from mptrain.plan import LayerTiming, PlanRecord, Trial
+from mptrain.commands.compare import Variant, build_record, compare_row
+from mptrain.commands.plan import LayerTiming, PlanRecord, Trial
+from mptrain.commands.runs import RunRow, RunsReport
 from mptrain.precision import Candidate
 from mptrain.report.tables import (
     check_gpu_view,
@@ -21,7 +22,6 @@ from mptrain.report.tables import (
     runs_table,
     summary_table,
 )
-from mptrain.runs import RunRow, RunsReport
 from tests.helpers import make_summary
 
 RUN = "synthetic-mixed_float16-custom-20261201-120000"
@@ -132,7 +132,7 @@ def test_summary_keeps_its_run_folder_on_one_line():
 
 
 def test_check_gpu_panel_keeps_every_measurement_whole():
-    from mptrain.check_gpu import (
+    from mptrain.commands.check_gpu import (
         CheckReport,
         CpuFacts,
         GpuFacts,
@@ -204,7 +204,7 @@ def test_diagnose_keeps_layer_names_and_numbers_whole():
 
 
 def test_memory_keeps_every_figure_whole():
-    from mptrain.memory_plan import MemoryPlan, MemoryReport
+    from mptrain.commands.memory import MemoryPlan, MemoryReport
 
     plan = {"batch_size": 4096, "parameters": 123_456_789, "weights_bytes": 1023 * 2**30,
             "weight_copies_bytes": 512 * 2**30, "gradients_bytes": 1023 * 2**30,

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from mptrain.cli import parse_choices
-from mptrain.compare import Variant, build_record
+from mptrain.commands.compare import Variant, build_record
 from mptrain.config.schema import POLICIES
 from mptrain.errors import ConfigError
 from mptrain.verdicts import accuracy_noise_pt, accuracy_words, wilson_half_width
@@ -117,7 +117,7 @@ def test_a_small_test_set_makes_a_compare_verdict_say_noise():
 def test_memory_tables_fit_80_columns_with_every_number_whole():
     from rich.console import Console
 
-    from mptrain.memory_plan import MemoryPlan, MemoryReport
+    from mptrain.commands.memory import MemoryPlan, MemoryReport
     from mptrain.report.tables import memory_view
 
     plan = {"batch_size": 256, "parameters": 85_000, "weights_bytes": 340_000,
@@ -141,7 +141,7 @@ def test_the_largest_batch_is_never_more_hopeful_than_the_measurement():
     """A measured peak above the estimate (XLA's buffers under mixed_float16 on a CPU: 72 MiB
     measured where 26 MiB was estimated) scales every part up by that ratio; a batch far
     beyond the data set is said to be a memory figure only."""
-    from mptrain.memory_plan import MemoryPlan, _with_largest_batch
+    from mptrain.commands.memory import MemoryPlan, _with_largest_batch
 
     mib = 2**20
     parts = {"policy": "mixed_float16", "batch_size": 100, "parameters": 1000,

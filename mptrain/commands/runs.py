@@ -21,7 +21,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from mptrain.compare import CompareRecord, CompareRow, Variant, compare_row, resumable
+from mptrain.commands.compare import CompareRecord, CompareRow, Variant, compare_row, resumable
 from mptrain.errors import ConfigError
 from mptrain.run_folder import RunFolder
 from mptrain.summary import RunState, RunSummary

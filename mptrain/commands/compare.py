@@ -190,6 +190,9 @@ def run_compare(
     (`engine`); write compare.json and compare.png into OUTPUT_DIR/compare-<name>-<timestamp>/
     and return the record. `on_turn` is told of each turn as it ends; `as_text(record)`: the
     tables as text, for MLflow (with `output.mlflow`)."""
+    from mptrain.model.python_builder import check_builder_travels
+
+    check_builder_travels(config, "compare")
     from mptrain.experiment import prepare
 
     # Everything that can fail on bad input (data not found, model not buildable) happens

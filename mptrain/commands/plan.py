@@ -402,7 +402,9 @@ def start_plan(config: ExperimentConfig, *, names: list[str] | None = None,
 
     from mptrain.experiment import prepare
     from mptrain.microbench import measured_kernels
+    from mptrain.model.python_builder import check_builder_travels
 
+    check_builder_travels(config, "plan")
     if tolerance_pct < 0:
         raise ConfigError(f"--tolerance {tolerance_pct:g}: give a percentage of float32's loss, 0 or more")
     if budget_minutes <= 0:

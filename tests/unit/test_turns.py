@@ -1,0 +1,43 @@
+"""The child's side of the measuring engine, on recorded steps (no training, no processes):
+when it hands over, what it reports, and what the engine's words make it do."""
+
+import io
+import json
+import os
+from types import SimpleNamespace
+
+from mptrain.engine import turn_steps
+from mptrain.training.records import StepRecord
+from mptrain.training.turns import TakeTurns
+
+
+def take_turns(monkeypatch, commands: str, total: int, every: int):
+    read_end, write_end = os.pipe()
+    monitor = SimpleNamespace(stop_requested=False, steps=[], stops=[])
+    monitor.request_stop = lambda reason, kind: monitor.stops.append((reason, kind))
+    monkeypatch.setattr("sys.stdin", io.StringIO(commands))
+    return TakeTurns(monitor, every, write_end, total), os.fdopen(read_end), monitor
+
+
+def test_a_run_hands_over_after_its_first_step_and_every_turn_then_once_more_at_its_end(monkeypatch):
+    turns, reports, _ = take_turns(monkeypatch, "go\n" * 10, total=12, every=5)
+    for step in range(1, 13):
+        turns.step_finished(StepRecord(step, 1, 1.0, 0.01 * step, 8), step)
+    said = [json.loads(line) for line in reports.read().splitlines()]
+    assert [len(r["seconds"]) for r in said] == [1, 5, 5, 1]  # first step, two turns, the rest
+    assert [r["final"] for r in said] == [False, False, False, True]
+    assert said[1]["seconds"] == [0.02, 0.03, 0.04, 0.05, 0.06] and said[-1]["step"] == 12
+    turns.finish()  # already said final: nothing more
+    assert turns.waited_s >= 0
+
+
+def test_too_slow_stops_it_as_a_step_limit_would(monkeypatch):
+    turns, reports, monitor = take_turns(monkeypatch, "go\ntoo slow 9x float32's\n", total=20, every=5)
+    for step in range(1, 7):
+        turns.step_finished(StepRecord(step, 1, 1.0, 0.01, 8), step)
+    assert monitor.stops == [("9x float32's", "max_step_seconds")]
+
+
+def test_turns_cut_a_run_into_about_ten_rounds_of_at_least_five_steps():
+    assert turn_steps(30) == 5 and turn_steps(12) == 5
+    assert turn_steps(1001) == 100
