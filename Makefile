@@ -17,7 +17,7 @@ install:
 	fi
 
 test:
-	$(BIN)/ruff check mptrain tests bench
+	$(BIN)/ruff check mptrain tests bench docs
 	@# Two workers: most of a test's time is one-threaded (process start-up, tracing), so the
 	@# suite takes about half as long on 2 cores; no more than 4, each worker holds TensorFlow.
 	$(BIN)/pytest -m "not slow" -n auto --maxprocesses 4 --dist worksteal --durations=15
@@ -25,14 +25,14 @@ test:
 # The unit tier alone: no training, no processes (config, verdicts, monitor, guard, plan's
 # choice, renderers, on recorded numbers); under a minute.
 test-fast:
-	$(BIN)/ruff check mptrain tests bench
+	$(BIN)/ruff check mptrain tests bench docs
 	$(BIN)/pytest tests/unit -n auto --maxprocesses 4
 
 test-all:
 	$(BIN)/pytest -n auto --maxprocesses 4
 
 lint:
-	$(BIN)/ruff check mptrain tests bench
+	$(BIN)/ruff check mptrain tests bench docs
 
 bench:
 	$(BIN)/python bench/run_all.py

@@ -129,6 +129,7 @@ class CompareRow(_Record):
     accuracy_noise_pt: float | None = None  # what the test set's size cannot resolve
     test_loss_delta: float | None = None
     rounds: list[float | None] = []  # its median step (ms) in each round run in turns
+    session: int = 0  # which session of turns (a resume starts another): rounds pair within one
     verdict: str
 
 
@@ -247,6 +248,11 @@ def _run_variants(record: CompareRecord, folder: Path, variants: list[Variant],
     name = record.experiment
     outcomes: dict[str, RunSummary | str] = dict(done)
     rounds = {row.variant: row.rounds for row in record.variants if row.variant in done}
+    # rounds pair only within one session of turns: a variant resumed now did not run in the
+    # same rounds as one that finished before the interruption
+    sessions = {row.variant: row.session for row in record.variants if row.variant in done}
+    session = max([row.session for row in record.variants], default=0) + 1
+    sessions.update({v.label: session for v in variants if v.label not in done})
     # with output.mlflow: a parent run, each variant's run nested in it
     tracking = start_parent(folder, "compare", {"variants": ",".join(v.label for v in variants)})
     env = tracking.env if tracking else {}
@@ -254,7 +260,7 @@ def _run_variants(record: CompareRecord, folder: Path, variants: list[Variant],
                             folder / "logs" / f"{v.label}.log", env)
                   for v in variants if v.label not in done]
     _write(folder, build_record(name, folder, variants, outcomes, run_dirs, rounds, "running",
-                                record.turn_steps, record.input_ms_per_batch))
+                                record.turn_steps, record.input_ms_per_batch, sessions))
     with ForwardSignals() as signals:
         ran = run_in_turns(contenders, record.turn_steps, signals, on_turn)
     for contender in contenders:
@@ -269,7 +275,7 @@ def _run_variants(record: CompareRecord, folder: Path, variants: list[Variant],
         rounds[contender.label] = outcome.rounds
     status = "interrupted" if signals.received is not None else "finished"
     record = build_record(name, folder, variants, outcomes, run_dirs, rounds, status, record.turn_steps,
-                          record.input_ms_per_batch)
+                          record.input_ms_per_batch, sessions)
     if any(row.summary for row in record.variants):
         from mptrain.plot import plot_compare
 
@@ -319,11 +325,12 @@ def explain_missing_default(error: DataError) -> DataError:
 def build_record(name: str, folder: Path, variants: list[Variant],
                  outcomes: dict[str, RunSummary | str], run_dirs: dict[str, Path] | None = None,
                  rounds: dict[str, list[float | None]] | None = None, status: str = "finished",
-                 turn_steps: int = 0, input_ms: float | None = None) -> CompareRecord:
+                 turn_steps: int = 0, input_ms: float | None = None,
+                 sessions: dict[str, int] | None = None) -> CompareRecord:
     """compare.json: one row per variant (label → its summary, or why it has none), with
     ratios to the baseline: the float32 variant of the same loop, or the first policy listed
     when float32 is not compared."""
-    run_dirs, rounds = run_dirs or {}, rounds or {}
+    run_dirs, rounds, sessions = run_dirs or {}, rounds or {}, sessions or {}
     baseline_policy = "float32" if any(v.policy == "float32" for v in variants) else variants[0].policy
     summaries = {label: o for label, o in outcomes.items() if isinstance(o, RunSummary)}
     rows = []
@@ -338,10 +345,11 @@ def build_record(name: str, folder: Path, variants: list[Variant],
                                    failed=outcome,
                                    verdict=outcome if failed else f"failed ({outcome})"))
         else:
-            rows.append(compare_row(variant, outcome, summaries.get(baseline.label),
-                                    variant.label == baseline.label, run_dir,
-                                    rounds.get(variant.label, []), rounds.get(baseline.label, []),
-                                    input_ms))
+            together = sessions.get(variant.label) == sessions.get(baseline.label)
+            row = compare_row(variant, outcome, summaries.get(baseline.label),
+                              variant.label == baseline.label, run_dir, rounds.get(variant.label, []),
+                              rounds.get(baseline.label, []) if together else None, input_ms)
+            rows.append(row.model_copy(update={"session": sessions.get(variant.label, 0)}))
     return CompareRecord(experiment=name, folder=str(folder), status=status,
                          baseline_policy=baseline_policy, turn_steps=turn_steps,
                          input_ms_per_batch=input_ms, variants=rows)
@@ -353,7 +361,8 @@ def compare_row(variant: Variant, s: RunSummary, base: RunSummary | None, is_bas
                 input_ms: float | None = None) -> CompareRow:
     """The variant against the baseline: the speed-up from the rounds both ran in turns
     (`verdicts.paired_speedup`); from the two runs' own medians only where there are no such
-    rounds (`runs --compare`, which sets side by side runs made at different times)."""
+    rounds (`runs --compare`, which sets side by side runs made at different times, or a
+    variant resumed after the baseline had finished)."""
     rounds = rounds or []
     measured = paired_speedup(base_rounds or [], rounds) if base is not None else None
     if measured is None and base is not None and not (rounds and base_rounds):

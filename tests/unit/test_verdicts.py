@@ -211,3 +211,17 @@ def test_a_step_as_slow_as_the_input_pipeline_is_input_bound():
     assert "data.cache: memory" in said
     assert input_bound(step_ms=10.0, input_ms=4.6) is None  # the step does more than wait
     assert input_bound(step_ms=None, input_ms=4.6) is None and input_bound(5.0, None) is None
+
+
+def test_rounds_pair_only_within_one_session_of_turns():
+    """A variant resumed after the baseline finished did not run in the same rounds: its
+    speed-up falls back to each run's own median and spread, not to rounds from another time."""
+    variants = [Variant("float32", "fit"), Variant("mixed_bfloat16", "fit")]
+    outcomes = {"float32-fit": make_summary(median=100.0), "mixed_bfloat16-fit": make_summary(median=50.0)}
+    rounds = {"float32-fit": [100.0] * 6, "mixed_bfloat16-fit": [100.0] * 6}  # in turns: the same
+    together = build_record("x", Path("/tmp/x"), variants, outcomes, rounds=rounds,
+                            sessions={"float32-fit": 1, "mixed_bfloat16-fit": 1})
+    assert together.variants[1].speedup == pytest.approx(1.0)
+    apart = build_record("x", Path("/tmp/x"), variants, outcomes, rounds=rounds,
+                         sessions={"float32-fit": 1, "mixed_bfloat16-fit": 2})
+    assert apart.variants[1].speedup == pytest.approx(2.0) and apart.variants[1].session == 2
