@@ -175,7 +175,7 @@ def compare_tables(record: CompareRecord) -> Group:
                        "verdict"], result_rows, text_columns={5})
     details = _Fitted("details", ["variant", "p10–p90\nms/step", "examples\n/s", "TFLOP/s", "MFU",
                                   "training\nmemory (×)"], detail_rows)
-    times = _Fitted("the whole run", ["variant", "1st step\ns", "whole\nrun", "waited for\nturns"],
+    times = _Fitted("the whole run", ["variant", "start to\n1st step", "whole\nrun", "waited for\nturns"],
                     time_rows)
     turns = (f"the variants ran in turns of {record.turn_steps} steps; speed-up: the median over "
              f"rounds of {base}'s median step / this one's in the same round, a verdict says "
@@ -186,8 +186,9 @@ def compare_tables(record: CompareRecord) -> Group:
              "is on one side of 1")
     notes.append(f"ms/step: median over timed steps (warm-up and short batches left out); {turns}; "
                  "higher or lower accuracy only beyond what the test set's size can resolve (a 95% "
-                 "Wilson interval). 1st step: start-up, data, model, tracing and compiling; whole "
-                 "run: its own wall time, waits for the others' turns left out.")
+                 "Wilson interval). start to 1st step (s): process start, data, model, tracing, "
+                 "compiling and the first step itself; whole run: its own wall time, waits for "
+                 "the others' turns left out.")
     if peaks:
         notes.append("MFU: achieved TFLOP/s over the peak of the unit that runs each dtype's "
                      f"matmuls ({'; '.join(peaks.values())} TFLOP/s).")
@@ -422,7 +423,7 @@ def plan_tables(record: PlanRecord) -> Group:
             verdict]))
     parts: list[Any] = [_Fitted(f"mptrain plan: {record.experiment} ({record.steps}-step trials in "
                                 "turns)",
-                                ["candidate", "ms/step", "speed-up", "1st step\ns", "whole\nrun",
+                                ["candidate", "ms/step", "speed-up", "start to\n1st step", "whole\nrun",
                                  "loss Δ", "verdict"], rows, text_columns={6})]
     for candidate in record.candidates:
         if candidate.why_not:
@@ -443,8 +444,9 @@ def plan_tables(record: PlanRecord) -> Group:
     parts.append(f"measured on {escape(record.machine)}; trials ran in turns of "
                  f"{record.turn_steps} steps. speed-up: the median over rounds of float32's "
                  "median step / this one's in the same round, a verdict says faster only when its "
-                 "95% interval is above 1; 1st step: start-up, tracing and compiling; whole run: "
-                 f"estimated for the experiment's {record.experiment_steps} steps (1st step + the "
+                 "95% interval is above 1; start to 1st step (s): process start, data, model, tracing, "
+                 "compiling and the first step; whole run: "
+                 f"estimated for the experiment's {record.experiment_steps} steps (start to 1st step + the "
                  "rest at the median, evaluation left out); loss Δ: the trial's loss over its "
                  "second half against float32's on the same batches")
     if record.plan_file:

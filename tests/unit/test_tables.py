@@ -119,7 +119,7 @@ def test_plan_tables_keep_candidates_layers_and_numbers_whole():
     for name in (*names, LAYER, "dense_1"):
         leads_a_line(text, name)
     whole(text, "12345.6", "90 min", "45 min", "4.00x", "-36.9%", "1234.56", "987.65", "0.80x",
-          "ms/step", "1st step", "speed-up", "verdict", "faster beyond")
+          "ms/step", "1st step", "start to", "speed-up", "verdict", "faster beyond")
 
 
 def test_summary_keeps_its_run_folder_on_one_line():
