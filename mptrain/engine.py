@@ -30,17 +30,51 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import statistics
 import subprocess
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
+import yaml
+
+from mptrain.run_folder import unique_folder, write_atomic
 from mptrain.signals import ForwardSignals, die_with_parent
 from mptrain.training.turns import REPORT_FD_ENV, TURN_STEPS_ENV
 
+if TYPE_CHECKING:
+    from mptrain.config import ExperimentConfig
+    from mptrain.experiment import Prepared
+
 MIN_TURN_STEPS = 5  # fewer steps a turn: their median is mostly noise
 TARGET_ROUNDS = 10  # rounds a run of the experiment's length is cut into, when it can be
+
+
+def stage(config: ExperimentConfig, kind: str, verbose: bool = False,
+          before_folder: Callable[[Prepared], Any] | None = None) -> tuple[Path, Prepared]:
+    """The folder a compare or plan works in, OUTPUT_DIR/KIND-NAME-TIMESTAMP/, holding the
+    experiment as prepared (experiment.yaml: what the data filled in included) and the
+    initial weights every variant starts from: the model built once under float32 and saved
+    (the guide's `initial_weights = model.get_weights()`). Everything that can fail on bad
+    input, `before_folder(prepared)` included, fails before the folder exists."""
+    import numpy as np
+
+    from mptrain.experiment import prepare
+
+    with tempfile.TemporaryDirectory() as scratch:
+        staged = Path(scratch) / "initial_weights.npz"
+        prepared = prepare(config, policy="float32", verbose=verbose)
+        np.savez(staged, *prepared.model.get_weights())
+        if before_folder is not None:
+            before_folder(prepared)
+        folder = unique_folder(config.output.dir, f"{kind}-{config.name}")
+        shutil.move(staged, folder / "initial_weights.npz")
+    write_atomic(folder / "experiment.yaml",
+                 yaml.safe_dump(prepared.config.to_yaml_dict(), sort_keys=False))
+    return folder, prepared
 
 
 def turn_steps(total_steps: int) -> int:

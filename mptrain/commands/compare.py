@@ -17,21 +17,19 @@ is stopped with it and keeps a checkpoint) and runs the rest.
 from __future__ import annotations
 
 import shutil
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict
 
 from mptrain.config import ExperimentConfig
-from mptrain.engine import Contender, run_in_turns, turn_steps
+from mptrain.engine import Contender, run_in_turns, stage, turn_steps
 from mptrain.errors import ConfigError, DataError
 from mptrain.local_workers import read_child_summary, resume_command, run_command
 from mptrain.precision import candidate
-from mptrain.run_folder import RunFolder, to_json, unique_folder, write_atomic
+from mptrain.run_folder import RunFolder, to_json, write_atomic
 from mptrain.signals import ForwardSignals
 from mptrain.summary import RunState, RunSummary
 from mptrain.training.turns import planned_steps
@@ -191,26 +189,16 @@ def run_compare(
     (`engine`); write compare.json and compare.png into OUTPUT_DIR/compare-<name>-<timestamp>/
     and return the record. `on_turn` is told of each turn as it ends; `as_text(record)`: the
     tables as text, for MLflow (with `output.mlflow`)."""
+    from mptrain.data.pipeline import input_ms_per_batch
     from mptrain.model.python_builder import check_builder_travels
 
     check_builder_travels(config, "compare")
-    from mptrain.experiment import prepare
 
-    # Everything that can fail on bad input (data not found, model not buildable) happens
-    # before the compare folder exists, so a failed compare leaves nothing behind.
-    with tempfile.TemporaryDirectory() as scratch:
-        import numpy as np
-
-        staged = Path(scratch) / "initial_weights.npz"
-        prepared = prepare(config, policy="float32", verbose=verbose)
-        np.savez(staged, *prepared.model.get_weights())
-        from mptrain.data.pipeline import input_ms_per_batch
-
+    def say_notes(prepared) -> None:  # what is known to be slow here, before anything runs
         if on_notes is not None:
             on_notes(preflight_notes(config, variants, prepared.machine))
-        folder = unique_folder(config.output.dir, f"compare-{config.name}")
-        shutil.move(staged, folder / "initial_weights.npz")
-    write_atomic(folder / "experiment.yaml", yaml.safe_dump(config.to_yaml_dict(), sort_keys=False))
+
+    folder, prepared = stage(config, "compare", verbose, before_folder=say_notes)
     run_dirs = {v.label: folder / f"{config.name}-{v.label}" for v in variants}
     steps = turn_steps(planned_steps(prepared.config.train, prepared.batches.steps_per_epoch))
     record = build_record(config.name, folder, variants, {}, run_dirs, status="running",

@@ -29,7 +29,6 @@ from __future__ import annotations
 import contextlib
 import math
 import shutil
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -42,13 +41,13 @@ from pydantic import BaseModel, ConfigDict
 
 from mptrain.config import ExperimentConfig
 from mptrain.data.pipeline import input_ms_per_batch
-from mptrain.engine import Contender, run_in_turns, turn_steps
+from mptrain.engine import Contender, run_in_turns, stage, turn_steps
 from mptrain.errors import ConfigError
 from mptrain.hardware import Machine
 from mptrain.local_workers import read_child_summary, run_command
 from mptrain.microbench import KernelSpeeds
 from mptrain.precision import Candidate, candidate
-from mptrain.run_folder import RunFolder, to_json, unique_folder, write_atomic
+from mptrain.run_folder import RunFolder, to_json, write_atomic
 from mptrain.signals import ForwardSignals
 from mptrain.summary import RunSummary
 from mptrain.training.turns import planned_steps
@@ -398,9 +397,6 @@ def start_plan(config: ExperimentConfig, *, names: list[str] | None = None,
                status: Callable[[str], object] | None = None) -> tuple[PlanRecord, Path]:
     """Check everything, save the shared initial weights, write the plan folder with the
     trials to run. Bad input fails here, before any folder exists."""
-    import numpy as np
-
-    from mptrain.experiment import prepare
     from mptrain.microbench import measured_kernels
     from mptrain.model.python_builder import check_builder_travels
 
@@ -411,19 +407,17 @@ def start_plan(config: ExperimentConfig, *, names: list[str] | None = None,
         raise ConfigError(f"--budget {budget_minutes:g}: give the minutes plan may take, more than 0")
     if steps < 8:
         raise ConfigError(f"--steps {steps}: a trial needs at least 8 steps to be timed")
-    with tempfile.TemporaryDirectory() as scratch:
-        staged = Path(scratch) / "initial_weights.npz"
-        prepared = prepare(config, policy="float32", verbose=verbose)
-        np.savez(staged, *prepared.model.get_weights())
-        machine = prepared.machine
-        found = select(candidates(machine, measured_kernels(prepared.tf, machine, status)), names)
-        per_epoch = prepared.batches.steps_per_epoch
-        input_ms = input_ms_per_batch(prepared.batches)
-        config = prepared.config
-        folder = unique_folder(config.output.dir, f"plan-{config.name}")
-        shutil.move(staged, folder / "initial_weights.npz")
+    found: list[Candidate] = []
+
+    def choose_candidates(prepared) -> None:  # an unknown --candidates name fails here, too
+        kernels = measured_kernels(prepared.tf, prepared.machine, status)
+        found.extend(select(candidates(prepared.machine, kernels), names))
+
+    folder, prepared = stage(config, "plan", verbose, before_folder=choose_candidates)
+    machine, config = prepared.machine, prepared.config
+    per_epoch = prepared.batches.steps_per_epoch
+    input_ms = input_ms_per_batch(prepared.batches)
     trial_config = _trial_config(config, steps, per_epoch, evaluate)
-    write_atomic(folder / "experiment.yaml", yaml.safe_dump(config.to_yaml_dict(), sort_keys=False))
     write_atomic(folder / "trial.yaml", yaml.safe_dump(trial_config, sort_keys=False))
     record = PlanRecord(
         experiment=config.name, folder=str(folder), machine=describe_machine(machine),
