@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mptrain.config import ExperimentConfig, load_config, validate
-from mptrain.config.loading import apply_overrides, with_overrides
+from mptrain.config.loading import apply_overrides, resolve_paths, with_overrides
 
 if TYPE_CHECKING:
     from mptrain.commands.check_gpu import CheckReport
@@ -61,7 +61,7 @@ def load_experiment(source: str | Path | Mapping[str, Any], overrides: Overrides
     if isinstance(source, Mapping):
         raw = apply_overrides(dict(source), sets)
         raw.setdefault("name", "experiment")
-        return validate(raw, "<mapping>", sets)
+        return resolve_paths(validate(raw, "<mapping>", sets), Path.cwd())  # as --set paths are
     return load_config(source, sets)
 
 
@@ -95,7 +95,9 @@ def compare(experiment: ExperimentConfig, candidates: list[str] | None = None, *
     from mptrain.commands.compare import default_policies, plan_variants, run_compare
 
     chosen = candidates or default_policies(experiment, verbose)
-    on_turn = _print_turn if progress else None
+    from mptrain.report.progress import print_turn
+
+    on_turn = print_turn if progress else None
     return run_compare(experiment, plan_variants(experiment, chosen, loops), verbose=verbose,
                        on_turn=on_turn).record
 
@@ -106,13 +108,14 @@ def plan(experiment: ExperimentConfig, *, candidates: list[str] | None = None, s
     """The fastest safe precision for the experiment on this machine, as `mptrain plan`;
     `out`: where to write the runnable plan (default: none from Python)."""
     from mptrain.commands.plan import run_plan, start_plan
+    from mptrain.report.progress import print_turn
 
     record, folder = start_plan(experiment, names=candidates, steps=steps,
                                 tolerance_pct=tolerance_pct, budget_minutes=budget_minutes,
                                 evaluate=evaluate, out=Path(out).resolve() if out else None,
                                 verbose=verbose)
     return run_plan(record, folder, verbose=verbose,
-                    on_turn=_print_turn if progress else None).record
+                    on_turn=print_turn if progress else None).record
 
 
 def check_machine(*, bench: bool = False, verbose: bool = False) -> CheckReport:
@@ -122,9 +125,3 @@ def check_machine(*, bench: bool = False, verbose: bool = False) -> CheckReport:
 
     return check(bench=bench, verbose=verbose)
 
-
-def _print_turn(round_: int, label: str, step_ms: list[float]) -> None:
-    from mptrain.report.console import stderr
-    from mptrain.report.progress import turn_line
-
-    stderr.print(turn_line(round_, label, step_ms), highlight=False, soft_wrap=True)

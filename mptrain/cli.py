@@ -190,13 +190,6 @@ def _emit(data, json_out: bool, render) -> None:
             stdout_console().print(render(data))
 
 
-def _announce_turn(round_: int, label: str, step_ms: list[float]) -> None:
-    from mptrain.report.console import stderr
-    from mptrain.report.progress import turn_line
-
-    stderr.print(turn_line(round_, label, step_ms), highlight=False, soft_wrap=True)
-
-
 def _status(text: str):
     from mptrain.report.console import stderr
 
@@ -386,6 +379,7 @@ def compare(
     from mptrain.config import load_config
     from mptrain.config.schema import LOOPS, STRATEGIES
     from mptrain.report.console import plain_text, stderr
+    from mptrain.report.progress import print_turn
     from mptrain.report.tables import compare_tables
     from mptrain.signals import exit_code
 
@@ -399,7 +393,7 @@ def compare(
 
     with _user_errors(verbose=verbose):
         if resume is not None:
-            result = resume_compare(resume, verbose=verbose, on_turn=_announce_turn,
+            result = resume_compare(resume, verbose=verbose, on_turn=print_turn,
                                     as_text=lambda record: plain_text(compare_tables(record)))
         else:
             experiment = load_config(config or DEFAULT_EXPERIMENT, overrides)
@@ -418,7 +412,7 @@ def compare(
 
             try:
                 result = run_compare(experiment, variants, verbose=verbose, on_notes=notes,
-                                     on_turn=_announce_turn,
+                                     on_turn=print_turn,
                                      as_text=lambda record: plain_text(compare_tables(record)))
             except DataError as exc:
                 raise (explain_missing_default(exc) if config is None else exc) from None
@@ -476,6 +470,7 @@ def plan(
     from mptrain.commands.plan import plan_file_for, resume_plan, run_plan, start_plan
     from mptrain.precision import CANDIDATE_NAMES
     from mptrain.report.console import plain_text, stderr
+    from mptrain.report.progress import print_turn
     from mptrain.report.tables import plan_tables
     from mptrain.signals import exit_code
 
@@ -494,7 +489,7 @@ def plan(
                 budget_minutes=budget, evaluate=evaluate,
                 out=out.resolve() if out else plan_file_for(config),
                 verbose=verbose, status=_status)
-        result = run_plan(record, folder, verbose=verbose, on_turn=_announce_turn, on_layers=_status,
+        result = run_plan(record, folder, verbose=verbose, on_turn=print_turn, on_layers=_status,
                           as_text=lambda record: plain_text(plan_tables(record)))
     _emit(result.record, json_out, plan_tables)
     _notes(result.notes)

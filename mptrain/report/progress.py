@@ -72,3 +72,8 @@ def turn_line(round_: int, label: str, step_ms: list[float]) -> str:
         return f"{label}: started; first step {step_ms[0] / 1e3:.2f} s (tracing, kernels, compiling)"
     median = statistics.median(step_ms) if step_ms else float("nan")
     return f"round {round_} · {label}: {len(step_ms)} steps, median {median:.1f} ms"
+
+
+def print_turn(round_: int, label: str, step_ms: list[float]) -> None:
+    """`turn_line` on stderr: compare's and plan's progress, from the CLI and from Python."""
+    stderr.print(turn_line(round_, label, step_ms), highlight=False, soft_wrap=True)
