@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT))
 
 
 def cpu_model() -> str:
-    from mptrain.hardware import probe_cpu
+    from mptrain.hardware.machine import probe_cpu
 
     cpu = probe_cpu()
     return f"{cpu.model}, {cpu.physical_cores} cores, flags: " + ", ".join(
@@ -114,7 +114,7 @@ def mptrain_run(npz: Path, *, policy: str, loop: str, batch: int, steps: int, wa
                 model: dict | None = None, jit_compile: bool | None = None, extra: dict | None = None):
     """One `mptrain run` in this process (same code path as the CLI); returns its summary."""
     from mptrain.config import validate
-    from mptrain.runner import run_experiment
+    from mptrain.runs.runner import run_experiment
 
     raw = {
         "name": "bench",
@@ -184,7 +184,7 @@ def plain_keras_ms(model, x, y, batch: int, steps: int, warmup: int) -> float:
 
 
 def quiet_tensorflow():
-    from mptrain.tf_runtime import import_tensorflow
+    from mptrain.hardware.runtime import import_tensorflow
 
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     return import_tensorflow()

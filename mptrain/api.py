@@ -27,10 +27,10 @@ from mptrain.config import ExperimentConfig, load_config, validate
 from mptrain.config.loading import apply_overrides, resolve_paths, with_overrides
 
 if TYPE_CHECKING:
-    from mptrain.commands.check_gpu import CheckReport
-    from mptrain.commands.compare import CompareRecord
-    from mptrain.commands.plan import PlanRecord
-    from mptrain.summary import RunSummary
+    from mptrain.measure.compare import CompareRecord
+    from mptrain.measure.plan import PlanRecord
+    from mptrain.precision.check import CheckReport
+    from mptrain.runs.summary import RunSummary
 
 Overrides = Mapping[str, Any] | list[str] | None
 
@@ -78,7 +78,7 @@ def run(experiment: ExperimentConfig, *, resume: str | Path | None = None, progr
     import contextlib
 
     from mptrain.report.progress import LiveProgress
-    from mptrain.runner import run_experiment
+    from mptrain.runs.runner import run_experiment
 
     with LiveProgress() if progress else contextlib.nullcontext() as live:
         result = run_experiment(experiment, resume=Path(resume) if resume else None,
@@ -92,7 +92,7 @@ def compare(experiment: ExperimentConfig, candidates: list[str] | None = None, *
     """The experiment under several precision candidates (policies, or any name plan
     prints), in turns, as `mptrain compare`; default: float32 and what `policy: auto` picks
     here."""
-    from mptrain.commands.compare import default_policies, plan_variants, run_compare
+    from mptrain.measure.compare import default_policies, plan_variants, run_compare
 
     chosen = candidates or default_policies(experiment, verbose)
     from mptrain.report.progress import print_turn
@@ -107,7 +107,7 @@ def plan(experiment: ExperimentConfig, *, candidates: list[str] | None = None, s
          out: str | Path | None = None, progress: bool = True, verbose: bool = False) -> PlanRecord:
     """The fastest safe precision for the experiment on this machine, as `mptrain plan`;
     `out`: where to write the runnable plan (default: none from Python)."""
-    from mptrain.commands.plan import run_plan, start_plan
+    from mptrain.measure.plan import run_plan, start_plan
     from mptrain.report.progress import print_turn
 
     record, folder = start_plan(experiment, names=candidates, steps=steps,
@@ -121,7 +121,7 @@ def plan(experiment: ExperimentConfig, *, candidates: list[str] | None = None, s
 def check_machine(*, bench: bool = False, verbose: bool = False) -> CheckReport:
     """This machine's accelerators and CPU, and the policy that will be fast here (measured),
     as `mptrain check-gpu`."""
-    from mptrain.commands.check_gpu import check_machine as check
+    from mptrain.precision.check import check_machine as check
 
     return check(bench=bench, verbose=verbose)
 

@@ -181,7 +181,7 @@ def _emit(data, json_out: bool, render) -> None:
     """One JSON object on stdout (nothing else), or the Rich rendering of it."""
     with _stdout_reader_may_stop():
         if json_out:
-            from mptrain.run_folder import to_json
+            from mptrain.runs.folder import to_json
 
             typer.echo(to_json(data.model_dump()))
         else:
@@ -245,17 +245,17 @@ def run(
     """
     from mptrain.config import load_config
     from mptrain.errors import WorkerLost
-    from mptrain.local_workers import local_worker_count, worker_overrides
     from mptrain.report.console import stderr
     from mptrain.report.progress import LiveProgress
     from mptrain.report.tables import run_header, summary_table
+    from mptrain.runs.workers import local_worker_count, worker_overrides
     from mptrain.signals import DIVERGED_EXIT_CODE, exit_code, ignoring_interrupts
 
     overrides = [*(set_ or []), *(worker_overrides(workers) if workers is not None else [])]
     with _user_errors("interrupted (a run folder, if one was made, keeps its last checkpoint)",
                       verbose, unsaid=WorkerLost if supervised else None):
         if resume is not None:
-            from mptrain.resume import AlreadyFinished, resume_config
+            from mptrain.runs.resume import AlreadyFinished, resume_config
 
             try:
                 experiment = resume_config(resume, config, overrides)
@@ -275,11 +275,11 @@ def run(
             raise ConfigError("--max-restarts restarts lost local workers: it needs --workers N "
                               "(or --resume of a run on local workers)")
         if resume is None:
-            from mptrain.commands.plan import plan_beside
+            from mptrain.measure.plan import plan_beside
 
             if (beside := plan_beside(config)) is not None:
                 stderr.print(f"[cyan]plan:[/] {beside}", soft_wrap=True, highlight=False)
-        from mptrain.runner import run_experiment
+        from mptrain.runs.runner import run_experiment
 
         def on_start(prepared, notes: list[str]) -> None:
             stderr.print(run_header(experiment, prepared.choice, prepared.speed_warning, notes),
@@ -316,8 +316,8 @@ def _run_on_local_workers(experiment, count: int, config: str | None, overrides:
     exit code."""
     from rich.markup import escape
 
-    from mptrain.local_workers import local_run, run_local_workers
     from mptrain.report.console import stderr
+    from mptrain.runs.workers import local_run, run_local_workers
 
     result = run_local_workers(
         local_run(experiment, count, config, overrides, resume, json_out, verbose), max_restarts,
@@ -368,7 +368,9 @@ def compare(
     run (one-off costs, wall time). Ctrl-C or SIGTERM stops every variant after its current
     step (with a checkpoint); --resume finishes the compare later.
     """
-    from mptrain.commands.compare import (
+    from mptrain.config import load_config
+    from mptrain.config.schema import LOOPS, STRATEGIES
+    from mptrain.measure.compare import (
         DEFAULT_EXPERIMENT,
         default_policies,
         explain_missing_default,
@@ -376,8 +378,6 @@ def compare(
         resume_compare,
         run_compare,
     )
-    from mptrain.config import load_config
-    from mptrain.config.schema import LOOPS, STRATEGIES
     from mptrain.report.console import plain_text, stderr
     from mptrain.report.progress import print_turn
     from mptrain.report.tables import compare_tables
@@ -467,8 +467,8 @@ def plan(
     plan.json, plan.png and the trials in OUTPUT_DIR/plan-NAME-TIMESTAMP/, and the plan's
     experiment file (`mptrain run` it). Ctrl-C stops every trial; --resume runs them again.
     """
-    from mptrain.commands.plan import plan_file_for, resume_plan, run_plan, start_plan
-    from mptrain.precision import CANDIDATE_NAMES
+    from mptrain.measure.plan import plan_file_for, resume_plan, run_plan, start_plan
+    from mptrain.precision.candidates import CANDIDATE_NAMES
     from mptrain.report.console import plain_text, stderr
     from mptrain.report.progress import print_turn
     from mptrain.report.tables import plan_tables
@@ -516,7 +516,7 @@ def runs(
     process gone), policy, loop, epochs, median step time, test accuracy, when. * marks a run
     `mptrain run --resume` can continue.
     """
-    from mptrain.commands.runs import DEFAULT_FOLDER, compare_runs, list_runs, split_arguments
+    from mptrain.measure.runs import DEFAULT_FOLDER, compare_runs, list_runs, split_arguments
     from mptrain.report.tables import compare_tables, runs_table
 
     arguments = arguments or []
@@ -551,13 +551,13 @@ def validate(
     import yaml
 
     from mptrain.config import load_config
-    from mptrain.preflight import check_experiment
+    from mptrain.runs.preflight import check_experiment
 
     with _user_errors(verbose=verbose):
         experiment = load_config(config, set_)
         notes = check_experiment(experiment, thorough=True)
         if deep:
-            from mptrain.experiment import prepare
+            from mptrain.runs.experiment import prepare
 
             prepare(experiment, verbose=verbose)
     typer.echo(f"# {config}: valid" + (" (data loaded, model built)" if deep else ""), err=True)
@@ -632,9 +632,9 @@ def memory(
     """Training memory per policy: weights, gradients, optimizer state and activations,
     estimated from the built model and measured in a short run; the largest batch that fits.
     """
-    from mptrain.commands.memory import plan_memory
     from mptrain.config import load_config
     from mptrain.config.schema import POLICIES
+    from mptrain.measure.memory import plan_memory
     from mptrain.report.tables import memory_view
 
     with _user_errors(verbose=verbose):
@@ -663,7 +663,7 @@ def check_gpu(
     10 s) and cached per machine and TensorFlow version. Exits 0 without a GPU: that is
     information, not an error.
     """
-    from mptrain.commands.check_gpu import check_machine
+    from mptrain.precision.check import check_machine
     from mptrain.report.tables import check_gpu_view
 
     with _user_errors(verbose=verbose):

@@ -15,7 +15,7 @@ from pathlib import Path
 import yaml
 
 from mptrain.config import apply_overrides
-from mptrain.summary import LossScaleStats, MemoryStats, RunSummary, StepTimes
+from mptrain.runs.summary import LossScaleStats, MemoryStats, RunSummary, StepTimes
 from mptrain.training.records import StepRecord
 
 TINY = {
@@ -188,7 +188,7 @@ def step_records(*seconds_and_sizes, epoch: int = 1) -> list[StepRecord]:
 def record_kernels(machine, bfloat16: float, float16: float | None = None, device: str = "/CPU:0"):
     """A kernel measurement of `machine` in its cache, as if measured: each 16-bit dtype at
     the given speed relative to float32 on every kernel."""
-    from mptrain.microbench import KernelTiming, store_kernels
+    from mptrain.hardware.kernels import KernelTiming, store_kernels
 
     timings = []
     for kernel in ("matmul 1024²", "dense 512² fused", "conv3x3 16×56²×64"):

@@ -309,7 +309,7 @@ def _keras_download(module: str, title: str, looked: list[Path], fix: str):
     error that lists where we looked and how to fix it."""
     import importlib
 
-    from mptrain.tf_runtime import import_tensorflow
+    from mptrain.hardware.runtime import import_tensorflow
 
     try:
         import_tensorflow()

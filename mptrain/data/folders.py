@@ -180,7 +180,7 @@ class _VerdictCache:
     per data folder in the user's cache folder."""
 
     def __init__(self, files: list[str]):
-        from mptrain.microbench import cache_dir
+        from mptrain.hardware.kernels import cache_dir
 
         roots = sorted({str(Path(f).parent.parent) for f in files})
         digest = hashlib.sha256("\n".join(roots).encode()).hexdigest()[:16]

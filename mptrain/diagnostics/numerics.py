@@ -69,7 +69,7 @@ def fractions(values: np.ndarray, scale: float = 1.0) -> tuple[float, float, int
 
 
 def diagnose(config, steps: int = 5, verbose: bool = False) -> Diagnosis:
-    from mptrain.experiment import prepare
+    from mptrain.runs.experiment import prepare
     from mptrain.training.monitor import TrainingMonitor
 
     prepared = prepare(config, policy="float32", verbose=verbose)
@@ -178,7 +178,7 @@ def _bfloat16_errors(config, spec, model32, x) -> dict[str, float]:
     import keras
 
     from mptrain.model import build_model
-    from mptrain.policy import apply_policy
+    from mptrain.precision.policy import apply_policy
 
     def outputs(model) -> list[tuple[str, object]]:
         layers, probe = layer_probe(model)

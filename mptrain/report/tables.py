@@ -20,18 +20,18 @@ from rich.table import Table
 from rich.text import Text
 
 from mptrain.report.console import fmt, human_bytes
-from mptrain.summary import RunSummary
+from mptrain.runs.summary import RunSummary
 
 if TYPE_CHECKING:
-    from mptrain.commands.check_gpu import CheckReport
-    from mptrain.commands.compare import CompareRecord
-    from mptrain.commands.memory import MemoryReport
-    from mptrain.commands.plan import PlanRecord
-    from mptrain.commands.runs import RunsReport
     from mptrain.config import ExperimentConfig
-    from mptrain.diagnostics.lint import LintReport
     from mptrain.diagnostics.numerics import Diagnosis
-    from mptrain.policy import PolicyChoice
+    from mptrain.measure.compare import CompareRecord
+    from mptrain.measure.memory import MemoryReport
+    from mptrain.measure.plan import PlanRecord
+    from mptrain.measure.runs import RunsReport
+    from mptrain.precision.check import CheckReport
+    from mptrain.precision.lint import LintReport
+    from mptrain.precision.policy import PolicyChoice
 
 DTYPE_SHORT = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
 
@@ -126,7 +126,7 @@ def _compute_line(s: RunSummary) -> str:
 def compare_tables(record: CompareRecord) -> Group:
     """Two tables that each fit 80 columns: the answer (step time, speed-up, accuracy, loss
     scale, verdict) and the details (spread, throughput, compute, training memory)."""
-    from mptrain.commands.compare import NOT_RUN, WAITING, Variant
+    from mptrain.measure.compare import NOT_RUN, WAITING, Variant
 
     base = record.baseline_policy
     result_rows, detail_rows, time_rows, notes = [], [], [], []

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from mptrain.data.pipeline import Batches
-    from mptrain.policy import PolicyChoice
+    from mptrain.precision.policy import PolicyChoice
     from mptrain.training.monitor import TrainingMonitor
 
 # name in the experiment (train.loop, `config.schema.LOOPS`) → the class that runs it,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 
 from mptrain.data.pipeline import Batches
-from mptrain.policy import PolicyChoice
+from mptrain.precision.policy import PolicyChoice
 from mptrain.training.loss_scale import scale_variable
 from mptrain.training.monitor import TrainingMonitor
 from mptrain.training.optimizer_update import compile_optimizer_update
@@ -31,7 +31,7 @@ def make_train_step(model, optimizer, loss_fn, metrics, loss_tracker, jit_compil
     """
     import tensorflow as tf
 
-    from mptrain.distribute import agree_on_finite
+    from mptrain.training.distribute import agree_on_finite
 
     scale = scale_variable(optimizer)
     replicas = strategy.num_replicas_in_sync if strategy is not None else 1

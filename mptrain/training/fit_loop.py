@@ -6,7 +6,7 @@ import keras  # this module is imported only when a fit run starts (training.mak
 
 from mptrain.data.pipeline import Batches
 from mptrain.errors import MptrainError
-from mptrain.policy import PolicyChoice
+from mptrain.precision.policy import PolicyChoice
 from mptrain.training import value_of
 from mptrain.training.loss_scale import scale_variable
 from mptrain.training.monitor import TrainingMonitor

@@ -6,10 +6,10 @@ from pathlib import Path
 import pytest
 
 import mptrain
-from mptrain.commands.check_gpu import CheckReport
-from mptrain.commands.compare import CompareRecord
-from mptrain.commands.plan import PlanRecord
-from mptrain.summary import RunSummary
+from mptrain.measure.compare import CompareRecord
+from mptrain.measure.plan import PlanRecord
+from mptrain.precision.check import CheckReport
+from mptrain.runs.summary import RunSummary
 from tests.helpers import TINY, experiment
 from tests.helpers import mptrain as mptrain_cli
 

@@ -213,8 +213,8 @@ def test_every_command_works_with_only_the_required_keys(tmp_path, kind):
 
 @pytest.mark.parametrize("kind", list(MODEL_KINDS))
 def test_diagnose_and_memory_work_on_every_model_kind(tiny_config, tmp_path, kind):
-    from mptrain.commands.memory import plan_memory
     from mptrain.diagnostics.numerics import diagnose
+    from mptrain.measure.memory import plan_memory
 
     if kind == "keras_hub":
         pytest.importorskip("keras_hub")

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from mptrain.commands.compare import CompareRecord
-from mptrain.verdicts import paired_speedup
+from mptrain.measure.compare import CompareRecord
+from mptrain.measure.verdicts import paired_speedup
 from tests.e2e.test_plan import assert_in_turns
 from tests.helpers import experiment, mptrain
 

@@ -121,7 +121,7 @@ def test_lint_finds_a_16bit_softmax_and_the_patched_output(tmp_path):
 def test_float32_layers_keeps_that_layer_float32_and_the_rest_16bit(tiny_config):
     from mptrain.data.dataset import InputSpec
     from mptrain.model import build_model
-    from mptrain.policy import apply_policy
+    from mptrain.precision.policy import apply_policy
 
     apply_policy("mixed_bfloat16")
     built = build_model(tiny_config("model.float32_layers=[dense_2]",
@@ -235,7 +235,7 @@ def test_measured_training_memory_leaves_the_data_set_out(tiny_config):
     held before the model was built must be the model's share, not a second copy of the data
     (tf.data copied captured constants whenever an iterator was made: 534 MiB of
     "training memory" for every policy on Fashion-MNIST)."""
-    from mptrain.runner import run_experiment
+    from mptrain.runs.runner import run_experiment
 
     result = run_experiment(tiny_config("data.train_size=40000", "data.input_shape=[128]",
                                         "model.hidden_units=[16]", "train.batch_size=256",
@@ -271,7 +271,7 @@ def test_injected_overflows_give_exact_skips_in_steps_and_summary(tiny_config, t
     """A custom-loop run with non-finite gradients at known steps: steps.jsonl marks exactly
     those as skipped, each halves the scale, and the summary's rate and minimum agree."""
     from mptrain.data.pipeline import epoch_order
-    from mptrain.runner import run_experiment
+    from mptrain.runs.runner import run_experiment
 
     rng = np.random.default_rng(0)
     x = rng.normal(size=(128, 16)).astype(np.float32)

@@ -33,7 +33,7 @@ def test_mirrored_matches_one_device_in_both_loops_and_three_policies(tmp_path):
 import json, sys
 sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r})
 from mptrain.config import validate
-from mptrain.runner import run_experiment
+from mptrain.runs.runner import run_experiment
 from tests.helpers import tiny_raw
 out = {{}}
 for loop in ("fit", "custom"):

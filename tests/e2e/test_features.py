@@ -8,7 +8,7 @@ import pytest
 
 tf = pytest.importorskip("tensorflow")
 
-from mptrain.runner import run_experiment  # noqa: E402
+from mptrain.runs.runner import run_experiment  # noqa: E402
 
 
 def trained_weights(result):
@@ -47,7 +47,7 @@ def test_clipping_sees_unscaled_gradients(tiny_config, tmp_path, loop):
     """clipnorm 50: float32's gradient norm is far below it, the scaled one (x32768) far above.
     Clipping the scaled gradient would shrink the update ~1000x; the mixed_float16 update
     must equal float32's."""
-    from mptrain.experiment import save_initial_weights
+    from mptrain.runs.experiment import save_initial_weights
 
     common = (f"train.loop={loop}", "train.max_steps=1", "output.save_model=true",
               "train.optimizer={name: sgd, kwargs: {learning_rate: 0.5, clipnorm: 50}}")

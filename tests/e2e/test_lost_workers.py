@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from mptrain.local_workers import LOST_GRACE_SECONDS, Loss, WorkerEnd, judge, run_workers
+from mptrain.runs.workers import LOST_GRACE_SECONDS, Loss, WorkerEnd, judge, run_workers
 from mptrain.signals import ForwardSignals
 from tests.helpers import experiment, local_worker, mptrain, mptrain_process, wait_for
 

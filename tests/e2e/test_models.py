@@ -38,8 +38,8 @@ def test_transformer_mixed_float16_stays_finite_where_naive_float16_overflows(ti
 
     from mptrain.data.dataset import InputSpec
     from mptrain.model import build_model
-    from mptrain.policy import apply_policy
-    from mptrain.runner import run_experiment
+    from mptrain.precision.policy import apply_policy
+    from mptrain.runs.runner import run_experiment
 
     rng = np.random.default_rng(0)
     x = rng.normal(0, 400, (192, 16, 16, 1)).astype(np.float32)
@@ -244,7 +244,7 @@ def test_fine_tuning_recipe_freezes_then_unfreezes(tiny_config, tmp_path):
     `unfreeze: true` and every weight trains (the README's fine-tuning recipe)."""
     from mptrain.data.dataset import InputSpec
     from mptrain.model import build_model
-    from mptrain.policy import apply_policy
+    from mptrain.precision.policy import apply_policy
 
     spec = InputSpec((32, 32, 3), "image")
     apply_policy("mixed_bfloat16")

@@ -107,7 +107,7 @@ def test_ctrl_c_stops_the_trials_in_turn_and_resume_runs_them(tmp_path):
 
 @pytest.mark.parametrize(("bf16_ratio", "policy"), [(0.8, "float32"), (2.5, "mixed_bfloat16")])
 def test_check_gpu_recommends_what_the_measurement_says(tmp_path, monkeypatch, bf16_ratio, policy):
-    from mptrain.hardware import probe
+    from mptrain.hardware.machine import probe
 
     env = {"MPTRAIN_CACHE_DIR": str(tmp_path / "cache")}
     monkeypatch.setenv("MPTRAIN_CACHE_DIR", env["MPTRAIN_CACHE_DIR"])

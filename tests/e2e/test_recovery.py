@@ -20,8 +20,8 @@ from tests.helpers import experiment, mptrain, mptrain_process, run_json, wait_f
 tf = pytest.importorskip("tensorflow")
 
 from mptrain.errors import MptrainError  # noqa: E402
-from mptrain.resume import AlreadyFinished, resume_config  # noqa: E402
-from mptrain.runner import run_experiment  # noqa: E402
+from mptrain.runs.resume import AlreadyFinished, resume_config  # noqa: E402
+from mptrain.runs.runner import run_experiment  # noqa: E402
 
 # 384 training examples in batches of 32: 12 steps an epoch; bit-identical reruns
 SAME = ("deterministic=true", "train.batch_size=32", "train.epochs=2")
@@ -83,7 +83,7 @@ def test_a_model_keras_cannot_save_keeps_its_training(tmp_path):
     assert longer.returncode == 0, longer.stderr[-2000:]
     assert json.loads(longer.stdout)["epochs_run"] == 2
     from mptrain.config import load_config
-    from mptrain.experiment import save_initial_weights
+    from mptrain.runs.experiment import save_initial_weights
 
     shared = tmp_path / "initial_weights.npz"  # what compare gives its variants
     save_initial_weights(load_config(config), shared)
@@ -200,7 +200,7 @@ def test_a_full_disk_stops_cleanly_and_the_run_resumes_once_there_is_space(tiny_
     """Each place a run writes, failing the way a full disk fails: a clean error naming what
     could not be written and how to continue, the earlier checkpoints intact, and once there
     is space the run resumes to its end."""
-    import mptrain.run_folder as run_folder
+    import mptrain.runs.folder as run_folder
     from mptrain.training.checkpoints import Checkpointer
 
     if site == "checkpoint":

@@ -17,7 +17,7 @@ from tests.helpers import mptrain_process, tiny_raw, wait_for
 
 tf = pytest.importorskip("tensorflow")
 
-from mptrain.runner import run_experiment  # noqa: E402
+from mptrain.runs.runner import run_experiment  # noqa: E402
 
 # 384 training examples in batches of 32: 12 steps an epoch
 DETERMINISTIC = ("deterministic=true", "train.batch_size=32", "output.save_model=true",
@@ -33,7 +33,7 @@ def final_weights(run_dir: Path):
 @pytest.mark.parametrize("loop", ["fit", "custom"])
 @pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16", "mixed_float16"])
 def test_stopped_after_an_epoch_and_resumed_is_bit_identical(tiny_config, loop, policy):
-    from mptrain.resume import resume_config
+    from mptrain.runs.resume import resume_config
 
     overrides = (*DETERMINISTIC, f"train.loop={loop}", f"policy={policy}")
     whole = run_experiment(tiny_config(*overrides, "train.epochs=3"))
@@ -54,7 +54,7 @@ def test_stopped_after_an_epoch_and_resumed_is_bit_identical(tiny_config, loop, 
 def test_resumed_run_counts_the_skips_before_its_checkpoint(tiny_config):
     """A scale far too large makes the first steps skip; the resumed run's total must still
     count them (they live only in the records before the checkpoint)."""
-    from mptrain.resume import resume_config
+    from mptrain.runs.resume import resume_config
 
     overrides = (*DETERMINISTIC, "policy=mixed_float16", "train.loss_scale.initial_scale=1e12",
                  "train.loop=custom")
@@ -255,7 +255,7 @@ def test_compare_interrupted_keeps_what_ran_and_resumes(tmp_path):
 
 
 def test_runs_started_in_the_same_second_never_collide(tmp_path):
-    from mptrain.run_folder import unique_folder
+    from mptrain.runs.folder import unique_folder
 
     folders = {unique_folder(tmp_path, "compare-x") for _ in range(3)}
     assert len(folders) == 3 and all(f.is_dir() for f in folders)

@@ -23,10 +23,10 @@ from tests.helpers import experiment, mptrain
 tf = pytest.importorskip("tensorflow")
 pytest.importorskip("mlflow")
 
-from mptrain.local_workers import free_ports  # noqa: E402
-from mptrain.resume import resume_config  # noqa: E402
-from mptrain.runner import run_experiment  # noqa: E402
-from mptrain.tracking import HTTP_SETTINGS  # noqa: E402
+from mptrain.runs.resume import resume_config  # noqa: E402
+from mptrain.runs.runner import run_experiment  # noqa: E402
+from mptrain.runs.tracking import HTTP_SETTINGS  # noqa: E402
+from mptrain.runs.workers import free_ports  # noqa: E402
 
 STEPS, EPOCHS = 18, 3  # the tiny experiment: 6 steps an epoch
 

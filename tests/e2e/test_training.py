@@ -8,7 +8,7 @@ import pytest
 
 tf = pytest.importorskip("tensorflow")
 
-from mptrain.runner import run_experiment  # noqa: E402
+from mptrain.runs.runner import run_experiment  # noqa: E402
 
 
 def epoch_losses(result):
@@ -102,8 +102,8 @@ def test_custom_loop_differentiates_the_scaled_loss(tiny_config):
     step would be ~32768x too small."""
     import keras
 
-    from mptrain.policy import apply_policy
-    from mptrain.tf_runtime import seed_everything
+    from mptrain.hardware.runtime import seed_everything
+    from mptrain.precision.policy import apply_policy
     from mptrain.training.custom_loop import make_train_step
     from mptrain.training.loss_scale import wrap_optimizer
     from mptrain.training.losses import build_loss
@@ -142,7 +142,7 @@ def model_of(config):
 def test_non_finite_gradient_is_skipped_and_halves_the_scale(tiny_config, xla_update):
     import keras
 
-    from mptrain.policy import apply_policy
+    from mptrain.precision.policy import apply_policy
     from mptrain.training.custom_loop import make_train_step
     from mptrain.training.loss_scale import wrap_optimizer
     from mptrain.training.losses import build_loss
@@ -178,7 +178,7 @@ def test_non_finite_gradient_is_skipped_and_halves_the_scale(tiny_config, xla_up
 def test_initial_weights_file_is_what_trains(tiny_config, tmp_path):
     """compare gives every variant one weights file; the run must start from it. All-zero
     weights make every class equally likely: the first loss is exactly ln(4)."""
-    from mptrain.policy import apply_policy
+    from mptrain.precision.policy import apply_policy
 
     config = tiny_config("train.max_steps=1")
     apply_policy("float32")
@@ -203,7 +203,7 @@ def test_run_folder_contents(tiny_config, tmp_path):
     steps = [json.loads(line) for line in (folder / "steps.jsonl").read_text().splitlines()]
     assert len(steps) == result.summary.steps_run == 2 * 6  # 384 train examples / 64
     assert {s["examples"] for s in steps} == {64}
-    from mptrain.summary import RunSummary
+    from mptrain.runs.summary import RunSummary
 
     summary = RunSummary.model_validate_json((folder / "summary.json").read_text())
     assert summary == result.summary
@@ -237,7 +237,7 @@ def test_auto_follows_this_machines_recorded_kernel_speeds(tiny_config, tmp_path
     """`policy: auto` decides on the cached measurement of this machine's kernels: a recorded
     one where bfloat16 is 0.8x float32 (AVX512_BF16 without AMX) gives float32, one where it
     is 3x (AMX) gives mixed_bfloat16, whatever this CPU's flags say."""
-    from mptrain.hardware import probe
+    from mptrain.hardware.machine import probe
     from tests.helpers import record_kernels
 
     monkeypatch.setenv("MPTRAIN_CACHE_DIR", str(tmp_path / "cache"))
@@ -250,7 +250,7 @@ def test_auto_follows_this_machines_recorded_kernel_speeds(tiny_config, tmp_path
 
 
 def test_json_outputs_are_strict_even_when_a_run_diverges():
-    from mptrain.run_folder import to_json
+    from mptrain.runs.folder import to_json
 
     text = to_json({"loss": float("nan"), "steps": [1.0, float("inf")], "ok": 2.5})
     assert json.loads(text) == {"loss": None, "steps": [1.0, None], "ok": 2.5}
@@ -294,9 +294,9 @@ def test_training_flops_of_the_guide_mlp_match_a_hand_count():
 
     from mptrain.config import validate
     from mptrain.data.dataset import InputSpec
-    from mptrain.flops import count_training_flops
     from mptrain.model import build_model
-    from mptrain.policy import apply_policy
+    from mptrain.model.flops import count_training_flops
+    from mptrain.precision.policy import apply_policy
     from tests.helpers import tiny_raw
 
     apply_policy("mixed_bfloat16")  # the count does not depend on the dtype

@@ -38,7 +38,7 @@ def test_good_config_round_trips_with_defaults(tmp_path):
 def test_every_offline_builtin_passes_the_checks_run_makes(tmp_path, monkeypatch):
     """A built-in's own files (python_builder's my_model.py) are found in the package; its
     runs go to the current folder."""
-    from mptrain.preflight import check_experiment
+    from mptrain.runs.preflight import check_experiment
 
     monkeypatch.chdir(tmp_path)
     for name in builtin_configs():

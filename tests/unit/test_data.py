@@ -161,7 +161,7 @@ def test_synthetic_is_deterministic_and_shaped():
 def test_validate_checks_what_an_explicit_data_path_holds(tmp_path, dataset, message):
     """validate used to call an empty folder valid; only run found out."""
     from mptrain.config import validate
-    from mptrain.preflight import check_experiment
+    from mptrain.runs.preflight import check_experiment
 
     config = validate({"name": "x", "data": {"dataset": dataset, "path": str(tmp_path)}}, "<test>")
     with pytest.raises(DataError, match=message):

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from mptrain.flops import cpu_peak
-from mptrain.hardware import CpuInfo, Machine, gpu_from_details, parse_cpuinfo
-from mptrain.policy import choose_jit_compile, choose_policy, compatibility_check, recommend
+from mptrain.hardware.machine import CpuInfo, Machine, gpu_from_details, parse_cpuinfo
+from mptrain.model.flops import cpu_peak
+from mptrain.precision.policy import choose_jit_compile, choose_policy, compatibility_check, recommend
 
 SAPPHIRE = """processor\t: 0
 vendor_id\t: GenuineIntel
@@ -99,7 +99,7 @@ def test_auto_policy_and_per_policy_xla_choice():
 
 
 def test_xla_optimizer_update_choice():
-    from mptrain.policy import choose_xla_optimizer_update
+    from mptrain.precision.policy import choose_xla_optimizer_update
 
     cpu_only, with_gpu = Machine(cpu=cpu(SAPPHIRE)), Machine(cpu=cpu(), gpus=(gpu(8, 0),))
     assert choose_xla_optimizer_update(None, False, cpu_only)[0] is True
@@ -135,7 +135,7 @@ def test_cores_are_physical_and_limited_to_the_affinity_mask():
 
 def test_microbench_tiny_sizes_give_positive_rates():
     tf = pytest.importorskip("tensorflow")
-    from mptrain.microbench import measure
+    from mptrain.hardware.kernels import measure
 
     results = measure(tf, ["/CPU:0"], scale=0.03, budget_s=0.02)
     assert {r.dtype for r in results} == {"float32", "float16", "bfloat16"}
@@ -200,7 +200,7 @@ def test_bench_names_this_machine():
 ])
 def test_compare_by_default_weighs_float32_against_what_auto_would_pick(machine, bfloat16, expected):
     """Never float32 against mixed_float16 on a CPU, the pair mptrain itself warns is slow."""
-    from mptrain.commands.compare import policies_worth_comparing
+    from mptrain.measure.compare import policies_worth_comparing
     from tests.helpers import record_kernels
 
     kernels = record_kernels(machine, bfloat16=bfloat16, float16=0.01) if bfloat16 else None

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from mptrain.distribute import collective_failure, lost_peer_message, peer_named
-from mptrain.local_workers import (
+from mptrain.runs.folder import RunFolder, last_checkpoint
+from mptrain.runs.workers import (
     LocalRun,
     Loss,
     WorkerEnd,
@@ -16,7 +16,7 @@ from mptrain.local_workers import (
     loss_message,
     restart_message,
 )
-from mptrain.run_folder import RunFolder, last_checkpoint
+from mptrain.training.distribute import collective_failure, lost_peer_message, peer_named
 
 LOST = 4  # WorkerLost's exit code: "my peer is gone"
 

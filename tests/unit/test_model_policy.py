@@ -2,13 +2,13 @@ import pytest
 
 from mptrain.config import validate
 from mptrain.data.dataset import InputSpec
-from mptrain.policy import DTYPES
+from mptrain.precision.policy import DTYPES
 from tests.helpers import tiny_raw
 
 keras = pytest.importorskip("keras")
 
 from mptrain.model import build_model, output_dtype  # noqa: E402
-from mptrain.policy import apply_policy  # noqa: E402
+from mptrain.precision.policy import apply_policy  # noqa: E402
 
 POLICIES = list(DTYPES)
 

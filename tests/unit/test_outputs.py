@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 
 from mptrain.model.outputs import read_output, sum_tolerance
-from mptrain.policy import DTYPES
+from mptrain.precision.policy import DTYPES
 
 keras = pytest.importorskip("keras")
 
 from mptrain.model import ensure_float32_output  # noqa: E402
-from mptrain.policy import apply_policy  # noqa: E402
+from mptrain.precision.policy import apply_policy  # noqa: E402
 
 HEADS = {"softmax": (10, "probabilities"), "sigmoid": (1, "probabilities"), "linear": (10, "logits")}
 

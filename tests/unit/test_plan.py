@@ -6,7 +6,10 @@ import re
 
 import pytest
 
-from mptrain.commands.plan import (
+from mptrain.errors import ConfigError
+from mptrain.hardware.kernels import cached_kernels
+from mptrain.hardware.machine import Machine, gpu_from_details, parse_cpuinfo
+from mptrain.measure.plan import (
     LayerTiming,
     Trial,
     candidates,
@@ -16,11 +19,8 @@ from mptrain.commands.plan import (
     judge,
     select,
 )
-from mptrain.errors import ConfigError
-from mptrain.hardware import Machine, gpu_from_details, parse_cpuinfo
-from mptrain.microbench import cached_kernels
-from mptrain.policy import recommend
-from mptrain.precision import CANDIDATE_NAMES, Candidate
+from mptrain.precision.candidates import CANDIDATE_NAMES, Candidate
+from mptrain.precision.policy import recommend
 from tests.helpers import make_summary, record_kernels
 
 AMX = Machine(cpu=parse_cpuinfo("model name : Xeon AMX\nflags : avx512f avx512_bf16 amx_bf16"),
@@ -211,7 +211,7 @@ def test_a_kernel_measurement_is_not_reused_on_another_cpu_or_tensorflow(tmp_pat
 
 
 def test_run_names_the_plan_beside_its_experiment(tmp_path, monkeypatch):
-    from mptrain.commands.plan import plan_beside, plan_file_for
+    from mptrain.measure.plan import plan_beside, plan_file_for
 
     experiment = tmp_path / "exp.yaml"
     experiment.write_text("data: {dataset: synthetic}\n")
@@ -226,7 +226,7 @@ def test_run_names_the_plan_beside_its_experiment(tmp_path, monkeypatch):
 
 
 def test_a_trial_that_failed_is_a_result_one_that_was_interrupted_is_still_to_try():
-    from mptrain.commands.plan import PlanRecord
+    from mptrain.measure.plan import PlanRecord
 
     found = [c for c in candidates(AMX) if c.why_not is None][:4]
     record = PlanRecord(experiment="x", folder="/tmp/x", machine="m", measured_at="t", steps=30,
@@ -242,7 +242,7 @@ def test_a_plan_written_beside_an_experiment_of_this_repository_is_ignored_by_gi
     import fnmatch
     from pathlib import Path
 
-    from mptrain.commands.plan import plan_file_for
+    from mptrain.measure.plan import plan_file_for
 
     experiment_file = tmp_path / "x.yaml"
     experiment_file.write_text("name: x\n")
@@ -271,7 +271,7 @@ def test_a_candidate_faster_per_step_but_slower_over_the_whole_run_is_not_picked
 
 def test_every_candidate_plan_prints_is_a_name_compare_takes():
     """One name, one meaning: the candidate plan tries is the one `candidate(name)` parses."""
-    from mptrain.precision import candidate
+    from mptrain.precision.candidates import candidate
 
     for machine in (AMX, AVX512_BF16, PLAIN, gpu_machine(7, 0), gpu_machine(8, 0)):
         for planned in candidates(machine):

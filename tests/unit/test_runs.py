@@ -12,11 +12,11 @@ import pytest
 import yaml
 from rich.console import Console
 
-from mptrain.commands.runs import compare_runs, list_runs, split_arguments
 from mptrain.config import validate
 from mptrain.errors import ConfigError
-from mptrain.run_folder import record_text
-from mptrain.summary import RunState
+from mptrain.measure.runs import compare_runs, list_runs, split_arguments
+from mptrain.runs.folder import record_text
+from mptrain.runs.summary import RunState
 from tests.helpers import make_summary, tiny_raw
 
 
@@ -148,7 +148,7 @@ def test_dir_then_runs(runs, monkeypatch):
 
 
 def test_params_are_the_flattened_config_within_mlflows_limit():
-    from mptrain.tracking import MAX_PARAM_VALUE, flatten
+    from mptrain.runs.tracking import MAX_PARAM_VALUE, flatten
 
     flat = flatten({"train": {"optimizer": {"name": "adam", "kwargs": {}}, "metrics": ["accuracy"]},
                     "seed": 0, "model": {"layers": ["x" * 600]}, "note": None})
@@ -159,7 +159,7 @@ def test_params_are_the_flattened_config_within_mlflows_limit():
 
 
 def test_step_batches_keep_whole_steps_within_log_batchs_limit():
-    from mptrain.tracking import MAX_BATCH_METRICS, _whole_steps
+    from mptrain.runs.tracking import MAX_BATCH_METRICS, _whole_steps
 
     rows = [(step, {f"m{i}": 1.0 for i in range(7)}, 0) for step in range(1, 301)]
     chunks = _whole_steps(rows)
@@ -176,7 +176,7 @@ def test_validate_without_mlflow_says_what_to_install(tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
     from mptrain.cli import app
-    from mptrain.preflight import check_experiment
+    from mptrain.runs.preflight import check_experiment
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec",

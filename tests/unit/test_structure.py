@@ -55,14 +55,14 @@ def test_no_import_circles():
 def test_the_lowest_floors_import_nothing_of_mptrain():
     graph = imports()
     assert graph["mptrain.errors"] == set()
-    assert graph["mptrain.hardware"] == set()
+    assert graph["mptrain.hardware.machine"] == set()
     assert graph["mptrain.training.records"] == set()
 
 
 def test_training_loops_and_data_do_not_reach_up_to_the_commands():
     graph = imports()
-    commands = {"mptrain.cli", "mptrain.runner", "mptrain.commands.compare", "mptrain.commands.plan",
-                "mptrain.experiment", "mptrain.commands.memory"}
+    commands = {"mptrain.cli", "mptrain.runs.runner", "mptrain.measure.compare", "mptrain.measure.plan",
+                "mptrain.runs.experiment", "mptrain.measure.memory"}
     for module, targets in graph.items():
         if module.startswith(("mptrain.training", "mptrain.data", "mptrain.model", "mptrain.config")):
             assert not targets & commands, (module, targets & commands)

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from mptrain.flops import Peak
-from mptrain.summary import (
+from mptrain.model.flops import Peak
+from mptrain.runs.summary import (
     LossScaleStats,
     MemoryStats,
     RunSummary,

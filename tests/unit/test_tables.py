@@ -8,10 +8,10 @@ from pathlib import Path
 
 from rich.console import Console
 
-from mptrain.commands.compare import Variant, build_record, compare_row
-from mptrain.commands.plan import LayerTiming, PlanRecord, Trial
-from mptrain.commands.runs import RunRow, RunsReport
-from mptrain.precision import Candidate
+from mptrain.measure.compare import Variant, build_record, compare_row
+from mptrain.measure.plan import LayerTiming, PlanRecord, Trial
+from mptrain.measure.runs import RunRow, RunsReport
+from mptrain.precision.candidates import Candidate
 from mptrain.report.tables import (
     check_gpu_view,
     compare_tables,
@@ -132,14 +132,14 @@ def test_summary_keeps_its_run_folder_on_one_line():
 
 
 def test_check_gpu_panel_keeps_every_measurement_whole():
-    from mptrain.commands.check_gpu import (
+    from mptrain.hardware.kernels import KernelTiming
+    from mptrain.precision.check import (
         CheckReport,
         CpuFacts,
         GpuFacts,
         MachineFacts,
         RecommendationFacts,
     )
-    from mptrain.microbench import KernelTiming
 
     gpu = GpuFacts(name="NVIDIA GeForce RTX 4090 Laptop GPU", compute_capability=(8, 9),
                    memory_bytes=85_000_000_000, float16_tensor_cores=True, fast_bfloat16=True,
@@ -162,7 +162,7 @@ def test_check_gpu_panel_keeps_every_measurement_whole():
 
 
 def test_lint_keeps_layer_names_whole():
-    from mptrain.diagnostics.lint import Finding, LintReport
+    from mptrain.precision.lint import Finding, LintReport
 
     findings = [Finding(kind="softmax_16bit", severity="warning", layer=LAYER, flops_share=0.456,
                         message=f"{LAYER}: softmax in float16; keep it float32 with "
@@ -204,7 +204,7 @@ def test_diagnose_keeps_layer_names_and_numbers_whole():
 
 
 def test_memory_keeps_every_figure_whole():
-    from mptrain.commands.memory import MemoryPlan, MemoryReport
+    from mptrain.measure.memory import MemoryPlan, MemoryReport
 
     plan = {"batch_size": 4096, "parameters": 123_456_789, "weights_bytes": 1023 * 2**30,
             "weight_copies_bytes": 512 * 2**30, "gradients_bytes": 1023 * 2**30,

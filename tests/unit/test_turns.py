@@ -6,7 +6,7 @@ import json
 import os
 from types import SimpleNamespace
 
-from mptrain.engine import turn_steps
+from mptrain.measure.engine import turn_steps
 from mptrain.training.records import StepRecord
 from mptrain.training.turns import TakeTurns
 

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 from mptrain.cli import parse_choices
-from mptrain.commands.compare import Variant, build_record
 from mptrain.config.schema import POLICIES
 from mptrain.errors import ConfigError
-from mptrain.verdicts import accuracy_noise_pt, accuracy_words, wilson_half_width
+from mptrain.measure.compare import Variant, build_record
+from mptrain.measure.verdicts import accuracy_noise_pt, accuracy_words, wilson_half_width
 from tests.helpers import make_summary
 
 
@@ -117,7 +117,7 @@ def test_a_small_test_set_makes_a_compare_verdict_say_noise():
 def test_memory_tables_fit_80_columns_with_every_number_whole():
     from rich.console import Console
 
-    from mptrain.commands.memory import MemoryPlan, MemoryReport
+    from mptrain.measure.memory import MemoryPlan, MemoryReport
     from mptrain.report.tables import memory_view
 
     plan = {"batch_size": 256, "parameters": 85_000, "weights_bytes": 340_000,
@@ -141,7 +141,7 @@ def test_the_largest_batch_is_never_more_hopeful_than_the_measurement():
     """A measured peak above the estimate (XLA's buffers under mixed_float16 on a CPU: 72 MiB
     measured where 26 MiB was estimated) scales every part up by that ratio; a batch far
     beyond the data set is said to be a memory figure only."""
-    from mptrain.commands.memory import MemoryPlan, _with_largest_batch
+    from mptrain.measure.memory import MemoryPlan, _with_largest_batch
 
     mib = 2**20
     parts = {"policy": "mixed_float16", "batch_size": 100, "parameters": 1000,
@@ -163,7 +163,7 @@ def test_the_largest_batch_is_never_more_hopeful_than_the_measurement():
 def test_a_speed_up_is_judged_on_the_medians_uncertainty():
     """13% faster with steps that jitter ±20%: resolved by 40 timed steps each, not by 5 (the
     p10-p90 spreads overlap either way: that rule called every small model's gain noise)."""
-    from mptrain.verdicts import speed_words, speedup
+    from mptrain.measure.verdicts import speed_words, speedup
 
     base = make_summary(median=2.4, spread=0.2, steps=42)
     quick = make_summary(median=2.1, spread=0.2, steps=42)
@@ -180,7 +180,7 @@ def test_rounds_in_turns_see_through_a_drift_the_old_rule_called_a_speed_up():
     after another, float32 meets the slow half and the candidate the fast one: their own
     medians and spreads say 2x faster, with a tight interval. Run in turns, each round's
     ratio sees both at the same speed: the same speed within noise."""
-    from mptrain.verdicts import paired_speedup, speed_words, speedup
+    from mptrain.measure.verdicts import paired_speedup, speed_words, speedup
     from tests.helpers import make_summary
 
     sequential = speedup(make_summary(median=4.0, spread=0.03), make_summary(median=2.0, spread=0.03))
@@ -195,7 +195,7 @@ def test_rounds_in_turns_see_through_a_drift_the_old_rule_called_a_speed_up():
 
 
 def test_the_median_interval_widens_with_fewer_rounds():
-    from mptrain.verdicts import median_interval, paired_speedup
+    from mptrain.measure.verdicts import median_interval, paired_speedup
 
     assert median_interval([1.0, 2.0, 3.0]) == (1.0, 3.0)  # too few for 95%: the whole range
     assert median_interval([float(i) for i in range(1, 11)]) == (2.0, 9.0)  # ranks 2 and 9 of 10
@@ -204,7 +204,7 @@ def test_the_median_interval_widens_with_fewer_rounds():
 
 
 def test_a_step_as_slow_as_the_input_pipeline_is_input_bound():
-    from mptrain.verdicts import input_bound
+    from mptrain.measure.verdicts import input_bound
 
     said = input_bound(step_ms=5.0, input_ms=4.6)
     assert said.startswith("input-bound: the input pipeline alone takes 4.6 ms a batch")

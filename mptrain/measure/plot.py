@@ -14,8 +14,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from mptrain.run_folder import RunFolder
-from mptrain.summary import timed_steps
+from mptrain.runs.folder import RunFolder
+from mptrain.runs.summary import timed_steps
 
 STYLES = ("-", "--", ":", "-.")
 MARKERS = ("o", "s", "^", "D", "v", "P")

@@ -31,9 +31,9 @@ from pydantic import ValidationError
 
 from mptrain.config import ExperimentConfig
 from mptrain.errors import WorkerLost
-from mptrain.run_folder import RunFolder, last_checkpoint, unique_folder
+from mptrain.runs.folder import RunFolder, last_checkpoint, unique_folder
 from mptrain.signals import ForwardSignals, die_with_parent, exit_code
-from mptrain.summary import RunState, RunSummary
+from mptrain.runs.summary import RunState, RunSummary
 
 
 def mptrain_command(*arguments: str) -> list[str]:

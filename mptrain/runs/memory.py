@@ -19,7 +19,7 @@ import resource
 import sys
 from dataclasses import dataclass
 
-from mptrain.summary import MemoryStats
+from mptrain.runs.summary import MemoryStats
 
 
 class MemoryMeter:

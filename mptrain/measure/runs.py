@@ -21,10 +21,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from mptrain.commands.compare import CompareRecord, CompareRow, Variant, compare_row, resumable
 from mptrain.errors import ConfigError
-from mptrain.run_folder import RunFolder
-from mptrain.summary import RunState, RunSummary
+from mptrain.measure.compare import CompareRecord, CompareRow, Variant, compare_row, resumable
+from mptrain.runs.folder import RunFolder
+from mptrain.runs.summary import RunState, RunSummary
 
 DEFAULT_FOLDER = Path("runs")
 NESTED = ("compare-", "plan-")  # folders whose runs are listed too
@@ -109,7 +109,7 @@ def run_row(path: Path, root: Path) -> RunRow | None:
 
 def run_state_status(state: RunState) -> RunStatus:
     """`running` is only true while its process lives; on another host we cannot check."""
-    from mptrain.resume import alive
+    from mptrain.runs.resume import alive
 
     if state.status != "running":
         return state.status

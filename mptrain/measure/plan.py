@@ -41,17 +41,17 @@ from pydantic import BaseModel, ConfigDict
 
 from mptrain.config import ExperimentConfig
 from mptrain.data.pipeline import input_ms_per_batch
-from mptrain.engine import Contender, run_in_turns, stage, turn_steps
 from mptrain.errors import ConfigError
-from mptrain.hardware import Machine
-from mptrain.local_workers import read_child_summary, run_command
-from mptrain.microbench import KernelSpeeds
-from mptrain.precision import Candidate, candidate
-from mptrain.run_folder import RunFolder, to_json, write_atomic
+from mptrain.hardware.kernels import KernelSpeeds
+from mptrain.hardware.machine import Machine
+from mptrain.measure.engine import Contender, run_in_turns, stage, turn_steps
+from mptrain.measure.verdicts import accuracy_noise_pt, difference, input_bound, paired_speedup, speed_words
+from mptrain.precision.candidates import Candidate, candidate
+from mptrain.runs.folder import RunFolder, to_json, write_atomic
+from mptrain.runs.summary import RunSummary
+from mptrain.runs.workers import read_child_summary, run_command
 from mptrain.signals import ForwardSignals
-from mptrain.summary import RunSummary
 from mptrain.training.turns import planned_steps
-from mptrain.verdicts import accuracy_noise_pt, difference, input_bound, paired_speedup, speed_words
 
 DEFAULT_STEPS = 30
 DEFAULT_TOLERANCE_PCT = 3.0
@@ -293,9 +293,9 @@ def layer_timings(config: ExperimentConfig, candidate: Candidate, budget_s: floa
     batch size, in the candidate's 16-bit policy and in float32, interleaved."""
     import keras
 
-    from mptrain.experiment import prepare
-    from mptrain.microbench import interleaved, percentile
-    from mptrain.policy import DTYPES, apply_policy
+    from mptrain.hardware.kernels import interleaved, percentile
+    from mptrain.precision.policy import DTYPES, apply_policy
+    from mptrain.runs.experiment import prepare
 
     prepared = prepare(config, policy="float32", verbose=verbose)
     tf = prepared.tf
@@ -397,7 +397,7 @@ def start_plan(config: ExperimentConfig, *, names: list[str] | None = None,
                status: Callable[[str], object] | None = None) -> tuple[PlanRecord, Path]:
     """Check everything, save the shared initial weights, write the plan folder with the
     trials to run. Bad input fails here, before any folder exists."""
-    from mptrain.microbench import measured_kernels
+    from mptrain.hardware.kernels import measured_kernels
     from mptrain.model.python_builder import check_builder_travels
 
     check_builder_travels(config, "plan")
@@ -443,7 +443,7 @@ def _trial_config(config: ExperimentConfig, steps: int, per_epoch: int, evaluate
 
 
 def describe_machine(machine: Machine) -> str:
-    from mptrain.hardware import CPU_FEATURES
+    from mptrain.hardware.machine import CPU_FEATURES
 
     if machine.gpus:
         what = machine.gpus[0].describe()
@@ -463,7 +463,7 @@ def run_plan(record: PlanRecord, folder: Path, *, verbose: bool = False,
              as_text: Callable[[PlanRecord], str] | None = None) -> PlanResult:
     """Decide the float32 islands, run the trials not yet run in turns (`engine`), then
     choose; resumable. `as_text(record)`: the table as text, for MLflow (`output.mlflow`)."""
-    from mptrain.tracking import start_parent
+    from mptrain.runs.tracking import start_parent
 
     started = time.perf_counter()
     # with output.mlflow: a parent run, each trial's run nested in it
@@ -484,7 +484,7 @@ def run_plan(record: PlanRecord, folder: Path, *, verbose: bool = False,
               "out of budget" if record.untried else "finished")
     record = record.model_copy(update={"winner": winner, "reason": reason, "status": status})
     if record.trials:
-        from mptrain.plot import plot_plan
+        from mptrain.measure.plot import plot_plan
 
         record.plot = str(folder / "plan.png")
         plot_plan(record, folder / "plan.png")

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from mptrain.config.schema import ExperimentConfig
 from mptrain.data.pipeline import Batches
 from mptrain.errors import MptrainError
-from mptrain.run_folder import RunFolder
+from mptrain.runs.folder import RunFolder
 from mptrain.training import value_of
 from mptrain.training.checkpoints import Checkpointer, Position
 from mptrain.training.guard import DivergenceGuard
@@ -26,7 +26,7 @@ from mptrain.training.records import TrainingListener
 from mptrain.training.tensorboard import TensorBoardWriter
 
 if TYPE_CHECKING:
-    from mptrain.tracking import MlflowLogger
+    from mptrain.runs.tracking import MlflowLogger
 
 
 @dataclass

@@ -15,7 +15,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from mptrain.hardware import CpuInfo
+from mptrain.hardware.machine import CpuInfo
 
 # Dense-matmul FLOP per cycle per physical core. AVX-512 FP32: 2 FMA ports x 16 lanes x 2
 # (multiply, add). AVX2 FP32: 2 x 8 x 2. AVX512_BF16 (VDPBF16PS): 2 ports x 16 lanes x 2 pairs

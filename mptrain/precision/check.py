@@ -16,9 +16,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from mptrain.errors import ConfigError
-from mptrain.hardware import Machine
-from mptrain.microbench import KernelSpeeds, KernelTiming
-from mptrain.policy import compatibility_check, recommend
+from mptrain.hardware.kernels import KernelSpeeds, KernelTiming
+from mptrain.hardware.machine import Machine
+from mptrain.precision.policy import compatibility_check, recommend
 
 
 class _Report(BaseModel):
@@ -121,9 +121,15 @@ def check_machine(*, bench: bool = False, no_bench: bool = False, bench_scale: f
     `status(text)` is a context manager that shows progress while measuring."""
     import time
 
-    from mptrain.hardware import probe
-    from mptrain.microbench import bench_devices, cached_kernels, measure, measured_kernels, store_kernels
-    from mptrain.tf_runtime import import_tensorflow
+    from mptrain.hardware.kernels import (
+        bench_devices,
+        cached_kernels,
+        measure,
+        measured_kernels,
+        store_kernels,
+    )
+    from mptrain.hardware.machine import probe
+    from mptrain.hardware.runtime import import_tensorflow
 
     if bench and no_bench:
         raise ConfigError("--bench and --no-bench contradict each other: give one")

@@ -62,7 +62,7 @@ def check_batch_fits(config: ExperimentConfig, train_examples: int) -> None:
 def check_sizes(config: ExperimentConfig, spec: InputSpec) -> None:
     """Refuse a model (or batch) whose training state cannot fit in this machine's memory,
     before allocating it: with the estimate."""
-    from mptrain.memory import machine_memory_bytes, static_training_bytes
+    from mptrain.runs.memory import machine_memory_bytes, static_training_bytes
 
     estimate = static_training_bytes(config, spec)
     available = machine_memory_bytes()

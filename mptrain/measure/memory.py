@@ -15,7 +15,7 @@ import tempfile
 from pydantic import BaseModel, ConfigDict
 
 from mptrain.config import ExperimentConfig, validate
-from mptrain.memory import machine_memory_bytes
+from mptrain.runs.memory import machine_memory_bytes
 
 
 def why_not_half(optimizer: str, state_per_weight: float) -> str:
@@ -69,9 +69,9 @@ class MemoryReport(BaseModel):
 def plan_memory(config: ExperimentConfig, policies: list[str], measure: bool = True,
                 verbose: bool = False) -> MemoryReport:
     """One MemoryPlan per policy for the experiment's model, optimizer and batch size."""
-    from mptrain.experiment import prepare
-    from mptrain.memory import estimate
-    from mptrain.policy import apply_policy
+    from mptrain.precision.policy import apply_policy
+    from mptrain.runs.experiment import prepare
+    from mptrain.runs.memory import estimate
 
     plans, examples = [], 0
     for policy in policies:
@@ -126,7 +126,7 @@ def _with_largest_batch(plan: MemoryPlan, available: int | None, examples: int) 
 
 def _measured(config: ExperimentConfig, policy: str, verbose: bool) -> int | None:
     """The allocator's training peak over a few real steps (None where it reports nothing)."""
-    from mptrain.runner import run_experiment
+    from mptrain.runs.runner import run_experiment
 
     with tempfile.TemporaryDirectory() as scratch:
         raw = config.to_yaml_dict()

@@ -25,15 +25,9 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from mptrain.config import ExperimentConfig
-from mptrain.engine import Contender, run_in_turns, stage, turn_steps
 from mptrain.errors import ConfigError, DataError
-from mptrain.local_workers import read_child_summary, resume_command, run_command
-from mptrain.precision import candidate
-from mptrain.run_folder import RunFolder, to_json, write_atomic
-from mptrain.signals import ForwardSignals
-from mptrain.summary import RunState, RunSummary
-from mptrain.training.turns import planned_steps
-from mptrain.verdicts import (
+from mptrain.measure.engine import Contender, run_in_turns, stage, turn_steps
+from mptrain.measure.verdicts import (
     accuracy_noise_pt,
     difference,
     input_bound,
@@ -42,6 +36,12 @@ from mptrain.verdicts import (
     speedup,
     verdict,
 )
+from mptrain.precision.candidates import candidate
+from mptrain.runs.folder import RunFolder, to_json, write_atomic
+from mptrain.runs.summary import RunState, RunSummary
+from mptrain.runs.workers import read_child_summary, resume_command, run_command
+from mptrain.signals import ForwardSignals
+from mptrain.training.turns import planned_steps
 
 DEFAULT_EXPERIMENT = "mnist_mixed"  # the guide's experiment
 OFFLINE_EXPERIMENTS = ("synthetic", "fashion_mnist_mixed")
@@ -71,10 +71,10 @@ def default_policies(config: ExperimentConfig, verbose: bool = False,
                      status: Callable[[str], object] | None = None) -> list[str]:
     """`compare`'s policies when none are given: `policies_worth_comparing` on this machine,
     with its kernels measured (or the cached measurement)."""
-    from mptrain.experiment import math_environment
-    from mptrain.hardware import probe
-    from mptrain.microbench import measured_kernels
-    from mptrain.tf_runtime import import_tensorflow
+    from mptrain.hardware.kernels import measured_kernels
+    from mptrain.hardware.machine import probe
+    from mptrain.hardware.runtime import import_tensorflow
+    from mptrain.runs.experiment import math_environment
 
     tf = import_tensorflow(verbose, environment=math_environment(config.train.math_mode))
     machine = probe(tf, check_xla=False)
@@ -86,7 +86,7 @@ def policies_worth_comparing(machine, kernels) -> list[str]:
     `--policies` is asking for. When auto picks float32, the 16-bit policy it weighed
     (bfloat16, unless a GPU lacks fast bfloat16), so the default compare still shows what 16
     bits would cost here. Never mixed_float16 on a CPU, where it is known to be slow."""
-    from mptrain.policy import recommend
+    from mptrain.precision.policy import recommend
 
     picked = recommend(machine, kernels).policy
     if picked != "float32":
@@ -155,9 +155,9 @@ class CompareResult:
 def preflight_notes(config: ExperimentConfig, variants: list[Variant], machine) -> dict[str, str]:
     """Variant label → why it is known to be slow on this machine, said before anything runs,
     with each variant's own number of replicas (XLA is off with several)."""
-    from mptrain.distribute import replicas_for
-    from mptrain.microbench import cached_kernels
-    from mptrain.policy import choose_policy, speed_warning
+    from mptrain.hardware.kernels import cached_kernels
+    from mptrain.precision.policy import choose_policy, speed_warning
+    from mptrain.training.distribute import replicas_for
 
     kernels = cached_kernels(machine)
     notes = {}
@@ -231,7 +231,7 @@ def _run_variants(record: CompareRecord, folder: Path, variants: list[Variant],
     """The variants not yet done, run in turns by the engine; compare.json rewritten as they
     end, with each variant's per-round step times (`rounds`), so every verdict can be
     recomputed from the record."""
-    from mptrain.tracking import start_parent
+    from mptrain.runs.tracking import start_parent
 
     name = record.experiment
     outcomes: dict[str, RunSummary | str] = dict(done)
@@ -265,7 +265,7 @@ def _run_variants(record: CompareRecord, folder: Path, variants: list[Variant],
     record = build_record(name, folder, variants, outcomes, run_dirs, rounds, status, record.turn_steps,
                           record.input_ms_per_batch, sessions)
     if any(row.summary for row in record.variants):
-        from mptrain.plot import plot_compare
+        from mptrain.measure.plot import plot_compare
 
         record.plot = str(folder / "compare.png")
         plot_compare(record, folder / "compare.png")

@@ -41,13 +41,13 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from mptrain.run_folder import unique_folder, write_atomic
+from mptrain.runs.folder import unique_folder, write_atomic
 from mptrain.signals import ForwardSignals, die_with_parent
 from mptrain.training.turns import REPORT_FD_ENV, TURN_STEPS_ENV
 
 if TYPE_CHECKING:
     from mptrain.config import ExperimentConfig
-    from mptrain.experiment import Prepared
+    from mptrain.runs.experiment import Prepared
 
 MIN_TURN_STEPS = 5  # fewer steps a turn: their median is mostly noise
 TARGET_ROUNDS = 10  # rounds a run of the experiment's length is cut into, when it can be
@@ -62,7 +62,7 @@ def stage(config: ExperimentConfig, kind: str, verbose: bool = False,
     input, `before_folder(prepared)` included, fails before the folder exists."""
     import numpy as np
 
-    from mptrain.experiment import prepare
+    from mptrain.runs.experiment import prepare
 
     with tempfile.TemporaryDirectory() as scratch:
         staged = Path(scratch) / "initial_weights.npz"

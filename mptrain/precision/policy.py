@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from mptrain.hardware import GpuInfo, Machine
-from mptrain.microbench import KernelSpeeds, decision_device, decision_dtypes
+from mptrain.hardware.kernels import KernelSpeeds, decision_device, decision_dtypes
+from mptrain.hardware.machine import GpuInfo, Machine
 
 # policy → (compute dtype, variable dtype)
 DTYPES = {

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 if TYPE_CHECKING:
-    from mptrain.hardware import Machine
+    from mptrain.hardware.machine import Machine
 
 DTYPES = ("float32", "float16", "bfloat16")
 CACHE_ENV = "MPTRAIN_CACHE_DIR"

@@ -34,15 +34,15 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
 
-from mptrain.run_folder import record_text, write_atomic
+from mptrain.runs.folder import record_text, write_atomic
 from mptrain.training.records import EpochRecord, StepRecord, TrainingListener
 from mptrain.version import __version__
 
 if TYPE_CHECKING:
     from mptrain.config import ExperimentConfig
-    from mptrain.hardware import Machine
-    from mptrain.policy import PolicyChoice
-    from mptrain.summary import RunSummary
+    from mptrain.hardware.machine import Machine
+    from mptrain.precision.policy import PolicyChoice
+    from mptrain.runs.summary import RunSummary
 
 PARENT_ENV = "MPTRAIN_MLFLOW_PARENT"  # compare and plan: the parent run of their children
 RUN_FILE = "mlflow.json"

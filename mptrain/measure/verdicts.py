@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 
-from mptrain.summary import MIN_TIMED_STEPS, RunSummary
+from mptrain.runs.summary import MIN_TIMED_STEPS, RunSummary
 
 Z95 = 1.96
 

@@ -18,8 +18,8 @@ from mptrain.config import ExperimentConfig, load_config, validate
 from mptrain.config.loading import apply_overrides, read_yaml
 from mptrain.config.schema import TrainConfig
 from mptrain.errors import ConfigError
-from mptrain.run_folder import RunFolder
-from mptrain.summary import RunState, RunSummary
+from mptrain.runs.folder import RunFolder
+from mptrain.runs.summary import RunState, RunSummary
 
 # distribute.workers too: the checkpoint holds every worker's (mirrored) variables once, and
 # the data position counts global batches, so any number of local workers continues it

@@ -26,7 +26,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from mptrain.summary import RUN_RECORD, RunRecord, RunState, RunSummary
+from mptrain.runs.summary import RUN_RECORD, RunRecord, RunState, RunSummary
 from mptrain.training.records import EpochRecord, StepRecord, TrainingListener
 
 

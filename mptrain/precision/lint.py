@@ -1,0 +1,271 @@
+"""Lint rules: what in a model keeps 16-bit training from being fast or safe, statically.
+
+From the built model (nothing trains):
+- dimensions that Tensor Cores want as multiples of 8, and TPUs as multiples of 128 (the
+  guide's performance advice): Dense units and input features, convolution filters and input
+  channels, attention head sizes, embedding sizes and vocabularies, the batch size; each with
+  the nearest aligned value and the layer's share of the model's FLOPs, largest first. Only
+  for hardware that has such units: a GPU with Tensor Cores or a TPU here, or the target the
+  user names (`lint --target gpu`); a layer with under 1% of the FLOPs is a note at most;
+- a model too small to gain: its arithmetic per step takes less time than launching the
+  step's operations;
+- numerics: an output that was not float32, a layer that ignores the policy (variables or
+  outputs in an unexpected dtype), a softmax computed in 16 bits.
+Every finding says what to change in the YAML. Warnings decide the exit code; infos
+(dimensions fixed by the data or the task) are listed for completeness.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+if TYPE_CHECKING:
+    from mptrain.model.flops import ForwardProfile
+
+TENSOR_CORE_MULTIPLE, TPU_MULTIPLE = 8, 128
+# A layer doing less of the work than this cannot make a model slow, whatever its shape.
+NEGLIGIBLE_SHARE = 0.01
+Target = Literal["auto", "gpu", "tpu", "cpu"]
+# Per-operation launch cost (kernel dispatch, framework bookkeeping): a rule of thumb, not a
+# measurement of this machine; small models are flagged only when far below it.
+LAUNCH_SECONDS = {"CPU": 5e-6, "GPU": 10e-6, "TPU": 10e-6}
+
+
+class Finding(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["alignment", "small_model", "output_dtype", "policy_ignored", "softmax_16bit"]
+    severity: Literal["warning", "info"]
+    layer: str | None
+    message: str
+    flops_share: float | None = None
+
+
+class LintReport(BaseModel):
+    """What `mptrain lint` found, for the renderers and `--json`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    experiment: str
+    policy: str
+    device: str
+    alignment_for: str | None  # the units dimensions were checked for, or None: not checked
+    flops_per_example: int
+    operations: int
+    findings: list[Finding]
+
+    @property
+    def warnings(self) -> int:
+        return sum(f.severity == "warning" for f in self.findings)
+
+    @property
+    def summary(self) -> str:
+        notes = len(self.findings) - self.warnings
+        return f"{self.warnings} warning(s), {notes} note(s)" if self.findings else "no findings"
+
+
+def _finding(kind: str, severity: str, layer: str | None, message: str,
+             flops_share: float | None = None) -> Finding:
+    return Finding(kind=kind, severity=severity, layer=layer, message=message, flops_share=flops_share)
+
+
+def alignment_units(machine, target: Target) -> str | None:
+    """Which matrix units the dimensions are checked for: those here (Tensor Cores, a TPU),
+    or the target named; None on a CPU, whose units do not care."""
+    if target == "tpu" or (target == "auto" and machine.tpu):
+        return "TPU"
+    if target == "gpu" or (target == "auto" and any(g.float16_tensor_cores for g in machine.gpus)):
+        return "Tensor Cores"
+    return None
+
+
+def lint(prepared, profile: ForwardProfile, target: Target = "auto") -> list[Finding]:
+    """Every finding for this model, experiment and machine (`prepared`: the experiment as
+    `runs.experiment.prepare` set it up), warnings first, then by the layer's share of the
+    FLOPs."""
+    total = max(profile.flops, 1)
+    config, machine = prepared.config, prepared.machine
+    units = alignment_units(machine, target)
+    findings = [*(_alignment(prepared.model, config, profile.flops_by_layer, total, units)
+                  if units else []),
+                *_small_model(config, profile, machine),
+                *_numerics(prepared.model, prepared.choice, prepared.notes, prepared.output)]
+    return sorted(findings, key=lambda f: (f.severity != "warning", -(f.flops_share or 0)))
+
+
+def _layers(model):
+    """Every layer, those inside nested models (an application's backbone) included."""
+    for layer in model.layers:
+        if hasattr(layer, "layers") and layer.layers:
+            yield from _layers(layer)
+        else:
+            yield layer
+
+
+def _dimensions(layer) -> list[tuple[str, int]]:
+    """(what, size) pairs of a layer that matrix units tile."""
+    kind = type(layer).__name__
+    kernel = getattr(layer, "kernel", None)
+    if kind in ("Dense", "EinsumDense") and kernel is not None and len(kernel.shape) == 2:
+        return [("input features", int(kernel.shape[0])), ("units", int(kernel.shape[1]))]
+    if kind in ("Conv1D", "Conv2D", "Conv3D", "Conv2DTranspose") and kernel is not None:
+        return [("input channels", int(kernel.shape[-2])), ("filters", int(kernel.shape[-1]))]
+    if kind == "Embedding":
+        return [("vocabulary", int(layer.input_dim)), ("embedding size", int(layer.output_dim))]
+    if isinstance_name(layer, "MultiHeadAttention"):
+        return [("head size (key_dim)", int(layer.key_dim))]
+    return []
+
+
+def isinstance_name(layer, name: str) -> bool:
+    return any(cls.__name__ == name for cls in type(layer).__mro__)
+
+
+def _alignment(model, config, flops_by_layer, total, units: str) -> list[Finding]:
+    findings = []
+    sized = [(layer, dims) for layer in _layers(model) if (dims := _dimensions(layer))]
+    first_layer = True
+    for layer, dims in sized:
+        share = flops_by_layer.get(layer.name, 0) / total
+        for what, size in dims:
+            # fixed by the data (the first layer's inputs, RGB) or the task (the output layer's
+            # units are the classes, whoever wrote the model)
+            fixed = ((first_layer and what in ("input features", "input channels"))
+                     or (layer is sized[-1][0] and what == "units"))
+            message = _misaligned(size, units)
+            if message is None:
+                continue
+            negligible = share < NEGLIGIBLE_SHARE and what != "vocabulary"
+            severity = "info" if fixed or negligible else "warning"
+            if fixed:
+                fix = "set by the data or the number of classes; padding them seldom pays"
+            elif negligible:
+                fix = f"only {share:.1%} of the FLOPs: aligning it would not change the step time"
+            else:
+                fix = _yaml_hint(layer.name, what, config)
+            findings.append(_finding("alignment", severity, layer.name,
+                                    f"{layer.name}: {what} {size} {message}; {fix}", share))
+        first_layer = False
+    batch = config.train.batch_size
+    message = _misaligned(batch, units)
+    if message is not None:
+        findings.append(_finding("alignment", "warning", None,
+                                f"batch size {batch} {message}; set train.batch_size", None))
+    return findings
+
+
+def _misaligned(size: int, units: str) -> str | None:
+    """'is not a multiple of 8 (Tensor Cores): use 72' or None when aligned."""
+    multiple = TPU_MULTIPLE if units == "TPU" else TENSOR_CORE_MULTIPLE
+    if size % multiple == 0:
+        return None
+    return f"is not a multiple of {multiple} ({units}): use {_nearest(size, multiple)}"
+
+
+def _nearest(size: int, multiple: int) -> int:
+    """The closest multiple (halfway: the larger one, more capacity rather than less)."""
+    return max(multiple, int(size / multiple + 0.5) * multiple)
+
+
+def _yaml_hint(layer: str, what: str, config) -> str:
+    kind = config.model.kind
+    if kind == "mlp" and (layer.startswith("dense_") or layer == "logits"):
+        return "change it in model.hidden_units"
+    if kind == "cnn":
+        return "change it in model.filters" if layer.startswith("conv_") else \
+            "change it in model.dense_units"
+    if kind == "transformer":
+        return ("change model.embed_dim / model.num_heads / model.mlp_dim"
+                if "vocabulary" not in what else "change data.max_tokens or model.vocab_size")
+    return "change it in the model's definition (builder kwargs, or the architecture)"
+
+
+def _small_model(config, profile, machine) -> list[Finding]:
+    """Arithmetic per step at float32's peak against the cost of launching the step's ops.
+    16 bits can only shorten the arithmetic; when even float32's takes less time than the
+    launches, fixed costs dominate and the gain is small. (At the 16-bit peak the test would
+    flag models whose measured step is hundreds of times their arithmetic: MFU on a CPU is
+    a few percent of the AMX peak.)"""
+    from mptrain.model.flops import cpu_peak
+
+    device = "TPU" if machine.tpu else "GPU" if machine.gpus else "CPU"
+    peak = None if machine.accelerated else cpu_peak(machine.cpu, "float32")
+    if peak is None:
+        return []
+    flops = 3 * profile.flops * config.train.batch_size
+    compute = flops / peak.flops_per_second
+    launch = 3 * profile.ops * LAUNCH_SECONDS[device]
+    if compute >= launch:
+        return []
+    # A note, never a warning: it is an estimate from a rule of thumb, which a measured step
+    # time (`run`'s summary, `mptrain plan`) overrules; so `run` does not print it.
+    return [_finding("small_model", "info", None,
+                    f"model may be too small to gain from 16 bits (an estimate): a step's arithmetic "
+                    f"({flops / 1e6:,.1f} MFLOP) takes ~{compute * 1e6:,.0f} µs at this {device}'s "
+                    f"float32 peak, less than launching its ~{3 * profile.ops} operations "
+                    f"(~{launch * 1e6:,.0f} µs): fixed costs dominate, and halving the arithmetic "
+                    "cannot halve the step. A larger train.batch_size or a wider model gives 16 "
+                    "bits work to speed up; `mptrain plan` measures it", None)]
+
+
+def _numerics(model, choice, notes: list[str], output: str) -> list[Finding]:
+    import keras
+
+    findings = []
+    # Logits in 16 bits are fine: mptrain casts them to float32 and the loss applies its
+    # softmax there (from_logits). Probabilities are not: their softmax already ran in 16 bits.
+    if output == "probabilities" and any("appended a float32" in note for note in notes):
+        findings.append(_finding(
+            "output_dtype", "warning", None,
+            f"the model's softmax or sigmoid output computes in {choice.compute_dtype} (mptrain "
+            "appended a float32 cast after it): give that last activation dtype='float32' in "
+            "the model, as the guide does, or return logits (mptrain then applies the softmax "
+            "in float32 inside the loss)", None))
+    if choice.compute_dtype == "float32":
+        return findings
+    for layer in _layers(model):
+        policy = layer.dtype_policy.name
+        wanted_variables = layer.variable_dtype
+        odd = [v.path for v in layer.weights
+               if keras.backend.standardize_dtype(v.dtype) not in (wanted_variables, "int64", "int32")
+               and "seed_generator" not in v.path]
+        if odd:
+            findings.append(_finding("policy_ignored", "warning", layer.name,
+                                    f"{layer.name}: variables {', '.join(odd[:3])} are not "
+                                    f"{wanted_variables} under {policy}: the layer creates them "
+                                    "with a fixed dtype instead of following the policy", None))
+        output = getattr(layer, "output", None)
+        compute = layer.compute_dtype
+        if output is not None and compute in ("float16", "bfloat16") and not isinstance_name(
+                layer, "InputLayer"):
+            out = keras.backend.standardize_dtype(output.dtype)
+            if out == "float32" and type(layer).__name__ not in ("LayerNormalization",
+                                                                   "BatchNormalization"):
+                findings.append(_finding("policy_ignored", "info", layer.name,
+                                        f"{layer.name}: computes under {policy} but outputs float32 "
+                                        "(it casts up, or ignores the policy)", None))
+        is_softmax = type(layer).__name__ == "Softmax" or (
+            type(layer).__name__ == "Activation" and getattr(layer.activation, "__name__", "") == "softmax")
+        if is_softmax and compute in ("float16", "bfloat16"):
+            findings.append(_finding("softmax_16bit", "warning", layer.name,
+                                    f"{layer.name}: softmax in {compute}; keep it float32 with "
+                                    f"model.float32_layers: [{layer.name}]", None))
+        if isinstance_name(layer, "MultiHeadAttention") and getattr(layer, "_dropout", 0) > 0:
+            inner = getattr(layer, "_softmax", None)
+            if inner is not None and inner.compute_dtype in ("float16", "bfloat16"):
+                findings.append(_finding(
+                    "softmax_16bit", "warning", layer.name,
+                    f"{layer.name}: with attention dropout Keras computes the attention softmax "
+                    f"in {inner.compute_dtype}; mptrain's transformer avoids it "
+                    "(Float32SoftmaxAttention), or keep the layer float32 with "
+                    f"model.float32_layers: [{layer.name}]", None))
+    return findings
+
+
+def worth_saying(findings: list[Finding], limit: int = 5) -> list[str]:
+    """The warnings `run` prints before training (the rest are in `mptrain lint`)."""
+    warnings = [f.message for f in findings if f.severity == "warning"]
+    more = len(warnings) - limit
+    return warnings[:limit] + ([f"... and {more} more: `mptrain lint` lists them"] if more > 0 else [])
