@@ -102,18 +102,18 @@ def compare(experiment: ExperimentConfig, candidates: list[str] | None = None, *
                        on_turn=on_turn).record
 
 
-def plan(experiment: ExperimentConfig, *, candidates: list[str] | None = None, steps: int = 30,
-         tolerance_pct: float = 3.0, budget_minutes: float = 20.0, evaluate: bool = False,
-         out: str | Path | None = None, progress: bool = True, verbose: bool = False) -> PlanRecord:
-    """The fastest safe precision for the experiment on this machine, as `mptrain plan`;
-    `out`: where to write the runnable plan (default: none from Python)."""
-    from mptrain.measure.plan import run_plan, start_plan
+def plan(experiment: ExperimentConfig, *, progress: bool = True, verbose: bool = False,
+         **settings: Any) -> PlanRecord:
+    """The fastest safe precision for the experiment on this machine, as `mptrain plan`.
+    `settings` are `PlanSettings`' fields, as the CLI's options: `candidates` (names to
+    try), `steps`, `tolerance_pct`, `budget_minutes`, `evaluate`, and `out`: where to write
+    the runnable plan (default: none from Python)."""
+    from mptrain.measure.plan import PlanSettings, run_plan, start_plan
     from mptrain.report.progress import print_turn
 
-    record, folder = start_plan(experiment, names=candidates, steps=steps,
-                                tolerance_pct=tolerance_pct, budget_minutes=budget_minutes,
-                                evaluate=evaluate, out=Path(out).resolve() if out else None,
-                                verbose=verbose)
+    if settings.get("out") is not None:
+        settings["out"] = Path(settings["out"]).resolve()
+    record, folder = start_plan(experiment, PlanSettings(**settings), verbose=verbose)
     return run_plan(record, folder, verbose=verbose,
                     on_turn=print_turn if progress else None).record
 

@@ -1,4 +1,3 @@
-"""What a user can type, one module per command (beside `cli.py`'s Typer layer, which only
-parses, calls one of these and renders): compare, plan, runs, memory, check-gpu. Each builds
-on the library below it (config, data, model, training, engine, verdicts, report) and imports
-no other command."""
+"""What a user can type, one thin module per command: each parses its options, calls one
+library function and renders the result. `options` holds what they share; no command imports
+another, and none holds logic a library function could."""

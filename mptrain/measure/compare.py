@@ -22,8 +22,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
-
 from mptrain.config import ExperimentConfig
 from mptrain.errors import ConfigError, DataError
 from mptrain.measure.engine import Contender, run_in_turns, stage, turn_steps
@@ -37,8 +35,8 @@ from mptrain.measure.verdicts import (
     verdict,
 )
 from mptrain.precision.candidates import candidate
-from mptrain.runs.folder import RunFolder, to_json, write_atomic
-from mptrain.runs.summary import RunState, RunSummary
+from mptrain.runs.folder import RunFolder, resumable, to_json, write_atomic
+from mptrain.runs.summary import Record, RunSummary
 from mptrain.runs.workers import read_child_summary, resume_command, run_command
 from mptrain.signals import ForwardSignals
 from mptrain.training.turns import planned_steps
@@ -105,11 +103,7 @@ def plan_variants(config: ExperimentConfig, policies: list[str], loops: list[str
             for loop in (loops or [config.train.loop]) for p in policies]
 
 
-class _Record(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class CompareRow(_Record):
+class CompareRow(Record):
     """One variant of compare.json: its run summary (null when it has none) and what it is
     worth against the baseline, computed here from the measured numbers."""
 
@@ -131,7 +125,7 @@ class CompareRow(_Record):
     verdict: str
 
 
-class CompareRecord(_Record):
+class CompareRecord(Record):
     """compare.json."""
 
     experiment: str
@@ -171,6 +165,12 @@ def preflight_notes(config: ExperimentConfig, variants: list[Variant], machine) 
         if warning:
             notes[v.label] = warning
     return notes
+
+
+def grouped(warnings: dict[str, str]) -> list[tuple[str, str]]:
+    """(labels, warning) for each distinct warning, once, with every variant it is about."""
+    return [(", ".join(label for label, w in warnings.items() if w == warning), warning)
+            for warning in dict.fromkeys(warnings.values())]
 
 
 OnTurn = Callable[[int, str, list[float]], None]  # (round, variant label, its steps' ms)
@@ -292,13 +292,6 @@ def _variant_command(folder: Path, name: str, variant: Variant, run_dir: Path,
                        verbose=verbose)
 
 
-def resumable(run_dir: Path) -> bool:
-    """A run folder with a config and a checkpoint that did not finish."""
-    state = RunFolder(run_dir).state()
-    stopped = isinstance(state, RunState) or (isinstance(state, RunSummary)
-                                              and state.status == "interrupted")
-    return stopped and (run_dir / "config.yaml").is_file() and \
-        any((run_dir / "checkpoints").glob("ckpt-*.index"))
 
 
 def explain_missing_default(error: DataError) -> DataError:

@@ -37,7 +37,6 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict
 
 from mptrain.config import ExperimentConfig
 from mptrain.data.pipeline import input_ms_per_batch
@@ -48,7 +47,7 @@ from mptrain.measure.engine import Contender, run_in_turns, stage, turn_steps
 from mptrain.measure.verdicts import accuracy_noise_pt, difference, input_bound, paired_speedup, speed_words
 from mptrain.precision.candidates import Candidate, candidate
 from mptrain.runs.folder import RunFolder, to_json, write_atomic
-from mptrain.runs.summary import RunSummary
+from mptrain.runs.summary import Record, RunSummary
 from mptrain.runs.workers import read_child_summary, run_command
 from mptrain.signals import ForwardSignals
 from mptrain.training.turns import planned_steps
@@ -62,11 +61,7 @@ TIMED_LAYER_KINDS = ("Dense", "EinsumDense", "Conv1D", "Conv2D", "Conv3D", "Dept
                      "SeparableConv2D", "Conv2DTranspose", "MultiHeadAttention", "Float32SoftmaxAttention")
 
 
-class _Record(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class Trial(_Record):
+class Trial(Record):
     candidate: Candidate
     run_dir: str
     summary: RunSummary | None = None
@@ -82,7 +77,7 @@ class Trial(_Record):
     verdict: str = ""
 
 
-class LayerTiming(_Record):
+class LayerTiming(Record):
     """One layer's forward and backward, in 16 bits and in float32 (ms, medians)."""
 
     layer: str
@@ -97,7 +92,7 @@ class LayerTiming(_Record):
         return self.spread_16bit[0] > self.spread_float32[1]
 
 
-class PlanRecord(_Record):
+class PlanRecord(Record):
     """plan.json."""
 
     experiment: str
@@ -390,10 +385,32 @@ def plan_file_for(source: str) -> Path:
     return folder / f"{path.name.removesuffix('.yaml')}.plan.yaml"
 
 
-def start_plan(config: ExperimentConfig, *, names: list[str] | None = None,
-               steps: int = DEFAULT_STEPS, tolerance_pct: float = DEFAULT_TOLERANCE_PCT,
-               budget_minutes: float = DEFAULT_BUDGET_MINUTES, evaluate: bool = False,
-               out: Path | None = None, verbose: bool = False,
+@dataclass(frozen=True)
+class PlanSettings:
+    """What a user asks of a plan: the candidates by name (None: every one this machine can run),
+    steps per trial, the loss tolerance, the time budget, whether to judge test accuracy, and
+    where plan.yaml goes (None: nowhere)."""
+
+    candidates: list[str] | None = None
+    steps: int = DEFAULT_STEPS
+    tolerance_pct: float = DEFAULT_TOLERANCE_PCT
+    budget_minutes: float = DEFAULT_BUDGET_MINUTES
+    evaluate: bool = False
+    out: Path | None = None
+
+    def check(self) -> None:
+        if self.tolerance_pct < 0:
+            raise ConfigError(f"--tolerance {self.tolerance_pct:g}: give a percentage of float32's "
+                              "loss, 0 or more")
+        if self.budget_minutes <= 0:
+            raise ConfigError(f"--budget {self.budget_minutes:g}: give the minutes plan may take, "
+                              "more than 0")
+        if self.steps < 8:
+            raise ConfigError(f"--steps {self.steps}: a trial needs at least 8 steps to be timed")
+
+
+def start_plan(config: ExperimentConfig, settings: PlanSettings = PlanSettings(), *,
+               verbose: bool = False,
                status: Callable[[str], object] | None = None) -> tuple[PlanRecord, Path]:
     """Check everything, save the shared initial weights, write the plan folder with the
     trials to run. Bad input fails here, before any folder exists."""
@@ -401,12 +418,8 @@ def start_plan(config: ExperimentConfig, *, names: list[str] | None = None,
     from mptrain.model.python_builder import check_builder_travels
 
     check_builder_travels(config, "plan")
-    if tolerance_pct < 0:
-        raise ConfigError(f"--tolerance {tolerance_pct:g}: give a percentage of float32's loss, 0 or more")
-    if budget_minutes <= 0:
-        raise ConfigError(f"--budget {budget_minutes:g}: give the minutes plan may take, more than 0")
-    if steps < 8:
-        raise ConfigError(f"--steps {steps}: a trial needs at least 8 steps to be timed")
+    settings.check()
+    names, steps, evaluate = settings.candidates, settings.steps, settings.evaluate
     found: list[Candidate] = []
 
     def choose_candidates(prepared) -> None:  # an unknown --candidates name fails here, too
@@ -422,10 +435,11 @@ def start_plan(config: ExperimentConfig, *, names: list[str] | None = None,
     record = PlanRecord(
         experiment=config.name, folder=str(folder), machine=describe_machine(machine),
         measured_at=datetime.now().isoformat(timespec="seconds"), steps=steps,
-        tolerance_pct=tolerance_pct, evaluate=evaluate, budget_minutes=budget_minutes,
+        tolerance_pct=settings.tolerance_pct, evaluate=evaluate,
+        budget_minutes=settings.budget_minutes,
         experiment_steps=planned_steps(config.train, per_epoch), turn_steps=turn_steps(steps),
         input_ms_per_batch=input_ms,
-        candidates=found, plan_file=str(out) if out else None)
+        candidates=found, plan_file=str(settings.out) if settings.out else None)
     write_plan(folder, record)
     return record, folder
 

@@ -28,10 +28,10 @@ if TYPE_CHECKING:
     from mptrain.measure.compare import CompareRecord
     from mptrain.measure.memory import MemoryReport
     from mptrain.measure.plan import PlanRecord
-    from mptrain.measure.runs import RunsReport
     from mptrain.precision.check import CheckReport
     from mptrain.precision.lint import LintReport
     from mptrain.precision.policy import PolicyChoice
+    from mptrain.runs.listing import RunsReport
 
 DTYPE_SHORT = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
 

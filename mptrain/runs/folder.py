@@ -253,3 +253,12 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
         except ValueError:
             continue
     return records
+
+
+def resumable(run_dir: Path) -> bool:
+    """A run folder with a config and a checkpoint that did not finish."""
+    state = RunFolder(run_dir).state()
+    stopped = isinstance(state, RunState) or (isinstance(state, RunSummary)
+                                              and state.status == "interrupted")
+    return stopped and (run_dir / "config.yaml").is_file() and \
+        any((run_dir / "checkpoints").glob("ckpt-*.index"))

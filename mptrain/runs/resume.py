@@ -30,6 +30,17 @@ class AlreadyFinished(Exception):
     """The run folder holds a finished run: there is nothing to resume."""
 
 
+def experiment_to_run(config_ref: str | None, overrides: list[str],
+                      resume: Path | None) -> ExperimentConfig:
+    """What `run` trains: the experiment named (with its overrides), or with `--resume` the
+    run's own config (checked against the one named, if any)."""
+    if resume is not None:
+        return resume_config(resume, config_ref, overrides)
+    if config_ref is None:
+        raise ConfigError("mptrain run: give an experiment (CONFIG) or --resume RUN_DIR")
+    return load_config(config_ref, overrides)
+
+
 def resume_config(run_dir: Path, config_ref: str | None, overrides: list[str]) -> ExperimentConfig:
     """The experiment to continue in `run_dir`: its config.yaml with the allowed changes
     (from `--set`, or from a CONFIG given beside --resume)."""

@@ -35,11 +35,20 @@ MIN_TIMED_STEPS = 5
 Status = Literal["finished", "interrupted", "diverged"]
 
 
-class _Record(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class Record(BaseModel):
+    """Every record mptrain writes (summary.json, compare.json, plan.json, ...): typed, and a
+    key it does not know is an error, so a misspelt field cannot pass unseen."""
+
+    model_config = ConfigDict(extra="forbid")
 
 
-class StepTimes(_Record):
+class _Measured(Record):
+    """What a run measured does not change once written."""
+
+    model_config = ConfigDict(frozen=True)
+
+
+class StepTimes(_Measured):
     """Step-time statistics in milliseconds over the *timed* steps: after the warm-up steps
     (tracing, compilation, first allocations) and over full batches only (a short last batch
     does less work, and under XLA its new shape compiles again)."""
@@ -82,7 +91,7 @@ def step_times(steps: list[StepRecord], warmup_steps: int) -> StepTimes | None:
     )
 
 
-class LossScaleStats(_Record):
+class LossScaleStats(_Measured):
     """Dynamic loss scaling under mixed_float16: where the scale ended, how many steps were
     skipped because a gradient was inf/NaN (each skip halves the scale), and how long it sat
     at or below 1, where scaling no longer protects small gradients (it shrinks them)."""
@@ -94,7 +103,7 @@ class LossScaleStats(_Record):
     steps_at_floor: int  # steps with a scale <= 1
 
 
-class MemoryStats(_Record):
+class MemoryStats(_Measured):
     """Memory, as far as this machine can tell.
 
     The process peak (RSS) includes TensorFlow itself and the whole data set, so it barely
@@ -111,7 +120,7 @@ class MemoryStats(_Record):
     training_peak_bytes: int | None
 
 
-class RunSummary(_Record):
+class RunSummary(_Measured):
     """summary.json. Every key is documented in docs/outputs.md (a test keeps the two in step)."""
 
     name: str
@@ -278,7 +287,7 @@ def loss_scale_stats(monitor: TrainingMonitor) -> LossScaleStats | None:
         steps_at_floor=sum(1 for s in scales if s <= 1.0))
 
 
-class RunState(_Record):
+class RunState(_Measured):
     """summary.json while a run has no summary: `running` (with the process id, so a folder
     whose process died is recognisable), or ended without one (`failed`, or `interrupted`
     when a second Ctrl-C abandoned it)."""

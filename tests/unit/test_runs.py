@@ -14,8 +14,9 @@ from rich.console import Console
 
 from mptrain.config import validate
 from mptrain.errors import ConfigError
-from mptrain.measure.runs import compare_runs, list_runs, split_arguments
+from mptrain.measure.side_by_side import compare_runs, split_arguments
 from mptrain.runs.folder import record_text
+from mptrain.runs.listing import list_runs
 from mptrain.runs.summary import RunState
 from tests.helpers import make_summary, tiny_raw
 

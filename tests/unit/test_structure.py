@@ -77,3 +77,25 @@ def test_policy_loop_and_strategy_names_are_defined_once():
         assert '("fit", "custom")' not in text, path
         assert '"none", "one_device", "mirrored"' not in text, path
         assert '"float32", "mixed_float16", "mixed_bfloat16", "float16", "bfloat16"' not in text, path
+
+
+def test_no_command_imports_another_command():
+    """A command parses, calls the library and renders: what two commands share is library
+    (or `commands.options`, their shared option types and output), never one another."""
+    graph = imports()
+    commands = {m for m in graph if m.startswith("mptrain.commands.") and m != "mptrain.commands.options"}
+    assert len(commands) >= 10
+    for command in commands:
+        assert not graph[command] & commands, (command, graph[command] & commands)
+
+
+def test_the_library_does_not_import_the_commands():
+    graph = imports()
+    for module, targets in graph.items():
+        if not module.startswith(("mptrain.commands", "mptrain.cli", "mptrain.__main__")):
+            assert not {t for t in targets if t.startswith(("mptrain.commands", "mptrain.cli"))}, module
+
+
+def test_the_top_level_holds_few_modules():
+    top = [p.name for p in PACKAGE.glob("*.py")]
+    assert len(top) <= 10, sorted(top)

@@ -10,7 +10,6 @@ from rich.console import Console
 
 from mptrain.measure.compare import Variant, build_record, compare_row
 from mptrain.measure.plan import LayerTiming, PlanRecord, Trial
-from mptrain.measure.runs import RunRow, RunsReport
 from mptrain.precision.candidates import Candidate
 from mptrain.report.tables import (
     check_gpu_view,
@@ -22,6 +21,7 @@ from mptrain.report.tables import (
     runs_table,
     summary_table,
 )
+from mptrain.runs.listing import RunRow, RunsReport
 from tests.helpers import make_summary
 
 RUN = "synthetic-mixed_float16-custom-20261201-120000"

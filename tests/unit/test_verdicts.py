@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from mptrain.cli import parse_choices
+from mptrain.commands.options import parse_choices
 from mptrain.config.schema import POLICIES
 from mptrain.errors import ConfigError
 from mptrain.measure.compare import Variant, build_record

@@ -1,0 +1,119 @@
+"""`mptrain compare`: one experiment under several precisions, in turns (`measure.compare`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from mptrain.commands.options import (
+    JsonOpt,
+    SetOpt,
+    VerboseOpt,
+    as_text,
+    emit,
+    notes,
+    parse_choices,
+    say,
+    status,
+    user_errors,
+)
+
+
+def compare(
+    config: Annotated[str | None, typer.Argument(
+        metavar="CONFIG", show_default=False,
+        help="Experiment YAML file or built-in name. Without it: the guide's mnist_mixed "
+             "(needs MNIST; `mptrain compare synthetic` runs anywhere).")] = None,
+    policies: Annotated[str | None, typer.Option(
+        show_default=False,
+        help="Comma-separated policies, or any candidate `mptrain plan` prints "
+             "(mixed_bfloat16+xla, float32+onednn_bf16, ...). Default: float32 and the policy "
+             "that `policy: auto` picks on this machine (measured; see check-gpu).")] = None,
+    loops: Annotated[str | None, typer.Option(
+        help="Comma-separated loops (fit,custom); default: the experiment's.")] = None,
+    strategies: Annotated[str | None, typer.Option(
+        help="Comma-separated tf.distribute strategies (none,mirrored,...); default: the "
+             "experiment's distribute.strategy.")] = None,
+    epochs: Annotated[int | None, typer.Option(min=1, help="Shortcut for --set train.epochs=N.")] = None,
+    steps: Annotated[int | None, typer.Option(
+        min=1, help="Stop every variant after N training steps (then evaluate).")] = None,
+    max_step_seconds: Annotated[float | None, typer.Option(
+        min=0.0, help="Stop a variant once one of its steps takes longer than this (0: never).")] = 60.0,
+    set_: SetOpt = None,
+    resume: Annotated[Path | None, typer.Option(
+        "--resume", metavar="COMPARE_DIR", show_default=False,
+        help="Finish a compare that stopped (Ctrl-C, or killed): run the variants that did "
+             "not finish.")] = None,
+    json_out: JsonOpt = False,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Run one experiment under several policies (and loops) from the same initial weights.
+
+    Each variant runs in its own process, all of them in turns (a turn of steps each, in a
+    random order every round), so the machine's drift falls on every variant alike; a
+    speed-up is the median of the per-round ratios. Writes OUTPUT_DIR/compare-NAME-TIMESTAMP/
+    with compare.json, compare.png and every variant's run folder, and prints three tables
+    that fit 80 columns: the results (speed-up, accuracy, verdict), the details and the whole
+    run (one-off costs, wall time). Ctrl-C or SIGTERM stops every variant after its current
+    step (with a checkpoint); --resume finishes the compare later.
+    """
+    from mptrain.measure.compare import resume_compare
+    from mptrain.report.progress import print_turn
+    from mptrain.report.tables import compare_tables
+    from mptrain.signals import exit_code
+
+    shortcuts = {"train.epochs": epochs, "train.max_steps": steps,
+                 "train.max_step_seconds": max_step_seconds or None}
+    overrides = [*(set_ or []), *(f"{key}={value}" for key, value in shortcuts.items()
+                                  if value is not None)]
+    with user_errors(verbose=verbose):
+        if resume is not None:
+            result = resume_compare(resume, verbose=verbose, on_turn=print_turn,
+                                    as_text=as_text(compare_tables))
+        else:
+            result = _new_compare(config, overrides, policies, loops, strategies, verbose)
+    emit(result.record, json_out, compare_tables)
+    notes(result.notes)
+    if result.record.status == "interrupted":
+        say(f"[yellow]compare interrupted[/]: finished variants are kept. Continue with:\n"
+            f"  mptrain compare --resume {result.folder}")
+        raise typer.Exit(exit_code(result.signal))
+    if any(row.summary is None for row in result.record.variants):
+        raise typer.Exit(1)
+
+
+def _new_compare(config: str | None, overrides: list[str], policies: str | None,
+                 loops: str | None, strategies: str | None, verbose: bool):
+    from mptrain.config import load_config
+    from mptrain.config.schema import LOOPS, STRATEGIES
+    from mptrain.errors import DataError
+    from mptrain.measure.compare import (
+        DEFAULT_EXPERIMENT,
+        default_policies,
+        explain_missing_default,
+        grouped,
+        plan_variants,
+        run_compare,
+    )
+    from mptrain.report.progress import print_turn
+    from mptrain.report.tables import compare_tables
+
+    experiment = load_config(config or DEFAULT_EXPERIMENT, overrides)
+    chosen = (parse_choices(policies, None, "--policies") if policies is not None
+              else default_policies(experiment, verbose, status))
+    variants = plan_variants(
+        experiment, chosen,
+        parse_choices(loops, LOOPS, "--loops") if loops else None,
+        parse_choices(strategies, STRATEGIES, "--strategies") if strategies else None)
+
+    def say_notes(warnings: dict[str, str]) -> None:
+        for labels, warning in grouped(warnings):
+            say(f"[yellow]note ({labels}):[/] {warning}")
+
+    try:
+        return run_compare(experiment, variants, verbose=verbose, on_notes=say_notes,
+                           on_turn=print_turn, as_text=as_text(compare_tables))
+    except DataError as exc:
+        raise (explain_missing_default(exc) if config is None else exc) from None

@@ -1,0 +1,166 @@
+"""What every command shares: its option types, how a user's error is said, and how a result
+is printed (JSON or Rich). Not a command: the command modules import it, never each other."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from contextlib import contextmanager
+from typing import Annotated
+
+import typer
+import typer.core
+
+from mptrain.errors import ConfigError, MptrainError
+
+STARTED_AT = time.perf_counter()  # `run` reports its start-up from the process's own start
+
+
+class _FlagHelp:
+    """Typer labels its own --help flag `<bool>`; a flag takes no value, so show none."""
+
+    def get_help_option(self, ctx):
+        option = super().get_help_option(ctx)
+        if option is not None:
+            option.metavar = ""
+        return option
+
+
+class Command(_FlagHelp, typer.core.TyperCommand):
+    pass
+
+
+class Group(_FlagHelp, typer.core.TyperGroup):
+    pass
+
+
+ConfigArg = Annotated[
+    str,
+    typer.Argument(metavar="CONFIG", show_default=False,
+                   help="Experiment YAML file, or the name of a built-in one (see `mptrain configs`)."),
+]
+SetOpt = Annotated[
+    list[str] | None,
+    typer.Option("--set", "-s", metavar="KEY.PATH=VALUE",
+                 help="Override a config key (repeatable); the value is read as YAML: "
+                      "--set train.epochs=2. KEY=null removes the key (its default applies); "
+                      "setting model.kind drops the old kind's keys. Relative paths given here "
+                      "are relative to the current folder."),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", metavar="", help="Print only a JSON object on stdout.")]
+VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", metavar="", help=(
+    "Show TensorFlow's own start-up logs (hidden by default), and the traceback behind an "
+    "error raised by your own code (a builder, a saved model's layers)."))]
+
+
+def parse_choices(text: str, allowed: tuple[str, ...] | None, option: str) -> list[str]:
+    """`a,b` → ["a", "b"]; empty lists, unknown names (when `allowed` lists them; else the
+    library checks them) and duplicates are errors."""
+    from mptrain.errors import did_you_mean
+
+    items = [item.strip() for item in text.split(",")]
+    if not text.strip() or any(not item for item in items):
+        example = ",".join(allowed[:2]) if allowed else "float32,mixed_bfloat16"
+        raise ConfigError(f"{option} {text!r}: give a comma-separated list, e.g. {example}")
+    unknown = [item for item in items if allowed is not None and item not in allowed]
+    if unknown:
+        hint = did_you_mean(unknown[0], allowed)
+        raise ConfigError(f"{option}: unknown {', '.join(map(repr, unknown))}{hint}; "
+                          f"allowed: {', '.join(allowed)}")
+    duplicates = sorted({item for item in items if items.count(item) > 1})
+    if duplicates:
+        raise ConfigError(f"{option}: {', '.join(duplicates)} listed more than once")
+    return items
+
+
+@contextmanager
+def stdout_reader_may_stop():
+    """A reader that stops early (`mptrain validate x | head -1`) is not an error: exit 0
+    quietly instead of click's exit 1."""
+    try:
+        yield
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise typer.Exit(0) from None
+
+
+@contextmanager
+def user_errors(interrupted: str = "interrupted", verbose: bool = False,
+                unsaid: type[MptrainError] | None = None):
+    """Errors a user can fix → their message and exit code, never a traceback (with
+    --verbose, the traceback of the user's own code that caused it); Ctrl-C → 130. An
+    `unsaid` error ends with its exit code alone: someone else says it (a local worker's lost
+    peer is said once, by `run --workers`)."""
+    from mptrain.report.console import stderr
+    from mptrain.signals import RunAbandoned
+
+    try:
+        yield
+    except MptrainError as exc:
+        if verbose and exc.__cause__ is not None:
+            import traceback
+
+            cause = exc.__cause__
+            stderr.print("".join(traceback.format_exception(type(cause), cause, cause.__traceback__)),
+                          markup=False, highlight=False, soft_wrap=True)
+        if unsaid is None or not isinstance(exc, unsaid):
+            say_error(str(exc))
+        raise typer.Exit(exc.exit_code) from None
+    except RunAbandoned as exc:  # a second Ctrl-C: the run folder is known
+        stderr.print(f"interrupted: {exc.run_dir} keeps its last checkpoint; continue with\n"
+                     f"  mptrain run --resume {exc.run_dir}", soft_wrap=True, highlight=False)
+        raise typer.Exit(130) from None
+    except KeyboardInterrupt:
+        stderr.print(interrupted, soft_wrap=True, highlight=False)
+        raise typer.Exit(130) from None
+
+
+def say_error(message: str) -> None:
+    from rich.markup import escape
+
+    from mptrain.report.console import stderr
+
+    # escaped: a message may hold brackets Rich would read as markup ('mptrain[mlflow]')
+    stderr.print(f"[bold red]error:[/] {escape(message)}", markup=True, highlight=False,
+                 soft_wrap=True)
+
+
+def say(markup: str) -> None:
+    """One line (or a few) on stderr, Rich markup allowed, never wrapped."""
+    from mptrain.report.console import stderr
+
+    stderr.print(markup, soft_wrap=True, highlight=False)
+
+
+def emit(data, json_out: bool, render) -> None:
+    """One JSON object on stdout (nothing else), or the Rich rendering of it."""
+    with stdout_reader_may_stop():
+        if json_out:
+            from mptrain.runs.folder import to_json
+
+            typer.echo(to_json(data.model_dump()))
+        else:
+            from mptrain.report.console import stdout_console
+
+            stdout_console().print(render(data))
+
+
+def status(text: str):
+    from mptrain.report.console import stderr
+
+    return stderr.status(text)
+
+
+def notes(found: list[str]) -> None:
+    from rich.markup import escape
+
+    for note in found:
+        say(f"[yellow]note:[/] {escape(note)}")
+
+
+def as_text(tables):
+    """`record → the tables as plain text`, for what MLflow keeps beside a compare or plan."""
+    from mptrain.report.console import plain_text
+
+    return lambda record: plain_text(tables(record))

@@ -1,0 +1,92 @@
+"""`mptrain plan`: the fastest safe precision here, measured, written as an experiment
+(`measure.plan`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from mptrain.commands.options import (
+    JsonOpt,
+    SetOpt,
+    VerboseOpt,
+    as_text,
+    emit,
+    notes,
+    parse_choices,
+    say,
+    status,
+    user_errors,
+)
+
+
+def plan(
+    config: Annotated[str | None, typer.Argument(
+        metavar="CONFIG", show_default=False,
+        help="Experiment YAML file or built-in name (not needed with --resume).")] = None,
+    tolerance: Annotated[float, typer.Option(
+        metavar="PT", help="How much higher than float32's a candidate's training loss over its "
+                           "trial may be, in percent (with --eval: also test-accuracy points).")] = 3.0,
+    budget: Annotated[float, typer.Option(
+        metavar="MINUTES", help="Stop starting trials after this long; the untried are named "
+                                "and --resume tries them.")] = 20.0,
+    steps: Annotated[int, typer.Option(help="Training steps per trial.")] = 30,
+    candidates: Annotated[str | None, typer.Option(
+        help="Comma-separated candidates to try (float32 is always tried); default: every one "
+             "this machine can run.")] = None,
+    evaluate: Annotated[bool, typer.Option(
+        "--eval", metavar="", help="Also judge each candidate's test accuracy (evaluates the "
+                                   "whole test set per trial).")] = False,
+    out: Annotated[Path | None, typer.Option(
+        metavar="FILE", show_default=False,
+        help="Where to write the chosen experiment; default: EXPERIMENT.plan.yaml beside the "
+             "experiment file (a built-in's: in the current folder).")] = None,
+    set_: SetOpt = None,
+    resume: Annotated[Path | None, typer.Option(
+        "--resume", metavar="PLAN_DIR", show_default=False,
+        help="Finish a plan that stopped (Ctrl-C, or out of budget): run the untried trials.")] = None,
+    json_out: JsonOpt = False,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Measure which precision is fastest for this model on this machine, within an accuracy
+    tolerance, and write it as a runnable experiment.
+
+    Candidates (this machine's): float32; mixed_bfloat16, without and with XLA; mixed_float16
+    where it can be fast; on CPUs float32 with oneDNN's bfloat16 math and with TensorFlow's
+    bfloat16 graph rewrite; on GPUs float32 without TF32. Each is a short trial from the same
+    initial weights on the same batches, all run in turns, with the most promising 16-bit one
+    also tried with its slow layers kept float32 (measured per layer first). Judged per step
+    and over the whole experiment (one-off costs included). Prints an 80-column table; writes
+    plan.json, plan.png and the trials in OUTPUT_DIR/plan-NAME-TIMESTAMP/, and the plan's
+    experiment file (`mptrain run` it). Ctrl-C stops every trial; --resume runs them again.
+    """
+    from mptrain.config import load_config
+    from mptrain.errors import ConfigError
+    from mptrain.measure.plan import PlanSettings, plan_file_for, resume_plan, run_plan, start_plan
+    from mptrain.precision.candidates import CANDIDATE_NAMES
+    from mptrain.report.progress import print_turn
+    from mptrain.report.tables import plan_tables
+    from mptrain.signals import exit_code
+
+    with user_errors(verbose=verbose):
+        if resume is not None:
+            record, folder = resume_plan(resume), resume
+        elif config is None:
+            raise ConfigError("mptrain plan: give an experiment (CONFIG) or --resume PLAN_DIR")
+        else:
+            settings = PlanSettings(
+                candidates=parse_choices(candidates, CANDIDATE_NAMES, "--candidates") if candidates else None,
+                steps=steps, tolerance_pct=tolerance, budget_minutes=budget, evaluate=evaluate,
+                out=out.resolve() if out else plan_file_for(config))
+            record, folder = start_plan(load_config(config, set_), settings, verbose=verbose,
+                                        status=status)
+        result = run_plan(record, folder, verbose=verbose, on_turn=print_turn, on_layers=status,
+                          as_text=as_text(plan_tables))
+    emit(result.record, json_out, plan_tables)
+    notes(result.notes)
+    if result.record.status == "interrupted":
+        say(f"[yellow]plan interrupted[/]: finished trials are kept. Continue with:\n"
+            f"  mptrain plan --resume {result.folder}")
+        raise typer.Exit(exit_code(result.signal))

@@ -1,0 +1,136 @@
+"""`mptrain run`: train and evaluate one experiment (`runs.runner.run_experiment`)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from mptrain.commands.options import (
+    STARTED_AT,
+    JsonOpt,
+    SetOpt,
+    VerboseOpt,
+    emit,
+    say,
+    say_error,
+    status,
+    user_errors,
+)
+
+
+def run(
+    config: Annotated[str | None, typer.Argument(
+        metavar="CONFIG", show_default=False,
+        help="Experiment YAML file, or the name of a built-in one (see `mptrain configs`). "
+             "With --resume: optional, checked against the run's own config.")] = None,
+    set_: SetOpt = None,
+    resume: Annotated[Path | None, typer.Option(
+        "--resume", metavar="RUN_DIR", show_default=False,
+        help="Continue the interrupted, killed or failed run in RUN_DIR from its last "
+             "checkpoint, with its own config.yaml (a run on local workers: on as many "
+             "again); --set train.epochs=N (or a raised train.max_steps) trains a run "
+             "further.")] = None,
+    workers: Annotated[int | None, typer.Option(
+        min=2, metavar="N", show_default=False,
+        help="Try multi-worker training on this machine: N worker processes on 127.0.0.1 "
+             "(distribute.strategy multi_worker_mirrored); the chief prints the summary. "
+             "With --resume: continue that run on N workers.")] = None,
+    max_restarts: Annotated[int, typer.Option(
+        min=0, metavar="K",
+        help="With local workers: when one is lost (killed, or stopped by a signal), restart "
+             "them all from the last checkpoint, up to K times; then stop, saying how to "
+             "resume.")] = 0,
+    json_out: JsonOpt = False,
+    verbose: VerboseOpt = False,
+    initial_weights: Annotated[Path | None, typer.Option(hidden=True)] = None,  # compare, plan
+    run_dir: Annotated[Path | None, typer.Option(hidden=True)] = None,  # compare, plan, --workers
+    supervised: Annotated[bool, typer.Option(hidden=True)] = False,  # a --workers worker
+) -> None:
+    """Train and evaluate one experiment; write its run folder and print a summary.
+
+    The run folder OUTPUT_DIR/NAME-TIMESTAMP/ holds config.yaml (resolved), summary.json,
+    metrics.jsonl, steps.jsonl, checkpoints/ and model.keras. Live progress goes to stderr.
+    Ctrl-C or SIGTERM stops after the current step, saves a checkpoint and prints the
+    --resume command (exit 130 / 143); a diverged run exits 3. With local workers, a lost
+    worker stops them all (exit 4, with the --resume command) unless --max-restarts allows
+    restarting them.
+    """
+    from mptrain.errors import ConfigError, WorkerLost
+    from mptrain.report.progress import LiveProgress
+    from mptrain.report.tables import run_header
+    from mptrain.runs.resume import AlreadyFinished, experiment_to_run
+    from mptrain.runs.workers import local_run, local_worker_count, worker_overrides
+
+    overrides = [*(set_ or []), *(worker_overrides(workers) if workers is not None else [])]
+    with user_errors("interrupted (a run folder, if one was made, keeps its last checkpoint)",
+                     verbose, unsaid=WorkerLost if supervised else None):
+        try:
+            experiment = experiment_to_run(config, overrides, resume)
+        except AlreadyFinished as done:
+            say(f"nothing to do: {done}")
+            raise typer.Exit(0) from None
+        count = local_worker_count(experiment.distribute.workers, workers, supervised,
+                                   "TF_CONFIG" in os.environ)
+        if count is not None:
+            raise typer.Exit(_on_local_workers(
+                local_run(experiment, count, config, overrides, resume, json_out, verbose),
+                max_restarts))
+        if max_restarts:
+            raise ConfigError("--max-restarts restarts lost local workers: it needs --workers N "
+                              "(or --resume of a run on local workers)")
+        if resume is None:
+            from mptrain.measure.plan import plan_beside
+
+            if (beside := plan_beside(config)) is not None:
+                say(f"[cyan]plan:[/] {beside}")
+        from mptrain.runs.runner import run_experiment
+
+        def on_start(prepared, notes: list[str]) -> None:
+            say(run_header(experiment, prepared.choice, prepared.speed_warning, notes))
+
+        with LiveProgress() as progress:
+            result = run_experiment(experiment, resume=resume, listeners=[progress],
+                                    verbose=verbose, initial_weights=initial_weights,
+                                    run_dir=run_dir, started_at=STARTED_AT, on_start=on_start,
+                                    status=status)
+    _finish(result, json_out)
+
+
+def _finish(result, json_out: bool) -> None:
+    """The summary, then what the run's end asks of the user, and its exit code."""
+    from mptrain.report.tables import summary_table
+    from mptrain.signals import DIVERGED_EXIT_CODE, exit_code, ignoring_interrupts
+
+    summary = result.summary
+    # a second Ctrl-C once training has stopped has nothing left to abandon: the summary and
+    # the resume command are printed whole
+    with ignoring_interrupts() if summary.status == "interrupted" else contextlib.nullcontext():
+        emit(summary, json_out, summary_table)
+        if summary.status == "interrupted":
+            say(f"[yellow]{summary.stop_reason}[/]: checkpoint saved. Continue with:\n"
+                f"  mptrain run --resume {result.run_dir}")
+    if summary.status == "interrupted":
+        raise typer.Exit(exit_code(result.signal))
+    if summary.status == "diverged":
+        say(f"[red]diverged[/]: {summary.stop_reason or 'the loss became NaN/inf'}; the last "
+            f"good checkpoint is in {result.run_dir}/checkpoints")
+        raise typer.Exit(DIVERGED_EXIT_CODE)
+
+
+def _on_local_workers(local, max_restarts: int) -> int:
+    """`run` as local worker processes (`runs.workers.run_local_workers`): the chief's
+    summary, then the line that says why the run stopped if a worker was lost; the exit code."""
+    from rich.markup import escape
+
+    from mptrain.runs.workers import run_local_workers
+
+    result = run_local_workers(local, max_restarts,
+                               on_restart=lambda line: say(f"[yellow]restart:[/] {escape(line)}"))
+    typer.echo(result.stdout, nl=False)
+    if result.message is not None:
+        say_error(result.message)
+    return result.code
