@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mptrain.config import ExperimentConfig, load_config, validate
-from mptrain.config.loading import apply_overrides, resolve_paths, with_overrides
+from mptrain.config.loading import apply_overrides, parsed_changes, resolve_paths
+from mptrain.config.loading import variant as config_variant
 
 if TYPE_CHECKING:
     from mptrain.measure.compare import CompareRecord
@@ -32,32 +33,21 @@ if TYPE_CHECKING:
     from mptrain.precision.check import CheckReport
     from mptrain.runs.summary import RunSummary
 
-Overrides = Mapping[str, Any] | list[str] | None
-
-
-def _as_set_options(overrides: Overrides) -> list[str]:
-    """{"train.epochs": 1} → ["train.epochs=1"], as `--set` takes them (values as YAML)."""
-    import json
-
-    if overrides is None:
-        return []
-    if isinstance(overrides, list):
-        return overrides
-    return [f"{key}={'null' if value is None else json.dumps(value)}" for key, value in overrides.items()]
+Overrides = Mapping[str, Any] | list[str] | None  # {"train.epochs": 1}, or --set strings
 
 
 def load_experiment(source: str | Path | Mapping[str, Any], overrides: Overrides = None, *,
                     builder: Callable | None = None) -> ExperimentConfig:
     """The typed, validated experiment from a file, a built-in's name or a mapping, with
-    `overrides` applied as `--set` applies them ({"train.epochs": 1}). `builder`: your own
+    `overrides` applied as `--set` applies them ({"train.epochs": 1}, or `--set` strings). `builder`: your own
     model as a Python function `builder(input_shape, num_classes, **kwargs) -> keras.Model`
     (model.kind python), so a notebook needs no builder file; such an experiment runs in this
     process only (`run`, not `compare` or `plan`)."""
     from mptrain.model.in_process import register
 
-    sets = _as_set_options(overrides)
+    sets = {".".join(keys): value for keys, value, _ in parsed_changes(overrides)}
     if builder is not None:
-        sets = ["model.kind=python", f"model.builder={register(builder)}", *sets]
+        sets = {"model.kind": "python", "model.builder": register(builder), **sets}
     if isinstance(source, Mapping):
         raw = apply_overrides(dict(source), sets)
         raw.setdefault("name", "experiment")
@@ -68,7 +58,7 @@ def load_experiment(source: str | Path | Mapping[str, Any], overrides: Overrides
 def variant(experiment: ExperimentConfig, overrides: Overrides) -> ExperimentConfig:
     """A new validated experiment: this one with `overrides` ({"train.batch_size": 256}), as
     `--set` would give them; the original is unchanged."""
-    return with_overrides(experiment, _as_set_options(overrides))
+    return config_variant(experiment, overrides or {})
 
 
 def run(experiment: ExperimentConfig, *, resume: str | Path | None = None, progress: bool = True,

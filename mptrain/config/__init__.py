@@ -10,11 +10,12 @@ from mptrain.config.loading import (
     parse_yaml,
     read_yaml,
     validate,
+    variant,
 )
 from mptrain.config.schema import DATA_KINDS, MODEL_KINDS, POLICIES, ExperimentConfig
 
 __all__ = [
     "DATA_KINDS", "MODEL_KINDS", "POLICIES", "ExperimentConfig", "apply_overrides",
     "builtin_configs", "find_config", "load_config", "parse_override", "parse_yaml", "read_yaml",
-    "validate",
+    "validate", "variant",
 ]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import re
+from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -166,15 +167,29 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     return key.split("."), value
 
 
-def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    """A copy of `raw` with each `key.path=value` set (intermediate mappings created).
+Changes = Mapping[str, Any] | list[str]  # {"train.epochs": 2}, or --set's ["train.epochs=2"]
 
-    `key=null` removes the key, so its default applies. Setting a kind (`model.kind=cnn`)
+
+def parsed_changes(changes: Changes | None) -> list[tuple[list[str], Any, str]]:
+    """(key path, value, how the user wrote it) for each change: `--set` strings are read as
+    YAML; a mapping's values are taken as they are."""
+    if not changes:
+        return []
+    if isinstance(changes, Mapping):
+        for key in changes:
+            parse_override(f"{key}=")  # the same check of the key's spelling
+        return [(key.split("."), value, f"{key}={value!r}") for key, value in changes.items()]
+    return [(*parse_override(text), text) for text in changes]
+
+
+def apply_overrides(raw: dict[str, Any], changes: Changes | None) -> dict[str, Any]:
+    """A copy of `raw` with each change set (intermediate mappings created).
+
+    `key=null` (None) removes the key, so its default applies. Setting a kind (`model.kind=cnn`)
     drops the keys the new kind does not have, so switching kinds needs one option.
     """
     result = copy.deepcopy(raw)
-    for text in overrides:
-        keys, value = parse_override(text)
+    for keys, value, text in parsed_changes(changes):
         node = result
         for depth, key in enumerate(keys[:-1]):
             child = node.setdefault(key, {})
@@ -189,19 +204,19 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
         if isinstance(value, str) and value in kinds and node.get(keys[-1], default) != value:
             for stale in [k for k in node if k not in kinds[value].model_fields]:
                 del node[stale]
-        node[keys[-1]] = value
+        node[keys[-1]] = copy.deepcopy(value)
     return result
 
 
 # --- validation ---------------------------------------------------------------------------
 
 
-def validate(raw: dict[str, Any], source: str, overrides: list[str] | None = None) -> ExperimentConfig:
+def validate(raw: dict[str, Any], source: str, overrides: Changes | None = None) -> ExperimentConfig:
     """The validated experiment, or a `ConfigError` with one line per problem."""
     try:
         return ExperimentConfig.model_validate(raw)
     except ValidationError as exc:
-        set_keys = {tuple(parse_override(o)[0]): o for o in overrides or []}
+        set_keys = {tuple(keys): text for keys, _, text in parsed_changes(overrides)}
         lines = [_describe(err, set_keys) for err in exc.errors()]
         if all(line.lstrip().startswith("--set ") for line in lines):
             head = f"invalid --set option for the experiment {source}"
@@ -210,28 +225,29 @@ def validate(raw: dict[str, Any], source: str, overrides: list[str] | None = Non
         raise ConfigError(head + "\n" + "\n".join(lines)) from None
 
 
-def load_config(ref: str | Path, overrides: list[str] | None = None) -> ExperimentConfig:
+def load_config(ref: str | Path, overrides: Changes | None = None) -> ExperimentConfig:
     """Read, override and validate an experiment; the one way configs enter the program.
     `name` defaults to the file's name; relative paths are resolved (`resolve_paths`)."""
     path = find_config(ref)
     raw = apply_overrides(read_yaml(path), overrides or [])
     raw.setdefault("name", path.name.removesuffix(".yaml").replace(" ", "_"))
     config = validate(raw, str(ref), overrides)
-    from_cli = {tuple(parse_override(o)[0]) for o in overrides or []}
+    from_cli = {tuple(keys) for keys, _, _ in parsed_changes(overrides)}
     config = resolve_paths(config, path.resolve().parent, from_cli,
                            output_base=Path.cwd() if is_builtin(path) else None)
     config._source = str(ref)
     return config
 
 
-def with_overrides(config: ExperimentConfig, overrides: list[str]) -> ExperimentConfig:
-    """A new validated experiment: `config` with `--set`-style overrides (a sweep's point, a
-    candidate's settings). Paths given in the overrides are relative to the current folder,
-    as on the command line; the others were resolved already."""
-    raw = apply_overrides(config.to_yaml_dict(), overrides)
-    changed = validate(raw, config.source, overrides)
-    from_cli = {tuple(parse_override(o)[0]) for o in overrides}
-    changed = resolve_paths(changed, Path.cwd(), from_cli)
+def variant(config: ExperimentConfig, changes: Changes) -> ExperimentConfig:
+    """The one way to derive an experiment: a new validated one, `config` with `changes`
+    ({"train.epochs": 2}, or `--set` strings) applied; `config` is unchanged. compare's
+    variants, plan's trials and candidates, memory's runs and a sweep's points are all made
+    here. Paths given in the changes are relative to the current folder, as on the command
+    line; the others were resolved already."""
+    raw = apply_overrides(config.to_yaml_dict(), changes)
+    changed = validate(raw, config.source, changes)
+    changed = resolve_paths(changed, Path.cwd(), {tuple(keys) for keys, _, _ in parsed_changes(changes)})
     changed._source = config.source
     return changed
 

@@ -16,7 +16,6 @@ is stopped with it and keeps a checkpoint) and runs the rest.
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +23,7 @@ from typing import Literal
 
 from mptrain.config import ExperimentConfig
 from mptrain.errors import ConfigError, DataError
-from mptrain.measure.engine import Contender, run_in_turns, stage, turn_steps
+from mptrain.measure.engine import Entry, Ledger, OnTurn, load_record, measure, stage, turn_steps
 from mptrain.measure.verdicts import (
     accuracy_noise_pt,
     difference,
@@ -35,10 +34,8 @@ from mptrain.measure.verdicts import (
     verdict,
 )
 from mptrain.precision.candidates import candidate
-from mptrain.runs.folder import RunFolder, resumable, to_json, write_atomic
+from mptrain.runs.folder import RunFolder
 from mptrain.runs.summary import Record, RunSummary
-from mptrain.runs.workers import read_child_summary, resume_command, run_command
-from mptrain.signals import ForwardSignals
 from mptrain.training.turns import planned_steps
 
 DEFAULT_EXPERIMENT = "mnist_mixed"  # the guide's experiment
@@ -59,10 +56,10 @@ class Variant:
         return base if self.strategy == "none" else f"{base}-{self.strategy}"
 
     @property
-    def overrides(self) -> list[str]:
+    def settings(self) -> dict[str, object]:
         """`policy` is a precision candidate's name (`mixed_bfloat16+xla`), as plan prints it."""
-        return [*candidate(self.policy).overrides, f"train.loop={self.loop}",
-                f"distribute.strategy={self.strategy}"]
+        return {**candidate(self.policy).settings, "train.loop": self.loop,
+                "distribute.strategy": self.strategy}
 
 
 def default_policies(config: ExperimentConfig, verbose: bool = False,
@@ -173,7 +170,6 @@ def grouped(warnings: dict[str, str]) -> list[tuple[str, str]]:
             for warning in dict.fromkeys(warnings.values())]
 
 
-OnTurn = Callable[[int, str, list[float]], None]  # (round, variant label, its steps' ms)
 
 
 def run_compare(
@@ -199,99 +195,66 @@ def run_compare(
             on_notes(preflight_notes(config, variants, prepared.machine))
 
     folder, prepared = stage(config, "compare", verbose, before_folder=say_notes)
-    run_dirs = {v.label: folder / f"{config.name}-{v.label}" for v in variants}
-    steps = turn_steps(planned_steps(prepared.config.train, prepared.batches.steps_per_epoch))
-    record = build_record(config.name, folder, variants, {}, run_dirs, status="running",
-                          turn_steps=steps, input_ms=input_ms_per_batch(prepared.batches))
-    return _run_variants(record, folder, variants, run_dirs, {}, verbose, on_turn, as_text)
+    known = Known(run_dirs={v.label: folder / f"{config.name}-{v.label}" for v in variants},
+                  turn_steps=turn_steps(planned_steps(prepared.config.train,
+                                                      prepared.batches.steps_per_epoch)),
+                  input_ms=input_ms_per_batch(prepared.batches))
+    return _run_variants(build_record(config.name, folder, variants, known, "running"),
+                         variants, known, verbose, on_turn, as_text)
 
 
 def resume_compare(folder: Path, *, verbose: bool = False, on_turn: OnTurn | None = None,
                    as_text: Callable[[CompareRecord], str] | None = None) -> CompareResult:
     """Finish a compare that stopped: variants that finished (or diverged) stay; one that was
     stopped resumes from its checkpoint; the others run now, in turns."""
-    try:
-        record = CompareRecord.model_validate_json((folder / "compare.json").read_text())
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"--resume {folder}: not a compare folder ({exc})") from None
+    record = load_record(folder, "compare", CompareRecord)
     variants = [Variant(row.policy, row.loop, row.strategy) for row in record.variants]
-    run_dirs = {row.variant: Path(row.run_dir) if row.run_dir else
-                folder / f"{record.experiment}-{row.variant}" for row in record.variants}
-    done = {label: state for label, path in run_dirs.items()
-            if isinstance(state := RunFolder(path).state(), RunSummary)
-            and state.status in ("finished", "diverged")}
-    if len(done) == len(variants):
+    known = Known(run_dirs={row.variant: Path(row.run_dir) if row.run_dir else
+                            folder / f"{record.experiment}-{row.variant}" for row in record.variants},
+                  turn_steps=record.turn_steps, input_ms=record.input_ms_per_batch)
+    for row in record.variants:
+        state = RunFolder(known.run_dirs[row.variant]).state()
+        if isinstance(state, RunSummary) and state.status in ("finished", "diverged"):
+            known.outcomes[row.variant] = state
+            known.rounds[row.variant] = row.rounds
+            known.sessions[row.variant] = row.session
+    if len(known.outcomes) == len(variants):
         raise ConfigError(f"--resume {folder}: every variant has finished; nothing to resume")
-    return _run_variants(record, folder, variants, run_dirs, done, verbose, on_turn, as_text)
+    return _run_variants(record, variants, known, verbose, on_turn, as_text)
 
 
-def _run_variants(record: CompareRecord, folder: Path, variants: list[Variant],
-                  run_dirs: dict[str, Path], done: dict[str, RunSummary], verbose: bool,
+def _run_variants(record: CompareRecord, variants: list[Variant], known: Known, verbose: bool,
                   on_turn, as_text) -> CompareResult:
     """The variants not yet done, run in turns by the engine; compare.json rewritten as they
     end, with each variant's per-round step times (`rounds`), so every verdict can be
     recomputed from the record."""
-    from mptrain.runs.tracking import start_parent
+    from mptrain.config import load_config, variant
 
-    name = record.experiment
-    outcomes: dict[str, RunSummary | str] = dict(done)
-    rounds = {row.variant: row.rounds for row in record.variants if row.variant in done}
+    folder, name = Path(record.folder), record.experiment
     # rounds pair only within one session of turns: a variant resumed now did not run in the
     # same rounds as one that finished before the interruption
-    sessions = {row.variant: row.session for row in record.variants if row.variant in done}
     session = max([row.session for row in record.variants], default=0) + 1
-    sessions.update({v.label: session for v in variants if v.label not in done})
-    # with output.mlflow: a parent run, each variant's run nested in it
-    tracking = start_parent(folder, "compare", {"variants": ",".join(v.label for v in variants)})
-    env = tracking.env if tracking else {}
-    contenders = [Contender(v.label, _variant_command(folder, name, v, run_dirs[v.label], verbose),
-                            folder / "logs" / f"{v.label}.log", env)
-                  for v in variants if v.label not in done]
-    _write(folder, build_record(name, folder, variants, outcomes, run_dirs, rounds, "running",
-                                record.turn_steps, record.input_ms_per_batch, sessions))
-    with ForwardSignals() as signals:
-        ran = run_in_turns(contenders, record.turn_steps, signals, on_turn)
-    for contender in contenders:
-        outcome = ran.get(contender.label)
-        if outcome is None:
-            outcomes[contender.label] = NOT_RUN
-            continue
-        summary = read_child_summary(outcome.code, outcome.stdout)
-        if isinstance(summary, str) and outcome.log_tail:
-            summary = f"{summary}: {outcome.log_tail}"
-        outcomes[contender.label] = summary
-        rounds[contender.label] = outcome.rounds
-    status = "interrupted" if signals.received is not None else "finished"
-    record = build_record(name, folder, variants, outcomes, run_dirs, rounds, status, record.turn_steps,
-                          record.input_ms_per_batch, sessions)
-    if any(row.summary for row in record.variants):
-        from mptrain.measure.plot import plot_compare
+    to_run = [v for v in variants if v.label not in known.outcomes]
+    known.sessions.update({v.label: session for v in to_run})
+    staged = load_config(folder / "experiment.yaml")
+    entries = [Entry(v.label, variant(staged, {"name": f"{name}-{v.label}", **v.settings}),
+                     known.run_dirs[v.label], resume=True) for v in to_run]
+    ledger = Ledger(folder, "compare", {"variants": ",".join(v.label for v in variants)})
+    ledger.write(build_record(name, folder, variants, known, "running"))
+    ran, signal = measure(folder, entries, known.turn_steps, env=ledger.env, verbose=verbose,
+                          on_turn=on_turn)
+    for entry in entries:
+        end = ran.get(entry.label)
+        known.outcomes[entry.label] = NOT_RUN if end is None else end.summary or end.failed
+        if end is not None:
+            known.rounds[entry.label] = end.rounds
+    status = "interrupted" if signal is not None else "finished"
+    record = build_record(name, folder, variants, known, status)
+    from mptrain.measure.plot import plot_compare
 
-        record.plot = str(folder / "compare.png")
-        plot_compare(record, folder / "compare.png")
-    _write(folder, record)
-    if tracking is None:
-        return CompareResult(record, folder, signals.received)
-    tracking.finish(status, [folder / "compare.json", folder / "compare.png"],
-                    {"compare.txt": as_text(record)} if as_text else {})
-    return CompareResult(record, folder, signals.received, tracking.notes)
-
-
-def _write(folder: Path, record: CompareRecord) -> None:
-    write_atomic(folder / "compare.json", to_json(record.model_dump(), indent=2) + "\n")
-
-
-def _variant_command(folder: Path, name: str, variant: Variant, run_dir: Path,
-                     verbose: bool) -> list[str]:
-    """`mptrain run` of the variant: a resume when it stopped with a checkpoint, else anew."""
-    if resumable(run_dir):
-        return resume_command(run_dir, verbose)
-    shutil.rmtree(run_dir, ignore_errors=True)  # started, but stopped before its first checkpoint
-    return run_command(folder / "experiment.yaml", [f"name={name}-{variant.label}", *variant.overrides],
-                       run_dir=run_dir, initial_weights=folder / "initial_weights.npz",
-                       verbose=verbose)
-
-
+    notes = ledger.close(record, status, plot_compare if any(r.summary for r in record.variants)
+                         else None, {"compare.txt": as_text(record)} if as_text else {})
+    return CompareResult(record, folder, signal, notes)
 
 
 def explain_missing_default(error: DataError) -> DataError:
@@ -303,48 +266,67 @@ def explain_missing_default(error: DataError) -> DataError:
                      f"without a download: {offline}.")
 
 
-def build_record(name: str, folder: Path, variants: list[Variant],
-                 outcomes: dict[str, RunSummary | str], run_dirs: dict[str, Path] | None = None,
-                 rounds: dict[str, list[float | None]] | None = None, status: str = "finished",
-                 turn_steps: int = 0, input_ms: float | None = None,
-                 sessions: dict[str, int] | None = None) -> CompareRecord:
+@dataclass
+class Known:
+    """What is known of a compare's variants so far, by label: each one's end (its summary,
+    or why it has none), run folder, per-round step times and session of turns; and what
+    the engine measured for them all (steps a turn, the input pipeline alone)."""
+
+    outcomes: dict[str, RunSummary | str] = field(default_factory=dict)
+    run_dirs: dict[str, Path] = field(default_factory=dict)
+    rounds: dict[str, list[float | None]] = field(default_factory=dict)
+    sessions: dict[str, int] = field(default_factory=dict)
+    turn_steps: int = 0
+    input_ms: float | None = None
+
+
+def build_record(name: str, folder: Path, variants: list[Variant], known: Known,
+                 status: str = "finished") -> CompareRecord:
     """compare.json: one row per variant (label → its summary, or why it has none), with
     ratios to the baseline: the float32 variant of the same loop, or the first policy listed
     when float32 is not compared."""
-    run_dirs, rounds, sessions = run_dirs or {}, rounds or {}, sessions or {}
     baseline_policy = "float32" if any(v.policy == "float32" for v in variants) else variants[0].policy
-    summaries = {label: o for label, o in outcomes.items() if isinstance(o, RunSummary)}
+    summaries = {label: o for label, o in known.outcomes.items() if isinstance(o, RunSummary)}
     rows = []
     for variant in variants:
-        outcome = outcomes.get(variant.label, WAITING)
+        outcome = known.outcomes.get(variant.label, WAITING)
         baseline = Variant(baseline_policy, variant.loop, variants[0].strategy)
-        run_dir = str(run_dirs[variant.label]) if variant.label in run_dirs else None
+        run_dir = str(known.run_dirs[variant.label]) if variant.label in known.run_dirs else None
         if isinstance(outcome, str):
             failed = outcome in (NOT_RUN, WAITING)
             rows.append(CompareRow(variant=variant.label, policy=variant.policy, loop=variant.loop,
                                    strategy=variant.strategy, run_dir=run_dir, summary=None,
                                    failed=outcome,
                                    verdict=outcome if failed else f"failed ({outcome})"))
-        else:
-            together = sessions.get(variant.label) == sessions.get(baseline.label)
-            row = compare_row(variant, outcome, summaries.get(baseline.label),
-                              variant.label == baseline.label, run_dir, rounds.get(variant.label, []),
-                              rounds.get(baseline.label, []) if together else None, input_ms)
-            rows.append(row.model_copy(update={"session": sessions.get(variant.label, 0)}))
+            continue
+        together = known.sessions.get(variant.label) == known.sessions.get(baseline.label)
+        timing = Timing(known.rounds.get(variant.label, []),
+                        known.rounds.get(baseline.label, []) if together else None, known.input_ms)
+        row = compare_row(variant, outcome, summaries.get(baseline.label),
+                          variant.label == baseline.label, run_dir, timing)
+        rows.append(row.model_copy(update={"session": known.sessions.get(variant.label, 0)}))
     return CompareRecord(experiment=name, folder=str(folder), status=status,
-                         baseline_policy=baseline_policy, turn_steps=turn_steps,
-                         input_ms_per_batch=input_ms, variants=rows)
+                         baseline_policy=baseline_policy, turn_steps=known.turn_steps,
+                         input_ms_per_batch=known.input_ms, variants=rows)
+
+
+@dataclass(frozen=True)
+class Timing:
+    """A variant's per-round step times, the baseline's from the same rounds (None: they did
+    not run in turns together), and the input pipeline's time a batch."""
+
+    rounds: list[float | None] = field(default_factory=list)
+    base_rounds: list[float | None] | None = None
+    input_ms: float | None = None
 
 
 def compare_row(variant: Variant, s: RunSummary, base: RunSummary | None, is_baseline: bool,
-                run_dir: str | None = None, rounds: list[float | None] | None = None,
-                base_rounds: list[float | None] | None = None,
-                input_ms: float | None = None) -> CompareRow:
+                run_dir: str | None = None, timing: Timing = Timing()) -> CompareRow:
     """The variant against the baseline: the speed-up from the rounds both ran in turns
     (`verdicts.paired_speedup`); from the two runs' own medians only where there are no such
     rounds (`runs --compare`, which sets side by side runs made at different times, or a
     variant resumed after the baseline had finished)."""
-    rounds = rounds or []
+    rounds, base_rounds = timing.rounds, timing.base_rounds
     measured = paired_speedup(base_rounds or [], rounds) if base is not None else None
     if measured is None and base is not None and not (rounds and base_rounds):
         measured = speedup(base, s)
@@ -362,5 +344,5 @@ def compare_row(variant: Variant, s: RunSummary, base: RunSummary | None, is_bas
         test_loss_delta=loss_delta, rounds=rounds,
         verdict="; ".join(filter(None, [
             verdict(s, measured[1] if measured else None, accuracy_delta, is_baseline),
-            input_bound(s.step_time.median_ms if s.step_time else None, input_ms)])),
+            input_bound(s.step_time.median_ms if s.step_time else None, timing.input_ms)])),
     )

@@ -23,6 +23,11 @@ step, save its checkpoint and write its summary, so an interrupted compare or pl
 like a run. A child's live progress would garble the terminal while others run, so its
 stderr goes to a log file beside its run folder (shown when it fails); the engine reports
 each turn instead.
+
+Both commands keep their folder the same way, here: the shared initial weights and the
+prepared experiment (`stage`), each variant's own experiment file and run folder (`Entry`,
+`measure`), the record file rewritten as things end (`Ledger`, `load_record` for `--resume`)
+and, with `output.mlflow`, one parent run with every variant's run nested in it.
 """
 
 from __future__ import annotations
@@ -41,14 +46,20 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from mptrain.runs.folder import unique_folder, write_atomic
+from mptrain.errors import ConfigError
+from mptrain.runs.folder import resumable, to_json, unique_folder, write_atomic
+from mptrain.runs.summary import RunSummary
+from mptrain.runs.workers import read_child_summary, resume_command, run_command
 from mptrain.signals import ForwardSignals, die_with_parent
 from mptrain.training.turns import REPORT_FD_ENV, TURN_STEPS_ENV
 
 if TYPE_CHECKING:
+    from pydantic import BaseModel
+
     from mptrain.config import ExperimentConfig
     from mptrain.runs.experiment import Prepared
 
+OnTurn = Callable[[int, str, list[float]], None]  # (round, label, its steps' ms)
 MIN_TURN_STEPS = 5  # fewer steps a turn: their median is mostly noise
 TARGET_ROUNDS = 10  # rounds a run of the experiment's length is cut into, when it can be
 
@@ -75,6 +86,112 @@ def stage(config: ExperimentConfig, kind: str, verbose: bool = False,
     write_atomic(folder / "experiment.yaml",
                  yaml.safe_dump(prepared.config.to_yaml_dict(), sort_keys=False))
     return folder, prepared
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One variant to measure: its label, its own experiment (`config.variant` of the staged
+    one), and its run folder. `resume`: continue the run folder when it stopped with a
+    checkpoint (compare), else start it anew (a plan's trial runs again whole)."""
+
+    label: str
+    experiment: ExperimentConfig
+    run_dir: Path
+    resume: bool = False
+
+    @property
+    def file_label(self) -> str:
+        return self.label.replace("+", "-")
+
+
+@dataclass(frozen=True)
+class Ran:
+    """A variant's end: its summary, or why there is none, and its per-round step times."""
+
+    summary: RunSummary | None
+    failed: str | None
+    rounds: list[float | None]
+
+
+def measure(folder: Path, entries: list[Entry], steps_per_turn: int, *, env: dict[str, str],
+            verbose: bool = False, on_turn: OnTurn | None = None,
+            slowest_ratio: float | None = None) -> tuple[dict[str, Ran], int | None]:
+    """Every entry run to its end in turns (`run_in_turns`), each from the staged initial
+    weights; the label → how it ended (entries never started are absent), and the signal
+    that interrupted them (None: none did)."""
+    contenders = [Contender(e.label, _command(folder, e, verbose),
+                            folder / "logs" / f"{e.file_label}.log", env) for e in entries]
+    with ForwardSignals() as signals:
+        outcomes = run_in_turns(contenders, steps_per_turn, signals, on_turn,
+                                slowest_ratio=slowest_ratio)
+    ran = {}
+    for label, outcome in outcomes.items():
+        summary = read_child_summary(outcome.code, outcome.stdout)
+        if isinstance(summary, str):
+            failed = f"{summary}: {outcome.log_tail}" if outcome.log_tail else summary
+            ran[label] = Ran(None, failed, outcome.rounds)
+        else:
+            ran[label] = Ran(summary, None, outcome.rounds)
+    return ran, signals.received
+
+
+def _command(folder: Path, entry: Entry, verbose: bool) -> list[str]:
+    """`mptrain run` of the entry: a resume when asked and it stopped with a checkpoint,
+    else anew from its own experiment file (variants/LABEL.yaml) and the initial weights."""
+    if entry.resume and resumable(entry.run_dir):
+        return resume_command(entry.run_dir, verbose)
+    shutil.rmtree(entry.run_dir, ignore_errors=True)  # started, but with nothing to resume
+    experiment = folder / "variants" / f"{entry.file_label}.yaml"
+    experiment.parent.mkdir(exist_ok=True)
+    write_atomic(experiment, yaml.safe_dump(entry.experiment.to_yaml_dict(), sort_keys=False))
+    return run_command(experiment, run_dir=entry.run_dir,
+                       initial_weights=folder / "initial_weights.npz", verbose=verbose)
+
+
+class Ledger:
+    """A compare's or plan's record (KIND.json, rewritten whole as things end) and, with
+    `output.mlflow`, its MLflow parent run: `env` nests each variant's run in it."""
+
+    def __init__(self, folder: Path, kind: str, params: dict[str, str]):
+        from mptrain.runs.tracking import start_parent
+
+        self.folder, self.kind = folder, kind
+        self.tracking = start_parent(folder, kind, params)
+
+    @property
+    def env(self) -> dict[str, str]:
+        return self.tracking.env if self.tracking else {}
+
+    def write(self, record: BaseModel) -> None:
+        write_record(self.folder, self.kind, record)
+
+    def close(self, record, status: str, plot: Callable | None, texts: dict[str, str],
+              tags: dict[str, str] | None = None) -> list[str]:
+        """The picture (KIND.png, when `plot` is given), the record, and the parent run
+        ended with both; what MLflow could not log."""
+        picture = self.folder / f"{self.kind}.png"
+        if plot is not None:
+            record.plot = str(picture)
+            plot(record, picture)
+        self.write(record)
+        if self.tracking is None:
+            return []
+        self.tracking.finish(status, [self.folder / f"{self.kind}.json", picture], texts,
+                             tags=tags or {})
+        return self.tracking.notes
+
+
+def write_record(folder: Path, kind: str, record: BaseModel) -> None:
+    """KIND.json, whole or not at all (a reader never sees half a record)."""
+    write_atomic(folder / f"{kind}.json", to_json(record.model_dump(), indent=2) + "\n")
+
+
+def load_record(folder: Path, kind: str, record_type: type[BaseModel]):
+    """The record a `--resume` continues, or an error naming the folder."""
+    try:
+        return record_type.model_validate_json((folder / f"{kind}.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"--resume {folder}: not a {kind} folder ({exc})") from None
 
 
 def turn_steps(total_steps: int) -> int:
@@ -122,7 +239,7 @@ class _Child:
 
 
 def run_in_turns(contenders: list[Contender], steps_per_turn: int, signals: ForwardSignals,
-                 on_turn: Callable[[int, str, list[float]], None] | None = None,
+                 on_turn: OnTurn | None = None,
                  seed: int = 0, slowest_ratio: float | None = None) -> dict[str, Outcome]:
     """Run every contender to its end in turns; `on_turn(round, label, step_ms)` after each
     turn. With `slowest_ratio`, a contender whose turn's median step is that many times the

@@ -14,7 +14,7 @@ import tempfile
 
 from pydantic import BaseModel, ConfigDict
 
-from mptrain.config import ExperimentConfig, validate
+from mptrain.config import ExperimentConfig, variant
 from mptrain.runs.memory import machine_memory_bytes
 
 
@@ -129,11 +129,9 @@ def _measured(config: ExperimentConfig, policy: str, verbose: bool) -> int | Non
     from mptrain.runs.runner import run_experiment
 
     with tempfile.TemporaryDirectory() as scratch:
-        raw = config.to_yaml_dict()
-        raw["policy"] = policy
-        raw["train"] = {**raw["train"], "epochs": 1, "max_steps": 3,
-                        "checkpoint": {"every_epochs": None, "every_steps": None}}
-        raw["output"] = {**raw["output"], "dir": scratch, "save_model": False}
-        summary = run_experiment(validate(raw, "<memory>"), verbose=verbose).summary
+        short = variant(config, {"policy": policy, "train.epochs": 1, "train.max_steps": 3,
+                                 "train.checkpoint": {"every_epochs": None, "every_steps": None},
+                                 "output.dir": scratch, "output.save_model": False})
+        summary = run_experiment(short, verbose=verbose).summary
     return summary.memory.training_peak_bytes
 

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -43,13 +42,11 @@ from mptrain.data.pipeline import input_ms_per_batch
 from mptrain.errors import ConfigError
 from mptrain.hardware.kernels import KernelSpeeds
 from mptrain.hardware.machine import Machine
-from mptrain.measure.engine import Contender, run_in_turns, stage, turn_steps
+from mptrain.measure.engine import Entry, Ledger, load_record, measure, stage, turn_steps, write_record
 from mptrain.measure.verdicts import accuracy_noise_pt, difference, input_bound, paired_speedup, speed_words
 from mptrain.precision.candidates import Candidate, candidate
-from mptrain.runs.folder import RunFolder, to_json, write_atomic
+from mptrain.runs.folder import RunFolder, write_atomic
 from mptrain.runs.summary import Record, RunSummary
-from mptrain.runs.workers import read_child_summary, run_command
-from mptrain.signals import ForwardSignals
 from mptrain.training.turns import planned_steps
 
 DEFAULT_STEPS = 30
@@ -430,8 +427,8 @@ def start_plan(config: ExperimentConfig, settings: PlanSettings = PlanSettings()
     machine, config = prepared.machine, prepared.config
     per_epoch = prepared.batches.steps_per_epoch
     input_ms = input_ms_per_batch(prepared.batches)
-    trial_config = _trial_config(config, steps, per_epoch, evaluate)
-    write_atomic(folder / "trial.yaml", yaml.safe_dump(trial_config, sort_keys=False))
+    write_atomic(folder / "trial.yaml", yaml.safe_dump(
+        trial_experiment(config, steps, per_epoch, evaluate).to_yaml_dict(), sort_keys=False))
     record = PlanRecord(
         experiment=config.name, folder=str(folder), machine=describe_machine(machine),
         measured_at=datetime.now().isoformat(timespec="seconds"), steps=steps,
@@ -440,20 +437,22 @@ def start_plan(config: ExperimentConfig, settings: PlanSettings = PlanSettings()
         experiment_steps=planned_steps(config.train, per_epoch), turn_steps=turn_steps(steps),
         input_ms_per_batch=input_ms,
         candidates=found, plan_file=str(settings.out) if settings.out else None)
-    write_plan(folder, record)
+    write_record(folder, "plan", record)
     return record, folder
 
 
-def _trial_config(config: ExperimentConfig, steps: int, per_epoch: int, evaluate: bool) -> dict:
+def trial_experiment(config: ExperimentConfig, steps: int, per_epoch: int,
+                     evaluate: bool) -> ExperimentConfig:
     """A trial: `steps` steps, no checkpoints, no saved model; without --eval, a small test
     set (its figures are not judged, and evaluating a whole one would cost the budget)."""
-    raw = config.to_yaml_dict()
-    raw["train"] = {**raw["train"], "epochs": math.ceil(steps / per_epoch), "max_steps": steps,
-                    "checkpoint": {"every_epochs": None, "every_steps": None, "keep": 1}}
-    raw["output"] = {**raw["output"], "save_model": False}
+    from mptrain.config import variant
+
+    changes = {"train.epochs": math.ceil(steps / per_epoch), "train.max_steps": steps,
+               "train.checkpoint": {"every_epochs": None, "every_steps": None, "keep": 1},
+               "output.save_model": False}
     if not evaluate:
-        raw["data"] = {**raw["data"], "max_test_examples": 2 * config.train.batch_size}
-    return raw
+        changes["data.max_test_examples"] = 2 * config.train.batch_size
+    return variant(config, changes)
 
 
 def describe_machine(machine: Machine) -> str:
@@ -477,78 +476,59 @@ def run_plan(record: PlanRecord, folder: Path, *, verbose: bool = False,
              as_text: Callable[[PlanRecord], str] | None = None) -> PlanResult:
     """Decide the float32 islands, run the trials not yet run in turns (`engine`), then
     choose; resumable. `as_text(record)`: the table as text, for MLflow (`output.mlflow`)."""
-    from mptrain.runs.tracking import start_parent
+    from mptrain.measure.plot import plot_plan
 
     started = time.perf_counter()
-    # with output.mlflow: a parent run, each trial's run nested in it
-    tracking = start_parent(folder, "plan", {
+    ledger = Ledger(folder, "plan", {
         "plan.steps": str(record.steps), "plan.tolerance_pct": str(record.tolerance_pct),
         "plan.budget_minutes": str(record.budget_minutes), "plan.evaluate": str(record.evaluate)})
-    env = tracking.env if tracking else {}
     if not record.layers and record.untried:
         record = _add_islands(record, folder, verbose, on_layers)
-        write_plan(folder, record)
+        ledger.write(record)
     signal = None
-    with ForwardSignals() as signals:
-        if record.untried and time.perf_counter() - started <= 60 * record.budget_minutes:
-            record = _run_trials(record, folder, verbose, signals, on_turn, env)
-        signal = signals.received
+    if record.untried and time.perf_counter() - started <= 60 * record.budget_minutes:
+        record, signal = _run_trials(record, folder, verbose, on_turn, ledger.env)
     winner, reason = choose(record.trials)
     status = ("interrupted" if signal is not None else
               "out of budget" if record.untried else "finished")
     record = record.model_copy(update={"winner": winner, "reason": reason, "status": status})
-    if record.trials:
-        from mptrain.measure.plot import plot_plan
-
-        record.plot = str(folder / "plan.png")
-        plot_plan(record, folder / "plan.png")
-    if record.plan_file and status != "interrupted":
-        write_plan_file(record, folder, Path(record.plan_file))
-    write_plan(folder, record)
-    if tracking is None:
-        return PlanResult(record, folder, signal)
-    plan_file = Path(record.plan_file) if record.plan_file else None
     texts = {"plan.txt": as_text(record)} if as_text else {}
-    if plan_file is not None and plan_file.is_file() and status != "interrupted":
-        texts["plan.yaml"] = plan_file.read_text()
-    tracking.finish(status, [folder / "plan.json", folder / "plan.png"], texts,
-                    tags={"winner": record.winner or ""})
-    return PlanResult(record, folder, signal, tracking.notes)
+    if record.plan_file and status != "interrupted":
+        texts["plan.yaml"] = write_plan_file(record, folder, Path(record.plan_file))
+    notes = ledger.close(record, status, plot_plan if record.trials else None, texts,
+                         tags={"winner": record.winner or ""})
+    return PlanResult(record, folder, signal, notes)
 
 
-def _run_trials(record: PlanRecord, folder: Path, verbose: bool, signals: ForwardSignals,
-                on_turn, env: dict[str, str]) -> PlanRecord:
+def _run_trials(record: PlanRecord, folder: Path, verbose: bool, on_turn,
+                env: dict[str, str]) -> tuple[PlanRecord, int | None]:
     """Every untried candidate, and float32 with them (every speed-up is a ratio within a
-    round, so the baseline runs in the same rounds, also when a plan resumes)."""
+    round, so the baseline runs in the same rounds, also when a plan resumes); the record
+    with their trials judged, and the signal that interrupted them."""
+    from mptrain.config import load_config, variant
+
     queue = record.untried
     if all(c.name != "float32" for c in queue):
         queue = [next(c for c in record.candidates if c.name == "float32"), *queue]
-    contenders, run_dirs = [], {}
-    for option in queue:
-        label = option.name.replace("+", "-")
-        run_dir = run_dirs[option.name] = folder / f"{record.experiment}-{label}"
-        shutil.rmtree(run_dir, ignore_errors=True)  # an interrupted trial runs again, whole
-        overrides = [f"name={record.experiment}-{label}", *option.overrides]
-        command = run_command(folder / "trial.yaml", overrides, run_dir=run_dir,
-                              initial_weights=folder / "initial_weights.npz", verbose=verbose)
-        contenders.append(Contender(option.name, command, folder / "logs" / f"{label}.log", env))
-    outcomes = run_in_turns(contenders, record.turn_steps, signals, on_turn,
-                            slowest_ratio=SLOWEST_RATIO)
+    trial = load_config(folder / "trial.yaml")
+    entries = [Entry(option.name, variant(trial, {"name": f"{record.experiment}-{label}",
+                                                  **option.settings}),
+                     folder / f"{record.experiment}-{label}")
+               for option in queue if (label := option.name.replace("+", "-"))]
+    ran, signal = measure(folder, entries, record.turn_steps, env=env, verbose=verbose,
+                          on_turn=on_turn, slowest_ratio=SLOWEST_RATIO)
     trials = {t.candidate.name: t for t in record.trials}
-    for option in queue:
-        outcome = outcomes.get(option.name)
-        if outcome is None:
+    for option, entry in zip(queue, entries, strict=True):
+        end = ran.get(option.name)
+        if end is None:
             continue  # never started: still to try
-        summary = read_child_summary(outcome.code, outcome.stdout)
-        failed = None
-        if isinstance(summary, str):
-            summary, failed = None, f"{summary}: {outcome.log_tail}" if outcome.log_tail else summary
-        elif summary.status == "interrupted":
+        summary, failed = end.summary, end.failed
+        if summary is not None and summary.status == "interrupted":
             summary, failed = None, "interrupted"
-        trials[option.name] = Trial(candidate=option, run_dir=str(run_dirs[option.name]),
-                                    summary=summary, failed=failed, rounds=outcome.rounds)
+        trials[option.name] = Trial(candidate=option, run_dir=str(entry.run_dir),
+                                    summary=summary, failed=failed, rounds=end.rounds)
     ordered = [trials[c.name] for c in record.candidates if c.name in trials]
-    return record.model_copy(update={"trials": _judged(ordered, record)})
+    return record.model_copy(update={"trials": _judged(ordered, record)}), signal
 
 
 def _judged(trials: list[Trial], record: PlanRecord) -> list[Trial]:
@@ -600,29 +580,19 @@ def _overflowing_layers(config: ExperimentConfig, verbose: bool) -> list[str]:
 
 
 def resume_plan(folder: Path) -> PlanRecord:
-    try:
-        record = PlanRecord.model_validate_json((folder / "plan.json").read_text())
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"--resume {folder}: not a plan folder ({exc})") from None
+    record = load_record(folder, "plan", PlanRecord)
     if record.status == "finished":
         raise ConfigError(f"--resume {folder}: the plan has finished; nothing to resume")
     return record
 
 
-def write_plan(folder: Path, record: PlanRecord) -> None:
-    write_atomic(folder / "plan.json", to_json(record.model_dump(), indent=2) + "\n")
-
-
-def write_plan_file(record: PlanRecord, folder: Path, path: Path) -> None:
-    """The experiment as plan chose to run it, with a header saying what was measured."""
-    from mptrain.config.loading import read_yaml
+def write_plan_file(record: PlanRecord, folder: Path, path: Path) -> str:
+    """The experiment as plan chose to run it (the winner's settings in ordinary keys), with a
+    header saying what was measured; returns what was written."""
+    from mptrain.config import load_config, variant
 
     winner = next(c for c in record.candidates if c.name == record.winner)
-    raw = read_yaml(folder / "experiment.yaml")
-    raw["policy"] = winner.policy
-    raw["train"] = {**raw.get("train", {}), "jit_compile": winner.jit_compile,
-                    "math_mode": winner.math_mode}
-    raw["model"] = {**raw.get("model", {}), "float32_layers": winner.float32_layers}
+    chosen = variant(load_config(folder / "experiment.yaml"), winner.settings)
     lines = [f"# mptrain plan for {record.experiment}: {record.winner} ({record.reason}).",
              f"# Measured {record.measured_at} on {record.machine}:",
              f"# {record.steps}-step trials from the same initial weights, tolerance "
@@ -634,10 +604,12 @@ def write_plan_file(record: PlanRecord, folder: Path, path: Path) -> None:
               for c in record.candidates if c.why_not or c in record.untried]
     lines.append(f"# The plan's folder: {folder}")
     lines.append("# Another machine may choose differently: run `mptrain plan` there.")
+    text = "\n".join(lines) + "\n" + yaml.safe_dump(chosen.to_yaml_dict(), sort_keys=False)
     try:
-        write_atomic(path, "\n".join(lines) + "\n" + yaml.safe_dump(raw, sort_keys=False))
+        write_atomic(path, text)
     except OSError as exc:
         raise ConfigError(f"--out {path}: cannot write ({exc.strerror})") from None
+    return text
 
 
 def plan_beside(source: str) -> str | None:

@@ -7,7 +7,7 @@ device), `mixed_bfloat16+xla` (XLA forced on), `float32+onednn_bf16` and `float3
 (float32 storage, bfloat16 math on a CPU), `float32+tf32_off` (no TF32 on an Ampere GPU).
 `candidate` parses a name and `Candidate.name` is what plan prints, so compare takes every
 name plan prints (`mptrain compare --policies float32,mixed_bfloat16+xla`), and a plan.yaml
-spells its candidate out in ordinary experiment keys (`Candidate.overrides`).
+spells its candidate out in ordinary experiment keys (`Candidate.settings`).
 """
 
 from __future__ import annotations
@@ -35,13 +35,11 @@ class Candidate(BaseModel):
     why_not: str | None = None  # set when it cannot win on this machine, and is not tried
 
     @property
-    def overrides(self) -> list[str]:
-        """The candidate as `--set` options on the experiment (what its run is given)."""
-        jit = "null" if self.jit_compile is None else str(self.jit_compile).lower()
-        out = [f"policy={self.policy}", f"train.math_mode={self.math_mode}", f"train.jit_compile={jit}"]
-        if self.float32_layers:
-            out.append(f"model.float32_layers=[{', '.join(self.float32_layers)}]")
-        return out
+    def settings(self) -> dict[str, object]:
+        """The candidate in ordinary experiment keys (`config.variant` applies them): what its
+        runs are given, and what a plan.yaml spells out."""
+        return {"policy": self.policy, "train.math_mode": self.math_mode,
+                "train.jit_compile": self.jit_compile, "model.float32_layers": list(self.float32_layers)}
 
     @property
     def sixteen_bit(self) -> bool:

@@ -41,12 +41,10 @@ def mptrain_command(*arguments: str) -> list[str]:
     return [sys.executable, "-m", "mptrain", *arguments]
 
 
-def run_command(experiment: Path | str, overrides: list[str], *, run_dir: Path | None = None,
+def run_command(experiment: Path | str, *, run_dir: Path | None = None,
                 initial_weights: Path | None = None, verbose: bool = False) -> list[str]:
-    """`mptrain run EXPERIMENT --json --set ...` for a child whose summary the parent reads."""
+    """`mptrain run EXPERIMENT --json` for a child whose summary the parent reads."""
     command = mptrain_command("run", str(experiment), "--json")
-    for override in overrides:
-        command += ["--set", override]
     if run_dir is not None:
         command += ["--run-dir", str(run_dir)]
     if initial_weights is not None:

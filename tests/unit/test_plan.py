@@ -278,8 +278,9 @@ def test_every_candidate_plan_prints_is_a_name_compare_takes():
             parsed = candidate(planned.name)
             assert (parsed.policy, parsed.jit_compile, parsed.math_mode) == \
                 (planned.policy, planned.jit_compile, planned.math_mode), planned.name
-    assert candidate("mixed_bfloat16+xla").overrides == [
-        "policy=mixed_bfloat16", "train.math_mode=default", "train.jit_compile=true"]
+    assert candidate("mixed_bfloat16+xla").settings == {
+        "policy": "mixed_bfloat16", "train.math_mode": "default", "train.jit_compile": True,
+        "model.float32_layers": []}
     for bad, says in (("mixed_bfloat+xla", "did you mean mixed_bfloat16?"),
                       ("mixed_bfloat16+fast", "'fast' is not +xla or a math mode"),
                       ("mixed_bfloat16+onednn_bf16", "use float32+onednn_bf16")):

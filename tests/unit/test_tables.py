@@ -8,7 +8,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from mptrain.measure.compare import Variant, build_record, compare_row
+from mptrain.measure.compare import Known, Variant, build_record, compare_row
 from mptrain.measure.plan import LayerTiming, PlanRecord, Trial
 from mptrain.precision.candidates import Candidate
 from mptrain.report.tables import (
@@ -80,7 +80,7 @@ def test_compare_tables_keep_numbers_names_and_verdicts_whole():
                               scale=(32768.0, 1234), policy="mixed_float16"),
                  "exit code 3"]
     record = build_record("synthetic", Path("/tmp/x"), variants,
-                          {v.label: s for v, s in zip(variants, summaries, strict=True)})
+                          Known({v.label: s for v, s in zip(variants, summaries, strict=True)}))
     text = rendered(compare_tables(record))
     whole(text, "12345.6", "321.9", "38.35x", "0.7912 (-12.11)", "0.9101 (-0.22)", "32768/1234",
           "12098.7–12592.5", "14276.4–14859.2", "1.1 GiB 1.00x", "58.4 MiB 0.05x",

@@ -9,7 +9,7 @@ import pytest
 from mptrain.commands.options import parse_choices
 from mptrain.config.schema import POLICIES
 from mptrain.errors import ConfigError
-from mptrain.measure.compare import Variant, build_record
+from mptrain.measure.compare import Known, Variant, build_record
 from mptrain.measure.verdicts import accuracy_noise_pt, accuracy_words, wilson_half_width
 from tests.helpers import make_summary
 
@@ -28,7 +28,7 @@ def test_bad_policies(policies, message):
 def record_of(*rows):
     variants = [Variant(policy, "fit") for policy, _ in rows]
     return build_record("x", Path("/tmp/x"), variants,
-                        {v.label: s for v, (_, s) in zip(variants, rows, strict=True)})
+                        Known({v.label: s for v, (_, s) in zip(variants, rows, strict=True)}))
 
 
 def test_ratios_and_verdicts_come_from_the_numbers():
@@ -53,8 +53,8 @@ def test_ratios_and_verdicts_come_from_the_numbers():
 def test_only_the_baseline_variant_is_called_baseline_across_strategies():
     variants = [Variant("float32", "fit", "none"), Variant("float32", "fit", "mirrored")]
     record = build_record("x", Path("/tmp/x"), variants,
-                          {variants[0].label: make_summary(median=100.0),
-                           variants[1].label: make_summary(median=400.0)})
+                          Known({variants[0].label: make_summary(median=100.0),
+                                 variants[1].label: make_summary(median=400.0)}))
     single, mirrored = record.variants
     assert single.verdict.startswith("baseline")
     assert mirrored.speedup == 0.25 and mirrored.verdict.startswith("slower")
@@ -219,9 +219,11 @@ def test_rounds_pair_only_within_one_session_of_turns():
     variants = [Variant("float32", "fit"), Variant("mixed_bfloat16", "fit")]
     outcomes = {"float32-fit": make_summary(median=100.0), "mixed_bfloat16-fit": make_summary(median=50.0)}
     rounds = {"float32-fit": [100.0] * 6, "mixed_bfloat16-fit": [100.0] * 6}  # in turns: the same
-    together = build_record("x", Path("/tmp/x"), variants, outcomes, rounds=rounds,
-                            sessions={"float32-fit": 1, "mixed_bfloat16-fit": 1})
+    together = build_record("x", Path("/tmp/x"), variants,
+                            Known(outcomes, rounds=rounds,
+                                  sessions={"float32-fit": 1, "mixed_bfloat16-fit": 1}))
     assert together.variants[1].speedup == pytest.approx(1.0)
-    apart = build_record("x", Path("/tmp/x"), variants, outcomes, rounds=rounds,
-                         sessions={"float32-fit": 1, "mixed_bfloat16-fit": 2})
+    apart = build_record("x", Path("/tmp/x"), variants,
+                         Known(outcomes, rounds=rounds,
+                               sessions={"float32-fit": 1, "mixed_bfloat16-fit": 2}))
     assert apart.variants[1].speedup == pytest.approx(2.0) and apart.variants[1].session == 2
