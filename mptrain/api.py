@@ -68,10 +68,10 @@ def run(experiment: ExperimentConfig, *, resume: str | Path | None = None, progr
     import contextlib
 
     from mptrain.report.progress import LiveProgress
-    from mptrain.runs.runner import run_experiment
+    from mptrain.runs.runner import Start, run_experiment
 
     with LiveProgress() if progress else contextlib.nullcontext() as live:
-        result = run_experiment(experiment, resume=Path(resume) if resume else None,
+        result = run_experiment(experiment, Start(resume=Path(resume) if resume else None),
                                 listeners=[live] if live is not None else [], verbose=verbose)
     return result.summary
 

@@ -87,16 +87,16 @@ def run(
 
             if (beside := plan_beside(config)) is not None:
                 say(f"[cyan]plan:[/] {beside}")
-        from mptrain.runs.runner import run_experiment
+        from mptrain.runs.runner import Start, run_experiment
 
         def on_start(prepared, notes: list[str]) -> None:
             say(run_header(experiment, prepared.choice, prepared.speed_warning, notes))
 
         with LiveProgress() as progress:
-            result = run_experiment(experiment, resume=resume, listeners=[progress],
-                                    verbose=verbose, initial_weights=initial_weights,
-                                    run_dir=run_dir, started_at=STARTED_AT, on_start=on_start,
-                                    status=status)
+            start = Start(resume=resume, initial_weights=initial_weights, run_dir=run_dir,
+                          started_at=STARTED_AT)
+            result = run_experiment(experiment, start, listeners=[progress], verbose=verbose,
+                                    on_start=on_start, status=status)
     _finish(result, json_out)
 
 

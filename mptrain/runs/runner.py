@@ -23,7 +23,6 @@ from mptrain.training.distribute import scope, worker_lost
 from mptrain.errors import MptrainError
 from mptrain.runs.experiment import Prepared, prepare
 from mptrain.model.flops import forward_profile
-from mptrain.model import output_dtype
 from mptrain.runs.folder import RunFolder
 from mptrain.runs.session import TrainingSession
 from mptrain.signals import RunAbandoned, stop_on_signals
@@ -45,113 +44,139 @@ class RunResult:
         return Path(self.summary.run_dir)
 
 
-def run_experiment(
-    config: ExperimentConfig,
-    *,
-    resume: Path | None = None,
-    listeners: list[TrainingListener] | None = None,
-    verbose: bool = False,
-    initial_weights: Path | None = None,
-    output_dir: Path | None = None,
-    run_dir: Path | None = None,
-    started_at: float | None = None,
-    on_start: Callable[[Prepared, list[str]], None] | None = None,
-    status: Callable[[str], object] | None = None,
-) -> RunResult:
+@dataclass(frozen=True)
+class Start:
+    """Where and from what a run starts: `resume` continues the run in that folder from its
+    latest checkpoint; `initial_weights` (an .npz of `model.get_weights()`) makes several runs
+    start from identical weights; `run_dir` names the exact folder to create (compare and
+    plan place their runs); `started_at` is when the process started (`time.perf_counter`),
+    so start-up counts in the one-off costs."""
+
+    resume: Path | None = None
+    initial_weights: Path | None = None
+    run_dir: Path | None = None
+    started_at: float | None = None
+
+
+def run_experiment(config: ExperimentConfig, start: Start = Start(), *,
+                   listeners: list[TrainingListener] | None = None, verbose: bool = False,
+                   on_start: Callable[[Prepared, list[str]], None] | None = None,
+                   status: Callable[[str], object] | None = None) -> RunResult:
     """Train and evaluate one experiment; write its run folder; return what it measured.
 
-    `resume` continues the run in that folder from its latest checkpoint. `on_start(prepared,
-    notes)` is called once the model is built, before training, so a user learns what will
-    run (and what is known to be slow) first. `initial_weights` makes several runs start from
-    identical weights; `output_dir` overrides `output.dir` and `run_dir` names the exact
-    folder to create (compare and plan place their runs).
+    `on_start(prepared, notes)` is called once the model is built, before training, so a
+    user learns what will run (and what is known to be slow) first; `status(text)` shows
+    what a long step of the set-up is doing.
     """
-    started_at = started_at if started_at is not None else time.perf_counter()
-    prepared = prepare(config, verbose=verbose, initial_weights=initial_weights, status=status)
-    config = prepared.config
+    started_at = start.started_at if start.started_at is not None else time.perf_counter()
+    prepared = prepare(config, verbose=verbose, initial_weights=start.initial_weights, status=status)
     profile = forward_profile(prepared.model)
     findings = worth_saying(lint(prepared, profile))
-    # only the chief writes the run; other workers train into a scratch folder
-    chief = prepared.place.chief
-    parent = (output_dir or config.output.dir) if chief else Path(tempfile.mkdtemp())
-    if resume is not None:
-        folder = RunFolder(resume) if chief else RunFolder.worker_copy(resume, parent)
-    elif run_dir is not None and chief:
-        folder = RunFolder.create_at(run_dir)
-    else:
-        folder = RunFolder.create(parent, config.name)
+    folder, scratch = _folder(prepared, start)
     tracking = None
     try:
+        config = prepared.config
         folder.mark_running(config.name)
         folder.write_config(config.to_yaml_dict(), _config_header(prepared))
         folder.write_files(prepared.data.files)
-        if chief:
+        if scratch is None:  # the chief: the one that writes (and tracks) the run
             tracking = start_tracking(config, folder.path, prepared.choice, prepared.machine,
                                       prepared.place.replicas)
         with scope(prepared.place):
             session = TrainingSession.open(config, folder, prepared.model, prepared.optimizer,
                                            prepared.batches, listeners or [],
-                                           resume=resume is not None, tracking=tracking)
+                                           resume=start.resume is not None, tracking=tracking)
         if on_start is not None:
             on_start(prepared, session.notes + [f"lint: {f}" for f in findings])
-        monitor = session.monitor
-        turns = TakeTurns.from_environment(
-            monitor, planned_steps(config.train, prepared.batches.steps_per_epoch))
-        if turns is not None:  # a variant of compare or plan: it trains in turns with the others
-            monitor.listeners.append(turns)
-        with stop_on_signals(monitor):
-            prepared.loop.train(prepared.batches, monitor, session.start.epoch, session.start.step)
-            if turns is not None:
-                turns.finish()
-        session.close()
-        # an interrupted run is not evaluated: its user wants it to stop, now
-        test = {} if monitor.stop_kind == "signal" else prepared.loop.evaluate(prepared.batches.test)
-        summary = summarize_run(config, prepared.choice, prepared.machine, monitor, test,
-                                output_dtype=output_dtype(prepared.model),
-                                flops_per_example=3 * profile.flops,
-                                dataset=prepared.data.source,
-                                speed_warning=prepared.speed_warning,
-                                memory=prepared.memory.stats(),
-                                notes=prepared.notes + session.notes + session.guard.recoveries,
-                                started_at=started_at, run_dir=folder.path,
-                                test_examples=prepared.data.test.size,
-                                distribution=prepared.place.description,
-                                replicas=prepared.place.replicas)
+        test, waited_s = _train(prepared, session)
+        summary = summarize_run(prepared, session, test, 3 * profile.flops, started_at, folder.path)
+        if waited_s is not None:  # in turns: another variant's turn is not this run's time
+            summary = summary.model_copy(update={"wall_time_s": summary.wall_time_s - waited_s,
+                                                 "turn_wait_s": waited_s})
+        summary = _save(prepared, folder, summary, tracking)
+    except BaseException as exc:
+        instead = _failed(exc, prepared, folder, tracking, start)
+        if instead is None:
+            raise
+        raise instead from exc
+    finally:
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
+    monitor = session.monitor
+    return RunResult(summary, monitor.steps, monitor.epoch_records, monitor.signal)
+
+
+def _folder(prepared: Prepared, start: Start) -> tuple[RunFolder, Path | None]:
+    """The run folder, and the scratch folder a worker other than the chief trains into
+    (None for the chief, which writes the run)."""
+    if prepared.place.chief:
+        if start.resume is not None:
+            return RunFolder(start.resume), None
+        if start.run_dir is not None:
+            return RunFolder.create_at(start.run_dir), None
+        return RunFolder.create(prepared.config.output.dir, prepared.config.name), None
+    scratch = Path(tempfile.mkdtemp())
+    if start.resume is not None:
+        return RunFolder.worker_copy(start.resume, scratch), scratch
+    return RunFolder.create(scratch, prepared.config.name), scratch
+
+
+def _train(prepared: Prepared, session: TrainingSession) -> tuple[dict[str, float], float | None]:
+    """Training to its end (in turns with other variants when the parent asks: `TakeTurns`),
+    then the test set's figures (none for an interrupted run: its user wants it to stop,
+    now); and the time spent waiting for turns (None: not in turns)."""
+    monitor = session.monitor
+    turns = TakeTurns.from_environment(
+        monitor, planned_steps(prepared.config.train, prepared.batches.steps_per_epoch))
+    if turns is not None:
+        monitor.listeners.append(turns)
+    with stop_on_signals(monitor):
+        prepared.loop.train(prepared.batches, monitor, session.start.epoch, session.start.step)
         if turns is not None:
-            summary = summary.model_copy(update={"wall_time_s": summary.wall_time_s - turns.waited_s,
-                                                 "turn_wait_s": turns.waited_s})
-        if config.output.save_model and summary.status == "finished" \
-                and (why_not := folder.save_model(prepared.model)) is not None:
-            summary = summary.model_copy(update={"notes": [*summary.notes, why_not]})
-        folder.flush_steps()
-        summary = finish_tracking(tracking, summary, folder.path)
-        folder.write_summary(summary)
-    except KeyboardInterrupt:
+            turns.finish()
+    session.close()
+    test = {} if monitor.stop_kind == "signal" else prepared.loop.evaluate(prepared.batches.test)
+    return test, turns.waited_s if turns is not None else None
+
+
+def _save(prepared: Prepared, folder: RunFolder, summary: RunSummary, tracking) -> RunSummary:
+    """The model (when asked, and finished), the last steps, MLflow's last words, then
+    summary.json: the summary written is the one returned."""
+    if prepared.config.output.save_model and summary.status == "finished" \
+            and (why_not := folder.save_model(prepared.model)) is not None:
+        summary = summary.model_copy(update={"notes": [*summary.notes, why_not]})
+    folder.flush_steps()
+    summary = finish_tracking(tracking, summary, folder.path)
+    folder.write_summary(summary)
+    return summary
+
+
+def _failed(exc: BaseException, prepared: Prepared, folder: RunFolder, tracking,
+            start: Start) -> BaseException | None:
+    """What a run that stopped on `exc` leaves, and the error to raise instead of it (None:
+    `exc` itself): a second Ctrl-C abandons it (its last checkpoint kept); a full disk is
+    said cleanly with the way to continue; a lost worker is said instead of TensorFlow's
+    traceback; anything else is marked failed."""
+    if isinstance(exc, KeyboardInterrupt):
         folder.write_status("interrupted", "abandoned by a second Ctrl-C; the last checkpoint "
                             "is kept: resume from it")
         end_tracking(tracking, "interrupted")
-        raise RunAbandoned(folder.path) from None
-    except OSError as exc:
+        return RunAbandoned(folder.path)
+    if isinstance(exc, OSError):
         _mark_failed(folder, exc)
         end_tracking(tracking, "failed")
         if exc.errno not in DISK_ERRORS:
-            raise
-        raise MptrainError(
+            return None
+        return MptrainError(
             f"{exc.filename or folder.path}: {exc.strerror}; training stopped, and its last "
             f"checkpoint is intact. Free space (or fix the disk), then continue with: mptrain "
-            f"run --resume {folder.path}") from exc
-    except BaseException as exc:
-        # another worker died: say so, and how to continue, instead of TensorFlow's traceback
-        lost = worker_lost(exc, prepared.place, prepared.tf, folder.path if chief else resume or run_dir)
-        _mark_failed(folder, lost or exc)
-        end_tracking(tracking, "failed")
-        if lost is not None:
-            raise lost from exc
-        raise
-    finally:
-        if not chief:
-            shutil.rmtree(parent, ignore_errors=True)
-    return RunResult(summary, monitor.steps, monitor.epoch_records, monitor.signal)
+            f"run --resume {folder.path}")
+    chief = prepared.place.chief
+    lost = worker_lost(exc, prepared.place, prepared.tf,
+                       folder.path if chief else start.resume or start.run_dir)
+    _mark_failed(folder, lost or exc)
+    end_tracking(tracking, "failed")
+    return lost
 
 
 # A full disk (or quota), an I/O error, a read-only file system: the run folder cannot take

@@ -212,13 +212,14 @@ def run_status(steps: list[StepRecord], test_loss: float | None, stopped: str | 
     return "diverged" if last and not any(math.isfinite(r.loss) for r in last) else "finished"
 
 
-def summarize_run(config: ExperimentConfig, choice: PolicyChoice, machine: Machine,
-                  monitor: TrainingMonitor, test: dict[str, float], *, output_dtype: str,
-                  flops_per_example: int | None, dataset: str, speed_warning: str | None,
-                  memory: MemoryStats, notes: list[str], started_at: float,
-                  run_dir: Path, test_examples: int | None = None,
-                  distribution: str = "one device", replicas: int = 1) -> RunSummary:
-    """The run's summary from what it measured (`monitor`, `test`, `memory`) and decided."""
+def summarize_run(prepared, session, test: dict[str, float], flops_per_example: int | None,
+                  started_at: float, run_dir: Path) -> RunSummary:
+    """The run's summary from what was decided (`prepared`: a `runs.experiment.Prepared`),
+    what training measured (`session`: its monitor, notes and recoveries) and the test set's
+    figures (`test`)."""
+    from mptrain.model import output_dtype
+
+    config, choice, machine, monitor = prepared.config, prepared.choice, prepared.machine, session.monitor
     times = step_times(monitor.steps, config.train.warmup_steps)
     peak = None if machine.accelerated else cpu_peak(machine.cpu, choice.compute_dtype)
     speed = throughput(times, config.train.batch_size, flops_per_example, peak)
@@ -232,16 +233,16 @@ def summarize_run(config: ExperimentConfig, choice: PolicyChoice, machine: Machi
         policy_reason=choice.reason,
         compute_dtype=choice.compute_dtype,
         variable_dtype=choice.variable_dtype,
-        output_dtype=output_dtype,
+        output_dtype=output_dtype(prepared.model),
         loop=config.train.loop,
         jit_compile=choice.jit_compile,
         jit_compile_reason=choice.jit_reason,
         xla_optimizer_update=choice.xla_optimizer_update,
         xla_optimizer_update_reason=choice.xla_optimizer_reason,
         device=machine.device_label,
-        distribution=distribution,
-        replicas=replicas,
-        dataset=dataset,
+        distribution=prepared.place.description,
+        replicas=prepared.place.replicas,
+        dataset=prepared.data.source,
         batch_size=config.train.batch_size,
         epochs_run=len(monitor.epoch_records),
         steps_run=len(monitor.steps),
@@ -254,8 +255,8 @@ def summarize_run(config: ExperimentConfig, choice: PolicyChoice, machine: Machi
         peak_tflops=peak.flops_per_second / 1e12 if peak else None,
         peak_unit=peak.unit if peak else None,
         mfu=speed.mfu,
-        speed_warning=speed_warning,
-        notes=notes,
+        speed_warning=prepared.speed_warning,
+        notes=prepared.notes + session.notes + session.guard.recoveries,
         first_step_loss=finite_or_none(monitor.steps[0].loss) if monitor.steps else None,
         non_finite_loss_steps=sum(1 for r in monitor.steps if finite_or_none(r.loss) is None),
         final_train_loss=finite_or_none(last_epoch.metrics.get("loss")) if last_epoch else None,
@@ -263,9 +264,9 @@ def summarize_run(config: ExperimentConfig, choice: PolicyChoice, machine: Machi
         test_loss=finite_or_none(test.get("loss")),
         test_accuracy=finite_or_none(test.get("accuracy")),
         test_metrics={k: finite_or_none(v) for k, v in test.items()},
-        test_examples=test_examples if test else None,
+        test_examples=prepared.data.test.size if test else None,
         loss_scale=loss_scale_stats(monitor),
-        memory=memory,
+        memory=prepared.memory.stats(),
         wall_time_s=time.perf_counter() - started_at,
         time_to_first_step_s=first_step - started_at if first_step is not None else None,
         tensorflow_version=machine.tensorflow_version,

@@ -8,7 +8,7 @@ import pytest
 
 tf = pytest.importorskip("tensorflow")
 
-from mptrain.runs.runner import run_experiment  # noqa: E402
+from mptrain.runs.runner import Start, run_experiment  # noqa: E402
 
 
 def trained_weights(result):
@@ -57,7 +57,7 @@ def test_clipping_sees_unscaled_gradients(tiny_config, tmp_path, loop):
     before = [before[f"arr_{i}"] for i in range(len(before.files))]
     deltas = {}
     for policy in ("float32", "mixed_float16"):
-        result = run_experiment(tiny_config(*common, f"policy={policy}"), initial_weights=start)
+        result = run_experiment(tiny_config(*common, f"policy={policy}"), Start(initial_weights=start))
         deltas[policy] = np.concatenate([(a - b).ravel() for a, b in zip(
             trained_weights(result), before, strict=True)])
     assert np.abs(deltas["float32"]).max() > 1e-3

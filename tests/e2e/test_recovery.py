@@ -21,7 +21,7 @@ tf = pytest.importorskip("tensorflow")
 
 from mptrain.errors import MptrainError  # noqa: E402
 from mptrain.runs.resume import AlreadyFinished, resume_config  # noqa: E402
-from mptrain.runs.runner import run_experiment  # noqa: E402
+from mptrain.runs.runner import Start, run_experiment  # noqa: E402
 
 # 384 training examples in batches of 32: 12 steps an epoch; bit-identical reruns
 SAME = ("deterministic=true", "train.batch_size=32", "train.epochs=2")
@@ -37,7 +37,7 @@ def test_a_run_stopped_mid_epoch_resumes_with_the_uninterrupted_metrics(tiny_con
     with pytest.raises(AlreadyFinished, match="--set train.max_steps=N"):
         resume_config(first.run_dir, None, [])
     resumed = run_experiment(resume_config(first.run_dir, None, ["train.max_steps=null"]),
-                             resume=first.run_dir)
+                             Start(resume=first.run_dir))
     assert "resumed at epoch 1, step 8 (after 7 steps)" in resumed.summary.notes
     assert resumed.summary.steps_run == whole.summary.steps_run == 24
     for a, b in zip(whole.epochs, resumed.epochs, strict=True):
@@ -88,7 +88,7 @@ def test_a_model_keras_cannot_save_keeps_its_training(tmp_path):
     shared = tmp_path / "initial_weights.npz"  # what compare gives its variants
     save_initial_weights(load_config(config), shared)
     again = run_experiment(load_config(config, ["policy=mixed_bfloat16", "output.save_model=false"]),
-                           initial_weights=shared)
+                           Start(initial_weights=shared))
     assert again.summary.first_step_loss == pytest.approx(s["first_step_loss"], rel=2e-2)
 
 
@@ -132,7 +132,7 @@ def test_resume_passes_over_a_truncated_newest_checkpoint(damaged):
     number = lambda p: int(p.name.split("-")[1].split(".")[0])  # noqa: E731
     newest = sorted(checkpoints.glob("ckpt-*.data-*"), key=number)[-1]
     newest.write_bytes(newest.read_bytes()[:100])
-    resumed = run_experiment(resume_config(run_dir, None, ["train.epochs=4"]), resume=run_dir)
+    resumed = run_experiment(resume_config(run_dir, None, ["train.epochs=4"]), Start(resume=run_dir))
     assert resumed.summary.status == "finished" and resumed.summary.epochs_run == 4
     passed = [n for n in resumed.summary.notes if n.startswith("checkpoint passed over")]
     assert passed and newest.name.split(".")[0] in passed[0] and "unreadable" in passed[0]
@@ -142,7 +142,7 @@ def test_resume_passes_over_a_truncated_newest_checkpoint(damaged):
 def test_resume_finds_checkpoints_without_their_index_file(damaged):
     run_dir, checkpoints = damaged
     (checkpoints / "checkpoint").unlink()
-    resumed = run_experiment(resume_config(run_dir, None, ["train.epochs=4"]), resume=run_dir)
+    resumed = run_experiment(resume_config(run_dir, None, ["train.epochs=4"]), Start(resume=run_dir))
     assert resumed.summary.epochs_run == 4 and resumed.summary.steps_run == 24
     assert "resumed at epoch 4, step 1 (after 18 steps)" in resumed.summary.notes
 
@@ -225,7 +225,7 @@ def test_a_full_disk_stops_cleanly_and_the_run_resumes_once_there_is_space(tiny_
     else:
         assert state["status"] == "failed" and "No space left on device" in state["reason"]
     assert (run_dir / "checkpoints" / "checkpoint").is_file()  # the earlier checkpoints stand
-    resumed = run_experiment(resume_config(run_dir, None, []), resume=run_dir)
+    resumed = run_experiment(resume_config(run_dir, None, []), Start(resume=run_dir))
     assert resumed.summary.status == "finished" and resumed.summary.steps_run == 18
 
 

@@ -17,7 +17,7 @@ from tests.helpers import mptrain_process, tiny_raw, wait_for
 
 tf = pytest.importorskip("tensorflow")
 
-from mptrain.runs.runner import run_experiment  # noqa: E402
+from mptrain.runs.runner import Start, run_experiment  # noqa: E402
 
 # 384 training examples in batches of 32: 12 steps an epoch
 DETERMINISTIC = ("deterministic=true", "train.batch_size=32", "output.save_model=true",
@@ -39,7 +39,7 @@ def test_stopped_after_an_epoch_and_resumed_is_bit_identical(tiny_config, loop, 
     whole = run_experiment(tiny_config(*overrides, "train.epochs=3"))
     first = run_experiment(tiny_config(*overrides, "train.epochs=1"))
     config = resume_config(first.run_dir, None, ["train.epochs=3"])
-    resumed = run_experiment(config, resume=first.run_dir)
+    resumed = run_experiment(config, Start(resume=first.run_dir))
     for a, b in zip(final_weights(whole.run_dir), final_weights(resumed.run_dir), strict=True):
         np.testing.assert_array_equal(a, b)
     assert resumed.summary.epochs_run == 3 and resumed.summary.steps_run == 36
@@ -61,7 +61,7 @@ def test_resumed_run_counts_the_skips_before_its_checkpoint(tiny_config):
     whole = run_experiment(tiny_config(*overrides, "train.epochs=2"))
     first = run_experiment(tiny_config(*overrides, "train.epochs=1"))
     resumed = run_experiment(resume_config(first.run_dir, None, ["train.epochs=2"]),
-                             resume=first.run_dir)
+                             Start(resume=first.run_dir))
     skipped = first.summary.loss_scale.skipped_steps
     assert skipped > 0
     assert resumed.summary.loss_scale.skipped_steps == whole.summary.loss_scale.skipped_steps >= skipped

@@ -24,7 +24,7 @@ tf = pytest.importorskip("tensorflow")
 pytest.importorskip("mlflow")
 
 from mptrain.runs.resume import resume_config  # noqa: E402
-from mptrain.runs.runner import run_experiment  # noqa: E402
+from mptrain.runs.runner import Start, run_experiment  # noqa: E402
 from mptrain.runs.tracking import HTTP_SETTINGS  # noqa: E402
 from mptrain.runs.workers import free_ports  # noqa: E402
 
@@ -178,14 +178,14 @@ def test_interrupted_failed_and_resumed_runs_continue_one_mlflow_run(tiny_config
     assert steps_logged(client, run) == list(range(1, first.summary.steps_run + 1))
 
     with pytest.raises(RuntimeError, match="a bug in training"):
-        run_experiment(resume_config(first.run_dir, None, []), resume=first.run_dir,
+        run_experiment(resume_config(first.run_dir, None, []), Start(resume=first.run_dir),
                        listeners=[At(fail, step=10)])
     client, run = tracked(first.run_dir)
     assert run.info.run_id == run_id
     assert (run.info.status, run.data.tags["status"]) == ("FAILED", "failed")
     assert steps_logged(client, run)[-1] >= 9  # beyond its last checkpoint (epoch 1, step 6)
 
-    last = run_experiment(resume_config(first.run_dir, None, []), resume=first.run_dir)
+    last = run_experiment(resume_config(first.run_dir, None, []), Start(resume=first.run_dir))
     assert last.summary.status == "finished" and last.summary.steps_run == STEPS
     client, run = tracked(first.run_dir)
     assert run.info.run_id == run_id and run.info.status == "FINISHED"

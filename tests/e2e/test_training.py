@@ -8,7 +8,7 @@ import pytest
 
 tf = pytest.importorskip("tensorflow")
 
-from mptrain.runs.runner import run_experiment  # noqa: E402
+from mptrain.runs.runner import Start, run_experiment  # noqa: E402
 
 
 def epoch_losses(result):
@@ -185,7 +185,7 @@ def test_initial_weights_file_is_what_trains(tiny_config, tmp_path):
     zeros = [np.zeros_like(w) for w in model_of(config).get_weights()]
     path = tmp_path / "zeros.npz"
     np.savez(path, *zeros)
-    started = run_experiment(config, initial_weights=path)
+    started = run_experiment(config, Start(initial_weights=path))
     assert started.summary.first_step_loss == pytest.approx(math.log(4), abs=1e-5)
     seeded = run_experiment(config)
     assert abs(seeded.summary.first_step_loss - math.log(4)) > 1e-2
