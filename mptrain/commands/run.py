@@ -63,7 +63,7 @@ def run(
     from mptrain.report.progress import LiveProgress
     from mptrain.report.tables import run_header
     from mptrain.runs.resume import AlreadyFinished, experiment_to_run
-    from mptrain.runs.workers import local_run, local_worker_count, worker_overrides
+    from mptrain.runs.workers import Relayed, local_run, local_worker_count, worker_overrides
 
     overrides = [*(set_ or []), *(worker_overrides(workers) if workers is not None else [])]
     with user_errors("interrupted (a run folder, if one was made, keeps its last checkpoint)",
@@ -77,7 +77,7 @@ def run(
                                    "TF_CONFIG" in os.environ)
         if count is not None:
             raise typer.Exit(_on_local_workers(
-                local_run(experiment, count, config, overrides, resume, json_out, verbose),
+                local_run(experiment, count, Relayed(config, overrides, json_out, verbose), resume),
                 max_restarts))
         if max_restarts:
             raise ConfigError("--max-restarts restarts lost local workers: it needs --workers N "

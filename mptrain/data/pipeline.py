@@ -56,9 +56,8 @@ class Batches:
 
     def train_from(self, epoch: int, step: int, until_epoch: int | None = None):
         """The batches of epochs [epoch, until_epoch), the first `step` of them left out."""
-        return training_stream(self.split, self.batch_size, self.seed, epoch,
-                               self.epochs if until_epoch is None else until_epoch, step,
-                               self.target, self.shuffle_buffer)
+        epochs = range(epoch, self.epochs if until_epoch is None else until_epoch)
+        return training_stream(self, epochs, step)
 
 
 def input_ms_per_batch(batches: Batches, count: int = 20) -> float | None:
@@ -137,9 +136,13 @@ def _binary_targets(y):
     return tf.expand_dims(tf.cast(y, tf.float32), -1)
 
 
-def training_stream(split: Split, batch_size: int, seed: int, first_epoch: int, end_epoch: int,
-                    skip_steps: int = 0, target=None, shuffle_buffer: int = STREAM_SHUFFLE_BUFFER):
+def training_stream(batches: Batches, epochs: range, skip_steps: int = 0):
+    """The training batches of `epochs`, each epoch in its own seeded order, the first
+    `skip_steps` left out (a resumed run continues inside an epoch)."""
     import tensorflow as tf
+
+    split, batch_size, seed = batches.split, batches.batch_size, batches.seed
+    shuffle_buffer = batches.shuffle_buffer
 
     def one_epoch(epoch):
         # batched within the epoch: the last batch of an epoch is short, never mixed with the next
@@ -152,10 +155,10 @@ def training_stream(split: Split, batch_size: int, seed: int, first_epoch: int, 
                              deterministic=True).batch(batch_size)
         return order.batch(batch_size)  # indices, gathered below once the skipped are gone
 
-    batches = tf.data.Dataset.range(first_epoch, end_epoch).flat_map(one_epoch).skip(skip_steps)
+    stream = tf.data.Dataset.range(epochs.start, epochs.stop).flat_map(one_epoch).skip(skip_steps)
     if split.arrays is not None:
-        batches = _gather(tf, batches, split.arrays)
-    return _finish(tf, batches, target)
+        stream = _gather(tf, stream, split.arrays)
+    return _finish(tf, stream, batches.target)
 
 
 def _block_shuffled(tf, examples, block: int, seed: int, epoch):

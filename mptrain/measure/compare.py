@@ -241,7 +241,7 @@ def _run_variants(record: CompareRecord, variants: list[Variant], known: Known, 
                      known.run_dirs[v.label], resume=True) for v in to_run]
     ledger = Ledger(folder, "compare", {"variants": ",".join(v.label for v in variants)})
     ledger.write(build_record(name, folder, variants, known, "running"))
-    ran, signal = measure(folder, entries, known.turn_steps, env=ledger.env, verbose=verbose,
+    ran, signal = measure(ledger, entries, known.turn_steps, verbose=verbose,
                           on_turn=on_turn)
     for entry in entries:
         end = ran.get(entry.label)

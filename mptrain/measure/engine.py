@@ -113,14 +113,16 @@ class Ran:
     rounds: list[float | None]
 
 
-def measure(folder: Path, entries: list[Entry], steps_per_turn: int, *, env: dict[str, str],
-            verbose: bool = False, on_turn: OnTurn | None = None,
+def measure(ledger: Ledger, entries: list[Entry], steps_per_turn: int, *, verbose: bool = False,
+            on_turn: OnTurn | None = None,
             slowest_ratio: float | None = None) -> tuple[dict[str, Ran], int | None]:
-    """Every entry run to its end in turns (`run_in_turns`), each from the staged initial
-    weights; the label → how it ended (entries never started are absent), and the signal
-    that interrupted them (None: none did)."""
+    """Every entry run to its end in turns (`run_in_turns`), each from the initial weights
+    staged in the ledger's folder (and its run nested in the ledger's MLflow parent); the
+    label → how it ended (entries never started are absent), and the signal that
+    interrupted them (None: none did)."""
+    folder = ledger.folder
     contenders = [Contender(e.label, _command(folder, e, verbose),
-                            folder / "logs" / f"{e.file_label}.log", env) for e in entries]
+                            folder / "logs" / f"{e.file_label}.log", ledger.env) for e in entries]
     with ForwardSignals() as signals:
         outcomes = run_in_turns(contenders, steps_per_turn, signals, on_turn,
                                 slowest_ratio=slowest_ratio)

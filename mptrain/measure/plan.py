@@ -199,10 +199,23 @@ def compared_losses(base_steps, steps) -> tuple[float | None, float | None]:
     return trial_loss(base_steps[:both]), trial_loss(steps[:both])
 
 
-def judge(trial: Trial, base: Trial | None, base_loss: float | None, loss: float | None,
-          tolerance_pct: float, evaluate: bool, experiment_steps: int = 0) -> Trial:
+@dataclass(frozen=True)
+class Rules:
+    """How trials are judged: the loss tolerance (% of float32's), whether test accuracy
+    counts, and the experiment's own length in steps (0: not known) for the whole run."""
+
+    tolerance_pct: float = DEFAULT_TOLERANCE_PCT
+    evaluate: bool = False
+    experiment_steps: int = 0
+
+
+def judge(trial: Trial, base: Trial | None, losses: tuple[float | None, float | None],
+          rules: Rules = Rules()) -> Trial:
     """The trial against float32's: timed in the same rounds, within the tolerance, finite,
-    and not slower over the experiment's whole length than float32."""
+    and not slower over the experiment's whole length than float32. `losses`: float32's
+    training loss and the trial's over the steps both ran (`compared_losses`)."""
+    base_loss, loss = losses
+    tolerance_pct, evaluate, experiment_steps = rules.tolerance_pct, rules.evaluate, rules.experiment_steps
     s = trial.summary
     if s is None:
         return trial.model_copy(update={"verdict": f"failed ({trial.failed})"})
@@ -487,7 +500,7 @@ def run_plan(record: PlanRecord, folder: Path, *, verbose: bool = False,
         ledger.write(record)
     signal = None
     if record.untried and time.perf_counter() - started <= 60 * record.budget_minutes:
-        record, signal = _run_trials(record, folder, verbose, on_turn, ledger.env)
+        record, signal = _run_trials(record, ledger, verbose, on_turn)
     winner, reason = choose(record.trials)
     status = ("interrupted" if signal is not None else
               "out of budget" if record.untried else "finished")
@@ -500,8 +513,8 @@ def run_plan(record: PlanRecord, folder: Path, *, verbose: bool = False,
     return PlanResult(record, folder, signal, notes)
 
 
-def _run_trials(record: PlanRecord, folder: Path, verbose: bool, on_turn,
-                env: dict[str, str]) -> tuple[PlanRecord, int | None]:
+def _run_trials(record: PlanRecord, ledger: Ledger, verbose: bool,
+                on_turn) -> tuple[PlanRecord, int | None]:
     """Every untried candidate, and float32 with them (every speed-up is a ratio within a
     round, so the baseline runs in the same rounds, also when a plan resumes); the record
     with their trials judged, and the signal that interrupted them."""
@@ -510,12 +523,13 @@ def _run_trials(record: PlanRecord, folder: Path, verbose: bool, on_turn,
     queue = record.untried
     if all(c.name != "float32" for c in queue):
         queue = [next(c for c in record.candidates if c.name == "float32"), *queue]
+    folder = ledger.folder
     trial = load_config(folder / "trial.yaml")
     entries = [Entry(option.name, variant(trial, {"name": f"{record.experiment}-{label}",
                                                   **option.settings}),
                      folder / f"{record.experiment}-{label}")
                for option in queue if (label := option.name.replace("+", "-"))]
-    ran, signal = measure(folder, entries, record.turn_steps, env=env, verbose=verbose,
+    ran, signal = measure(ledger, entries, record.turn_steps, verbose=verbose,
                           on_turn=on_turn, slowest_ratio=SLOWEST_RATIO)
     trials = {t.candidate.name: t for t in record.trials}
     for option, entry in zip(queue, entries, strict=True):
@@ -540,9 +554,8 @@ def _judged(trials: list[Trial], record: PlanRecord) -> list[Trial]:
         records = steps.get(t.candidate.name, [])
         unexplained = sum(1 for r in records if not math.isfinite(r.loss) and not r.skipped)
         t = t.model_copy(update={"unexplained_non_finite": unexplained})
-        base_loss, loss = compared_losses(steps.get("float32", []), records)
-        t = judge(t, base, base_loss, loss, record.tolerance_pct, record.evaluate,
-                  record.experiment_steps)
+        t = judge(t, base, compared_losses(steps.get("float32", []), records),
+                  Rules(record.tolerance_pct, record.evaluate, record.experiment_steps))
         waits = input_bound(t.summary.step_time.median_ms if t.summary and t.summary.step_time
                             else None, record.input_ms_per_batch)
         judged.append(t.model_copy(update={"verdict": f"{t.verdict}; {waits}"}) if waits else t)

@@ -26,7 +26,7 @@ def plot_compare(record, path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import FuncFormatter, MaxNLocator
+    from matplotlib.ticker import FuncFormatter
 
     rows = [r for r in record.variants if r.summary is not None]
     fig, axes = plt.subplots(2, 3, figsize=(17, 9.5))
@@ -61,6 +61,20 @@ def plot_compare(record, path: Path) -> None:
             ax_scale.step([x for x, _ in scales], [y for _, y in scales], where="post", color=colour,
                           label=row.variant, linestyle=dash)
 
+    _loss_axes(ax_step, ax_epoch, plain, len(rows))
+    _accuracy_bars(ax_acc, rows, colours)
+    _step_time_boxes(ax_time, times, labels, plain)
+    _speedup_bars(ax_speed, rows, colours, record.baseline_policy)
+    _loss_scale_axis(ax_scale, scaled, plain)
+    fig.suptitle(f"mptrain compare: {record.experiment} (baseline {record.baseline_policy})")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def _loss_axes(ax_step, ax_epoch, plain, variants: int) -> None:
+    from matplotlib.ticker import FuncFormatter, MaxNLocator
+
     ax_step.set(title="Training loss per step", xlabel="step", ylabel="loss")
     ax_epoch.set(title="Loss per epoch (solid: train, dashed: validation)", xlabel="epoch", ylabel="loss")
     for ax in (ax_step, ax_epoch):
@@ -72,11 +86,13 @@ def plot_compare(record, path: Path) -> None:
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
     ax_step.legend(fontsize=8)
-    ax_epoch.legend(fontsize=8, ncols=1 + len(rows) // 4)
+    ax_epoch.legend(fontsize=8, ncols=1 + variants // 4)
 
-    _accuracy_bars(ax_acc, rows, colours)
-    _step_time_boxes(ax_time, times, labels, plain)
-    _speedup_bars(ax_speed, rows, colours, record.baseline_policy)
+
+
+def _loss_scale_axis(ax_scale, scaled: bool, plain) -> None:
+    from matplotlib.ticker import MaxNLocator
+
     if scaled:
         ax_scale.set(title="Loss scale per step (mixed_float16)", xlabel="step", ylabel="loss scale")
         ax_scale.set_yscale("log", base=2)
@@ -88,10 +104,6 @@ def plot_compare(record, path: Path) -> None:
         ax_scale.axis("off")
         ax_scale.text(0.5, 0.5, "no variant scales its loss\n(loss scaling is for mixed_float16)",
                       ha="center", va="center", color="0.4")
-    fig.suptitle(f"mptrain compare: {record.experiment} (baseline {record.baseline_policy})")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
 
 
 def _finite_prefix(xs: list, ys: list) -> tuple[list, list]:

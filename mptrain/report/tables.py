@@ -177,6 +177,14 @@ def compare_tables(record: CompareRecord) -> Group:
                                   "training\nmemory (×)"], detail_rows)
     times = _Fitted("the whole run", ["variant", "start to\n1st step", "whole\nrun", "waited for\nturns"],
                     time_rows)
+    notes += _compare_footnotes(record, peaks)
+    notes.append(f"folder: {record.folder}")
+    return Group(results, "", details, "", times, "", *notes)
+
+
+def _compare_footnotes(record: CompareRecord, peaks: dict[str, str]) -> list[str]:
+    """What compare's columns mean, and how its speed-ups were measured."""
+    base, notes = record.baseline_policy, []
     turns = (f"the variants ran in turns of {record.turn_steps} steps; speed-up: the median over "
              f"rounds of {base}'s median step / this one's in the same round, a verdict says "
              "faster or slower only when its 95% interval (from the rounds' ratios) is on one side "
@@ -194,8 +202,7 @@ def compare_tables(record: CompareRecord) -> Group:
                      f"matmuls ({'; '.join(peaks.values())} TFLOP/s).")
     notes.append("training memory: TensorFlow's allocator peak above the data set (weights, "
                  "gradients, optimizer state, activations), × the baseline's.")
-    notes.append(f"folder: {record.folder}")
-    return Group(results, "", details, "", times, "", *notes)
+    return notes
 
 
 def _accuracy_cell(accuracy: float | None, delta: float | None) -> str:

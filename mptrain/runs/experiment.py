@@ -100,8 +100,7 @@ def prepare(config: ExperimentConfig, *, policy: str | None = None, verbose: boo
         optimizer = wrap_optimizer(
             build_optimizer(config.train.optimizer, config.train.epochs * batches.steps_per_epoch),
             choice.loss_scaling, scale.initial_scale, scale.dynamic_growth_steps)
-        loop = make_loop(config.train.loop, built.model, optimizer, build_loss(config, built.output),
-                         build_metrics(config, built.output), choice, place.strategy)
+        loop = make_loop(config, built.model, built.output, optimizer, choice, place.strategy)
     return Prepared(config, tf, machine, place, choice, kernels, data, batches, memory,
                     built.model, built.output, optimizer, loop, data.notes + built.notes)
 

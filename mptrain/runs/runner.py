@@ -83,8 +83,7 @@ def run_experiment(config: ExperimentConfig, start: Start = Start(), *,
             tracking = start_tracking(config, folder.path, prepared.choice, prepared.machine,
                                       prepared.place.replicas)
         with scope(prepared.place):
-            session = TrainingSession.open(config, folder, prepared.model, prepared.optimizer,
-                                           prepared.batches, listeners or [],
+            session = TrainingSession.open(prepared, folder, listeners or [],
                                            resume=start.resume is not None, tracking=tracking)
         if on_start is not None:
             on_start(prepared, session.notes + [f"lint: {f}" for f in findings])

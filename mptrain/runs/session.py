@@ -39,9 +39,12 @@ class TrainingSession:
     notes: list[str] = field(default_factory=list)  # where a resumed run continues, and why
 
     @classmethod
-    def open(cls, config: ExperimentConfig, folder: RunFolder, model, optimizer, batches: Batches,
-             listeners: list[TrainingListener], resume: bool,
+    def open(cls, prepared, folder: RunFolder, listeners: list[TrainingListener], resume: bool,
              tracking: MlflowLogger | None = None) -> TrainingSession:
+        """The session for `prepared` (a `runs.experiment.Prepared`: its config, model,
+        optimizer and batches), writing into `folder`; `resume`: from its latest checkpoint."""
+        config, model, optimizer, batches = (prepared.config, prepared.model, prepared.optimizer,
+                                             prepared.batches)
         train = config.train
         total_steps = train.epochs * batches.steps_per_epoch
         tensorboard = TensorBoardWriter(folder.path / "tensorboard",

@@ -121,26 +121,40 @@ class LocalRun:
 
     count: int
     run_dir: Path
-    config: str | None  # CONFIG as the user gave it (with --resume: checked against the run's)
-    overrides: list[str]  # --set, with what --workers N means
+    relayed: Relayed  # what the user's command line gives every worker
     resumed: bool  # the user resumed run_dir (else this command started it)
-    json_out: bool = False
-    verbose: bool = False
+
+    @property
+    def verbose(self) -> bool:
+        return self.relayed.verbose
 
     def command(self, resume: bool) -> list[str]:
         """A worker's `mptrain run`: start the run in its reserved folder, or continue it."""
         where = ["--resume", str(self.run_dir)] if resume else ["--run-dir", str(self.run_dir)]
-        sets = [arg for item in self.overrides for arg in ("--set", item)]
-        return mptrain_command("run", *([self.config] if self.config else []), *sets, *where,
-                               "--supervised", *["--json"] * self.json_out,
-                               *["--verbose"] * self.verbose)
+        relayed = self.relayed
+        sets = [arg for item in relayed.overrides for arg in ("--set", item)]
+        return mptrain_command("run", *([relayed.config] if relayed.config else []), *sets, *where,
+                               "--supervised", *["--json"] * relayed.json_out,
+                               *["--verbose"] * relayed.verbose)
 
 
-def local_run(experiment: ExperimentConfig, count: int, config: str | None, overrides: list[str],
-              resume: Path | None, json_out: bool, verbose: bool) -> LocalRun:
+@dataclass(frozen=True)
+class Relayed:
+    """The user's `run` command line, as each local worker is given it: CONFIG as the user
+    gave it (with --resume: checked against the run's), the --set options (with what
+    --workers N means), --json and --verbose."""
+
+    config: str | None
+    overrides: list[str]
+    json_out: bool = False
+    verbose: bool = False
+
+
+def local_run(experiment: ExperimentConfig, count: int, relayed: Relayed,
+              resume: Path | None) -> LocalRun:
     """The run `run --workers` supervises: `resume`, or a new folder reserved now."""
     run_dir = resume if resume is not None else unique_folder(experiment.output.dir, experiment.name)
-    return LocalRun(count, run_dir, config, overrides, resume is not None, json_out, verbose)
+    return LocalRun(count, run_dir, relayed, resume is not None)
 
 
 @dataclass(frozen=True)

@@ -38,12 +38,15 @@ class TrainingLoop(Protocol):
         """Loss and metrics over a dataset, keyed like Keras' logs ("loss", "accuracy")."""
 
 
-def make_loop(name: str, model, optimizer, loss, metrics, choice: PolicyChoice,
+def make_loop(config, model, output: str, optimizer, choice: PolicyChoice,
               strategy=None) -> TrainingLoop:
-    """The loop, constructed (inside the strategy's scope, when there is one)."""
-    module, _, cls = LOOP_CLASSES[name].partition(":")
-    return getattr(importlib.import_module(module), cls)(model, optimizer, loss, metrics, choice,
-                                                         strategy)
+    """The experiment's loop (`train.loop`) with its loss and metrics for the model's `output`
+    kind, constructed (inside the strategy's scope, when there is one)."""
+    from mptrain.training.losses import build_loss, build_metrics
+
+    module, _, cls = LOOP_CLASSES[config.train.loop].partition(":")
+    return getattr(importlib.import_module(module), cls)(
+        model, optimizer, build_loss(config, output), build_metrics(config, output), choice, strategy)
 
 
 def value_of(variable) -> float:

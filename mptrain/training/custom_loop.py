@@ -10,6 +10,7 @@ doubles the scale after `dynamic_growth_steps` finite steps. Any other optimizer
 from __future__ import annotations
 
 import math
+from typing import Any, NamedTuple
 
 from mptrain.data.pipeline import Batches
 from mptrain.precision.policy import PolicyChoice
@@ -18,7 +19,14 @@ from mptrain.training.monitor import TrainingMonitor
 from mptrain.training.optimizer_update import compile_optimizer_update
 
 
-def make_train_step(model, optimizer, loss_fn, metrics, loss_tracker, jit_compile: bool,
+class StepMetrics(NamedTuple):
+    """What a step updates besides the weights: the loss's running mean and the metrics."""
+
+    loss_tracker: Any
+    metrics: list
+
+
+def make_train_step(model, optimizer, loss_fn, tracked: StepMetrics, jit_compile: bool,
                     strategy=None):
     """One compiled training step: forward, scaled loss, gradients, apply, metrics.
 
@@ -33,6 +41,7 @@ def make_train_step(model, optimizer, loss_fn, metrics, loss_tracker, jit_compil
 
     from mptrain.training.distribute import agree_on_finite
 
+    loss_tracker, metrics = tracked
     scale = scale_variable(optimizer)
     replicas = strategy.num_replicas_in_sync if strategy is not None else 1
 
@@ -81,7 +90,8 @@ class CustomLoop:
             compile_optimizer_update(optimizer, model.trainable_variables)
         else:
             optimizer.build(model.trainable_variables)
-        self.train_step = make_train_step(model, optimizer, loss, metrics, self.loss_tracker,
+        self.train_step = make_train_step(model, optimizer, loss,
+                                          StepMetrics(self.loss_tracker, metrics),
                                           choice.jit_compile, strategy)
 
         replicas = strategy.num_replicas_in_sync if strategy is not None else 1

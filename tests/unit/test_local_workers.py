@@ -10,6 +10,7 @@ from mptrain.runs.folder import RunFolder, last_checkpoint
 from mptrain.runs.workers import (
     LocalRun,
     Loss,
+    Relayed,
     WorkerEnd,
     judge,
     local_worker_count,
@@ -54,9 +55,9 @@ def test_a_restart_can_cure_a_signal_or_lost_contact_but_not_a_workers_own_error
 
 
 def run(resumed: bool = False, config: str | None = "exp.yaml") -> LocalRun:
-    return LocalRun(2, Path("/runs/tiny-1"), config,
+    return LocalRun(2, Path("/runs/tiny-1"), Relayed(config,
                     ["train.epochs=3", "distribute.strategy=multi_worker_mirrored",
-                     "distribute.workers=2"], resumed, json_out=True)
+                     "distribute.workers=2"], json_out=True), resumed)
 
 
 def test_the_line_says_who_that_the_checkpoint_is_intact_and_the_command_that_continues():

@@ -11,6 +11,7 @@ from mptrain.hardware.kernels import cached_kernels
 from mptrain.hardware.machine import Machine, gpu_from_details, parse_cpuinfo
 from mptrain.measure.plan import (
     LayerTiming,
+    Rules,
     Trial,
     candidates,
     choose,
@@ -94,7 +95,7 @@ def trial(name, policy, median, spread=0.02, loss_delta=0.0, status="finished", 
 def judged(*specs, tolerance=3.0, evaluate=False, experiment_steps=0):
     trials = [trial(*spec[:3], **(spec[3] if len(spec) > 3 else {})) for spec in specs]
     base, base_loss = trials[0]
-    return [judge(t, base, base_loss, loss, tolerance, evaluate, experiment_steps)
+    return [judge(t, base, (base_loss, loss), Rules(tolerance, evaluate, experiment_steps))
             for t, loss in trials]
 
 
@@ -142,7 +143,7 @@ def test_a_trial_cut_short_by_the_step_limit_is_too_slow_not_inaccurate():
     stop = "stopped after 2 steps: a step took 10.0 s (limit 5 s)"
     cut = cut.model_copy(update={"summary": cut.summary.model_copy(update={
         "stopped_by": "max_step_seconds", "stop_reason": stop, "status": "stopped"})})
-    verdict = judge(cut, base, base_loss, loss, 3.0, False)
+    verdict = judge(cut, base, (base_loss, loss), Rules(3.0, False))
     assert not verdict.counts and stop in verdict.verdict and "loss" not in verdict.verdict
 
 
