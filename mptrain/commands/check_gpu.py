@@ -29,7 +29,7 @@ def check_gpu(
     information, not an error.
     """
     from mptrain.precision.check import check_machine
-    from mptrain.report.tables import check_gpu_view
+    from mptrain.report.views import check_gpu_view
 
     with user_errors(verbose=verbose):
         report = check_machine(bench=bench, no_bench=no_bench, bench_scale=bench_scale,

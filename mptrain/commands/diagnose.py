@@ -24,7 +24,7 @@ def diagnose(
     """
     from mptrain.config import load_config
     from mptrain.diagnostics.numerics import diagnose as run_diagnosis
-    from mptrain.report.tables import diagnose_view
+    from mptrain.report.views import diagnose_view
 
     with user_errors(verbose=verbose):
         result = run_diagnosis(load_config(config, set_), steps=steps, verbose=verbose)

@@ -28,7 +28,7 @@ def lint(
     """
     from mptrain.config import load_config
     from mptrain.diagnostics.lint import lint_experiment
-    from mptrain.report.tables import lint_view
+    from mptrain.report.views import lint_view
 
     with user_errors(verbose=verbose):
         (chosen,) = parse_choices(target, ("auto", "gpu", "tpu", "cpu"), "--target")

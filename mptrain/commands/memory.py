@@ -24,7 +24,7 @@ def memory(
     from mptrain.config import load_config
     from mptrain.config.schema import POLICIES
     from mptrain.measure.memory import plan_memory
-    from mptrain.report.tables import memory_view
+    from mptrain.report.views import memory_view
 
     with user_errors(verbose=verbose):
         experiment = load_config(config, set_)

@@ -11,16 +11,8 @@ from rich.console import Console
 from mptrain.measure.compare import Known, Variant, build_record, compare_row
 from mptrain.measure.plan import LayerTiming, PlanRecord, Trial
 from mptrain.precision.candidates import Candidate
-from mptrain.report.tables import (
-    check_gpu_view,
-    compare_tables,
-    diagnose_view,
-    lint_view,
-    memory_view,
-    plan_tables,
-    runs_table,
-    summary_table,
-)
+from mptrain.report.tables import compare_tables, plan_tables, runs_table, summary_table
+from mptrain.report.views import check_gpu_view, diagnose_view, lint_view, memory_view
 from mptrain.runs.listing import RunRow, RunsReport
 from tests.helpers import make_summary
 

@@ -118,7 +118,7 @@ def test_memory_tables_fit_80_columns_with_every_number_whole():
     from rich.console import Console
 
     from mptrain.measure.memory import MemoryPlan, MemoryReport
-    from mptrain.report.tables import memory_view
+    from mptrain.report.views import memory_view
 
     plan = {"batch_size": 256, "parameters": 85_000, "weights_bytes": 340_000,
             "weight_copies_bytes": 170_000, "gradients_bytes": 340_000, "optimizer_bytes": 680_000,
