@@ -1,0 +1,276 @@
+"""The kinds of data (`data.dataset`) and of model (`model.kind`) an experiment can name,
+each with only the keys that mean something for it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    Field,
+    field_validator,
+    model_validator,
+)
+
+from mptrain.config.applications import APPLICATIONS
+from mptrain.config.names import POLICIES, Activation, Positive, _Strict
+
+# --- data ---------------------------------------------------------------------------------
+
+
+class _DataBase(_Strict):
+    validation_split: float = Field(0.0, ge=0.0, lt=1.0, description=(
+        "Fraction of the training examples held out for validation (the last ones, as Keras)."))
+    max_train_examples: int | None = Field(None, ge=1)
+    max_test_examples: int | None = Field(None, ge=1)
+
+
+class MnistData(_DataBase):
+    dataset: Literal["mnist", "fashion_mnist"]
+    path: Path | None = None
+
+
+class NpzData(_DataBase):
+    dataset: Literal["npz"]
+    path: Path
+
+
+class SyntheticData(_DataBase):
+    """A deterministic, learnable classification set (no I/O): class means plus noise."""
+
+    dataset: Literal["synthetic"] = "synthetic"
+    train_size: int = Field(2048, ge=1)
+    test_size: int = Field(512, ge=1)
+    input_shape: list[Positive] = Field(default_factory=lambda: [784], min_length=1)
+    num_classes: int = Field(10, ge=1)
+    noise: float = Field(1.0, ge=0)
+
+
+class SyntheticTextData(_DataBase):
+    """Token sequences whose class is which of `num_classes` marker tokens they contain most
+    often among random filler: learnable by attention, no I/O."""
+
+    dataset: Literal["synthetic_text"]
+    train_size: int = Field(2048, ge=1)
+    test_size: int = Field(512, ge=1)
+    sequence_length: int = Field(64, ge=2)
+    vocab_size: int = Field(1000, ge=8)
+    num_classes: int = Field(4, ge=2)
+
+
+Cache = Literal["none", "memory"] | Path
+
+
+class _FileData(_DataBase):
+    """Data on disk, streamed through tf.data: decoded in parallel as it is needed, so a
+    data set larger than memory trains. `cache: memory` decodes it once and keeps it; a file
+    path keeps the decoded examples in that file (memory-mapped) for the next runs."""
+
+    path: Path
+    test_path: Path | None = Field(None, description="A separate test set; default: test_split.")
+    test_split: float = Field(0.2, gt=0.0, lt=1.0)
+    cache: Cache = "none"
+
+
+class ImageFolderData(_FileData):
+    dataset: Literal["image_folder"]
+    image_size: tuple[Positive, Positive] = (64, 64)
+    color_mode: Literal["rgb", "grayscale"] = "rgb"
+    random_flip: Literal["none", "horizontal", "vertical", "horizontal_and_vertical"] = "none"
+    random_crop: int = Field(0, ge=0, description="Pad by this many pixels, crop back at random.")
+    skip_bad_files: bool = Field(False, description=(
+        "Leave out images that do not decode (listed in the run folder) instead of stopping."))
+
+
+class TextFolderData(_FileData):
+    dataset: Literal["text_folder"]
+    max_tokens: int = Field(20000, ge=8, description="Vocabulary size, padding and OOV included.")
+    sequence_length: int = Field(128, ge=2)
+    encoding: str = Field("utf-8", description=(
+        "The texts' encoding (utf-8, latin-1, cp1252, utf-16...); bytes invalid in it become "
+        "U+FFFD."))
+
+    @field_validator("encoding")
+    @classmethod
+    def _known_encoding(cls, encoding: str) -> str:
+        import codecs
+
+        try:
+            return codecs.lookup(encoding).name
+        except LookupError:
+            raise ValueError(f"{encoding!r} is not an encoding Python knows; e.g. utf-8, "
+                             "latin-1, cp1252, utf-16") from None
+
+
+class CsvData(_FileData):
+    dataset: Literal["csv"]
+    label_column: str
+    feature_columns: list[str] | None = None  # default: every other column
+    delimiter: str = Field(",", min_length=1, max_length=1)
+
+
+class TfdsData(_DataBase):
+    dataset: Literal["tfds"]
+    name: str = Field(pattern=r"^[a-z0-9_]+(/[a-z0-9_]+)?(:[0-9.]+)?$")
+    data_dir: Path | None = None  # default: TensorFlow Datasets' own ($TFDS_DATA_DIR, ~/tensorflow_datasets)
+    train_split: str = "train"
+    test_split: str = "test"
+    cache: Literal["none", "memory"] = "none"
+    shuffle_buffer: int = Field(10_000, ge=1)
+
+
+DataConfig = Annotated[
+    MnistData | NpzData | SyntheticData | SyntheticTextData | ImageFolderData | TextFolderData
+    | CsvData | TfdsData,
+    Field(discriminator="dataset"),
+]
+DATA_KINDS: dict[str, type[BaseModel]] = {
+    "mnist": MnistData, "fashion_mnist": MnistData, "npz": NpzData, "synthetic": SyntheticData,
+    "synthetic_text": SyntheticTextData, "image_folder": ImageFolderData,
+    "text_folder": TextFolderData, "csv": CsvData, "tfds": TfdsData,
+}
+
+
+# --- model --------------------------------------------------------------------------------
+
+
+LayerPolicy = Literal[tuple(p for p in POLICIES if p != "auto")]  # type: ignore[valid-type]
+
+
+OutputActivation = Literal["softmax", "linear", "sigmoid"]
+
+
+class _ModelBase(_Strict):
+    num_classes: int | None = Field(None, ge=1, description=(
+        "Outputs of the classifier; default: the classes the data has (1 with "
+        "binary_crossentropy)."))
+    output_activation: OutputActivation | None = Field(None, description=(
+        "mptrain's models: the head's activation (default softmax; sigmoid with "
+        "binary_crossentropy). Your own model (python, saved): what its output is (softmax or "
+        "sigmoid: probabilities; linear: logits); default: read from its last layer."))
+    float32_layers: list[str] = Field(default_factory=list, description=(
+        "Layer names or globs kept in float32 whatever the policy (e.g. what diagnose advises)."))
+    layer_policies: dict[str, LayerPolicy] = Field(default_factory=dict, description=(
+        "Layer name or glob → policy, for any other per-layer choice."))
+
+    @property
+    def layer_rules(self) -> dict[str, str]:
+        return {**{name: "float32" for name in self.float32_layers}, **self.layer_policies}
+
+
+class MLPConfig(_ModelBase):
+    kind: Literal["mlp"] = "mlp"
+    hidden_units: list[Positive] = Field(default_factory=lambda: [4096, 4096])
+    activation: Activation = "relu"
+
+
+class CNNConfig(_ModelBase):
+    kind: Literal["cnn"]
+    filters: list[Positive] = Field(default_factory=lambda: [32, 64], min_length=1)
+    kernel_size: int = Field(3, ge=1)
+    pooling: Literal["max", "average", "none"] = "max"
+    dense_units: list[Positive] = Field(default_factory=lambda: [128])
+    activation: Activation = "relu"
+
+
+class _HeadConfig(_ModelBase):
+    """mptrain's classification head on a backbone: pooling, dropout, Dense, float32 output."""
+
+    pooling: Literal["avg", "max"] = "avg"
+    dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    trainable_backbone: bool = Field(True, description="false: train the head only (fine-tuning).")
+
+
+class ApplicationConfig(_HeadConfig):
+    kind: Literal["application"]
+    name: str
+    weights: str | None = Field(None, description="null, imagenet, or a .weights.h5 file.")
+    image_size: tuple[Positive, Positive] | None = Field(
+        None, description="Resize inputs to this size inside the model; default: the data's.")
+    kwargs: dict[str, Any] = Field(default_factory=dict, description="e.g. {alpha: 0.5}")
+
+    @field_validator("name")
+    @classmethod
+    def _known_application(cls, name: str) -> str:
+        if name not in APPLICATIONS:
+            from mptrain.errors import did_you_mean
+
+            raise ValueError(f"{name!r} is not in keras.applications{did_you_mean(name, APPLICATIONS)}; "
+                             f"choose from {', '.join(sorted(APPLICATIONS))}")
+        return name
+
+    @field_validator("weights")
+    @classmethod
+    def _weights(cls, weights: str | None) -> str | None:
+        if weights not in (None, "imagenet") and not weights.endswith(".h5"):
+            raise ValueError(f"{weights!r}: use null (random), imagenet (downloads once), or the "
+                             "path of a .weights.h5 file")
+        return weights
+
+
+class TransformerConfig(_ModelBase):
+    """A pre-LayerNorm Transformer encoder: patches of an image (as ViT) or token embeddings,
+    `num_layers` blocks of attention and MLP, mean pooling, mptrain's head."""
+
+    kind: Literal["transformer"]
+    num_layers: int = Field(2, ge=1)
+    num_heads: int = Field(4, ge=1)
+    embed_dim: int = Field(64, ge=1)
+    mlp_dim: int = Field(128, ge=1)
+    dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    patch_size: int | None = Field(None, ge=1, description="Images: square patch side (default 4).")
+    vocab_size: int | None = Field(None, ge=2, description="Tokens: default from the data.")
+    sequence_length: int | None = Field(None, ge=1, description="Tokens: default from the data.")
+
+    @model_validator(mode="after")
+    def _heads_divide_width(self) -> TransformerConfig:
+        if self.embed_dim % self.num_heads:
+            raise ValueError(f"model.embed_dim {self.embed_dim} must be a multiple of "
+                             f"model.num_heads {self.num_heads} (each head gets embed_dim / num_heads)")
+        return self
+
+
+class KerasHubConfig(_HeadConfig):
+    kind: Literal["keras_hub"]
+    backbone: str = Field(pattern=r"^[A-Za-z][A-Za-z0-9]*Backbone$",
+                          description="A keras_hub.models class, e.g. BertBackbone.")
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+    preset: str | None = Field(None, description="Pretrained weights (downloads once).")
+
+    @model_validator(mode="after")
+    def _kwargs_or_preset(self) -> KerasHubConfig:
+        if self.preset is None and not self.kwargs:
+            raise ValueError("model.keras_hub needs kwargs (build from scratch) or a preset "
+                             "(pretrained, needs a download once)")
+        return self
+
+
+class PythonConfig(_ModelBase):
+    kind: Literal["python"]
+    builder: str = Field(pattern=r"^[^:]+:[A-Za-z_][A-Za-z0-9_]*$", description=(
+        '"package.module:function" or "path/to/file.py:function"'))
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+
+
+class SavedConfig(_ModelBase):
+    kind: Literal["saved"]
+    path: Path
+    unfreeze: bool = Field(False, description="Train every layer (fine-tuning's second stage).")
+
+
+ModelConfig = Annotated[
+    MLPConfig | CNNConfig | ApplicationConfig | TransformerConfig | KerasHubConfig | PythonConfig
+    | SavedConfig,
+    Field(discriminator="kind"),
+]
+# Models mptrain did not write: what their output is (probabilities or logits) is read from
+# the model, not decided by a head of mptrain's.
+OWN_MODELS = ("python", "saved")
+MODEL_KINDS: dict[str, type[BaseModel]] = {
+    "mlp": MLPConfig, "cnn": CNNConfig, "application": ApplicationConfig,
+    "transformer": TransformerConfig, "keras_hub": KerasHubConfig, "python": PythonConfig,
+    "saved": SavedConfig,
+}
+
+
