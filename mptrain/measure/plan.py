@@ -40,11 +40,11 @@ import yaml
 from mptrain.config import ExperimentConfig
 from mptrain.data.pipeline import input_ms_per_batch
 from mptrain.errors import ConfigError
-from mptrain.hardware.kernels import KernelSpeeds
 from mptrain.hardware.machine import Machine
 from mptrain.measure.engine import Entry, Ledger, load_record, measure, stage, turn_steps, write_record
+from mptrain.measure.islands import LayerTiming, islands, layer_timings
 from mptrain.measure.verdicts import accuracy_noise_pt, difference, input_bound, paired_speedup, speed_words
-from mptrain.precision.candidates import Candidate, candidate
+from mptrain.precision.candidates import Candidate, candidates, select
 from mptrain.runs.folder import RunFolder, write_atomic
 from mptrain.runs.summary import Record, RunSummary
 from mptrain.training.turns import planned_steps
@@ -54,8 +54,6 @@ DEFAULT_TOLERANCE_PCT = 3.0
 DEFAULT_BUDGET_MINUTES = 20.0
 PRACTICAL_GAIN = 1.05  # less than this between two trials is within a shared machine's drift
 SLOWEST_RATIO = 5.0  # a trial stepping this many times float32's in a round is stopped: it cannot win
-TIMED_LAYER_KINDS = ("Dense", "EinsumDense", "Conv1D", "Conv2D", "Conv3D", "DepthwiseConv2D",
-                     "SeparableConv2D", "Conv2DTranspose", "MultiHeadAttention", "Float32SoftmaxAttention")
 
 
 class Trial(Record):
@@ -72,21 +70,6 @@ class Trial(Record):
     whole_run_s: float | None = None  # estimated time to run the experiment as written
     counts: bool = False  # passed the accuracy guard and was timed
     verdict: str = ""
-
-
-class LayerTiming(Record):
-    """One layer's forward and backward, in 16 bits and in float32 (ms, medians)."""
-
-    layer: str
-    ms_16bit: float
-    ms_float32: float
-    spread_16bit: tuple[float, float]
-    spread_float32: tuple[float, float]
-
-    @property
-    def slower_in_16bit(self) -> bool:
-        """Slower beyond the noise: the 16-bit spread lies wholly above float32's."""
-        return self.spread_16bit[0] > self.spread_float32[1]
 
 
 class PlanRecord(Record):
@@ -122,65 +105,6 @@ class PlanRecord(Record):
         failed on its own has its row and verdict)."""
         tried = {t.candidate.name for t in self.trials if t.failed != "interrupted"}
         return [c for c in self.candidates if c.why_not is None and c.name not in tried]
-
-
-# --- candidates ---------------------------------------------------------------------------
-
-
-def candidates(machine: Machine, kernels: KernelSpeeds | None = None) -> list[Candidate]:
-    """What this machine can run, most promising first after float32 (by its measured
-    kernels when there are some); the ones that cannot win carry why."""
-    cpu = not machine.accelerated
-    bf16_units = "amx_bf16" in machine.cpu.flags or "avx512_bf16" in machine.cpu.flags
-    found = [candidate("float32")]
-    if machine.tpu:
-        found.append(candidate("mixed_bfloat16"))
-        return found
-    gpu = machine.gpus[0] if machine.gpus else None
-    if cpu:
-        no_bf16 = None if bf16_units else ("the CPU has no bfloat16 instructions (AVX512_BF16 or "
-                                           "AMX-BF16): oneDNN would emulate them")
-        found += [
-            candidate("mixed_bfloat16", no_bf16),
-            candidate("mixed_bfloat16+xla", no_bf16),
-            candidate("float32+onednn_bf16", no_bf16),
-            candidate("float32+graph_bf16", no_bf16),
-            candidate("mixed_float16+xla"),
-            candidate("mixed_float16", "the same as mixed_float16+xla here: on a CPU mptrain compiles "
-                                       "float16 with XLA (without it oneDNN's reference kernel "
-                                       "runs, orders of magnitude slower than float32)"),
-        ]
-    else:
-        no_tc = None if gpu.float16_tensor_cores else f"{gpu.describe()}: no Tensor Cores (CC < 7.0)"
-        no_bf = None if gpu.fast_bfloat16 else f"{gpu.describe()}: no fast bfloat16 (CC < 8.0)"
-        found += [
-            candidate("mixed_bfloat16", no_bf),
-            candidate("mixed_bfloat16+xla", no_bf),
-            candidate("mixed_float16", no_tc),
-            candidate("mixed_float16+xla", no_tc),
-            candidate("float32+tf32_off", None if gpu.tf32_by_default else
-                      f"{gpu.describe()}: no TF32 to turn off (CC < 8.0)"),
-        ]
-    if kernels is not None:
-        device = "/GPU:0" if gpu else "/CPU:0"
-        gain = {"bfloat16": kernels.speedup("bfloat16", device) or 0.0,
-                "float16": kernels.speedup("float16", device) or 0.0}
-        first, *rest = found
-        rest.sort(key=lambda c: -gain[c.sixteen_bit_dtype] if c.sixteen_bit else 0.0)
-        found = [first, *rest]
-    return found
-
-
-def select(found: list[Candidate], names: list[str] | None) -> list[Candidate]:
-    """Only the candidates named (float32 always: it is the baseline)."""
-    if not names:
-        return found
-    known = [c.name for c in found]
-    unknown = [n for n in names if n not in known]
-    if unknown:
-        raise ConfigError(f"--candidates: unknown {', '.join(map(repr, unknown))}; on this machine "
-                          f"the candidates are {', '.join(known)}")
-    return [c for c in found if c.name == "float32" or c.name in names]
 
 
 # --- judging trials -----------------------------------------------------------------------
@@ -287,91 +211,6 @@ def choose(trials: list[Trial]) -> tuple[str, str]:
     low, high = best.speedup_range
     return best.candidate.name, (f"{best.speedup:.2f}x float32 (95% interval {low:.2f}-{high:.2f}x), "
                                  f"loss {best.loss_delta_pct:+.1f}% of float32's over the trial")
-
-
-# --- float32 islands ----------------------------------------------------------------------
-
-
-def layer_timings(config: ExperimentConfig, candidate: Candidate, budget_s: float = 0.3,
-                  verbose: bool = False) -> list[LayerTiming]:
-    """Forward and backward of each weight-bearing layer on its own, at the experiment's
-    batch size, in the candidate's 16-bit policy and in float32, interleaved."""
-    import keras
-
-    from mptrain.hardware.kernels import interleaved, percentile
-    from mptrain.precision.policy import DTYPES, apply_policy
-    from mptrain.runs.experiment import prepare
-
-    prepared = prepare(config, policy="float32", verbose=verbose)
-    tf = prepared.tf
-    compute16 = DTYPES[candidate.policy][0] if candidate.policy != "float32" else "bfloat16"
-    policy16 = candidate.policy if candidate.policy != "float32" else "mixed_bfloat16"
-    batch = config.train.batch_size // max(prepared.place.replicas, 1)
-    timings = []
-    try:
-        for layer in _leaf_layers(prepared.model):
-            if type(layer).__name__ not in TIMED_LAYER_KINDS or not layer.weights:
-                continue
-            shapes = _input_shapes(layer)
-            if shapes is None:
-                continue
-            calls = {}
-            for label, policy, dtype in (("16", policy16, compute16), ("32", "float32", "float32")):
-                apply_policy(policy)
-                copy = type(layer).from_config({**layer.get_config(), "dtype": policy})
-                inputs = [tf.cast(tf.random.normal((batch, *s)), dtype) for s in shapes]
-                copy(*inputs) if len(inputs) > 1 else copy(inputs[0])
-                calls[label] = (_fwd_bwd(tf, copy, candidate.jit_compile is True), tuple(inputs))
-            seconds = interleaved(calls, budget_s)
-            ms = {k: sorted(1e3 * s for s in v) for k, v in seconds.items()}
-            timings.append(LayerTiming(
-                layer=layer.name, ms_16bit=percentile(ms["16"], 50), ms_float32=percentile(ms["32"], 50),
-                spread_16bit=(percentile(ms["16"], 10), percentile(ms["16"], 90)),
-                spread_float32=(percentile(ms["32"], 10), percentile(ms["32"], 90))))
-    finally:
-        apply_policy("float32")
-        keras.backend.clear_session()
-    return timings
-
-
-def _leaf_layers(model):
-    for layer in model.layers:
-        inner = getattr(layer, "layers", None)
-        if inner and type(layer).__name__ not in TIMED_LAYER_KINDS:
-            yield from _leaf_layers(layer)
-        else:
-            yield layer
-
-
-def _input_shapes(layer) -> list[tuple[int, ...]] | None:
-    """The shapes (without the batch) a layer was called with, from its first call."""
-    try:
-        node = layer._inbound_nodes[0]
-    except (AttributeError, IndexError):
-        return None
-    shapes = [tuple(t.shape[1:]) for t in node.input_tensors]
-    if not shapes or any(d is None for s in shapes for d in s):
-        return None
-    return shapes
-
-
-def _fwd_bwd(tf, layer, jit: bool):
-    def step(*inputs):
-        with tf.GradientTape() as tape:
-            for x in inputs:
-                tape.watch(x)
-            out = layer(*inputs) if len(inputs) > 1 else layer(inputs[0])
-            total = tf.reduce_sum(tf.cast(out, tf.float32))
-        grads = tape.gradient(total, [*inputs, *layer.trainable_variables])
-        return tf.add_n([tf.reduce_sum(tf.cast(g, tf.float32)) for g in grads if g is not None])
-
-    return tf.function(step, jit_compile=jit, autograph=False)
-
-
-def islands(timings: list[LayerTiming], overflowing: list[str]) -> list[str]:
-    """Layers to keep in float32: slower in 16 bits beyond the noise, or overflowing."""
-    return [t.layer for t in timings if t.slower_in_16bit] + [n for n in overflowing
-                                                              if n not in {t.layer for t in timings}]
 
 
 # --- running a plan -----------------------------------------------------------------------

@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass
 
 from mptrain.hardware.machine import CpuInfo
+from mptrain.model.walk import layer_names
 
 # Dense-matmul FLOP per cycle per physical core. AVX-512 FP32: 2 FMA ports x 16 lanes x 2
 # (multiply, add). AVX2 FP32: 2 x 8 x 2. AVX512_BF16 (VDPBF16PS): 2 ports x 16 lanes x 2 pairs
@@ -80,7 +81,7 @@ def forward_profile(model) -> ForwardProfile:
         return model(inputs[0] if len(inputs) == 1 else list(inputs), training=False)
 
     graph = tf.function(forward, autograph=False).get_concrete_function(*specs).graph
-    names = set(_layer_names(model))
+    names = set(layer_names(model))
     by_layer: dict[str, int] = {}
     total, ops = 0, 0
     for op in graph.get_operations():
@@ -103,13 +104,6 @@ def _layer_of(op_name: str, names: set[str]) -> str:
         if part in names:
             return part
     return "?"
-
-
-def _layer_names(model):
-    for layer in model.layers:
-        yield layer.name
-        if hasattr(layer, "layers"):
-            yield from _layer_names(layer)
 
 
 def _static(shape) -> list[int] | None:

@@ -16,6 +16,8 @@ from pydantic import BaseModel, ConfigDict
 
 from mptrain.config.schema import MATH_MODES, POLICIES
 from mptrain.errors import ConfigError, did_you_mean
+from mptrain.hardware.kernels import KernelSpeeds
+from mptrain.hardware.machine import Machine
 
 # every candidate plan knows, on some machine (which are tried depends on this one)
 CANDIDATE_NAMES = ("float32", "mixed_bfloat16", "mixed_bfloat16+xla", "float32+onednn_bf16",
@@ -74,3 +76,60 @@ def candidate(name: str, why_not: str | None = None) -> Candidate:
         raise ConfigError(f"{name!r}: {math_mode} is bfloat16 math under a float32 policy; "
                           f"use float32+{math_mode}")
     return Candidate(name=name, policy=policy, jit_compile=jit, math_mode=math_mode, why_not=why_not)
+
+
+def candidates(machine: Machine, kernels: KernelSpeeds | None = None) -> list[Candidate]:
+    """What this machine can run, most promising first after float32 (by its measured
+    kernels when there are some); the ones that cannot win carry why."""
+    cpu = not machine.accelerated
+    bf16_units = "amx_bf16" in machine.cpu.flags or "avx512_bf16" in machine.cpu.flags
+    found = [candidate("float32")]
+    if machine.tpu:
+        found.append(candidate("mixed_bfloat16"))
+        return found
+    gpu = machine.gpus[0] if machine.gpus else None
+    if cpu:
+        no_bf16 = None if bf16_units else ("the CPU has no bfloat16 instructions (AVX512_BF16 or "
+                                           "AMX-BF16): oneDNN would emulate them")
+        found += [
+            candidate("mixed_bfloat16", no_bf16),
+            candidate("mixed_bfloat16+xla", no_bf16),
+            candidate("float32+onednn_bf16", no_bf16),
+            candidate("float32+graph_bf16", no_bf16),
+            candidate("mixed_float16+xla"),
+            candidate("mixed_float16", "the same as mixed_float16+xla here: on a CPU mptrain compiles "
+                                       "float16 with XLA (without it oneDNN's reference kernel "
+                                       "runs, orders of magnitude slower than float32)"),
+        ]
+    else:
+        no_tc = None if gpu.float16_tensor_cores else f"{gpu.describe()}: no Tensor Cores (CC < 7.0)"
+        no_bf = None if gpu.fast_bfloat16 else f"{gpu.describe()}: no fast bfloat16 (CC < 8.0)"
+        found += [
+            candidate("mixed_bfloat16", no_bf),
+            candidate("mixed_bfloat16+xla", no_bf),
+            candidate("mixed_float16", no_tc),
+            candidate("mixed_float16+xla", no_tc),
+            candidate("float32+tf32_off", None if gpu.tf32_by_default else
+                      f"{gpu.describe()}: no TF32 to turn off (CC < 8.0)"),
+        ]
+    if kernels is not None:
+        device = "/GPU:0" if gpu else "/CPU:0"
+        gain = {"bfloat16": kernels.speedup("bfloat16", device) or 0.0,
+                "float16": kernels.speedup("float16", device) or 0.0}
+        first, *rest = found
+        rest.sort(key=lambda c: -gain[c.sixteen_bit_dtype] if c.sixteen_bit else 0.0)
+        found = [first, *rest]
+    return found
+
+
+
+def select(found: list[Candidate], names: list[str] | None) -> list[Candidate]:
+    """Only the candidates named (float32 always: it is the baseline)."""
+    if not names:
+        return found
+    known = [c.name for c in found]
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ConfigError(f"--candidates: unknown {', '.join(map(repr, unknown))}; on this machine "
+                          f"the candidates are {', '.join(known)}")
+    return [c for c in found if c.name == "float32" or c.name in names]

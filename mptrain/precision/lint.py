@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from mptrain.model.walk import leaf_layers
+
 if TYPE_CHECKING:
     from mptrain.model.flops import ForwardProfile
 
@@ -95,15 +97,6 @@ def lint(prepared, profile: ForwardProfile, target: Target = "auto") -> list[Fin
     return sorted(findings, key=lambda f: (f.severity != "warning", -(f.flops_share or 0)))
 
 
-def _layers(model):
-    """Every layer, those inside nested models (an application's backbone) included."""
-    for layer in model.layers:
-        if hasattr(layer, "layers") and layer.layers:
-            yield from _layers(layer)
-        else:
-            yield layer
-
-
 def _dimensions(layer) -> list[tuple[str, int]]:
     """(what, size) pairs of a layer that matrix units tile."""
     kind = type(layer).__name__
@@ -125,7 +118,7 @@ def isinstance_name(layer, name: str) -> bool:
 
 def _alignment(model, config, flops_by_layer, total, units: str) -> list[Finding]:
     findings = []
-    sized = [(layer, dims) for layer in _layers(model) if (dims := _dimensions(layer))]
+    sized = [(layer, dims) for layer in leaf_layers(model) if (dims := _dimensions(layer))]
     first_layer = True
     for layer, dims in sized:
         share = flops_by_layer.get(layer.name, 0) / total
@@ -225,7 +218,7 @@ def _numerics(model, choice, notes: list[str], output: str) -> list[Finding]:
             "in float32 inside the loss)", None))
     if choice.compute_dtype == "float32":
         return findings
-    for layer in _layers(model):
+    for layer in leaf_layers(model):
         policy = layer.dtype_policy.name
         wanted_variables = layer.variable_dtype
         odd = [v.path for v in layer.weights

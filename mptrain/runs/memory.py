@@ -12,6 +12,8 @@ optimizer slots, and the activations one example keeps for the backward pass.
 
 from __future__ import annotations
 
+from mptrain.model.walk import leaf_layers
+
 import contextlib
 import math
 import os
@@ -131,8 +133,8 @@ def estimate(model, optimizer, compute_dtype: str, variable_dtype: str) -> Memor
     for models whose inner layers were never called on symbolic inputs (subclassed models),
     from the operations of the model's forward graph."""
     trainable = sum(int(math.prod(v.shape)) for v in model.trainable_variables)
-    by_layers = sum(_output_bytes(layer) + _attention_bytes(layer) for layer in _leaf_layers(model))
-    unread = any(layer.weights and not _has_symbolic_output(layer) for layer in _leaf_layers(model))
+    by_layers = sum(_output_bytes(layer) + _attention_bytes(layer) for layer in leaf_layers(model))
+    unread = any(layer.weights and not _has_symbolic_output(layer) for layer in leaf_layers(model))
     return MemoryEstimate(
         parameters=model.count_params(),
         weights_bytes=sum(_bytes(v) for v in model.weights),
@@ -183,14 +185,6 @@ def _itemsize(dtype) -> int:
 
     return {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "int32": 4, "int64": 8,
             "uint8": 1, "bool": 1}.get(keras.backend.standardize_dtype(dtype), 4)
-
-
-def _leaf_layers(model):
-    for layer in model.layers:
-        if hasattr(layer, "layers") and layer.layers:
-            yield from _leaf_layers(layer)
-        elif type(layer).__name__ != "InputLayer":
-            yield layer
 
 
 def _attention_bytes(layer) -> int:

@@ -81,7 +81,8 @@ def test_policy_loop_and_strategy_names_are_defined_once():
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Tuple | ast.List | ast.Set):
-                words = {e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)}
+                words = {e.value for e in node.elts
+                         if isinstance(e, ast.Constant) and isinstance(e.value, str)}
                 copies += [(path.name, name) for name, names in lists.items() if names <= words]
     assert copies == []
 

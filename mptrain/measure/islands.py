@@ -1,0 +1,107 @@
+"""Float32 islands: the layers of a model that are slower in 16 bits (or overflow float16),
+found by timing each weight-bearing layer's forward and backward on its own, in 16 bits and
+in float32, interleaved. plan keeps them in float32 (`model.float32_layers`) in one more
+trial, kept only if it is measured faster."""
+
+from __future__ import annotations
+
+from mptrain.config import ExperimentConfig
+from mptrain.model.walk import leaf_layers
+from mptrain.precision.candidates import Candidate
+from mptrain.runs.summary import Record
+
+TIMED_LAYER_KINDS = ("Dense", "EinsumDense", "Conv1D", "Conv2D", "Conv3D", "DepthwiseConv2D",
+                     "SeparableConv2D", "Conv2DTranspose", "MultiHeadAttention", "Float32SoftmaxAttention")
+
+
+
+class LayerTiming(Record):
+    """One layer's forward and backward, in 16 bits and in float32 (ms, medians)."""
+
+    layer: str
+    ms_16bit: float
+    ms_float32: float
+    spread_16bit: tuple[float, float]
+    spread_float32: tuple[float, float]
+
+    @property
+    def slower_in_16bit(self) -> bool:
+        """Slower beyond the noise: the 16-bit spread lies wholly above float32's."""
+        return self.spread_16bit[0] > self.spread_float32[1]
+
+
+
+def layer_timings(config: ExperimentConfig, candidate: Candidate, budget_s: float = 0.3,
+                  verbose: bool = False) -> list[LayerTiming]:
+    """Forward and backward of each weight-bearing layer on its own, at the experiment's
+    batch size, in the candidate's 16-bit policy and in float32, interleaved."""
+    import keras
+
+    from mptrain.hardware.kernels import interleaved, percentile
+    from mptrain.precision.policy import DTYPES, apply_policy
+    from mptrain.runs.experiment import prepare
+
+    prepared = prepare(config, policy="float32", verbose=verbose)
+    tf = prepared.tf
+    compute16 = DTYPES[candidate.policy][0] if candidate.policy != "float32" else "bfloat16"
+    policy16 = candidate.policy if candidate.policy != "float32" else "mixed_bfloat16"
+    batch = config.train.batch_size // max(prepared.place.replicas, 1)
+    timings = []
+    try:
+        for layer in leaf_layers(prepared.model, whole=TIMED_LAYER_KINDS):
+            if type(layer).__name__ not in TIMED_LAYER_KINDS or not layer.weights:
+                continue
+            shapes = _input_shapes(layer)
+            if shapes is None:
+                continue
+            calls = {}
+            for label, policy, dtype in (("16", policy16, compute16), ("32", "float32", "float32")):
+                apply_policy(policy)
+                copy = type(layer).from_config({**layer.get_config(), "dtype": policy})
+                inputs = [tf.cast(tf.random.normal((batch, *s)), dtype) for s in shapes]
+                copy(*inputs) if len(inputs) > 1 else copy(inputs[0])
+                calls[label] = (_fwd_bwd(tf, copy, candidate.jit_compile is True), tuple(inputs))
+            seconds = interleaved(calls, budget_s)
+            ms = {k: sorted(1e3 * s for s in v) for k, v in seconds.items()}
+            timings.append(LayerTiming(
+                layer=layer.name, ms_16bit=percentile(ms["16"], 50), ms_float32=percentile(ms["32"], 50),
+                spread_16bit=(percentile(ms["16"], 10), percentile(ms["16"], 90)),
+                spread_float32=(percentile(ms["32"], 10), percentile(ms["32"], 90))))
+    finally:
+        apply_policy("float32")
+        keras.backend.clear_session()
+    return timings
+
+
+
+def _input_shapes(layer) -> list[tuple[int, ...]] | None:
+    """The shapes (without the batch) a layer was called with, from its first call."""
+    try:
+        node = layer._inbound_nodes[0]
+    except (AttributeError, IndexError):
+        return None
+    shapes = [tuple(t.shape[1:]) for t in node.input_tensors]
+    if not shapes or any(d is None for s in shapes for d in s):
+        return None
+    return shapes
+
+
+
+def _fwd_bwd(tf, layer, jit: bool):
+    def step(*inputs):
+        with tf.GradientTape() as tape:
+            for x in inputs:
+                tape.watch(x)
+            out = layer(*inputs) if len(inputs) > 1 else layer(inputs[0])
+            total = tf.reduce_sum(tf.cast(out, tf.float32))
+        grads = tape.gradient(total, [*inputs, *layer.trainable_variables])
+        return tf.add_n([tf.reduce_sum(tf.cast(g, tf.float32)) for g in grads if g is not None])
+
+    return tf.function(step, jit_compile=jit, autograph=False)
+
+
+
+def islands(timings: list[LayerTiming], overflowing: list[str]) -> list[str]:
+    """Layers to keep in float32: slower in 16 bits beyond the noise, or overflowing."""
+    return [t.layer for t in timings if t.slower_in_16bit] + [n for n in overflowing
+                                                              if n not in {t.layer for t in timings}]

@@ -1,0 +1,30 @@
+"""The one walk over a model's layers, nested models (an application's backbone, a hub
+backbone) included, in the model's order.
+
+Its names are those `model.float32_layers` and `model.layer_policies` accept: Keras names a
+nested model's layers by their own names, and `model.dtypes.rebuild_with_policies` finds them
+there. plan's per-layer timings, memory's estimate, lint's findings and the FLOP count all
+walk a model through here, so what they name a user can paste into the experiment.
+"""
+
+from __future__ import annotations
+
+
+def leaf_layers(model, whole: tuple[str, ...] = ()):
+    """Every layer that holds no layers of its own (inputs aside: an InputLayer computes
+    nothing); a layer whose class is named in `whole` is one layer even if it holds others
+    (an attention layer timed as one)."""
+    for layer in model.layers:
+        if getattr(layer, "layers", None) and type(layer).__name__ not in whole:
+            yield from leaf_layers(layer, whole)
+        elif type(layer).__name__ != "InputLayer":
+            yield layer
+
+
+def layer_names(model):
+    """Every layer's name, the models that hold layers included (a backbone's own name comes
+    before its layers')."""
+    for layer in model.layers:
+        yield layer.name
+        if getattr(layer, "layers", None):
+            yield from layer_names(layer)
