@@ -43,33 +43,23 @@ from mptrain.errors import ConfigError
 from mptrain.hardware.machine import Machine
 from mptrain.measure.engine import Entry, Ledger, load_record, measure, stage, turn_steps, write_record
 from mptrain.measure.islands import LayerTiming, islands, layer_timings
-from mptrain.measure.verdicts import accuracy_noise_pt, difference, input_bound, paired_speedup, speed_words
+from mptrain.measure.trials import (
+    DEFAULT_TOLERANCE_PCT,
+    Rules,
+    Trial,
+    choose,
+    compared_losses,
+    judge,
+)
+from mptrain.measure.verdicts import input_bound
 from mptrain.precision.candidates import Candidate, candidates, select
 from mptrain.runs.folder import RunFolder, write_atomic
-from mptrain.runs.summary import Record, RunSummary
+from mptrain.runs.summary import Record
 from mptrain.training.turns import planned_steps
 
 DEFAULT_STEPS = 30
-DEFAULT_TOLERANCE_PCT = 3.0
 DEFAULT_BUDGET_MINUTES = 20.0
-PRACTICAL_GAIN = 1.05  # less than this between two trials is within a shared machine's drift
 SLOWEST_RATIO = 5.0  # a trial stepping this many times float32's in a round is stopped: it cannot win
-
-
-class Trial(Record):
-    candidate: Candidate
-    run_dir: str
-    summary: RunSummary | None = None
-    failed: str | None = None  # why there is no summary
-    speedup: float | None = None  # float32's median step / this one's
-    speedup_range: tuple[float, float] | None = None
-    loss_delta_pct: float | None = None  # trial loss vs float32's, in % of float32's
-    accuracy_delta_pt: float | None = None
-    unexplained_non_finite: int = 0
-    rounds: list[float | None] = []  # its median step (ms) in each round run in turns
-    whole_run_s: float | None = None  # estimated time to run the experiment as written
-    counts: bool = False  # passed the accuracy guard and was timed
-    verdict: str = ""
 
 
 class PlanRecord(Record):
@@ -105,112 +95,6 @@ class PlanRecord(Record):
         failed on its own has its row and verdict)."""
         tried = {t.candidate.name for t in self.trials if t.failed != "interrupted"}
         return [c for c in self.candidates if c.why_not is None and c.name not in tried]
-
-
-# --- judging trials -----------------------------------------------------------------------
-
-
-def trial_loss(steps) -> float | None:
-    """Mean training loss over the trial's second half (same batches in every trial)."""
-    losses = [r.loss for r in steps[len(steps) // 2:] if math.isfinite(r.loss) and not r.skipped]
-    return sum(losses) / len(losses) if losses else None
-
-
-def compared_losses(base_steps, steps) -> tuple[float | None, float | None]:
-    """float32's loss and the trial's over the steps both ran: a trial cut short by the step
-    limit is compared on its own few batches, not on float32's later, lower losses."""
-    both = min(len(base_steps), len(steps))
-    return trial_loss(base_steps[:both]), trial_loss(steps[:both])
-
-
-@dataclass(frozen=True)
-class Rules:
-    """How trials are judged: the loss tolerance (% of float32's), whether test accuracy
-    counts, and the experiment's own length in steps (0: not known) for the whole run."""
-
-    tolerance_pct: float = DEFAULT_TOLERANCE_PCT
-    evaluate: bool = False
-    experiment_steps: int = 0
-
-
-def judge(trial: Trial, base: Trial | None, losses: tuple[float | None, float | None],
-          rules: Rules = Rules()) -> Trial:
-    """The trial against float32's: timed in the same rounds, within the tolerance, finite,
-    and not slower over the experiment's whole length than float32. `losses`: float32's
-    training loss and the trial's over the steps both ran (`compared_losses`)."""
-    base_loss, loss = losses
-    tolerance_pct, evaluate, experiment_steps = rules.tolerance_pct, rules.evaluate, rules.experiment_steps
-    s = trial.summary
-    if s is None:
-        return trial.model_copy(update={"verdict": f"failed ({trial.failed})"})
-    measured = paired_speedup(base.rounds, trial.rounds) if base and base.summary else None
-    loss_delta = (100 * (loss - base_loss) / abs(base_loss)
-                  if loss is not None and base_loss else None)
-    accuracy = difference(s.test_accuracy, base.summary.test_accuracy if base and base.summary else None,
-                          scale=100.0)
-    problems = []
-    if s.stopped_by == "max_step_seconds":  # too slow to finish: the verdict leads with that
-        problems.append(s.stop_reason)
-    elif s.status == "diverged":
-        problems.append("diverged")
-    elif trial.unexplained_non_finite:
-        problems.append(f"{trial.unexplained_non_finite} non-finite loss(es) no loss scaler explains")
-    if loss_delta is not None and loss_delta > tolerance_pct:
-        problems.append(f"loss {loss_delta:+.1f}% of float32's (tolerance {tolerance_pct:g}%)")
-    if evaluate and accuracy is not None:
-        noise = accuracy_noise_pt(s.test_accuracy, s.test_examples) or 0.0
-        if accuracy < -max(tolerance_pct, noise):
-            problems.append(f"test accuracy {accuracy:+.2f} pt")
-    timed = measured is not None
-    if not timed and not problems:
-        problems.append("not enough steps to time" if s.stop_reason is None else s.stop_reason)
-    is_base = trial.candidate.name == "float32"
-    whole_run = whole_run_estimate(s, experiment_steps)
-    base_whole = whole_run_estimate(base.summary, experiment_steps) if base and base.summary else None
-    if (not is_base and measured and measured[0] > 1 and whole_run and base_whole
-            and whole_run > base_whole):
-        problems.append(f"faster per step, but slower over the experiment's {experiment_steps} "
-                        f"steps (est. {whole_run:.1f} s against float32's {base_whole:.1f} s: its "
-                        "one-off costs outweigh the gain)")
-    words = "baseline" if is_base else (speed_words(measured[1]) if measured else None)
-    verdict = ", ".join(filter(None, [words, *problems])) or "n/a"
-    return trial.model_copy(update={
-        "speedup": measured[0] if measured else None,
-        "speedup_range": measured[1] if measured else None,
-        "loss_delta_pct": loss_delta, "accuracy_delta_pt": accuracy, "whole_run_s": whole_run,
-        "counts": timed and not problems, "verdict": verdict})
-
-
-def whole_run_estimate(s: RunSummary, experiment_steps: int) -> float | None:
-    """How long the experiment as written would take this way: the one-off costs of its
-    first step (start, data, model, tracing, compiling: `time_to_first_step_s`) and every
-    later step at the trial's median (evaluation left out: the same work at any precision)."""
-    if not experiment_steps or s.step_time is None or s.time_to_first_step_s is None:
-        return None
-    return s.time_to_first_step_s + (experiment_steps - 1) * s.step_time.median_ms / 1e3
-
-
-def choose(trials: list[Trial]) -> tuple[str, str]:
-    """The fastest counted candidate that is faster than float32 beyond the noise: its
-    speed-up's 95% interval (from the rounds run in turns) above 1, and by at least
-    PRACTICAL_GAIN, a gain too small to be worth a change of precision otherwise. Among
-    candidates within PRACTICAL_GAIN of the fastest, the simplest (the first listed). float32
-    when none is."""
-    faster = [t for t in trials if t.counts and t.candidate.name != "float32" and t.speedup_range
-              and t.speedup_range[0] > 1.0 and t.speedup >= PRACTICAL_GAIN]
-    if not faster and any("slower over the experiment" in t.verdict for t in trials):
-        return "float32", ("a candidate was faster per step but not over the experiment's "
-                           "length (its one-off costs outweigh the gain)")
-    if not faster:
-        counted16 = [t for t in trials if t.candidate.sixteen_bit and t.summary is not None]
-        if counted16 and not any(t.counts for t in counted16):
-            return "float32", "every 16-bit candidate failed the accuracy guard or diverged"
-        return "float32", "no candidate was faster than float32 beyond the noise"
-    fastest = max(t.speedup for t in faster)
-    best = next(t for t in faster if t.speedup * PRACTICAL_GAIN >= fastest)
-    low, high = best.speedup_range
-    return best.candidate.name, (f"{best.speedup:.2f}x float32 (95% interval {low:.2f}-{high:.2f}x), "
-                                 f"loss {best.loss_delta_pct:+.1f}% of float32's over the trial")
 
 
 # --- running a plan -----------------------------------------------------------------------

@@ -22,19 +22,18 @@ from typing import Any
 from mptrain.config import ExperimentConfig
 from mptrain.data import Dataset, fit_classes, load_dataset
 from mptrain.data.pipeline import Batches, make_batches
-from mptrain.training.distribute import Placement, placement, prepare_devices, scope
 from mptrain.errors import MptrainError
-from mptrain.hardware.machine import Machine, probe
-from mptrain.runs.memory import MemoryMeter
 from mptrain.hardware.kernels import KernelSpeeds, measured_kernels
+from mptrain.hardware.machine import Machine, probe
+from mptrain.hardware.runtime import import_tensorflow, seed_everything
 from mptrain.model import build_model, check_model_fits
 from mptrain.model.outputs import OutputKind
 from mptrain.precision.policy import PolicyChoice, apply_math_mode, apply_policy, choose_policy, speed_warning
+from mptrain.runs.memory import MemoryMeter
 from mptrain.runs.preflight import check_batch_fits, check_experiment, check_sizes
-from mptrain.hardware.runtime import import_tensorflow, seed_everything
 from mptrain.training import TrainingLoop, make_loop
+from mptrain.training.distribute import Placement, placement, prepare_devices, scope
 from mptrain.training.loss_scale import wrap_optimizer
-from mptrain.training.losses import build_loss, build_metrics
 from mptrain.training.optimizer import build_optimizer
 
 

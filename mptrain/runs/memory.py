@@ -12,8 +12,6 @@ optimizer slots, and the activations one example keeps for the backward pass.
 
 from __future__ import annotations
 
-from mptrain.model.walk import leaf_layers
-
 import contextlib
 import math
 import os
@@ -21,6 +19,7 @@ import resource
 import sys
 from dataclasses import dataclass
 
+from mptrain.model.walk import leaf_layers
 from mptrain.runs.summary import MemoryStats
 
 

@@ -18,16 +18,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mptrain.config import ExperimentConfig
-from mptrain.precision.lint import lint, worth_saying
-from mptrain.training.distribute import scope, worker_lost
 from mptrain.errors import MptrainError
-from mptrain.runs.experiment import Prepared, prepare
 from mptrain.model.flops import forward_profile
+from mptrain.precision.lint import lint, worth_saying
+from mptrain.runs.experiment import Prepared, prepare
 from mptrain.runs.folder import RunFolder
 from mptrain.runs.session import TrainingSession
-from mptrain.signals import RunAbandoned, stop_on_signals
 from mptrain.runs.summary import RunSummary, summarize_run
 from mptrain.runs.tracking import end_tracking, finish_tracking, start_tracking
+from mptrain.signals import RunAbandoned, stop_on_signals
+from mptrain.training.distribute import scope, worker_lost
 from mptrain.training.records import EpochRecord, StepRecord, TrainingListener
 from mptrain.training.turns import TakeTurns, planned_steps
 

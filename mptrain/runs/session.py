@@ -12,8 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from mptrain.config.schema import ExperimentConfig
-from mptrain.data.pipeline import Batches
 from mptrain.errors import MptrainError
 from mptrain.runs.folder import RunFolder
 from mptrain.training import value_of

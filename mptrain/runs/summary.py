@@ -19,14 +19,11 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter
 
-from mptrain.model.flops import Peak, cpu_peak
 from mptrain.hardware.kernels import percentile
+from mptrain.model.flops import Peak, cpu_peak
 from mptrain.training.records import StepRecord, StopKind
 
 if TYPE_CHECKING:
-    from mptrain.config import ExperimentConfig
-    from mptrain.hardware.machine import Machine
-    from mptrain.precision.policy import PolicyChoice
     from mptrain.training.monitor import TrainingMonitor
 
 # Fewer timed steps than this and a median says little on a shared machine: no speed verdict.

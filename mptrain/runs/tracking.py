@@ -24,17 +24,19 @@ mlflow is imported here only, and only when tracking is on (it takes a second or
 from __future__ import annotations
 
 import json
-import logging
 import math
 import os
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict
-
-from mptrain.runs.folder import record_text, write_atomic
+from mptrain.runs.folder import record_text
+from mptrain.runs.mlflow_client import (
+    PARENT_ENV,
+    Connection,
+    read_tracked,
+    whole_steps,
+)
 from mptrain.training.records import EpochRecord, StepRecord, TrainingListener
 from mptrain.version import __version__
 
@@ -44,31 +46,11 @@ if TYPE_CHECKING:
     from mptrain.precision.policy import PolicyChoice
     from mptrain.runs.summary import RunSummary
 
-PARENT_ENV = "MPTRAIN_MLFLOW_PARENT"  # compare and plan: the parent run of their children
-RUN_FILE = "mlflow.json"
 FLUSH_SECONDS = 5.0
 MAX_PARAM_VALUE = 500  # older MLflow servers refuse longer values (3.17 allows 6000)
-MAX_BATCH_METRICS = 1000  # log_batch's limits
-MAX_BATCH_PARAMS = 100
-MAX_BATCH_TAGS = 100
-# A server that is down answers at once (connection refused); one that hangs would block
-# training for MLflow's default 7 retries x 120 s. One retry, 10 s each: a failure costs
-# seconds, once. The user's own settings of these win.
-HTTP_SETTINGS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
-                 "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
 # summary.json's status → MLflow's
 RUN_STATUS = {"finished": "FINISHED", "interrupted": "KILLED", "diverged": "FAILED",
               "failed": "FAILED"}
-
-
-class TrackedRun(BaseModel):
-    """mlflow.json: which MLflow run a run folder (or a compare or plan folder) is."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    tracking_uri: str
-    experiment_id: str
-    run_id: str
 
 
 def default_tracking_uri(output_dir: Path) -> str:
@@ -154,156 +136,10 @@ def summary_metrics(s: RunSummary) -> dict[str, float]:
     return {k: float(v) for k, v in values.items() if v is not None}
 
 
-def _client(uri: str):
-    for name, value in HTTP_SETTINGS.items():
-        os.environ.setdefault(name, value)
-    # MLflow prints "View run ... at: URL" on stdout, which is mptrain's (`--json`)
-    os.environ["MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"] = "true"
-    from mlflow import MlflowClient
-
-    # "Creating initial tables...", "Retrying...": the summary's note says what matters
-    logging.getLogger("mlflow").setLevel(logging.WARNING)
-    logging.getLogger("alembic").setLevel(logging.WARNING)
-    logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
-    return MlflowClient(tracking_uri=uri)
-
-
-def _reason(exc: BaseException) -> str:
-    """The error in a line: its start and its end, where a wrapped cause ends ("Connection
-    refused")."""
-    text = " ".join(str(exc).split())
-    if len(text) > 200:
-        text = f"{text[:120]} … {text[-80:]}"
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
-def read_tracked(folder: Path) -> TrackedRun | None:
-    try:
-        return TrackedRun.model_validate_json((folder / RUN_FILE).read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def _experiment_id(client, name: str, artifacts: Path | None) -> str:
-    """The experiment's id, created when new (in the default store, with its artifacts
-    beside the run folders rather than in the current folder's ./mlruns)."""
-    found = client.get_experiment_by_name(name)
-    if found is not None:
-        return found.experiment_id
-    try:
-        return client.create_experiment(name, artifact_location=artifacts.as_uri() if artifacts else None)
-    except Exception:  # another process created it first
-        found = client.get_experiment_by_name(name)
-        if found is None:
-            raise
-        return found.experiment_id
-
-
-def _batches(items: list, size: int):
-    for start in range(0, len(items), size):
-        yield items[start:start + size]
-
-
-class _Connection:
-    """One MLflow run, written until the first failure; then `failure` says where and why."""
-
-    def __init__(self, what: str):
-        self.what = what  # "run", "compare", "plan": for the notes
-        self.uri = "the tracking store"
-        self.client = None
-        self.run: TrackedRun | None = None
-        self.failure: str | None = None
-
-    def call(self, where: str, action: Callable[[], object]) -> bool:
-        """Do `action` unless an earlier call failed; a failure is remembered, never raised:
-        tracking must not stop what it tracks."""
-        if self.failure is not None:
-            return False
-        try:
-            action()
-        except Exception as exc:
-            self.failure = (f"MLflow: nothing logged to {self.uri} from {where} on (the "
-                            f"{self.what} folder has it all): {_reason(exc)}")
-            return False
-        return True
-
-    def fetch(self, where: str, read: Callable[[], Any]) -> Any:
-        """`read()`'s value, or None when it (or an earlier call) failed."""
-        values = []
-        self.call(where, lambda: values.append(read()))
-        return values[0] if values else None
-
-    def open(self, folder: Path, uri: str = "", experiment: str = "", run_name: str = "",
-             tags: dict[str, str] | None = None, artifacts: Path | None = None) -> bool:
-        """Continue the run named in `folder`'s mlflow.json, or start one (the other
-        arguments say how) and write it there."""
-        stored = read_tracked(folder)
-        self.uri, self.run = (stored.tracking_uri if stored else uri), stored
-
-        def start() -> None:
-            self.client = _client(self.uri)
-            if stored is not None:
-                self.client.update_run(stored.run_id, status="RUNNING")
-                return
-            parent = os.environ.get(PARENT_ENV)
-            all_tags = dict(tags or {})
-            if parent:  # nested in the parent's experiment, whatever this run's name
-                experiment_id = self.client.get_run(parent).info.experiment_id
-                all_tags["mlflow.parentRunId"] = parent
-            else:
-                experiment_id = _experiment_id(self.client, experiment, artifacts)
-            created = self.client.create_run(experiment_id, tags=all_tags, run_name=run_name)
-            self.run = TrackedRun(tracking_uri=uri, experiment_id=experiment_id,
-                                  run_id=created.info.run_id)
-            write_atomic(folder / RUN_FILE, self.run.model_dump_json(indent=2) + "\n")
-
-        return self.call("the start", start)
-
-    def log(self, where: str, metrics: list | None = None, params: dict[str, str] | None = None,
-            tags: dict[str, str] | None = None) -> bool:
-        from mlflow.entities import Metric, Param, RunTag
-
-        def send() -> None:
-            run_id = self.run.run_id
-            for chunk in _batches([Param(k, v) for k, v in (params or {}).items()], MAX_BATCH_PARAMS):
-                self.client.log_batch(run_id, params=chunk)
-            for chunk in _batches([RunTag(k, str(v)) for k, v in (tags or {}).items()], MAX_BATCH_TAGS):
-                self.client.log_batch(run_id, tags=chunk)
-            for chunk in metrics or []:
-                self.client.log_batch(run_id, metrics=[Metric(k, v, ms, step) for k, v, ms, step in chunk])
-
-        return self.call(where, send)
-
-    def files(self, where: str, paths: list[Path], texts: dict[str, str]) -> bool:
-        def send() -> None:
-            for path in paths:
-                if path.is_file():
-                    self.client.log_artifact(self.run.run_id, str(path))
-            for name, text in texts.items():
-                self.client.log_text(self.run.run_id, text, name)
-
-        return self.call(where, send)
-
-    def end(self, status: str) -> bool:
-        return self.call("the end", lambda: self.client.set_terminated(self.run.run_id, status))
-
-
-def _whole_steps(rows: list[tuple[int, dict[str, float], int]]) -> list[list[tuple]]:
-    """(step, values, ms) rows as log_batch chunks that never split a step: a chunk that
-    fails leaves no step half-logged (a resume counts steps by `step/loss`)."""
-    chunks: list[list[tuple]] = [[]]
-    for step, values, ms in rows:
-        entries = [(k, v, ms, step) for k, v in values.items()]
-        if len(chunks[-1]) + len(entries) > MAX_BATCH_METRICS:
-            chunks.append([])
-        chunks[-1].extend(entries)
-    return [c for c in chunks if c]
-
-
 class MlflowLogger(TrainingListener):
     """The listener that logs a run's steps and epochs (see the module docstring)."""
 
-    def __init__(self, connection: _Connection, logged_steps: int = 0, logged_epochs: int = 0):
+    def __init__(self, connection: Connection, logged_steps: int = 0, logged_epochs: int = 0):
         self.connection = connection
         self.logged_steps, self.logged_epochs = logged_steps, logged_epochs
         self._steps: list[tuple[int, dict[str, float], int]] = []
@@ -345,7 +181,7 @@ class MlflowLogger(TrainingListener):
         if not (self._steps or self._epochs):
             return
         first = f"step {self._steps[0][0]}" if self._steps else f"epoch {self._epochs[0][0]}"
-        chunks = _whole_steps(self._steps) + _whole_steps(self._epochs)
+        chunks = whole_steps(self._steps) + whole_steps(self._epochs)
         self._steps, self._epochs = [], []
         self.connection.log(first, metrics=chunks)
 
@@ -361,7 +197,7 @@ def start_tracking(config: ExperimentConfig, folder: Path, choice: PolicyChoice,
     settings = config.output.mlflow
     if settings is None:
         return None
-    connection = _Connection("run")
+    connection = Connection("run")
     resumed = read_tracked(folder) is not None
     tags = {**machine_tags(machine), "status": "running",
             **{k: str(v) for k, v in settings.tags.items()}}
@@ -430,7 +266,7 @@ class ParentRun:
     """The MLflow run of a compare or plan folder. Its children (`mptrain run` processes)
     find it in their environment (`env`) and log themselves as nested runs."""
 
-    def __init__(self, connection: _Connection):
+    def __init__(self, connection: Connection):
         self.connection = connection
 
     @property
@@ -456,7 +292,7 @@ def start_parent(folder: Path, kind: str, params: dict[str, str] | None = None) 
     None when off. A tracking failure is the parent's note, never an error."""
     from mptrain.config import load_config
 
-    connection = _Connection(kind)
+    connection = Connection(kind)
     if read_tracked(folder) is not None:
         connection.open(folder)
         return ParentRun(connection)

@@ -32,8 +32,8 @@ from pydantic import ValidationError
 from mptrain.config import ExperimentConfig
 from mptrain.errors import WorkerLost
 from mptrain.runs.folder import RunFolder, last_checkpoint, unique_folder
-from mptrain.signals import ForwardSignals, die_with_parent, exit_code
 from mptrain.runs.summary import RunState, RunSummary
+from mptrain.signals import ForwardSignals, die_with_parent, exit_code
 
 
 def mptrain_command(*arguments: str) -> list[str]:

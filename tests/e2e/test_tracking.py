@@ -23,9 +23,9 @@ from tests.helpers import experiment, mptrain
 tf = pytest.importorskip("tensorflow")
 pytest.importorskip("mlflow")
 
+from mptrain.runs.mlflow_client import HTTP_SETTINGS  # noqa: E402
 from mptrain.runs.resume import resume_config  # noqa: E402
 from mptrain.runs.runner import Start, run_experiment  # noqa: E402
-from mptrain.runs.tracking import HTTP_SETTINGS  # noqa: E402
 from mptrain.runs.workers import free_ports  # noqa: E402
 
 STEPS, EPOCHS = 18, 3  # the tiny experiment: 6 steps an epoch

@@ -9,18 +9,9 @@ import pytest
 from mptrain.errors import ConfigError
 from mptrain.hardware.kernels import cached_kernels
 from mptrain.hardware.machine import Machine, gpu_from_details, parse_cpuinfo
-from mptrain.measure.plan import (
-    LayerTiming,
-    Rules,
-    Trial,
-    candidates,
-    choose,
-    compared_losses,
-    islands,
-    judge,
-    select,
-)
-from mptrain.precision.candidates import CANDIDATE_NAMES, Candidate
+from mptrain.measure.islands import LayerTiming, islands
+from mptrain.measure.trials import Rules, Trial, choose, compared_losses, judge
+from mptrain.precision.candidates import CANDIDATE_NAMES, Candidate, candidates, select
 from mptrain.precision.policy import recommend
 from tests.helpers import make_summary, record_kernels
 

@@ -160,10 +160,10 @@ def test_params_are_the_flattened_config_within_mlflows_limit():
 
 
 def test_step_batches_keep_whole_steps_within_log_batchs_limit():
-    from mptrain.runs.tracking import MAX_BATCH_METRICS, _whole_steps
+    from mptrain.runs.mlflow_client import MAX_BATCH_METRICS, whole_steps
 
     rows = [(step, {f"m{i}": 1.0 for i in range(7)}, 0) for step in range(1, 301)]
-    chunks = _whole_steps(rows)
+    chunks = whole_steps(rows)
     assert sum(len(c) for c in chunks) == 2100 and all(len(c) <= MAX_BATCH_METRICS for c in chunks)
     for chunk in chunks:  # no step split across two calls
         steps = [entry[3] for entry in chunk]

@@ -9,7 +9,9 @@ from pathlib import Path
 from rich.console import Console
 
 from mptrain.measure.compare import Known, Variant, build_record, compare_row
-from mptrain.measure.plan import LayerTiming, PlanRecord, Trial
+from mptrain.measure.islands import LayerTiming
+from mptrain.measure.plan import PlanRecord
+from mptrain.measure.trials import Trial
 from mptrain.precision.candidates import Candidate
 from mptrain.report.tables import compare_tables, plan_tables, runs_table, summary_table
 from mptrain.report.views import check_gpu_view, diagnose_view, lint_view, memory_view

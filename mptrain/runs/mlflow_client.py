@@ -1,0 +1,206 @@
+"""The MLflow client as mptrain uses it: short HTTP retries, MLflow's own logging quietened,
+batched writes within `log_batch`'s limits, and one connection per run that is written until
+its first failure and then says where and why (`Connection.failure`). A tracking store that is
+down or refuses a write never stops training. mlflow is imported here only, when tracking is
+on."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from mptrain.runs.folder import write_atomic
+
+MAX_BATCH_METRICS = 1000  # log_batch's limits
+
+
+
+MAX_BATCH_PARAMS = 100
+
+
+
+MAX_BATCH_TAGS = 100
+
+
+
+# A server that is down answers at once (connection refused); one that hangs would block
+# training for MLflow's default 7 retries x 120 s. One retry, 10 s each: a failure costs
+# seconds, once. The user's own settings of these win.
+HTTP_SETTINGS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+                 "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
+
+
+
+def _client(uri: str):
+    for name, value in HTTP_SETTINGS.items():
+        os.environ.setdefault(name, value)
+    # MLflow prints "View run ... at: URL" on stdout, which is mptrain's (`--json`)
+    os.environ["MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"] = "true"
+    from mlflow import MlflowClient
+
+    # "Creating initial tables...", "Retrying...": the summary's note says what matters
+    logging.getLogger("mlflow").setLevel(logging.WARNING)
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+    logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
+    return MlflowClient(tracking_uri=uri)
+
+
+
+def one_line_reason(exc: BaseException) -> str:
+    """The error in a line: its start and its end, where a wrapped cause ends ("Connection
+    refused")."""
+    text = " ".join(str(exc).split())
+    if len(text) > 200:
+        text = f"{text[:120]} … {text[-80:]}"
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+
+def _experiment_id(client, name: str, artifacts: Path | None) -> str:
+    """The experiment's id, created when new (in the default store, with its artifacts
+    beside the run folders rather than in the current folder's ./mlruns)."""
+    found = client.get_experiment_by_name(name)
+    if found is not None:
+        return found.experiment_id
+    try:
+        return client.create_experiment(name, artifact_location=artifacts.as_uri() if artifacts else None)
+    except Exception:  # another process created it first
+        found = client.get_experiment_by_name(name)
+        if found is None:
+            raise
+        return found.experiment_id
+
+
+
+def _batches(items: list, size: int):
+    for start in range(0, len(items), size):
+        yield items[start:start + size]
+
+
+
+class Connection:
+    """One MLflow run, written until the first failure; then `failure` says where and why."""
+
+    def __init__(self, what: str):
+        self.what = what  # "run", "compare", "plan": for the notes
+        self.uri = "the tracking store"
+        self.client = None
+        self.run: TrackedRun | None = None
+        self.failure: str | None = None
+
+    def call(self, where: str, action: Callable[[], object]) -> bool:
+        """Do `action` unless an earlier call failed; a failure is remembered, never raised:
+        tracking must not stop what it tracks."""
+        if self.failure is not None:
+            return False
+        try:
+            action()
+        except Exception as exc:
+            self.failure = (f"MLflow: nothing logged to {self.uri} from {where} on (the "
+                            f"{self.what} folder has it all): {one_line_reason(exc)}")
+            return False
+        return True
+
+    def fetch(self, where: str, read: Callable[[], Any]) -> Any:
+        """`read()`'s value, or None when it (or an earlier call) failed."""
+        values = []
+        self.call(where, lambda: values.append(read()))
+        return values[0] if values else None
+
+    def open(self, folder: Path, uri: str = "", experiment: str = "", run_name: str = "",
+             tags: dict[str, str] | None = None, artifacts: Path | None = None) -> bool:
+        """Continue the run named in `folder`'s mlflow.json, or start one (the other
+        arguments say how) and write it there."""
+        stored = read_tracked(folder)
+        self.uri, self.run = (stored.tracking_uri if stored else uri), stored
+
+        def start() -> None:
+            self.client = _client(self.uri)
+            if stored is not None:
+                self.client.update_run(stored.run_id, status="RUNNING")
+                return
+            parent = os.environ.get(PARENT_ENV)
+            all_tags = dict(tags or {})
+            if parent:  # nested in the parent's experiment, whatever this run's name
+                experiment_id = self.client.get_run(parent).info.experiment_id
+                all_tags["mlflow.parentRunId"] = parent
+            else:
+                experiment_id = _experiment_id(self.client, experiment, artifacts)
+            created = self.client.create_run(experiment_id, tags=all_tags, run_name=run_name)
+            self.run = TrackedRun(tracking_uri=uri, experiment_id=experiment_id,
+                                  run_id=created.info.run_id)
+            write_atomic(folder / RUN_FILE, self.run.model_dump_json(indent=2) + "\n")
+
+        return self.call("the start", start)
+
+    def log(self, where: str, metrics: list | None = None, params: dict[str, str] | None = None,
+            tags: dict[str, str] | None = None) -> bool:
+        from mlflow.entities import Metric, Param, RunTag
+
+        def send() -> None:
+            run_id = self.run.run_id
+            for chunk in _batches([Param(k, v) for k, v in (params or {}).items()], MAX_BATCH_PARAMS):
+                self.client.log_batch(run_id, params=chunk)
+            for chunk in _batches([RunTag(k, str(v)) for k, v in (tags or {}).items()], MAX_BATCH_TAGS):
+                self.client.log_batch(run_id, tags=chunk)
+            for chunk in metrics or []:
+                self.client.log_batch(run_id, metrics=[Metric(k, v, ms, step) for k, v, ms, step in chunk])
+
+        return self.call(where, send)
+
+    def files(self, where: str, paths: list[Path], texts: dict[str, str]) -> bool:
+        def send() -> None:
+            for path in paths:
+                if path.is_file():
+                    self.client.log_artifact(self.run.run_id, str(path))
+            for name, text in texts.items():
+                self.client.log_text(self.run.run_id, text, name)
+
+        return self.call(where, send)
+
+    def end(self, status: str) -> bool:
+        return self.call("the end", lambda: self.client.set_terminated(self.run.run_id, status))
+
+
+
+def whole_steps(rows: list[tuple[int, dict[str, float], int]]) -> list[list[tuple]]:
+    """(step, values, ms) rows as log_batch chunks that never split a step: a chunk that
+    fails leaves no step half-logged (a resume counts steps by `step/loss`)."""
+    chunks: list[list[tuple]] = [[]]
+    for step, values, ms in rows:
+        entries = [(k, v, ms, step) for k, v in values.items()]
+        if len(chunks[-1]) + len(entries) > MAX_BATCH_METRICS:
+            chunks.append([])
+        chunks[-1].extend(entries)
+    return [c for c in chunks if c]
+
+
+PARENT_ENV = "MPTRAIN_MLFLOW_PARENT"  # compare and plan: the parent run of their children
+
+
+
+RUN_FILE = "mlflow.json"
+
+
+
+class TrackedRun(BaseModel):
+    """mlflow.json: which MLflow run a run folder (or a compare or plan folder) is."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tracking_uri: str
+    experiment_id: str
+    run_id: str
+
+
+
+def read_tracked(folder: Path) -> TrackedRun | None:
+    try:
+        return TrackedRun.model_validate_json((folder / RUN_FILE).read_text())
+    except (OSError, ValueError):
+        return None
