@@ -1,6 +1,6 @@
 """`mptrain diagnose`: would this model's numbers survive 16 bits? Measured, in float32.
 
-The experiment is set up as `run` sets it up (`experiment.prepare`, under float32) and trains
+The experiment is set up as `run` sets it up (`runs.experiment.prepare`, under float32) and trains
 a few steps with its own training loop; then, on the next batch, every layer's activations,
 the gradients flowing back into them, and the weight gradients are compared with float16's
 limits:

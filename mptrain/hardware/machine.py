@@ -1,7 +1,7 @@
 """Facts about this machine: CPU, GPUs, TPU, and what TensorFlow can use on them.
 
-Facts only: what to do with them (the recommended policy) lives in `policy.py`, what they
-are worth in FLOP/s in `flops.py`, and the `check-gpu` report in `check_gpu.py`.
+Facts only: what to do with them (the recommended policy) lives in `precision/policy.py`, what they
+are worth in FLOP/s in `model/flops.py`, and the `check-gpu` report in `precision/check.py`.
 
 Detection is split in two: pure functions over plain inputs (cpuinfo text, TensorFlow's
 device-details dicts) that tests can feed with any machine, and `probe()`, which reads this one.

@@ -1,6 +1,6 @@
 """`mptrain compare`: one experiment under several policies (and loops), side by side.
 
-Every variant runs in its own process (`local_workers`): Keras' global dtype policy,
+Every variant runs in its own process (`runs.workers`): Keras' global dtype policy,
 TensorFlow's traced graphs, the XLA and oneDNN caches and the process peak memory are all per
 process, so one variant's state cannot leak into the next or into the memory column.
 
@@ -182,7 +182,7 @@ def run_compare(
     as_text: Callable[[CompareRecord], str] | None = None,
 ) -> CompareResult:
     """Run every variant in a process of its own from shared initial weights, all in turns
-    (`engine`); write compare.json and compare.png into OUTPUT_DIR/compare-<name>-<timestamp>/
+    (`measure.engine`); write compare.json and compare.png into OUTPUT_DIR/compare-<name>-<timestamp>/
     and return the record. `on_turn` is told of each turn as it ends; `as_text(record)`: the
     tables as text, for MLflow (with `output.mlflow`)."""
     from mptrain.data.pipeline import input_ms_per_batch
@@ -323,7 +323,7 @@ class Timing:
 def compare_row(variant: Variant, s: RunSummary, base: RunSummary | None, is_baseline: bool,
                 run_dir: str | None = None, timing: Timing = Timing()) -> CompareRow:
     """The variant against the baseline: the speed-up from the rounds both ran in turns
-    (`verdicts.paired_speedup`); from the two runs' own medians only where there are no such
+    (`measure.verdicts.paired_speedup`); from the two runs' own medians only where there are no such
     rounds (`runs --compare`, which sets side by side runs made at different times, or a
     variant resumed after the baseline had finished)."""
     rounds, base_rounds = timing.rounds, timing.base_rounds

@@ -12,7 +12,7 @@ interleaving, asv's interleaved processes, ReBench's randomised order). So here:
   in its summary) and then waiting (`training.turns`);
 - then the engine advances them round-robin, a turn of steps each, in a random order every
   round (a periodic drift cannot line up with one variant), so within a round every variant
-  meets the same machine, and a speed-up is a ratio within each round (`verdicts.
+  meets the same machine, and a speed-up is a ratio within each round (`measure.verdicts.
   paired_speedup`);
 - a child that finished training waits once more, and evaluates only once every variant is
   done, so no evaluation runs during another's turn.

@@ -1,6 +1,6 @@
 """`mptrain memory`: training memory per policy, estimated and measured, and what fits.
 
-For each policy the experiment is set up as `run` would (`experiment.prepare`) and its
+For each policy the experiment is set up as `run` would (`runs.experiment.prepare`) and its
 training state estimated part by part (`memory.estimate`); a short real run per policy gives
 TensorFlow's allocator peak where the allocator reports one. The largest batch that fits in
 80% of this machine's memory follows from the estimate, scaled up by the measurement where it

@@ -1,25 +1,26 @@
-"""`mptrain plan`: the fastest safe precision for this model on this machine, measured.
+"""`mptrain plan`'s library: the fastest safe precision for this model on this machine, measured.
 
 CPU flags and GPU compute capabilities say what a machine *has*; they do not say what is fast
 for a given model: bfloat16 on a Xeon with AVX512_BF16 but no AMX was measured 1.9x slower
 than float32 on the guide's MLP, and on AMX the same MLP runs 3x faster while a ResNet gains
 1.15x. So plan measures:
 
-1. Candidates this machine can run (`candidates`): float32; mixed_bfloat16 through oneDNN and
-   with XLA; mixed_float16 where it can be fast (Tensor Cores, or XLA on a CPU); on CPUs
-   float32 with oneDNN's bfloat16 math and with TensorFlow's bfloat16 graph rewrite; on
-   Ampere+ GPUs float32 without TF32. What cannot win here is skipped with its reason.
-2. A trial of each (`local_workers`: a child `mptrain run`, since some switches are read once
-   when TensorFlow starts): the same initial weights, the same batches, enough steps to time
-   with compare's rules (`verdicts`), most promising first, within the budget.
+1. Candidates this machine can run (`precision.candidates`): float32; mixed_bfloat16 through
+   oneDNN and with XLA; mixed_float16 where it can be fast (Tensor Cores, or XLA on a CPU);
+   on CPUs float32 with oneDNN's bfloat16 math and with TensorFlow's bfloat16 graph rewrite;
+   on Ampere+ GPUs float32 without TF32. What cannot win here is skipped with its reason.
+2. A trial of each, all in turns (`measure.engine`: each a child `mptrain run`, since some
+   switches are read once when TensorFlow starts): the same initial weights, the same
+   batches, enough steps to time with compare's rules (`measure.verdicts`), most promising
+   first, within the budget.
 3. The accuracy guard: a candidate counts only if its training loss over the trial stays
    within the tolerance of float32's (and, with `--eval`, its test accuracy), with no
    non-finite loss that a loss scaler did not explain.
 4. Float32 islands: for the best 16-bit candidate, each layer's forward and backward is timed
-   in 16 bits and in float32 (`layer_timings`); the layers slower in 16 bits, and under
+   in 16 bits and in float32 (`measure.islands`); the layers slower in 16 bits, and under
    float16 those whose activations overflow, become `model.float32_layers` in one more trial,
    kept only if it is measured faster (or safer).
-5. The choice (`choose`): the fastest counted candidate that is faster than float32 beyond
+5. The choice (`measure.trials.choose`): the fastest counted candidate that is faster than float32 beyond
    the noise, else float32; written as a runnable experiment (plan.yaml) whose header says
    what was measured, when, and on which machine.
 """
@@ -210,7 +211,7 @@ def run_plan(record: PlanRecord, folder: Path, *, verbose: bool = False,
              on_turn: Callable[[int, str, list[float]], None] | None = None,
              on_layers: Callable[[str], object] | None = None,
              as_text: Callable[[PlanRecord], str] | None = None) -> PlanResult:
-    """Decide the float32 islands, run the trials not yet run in turns (`engine`), then
+    """Decide the float32 islands, run the trials not yet run in turns (`measure.engine`), then
     choose; resumable. `as_text(record)`: the table as text, for MLflow (`output.mlflow`)."""
     from mptrain.measure.plot import plot_plan
 

@@ -2,7 +2,7 @@
 
 One typed report (also meant to be pasted into bug reports, like `accelerate env`): the facts
 from `hardware`, the advice from `policy`, decided on this machine's measured kernel speeds
-(`microbench`: cached, or measured on first use) unless the user asks for the flag rules
+(`hardware.kernels`: cached, or measured on first use) unless the user asks for the flag rules
 alone (`--no-bench`). With `--bench` every dtype is measured afresh and the recommendation
 cites that measurement, so the report never contradicts its own numbers.
 """

@@ -5,7 +5,7 @@ before the model is constructed. The rest are pure decisions over the machine's 
 (`hardware.Machine`), each returned with the reason a user will see:
 
 - `recommend`: the policy that will actually be fast here, decided on this machine's measured
-  kernel speeds (`microbench`), or by rules on its hardware when there is no measurement;
+  kernel speeds (`hardware.kernels`), or by rules on its hardware when there is no measurement;
   `policy: auto` resolves to it.
 - `choose_jit_compile` / `choose_xla_optimizer_update`: XLA helps one 16-bit type and hurts
   the other on the same CPU (see `CPU_FLOAT16`, `CPU_BFLOAT16`).
@@ -52,7 +52,7 @@ class Recommendation:
 
 def recommend(machine: Machine, kernels: KernelSpeeds | None = None) -> Recommendation:
     """The policy that will actually be fast here, with the reason. Decided on this
-    machine's measured kernel speeds when there are some (`microbench.measured_kernels`),
+    machine's measured kernel speeds when there are some (`hardware.kernels.measured_kernels`),
     else by rules on the hardware (the guide's GPU logic, TPUs, CPU flags)."""
     if machine.tpu:
         return Recommendation(

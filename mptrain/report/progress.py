@@ -64,7 +64,7 @@ class LiveProgress(TrainingListener):
 
 
 def turn_line(round_: int, label: str, step_ms: list[float]) -> str:
-    """One line per turn of compare's or plan's variants (`engine`): round 0 is a variant's
+    """One line per turn of compare's or plan's variants (`measure.engine`): round 0 is a variant's
     first step (its one-off costs), each later round a turn of steps."""
     import statistics
 

@@ -1,4 +1,4 @@
-"""One experiment, end to end: set up (`experiment.prepare`), train, evaluate, write the run.
+"""One experiment, end to end: set up (`runs.experiment.prepare`), train, evaluate, write the run.
 
 Everything that can fail on bad input happens in `prepare`, before the run folder is created.
 Then the folder says `running`; training goes through a `TrainingSession` (monitor,

@@ -20,7 +20,7 @@ their own).
 A worker that dies cannot be replaced in place: TensorFlow's collectives then fail on every
 other worker ("Restart your program to reset"). `worker_lost` turns that failure into
 mptrain's `WorkerLost`, which says which worker was lost and how to restart them all from the
-last checkpoint (`run --workers N` does it itself: `local_workers.py`).
+last checkpoint (`run --workers N` does it itself: `runs/workers.py`).
 """
 
 from __future__ import annotations

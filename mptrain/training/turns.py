@@ -1,4 +1,4 @@
-"""A run that takes turns with others: the child's side of the measuring engine (`engine`).
+"""A run that takes turns with others: the child's side of the measuring engine (`measure.engine`).
 
 compare and plan time several variants of one experiment on one machine, whose speed drifts
 (2x within a session was measured). Run one after another, each variant meets a different
