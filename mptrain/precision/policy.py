@@ -179,6 +179,24 @@ def choose_xla_optimizer_update(requested: bool | None, jit_compile: bool,
     return False, "TensorFlow's default on accelerators"
 
 
+def unlike_plain_keras(choice, deterministic: bool) -> list[str]:
+    """What in this run computes other ops than a plain Keras script of the same experiment
+    (compile, fit), so its numbers differ in the last digits (and, over a long float32 run,
+    in the digits a user reads). Measured against such a script on Fashion-MNIST: with
+    neither, mptrain's weights are the script's bit for bit (tests/e2e/test_training.py)."""
+    differences = []
+    if choice.xla_optimizer_update:
+        differences.append(
+            "optimizer update compiled with XLA (the CPU default): weights round ~1 float32 ulp "
+            "apart from a plain Keras run's; train.xla_optimizer_update: false matches it bit "
+            "for bit")
+    if deterministic:
+        differences.append(
+            "deterministic: true: TensorFlow computes the sparse cross-entropy unfused "
+            "(log_softmax + gather), so losses differ in the last bits from a run without it")
+    return differences
+
+
 def choose_jit_compile(policy: str, requested: bool | None, machine: Machine,
                        replicas: int = 1) -> tuple[bool, str]:
     """XLA on or off for this policy on this machine, unless the experiment says."""

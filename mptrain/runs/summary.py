@@ -215,6 +215,7 @@ def summarize_run(prepared, session, test: dict[str, float], flops_per_example: 
     what training measured (`session`: its monitor, notes and recoveries) and the test set's
     figures (`test`)."""
     from mptrain.model import output_dtype
+    from mptrain.precision.policy import unlike_plain_keras
 
     config, choice, machine, monitor = prepared.config, prepared.choice, prepared.machine, session.monitor
     times = step_times(monitor.steps, config.train.warmup_steps)
@@ -250,7 +251,8 @@ def summarize_run(prepared, session, test: dict[str, float], flops_per_example: 
         peak_unit=peak.unit if peak else None,
         mfu=speed.mfu,
         speed_warning=prepared.speed_warning,
-        notes=prepared.notes + session.notes + session.guard.recoveries,
+        notes=[*prepared.notes, *session.notes, *session.guard.recoveries,
+               *unlike_plain_keras(choice, config.deterministic)],
         first_step_loss=finite_or_none(monitor.steps[0].loss) if monitor.steps else None,
         non_finite_loss_steps=sum(1 for r in monitor.steps if finite_or_none(r.loss) is None),
         final_train_loss=finite_or_none(last_epoch.metrics.get("loss")) if last_epoch else None,

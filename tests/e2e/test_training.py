@@ -306,3 +306,40 @@ def test_training_flops_of_the_guide_mlp_match_a_hand_count():
     assert count_training_flops(model) == 3 * 2 * multiply_adds
     conv = keras.Sequential([keras.Input((8, 8, 3)), keras.layers.Conv2D(4, 3, padding="same")])
     assert count_training_flops(conv) == 3 * 2 * (8 * 8 * 4) * (3 * 3 * 3)
+
+
+@pytest.mark.parametrize("xla_update", [False, True])
+def test_float32_is_a_plain_keras_script_bit_for_bit_or_the_summary_says_why_not(tiny_config,
+                                                                                 tmp_path, xla_update):
+    """Issue 25, item 5: "the same experiment" means the same numbers. A plain Keras script
+    of the experiment (compile, fit on the same arrays in mptrain's batch order, from the same
+    weights) ends with mptrain's weights bit for bit; the one thing mptrain does differently
+    by default on a CPU, the XLA-compiled optimizer update, changes them, and the summary
+    names it."""
+    import keras
+
+    from mptrain.runs.experiment import prepare
+
+    config = tiny_config("data.validation_split=0", "train.epochs=2", "output.save_model=true",
+                         "train.optimizer={name: rmsprop}", "model.hidden_units=[32]",
+                         f"train.xla_optimizer_update={str(xla_update).lower()}")
+    prepared = prepare(config)
+    start = prepared.model.get_weights()
+    np.savez(tmp_path / "start.npz", *start)
+    x, y = prepared.data.train.arrays
+    plain = keras.models.clone_model(prepared.model)
+    plain.set_weights(start)
+    plain.compile(optimizer=keras.optimizers.RMSprop(), loss="sparse_categorical_crossentropy")
+    for epoch in range(2):  # mptrain's order: each epoch shuffled by (seed, epoch)
+        order = tf.random.experimental.stateless_shuffle(tf.range(len(x), dtype=tf.int64),
+                                                         seed=[config.seed, epoch]).numpy()
+        plain.fit(x[order], y[order], batch_size=64, epochs=1, shuffle=False, verbose=0)
+
+    result = run_experiment(config, Start(initial_weights=tmp_path / "start.npz"))
+    trained = keras.saving.load_model(result.run_dir / "model.keras").get_weights()
+    same = all(np.array_equal(a, b) for a, b in zip(trained, plain.get_weights(), strict=True))
+    named = [n for n in result.summary.notes if "optimizer update compiled with XLA" in n]
+    if xla_update:
+        assert not same and named and "train.xla_optimizer_update: false" in named[0]
+    else:
+        assert same and not named
