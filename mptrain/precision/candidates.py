@@ -53,6 +53,17 @@ class Candidate(BaseModel):
         return "float16" if self.policy in ("mixed_float16", "float16") else "bfloat16"
 
 
+def candidate_name(policy: str, jit_compile: bool | None, math_mode: str,
+                   float32_layers: list[str] | tuple[str, ...] = ()) -> str:
+    """The name of the candidate an experiment's settings make: what `mptrain runs` and a run's
+    summary call it, the name `candidate` parses (float32 layers: `+islands`, as plan names the
+    candidate it keeps them in)."""
+    parts = [policy, *(["xla"] if jit_compile else []),
+             *([math_mode] if math_mode != "default" else []),
+             *(["islands"] if float32_layers else [])]
+    return "+".join(parts)
+
+
 def candidate(name: str, why_not: str | None = None) -> Candidate:
     """The candidate a name means: `POLICY[+xla][+MATH_MODE]`."""
     policy, *parts = name.split("+")

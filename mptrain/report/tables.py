@@ -53,6 +53,8 @@ def summary_table(s: RunSummary) -> Group:
     table.add_column("", style="bold", no_wrap=True)
     table.add_column("", overflow="fold")
     policy = s.policy if s.policy_requested == s.policy else f"{s.policy} (from {s.policy_requested})"
+    if s.candidate and s.candidate != s.policy:  # what plan and compare call it
+        policy += f"; candidate {s.candidate}"
     rows = [
         ("status", _status(s)),
         ("policy", policy),
@@ -281,7 +283,7 @@ def runs_table(report: RunsReport) -> Group:
     for run in report.runs:
         colour = RUN_STATUS_COLOUR[run.status]
         rows.append((run.name, [
-            f"{run.policy or '-'} {run.loop or '-'}",
+            f"{run.candidate or run.policy or '-'} {run.loop or '-'}",
             f"[{colour}]{run.status}[/]" + ("*" if run.resumable else ""),
             fmt(run.epochs, "d", "-"),
             fmt(run.median_step_ms, ".1f", "-"),
@@ -297,7 +299,7 @@ def runs_table(report: RunsReport) -> Group:
         notes.append(f"* resumable: mptrain run --resume {escape(report.folder)}/RUN")
     # one space between columns (the box's own): it leaves the names room
     return Group(Fitted(f"mptrain runs: {escape(report.folder)}",
-                         ["run\npolicy loop", "status", "epochs", "ms/step", "test\nacc", "when"],
+                         ["run\ncandidate loop", "status", "epochs", "ms/step", "test\nacc", "when"],
                          rows, text_columns={1}, gap=1), *notes)
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Literal
 
 from mptrain.errors import ConfigError
+from mptrain.precision.candidates import candidate_name
 from mptrain.runs.folder import RunFolder, resumable
 from mptrain.runs.summary import Record, RunState, RunSummary
 
@@ -35,6 +36,7 @@ class RunRow(Record):
     resumable: bool  # `mptrain run --resume PATH` continues it
     reason: str | None = None  # why it stopped or failed
     policy: str | None = None  # what ran (a run without a summary: what its config asked)
+    candidate: str | None = None  # the precision candidate, as plan and compare name it
     loop: str | None = None
     epochs: int | None = None  # epochs run
     median_step_ms: float | None = None
@@ -84,6 +86,7 @@ def run_row(path: Path, root: Path) -> RunRow | None:
         return RunRow(name=name, path=str(path), status=state.status,
                       resumable=state.status == "interrupted" and resumable(path),
                       reason=state.stop_reason, policy=state.policy, loop=state.loop,
+                      candidate=state.candidate or state.policy,
                       epochs=state.epochs_run, median_step_ms=times.median_ms if times else None,
                       test_accuracy=state.test_accuracy, when=when)
     status = run_state_status(state)
@@ -93,6 +96,9 @@ def run_row(path: Path, root: Path) -> RunRow | None:
                   reason=state.reason if status != "killed" else
                   f"process {state.pid} on {state.host} is gone",
                   policy=config.policy if config else None,
+                  candidate=candidate_name(config.policy, config.train.jit_compile,
+                                           config.train.math_mode, config.model.float32_layers)
+                  if config else None,
                   loop=config.train.loop if config else None,
                   epochs=len(run.read_epochs()), when=when)
 

@@ -124,6 +124,7 @@ class RunSummary(_Measured):
     status: Status
     policy: str
     policy_requested: str
+    candidate: str | None = None  # the precision candidate, as plan and compare name it
     policy_reason: str
     compute_dtype: str
     variable_dtype: str
@@ -215,6 +216,7 @@ def summarize_run(prepared, session, test: dict[str, float], flops_per_example: 
     what training measured (`session`: its monitor, notes and recoveries) and the test set's
     figures (`test`)."""
     from mptrain.model import output_dtype
+    from mptrain.precision.candidates import candidate_name
     from mptrain.precision.policy import unlike_plain_keras
 
     config, choice, machine, monitor = prepared.config, prepared.choice, prepared.machine, session.monitor
@@ -227,6 +229,8 @@ def summarize_run(prepared, session, test: dict[str, float], flops_per_example: 
         name=config.name,
         status=run_status(monitor.steps, test.get("loss"), monitor.stop_status),
         policy=choice.name, policy_requested=choice.requested,
+        candidate=candidate_name(choice.name, config.train.jit_compile, config.train.math_mode,
+                                 config.model.float32_layers),
         policy_reason=choice.reason,
         compute_dtype=choice.compute_dtype, variable_dtype=choice.variable_dtype,
         output_dtype=output_dtype(prepared.model),

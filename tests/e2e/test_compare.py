@@ -102,6 +102,9 @@ def test_compare_takes_a_candidate_plan_prints(tmp_path):
     pick = record.variants[1]
     assert pick.policy == "mixed_bfloat16+xla" and pick.summary.policy == "mixed_bfloat16"
     assert pick.summary.jit_compile is True and pick.summary.compute_dtype == "bfloat16"
+    assert [row.summary.candidate for row in record.variants] == ["float32", "mixed_bfloat16+xla"]
+    listed = mptrain("runs", str(tmp_path / "runs"), cwd=tmp_path)  # runs names the candidate too
+    assert listed.returncode == 0 and "mixed_bfloat16+xla fit" in listed.stdout, listed.stdout
     bad = mptrain("compare", str(config), "--policies", "float32,mixed_bfloat16+fast", cwd=tmp_path)
     assert bad.returncode == 2 and "'fast' is not +xla or a math mode" in bad.stderr
 

@@ -11,7 +11,7 @@ from mptrain.hardware.kernels import cached_kernels
 from mptrain.hardware.machine import Machine, gpu_from_details, parse_cpuinfo
 from mptrain.measure.islands import LayerTiming, islands
 from mptrain.measure.trials import Rules, Trial, choose, compared_losses, judge
-from mptrain.precision.candidates import CANDIDATE_NAMES, Candidate, candidates, select
+from mptrain.precision.candidates import CANDIDATE_NAMES, Candidate, candidate_name, candidates, select
 from mptrain.precision.policy import recommend
 from tests.helpers import make_summary, record_kernels
 
@@ -270,6 +270,9 @@ def test_every_candidate_plan_prints_is_a_name_compare_takes():
             parsed = candidate(planned.name)
             assert (parsed.policy, parsed.jit_compile, parsed.math_mode) == \
                 (planned.policy, planned.jit_compile, planned.math_mode), planned.name
+            # and a run made with its settings is called by that name (runs, the summary)
+            assert candidate_name(parsed.policy, parsed.jit_compile, parsed.math_mode) == planned.name
+    assert candidate_name("mixed_float16", True, "default", ["softmax"]) == "mixed_float16+xla+islands"
     assert candidate("mixed_bfloat16+xla").settings == {
         "policy": "mixed_bfloat16", "train.math_mode": "default", "train.jit_compile": True,
         "model.float32_layers": []}

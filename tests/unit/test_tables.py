@@ -123,6 +123,8 @@ def test_summary_keeps_its_run_folder_on_one_line():
                "with a path in it: /tmp/x"])))
     whole(text, FOLDER, "median 12345.6 ms", "p10 12098.7", "p90 12592.5", "32768",
           "skipped steps 1234")
+    xla = make_summary(policy="mixed_bfloat16").model_copy(update={"candidate": "mixed_bfloat16+xla"})
+    whole(rendered(summary_table(xla)), "candidate mixed_bfloat16+xla")  # as plan and compare name it
 
 
 def test_check_gpu_panel_keeps_every_measurement_whole():
