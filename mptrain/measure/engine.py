@@ -39,6 +39,7 @@ import shutil
 import statistics
 import subprocess
 import tempfile
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -111,6 +112,16 @@ class Ran:
     summary: RunSummary | None
     failed: str | None
     rounds: list[float | None]
+    lifetime_s: float | None = None  # its process, from start to exit
+
+    @property
+    def overhead_s(self) -> float | None:
+        """What its process spent outside its own clock: the interpreter's start before
+        mptrain's and the exit after the summary (its waits for others' turns left out)."""
+        s = self.summary
+        if s is None or self.lifetime_s is None:
+            return None
+        return max(0.0, self.lifetime_s - s.wall_time_s - s.turn_wait_s)
 
 
 def measure(ledger: Ledger, entries: list[Entry], steps_per_turn: int, *, verbose: bool = False,
@@ -131,9 +142,9 @@ def measure(ledger: Ledger, entries: list[Entry], steps_per_turn: int, *, verbos
         summary = read_child_summary(outcome.code, outcome.stdout)
         if isinstance(summary, str):
             failed = f"{summary}: {outcome.log_tail}" if outcome.log_tail else summary
-            ran[label] = Ran(None, failed, outcome.rounds)
+            ran[label] = Ran(None, failed, outcome.rounds, outcome.lifetime_s)
         else:
-            ran[label] = Ran(summary, None, outcome.rounds)
+            ran[label] = Ran(summary, None, outcome.rounds, outcome.lifetime_s)
     return ran, signals.received
 
 
@@ -221,6 +232,7 @@ class Outcome:
     stdout: str
     rounds: list[float | None] = field(default_factory=list)
     log: str = ""
+    lifetime_s: float | None = None  # from its start to its exit, as the parent saw it
 
     @property
     def log_tail(self) -> str:
@@ -235,6 +247,7 @@ class _Child:
     reports: object  # the read end of the report pipe
     log: object
     rounds: list[float | None] = field(default_factory=list)
+    started: float = field(default_factory=time.perf_counter)
     first_step_done: bool = False
     training: bool = True  # not yet reported its final turn
     batch: int = 0  # the largest batch seen: shorter ones (an epoch's last) are not timed
@@ -338,4 +351,5 @@ def _finish(child: _Child) -> Outcome:
     child.reports.close()
     child.log.close()
     log = Path(child.contender.log).read_text(errors="replace")
-    return Outcome(child.process.returncode, stdout, child.rounds, log)
+    return Outcome(child.process.returncode, stdout, child.rounds, log,
+                   time.perf_counter() - child.started)

@@ -76,6 +76,7 @@ class PlanRecord(Record):
     evaluate: bool
     budget_minutes: float
     experiment_steps: int = 0  # the experiment's own length, for the whole-run estimates
+    experiment_eval_batches: int = 0  # its validation batches over its epochs, and its test's
     input_ms_per_batch: float | None = None  # the input pipeline alone, measured before the trials
     turn_steps: int = 0  # steps each trial ran per turn
     candidates: list[Candidate]  # in the order tried; skipped ones carry why_not
@@ -171,11 +172,22 @@ def start_plan(config: ExperimentConfig, settings: PlanSettings = PlanSettings()
         measured_at=datetime.now().isoformat(timespec="seconds"), steps=steps,
         tolerance_pct=settings.tolerance_pct, evaluate=evaluate,
         budget_minutes=settings.budget_minutes,
-        experiment_steps=planned_steps(config.train, per_epoch), turn_steps=turn_steps(steps),
+        experiment_steps=planned_steps(config.train, per_epoch),
+        experiment_eval_batches=eval_batches(prepared), turn_steps=turn_steps(steps),
         input_ms_per_batch=input_ms,
         candidates=found, plan_file=str(settings.out) if settings.out else None)
     write_record(folder, "plan", record)
     return record, folder
+
+
+def eval_batches(prepared) -> int:
+    """The batches the experiment as written evaluates: its validation set after each epoch,
+    and its test set once."""
+    batch, data = prepared.config.train.batch_size, prepared.data
+    per_epoch = prepared.batches.steps_per_epoch
+    epochs = math.ceil(planned_steps(prepared.config.train, per_epoch) / per_epoch)
+    validation = math.ceil(data.val.size / batch) if data.val is not None else 0
+    return validation * epochs + math.ceil(data.test.size / batch)
 
 
 def trial_experiment(config: ExperimentConfig, steps: int, per_epoch: int,
@@ -264,7 +276,8 @@ def _run_trials(record: PlanRecord, ledger: Ledger, verbose: bool,
         if summary is not None and summary.status == "interrupted":
             summary, failed = None, "interrupted"
         trials[option.name] = Trial(candidate=option, run_dir=str(entry.run_dir),
-                                    summary=summary, failed=failed, rounds=end.rounds)
+                                    summary=summary, failed=failed, rounds=end.rounds,
+                                    overhead_s=end.overhead_s)
     ordered = [trials[c.name] for c in record.candidates if c.name in trials]
     return record.model_copy(update={"trials": _judged(ordered, record)}), signal
 
@@ -279,7 +292,8 @@ def _judged(trials: list[Trial], record: PlanRecord) -> list[Trial]:
         unexplained = sum(1 for r in records if not math.isfinite(r.loss) and not r.skipped)
         t = t.model_copy(update={"unexplained_non_finite": unexplained})
         t = judge(t, base, compared_losses(steps.get("float32", []), records),
-                  Rules(record.tolerance_pct, record.evaluate, record.experiment_steps))
+                  Rules(record.tolerance_pct, record.evaluate, record.experiment_steps,
+                        record.experiment_eval_batches))
         waits = input_bound(t.summary.step_time.median_ms if t.summary and t.summary.step_time
                             else None, record.input_ms_per_batch)
         judged.append(t.model_copy(update={"verdict": f"{t.verdict}; {waits}"}) if waits else t)

@@ -32,6 +32,7 @@ class Trial(Record):
     unexplained_non_finite: int = 0
     rounds: list[float | None] = []  # its median step (ms) in each round run in turns
     whole_run_s: float | None = None  # estimated time to run the experiment as written
+    overhead_s: float | None = None  # its process outside its own clock: interpreter start, exit
     counts: bool = False  # passed the accuracy guard and was timed
     verdict: str = ""
 
@@ -60,6 +61,7 @@ class Rules:
     tolerance_pct: float = DEFAULT_TOLERANCE_PCT
     evaluate: bool = False
     experiment_steps: int = 0
+    eval_batches: int = 0  # the experiment's validation batches over its epochs, and its test's
 
 
 
@@ -95,8 +97,8 @@ def judge(trial: Trial, base: Trial | None, losses: tuple[float | None, float | 
     if not timed and not problems:
         problems.append("not enough steps to time" if s.stop_reason is None else s.stop_reason)
     is_base = trial.candidate.name == "float32"
-    whole_run = whole_run_estimate(s, experiment_steps)
-    base_whole = whole_run_estimate(base.summary, experiment_steps) if base and base.summary else None
+    whole_run = whole_run_estimate(trial, rules)
+    base_whole = whole_run_estimate(base, rules) if base and base.summary else None
     if (not is_base and measured and measured[0] > 1 and whole_run and base_whole
             and whole_run > base_whole):
         problems.append(f"faster per step, but slower over the experiment's {experiment_steps} "
@@ -112,14 +114,23 @@ def judge(trial: Trial, base: Trial | None, losses: tuple[float | None, float | 
 
 
 
-def whole_run_estimate(s: RunSummary, experiment_steps: int) -> float | None:
-    """How long the experiment as written would take this way: the one-off costs of its
-    first step (start, data, model, tracing, compiling: `time_to_first_step_s`) and every
-    later step at the trial's median (evaluation left out: the same work at any precision)."""
-    if not experiment_steps or s.step_time is None or s.time_to_first_step_s is None:
+def whole_run_estimate(trial: Trial, rules: Rules) -> float | None:
+    """How long the experiment as written would take this way, as its `mptrain run` process
+    lasts: the one-off costs of its first step (start, data, model, tracing, compiling:
+    `time_to_first_step_s`), every later step at the trial's median, its evaluations, and
+    what the process spends outside mptrain's clock (the interpreter's start, the exit:
+    measured on the trial's process). Evaluations: the trial's own (tracing included), and
+    each further batch of the experiment's validation and test sets at a third of a training
+    step (a forward pass of the three a step does)."""
+    s = trial.summary
+    if not rules.experiment_steps or s is None or s.step_time is None or s.time_to_first_step_s is None:
         return None
-    return s.time_to_first_step_s + (experiment_steps - 1) * s.step_time.median_ms / 1e3
-
+    step_s = s.step_time.median_ms / 1e3
+    estimate = s.time_to_first_step_s + (rules.experiment_steps - 1) * step_s
+    if s.evaluation_s is not None and s.test_examples:
+        evaluated = math.ceil(s.test_examples / s.batch_size)
+        estimate += s.evaluation_s + max(0, rules.eval_batches - evaluated) * step_s / 3
+    return estimate + (trial.overhead_s or 0.0)
 
 
 def choose(trials: list[Trial]) -> tuple[str, str]:

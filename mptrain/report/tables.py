@@ -249,8 +249,10 @@ def plan_tables(record: PlanRecord) -> Group:
                  "median step / this one's in the same round, a verdict says faster only when its "
                  "95% interval is above 1; start to 1st step (s): process start, data, model, tracing, "
                  "compiling and the first step; whole run: "
-                 f"estimated for the experiment's {record.experiment_steps} steps (start to 1st step + the "
-                 "rest at the median, evaluation left out); loss Δ: the trial's loss over its "
+                 f"estimated for the experiment's {record.experiment_steps} steps and "
+                 f"{record.experiment_eval_batches} evaluation batches (start to 1st step, the rest "
+                 "at the median, evaluation at a third of a step, the process's start and exit as "
+                 "measured); loss Δ: the trial's loss over its "
                  "second half against float32's on the same batches")
     if record.plan_file:
         parts.append(f"runnable plan: {record.plan_file}  (mptrain run {record.plan_file})")

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 from mptrain.config import ExperimentConfig
 from mptrain.errors import MptrainError
@@ -87,11 +88,13 @@ def run_experiment(config: ExperimentConfig, start: Start = Start(), *,
                                            resume=start.resume is not None, tracking=tracking)
         if on_start is not None:
             on_start(prepared, session.notes + [f"lint: {f}" for f in findings])
-        test, waited_s = _train(prepared, session)
-        summary = summarize_run(prepared, session, test, 3 * profile.flops, started_at, folder.path)
-        if waited_s is not None:  # in turns: another variant's turn is not this run's time
-            summary = summary.model_copy(update={"wall_time_s": summary.wall_time_s - waited_s,
-                                                 "turn_wait_s": waited_s})
+        trained = _train(prepared, session)
+        summary = summarize_run(prepared, session, trained.test, 3 * profile.flops, started_at,
+                                folder.path)
+        # in turns: another variant's turn is not this run's time
+        summary = summary.model_copy(update={"wall_time_s": summary.wall_time_s - trained.waited_s,
+                                             "turn_wait_s": trained.waited_s,
+                                             "evaluation_s": trained.evaluation_s})
         summary = _save(prepared, folder, summary, tracking)
     except BaseException as exc:
         instead = _failed(exc, prepared, folder, tracking, start)
@@ -120,10 +123,16 @@ def _folder(prepared: Prepared, start: Start) -> tuple[RunFolder, Path | None]:
     return RunFolder.create(scratch, prepared.config.name), scratch
 
 
-def _train(prepared: Prepared, session: TrainingSession) -> tuple[dict[str, float], float | None]:
+class Trained(NamedTuple):
+    test: dict[str, float]  # the test set's figures (none for an interrupted run)
+    waited_s: float  # waiting for other variants' turns (compare, plan)
+    evaluation_s: float | None  # the test evaluation's time (None: not evaluated)
+
+
+def _train(prepared: Prepared, session: TrainingSession) -> Trained:
     """Training to its end (in turns with other variants when the parent asks: `TakeTurns`),
     then the test set's figures (none for an interrupted run: its user wants it to stop,
-    now); and the time spent waiting for turns (None: not in turns)."""
+    now)."""
     monitor = session.monitor
     turns = TakeTurns.from_environment(
         monitor, planned_steps(prepared.config.train, prepared.batches.steps_per_epoch))
@@ -134,8 +143,12 @@ def _train(prepared: Prepared, session: TrainingSession) -> tuple[dict[str, floa
         if turns is not None:
             turns.finish()
     session.close()
-    test = {} if monitor.stop_kind == "signal" else prepared.loop.evaluate(prepared.batches.test)
-    return test, turns.waited_s if turns is not None else None
+    waited_s = turns.waited_s if turns is not None else 0.0
+    if monitor.stop_kind == "signal":
+        return Trained({}, waited_s, None)
+    started = time.perf_counter()
+    test = prepared.loop.evaluate(prepared.batches.test)
+    return Trained(test, waited_s, time.perf_counter() - started)
 
 
 def _save(prepared: Prepared, folder: RunFolder, summary: RunSummary, tracking) -> RunSummary:

@@ -165,6 +165,7 @@ class RunSummary(_Measured):
     wall_time_s: float  # its own work: time spent waiting for its turn (compare, plan) left out
     time_to_first_step_s: float | None  # the one-off costs: start, data, model, tracing, compiling
     turn_wait_s: float = 0.0  # how long it waited for other variants' turns (compare, plan)
+    evaluation_s: float | None = None  # the final evaluation on the test set (None: not run)
     tensorflow_version: str | None
     keras_version: str | None
     seed: int

@@ -261,6 +261,24 @@ def test_a_candidate_faster_per_step_but_slower_over_the_whole_run_is_not_picked
     assert longer[1].counts and choose(longer)[0] == "mixed_bfloat16+xla"
 
 
+def test_the_whole_run_estimate_counts_evaluation_and_the_process_start_and_exit():
+    """Predicted against the run's own wall time, the estimate once left out the per-epoch
+    validation, the test evaluation and the process's exit (11-32% short)."""
+    from mptrain.measure.trials import whole_run_estimate
+
+    trial_ = trial("float32", "float32", 30.0, first_step_s=4.0)[0]
+    summary = trial_.summary.model_copy(update={"evaluation_s": 0.5, "test_examples": 128})
+    timed = trial_.model_copy(update={"summary": summary, "overhead_s": 1.5})
+    # 4 s to the first step, 99 more steps at 30 ms, the trial's own 2-batch evaluation (0.5 s),
+    # 18 more evaluation batches at a third of a step, 1.5 s outside mptrain's clock
+    assert whole_run_estimate(timed, Rules(experiment_steps=100, eval_batches=20)) == \
+        pytest.approx(4.0 + 99 * 0.03 + 0.5 + 18 * 0.01 + 1.5)
+    # without an evaluation measured or a process timed: the steps alone
+    assert whole_run_estimate(trial_, Rules(experiment_steps=100, eval_batches=20)) == \
+        pytest.approx(4.0 + 99 * 0.03)
+    assert whole_run_estimate(timed, Rules()) is None  # the experiment's length not known
+
+
 def test_every_candidate_plan_prints_is_a_name_compare_takes():
     """One name, one meaning: the candidate plan tries is the one `candidate(name)` parses."""
     from mptrain.precision.candidates import candidate
