@@ -221,10 +221,10 @@ def test_keras_hub_backbone_from_kwargs(tmp_path, kind):
                      "model.kwargs={input_conv_filters: [64], input_conv_kernel_sizes: [3], "
                      "stackwise_num_filters: [64], stackwise_num_blocks: [1], "
                      "stackwise_num_strides: [1], block_type: basic_block, image_shape: [32, 32, 3]}",
-                     "train.epochs=1", "train.batch_size=16"]
+                     "train.epochs=4", "train.batch_size=16"]
     s = run_json(tmp_path, experiment(tmp_path, "policy=mixed_bfloat16", *overrides))
     assert s["status"] == "finished" and s["output_dtype"] == "float32"
-    assert s["final_train_loss"] < s["first_step_loss"] or kind == "image"
+    assert s["final_train_loss"] < s["first_step_loss"]  # it learns, text and image alike
 
 
 def test_keras_hub_preset_offline_is_a_clear_error(tmp_path):

@@ -165,7 +165,9 @@ def test_check_gpu_text_report_prints_in_full(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stderr
     assert "Recommended policy:" in done.stdout and "Mixed precision compatibility check" in done.stdout
-    assert "[/cpu:0, /cpu:1]" in done.stdout or "GPU" in done.stdout
+    if "fp16 TC" in done.stdout:  # a GPU table: the one-CPU note (and its brackets) is not said
+        pytest.skip("a GPU is here: the note whose brackets this checks is for a CPU alone")
+    assert "[/cpu:0, /cpu:1]" in done.stdout
 
 
 @pytest.mark.slow
