@@ -19,16 +19,15 @@ subclassed model) is one row, read as a whole.
 from __future__ import annotations
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
+
+from mptrain.record import Record
 
 F16_MAX = 65504.0
 F16_MIN_NORMAL = 2.0**-14
 F16_MIN_SUBNORMAL = 2.0**-24
 
 
-class LayerNumbers(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class LayerNumbers(Record):
     layer: str
     activation_max: float
     activation_overflow: float  # fraction of activation values above float16's max
@@ -40,9 +39,7 @@ class LayerNumbers(BaseModel):
     bfloat16_error: float | None = None  # relative error of the outputs under mixed_bfloat16
 
 
-class Diagnosis(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class Diagnosis(Record):
     experiment: str
     steps: int
     loss_scale: float

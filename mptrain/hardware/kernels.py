@@ -27,7 +27,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import ValidationError
+
+from mptrain.record import FrozenRecord
 
 if TYPE_CHECKING:
     from mptrain.hardware.machine import Machine
@@ -38,9 +40,7 @@ ROUND_BUDGET_S = 0.6  # per kernel, all its dtypes together
 CUT_SHORT_S = 0.5  # a single call slower than this is not repeated
 
 
-class KernelTiming(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+class KernelTiming(FrozenRecord):
     device: str
     kernel: str
     dtype: str
@@ -53,10 +53,8 @@ class KernelTiming(BaseModel):
     ratio_to_float32: float | None  # float32's median / this median: > 1 is faster
 
 
-class KernelSpeeds(BaseModel):
+class KernelSpeeds(FrozenRecord):
     """One measurement of this machine's kernels, and what it is valid for."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     machine_key: str  # the machine and TensorFlow it was measured on (`machine_key`)
     measured_at: str

@@ -23,7 +23,17 @@ from typing import Literal
 
 from mptrain.config import ExperimentConfig
 from mptrain.errors import ConfigError, DataError
-from mptrain.measure.engine import Entry, Ledger, OnTurn, load_record, measure, stage, turn_steps
+from mptrain.measure.engine import (
+    Entry,
+    Ledger,
+    OnTurn,
+    Turns,
+    load_record,
+    measure,
+    stage,
+    too_big_together,
+    turn_steps,
+)
 from mptrain.measure.verdicts import (
     accuracy_noise_pt,
     difference,
@@ -34,8 +44,9 @@ from mptrain.measure.verdicts import (
     verdict,
 )
 from mptrain.precision.candidates import candidate
+from mptrain.record import Record
 from mptrain.runs.folder import RunFolder
-from mptrain.runs.summary import Record, RunSummary
+from mptrain.runs.summary import RunSummary
 from mptrain.training.turns import planned_steps
 
 DEFAULT_EXPERIMENT = "mnist_mixed"  # the guide's experiment
@@ -118,6 +129,7 @@ class CompareRow(Record):
     accuracy_noise_pt: float | None = None  # what the test set's size cannot resolve
     test_loss_delta: float | None = None
     rounds: list[float | None] = []  # its median step (ms) in each round run in turns
+    baseline_rounds: list[float | None] | None = None  # in pairs (memory): its baseline's rounds
     session: int = 0  # which session of turns (a resume starts another): rounds pair within one
     verdict: str
 
@@ -131,6 +143,7 @@ class CompareRecord(Record):
     baseline_policy: str
     turn_steps: int = 0  # steps each variant ran per turn (0: not run in turns)
     input_ms_per_batch: float | None = None  # the input pipeline alone, measured before the runs
+    pairs: str | None = None  # why the variants ran two by two with the baseline (memory)
     variants: list[CompareRow]
     plot: str | None = None
 
@@ -195,7 +208,10 @@ def run_compare(
             on_notes(preflight_notes(config, variants, prepared.machine))
 
     folder, prepared = stage(config, "compare", verbose, before_folder=say_notes)
-    known = Known(run_dirs={v.label: folder / f"{config.name}-{v.label}" for v in variants},
+    first_baseline = Variant(_baseline_policy(variants), variants[0].loop, variants[0].strategy)
+    pairs = too_big_together(prepared, {v.label: candidate(v.policy).policy for v in variants},
+                             first_baseline.label)
+    known = Known(pairs=pairs, run_dirs={v.label: folder / f"{config.name}-{v.label}" for v in variants},
                   turn_steps=turn_steps(planned_steps(prepared.config.train,
                                                       prepared.batches.steps_per_epoch)),
                   input_ms=input_ms_per_batch(prepared.batches))
@@ -211,13 +227,16 @@ def resume_compare(folder: Path, *, verbose: bool = False, on_turn: OnTurn | Non
     variants = [Variant(row.policy, row.loop, row.strategy) for row in record.variants]
     known = Known(run_dirs={row.variant: Path(row.run_dir) if row.run_dir else
                             folder / f"{record.experiment}-{row.variant}" for row in record.variants},
-                  turn_steps=record.turn_steps, input_ms=record.input_ms_per_batch)
+                  turn_steps=record.turn_steps, input_ms=record.input_ms_per_batch,
+                  pairs=record.pairs)
     for row in record.variants:
         state = RunFolder(known.run_dirs[row.variant]).state()
         if isinstance(state, RunSummary) and state.status in ("finished", "diverged"):
             known.outcomes[row.variant] = state
             known.rounds[row.variant] = row.rounds
             known.sessions[row.variant] = row.session
+            if row.baseline_rounds is not None:
+                known.baseline_rounds[row.variant] = row.baseline_rounds
     if len(known.outcomes) == len(variants):
         raise ConfigError(f"--resume {folder}: every variant has finished; nothing to resume")
     return _run_variants(record, variants, known, verbose, on_turn, as_text)
@@ -241,13 +260,16 @@ def _run_variants(record: CompareRecord, variants: list[Variant], known: Known, 
                      known.run_dirs[v.label], resume=True) for v in to_run]
     ledger = Ledger(folder, "compare", {"variants": ",".join(v.label for v in variants)})
     ledger.write(build_record(name, folder, variants, known, "running"))
-    ran, signal = measure(ledger, entries, known.turn_steps, verbose=verbose,
-                          on_turn=on_turn)
+    first_baseline = Variant(_baseline_policy(variants), variants[0].loop, variants[0].strategy)
+    turns = Turns(known.turn_steps, paired_with=first_baseline.label if known.pairs else None)
+    ran, signal = measure(ledger, entries, turns, verbose=verbose, on_turn=on_turn)
     for entry in entries:
         end = ran.get(entry.label)
         known.outcomes[entry.label] = NOT_RUN if end is None else end.summary or end.failed
         if end is not None:
             known.rounds[entry.label] = end.rounds
+            if end.baseline_rounds is not None:
+                known.baseline_rounds[entry.label] = end.baseline_rounds
     status = "interrupted" if signal is not None else "finished"
     record = build_record(name, folder, variants, known, status)
     from mptrain.measure.plot import plot_compare
@@ -276,8 +298,15 @@ class Known:
     run_dirs: dict[str, Path] = field(default_factory=dict)
     rounds: dict[str, list[float | None]] = field(default_factory=dict)
     sessions: dict[str, int] = field(default_factory=dict)
+    baseline_rounds: dict[str, list[float | None]] = field(default_factory=dict)  # in pairs
     turn_steps: int = 0
     input_ms: float | None = None
+    pairs: str | None = None  # why the variants run two by two with the baseline (memory)
+
+
+def _baseline_policy(variants: list[Variant]) -> str:
+    """float32 when it is compared, else the first policy listed."""
+    return "float32" if any(v.policy == "float32" for v in variants) else variants[0].policy
 
 
 def build_record(name: str, folder: Path, variants: list[Variant], known: Known,
@@ -285,7 +314,7 @@ def build_record(name: str, folder: Path, variants: list[Variant], known: Known,
     """compare.json: one row per variant (label → its summary, or why it has none), with
     ratios to the baseline: the float32 variant of the same loop, or the first policy listed
     when float32 is not compared."""
-    baseline_policy = "float32" if any(v.policy == "float32" for v in variants) else variants[0].policy
+    baseline_policy = _baseline_policy(variants)
     summaries = {label: o for label, o in known.outcomes.items() if isinstance(o, RunSummary)}
     rows = []
     for variant in variants:
@@ -300,14 +329,17 @@ def build_record(name: str, folder: Path, variants: list[Variant], known: Known,
                                    verdict=outcome if failed else f"failed ({outcome})"))
             continue
         together = known.sessions.get(variant.label) == known.sessions.get(baseline.label)
+        base_rounds = known.rounds.get(baseline.label, []) if together else None
+        paired = known.baseline_rounds.get(variant.label)  # its own pair's baseline (memory)
         timing = Timing(known.rounds.get(variant.label, []),
-                        known.rounds.get(baseline.label, []) if together else None, known.input_ms)
+                        paired if paired is not None else base_rounds, known.input_ms)
         row = compare_row(variant, outcome, summaries.get(baseline.label),
                           variant.label == baseline.label, run_dir, timing)
-        rows.append(row.model_copy(update={"session": known.sessions.get(variant.label, 0)}))
+        rows.append(row.model_copy(update={"session": known.sessions.get(variant.label, 0),
+                                           "baseline_rounds": paired}))
     return CompareRecord(experiment=name, folder=str(folder), status=status,
                          baseline_policy=baseline_policy, turn_steps=known.turn_steps,
-                         input_ms_per_batch=known.input_ms, variants=rows)
+                         input_ms_per_batch=known.input_ms, pairs=known.pairs, variants=rows)
 
 
 @dataclass(frozen=True)

@@ -41,7 +41,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -55,9 +55,8 @@ from mptrain.signals import ForwardSignals, die_with_parent
 from mptrain.training.turns import REPORT_FD_ENV, TURN_STEPS_ENV
 
 if TYPE_CHECKING:
-    from pydantic import BaseModel
-
     from mptrain.config import ExperimentConfig
+    from mptrain.record import Record
     from mptrain.runs.experiment import Prepared
 
 OnTurn = Callable[[int, str, list[float]], None]  # (round, label, its steps' ms)
@@ -113,6 +112,7 @@ class Ran:
     failed: str | None
     rounds: list[float | None]
     lifetime_s: float | None = None  # its process, from start to exit
+    baseline_rounds: list[float | None] | None = None  # paired for memory: its baseline's rounds
 
     @property
     def overhead_s(self) -> float | None:
@@ -124,28 +124,92 @@ class Ran:
         return max(0.0, self.lifetime_s - s.wall_time_s - s.turn_wait_s)
 
 
-def measure(ledger: Ledger, entries: list[Entry], steps_per_turn: int, *, verbose: bool = False,
-            on_turn: OnTurn | None = None,
-            slowest_ratio: float | None = None) -> tuple[dict[str, Ran], int | None]:
+@dataclass(frozen=True)
+class Turns:
+    """How the variants take turns: `steps` a turn; `slowest_ratio`: stop one whose turn
+    steps that many times the first's (plan: it cannot win); `paired_with`: the baseline each
+    variant runs with alone, when they do not fit in memory together (`too_big_together`)."""
+
+    steps: int
+    slowest_ratio: float | None = None
+    paired_with: str | None = None
+
+
+def measure(ledger: Ledger, entries: list[Entry], turns: Turns, *, verbose: bool = False,
+            on_turn: OnTurn | None = None) -> tuple[dict[str, Ran], int | None]:
     """Every entry run to its end in turns (`run_in_turns`), each from the initial weights
     staged in the ledger's folder (and its run nested in the ledger's MLflow parent); the
     label → how it ended (entries never started are absent), and the signal that
-    interrupted them (None: none did)."""
-    folder = ledger.folder
-    contenders = [Contender(e.label, _command(folder, e, verbose),
-                            folder / "logs" / f"{e.file_label}.log", ledger.env) for e in entries]
-    with ForwardSignals() as signals:
-        outcomes = run_in_turns(contenders, steps_per_turn, signals, on_turn,
-                                slowest_ratio=slowest_ratio)
-    ran = {}
-    for label, outcome in outcomes.items():
-        summary = read_child_summary(outcome.code, outcome.stdout)
-        if isinstance(summary, str):
-            failed = f"{summary}: {outcome.log_tail}" if outcome.log_tail else summary
-            ran[label] = Ran(None, failed, outcome.rounds, outcome.lifetime_s)
-        else:
-            ran[label] = Ran(summary, None, outcome.rounds, outcome.lifetime_s)
-    return ran, signals.received
+    interrupted them (None: none did). Paired (`turns.paired_with`), each entry runs in turns
+    with the baseline alone, pair after pair (`pairs`), and its `baseline_rounds` are the
+    baseline's in its own pair."""
+    ran: dict[str, Ran] = {}
+    signal, paired_with = None, turns.paired_with
+    for group in ([entries] if paired_with is None else pairs(entries, paired_with)):
+        contenders = [Contender(e.label, _command(ledger.folder, e, verbose),
+                                ledger.folder / "logs" / f"{e.file_label}.log", ledger.env)
+                      for e in group]
+        with ForwardSignals() as signals:
+            outcomes = run_in_turns(contenders, turns.steps, signals, on_turn,
+                                    slowest_ratio=turns.slowest_ratio)
+        ends = {label: _ran(outcome) for label, outcome in outcomes.items()}
+        if paired_with is not None and len(group) == 2 and group[1].label in ends:
+            base = ends.get(group[0].label)
+            ends[group[1].label] = replace(ends[group[1].label],
+                                           baseline_rounds=base.rounds if base else [])
+        ran.update(ends)
+        signal = signals.received
+        if signal is not None:
+            break
+    return ran, signal
+
+
+def pairs(entries: list[Entry], baseline: str) -> list[list[Entry]]:
+    """Each entry with the baseline, in turns two by two: the baseline's own entry in the
+    first pair, a copy of it (its own run folder, `BASELINE with LABEL`) in each other. Without
+    the baseline among the entries (a resume after it finished), each entry runs alone."""
+    base = next((e for e in entries if e.label == baseline), None)
+    others = [e for e in entries if e.label != baseline]
+    if base is None:
+        return [[e] for e in others]
+    if not others:
+        return [[base]]
+    copies = [replace(base, label=f"{base.label} with {e.label}",
+                      run_dir=base.run_dir.with_name(f"{base.run_dir.name}-with-{e.file_label}"))
+              for e in others[1:]]
+    return [[base, others[0]], *([copy, e] for copy, e in zip(copies, others[1:], strict=True))]
+
+
+def _ran(outcome: Outcome) -> Ran:
+    summary = read_child_summary(outcome.code, outcome.stdout)
+    if isinstance(summary, str):
+        failed = f"{summary}: {outcome.log_tail}" if outcome.log_tail else summary
+        return Ran(None, failed, outcome.rounds, outcome.lifetime_s)
+    return Ran(summary, None, outcome.rounds, outcome.lifetime_s)
+
+
+def too_big_together(prepared: Prepared, policies: dict[str, str], baseline: str) -> str | None:
+    """None when every variant's process fits in memory beside the others; else why not, said
+    as the engine then runs them (each with the baseline alone). A variant's process needs
+    what the staging process holds (TensorFlow, the data, the model built once: its peak
+    resident memory) plus its training state under its policy (`runs.memory.estimate`)."""
+    from mptrain.precision.policy import DTYPES
+    from mptrain.runs.memory import USABLE_FRACTION, estimate, machine_memory_bytes, peak_rss_bytes
+
+    available = machine_memory_bytes()
+    if available is None or len(policies) <= 2:
+        return None
+    floor, batch = peak_rss_bytes(), prepared.config.train.batch_size
+    needs = {label: floor + estimate(prepared.model, prepared.optimizer,
+                                     *DTYPES[policy]).total_bytes(batch)
+             for label, policy in policies.items()}
+    if sum(needs.values()) <= USABLE_FRACTION * available:
+        return None
+    gib = 2.0**30
+    return (f"the {len(needs)} variants need about {sum(needs.values()) / gib:.1f} GiB together "
+            f"({floor / gib:.1f} GiB a process, and each one's training state by the estimate), "
+            f"more than {USABLE_FRACTION:.0%} of the {available / gib:.1f} GiB here: each runs in "
+            f"turns with {baseline} alone, pair after pair")
 
 
 def _command(folder: Path, entry: Entry, verbose: bool) -> list[str]:
@@ -175,7 +239,7 @@ class Ledger:
     def env(self) -> dict[str, str]:
         return self.tracking.env if self.tracking else {}
 
-    def write(self, record: BaseModel) -> None:
+    def write(self, record: Record) -> None:
         write_record(self.folder, self.kind, record)
 
     def close(self, record, status: str, plot: Callable | None, texts: dict[str, str],
@@ -194,12 +258,12 @@ class Ledger:
         return self.tracking.notes
 
 
-def write_record(folder: Path, kind: str, record: BaseModel) -> None:
+def write_record(folder: Path, kind: str, record: Record) -> None:
     """KIND.json, whole or not at all (a reader never sees half a record)."""
     write_atomic(folder / f"{kind}.json", to_json(record.model_dump(), indent=2) + "\n")
 
 
-def load_record(folder: Path, kind: str, record_type: type[BaseModel]):
+def load_record(folder: Path, kind: str, record_type: type[Record]):
     """The record a `--resume` continues, or an error naming the folder."""
     try:
         return record_type.model_validate_json((folder / f"{kind}.json").read_text())

@@ -8,7 +8,7 @@ from __future__ import annotations
 from mptrain.config import ExperimentConfig
 from mptrain.model.walk import leaf_layers
 from mptrain.precision.candidates import Candidate
-from mptrain.runs.summary import Record
+from mptrain.record import Record
 
 TIMED_LAYER_KINDS = ("Dense", "EinsumDense", "Conv1D", "Conv2D", "Conv3D", "DepthwiseConv2D",
                      "SeparableConv2D", "Conv2DTranspose", "MultiHeadAttention", "Float32SoftmaxAttention")

@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import tempfile
 
-from pydantic import BaseModel, ConfigDict
-
 from mptrain.config import ExperimentConfig, variant
-from mptrain.runs.memory import machine_memory_bytes
+from mptrain.record import Record
+from mptrain.runs.memory import USABLE_FRACTION, machine_memory_bytes
 
 
 def why_not_half(optimizer: str, state_per_weight: float) -> str:
@@ -32,13 +31,10 @@ def why_not_half(optimizer: str, state_per_weight: float) -> str:
             "with the memory saved, double the batch size.")
 
 
-USABLE_FRACTION = 0.8
 
 
-class MemoryPlan(BaseModel):
+class MemoryPlan(Record):
     """Training memory under one policy: estimated from the built model, and measured."""
-
-    model_config = ConfigDict(extra="forbid")
 
     policy: str
     batch_size: int
@@ -55,9 +51,7 @@ class MemoryPlan(BaseModel):
     note: str | None = None  # e.g. far beyond the data set
 
 
-class MemoryReport(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class MemoryReport(Record):
     experiment: str
     batch_size: int
     parameters: int

@@ -42,7 +42,17 @@ from mptrain.config import ExperimentConfig
 from mptrain.data.pipeline import input_ms_per_batch
 from mptrain.errors import ConfigError
 from mptrain.hardware.machine import Machine
-from mptrain.measure.engine import Entry, Ledger, load_record, measure, stage, turn_steps, write_record
+from mptrain.measure.engine import (
+    Entry,
+    Ledger,
+    Turns,
+    load_record,
+    measure,
+    stage,
+    too_big_together,
+    turn_steps,
+    write_record,
+)
 from mptrain.measure.islands import LayerTiming, islands, layer_timings
 from mptrain.measure.trials import (
     DEFAULT_TOLERANCE_PCT,
@@ -54,8 +64,8 @@ from mptrain.measure.trials import (
 )
 from mptrain.measure.verdicts import input_bound
 from mptrain.precision.candidates import Candidate, candidates, select
+from mptrain.record import Record
 from mptrain.runs.folder import RunFolder, write_atomic
-from mptrain.runs.summary import Record
 from mptrain.training.turns import planned_steps
 
 DEFAULT_STEPS = 30
@@ -77,6 +87,8 @@ class PlanRecord(Record):
     budget_minutes: float
     experiment_steps: int = 0  # the experiment's own length, for the whole-run estimates
     experiment_eval_batches: int = 0  # its validation batches over its epochs, and its test's
+    experiment_checkpoints: int = 0  # the checkpoints it saves
+    pairs: str | None = None  # why the trials ran two by two with float32 (memory)
     input_ms_per_batch: float | None = None  # the input pipeline alone, measured before the trials
     turn_steps: int = 0  # steps each trial ran per turn
     candidates: list[Candidate]  # in the order tried; skipped ones carry why_not
@@ -173,7 +185,10 @@ def start_plan(config: ExperimentConfig, settings: PlanSettings = PlanSettings()
         tolerance_pct=settings.tolerance_pct, evaluate=evaluate,
         budget_minutes=settings.budget_minutes,
         experiment_steps=planned_steps(config.train, per_epoch),
-        experiment_eval_batches=eval_batches(prepared), turn_steps=turn_steps(steps),
+        experiment_eval_batches=eval_batches(prepared),
+        experiment_checkpoints=checkpoint_saves(config.train, per_epoch), turn_steps=turn_steps(steps),
+        pairs=too_big_together(prepared, {c.name: c.policy for c in found if c.why_not is None},
+                               "float32"),
         input_ms_per_batch=input_ms,
         candidates=found, plan_file=str(settings.out) if settings.out else None)
     write_record(folder, "plan", record)
@@ -188,6 +203,19 @@ def eval_batches(prepared) -> int:
     epochs = math.ceil(planned_steps(prepared.config.train, per_epoch) / per_epoch)
     validation = math.ceil(data.val.size / batch) if data.val is not None else 0
     return validation * epochs + math.ceil(data.test.size / batch)
+
+
+def checkpoint_saves(train, per_epoch: int) -> int:
+    """The checkpoints the experiment as written saves: every `every_epochs` epochs and every
+    `every_steps` steps inside an epoch, and one more where training stops."""
+    steps = planned_steps(train, per_epoch)
+    epochs = steps // per_epoch  # whole epochs run
+    saves = 1
+    if train.checkpoint.every_epochs:
+        saves += epochs // train.checkpoint.every_epochs
+    if every := train.checkpoint.every_steps:  # an epoch's end is saved by the epoch's rule
+        saves += steps // every - steps // math.lcm(every, per_epoch)
+    return saves
 
 
 def trial_experiment(config: ExperimentConfig, steps: int, per_epoch: int,
@@ -265,8 +293,8 @@ def _run_trials(record: PlanRecord, ledger: Ledger, verbose: bool,
                                                   **option.settings}),
                      folder / f"{record.experiment}-{label}")
                for option in queue if (label := option.name.replace("+", "-"))]
-    ran, signal = measure(ledger, entries, record.turn_steps, verbose=verbose,
-                          on_turn=on_turn, slowest_ratio=SLOWEST_RATIO)
+    turns = Turns(record.turn_steps, SLOWEST_RATIO, "float32" if record.pairs else None)
+    ran, signal = measure(ledger, entries, turns, verbose=verbose, on_turn=on_turn)
     trials = {t.candidate.name: t for t in record.trials}
     for option, entry in zip(queue, entries, strict=True):
         end = ran.get(option.name)
@@ -277,7 +305,7 @@ def _run_trials(record: PlanRecord, ledger: Ledger, verbose: bool,
             summary, failed = None, "interrupted"
         trials[option.name] = Trial(candidate=option, run_dir=str(entry.run_dir),
                                     summary=summary, failed=failed, rounds=end.rounds,
-                                    overhead_s=end.overhead_s)
+                                    baseline_rounds=end.baseline_rounds, overhead_s=end.overhead_s)
     ordered = [trials[c.name] for c in record.candidates if c.name in trials]
     return record.model_copy(update={"trials": _judged(ordered, record)}), signal
 
@@ -293,7 +321,7 @@ def _judged(trials: list[Trial], record: PlanRecord) -> list[Trial]:
         t = t.model_copy(update={"unexplained_non_finite": unexplained})
         t = judge(t, base, compared_losses(steps.get("float32", []), records),
                   Rules(record.tolerance_pct, record.evaluate, record.experiment_steps,
-                        record.experiment_eval_batches))
+                        record.experiment_eval_batches, record.experiment_checkpoints))
         waits = input_bound(t.summary.step_time.median_ms if t.summary and t.summary.step_time
                             else None, record.input_ms_per_batch)
         judged.append(t.model_copy(update={"verdict": f"{t.verdict}; {waits}"}) if waits else t)

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 
 from mptrain.measure.verdicts import accuracy_noise_pt, difference, paired_speedup, speed_words
 from mptrain.precision.candidates import Candidate
-from mptrain.runs.summary import Record, RunSummary
+from mptrain.record import Record
+from mptrain.runs.summary import RunSummary
 
 DEFAULT_TOLERANCE_PCT = 3.0
 
@@ -31,6 +32,7 @@ class Trial(Record):
     accuracy_delta_pt: float | None = None
     unexplained_non_finite: int = 0
     rounds: list[float | None] = []  # its median step (ms) in each round run in turns
+    baseline_rounds: list[float | None] | None = None  # in pairs (memory): float32's in its pair
     whole_run_s: float | None = None  # estimated time to run the experiment as written
     overhead_s: float | None = None  # its process outside its own clock: interpreter start, exit
     counts: bool = False  # passed the accuracy guard and was timed
@@ -62,6 +64,7 @@ class Rules:
     evaluate: bool = False
     experiment_steps: int = 0
     eval_batches: int = 0  # the experiment's validation batches over its epochs, and its test's
+    checkpoints: int = 0  # the checkpoints the experiment saves
 
 
 
@@ -75,7 +78,9 @@ def judge(trial: Trial, base: Trial | None, losses: tuple[float | None, float | 
     s = trial.summary
     if s is None:
         return trial.model_copy(update={"verdict": f"failed ({trial.failed})"})
-    measured = paired_speedup(base.rounds, trial.rounds) if base and base.summary else None
+    base_rounds = trial.baseline_rounds if trial.baseline_rounds is not None else \
+        (base.rounds if base else [])
+    measured = paired_speedup(base_rounds, trial.rounds) if base and base.summary else None
     loss_delta = (100 * (loss - base_loss) / abs(base_loss)
                   if loss is not None and base_loss else None)
     accuracy = difference(s.test_accuracy, base.summary.test_accuracy if base and base.summary else None,
@@ -118,10 +123,11 @@ def whole_run_estimate(trial: Trial, rules: Rules) -> float | None:
     """How long the experiment as written would take this way, as its `mptrain run` process
     lasts: the one-off costs of its first step (start, data, model, tracing, compiling:
     `time_to_first_step_s`), every later step at the trial's median, its evaluations, and
-    what the process spends outside mptrain's clock (the interpreter's start, the exit:
-    measured on the trial's process). Evaluations: the trial's own (tracing included), and
-    each further batch of the experiment's validation and test sets at a third of a training
-    step (a forward pass of the three a step does)."""
+    its checkpoints at the trial's own save time (a trial saves one as it stops), and what
+    the process spends outside mptrain's clock (the interpreter's start, the exit: measured
+    on the trial's process). Evaluations: the trial's own (tracing included), and each
+    further batch of the experiment's validation and test sets at a third of a training step
+    (a forward pass of the three a step does)."""
     s = trial.summary
     if not rules.experiment_steps or s is None or s.step_time is None or s.time_to_first_step_s is None:
         return None
@@ -130,6 +136,7 @@ def whole_run_estimate(trial: Trial, rules: Rules) -> float | None:
     if s.evaluation_s is not None and s.test_examples:
         evaluated = math.ceil(s.test_examples / s.batch_size)
         estimate += s.evaluation_s + max(0, rules.eval_batches - evaluated) * step_s / 3
+    estimate += rules.checkpoints * (s.checkpoint_save_s or 0.0)
     return estimate + (trial.overhead_s or 0.0)
 
 

@@ -12,22 +12,19 @@ spells its candidate out in ordinary experiment keys (`Candidate.settings`).
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
-
 from mptrain.config.schema import MATH_MODES, POLICIES
 from mptrain.errors import ConfigError, did_you_mean
 from mptrain.hardware.kernels import KernelSpeeds
 from mptrain.hardware.machine import Machine
+from mptrain.record import Record
 
 # every candidate plan knows, on some machine (which are tried depends on this one)
 CANDIDATE_NAMES = ("float32", "mixed_bfloat16", "mixed_bfloat16+xla", "float32+onednn_bf16",
                    "float32+graph_bf16", "mixed_float16+xla", "mixed_float16", "float32+tf32_off")
 
 
-class Candidate(BaseModel):
+class Candidate(Record):
     """One way to run the experiment: a policy, XLA or not, a math mode, float32 layers."""
-
-    model_config = ConfigDict(extra="forbid")
 
     name: str
     policy: str

@@ -13,19 +13,14 @@ import contextlib
 from collections.abc import Callable
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
-
 from mptrain.errors import ConfigError
 from mptrain.hardware.kernels import KernelSpeeds, KernelTiming
 from mptrain.hardware.machine import Machine
 from mptrain.precision.policy import compatibility_check, recommend
+from mptrain.record import FrozenRecord
 
 
-class _Report(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class CpuFacts(_Report):
+class CpuFacts(FrozenRecord):
     model: str
     physical_cores: int
     logical_cpus: int
@@ -33,7 +28,7 @@ class CpuFacts(_Report):
     features: dict[str, bool]  # AVX-512, AVX512_BF16, AMX-BF16, ...
 
 
-class GpuFacts(_Report):
+class GpuFacts(FrozenRecord):
     name: str
     compute_capability: tuple[int, int] | None
     memory_bytes: int | None
@@ -43,7 +38,7 @@ class GpuFacts(_Report):
     float8: bool
 
 
-class MachineFacts(_Report):
+class MachineFacts(FrozenRecord):
     cpu: CpuFacts
     gpus: list[GpuFacts]
     tpu: bool
@@ -68,7 +63,7 @@ class MachineFacts(_Report):
             tf32_enabled=machine.tf32_enabled)
 
 
-class DistributionFacts(_Report):
+class DistributionFacts(FrozenRecord):
     """What tf.distribute would use here."""
 
     logical_devices: list[str]
@@ -78,14 +73,14 @@ class DistributionFacts(_Report):
     note: str
 
 
-class RecommendationFacts(_Report):
+class RecommendationFacts(FrozenRecord):
     policy: str
     reason: str
     warnings: list[str]
     measured: bool  # decided on measured kernel speeds (else on the hardware's flags)
 
 
-class CheckReport(_Report):
+class CheckReport(FrozenRecord):
     machine: MachineFacts
     gpu_found: bool
     recommendation: RecommendationFacts

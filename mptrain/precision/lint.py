@@ -19,9 +19,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import BaseModel, ConfigDict
-
 from mptrain.model.walk import leaf_layers
+from mptrain.record import FrozenRecord
 
 if TYPE_CHECKING:
     from mptrain.model.flops import ForwardProfile
@@ -35,9 +34,7 @@ Target = Literal["auto", "gpu", "tpu", "cpu"]
 LAUNCH_SECONDS = {"CPU": 5e-6, "GPU": 10e-6, "TPU": 10e-6}
 
 
-class Finding(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+class Finding(FrozenRecord):
     kind: Literal["alignment", "small_model", "output_dtype", "policy_ignored", "softmax_16bit"]
     severity: Literal["warning", "info"]
     layer: str | None
@@ -45,10 +42,8 @@ class Finding(BaseModel):
     flops_share: float | None = None
 
 
-class LintReport(BaseModel):
+class LintReport(FrozenRecord):
     """What `mptrain lint` found, for the renderers and `--json`."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     experiment: str
     policy: str

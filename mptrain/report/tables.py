@@ -180,7 +180,8 @@ def compare_tables(record: CompareRecord) -> Group:
 
 def _compare_footnotes(record: CompareRecord, peaks: dict[str, str]) -> list[str]:
     """What compare's columns mean, and how its speed-ups were measured."""
-    base, notes = record.baseline_policy, []
+    base = record.baseline_policy
+    notes = [f"[yellow]in pairs:[/] {escape(record.pairs)}"] if record.pairs else []
     turns = (f"the variants ran in turns of {record.turn_steps} steps; speed-up: the median over "
              f"rounds of {base}'s median step / this one's in the same round, a verdict says "
              "faster or slower only when its 95% interval (from the rounds' ratios) is on one side "
@@ -244,15 +245,18 @@ def plan_tables(record: PlanRecord) -> Group:
                                      "yes" if t.slower_in_16bit else ""]) for t in slow])
         parts += ["", layers]
     parts.append(f"[bold green]plan: {escape(record.winner or 'float32')}[/] — {escape(record.reason)}")
+    if record.pairs:
+        parts.append(f"[yellow]in pairs:[/] {escape(record.pairs)}")
     parts.append(f"measured on {escape(record.machine)}; trials ran in turns of "
                  f"{record.turn_steps} steps. speed-up: the median over rounds of float32's "
                  "median step / this one's in the same round, a verdict says faster only when its "
                  "95% interval is above 1; start to 1st step (s): process start, data, model, tracing, "
                  "compiling and the first step; whole run: "
-                 f"estimated for the experiment's {record.experiment_steps} steps and "
-                 f"{record.experiment_eval_batches} evaluation batches (start to 1st step, the rest "
-                 "at the median, evaluation at a third of a step, the process's start and exit as "
-                 "measured); loss Δ: the trial's loss over its "
+                 f"estimated for the experiment's {record.experiment_steps} steps, "
+                 f"{record.experiment_eval_batches} evaluation batches and "
+                 f"{record.experiment_checkpoints} checkpoints (start to 1st step, the rest at the "
+                 "median, evaluation at a third of a step, checkpoints and the process's start "
+                 "and exit as measured); loss Δ: the trial's loss over its "
                  "second half against float32's on the same batches")
     if record.plan_file:
         parts.append(f"runnable plan: {record.plan_file}  (mptrain run {record.plan_file})")

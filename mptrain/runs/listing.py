@@ -18,8 +18,9 @@ from typing import Literal
 
 from mptrain.errors import ConfigError
 from mptrain.precision.candidates import candidate_name
+from mptrain.record import Record
 from mptrain.runs.folder import RunFolder, resumable
-from mptrain.runs.summary import Record, RunState, RunSummary
+from mptrain.runs.summary import RunState, RunSummary
 
 DEFAULT_FOLDER = Path("runs")
 NESTED = ("compare-", "plan-")  # folders whose runs are listed too

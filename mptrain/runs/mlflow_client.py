@@ -12,8 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
-
+from mptrain.record import Record
 from mptrain.runs.folder import write_atomic
 
 MAX_BATCH_METRICS = 1000  # log_batch's limits
@@ -188,10 +187,8 @@ RUN_FILE = "mlflow.json"
 
 
 
-class TrackedRun(BaseModel):
+class TrackedRun(Record):
     """mlflow.json: which MLflow run a run folder (or a compare or plan folder) is."""
-
-    model_config = ConfigDict(extra="forbid")
 
     tracking_uri: str
     experiment_id: str

@@ -17,10 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import BaseModel, ConfigDict, TypeAdapter
+from pydantic import TypeAdapter
 
 from mptrain.hardware.kernels import percentile
 from mptrain.model.flops import Peak, cpu_peak
+from mptrain.record import FrozenRecord
 from mptrain.training.records import StepRecord, StopKind
 
 if TYPE_CHECKING:
@@ -32,20 +33,7 @@ MIN_TIMED_STEPS = 5
 Status = Literal["finished", "interrupted", "diverged"]
 
 
-class Record(BaseModel):
-    """Every record mptrain writes (summary.json, compare.json, plan.json, ...): typed, and a
-    key it does not know is an error, so a misspelt field cannot pass unseen."""
-
-    model_config = ConfigDict(extra="forbid")
-
-
-class _Measured(Record):
-    """What a run measured does not change once written."""
-
-    model_config = ConfigDict(frozen=True)
-
-
-class StepTimes(_Measured):
+class StepTimes(FrozenRecord):
     """Step-time statistics in milliseconds over the *timed* steps: after the warm-up steps
     (tracing, compilation, first allocations) and over full batches only (a short last batch
     does less work, and under XLA its new shape compiles again)."""
@@ -88,7 +76,7 @@ def step_times(steps: list[StepRecord], warmup_steps: int) -> StepTimes | None:
     )
 
 
-class LossScaleStats(_Measured):
+class LossScaleStats(FrozenRecord):
     """Dynamic loss scaling under mixed_float16: where the scale ended, how many steps were
     skipped because a gradient was inf/NaN (each skip halves the scale), and how long it sat
     at or below 1, where scaling no longer protects small gradients (it shrinks them)."""
@@ -100,7 +88,7 @@ class LossScaleStats(_Measured):
     steps_at_floor: int  # steps with a scale <= 1
 
 
-class MemoryStats(_Measured):
+class MemoryStats(FrozenRecord):
     """Memory, as far as this machine can tell.
 
     The process peak (RSS) includes TensorFlow itself and the whole data set, so it barely
@@ -117,7 +105,7 @@ class MemoryStats(_Measured):
     training_peak_bytes: int | None
 
 
-class RunSummary(_Measured):
+class RunSummary(FrozenRecord):
     """summary.json. Every key is documented in docs/outputs.md (a test keeps the two in step)."""
 
     name: str
@@ -166,6 +154,7 @@ class RunSummary(_Measured):
     time_to_first_step_s: float | None  # the one-off costs: start, data, model, tracing, compiling
     turn_wait_s: float = 0.0  # how long it waited for other variants' turns (compare, plan)
     evaluation_s: float | None = None  # the final evaluation on the test set (None: not run)
+    checkpoint_save_s: float | None = None  # the mean time a checkpoint save took (None: none)
     tensorflow_version: str | None
     keras_version: str | None
     seed: int
@@ -216,8 +205,6 @@ def summarize_run(prepared, session, test: dict[str, float], flops_per_example: 
     """The run's summary from what was decided (`prepared`: a `runs.experiment.Prepared`),
     what training measured (`session`: its monitor, notes and recoveries) and the test set's
     figures (`test`)."""
-    from mptrain.model import output_dtype
-    from mptrain.precision.candidates import candidate_name
     from mptrain.precision.policy import unlike_plain_keras
 
     config, choice, machine, monitor = prepared.config, prepared.choice, prepared.machine, session.monitor
@@ -229,21 +216,7 @@ def summarize_run(prepared, session, test: dict[str, float], flops_per_example: 
     return RunSummary(
         name=config.name,
         status=run_status(monitor.steps, test.get("loss"), monitor.stop_status),
-        policy=choice.name, policy_requested=choice.requested,
-        candidate=candidate_name(choice.name, config.train.jit_compile, config.train.math_mode,
-                                 config.model.float32_layers),
-        policy_reason=choice.reason,
-        compute_dtype=choice.compute_dtype, variable_dtype=choice.variable_dtype,
-        output_dtype=output_dtype(prepared.model),
-        loop=config.train.loop,
-        jit_compile=choice.jit_compile,
-        jit_compile_reason=choice.jit_reason,
-        xla_optimizer_update=choice.xla_optimizer_update,
-        xla_optimizer_update_reason=choice.xla_optimizer_reason,
-        device=machine.device_label,
-        distribution=prepared.place.description,
-        replicas=prepared.place.replicas,
-        dataset=prepared.data.source,
+        **_decided(prepared),
         batch_size=config.train.batch_size,
         epochs_run=len(monitor.epoch_records), steps_run=len(monitor.steps),
         stop_reason=monitor.stop_reason,
@@ -259,21 +232,48 @@ def summarize_run(prepared, session, test: dict[str, float], flops_per_example: 
         notes=[*prepared.notes, *session.notes, *session.guard.recoveries,
                *unlike_plain_keras(choice, config.deterministic)],
         first_step_loss=finite_or_none(monitor.steps[0].loss) if monitor.steps else None,
-        non_finite_loss_steps=sum(1 for r in monitor.steps if finite_or_none(r.loss) is None),
+        non_finite_loss_steps=sum(finite_or_none(r.loss) is None for r in monitor.steps),
         final_train_loss=finite_or_none(last_epoch.metrics.get("loss")) if last_epoch else None,
         final_metrics={k: finite_or_none(v) for k, v in last_epoch.metrics.items()} if last_epoch else {},
-        test_loss=finite_or_none(test.get("loss")),
-        test_accuracy=finite_or_none(test.get("accuracy")),
+        test_loss=finite_or_none(test.get("loss")), test_accuracy=finite_or_none(test.get("accuracy")),
         test_metrics={k: finite_or_none(v) for k, v in test.items()},
         test_examples=prepared.data.test.size if test else None,
-        loss_scale=loss_scale_stats(monitor),
-        memory=prepared.memory.stats(),
+        loss_scale=loss_scale_stats(monitor), memory=prepared.memory.stats(),
+        checkpoint_save_s=_mean(session.checkpointer.save_seconds),
         wall_time_s=time.perf_counter() - started_at,
         time_to_first_step_s=first_step - started_at if first_step is not None else None,
         tensorflow_version=machine.tensorflow_version, keras_version=machine.keras_version,
-        seed=config.seed,
-        run_dir=str(run_dir),
+        seed=config.seed, run_dir=str(run_dir),
     )
+
+
+def _decided(prepared) -> dict:
+    """What the run was set up as: its policy and candidate, dtypes, loop, XLA, device."""
+    from mptrain.model import output_dtype
+    from mptrain.precision.candidates import candidate_name
+
+    config, choice, machine = prepared.config, prepared.choice, prepared.machine
+    return dict(
+        policy=choice.name, policy_requested=choice.requested,
+        candidate=candidate_name(choice.name, config.train.jit_compile, config.train.math_mode,
+                                 config.model.float32_layers),
+        policy_reason=choice.reason,
+        compute_dtype=choice.compute_dtype, variable_dtype=choice.variable_dtype,
+        output_dtype=output_dtype(prepared.model),
+        loop=config.train.loop,
+        jit_compile=choice.jit_compile,
+        jit_compile_reason=choice.jit_reason,
+        xla_optimizer_update=choice.xla_optimizer_update,
+        xla_optimizer_update_reason=choice.xla_optimizer_reason,
+        device=machine.device_label,
+        distribution=prepared.place.description,
+        replicas=prepared.place.replicas,
+        dataset=prepared.data.source,
+    )
+
+
+def _mean(values: list[float]) -> float | None:
+    return statistics.fmean(values) if values else None
 
 
 def loss_scale_stats(monitor: TrainingMonitor) -> LossScaleStats | None:
@@ -288,7 +288,7 @@ def loss_scale_stats(monitor: TrainingMonitor) -> LossScaleStats | None:
         steps_at_floor=sum(1 for s in scales if s <= 1.0))
 
 
-class RunState(_Measured):
+class RunState(FrozenRecord):
     """summary.json while a run has no summary: `running` (with the process id, so a folder
     whose process died is recognisable), or ended without one (`failed`, or `interrupted`
     when a second Ctrl-C abandoned it)."""

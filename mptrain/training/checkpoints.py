@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import errno
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,6 +58,7 @@ class Checkpointer(TrainingListener):
                                                   max_to_keep=cfg.keep)
         self.suspended = False  # while a run is diverging, nothing it holds is worth saving
         self.passed_over: list[str] = []  # damaged checkpoints a restore skipped, and why
+        self.save_seconds: list[float] = []  # each save's time (plan's whole-run estimate)
         self._global_step = 0
 
     def save(self, position: Position) -> None:
@@ -67,8 +69,10 @@ class Checkpointer(TrainingListener):
 
         self.position.assign([position.epoch, position.step, position.global_step])
         self.on_save()
+        started = time.perf_counter()
         try:
             self.manager.save(checkpoint_number=position.global_step)
+            self.save_seconds.append(time.perf_counter() - started)
         except tf.errors.OpError as exc:
             full = "no space left" in exc.message.lower()
             raise OSError(errno.ENOSPC if full else errno.EIO,

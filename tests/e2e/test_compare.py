@@ -62,12 +62,14 @@ def assert_nontrivial_png(path: Path):
     assert pixels[..., :3].std() > 0.05
 
 
-def test_diverging_variant_is_shown_not_crashed_on(tmp_path):
-    """Pure float16 with Adam goes NaN (epsilon underflows): compare exists to show that."""
+def test_diverging_variant_is_shown_not_crashed_on_and_variants_pair_when_memory_is_short(tmp_path):
+    """Pure float16 with Adam goes NaN (epsilon underflows): compare exists to show that.
+    With 100 MB to plan with, three variants' processes do not fit together: each runs in
+    turns with float32 alone, and its speed-up comes from its own pair's rounds."""
     config = experiment(tmp_path, "train.epochs=2",
                           "train.optimizer.kwargs={learning_rate: 0.05}")
-    done = mptrain("compare", str(config), "--policies", "float32,float16", cwd=tmp_path,
-                   env_extra={"COLUMNS": "80"})
+    done = mptrain("compare", str(config), "--policies", "float32,float16,mixed_bfloat16",
+                   cwd=tmp_path, env_extra={"COLUMNS": "80", "MPTRAIN_MEMORY_BYTES": str(100 * 2**20)})
     assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stderr
     record = CompareRecord.model_validate_json(
@@ -77,6 +79,14 @@ def test_diverging_variant_is_shown_not_crashed_on(tmp_path):
     assert f16.verdict.startswith("diverged")
     assert "diverged" in done.stdout
     assert_nontrivial_png(Path(record.plot))
+    assert record.pairs and "each runs in turns with float32-fit alone" in record.pairs
+    assert "in pairs:" in done.stdout
+    bf16 = record.variants[2]
+    assert bf16.baseline_rounds and len(bf16.baseline_rounds) == len(bf16.rounds)
+    assert bf16.baseline_rounds != record.variants[0].rounds  # its own pair's float32, not the first's
+    copy = Path(record.folder) / f"{record.experiment}-float32-fit-with-mixed_bfloat16-fit"
+    assert (copy / "summary.json").is_file()
+    assert bf16.speedup == pytest.approx(paired_speedup(bf16.baseline_rounds, bf16.rounds)[0])
 
 
 def test_verdict_needs_enough_timed_steps(tmp_path):

@@ -299,3 +299,20 @@ def test_every_candidate_plan_prints_is_a_name_compare_takes():
                       ("mixed_bfloat16+onednn_bf16", "use float32+onednn_bf16")):
         with pytest.raises(ConfigError, match=re.escape(says)):
             candidate(bad)
+
+
+def test_the_whole_run_estimate_counts_the_experiments_checkpoints():
+    from mptrain.config import validate
+    from mptrain.measure.plan import checkpoint_saves
+    from mptrain.measure.trials import whole_run_estimate
+    from tests.helpers import tiny_raw
+
+    train = validate(tiny_raw("train.epochs=5"), "<t>").train
+    assert checkpoint_saves(train, per_epoch=20) == 5 + 1  # each epoch's, and where it stops
+    every = validate(tiny_raw("train.epochs=2", "train.checkpoint.every_steps=8"), "<t>").train
+    assert checkpoint_saves(every, per_epoch=20) == 2 + 4 + 1  # steps 8, 16, 28, 36 (not 40: an epoch's end)
+    trial_ = trial("float32", "float32", 100.0, first_step_s=4.0)[0]
+    saving = trial_.model_copy(update={"summary": trial_.summary.model_copy(
+        update={"checkpoint_save_s": 2.0})})
+    assert whole_run_estimate(saving, Rules(experiment_steps=100, checkpoints=6)) == \
+        pytest.approx(4.0 + 99 * 0.1 + 6 * 2.0)

@@ -107,3 +107,31 @@ def test_the_library_does_not_import_the_commands():
 def test_the_top_level_holds_few_modules():
     top = [p.name for p in PACKAGE.glob("*.py")]
     assert len(top) <= 10, sorted(top)
+
+
+def _typer_command(node) -> bool:
+    """A command's Typer signature (its options, each with its help) is declaration, not logic."""
+    return any("typer." in ast.unparse(arg.annotation) for arg in node.args.args + node.args.kwonlyargs
+               if arg.annotation is not None)
+
+
+def test_modules_and_functions_stay_small():
+    """No module over 450 lines; no function over 60 lines or with more than 6 parameters
+    (a Typer command's signature aside): a wider one takes a typed object instead."""
+    too_long, too_wide, too_big = [], [], []
+    for path in PACKAGE.rglob("*.py"):
+        text = path.read_text()
+        name = path.relative_to(PACKAGE).as_posix()
+        if len(text.splitlines()) > 450:
+            too_big.append(name)
+        for node in ast.walk(ast.parse(text)):
+            if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) or _typer_command(node):
+                continue
+            a = node.args
+            params = [p.arg for p in a.posonlyargs + a.args + a.kwonlyargs if p.arg not in ("self", "cls")]
+            params += [x for x in (a.vararg, a.kwarg) if x is not None]
+            if node.end_lineno - node.lineno + 1 > 60:
+                too_long.append(f"{name}:{node.name}")
+            if len(params) > 6:
+                too_wide.append(f"{name}:{node.name}")
+    assert (too_big, too_long, too_wide) == ([], [], [])

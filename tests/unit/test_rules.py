@@ -1,0 +1,98 @@
+"""Three rules once caught only end to end (a deliberate break of each failed no unit test),
+pinned down here on recorded inputs, in seconds: `auto` follows its measured kernels, the
+loss is told what the model emits, and every variant of compare and plan starts from the
+staged initial weights."""
+
+from pathlib import Path
+
+import pytest
+
+from mptrain.config import validate
+from mptrain.hardware.machine import Machine, parse_cpuinfo
+from mptrain.measure.engine import Entry, _command
+from mptrain.precision.policy import choose_policy
+from tests.helpers import record_kernels, tiny_raw
+
+AVX512_BF16 = Machine(cpu=parse_cpuinfo("model name : Xeon\nflags : avx512f avx512_bf16"),
+                      tensorflow_version="2.21.0")
+
+
+def test_auto_decides_by_the_kernels_it_measured(tmp_path, monkeypatch):
+    """The same CPU, two recorded measurements: auto goes with the measurement, both ways."""
+    monkeypatch.setenv("MPTRAIN_CACHE_DIR", str(tmp_path))
+    slow, fast = record_kernels(AVX512_BF16, bfloat16=0.8), record_kernels(AVX512_BF16, bfloat16=2.0)
+    assert choose_policy("auto", None, AVX512_BF16, kernels=fast).name == "mixed_bfloat16"
+    chosen = choose_policy("auto", None, AVX512_BF16, kernels=slow)
+    assert chosen.name == "float32" and "0.80x float32" in chosen.reason
+
+
+@pytest.mark.parametrize("loss", [[], ["train.loss=binary_crossentropy", "model.num_classes=1",
+                                         "data.num_classes=2", "model.output_activation=sigmoid"]])
+def test_the_loss_is_told_whether_the_model_emits_logits(loss):
+    from mptrain.training.losses import build_loss
+
+    config = validate(tiny_raw(*loss), "<test>")
+    assert build_loss(config, "logits").get_config()["from_logits"] is True
+    assert build_loss(config, "probabilities").get_config()["from_logits"] is False
+
+
+def test_every_variant_starts_from_the_staged_initial_weights(tmp_path):
+    """A fresh variant runs its own experiment file from the folder's initial weights; one
+    that stopped with a checkpoint resumes from it instead (its weights are in it)."""
+    config = validate(tiny_raw(), "<test>")
+    fresh = _command(tmp_path, Entry("mixed_bfloat16", config, tmp_path / "run-a"), verbose=False)
+    at = fresh.index("--initial-weights")
+    assert Path(fresh[at + 1]) == tmp_path / "initial_weights.npz"
+    assert Path(fresh[fresh.index("--run-dir") + 1]) == tmp_path / "run-a"
+    assert (tmp_path / "variants" / "mixed_bfloat16.yaml").is_file()
+
+    stopped = tmp_path / "run-b"
+    (stopped / "checkpoints").mkdir(parents=True)
+    (stopped / "checkpoints" / "ckpt-1.index").write_text("")
+    (stopped / "config.yaml").write_text("name: tiny\n")
+    (stopped / "summary.json").write_text('{"status": "running", "name": "tiny", "pid": 1, '
+                                          '"host": "elsewhere", "started": "2026-01-01T00:00:00"}')
+    resumed = _command(tmp_path, Entry("float32", config, stopped, resume=True), verbose=False)
+    assert resumed[resumed.index("--resume") + 1] == str(stopped) and "--initial-weights" not in resumed
+
+
+def test_variants_that_do_not_fit_together_pair_with_the_baseline_each(tmp_path):
+    from mptrain.measure.engine import pairs
+
+    config = validate(tiny_raw(), "<test>")
+    entries = [Entry(name, config, tmp_path / name) for name in ("float32", "bf16", "f16+xla")]
+    grouped = pairs(entries, "float32")
+    assert [[e.label for e in group] for group in grouped] == [
+        ["float32", "bf16"], ["float32 with f16+xla", "f16+xla"]]
+    assert grouped[1][0].run_dir == tmp_path / "float32-with-f16-xla"  # its own run folder
+    assert [[e.label for e in g] for g in pairs(entries[1:], "float32")] == [["bf16"], ["f16+xla"]]
+
+
+def test_a_paired_variant_is_judged_against_its_own_pairs_baseline():
+    """Rounds pair only within the turns they ran in: with pairs, that is the variant's own."""
+    from mptrain.measure.compare import Known, Variant, build_record
+    from tests.helpers import make_summary
+
+    variants = [Variant("float32", "fit"), Variant("mixed_bfloat16", "fit"), Variant("float16", "fit")]
+    known = Known({v.label: make_summary(median=100.0) for v in variants},
+                  rounds={"float32-fit": [100.0] * 6, "mixed_bfloat16-fit": [50.0] * 6,
+                          "float16-fit": [50.0] * 6},
+                  sessions={v.label: 1 for v in variants},
+                  baseline_rounds={"float16-fit": [200.0] * 6}, pairs="memory")
+    rows = build_record("x", Path("/tmp/x"), variants, known).variants
+    assert rows[1].speedup == pytest.approx(2.0) and rows[2].speedup == pytest.approx(4.0)
+    assert rows[2].baseline_rounds == [200.0] * 6 and rows[1].baseline_rounds is None
+
+
+def test_a_paired_trial_is_judged_against_float32_from_its_own_pair():
+    from mptrain.measure.trials import Rules, Trial, judge
+    from mptrain.precision.candidates import candidate
+    from tests.helpers import make_summary
+
+    base = Trial(candidate=candidate("float32"), run_dir="/tmp/a", summary=make_summary(),
+                 rounds=[100.0] * 6)
+    trial = Trial(candidate=candidate("mixed_bfloat16"), run_dir="/tmp/b", summary=make_summary(),
+                  rounds=[50.0] * 6)
+    assert judge(trial, base, (1.0, 1.0), Rules()).speedup == pytest.approx(2.0)
+    paired = trial.model_copy(update={"baseline_rounds": [150.0] * 6})
+    assert judge(paired, base, (1.0, 1.0), Rules()).speedup == pytest.approx(3.0)
