@@ -37,8 +37,11 @@ class Candidate(Record):
     def settings(self) -> dict[str, object]:
         """The candidate in ordinary experiment keys (`config.variant` applies them): what its
         runs are given, and what a plan.yaml spells out."""
-        return {"policy": self.policy, "train.math_mode": self.math_mode,
-                "train.jit_compile": self.jit_compile, "model.float32_layers": list(self.float32_layers)}
+        settings: dict[str, object] = {"policy": self.policy, "train.math_mode": self.math_mode,
+                                       "train.jit_compile": self.jit_compile}
+        if self.float32_layers:  # else the experiment's own stay (a plan.yaml's islands, compared)
+            settings["model.float32_layers"] = list(self.float32_layers)
+        return settings
 
     @property
     def sixteen_bit(self) -> bool:

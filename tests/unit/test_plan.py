@@ -292,8 +292,9 @@ def test_every_candidate_plan_prints_is_a_name_compare_takes():
             assert candidate_name(parsed.policy, parsed.jit_compile, parsed.math_mode) == planned.name
     assert candidate_name("mixed_float16", True, "default", ["softmax"]) == "mixed_float16+xla+islands"
     assert candidate("mixed_bfloat16+xla").settings == {
-        "policy": "mixed_bfloat16", "train.math_mode": "default", "train.jit_compile": True,
-        "model.float32_layers": []}
+        "policy": "mixed_bfloat16", "train.math_mode": "default", "train.jit_compile": True}
+    islands = candidate("mixed_bfloat16").model_copy(update={"float32_layers": ["softmax"]})
+    assert islands.settings["model.float32_layers"] == ["softmax"]
     for bad, says in (("mixed_bfloat+xla", "did you mean mixed_bfloat16?"),
                       ("mixed_bfloat16+fast", "'fast' is not +xla or a math mode"),
                       ("mixed_bfloat16+onednn_bf16", "use float32+onednn_bf16")):
