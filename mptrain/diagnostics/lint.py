@@ -17,5 +17,5 @@ def lint_experiment(config, target: Target = "auto", verbose: bool = False) -> L
     return LintReport(experiment=config.name, policy=prepared.choice.name,
                       device=prepared.machine.device_label,
                       alignment_for=alignment_units(prepared.machine, target),
-                      flops_per_example=3 * profile.flops, operations=profile.ops,
+                      flops_per_example=profile.training_flops, operations=profile.ops,
                       findings=lint(prepared, profile, target))

@@ -23,7 +23,6 @@ import numpy as np
 from mptrain.record import Record
 
 F16_MAX = 65504.0
-F16_MIN_NORMAL = 2.0**-14
 F16_MIN_SUBNORMAL = 2.0**-24
 
 

@@ -54,11 +54,6 @@ def cpu_peak(cpu: CpuInfo, compute_dtype: str) -> Peak | None:
     return Peak(cpu.physical_cores * cpu.mhz * 1e6 * FLOP_PER_CYCLE[unit], unit)
 
 
-def count_training_flops(model) -> int:
-    """FLOPs to train on one example: 3x the forward pass of one example."""
-    return 3 * forward_profile(model).flops
-
-
 @dataclass(frozen=True)
 class ForwardProfile:
     """One example's forward pass, read from its TensorFlow graph."""
@@ -67,9 +62,11 @@ class ForwardProfile:
     flops_by_layer: dict[str, int]  # by the innermost named layer that ran each op
     ops: int  # operations in the graph: each costs a kernel launch, whatever its size
 
-
-def count_forward_flops(model) -> int:
-    return forward_profile(model).flops
+    @property
+    def training_flops(self) -> int:
+        """FLOPs to train on one example: the forward pass, and twice it for the backward
+        (the gradients of the inputs and of the weights)."""
+        return 3 * self.flops
 
 
 def forward_profile(model) -> ForwardProfile:

@@ -182,7 +182,7 @@ def _small_model(config, profile, machine) -> list[Finding]:
     peak = None if machine.accelerated else cpu_peak(machine.cpu, "float32")
     if peak is None:
         return []
-    flops = 3 * profile.flops * config.train.batch_size
+    flops = profile.training_flops * config.train.batch_size
     compute = flops / peak.flops_per_second
     launch = 3 * profile.ops * LAUNCH_SECONDS[device]
     if compute >= launch:

@@ -27,7 +27,6 @@ if TYPE_CHECKING:
     from mptrain.precision.policy import PolicyChoice
     from mptrain.runs.listing import RunsReport
 
-DTYPE_SHORT = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
 
 
 def run_header(experiment: ExperimentConfig, choice: PolicyChoice, warning: str | None,

@@ -89,7 +89,7 @@ def run_experiment(config: ExperimentConfig, start: Start = Start(), *,
         if on_start is not None:
             on_start(prepared, session.notes + [f"lint: {f}" for f in findings])
         trained = _train(prepared, session)
-        summary = summarize_run(prepared, session, trained.test, 3 * profile.flops, started_at,
+        summary = summarize_run(prepared, session, trained.test, profile.training_flops, started_at,
                                 folder.path)
         # in turns: another variant's turn is not this run's time
         summary = summary.model_copy(update={"wall_time_s": summary.wall_time_s - trained.waited_s,

@@ -295,7 +295,7 @@ def test_training_flops_of_the_guide_mlp_match_a_hand_count():
     from mptrain.config import validate
     from mptrain.data.dataset import InputSpec
     from mptrain.model import build_model
-    from mptrain.model.flops import count_training_flops
+    from mptrain.model.flops import forward_profile
     from mptrain.precision.policy import apply_policy
     from tests.helpers import tiny_raw
 
@@ -303,9 +303,9 @@ def test_training_flops_of_the_guide_mlp_match_a_hand_count():
     config = validate(tiny_raw("model.hidden_units=[4096, 4096]", "model.num_classes=10"), "<test>")
     model = build_model(config, InputSpec((784,), "vector")).model
     multiply_adds = 784 * 4096 + 4096 * 4096 + 4096 * 10
-    assert count_training_flops(model) == 3 * 2 * multiply_adds
+    assert forward_profile(model).training_flops == 3 * 2 * multiply_adds
     conv = keras.Sequential([keras.Input((8, 8, 3)), keras.layers.Conv2D(4, 3, padding="same")])
-    assert count_training_flops(conv) == 3 * 2 * (8 * 8 * 4) * (3 * 3 * 3)
+    assert forward_profile(conv).training_flops == 3 * 2 * (8 * 8 * 4) * (3 * 3 * 3)
 
 
 @pytest.mark.parametrize("xla_update", [False, True])
