@@ -208,9 +208,8 @@ def run_compare(
             on_notes(preflight_notes(config, variants, prepared.machine))
 
     folder, prepared = stage(config, "compare", verbose, before_folder=say_notes)
-    first_baseline = Variant(_baseline_policy(variants), variants[0].loop, variants[0].strategy)
     pairs = too_big_together(prepared, {v.label: candidate(v.policy).policy for v in variants},
-                             first_baseline.label)
+                             _paired_baseline(variants))
     known = Known(pairs=pairs, run_dirs={v.label: folder / f"{config.name}-{v.label}" for v in variants},
                   turn_steps=turn_steps(planned_steps(prepared.config.train,
                                                       prepared.batches.steps_per_epoch)),
@@ -248,6 +247,7 @@ def _run_variants(record: CompareRecord, variants: list[Variant], known: Known, 
     end, with each variant's per-round step times (`rounds`), so every verdict can be
     recomputed from the record."""
     from mptrain.config import load_config, variant
+    from mptrain.measure.plot import plot_compare
 
     folder, name = Path(record.folder), record.experiment
     # rounds pair only within one session of turns: a variant resumed now did not run in the
@@ -260,8 +260,7 @@ def _run_variants(record: CompareRecord, variants: list[Variant], known: Known, 
                      known.run_dirs[v.label], resume=True) for v in to_run]
     ledger = Ledger(folder, "compare", {"variants": ",".join(v.label for v in variants)})
     ledger.write(build_record(name, folder, variants, known, "running"))
-    first_baseline = Variant(_baseline_policy(variants), variants[0].loop, variants[0].strategy)
-    turns = Turns(known.turn_steps, paired_with=first_baseline.label if known.pairs else None)
+    turns = Turns(known.turn_steps, paired_with=_paired_baseline(variants) if known.pairs else None)
     ran, signal = measure(ledger, entries, turns, verbose=verbose, on_turn=on_turn)
     for entry in entries:
         end = ran.get(entry.label)
@@ -272,8 +271,6 @@ def _run_variants(record: CompareRecord, variants: list[Variant], known: Known, 
                 known.baseline_rounds[entry.label] = end.baseline_rounds
     status = "interrupted" if signal is not None else "finished"
     record = build_record(name, folder, variants, known, status)
-    from mptrain.measure.plot import plot_compare
-
     notes = ledger.close(record, status, plot_compare if any(r.summary for r in record.variants)
                          else None, {"compare.txt": as_text(record)} if as_text else {})
     return CompareResult(record, folder, signal, notes)
@@ -302,6 +299,12 @@ class Known:
     turn_steps: int = 0
     input_ms: float | None = None
     pairs: str | None = None  # why the variants run two by two with the baseline (memory)
+
+
+def _paired_baseline(variants: list[Variant]) -> str:
+    """The variant each other one runs with when they go in pairs: the first loop's and
+    strategy's baseline."""
+    return Variant(_baseline_policy(variants), variants[0].loop, variants[0].strategy).label
 
 
 def _baseline_policy(variants: list[Variant]) -> str:

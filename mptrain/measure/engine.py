@@ -174,10 +174,14 @@ def pairs(entries: list[Entry], baseline: str) -> list[list[Entry]]:
         return [[e] for e in others]
     if not others:
         return [[base]]
-    copies = [replace(base, label=f"{base.label} with {e.label}",
-                      run_dir=base.run_dir.with_name(f"{base.run_dir.name}-with-{e.file_label}"))
-              for e in others[1:]]
-    return [[base, others[0]], *([copy, e] for copy, e in zip(copies, others[1:], strict=True))]
+
+    def baseline_for(index: int, entry: Entry) -> Entry:
+        if index == 0:
+            return base
+        return replace(base, label=f"{base.label} with {entry.label}",
+                       run_dir=base.run_dir.with_name(f"{base.run_dir.name}-with-{entry.file_label}"))
+
+    return [[baseline_for(i, e), e] for i, e in enumerate(others)]
 
 
 def _ran(outcome: Outcome) -> Ran:
@@ -197,7 +201,7 @@ def too_big_together(prepared: Prepared, policies: dict[str, str], baseline: str
     from mptrain.runs.memory import USABLE_FRACTION, estimate, machine_memory_bytes, peak_rss_bytes
 
     available = machine_memory_bytes()
-    if available is None or len(policies) <= 2:
+    if available is None or len(policies) <= 2:  # two variants in pairs are the same two
         return None
     floor, batch = peak_rss_bytes(), prepared.config.train.batch_size
     needs = {label: floor + estimate(prepared.model, prepared.optimizer,

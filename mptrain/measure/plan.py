@@ -289,10 +289,11 @@ def _run_trials(record: PlanRecord, ledger: Ledger, verbose: bool,
         queue = [next(c for c in record.candidates if c.name == "float32"), *queue]
     folder = ledger.folder
     trial = load_config(folder / "trial.yaml")
-    entries = [Entry(option.name, variant(trial, {"name": f"{record.experiment}-{label}",
-                                                  **option.settings}),
-                     folder / f"{record.experiment}-{label}")
-               for option in queue if (label := option.name.replace("+", "-"))]
+    entries = []
+    for option in queue:
+        name = f"{record.experiment}-{option.name.replace('+', '-')}"  # its run and its folder
+        entries.append(Entry(option.name, variant(trial, {"name": name, **option.settings}),
+                             folder / name))
     turns = Turns(record.turn_steps, SLOWEST_RATIO, "float32" if record.pairs else None)
     ran, signal = measure(ledger, entries, turns, verbose=verbose, on_turn=on_turn)
     trials = {t.candidate.name: t for t in record.trials}
