@@ -117,11 +117,12 @@ class Ran:
     @property
     def overhead_s(self) -> float | None:
         """What its process spent outside its own clock: the interpreter's start before
-        mptrain's and the exit after the summary (its waits for others' turns left out)."""
+        mptrain's and the exit after the summary (its waits for others' turns, and the model's
+        save, which is timed on its own, left out)."""
         s = self.summary
         if s is None or self.lifetime_s is None:
             return None
-        return max(0.0, self.lifetime_s - s.wall_time_s - s.turn_wait_s)
+        return max(0.0, self.lifetime_s - s.wall_time_s - s.turn_wait_s - (s.model_save_s or 0.0))
 
 
 @dataclass(frozen=True)

@@ -220,13 +220,14 @@ def checkpoint_saves(train, per_epoch: int) -> int:
 
 def trial_experiment(config: ExperimentConfig, steps: int, per_epoch: int,
                      evaluate: bool) -> ExperimentConfig:
-    """A trial: `steps` steps, no checkpoints, no saved model; without --eval, a small test
-    set (its figures are not judged, and evaluating a whole one would cost the budget)."""
+    """A trial: `steps` steps, no checkpoints but the one as it stops (its time stands for
+    the experiment's), the model saved when the experiment saves it (the whole-run estimate
+    counts that too); without --eval, a small test set (its figures are not judged, and
+    evaluating a whole one would cost the budget)."""
     from mptrain.config import variant
 
     changes = {"train.epochs": math.ceil(steps / per_epoch), "train.max_steps": steps,
-               "train.checkpoint": {"every_epochs": None, "every_steps": None, "keep": 1},
-               "output.save_model": False}
+               "train.checkpoint": {"every_epochs": None, "every_steps": None, "keep": 1}}
     if not evaluate:
         changes["data.max_test_examples"] = 2 * config.train.batch_size
     return variant(config, changes)

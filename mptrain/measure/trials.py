@@ -123,7 +123,8 @@ def whole_run_estimate(trial: Trial, rules: Rules) -> float | None:
     """How long the experiment as written would take this way, as its `mptrain run` process
     lasts: the one-off costs of its first step (start, data, model, tracing, compiling:
     `time_to_first_step_s`), every later step at the trial's median, its evaluations, and
-    its checkpoints at the trial's own save time (a trial saves one as it stops), and what
+    its checkpoints at the trial's own save time (a trial saves one as it stops), the saved
+    model (a trial saves it when the experiment does), and what
     the process spends outside mptrain's clock (the interpreter's start, the exit: measured
     on the trial's process). Evaluations: the trial's own (tracing included), and each
     further batch of the experiment's validation and test sets at a third of a training step
@@ -136,7 +137,7 @@ def whole_run_estimate(trial: Trial, rules: Rules) -> float | None:
     if s.evaluation_s is not None and s.test_examples:
         evaluated = math.ceil(s.test_examples / s.batch_size)
         estimate += s.evaluation_s + max(0, rules.eval_batches - evaluated) * step_s / 3
-    estimate += rules.checkpoints * (s.checkpoint_save_s or 0.0)
+    estimate += rules.checkpoints * (s.checkpoint_save_s or 0.0) + (s.model_save_s or 0.0)
     return estimate + (trial.overhead_s or 0.0)
 
 

@@ -152,11 +152,15 @@ def _train(prepared: Prepared, session: TrainingSession) -> Trained:
 
 
 def _save(prepared: Prepared, folder: RunFolder, summary: RunSummary, tracking) -> RunSummary:
-    """The model (when asked, and finished), the last steps, MLflow's last words, then
-    summary.json: the summary written is the one returned."""
-    if prepared.config.output.save_model and summary.status == "finished" \
-            and (why_not := folder.save_model(prepared.model)) is not None:
-        summary = summary.model_copy(update={"notes": [*summary.notes, why_not]})
+    """The model (when asked, and finished; how long that took is recorded: plan's whole-run
+    estimate counts it), the last steps, MLflow's last words, then summary.json: the summary
+    written is the one returned."""
+    if prepared.config.output.save_model and summary.status == "finished":
+        started = time.perf_counter()
+        why_not = folder.save_model(prepared.model)
+        notes = [*summary.notes, why_not] if why_not else summary.notes
+        summary = summary.model_copy(update={"notes": notes,
+                                             "model_save_s": time.perf_counter() - started})
     folder.flush_steps()
     summary = finish_tracking(tracking, summary, folder.path)
     folder.write_summary(summary)

@@ -155,6 +155,7 @@ class RunSummary(FrozenRecord):
     turn_wait_s: float = 0.0  # how long it waited for other variants' turns (compare, plan)
     evaluation_s: float | None = None  # the final evaluation on the test set (None: not run)
     checkpoint_save_s: float | None = None  # the mean time a checkpoint save took (None: none)
+    model_save_s: float | None = None  # saving the trained model, after this summary's clock
     tensorflow_version: str | None
     keras_version: str | None
     seed: int

@@ -36,8 +36,10 @@ def test_plan_on_a_built_in_measures_chooses_and_writes_a_runnable_plan(tmp_path
     for trial in record["trials"]:  # the rounds every speed-up is computed from, in the record
         assert len(trial["rounds"]) == 3 and trial["summary"]["turn_wait_s"] > 0
         assert trial["summary"]["time_to_first_step_s"] > 0 and trial["whole_run_s"] > 0
-        # the whole run counts the evaluations and the process outside mptrain's clock
+        # the whole run counts the evaluations, the saved model (synthetic saves it) and the
+        # process outside mptrain's clock
         assert trial["summary"]["evaluation_s"] > 0 and trial["overhead_s"] > 0
+        assert trial["summary"]["model_save_s"] > 0
         assert record["experiment_eval_batches"] > 0
     names = [t["candidate"]["name"] for t in record["trials"]]
     assert names[:3] == ["float32", "mixed_bfloat16", "float32+onednn_bf16"] or \

@@ -317,3 +317,17 @@ def test_the_whole_run_estimate_counts_the_experiments_checkpoints():
         update={"checkpoint_save_s": 2.0})})
     assert whole_run_estimate(saving, Rules(experiment_steps=100, checkpoints=6)) == \
         pytest.approx(4.0 + 99 * 0.1 + 6 * 2.0)
+    # the saved model: timed on its own, after the summary's clock, and counted once
+    model = saving.model_copy(update={"summary": saving.summary.model_copy(
+        update={"model_save_s": 3.0})})
+    assert whole_run_estimate(model, Rules(experiment_steps=100, checkpoints=6)) == \
+        pytest.approx(4.0 + 99 * 0.1 + 6 * 2.0 + 3.0)
+
+
+def test_a_variants_process_overhead_leaves_out_its_waits_and_its_model_save():
+    from mptrain.measure.engine import Ran
+
+    summary = trial("float32", "float32", 100.0, first_step_s=4.0)[0].summary.model_copy(
+        update={"wall_time_s": 20.0, "turn_wait_s": 5.0, "model_save_s": 1.5})
+    assert Ran(summary, None, [], lifetime_s=30.0).overhead_s == pytest.approx(30.0 - 20.0 - 5.0 - 1.5)
+    assert Ran(summary, None, [], lifetime_s=None).overhead_s is None
