@@ -63,8 +63,9 @@ def plan(
     experiment file (`mptrain run` it). Ctrl-C stops every trial; --resume runs them again.
     """
     from mptrain.config import load_config
+    from mptrain.config.loading import plan_file_for
     from mptrain.errors import ConfigError
-    from mptrain.measure.plan import PlanSettings, plan_file_for, resume_plan, run_plan, start_plan
+    from mptrain.measure.plan import PlanSettings, resume_plan, run_plan, start_plan
     from mptrain.precision.candidates import CANDIDATE_NAMES
     from mptrain.report.progress import print_turn
     from mptrain.report.tables import plan_tables

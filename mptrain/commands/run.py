@@ -59,11 +59,20 @@ def run(
     worker stops them all (exit 4, with the --resume command) unless --max-restarts allows
     restarting them.
     """
+    from rich.markup import escape
+
+    from mptrain.config.loading import plan_beside
     from mptrain.errors import ConfigError, WorkerLost
     from mptrain.report.progress import LiveProgress
     from mptrain.report.tables import run_header
     from mptrain.runs.resume import AlreadyFinished, experiment_to_run
-    from mptrain.runs.workers import Relayed, local_run, local_worker_count, worker_overrides
+    from mptrain.runs.workers import (
+        Relayed,
+        local_run,
+        local_worker_count,
+        run_local_workers,
+        worker_overrides,
+    )
 
     overrides = [*(set_ or []), *(worker_overrides(workers) if workers is not None else [])]
     with user_errors("interrupted (a run folder, if one was made, keeps its last checkpoint)",
@@ -75,18 +84,19 @@ def run(
             raise typer.Exit(0) from None
         count = local_worker_count(experiment.distribute.workers, workers, supervised,
                                    "TF_CONFIG" in os.environ)
-        if count is not None:
-            raise typer.Exit(_on_local_workers(
-                local_run(experiment, count, Relayed(config, overrides, json_out, verbose), resume),
-                max_restarts))
+        if count is not None:  # the chief's summary, then why the run stopped if a worker was lost
+            local = local_run(experiment, count, Relayed(config, overrides, json_out, verbose), resume)
+            ended = run_local_workers(local, max_restarts, on_restart=lambda line: say(
+                f"[yellow]restart:[/] {escape(line)}"))
+            typer.echo(ended.stdout, nl=False)
+            if ended.message is not None:
+                say_error(ended.message)
+            raise typer.Exit(ended.code)
         if max_restarts:
             raise ConfigError("--max-restarts restarts lost local workers: it needs --workers N "
                               "(or --resume of a run on local workers)")
-        if resume is None:
-            from mptrain.measure.plan import plan_beside
-
-            if (beside := plan_beside(config)) is not None:
-                say(f"[cyan]plan:[/] {beside}")
+        if resume is None and (beside := plan_beside(config)) is not None:
+            say(f"[cyan]plan:[/] {beside}")
         from mptrain.runs.runner import Start, run_experiment
 
         def on_start(prepared, notes: list[str]) -> None:
@@ -119,18 +129,3 @@ def _finish(result, json_out: bool) -> None:
         say(f"[red]diverged[/]: {summary.stop_reason or 'the loss became NaN/inf'}; the last "
             f"good checkpoint is in {result.run_dir}/checkpoints")
         raise typer.Exit(DIVERGED_EXIT_CODE)
-
-
-def _on_local_workers(local, max_restarts: int) -> int:
-    """`run` as local worker processes (`runs.workers.run_local_workers`): the chief's
-    summary, then the line that says why the run stopped if a worker was lost; the exit code."""
-    from rich.markup import escape
-
-    from mptrain.runs.workers import run_local_workers
-
-    result = run_local_workers(local, max_restarts,
-                               on_restart=lambda line: say(f"[yellow]restart:[/] {escape(line)}"))
-    typer.echo(result.stdout, nl=False)
-    if result.message is not None:
-        say_error(result.message)
-    return result.code

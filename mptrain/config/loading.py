@@ -346,3 +346,23 @@ def _allowed_keys(loc: tuple[Any, ...]) -> list[str]:
             model = annotation
         # else a tagged union: the next part of the location names the member
     return list(getattr(model, "model_fields", {}))
+
+
+def plan_file_for(source: str) -> Path:
+    """Where plan.yaml goes by default: beside the experiment file (`exp.plan.yaml`), or in
+    the current folder for a built-in experiment."""
+    path = find_config(source)
+    folder = Path.cwd() if is_builtin(path) else path.resolve().parent
+    return folder / f"{path.name.removesuffix('.yaml')}.plan.yaml"
+
+
+def plan_beside(source: str) -> str | None:
+    """The first line of the plan written beside an experiment, if there is one."""
+    if source.endswith(".plan.yaml"):
+        return None
+    try:
+        beside = plan_file_for(source)
+        first = beside.read_text().splitlines()[0] if beside.is_file() else None
+    except (OSError, ConfigError, IndexError):
+        return None
+    return f"{beside}: {first.lstrip('# ')}" if first else None

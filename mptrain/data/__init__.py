@@ -51,8 +51,9 @@ def fit_classes(config: ExperimentConfig, data: Dataset) -> ExperimentConfig:
         return config
     wanted = config.model.num_classes
     if wanted is None:
-        model = config.model.model_copy(update={"num_classes": data.num_classes_seen})
-        return config.model_copy(update={"model": model})
+        from mptrain.config import variant
+
+        return variant(config, {"model.num_classes": data.num_classes_seen})
     if data.num_classes_seen > wanted:
         raise DataError(
             f"{data.source}: labels go up to {data.num_classes_seen - 1} but model.num_classes is "

@@ -122,16 +122,6 @@ class PlanResult:
     notes: list[str] = field(default_factory=list)  # what MLflow tracking could not log
 
 
-def plan_file_for(source: str) -> Path:
-    """Where plan.yaml goes by default: beside the experiment file (`exp.plan.yaml`), or in
-    the current folder for a built-in experiment."""
-    from mptrain.config.loading import find_config, is_builtin
-
-    path = find_config(source)
-    folder = Path.cwd() if is_builtin(path) else path.resolve().parent
-    return folder / f"{path.name.removesuffix('.yaml')}.plan.yaml"
-
-
 @dataclass(frozen=True)
 class PlanSettings:
     """What a user asks of a plan: the candidates by name (None: every one this machine can run),
@@ -391,15 +381,3 @@ def write_plan_file(record: PlanRecord, folder: Path, path: Path) -> str:
     except OSError as exc:
         raise ConfigError(f"--out {path}: cannot write ({exc.strerror})") from None
     return text
-
-
-def plan_beside(source: str) -> str | None:
-    """The first line of the plan written beside an experiment, if there is one."""
-    if source.endswith(".plan.yaml"):
-        return None
-    try:
-        beside = plan_file_for(source)
-        first = beside.read_text().splitlines()[0] if beside.is_file() else None
-    except (OSError, ConfigError, IndexError):
-        return None
-    return f"{beside}: {first.lstrip('# ')}" if first else None

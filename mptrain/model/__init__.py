@@ -115,18 +115,11 @@ def ensure_float32_output(model):
                      "so the loss is computed in float32 (the guide's rule)"]
 
 
-def check_model_fits(config: ExperimentConfig, spec: InputSpec) -> None:
-    """Before training: does the data's input suit the model (image size, channels,
-    vocabulary, sequence length)? An error names the key to change."""
-    kind = config.model.kind
-    if kind == "application":
-        from mptrain.model.applications import check_application_fits
+def load_initial_weights(model, path) -> None:
+    """Weights saved by `runs.experiment.save_initial_weights` (an .npz of
+    `model.get_weights()`), cast to this model's variables: its policy may differ."""
+    import numpy as np
 
-        check_application_fits(config.model, spec)
-    elif kind == "transformer":
-        from mptrain.model.transformer import check_transformer_fits
-
-        check_transformer_fits(config.model, spec)
-    elif kind == "cnn" and len(spec.shape) != 3:
-        raise ConfigError(f"model.kind cnn needs image inputs (height, width, channels); this "
-                          f"data set's examples have shape {spec.shape}")
+    with np.load(path) as archive:
+        weights = [archive[f"arr_{i}"] for i in range(len(archive.files))]
+    model.set_weights([w.astype(v.dtype) for w, v in zip(weights, model.get_weights(), strict=True)])

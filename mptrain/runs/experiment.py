@@ -26,11 +26,12 @@ from mptrain.errors import MptrainError
 from mptrain.hardware.kernels import KernelSpeeds, measured_kernels
 from mptrain.hardware.machine import Machine, probe
 from mptrain.hardware.runtime import import_tensorflow, seed_everything
-from mptrain.model import build_model, check_model_fits
+from mptrain.model import build_model, load_initial_weights
+from mptrain.model.checks import check_model_fits
 from mptrain.model.outputs import OutputKind
 from mptrain.precision.policy import PolicyChoice, apply_math_mode, apply_policy, choose_policy, speed_warning
 from mptrain.runs.memory import MemoryMeter
-from mptrain.runs.preflight import check_batch_fits, check_experiment, check_sizes
+from mptrain.runs.preflight import check_experiment, check_fits
 from mptrain.training import TrainingLoop, make_loop
 from mptrain.training.distribute import Placement, placement, prepare_devices, scope
 from mptrain.training.loss_scale import wrap_optimizer
@@ -109,9 +110,8 @@ def fit_data(config: ExperimentConfig, data: Dataset) -> ExperimentConfig:
     what the data turned out to be; an error names the experiment file, as `validate`'s do."""
     try:
         config = fit_classes(config, data)
+        check_fits(config, data.spec, data.train.size)
         check_model_fits(config, data.spec)
-        check_sizes(config, data.spec)
-        check_batch_fits(config, data.train.size)
     except MptrainError as exc:
         raise type(exc)(f"{config.source}: {exc}") from exc.__cause__
     return config
@@ -129,11 +129,3 @@ def save_initial_weights(config: ExperimentConfig, path: Path, verbose: bool = F
 
     prepared = prepare(config, policy="float32", verbose=verbose)
     np.savez(path, *prepared.model.get_weights())
-
-
-def load_initial_weights(model, path: Path) -> None:
-    import numpy as np
-
-    with np.load(path) as archive:
-        weights = [archive[f"arr_{i}"] for i in range(len(archive.files))]
-    model.set_weights([w.astype(v.dtype) for w, v in zip(weights, model.get_weights(), strict=True)])

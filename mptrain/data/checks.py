@@ -1,0 +1,112 @@
+"""Checks of the data an experiment names, made before anything heavy runs (no TensorFlow).
+
+One entry, `check_data`: do the files exist, does an image or text folder have classes, a
+CSV its columns; what the inputs will look like (the shape the model checks use) and how many
+training examples there are, when that is cheap to know. `validate` asks for the `thorough`
+answer, which reads what `run` reads anyway before its first step.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from mptrain.data.dataset import InputSpec
+from mptrain.errors import DataError
+
+MNIST_TRAIN_EXAMPLES = 60_000  # MNIST and Fashion-MNIST
+
+
+class DataCheck(NamedTuple):
+    notes: list[str]  # what cannot be known before `run` (a data set to download)
+    spec: InputSpec | None  # the inputs, when the config alone (or a CSV's header) says
+    train_examples: int | None  # the examples a run trains on, when cheap to know (or thorough)
+
+
+def check_data(data, thorough: bool = False) -> DataCheck:
+    """Raise a DataError on data `run` could not load; what the data will be, when known."""
+    notes = _check_files(data)
+    return DataCheck(notes, _input_spec(data), _training_examples(data, thorough))
+
+
+def _input_spec(data) -> InputSpec | None:
+    """What the inputs will look like, when the config alone says (None: only the data knows)."""
+    kind = data.dataset
+    if kind == "synthetic":
+        shape = tuple(data.input_shape)
+        return InputSpec(shape, "image" if len(shape) == 3 else "vector")
+    if kind == "synthetic_text":
+        return InputSpec((data.sequence_length,), "tokens", data.vocab_size)
+    if kind in ("mnist", "fashion_mnist"):
+        return InputSpec((28, 28, 1), "image")
+    if kind == "image_folder":
+        return InputSpec((*data.image_size, 3 if data.color_mode == "rgb" else 1), "image")
+    if kind == "text_folder":
+        return InputSpec((data.sequence_length,), "tokens", data.max_tokens)
+    if kind == "csv":
+        from mptrain.data.tabular import columns, read_header
+
+        features, _ = columns(data, read_header(data.path, data.delimiter), data.path)
+        return InputSpec((len(features),), "vector")
+    return None
+
+
+
+def _training_examples(data, thorough: bool) -> int | None:
+    """How many examples a run trains on, when that is cheap to know (or `thorough`); an
+    .npz's training labels are checked on the way (they are read anyway)."""
+    kind = data.dataset
+    if kind in ("synthetic", "synthetic_text"):
+        total = data.train_size
+    elif kind in ("mnist", "fashion_mnist"):
+        total = MNIST_TRAIN_EXAMPLES
+    elif kind == "npz" and thorough:
+        from mptrain.data.arrays import check_npz_labels, npz_length
+
+        total = npz_length(data.path, "x_train")
+        check_npz_labels(data)
+    elif kind in ("image_folder", "text_folder") and thorough:
+        from mptrain.data.folders import split_files
+
+        return len(split_files(data).train[0])
+    elif kind == "csv" and thorough:
+        from mptrain.data.tabular import read_table
+
+        return len(read_table(data).train_rows)
+    else:
+        return None
+    if data.max_train_examples:
+        total = min(total, data.max_train_examples)
+    return total - int(total * data.validation_split)
+
+
+
+def _check_files(data) -> list[str]:
+    kind = data.dataset
+    path = getattr(data, "path", None)
+    if kind == "npz" and not path.is_file():
+        raise DataError(f"data.path {path}: no such file")
+    if kind in ("mnist", "fashion_mnist"):
+        from mptrain.data.arrays import check_given_path, local_copy, looked_in
+
+        if path is not None:
+            if not path.exists():
+                raise DataError(f"data.path {path}: no such file or folder")
+            check_given_path(kind, path)
+        elif local_copy(kind) is None:
+            return [f"{kind} is not on this machine (looked in {looked_in(kind)}); `run` will "
+                    "try Keras' download, which needs the internet (docs/data.md)"]
+    if kind in ("image_folder", "text_folder"):
+        from mptrain.data.folders import IMAGE_EXTENSIONS, TEXT_EXTENSIONS, list_classes
+
+        images = kind == "image_folder"
+        extensions, what = (IMAGE_EXTENSIONS, "image") if images else (TEXT_EXTENSIONS, "text")
+        classes = list_classes(path, extensions, what, key="data.path").classes
+        if data.test_path is not None:
+            list_classes(data.test_path, extensions, what, classes, key="data.test_path")
+    if kind == "csv":
+        for key, csv_path in (("data.path", path), ("data.test_path", data.test_path)):
+            if csv_path is not None and not csv_path.is_file():
+                raise DataError(f"{key} {csv_path}: no such file")
+    if kind == "tfds" and data.data_dir is not None and not data.data_dir.is_dir():
+        raise DataError(f"data.data_dir {data.data_dir}: no such folder")
+    return []
