@@ -71,6 +71,12 @@ def stage(config: ExperimentConfig, kind: str, verbose: bool = False,
     initial weights every variant starts from: the model built once under float32 and saved
     (the guide's `initial_weights = model.get_weights()`). Everything that can fail on bad
     input, `before_folder(prepared)` included, fails before the folder exists."""
+    if (workers := config.distribute.workers) is not None:
+        raise ConfigError(
+            f"{config.source}: distribute.workers {workers}: {kind} times each variant as one "
+            "process, in turns, and each would start its own local workers; --set "
+            f"distribute.workers=null to {kind} the single-process step, and train on workers "
+            "with `mptrain run`")
     import numpy as np
 
     from mptrain.runs.experiment import prepare

@@ -3,6 +3,7 @@ pinned down here on recorded inputs, in seconds: `auto` follows its measured ker
 loss is told what the model emits, and every variant of compare and plan starts from the
 staged initial weights."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -96,3 +97,20 @@ def test_a_paired_trial_is_judged_against_float32_from_its_own_pair():
     assert judge(trial, base, (1.0, 1.0), Rules()).speedup == pytest.approx(2.0)
     paired = trial.model_copy(update={"baseline_rounds": [150.0] * 6})
     assert judge(paired, base, (1.0, 1.0), Rules()).speedup == pytest.approx(3.0)
+
+
+def test_compare_and_plan_refuse_local_workers_before_anything_starts(tmp_path):
+    """Each variant runs as one process in turns; with distribute.workers each would start
+    its own workers, so the experiment is refused, naming the key and the way out, before
+    TensorFlow, the staging or any folder."""
+    from mptrain.errors import ConfigError
+    from mptrain.measure.engine import stage
+
+    config = validate(tiny_raw(f"output.dir={tmp_path / 'runs'}", "distribute.workers=2",
+                               "distribute.strategy=multi_worker_mirrored", "train.loop=custom"), "exp.yaml")
+    source = re.escape(config.source)
+    for kind in ("compare", "plan"):
+        with pytest.raises(ConfigError, match=rf"^{source}: distribute\.workers 2: {kind} .*"
+                                              r"--set distribute\.workers=null"):
+            stage(config, kind)
+    assert not (tmp_path / "runs").exists()
