@@ -158,7 +158,7 @@ def training_stream(batches: Batches, epochs: range, skip_steps: int = 0):
     stream = tf.data.Dataset.range(epochs.start, epochs.stop).flat_map(one_epoch).skip(skip_steps)
     if split.arrays is not None:
         stream = _gather(tf, stream, split.arrays)
-    return _finish(tf, stream, batches.target)
+    return _finish(tf, stream, batches.target, tuned=split.arrays is None)
 
 
 def _block_shuffled(tf, examples, block: int, seed: int, epoch):
@@ -190,7 +190,7 @@ def in_order(split: Split, batch_size: int, target=None):
             split.load, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).batch(batch_size)
     else:
         batches = _gather(tf, tf.data.Dataset.range(split.size).batch(batch_size), split.arrays)
-    return _finish(tf, batches, target)
+    return _finish(tf, batches, target, tuned=split.arrays is None)
 
 
 def _gather(tf, index_batches, arrays):
@@ -215,9 +215,15 @@ def _gather(tf, index_batches, arrays):
     return index_batches.map(gather)
 
 
-def _finish(tf, batches, target):
+def _finish(tf, batches, target, tuned: bool):
     """uint8 pixels (decoded or cached images: a quarter of the space) become float32 in
     [0, 1] here, on the host, as the guide advises; binary labels become float columns.
+
+    `tuned`: tf.data's autotuning sizes the parallel decoding of files and the prefetch
+    buffer. Batches gathered from arrays in memory have nothing to tune: they get a fixed
+    prefetch of two batches and no autotuning, whose background thread competed with the
+    step on a 2-core machine and, at the end of a multi-epoch `Model.fit`, held its iterator's
+    release for ~3.7 s in half the runs (bench/NOTES.md section 8).
 
     Sharding is set explicitly for tf.distribute's workers: by data (every pipeline reads
     arrays, or files by index, that tf.data cannot split by file)."""
@@ -227,4 +233,5 @@ def _finish(tf, batches, target):
                                             target(y) if target is not None else y))
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
-    return batches.prefetch(tf.data.AUTOTUNE).with_options(options)
+    options.autotune.enabled = tuned
+    return batches.prefetch(tf.data.AUTOTUNE if tuned else 2).with_options(options)

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -306,18 +307,27 @@ def _judged(trials: list[Trial], record: PlanRecord) -> list[Trial]:
     steps = {t.candidate.name: RunFolder(Path(t.run_dir)).read_steps() for t in trials
              if t.summary is not None}
     base = next((t for t in trials if t.candidate.name == "float32"), None)
+    rules = plan_rules(record, trials)
     judged = []
     for t in trials:
         records = steps.get(t.candidate.name, [])
         unexplained = sum(1 for r in records if not math.isfinite(r.loss) and not r.skipped)
         t = t.model_copy(update={"unexplained_non_finite": unexplained})
-        t = judge(t, base, compared_losses(steps.get("float32", []), records),
-                  Rules(record.tolerance_pct, record.evaluate, record.experiment_steps,
-                        record.experiment_eval_batches, record.experiment_checkpoints))
+        t = judge(t, base, compared_losses(steps.get("float32", []), records), rules)
         waits = input_bound(t.summary.step_time.median_ms if t.summary and t.summary.step_time
                             else None, record.input_ms_per_batch)
         judged.append(t.model_copy(update={"verdict": f"{t.verdict}; {waits}"}) if waits else t)
     return judged
+
+
+def plan_rules(record: PlanRecord, trials: list[Trial]) -> Rules:
+    """How the plan's trials are judged: its tolerance, and the experiment's length for the
+    whole-run estimate, with the process's start and exit taken as the median over the
+    trials' processes (the same program for each: one trial's exit once took 40 s longer)."""
+    overheads = [t.overhead_s for t in trials if t.overhead_s is not None]
+    return Rules(record.tolerance_pct, record.evaluate, record.experiment_steps,
+                 record.experiment_eval_batches, record.experiment_checkpoints,
+                 statistics.median(overheads) if overheads else 0.0)
 
 
 def _add_islands(record: PlanRecord, folder: Path, verbose: bool, on_layers) -> PlanRecord:

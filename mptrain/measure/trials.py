@@ -65,6 +65,9 @@ class Rules:
     experiment_steps: int = 0
     eval_batches: int = 0  # the experiment's validation batches over its epochs, and its test's
     checkpoints: int = 0  # the checkpoints the experiment saves
+    # a trial's process outside its own clock (the interpreter's start, the exit): the median
+    # over the plan's trials, the same program for each; one trial's was once 40 s longer
+    overhead_s: float = 0.0
 
 
 
@@ -121,14 +124,14 @@ def judge(trial: Trial, base: Trial | None, losses: tuple[float | None, float | 
 
 def whole_run_estimate(trial: Trial, rules: Rules) -> float | None:
     """How long the experiment as written would take this way, as its `mptrain run` process
-    lasts: the one-off costs of its first step (start, data, model, tracing, compiling:
-    `time_to_first_step_s`), every later step at the trial's median, its evaluations, and
-    its checkpoints at the trial's own save time (a trial saves one as it stops), the saved
-    model (a trial saves it when the experiment does), and what
-    the process spends outside mptrain's clock (the interpreter's start, the exit: measured
-    on the trial's process). Evaluations: the trial's own (tracing included), and each
-    further batch of the experiment's validation and test sets at a third of a training step
-    (a forward pass of the three a step does)."""
+    lasts: the one-off costs, to the end of its first step (start, data, model, tracing,
+    compiling: `time_to_first_step_s`); every later step at the trial's median; its
+    evaluations; its checkpoints at the trial's own save time (a trial saves one as it
+    stops); the saved model (a trial saves it when the experiment does); and what the
+    process spends outside mptrain's clock (the interpreter's start, the exit:
+    `Rules.overhead_s`). Evaluations: the trial's own (tracing included), and each further
+    batch of the experiment's validation and test sets at a third of a training step (a
+    forward pass of the three a step does)."""
     s = trial.summary
     if not rules.experiment_steps or s is None or s.step_time is None or s.time_to_first_step_s is None:
         return None
@@ -138,7 +141,7 @@ def whole_run_estimate(trial: Trial, rules: Rules) -> float | None:
         evaluated = math.ceil(s.test_examples / s.batch_size)
         estimate += s.evaluation_s + max(0, rules.eval_batches - evaluated) * step_s / 3
     estimate += rules.checkpoints * (s.checkpoint_save_s or 0.0) + (s.model_save_s or 0.0)
-    return estimate + (trial.overhead_s or 0.0)
+    return estimate + rules.overhead_s
 
 
 def choose(trials: list[Trial]) -> tuple[str, str]:

@@ -48,6 +48,14 @@ class StepTimes(FrozenRecord):
     enough: bool  # at least MIN_TIMED_STEPS timed steps: enough for a speed comparison
 
 
+def time_to_first_step(monitor, started_at: float) -> float | None:
+    """The one-off costs: from the process's start to the end of the first step, whose own
+    time is the tracing, XLA's compile and the first kernels' creation (None: no step ran)."""
+    if monitor.timer.first_start is None or not monitor.steps:
+        return None
+    return monitor.timer.first_start + monitor.steps[0].seconds - started_at
+
+
 def timed_steps(steps: list[StepRecord], warmup_steps: int) -> list[StepRecord]:
     """The steps whose times count (see `StepTimes`). When warm-up leaves nothing, the last
     full step is kept, so a run cut short still says how long its step took."""
@@ -151,7 +159,7 @@ class RunSummary(FrozenRecord):
     loss_scale: LossScaleStats | None
     memory: MemoryStats
     wall_time_s: float  # its own work: time spent waiting for its turn (compare, plan) left out
-    time_to_first_step_s: float | None  # the one-off costs: start, data, model, tracing, compiling
+    time_to_first_step_s: float | None  # to the first step's end: start, data, model, tracing, compiling
     turn_wait_s: float = 0.0  # how long it waited for other variants' turns (compare, plan)
     evaluation_s: float | None = None  # the final evaluation on the test set (None: not run)
     checkpoint_save_s: float | None = None  # the mean time a checkpoint save took (None: none)
@@ -213,7 +221,6 @@ def summarize_run(prepared, session, test: dict[str, float], flops_per_example: 
     peak = None if machine.accelerated else cpu_peak(machine.cpu, choice.compute_dtype)
     speed = throughput(times, config.train.batch_size, flops_per_example, peak)
     last_epoch = monitor.epoch_records[-1] if monitor.epoch_records else None
-    first_step = monitor.timer.first_start
     return RunSummary(
         name=config.name,
         status=run_status(monitor.steps, test.get("loss"), monitor.stop_status),
@@ -242,7 +249,7 @@ def summarize_run(prepared, session, test: dict[str, float], flops_per_example: 
         loss_scale=loss_scale_stats(monitor), memory=prepared.memory.stats(),
         checkpoint_save_s=_mean(session.checkpointer.save_seconds),
         wall_time_s=time.perf_counter() - started_at,
-        time_to_first_step_s=first_step - started_at if first_step is not None else None,
+        time_to_first_step_s=time_to_first_step(monitor, started_at),
         tensorflow_version=machine.tensorflow_version, keras_version=machine.keras_version,
         seed=config.seed, run_dir=str(run_dir),
     )

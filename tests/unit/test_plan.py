@@ -268,11 +268,11 @@ def test_the_whole_run_estimate_counts_evaluation_and_the_process_start_and_exit
 
     trial_ = trial("float32", "float32", 30.0, first_step_s=4.0)[0]
     summary = trial_.summary.model_copy(update={"evaluation_s": 0.5, "test_examples": 128})
-    timed = trial_.model_copy(update={"summary": summary, "overhead_s": 1.5})
-    # 4 s to the first step, 99 more steps at 30 ms, the trial's own 2-batch evaluation (0.5 s),
-    # 18 more evaluation batches at a third of a step, 1.5 s outside mptrain's clock
-    assert whole_run_estimate(timed, Rules(experiment_steps=100, eval_batches=20)) == \
-        pytest.approx(4.0 + 99 * 0.03 + 0.5 + 18 * 0.01 + 1.5)
+    timed = trial_.model_copy(update={"summary": summary})
+    # 4 s to the first step's end, 99 more steps at 30 ms, the trial's own 2-batch evaluation
+    # (0.5 s), 18 more evaluation batches at a third of a step, 1.5 s outside mptrain's clock
+    assert whole_run_estimate(timed, Rules(experiment_steps=100, eval_batches=20, overhead_s=1.5)) \
+        == pytest.approx(4.0 + 99 * 0.03 + 0.5 + 18 * 0.01 + 1.5)
     # without an evaluation measured or a process timed: the steps alone
     assert whole_run_estimate(trial_, Rules(experiment_steps=100, eval_batches=20)) == \
         pytest.approx(4.0 + 99 * 0.03)
@@ -331,3 +331,36 @@ def test_a_variants_process_overhead_leaves_out_its_waits_and_its_model_save():
         update={"wall_time_s": 20.0, "turn_wait_s": 5.0, "model_save_s": 1.5})
     assert Ran(summary, None, [], lifetime_s=30.0).overhead_s == pytest.approx(30.0 - 20.0 - 5.0 - 1.5)
     assert Ran(summary, None, [], lifetime_s=None).overhead_s is None
+
+
+def test_one_trials_slow_exit_does_not_move_the_whole_run_estimates():
+    """The process's start and exit are the same program for every candidate: the median over
+    the trials, so a trial whose exit the host delayed (46 s once, on VGG16) does not make its
+    candidate look slower over the whole run."""
+    from mptrain.measure.plan import PlanRecord, plan_rules
+
+    trials = [trial(name, "float32", 100.0)[0].model_copy(update={"overhead_s": o})
+              for name, o in (("float32", 1.1), ("mixed_bfloat16", 46.4), ("float32+graph_bf16", 1.0))]
+    record = PlanRecord(experiment="e", folder="/tmp/x", machine="m", measured_at="t", steps=12,
+                        tolerance_pct=3.0, evaluate=False, budget_minutes=30, candidates=[],
+                        experiment_steps=87, experiment_eval_batches=20, experiment_checkpoints=4)
+    rules = plan_rules(record, trials)
+    assert rules.overhead_s == pytest.approx(1.1)
+    assert (rules.experiment_steps, rules.eval_batches, rules.checkpoints) == (87, 20, 4)
+    assert plan_rules(record, [trials[0].model_copy(update={"overhead_s": None})]).overhead_s == 0.0
+
+
+def test_the_one_off_costs_end_with_the_first_step():
+    """The first step's own time is its tracing and XLA's compile: a one-off cost, which the
+    whole-run estimate counts once (the later steps are at the median)."""
+    from types import SimpleNamespace
+
+    from mptrain.runs.summary import time_to_first_step
+    from mptrain.training.records import StepRecord
+
+    first = StepRecord(step=1, epoch=1, loss=2.3, seconds=2.5, examples=32)
+    later = StepRecord(step=2, epoch=1, loss=2.2, seconds=0.1, examples=32)
+    monitor = SimpleNamespace(timer=SimpleNamespace(first_start=10.0), steps=[first, later])
+    assert time_to_first_step(monitor, started_at=4.0) == pytest.approx(6.0 + 2.5)
+    assert time_to_first_step(SimpleNamespace(timer=SimpleNamespace(first_start=None), steps=[]),
+                              4.0) is None
