@@ -43,6 +43,10 @@ def test_image_folder_cache_gives_the_same_batches(tmp_path):
         data = load_dataset(config.data, seed=3)
         batches = make_batches(data, 5, epochs=2, seed=3, binary_labels=False)
         streams[len(streams)] = [(x.numpy(), y.numpy()) for x, y in batches.train]
+        # files decoded in parallel are autotuned; arrays in memory (or mapped) have nothing to
+        # tune, and autotuning's thread once held a multi-epoch fit's end for seconds
+        for pipeline in (batches.train, batches.test):
+            assert pipeline.options().autotune.enabled is (cache == "none"), cache
     assert isinstance(data.train.arrays[0], np.memmap)
     assert sorted(p.name for p in (tmp_path / "cache").iterdir())[0] == "shapes.test.json"
     for other in (1, 2, 3):
