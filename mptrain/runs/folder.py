@@ -93,6 +93,12 @@ class RunFolder(TrainingListener):
             self.flush_steps()
         self._write_record(state)
 
+    def mark_failed(self, exc: BaseException) -> None:
+        """summary.json says `failed` and why, if the disk still takes that much; if not, the
+        folder keeps `running` with a dead pid: still recognisably stopped."""
+        with contextlib.suppress(OSError):
+            self.write_status("failed", f"{type(exc).__name__}: {exc}")
+
     def state(self) -> RunRecord | None:
         """summary.json as whichever state it holds; None when there is none (or it is not
         one of ours: a folder that is not a run, or a file damaged beyond reading)."""

@@ -8,7 +8,6 @@ and with `output.mlflow` the run is logged to MLflow as well (`tracking`).
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import shutil
 import tempfile
@@ -179,7 +178,7 @@ def _failed(exc: BaseException, prepared: Prepared, folder: RunFolder, tracking,
         end_tracking(tracking, "interrupted")
         return RunAbandoned(folder.path)
     if isinstance(exc, OSError):
-        _mark_failed(folder, exc)
+        folder.mark_failed(exc)
         end_tracking(tracking, "failed")
         if exc.errno not in DISK_ERRORS:
             return None
@@ -190,7 +189,7 @@ def _failed(exc: BaseException, prepared: Prepared, folder: RunFolder, tracking,
     chief = prepared.place.chief
     lost = worker_lost(exc, prepared.place, prepared.tf,
                        folder.path if chief else start.resume or start.run_dir)
-    _mark_failed(folder, lost or exc)
+    folder.mark_failed(lost or exc)
     end_tracking(tracking, "failed")
     return lost
 
@@ -198,13 +197,6 @@ def _failed(exc: BaseException, prepared: Prepared, folder: RunFolder, tracking,
 # A full disk (or quota), an I/O error, a read-only file system: the run folder cannot take
 # what training writes. Said cleanly, with the way to continue.
 DISK_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS)
-
-
-def _mark_failed(folder: RunFolder, exc: BaseException) -> None:
-    """summary.json says `failed` and why, if the disk still takes that much."""
-    # if not, the folder keeps `running` with a dead pid: still recognisably stopped
-    with contextlib.suppress(OSError):
-        folder.write_status("failed", f"{type(exc).__name__}: {exc}")
 
 
 def _config_header(prepared: Prepared) -> str:
