@@ -110,8 +110,8 @@ def fit_data(config: ExperimentConfig, data: Dataset) -> ExperimentConfig:
     what the data turned out to be; an error names the experiment file, as `validate`'s do."""
     try:
         config = fit_classes(config, data)
+        check_model_fits(config, data.spec)  # first: the memory estimate assumes inputs that fit
         check_fits(config, data.spec, data.train.size)
-        check_model_fits(config, data.spec)
     except MptrainError as exc:
         raise type(exc)(f"{config.source}: {exc}") from exc.__cause__
     return config

@@ -37,8 +37,8 @@ def check_experiment(config: ExperimentConfig, thorough: bool = False) -> list[s
         _check_output(config.output.dir)
         _check_tracking(config)
         data = check_data(config.data, thorough)
+        check_model(config, data.spec)  # first: the memory estimate assumes inputs that fit
         check_fits(config, data.spec, data.train_examples)
-        check_model(config, data.spec)
     except MptrainError as exc:
         raise type(exc)(f"{config.source}: {exc}") from exc.__cause__
     return data.notes

@@ -263,3 +263,18 @@ def test_random_and_mutated_files_are_experiments_or_clean_errors(tmp_path):
 
     assert hypothesis
     check()
+
+
+def test_a_model_that_cannot_take_the_inputs_is_said_before_the_memory_estimate(tmp_path):
+    """The memory estimate assumes inputs the model takes (a transformer's patches need an
+    image): the model's check comes first, so a vector data set is one clear error, not an
+    IndexError from the estimate."""
+    from mptrain.config import validate
+    from mptrain.errors import ConfigError
+    from mptrain.runs.preflight import check_experiment
+    from tests.helpers import tiny_raw
+
+    config = validate(tiny_raw(f"output.dir={tmp_path}", "model.kind=transformer",
+                               "model.hidden_units=null", "data.input_shape=[64]"), "exp.yaml")
+    with pytest.raises(ConfigError, match="transformer needs images .* or token ids"):
+        check_experiment(config)
