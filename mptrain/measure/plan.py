@@ -323,7 +323,7 @@ def _judged(trials: list[Trial], record: PlanRecord) -> list[Trial]:
 def plan_rules(record: PlanRecord, trials: list[Trial]) -> Rules:
     """How the plan's trials are judged: its tolerance, and the experiment's length for the
     whole-run estimate, with the process's start and exit taken as the median over the
-    trials' processes (the same program for each: one trial's exit once took 40 s longer)."""
+    trials' processes (the same program for each: one trial's exit once took 46 s longer)."""
     overheads = [t.overhead_s for t in trials if t.overhead_s is not None]
     return Rules(record.tolerance_pct, record.evaluate, record.experiment_steps,
                  record.experiment_eval_batches, record.experiment_checkpoints,

@@ -65,9 +65,7 @@ class Rules:
     experiment_steps: int = 0
     eval_batches: int = 0  # the experiment's validation batches over its epochs, and its test's
     checkpoints: int = 0  # the checkpoints the experiment saves
-    # a trial's process outside its own clock (the interpreter's start, the exit): the median
-    # over the plan's trials, the same program for each; one trial's was once 40 s longer
-    overhead_s: float = 0.0
+    overhead_s: float = 0.0  # a trial's process outside its own clock (`plan.plan_rules`)
 
 
 
