@@ -1,19 +1,17 @@
 """Data sets: where examples come from (`arrays`, `folders`, `tabular`, `tfds_source`), what a
 split is (`dataset`), and how splits become batches in a fixed order (`pipeline`).
 
-`load_dataset` is the one entry point: it picks the loader for `data.dataset`, applies the
-cache, and checks that the labels fit the model before anything trains.
+`load_dataset` is the one entry point: it picks the loader for `data.dataset` and applies the
+cache. Whether the data fits the model is the model's to check (`model.checks.fit_to_data`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from mptrain.config.schema import ExperimentConfig
 from mptrain.data.dataset import Dataset, InputSpec, Split
-from mptrain.errors import DataError
 
-__all__ = ["Dataset", "InputSpec", "Split", "fit_classes", "load_dataset"]
+__all__ = ["Dataset", "InputSpec", "Split", "load_dataset"]
 
 
 def load_dataset(cfg, seed: int, status: Callable[[str], object] | None = None) -> Dataset:
@@ -43,20 +41,3 @@ def load_dataset(cfg, seed: int, status: Callable[[str], object] | None = None) 
         data = cached(data, cfg)
     return data
 
-
-def fit_classes(config: ExperimentConfig, data: Dataset) -> ExperimentConfig:
-    """The experiment with `model.num_classes` the data's when it was left out. Labels the
-    model cannot output are an error before training, not a NaN loss in it."""
-    if config.train.loss == "binary_crossentropy":
-        return config
-    wanted = config.model.num_classes
-    if wanted is None:
-        from mptrain.config import variant
-
-        return variant(config, {"model.num_classes": data.num_classes_seen})
-    if data.num_classes_seen > wanted:
-        raise DataError(
-            f"{data.source}: labels go up to {data.num_classes_seen - 1} but model.num_classes is "
-            f"{wanted}; set model.num_classes to at least {data.num_classes_seen} (or leave it "
-            "out: the data's classes)")
-    return config

@@ -10,7 +10,6 @@ seed and the epoch. Nothing here imports TensorFlow.
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -74,16 +73,3 @@ def check_learnable(labels, source: str, names: Sequence[str] | None = None) -> 
         named = names[only] if names is not None and isinstance(only, int) else only
         raise DataError(f"{source}: every training example has the same class ({named}): there "
                         "is nothing to learn; a classifier needs examples of at least two classes")
-
-
-def hash_fraction(key: str, salt: str) -> float:
-    """A stable pseudo-random number in [0, 1) for `key`: splits files into train, validation
-    and test the same way on every machine and run, independent of listing order."""
-    return zlib.crc32(f"{salt}:{key}".encode()) / 2**32
-
-
-def split_keys(keys: Sequence[str], fraction: float, salt: str) -> tuple[list[int], list[int]]:
-    """Indices of `keys` kept, and those (about `fraction` of them) taken out."""
-    taken = [i for i, k in enumerate(keys) if hash_fraction(k, salt) < fraction]
-    chosen = set(taken)
-    return [i for i in range(len(keys)) if i not in chosen], taken

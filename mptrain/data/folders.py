@@ -29,7 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mptrain.config.schema import ImageFolderData, TextFolderData
-from mptrain.data.dataset import Dataset, InputSpec, Split, check_learnable, hash_fraction, split_keys
+from mptrain.data.dataset import Dataset, InputSpec, Split, check_learnable
+from mptrain.data.splitting import hash_fraction, split_keys
 from mptrain.errors import DataError
 
 IMAGE_EXTENSIONS = {".png", ".jpg", ".jpeg", ".gif", ".bmp"}

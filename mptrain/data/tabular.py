@@ -21,7 +21,8 @@ from pathlib import Path
 import numpy as np
 
 from mptrain.config.schema import CsvData
-from mptrain.data.dataset import Dataset, InputSpec, Split, check_learnable, hash_fraction
+from mptrain.data.dataset import Dataset, InputSpec, Split, check_learnable
+from mptrain.data.splitting import hash_fraction
 from mptrain.errors import DataError
 
 ENCODING = "utf-8-sig"  # UTF-8, without the byte-order mark spreadsheets put first

@@ -1,2 +1,3 @@
 """Answers to the questions mixed-precision users ask most: why no speed-up (`lint`), why NaN
-(`numerics`, for `mptrain diagnose`), what fits (`memory.plan` in mptrain/runs/memory.py)."""
+(`numerics`, for `mptrain diagnose`). What fits is `measure.memory.plan_memory`'s, from the
+estimates of `model.size`."""

@@ -208,3 +208,17 @@ def _nvidia_smi_memory() -> list[int]:
         return [int(float(line)) * 1024 * 1024 for line in out.split() if line.strip()]
     except (OSError, subprocess.SubprocessError, ValueError):
         return []
+
+
+USABLE_FRACTION = 0.8  # of the machine's memory: what training may plan to use
+MEMORY_ENV = "MPTRAIN_MEMORY_BYTES"  # the memory mptrain may plan with (a shared machine's share)
+
+
+def machine_memory_bytes() -> int | None:
+    """The machine's memory, or what $MPTRAIN_MEMORY_BYTES says mptrain may use of it."""
+    if os.environ.get(MEMORY_ENV, "").strip().isdigit():
+        return int(os.environ[MEMORY_ENV])
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None

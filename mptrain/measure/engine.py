@@ -203,9 +203,11 @@ def too_big_together(prepared: Prepared, policies: dict[str, str], baseline: str
     """None when every variant's process fits in memory beside the others; else why not, said
     as the engine then runs them (each with the baseline alone). A variant's process needs
     what the staging process holds (TensorFlow, the data, the model built once: its peak
-    resident memory) plus its training state under its policy (`runs.memory.estimate`)."""
+    resident memory) plus its training state under its policy (`model.size.estimate`)."""
+    from mptrain.hardware.machine import USABLE_FRACTION, machine_memory_bytes
+    from mptrain.model.size import estimate
     from mptrain.precision.policy import DTYPES
-    from mptrain.runs.memory import USABLE_FRACTION, estimate, machine_memory_bytes, peak_rss_bytes
+    from mptrain.runs.memory import peak_rss_bytes
 
     available = machine_memory_bytes()
     if available is None or len(policies) <= 2:  # two variants in pairs are the same two

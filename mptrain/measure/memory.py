@@ -13,8 +13,8 @@ from __future__ import annotations
 import tempfile
 
 from mptrain.config import ExperimentConfig, variant
+from mptrain.hardware.machine import USABLE_FRACTION, machine_memory_bytes
 from mptrain.record import Record
-from mptrain.runs.memory import USABLE_FRACTION, machine_memory_bytes
 
 
 def why_not_half(optimizer: str, state_per_weight: float) -> str:
@@ -63,9 +63,9 @@ class MemoryReport(Record):
 def plan_memory(config: ExperimentConfig, policies: list[str], measure: bool = True,
                 verbose: bool = False) -> MemoryReport:
     """One MemoryPlan per policy for the experiment's model, optimizer and batch size."""
+    from mptrain.model.size import estimate
     from mptrain.precision.policy import apply_policy
     from mptrain.runs.experiment import prepare
-    from mptrain.runs.memory import estimate
 
     plans, examples = [], 0
     for policy in policies:

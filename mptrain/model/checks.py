@@ -1,8 +1,14 @@
-"""Checks of the model an experiment names, made before anything heavy runs (no TensorFlow).
+"""Checks of the model an experiment names against its files, its data and this machine.
 
-One entry, `check_model`: does the builder file define the function, can a saved model's
-layers be loaded here, does a weights file exist, and (given the data's inputs) does the
-model accept them: image size, channels, vocabulary, sequence length.
+Two entries, made in this order by `validate` and by `run` (before anything heavy runs, and
+again on the data `run` loads):
+- `check_model`: does the builder file define the function, can a saved model's layers be
+  loaded here, does a weights file exist (no TensorFlow);
+- `check_fits`: does the experiment fit its data and this machine: the model takes the data's
+  inputs (image size, channels, vocabulary, sequence length), the batch is within the training
+  examples, and the training state (weights, gradients, optimizer state, activations) within
+  memory, refused before it is allocated. `fit_to_data` runs it on the loaded data, after
+  filling in `model.num_classes` from the labels.
 """
 
 from __future__ import annotations
@@ -13,21 +19,65 @@ import zipfile
 from pathlib import Path
 
 from mptrain.config.schema import ExperimentConfig
-from mptrain.data.dataset import InputSpec
-from mptrain.errors import ConfigError
+from mptrain.data.dataset import Dataset, InputSpec
+from mptrain.errors import ConfigError, DataError, MptrainError
+from mptrain.hardware.machine import machine_memory_bytes
+from mptrain.model.size import training_bytes_lower_bound
 
 
-def check_model(config: ExperimentConfig, spec: InputSpec | None) -> None:
-    """Raise a ConfigError on a model `run` could not build; with `spec`, on inputs the
-    model cannot take."""
+def check_model(config: ExperimentConfig) -> None:
+    """Raise a ConfigError on a model `run` could not build."""
     _check_files(config)
+
+
+def fit_to_data(config: ExperimentConfig, data: Dataset) -> ExperimentConfig:
+    """The experiment with `model.num_classes` the data's when it was left out, checked
+    against what the data turned out to be (`check_fits`); an error names the experiment file,
+    as `validate`'s do. Labels the model cannot output are an error before training, not a
+    NaN loss in it."""
+    try:
+        if config.train.loss != "binary_crossentropy":
+            wanted = config.model.num_classes
+            if wanted is None:
+                from mptrain.config import variant
+
+                config = variant(config, {"model.num_classes": data.num_classes_seen})
+            elif data.num_classes_seen > wanted:
+                raise DataError(
+                    f"{data.source}: labels go up to {data.num_classes_seen - 1} but "
+                    f"model.num_classes is {wanted}; set model.num_classes to at least "
+                    f"{data.num_classes_seen} (or leave it out: the data's classes)")
+        check_fits(config, data.spec, data.train.size)
+    except MptrainError as exc:
+        raise type(exc)(f"{config.source}: {exc}") from exc.__cause__
+    return config
+
+
+def check_fits(config: ExperimentConfig, spec: InputSpec | None, train_examples: int | None) -> None:
+    """Does the experiment fit its data and this machine, as far as is known (`spec` None:
+    the inputs are not known yet)? An error names the key to change. The model's inputs come
+    first: the memory estimate assumes inputs the model takes."""
     if spec is not None:
-        check_model_fits(config, spec)
+        _check_inputs(config, spec)
+    batch = config.train.batch_size
+    if train_examples is not None and batch > train_examples:
+        raise ConfigError(f"train.batch_size {batch} is larger than the {train_examples} "
+                          f"training examples; lower it to at most {train_examples}")
+    if spec is None:
+        return
+    estimate = training_bytes_lower_bound(config, spec)
+    available = machine_memory_bytes()
+    if estimate is not None and available and estimate > available:
+        raise ConfigError(
+            f"this experiment needs about {estimate / 2**30:,.1f} GiB to train (weights, "
+            f"gradients, optimizer state and activations of batch {batch}) and this machine "
+            f"has {available / 2**30:,.1f} GiB; make the model (model.hidden_units, "
+            "model.filters, model.embed_dim...) or train.batch_size smaller")
 
 
-def check_model_fits(config: ExperimentConfig, spec: InputSpec) -> None:
-    """Before training: does the data's input suit the model (image size, channels,
-    vocabulary, sequence length)? An error names the key to change."""
+def _check_inputs(config: ExperimentConfig, spec: InputSpec) -> None:
+    """Does the data's input suit the model (image size, channels, vocabulary, sequence
+    length)?"""
     kind = config.model.kind
     if kind == "application":
         from mptrain.model.applications import check_application_fits
@@ -58,7 +108,6 @@ def _check_files(config: ExperimentConfig) -> None:
         raise ConfigError(f"model.weights {model.weights}: no such file")
 
 
-
 def _check_saved_layers(path: Path) -> None:
     """Every class a saved model names can be found here: Keras' own, or one from a module
     that imports. A custom layer saved from a script (not registered in an importable module)
@@ -76,7 +125,6 @@ def _check_saved_layers(path: Path) -> None:
             "in a module this Python can import, e.g. the package of your builder")
 
 
-
 def _classes(node) -> list[tuple[str, str | None]]:
     """(class name, module) of every object in a saved model's config."""
     found = []
@@ -89,7 +137,6 @@ def _classes(node) -> list[tuple[str, str | None]]:
         for value in node:
             found += _classes(value)
     return found
-
 
 
 def _importable(module: str | None) -> bool:

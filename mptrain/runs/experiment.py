@@ -20,18 +20,17 @@ from pathlib import Path
 from typing import Any
 
 from mptrain.config import ExperimentConfig
-from mptrain.data import Dataset, fit_classes, load_dataset
+from mptrain.data import Dataset, load_dataset
 from mptrain.data.pipeline import Batches, make_batches
-from mptrain.errors import MptrainError
 from mptrain.hardware.kernels import KernelSpeeds, measured_kernels
 from mptrain.hardware.machine import Machine, probe
 from mptrain.hardware.runtime import import_tensorflow, seed_everything
 from mptrain.model import build_model, load_initial_weights
-from mptrain.model.checks import check_model_fits
+from mptrain.model.checks import fit_to_data
 from mptrain.model.outputs import OutputKind
 from mptrain.precision.policy import PolicyChoice, apply_math_mode, apply_policy, choose_policy, speed_warning
 from mptrain.runs.memory import MemoryMeter
-from mptrain.runs.preflight import check_experiment, check_fits
+from mptrain.runs.preflight import check_experiment
 from mptrain.training import TrainingLoop, make_loop
 from mptrain.training.distribute import Placement, placement, prepare_devices, scope
 from mptrain.training.loss_scale import wrap_optimizer
@@ -78,7 +77,7 @@ def prepare(config: ExperimentConfig, *, policy: str | None = None, verbose: boo
         tf.config.experimental.enable_op_determinism()
     apply_math_mode(tf, config.train.math_mode)
     data = load_dataset(config.data, config.seed, status)
-    config = fit_data(config, data)
+    config = fit_to_data(config, data)
     machine = probe(tf, check_xla=False)
     requested = policy or config.policy
     kernels = measured_kernels(tf, machine, status) if requested == "auto" else None
@@ -103,18 +102,6 @@ def prepare(config: ExperimentConfig, *, policy: str | None = None, verbose: boo
         loop = make_loop(config, built.model, built.output, optimizer, choice, place.strategy)
     return Prepared(config, tf, machine, place, choice, kernels, data, batches, memory,
                     built.model, built.output, optimizer, loop, data.notes + built.notes)
-
-
-def fit_data(config: ExperimentConfig, data: Dataset) -> ExperimentConfig:
-    """The experiment with what the data fills in (`model.num_classes`), checked against
-    what the data turned out to be; an error names the experiment file, as `validate`'s do."""
-    try:
-        config = fit_classes(config, data)
-        check_model_fits(config, data.spec)  # first: the memory estimate assumes inputs that fit
-        check_fits(config, data.spec, data.train.size)
-    except MptrainError as exc:
-        raise type(exc)(f"{config.source}: {exc}") from exc.__cause__
-    return config
 
 
 def math_environment(mode: str) -> dict[str, str]:

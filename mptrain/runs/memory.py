@@ -1,25 +1,17 @@
-"""Training memory: measured in a run, and estimated from a built model.
+"""Training memory as a run measures it (the estimates are `model.size`'s).
 
-Measured: a CPU run's process peak is dominated by TensorFlow and the data set, which are the
-same under every policy; what a policy changes is the training state. So the meter notes what
-the allocator holds before the model is built (the data set's tensors) and reports the
-training peak above it (see `summary.MemoryStats`).
-
-Estimated (`estimate`): the parts of the training state, counted from the model and the
-optimizer as built: variables, the 16-bit copies of the weights a mixed step makes, gradients,
-optimizer slots, and the activations one example keeps for the backward pass.
+A CPU run's process peak is dominated by TensorFlow and the data set, which are the same under
+every policy; what a policy changes is the training state. So the meter notes what the
+allocator holds before the model is built (the data set's tensors) and reports the training
+peak above it (see `summary.MemoryStats`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import math
-import os
 import resource
 import sys
-from dataclasses import dataclass
 
-from mptrain.model.walk import leaf_layers
 from mptrain.runs.summary import MemoryStats
 
 
@@ -59,178 +51,3 @@ class MemoryMeter:
 def peak_rss_bytes() -> int:
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak if sys.platform == "darwin" else peak * 1024
-
-
-USABLE_FRACTION = 0.8  # of the machine's memory: what training may plan to use
-MEMORY_ENV = "MPTRAIN_MEMORY_BYTES"  # the memory mptrain may plan with (a shared machine's share)
-
-
-def machine_memory_bytes() -> int | None:
-    """The machine's memory, or what $MPTRAIN_MEMORY_BYTES says mptrain may use of it."""
-    if os.environ.get(MEMORY_ENV, "").strip().isdigit():
-        return int(os.environ[MEMORY_ENV])
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return None
-
-
-def static_training_bytes(config, spec) -> int | None:
-    """A lower bound on training memory, from the config alone (no model is built), for the
-    kinds whose size the config fixes (mlp, cnn, transformer): float32 weights, gradients and
-    two optimizer slots per parameter, plus float32 activations of one batch kept for the
-    backward pass. None for kinds whose size only the built model knows."""
-    cfg = config.model
-    batch = config.train.batch_size
-    features = int(math.prod(spec.shape))
-    if cfg.kind == "mlp":
-        widths = [features, *cfg.hidden_units, cfg.num_classes or 1]
-        params = sum(a * b + b for a, b in zip(widths, widths[1:], strict=False))
-        activations = batch * sum(widths)
-    elif cfg.kind == "cnn" and len(spec.shape) == 3:
-        height, width, channels = spec.shape
-        params, activations = 0, batch * features
-        for filters in cfg.filters:
-            params += cfg.kernel_size ** 2 * channels * filters + filters
-            activations += batch * height * width * filters
-            channels = filters
-            if cfg.pooling != "none":
-                height, width = max(1, height // 2), max(1, width // 2)
-        widths = [height * width * channels, *cfg.dense_units, cfg.num_classes or 1]
-        params += sum(a * b + b for a, b in zip(widths, widths[1:], strict=False))
-        activations += batch * sum(widths)
-    elif cfg.kind == "transformer":
-        tokens = spec.shape[0] if spec.kind == "tokens" else features // (spec.shape[2] or 1) // (
-            (cfg.patch_size or 4) ** 2)
-        per_block = 4 * cfg.embed_dim ** 2 + 2 * cfg.embed_dim * cfg.mlp_dim
-        vocab = (cfg.vocab_size or spec.vocab_size or 0) * cfg.embed_dim
-        params = cfg.num_layers * per_block + vocab + tokens * cfg.embed_dim
-        activations = batch * tokens * cfg.num_layers * (6 * cfg.embed_dim + cfg.mlp_dim
-                                                         + cfg.num_heads * tokens)
-    else:
-        return None
-    return 4 * (4 * params + activations)
-
-
-@dataclass(frozen=True)
-class MemoryEstimate:
-    """Training memory of a built model under its policy, for one batch size, by part."""
-
-    parameters: int
-    weights_bytes: int  # the variables, in their dtype (float32 under mixed policies)
-    weight_copies_bytes: int  # 16-bit casts of the trainable weights made during the step
-    gradients_bytes: int
-    optimizer_bytes: int  # slots, step counters, the loss scale
-    activations_per_example: int  # kept for the backward pass, per example
-
-    @property
-    def fixed_bytes(self) -> int:
-        """What does not grow with the batch."""
-        return self.weights_bytes + self.weight_copies_bytes + self.gradients_bytes + self.optimizer_bytes
-
-    def total_bytes(self, batch: int) -> int:
-        return self.fixed_bytes + self.activations_per_example * batch
-
-
-def estimate(model, optimizer, compute_dtype: str, variable_dtype: str) -> MemoryEstimate:
-    """For a model and its built optimizer: weights, 16-bit weight copies, gradients and
-    optimizer state counted from the built variables; activations from the layers' outputs
-    (and inside attention, its scores), or,
-    for models whose inner layers were never called on symbolic inputs (subclassed models),
-    from the operations of the model's forward graph."""
-    trainable = sum(int(math.prod(v.shape)) for v in model.trainable_variables)
-    by_layers = sum(_output_bytes(layer) + _attention_bytes(layer) for layer in leaf_layers(model))
-    unread = any(layer.weights and not _has_symbolic_output(layer) for layer in leaf_layers(model))
-    return MemoryEstimate(
-        parameters=model.count_params(),
-        weights_bytes=sum(_bytes(v) for v in model.weights),
-        weight_copies_bytes=trainable * _itemsize(compute_dtype) if compute_dtype != variable_dtype else 0,
-        gradients_bytes=sum(_bytes(v) for v in model.trainable_variables),
-        optimizer_bytes=sum(_bytes(v) for v in optimizer.variables),
-        activations_per_example=_graph_activation_bytes(model) if unread or not by_layers else by_layers,
-    )
-
-
-def _has_symbolic_output(layer) -> bool:
-    try:
-        layer.output  # noqa: B018  (raises for a layer never called on symbolic inputs)
-    except (AttributeError, ValueError):
-        return False
-    return True
-
-
-def _graph_activation_bytes(model) -> int:
-    """Per example: the float outputs of the forward graph's operations, less those that
-    only read, copy or reshape (what backpropagation keeps is among the rest)."""
-    import tensorflow as tf
-
-    specs = [tf.TensorSpec((1, *t.shape[1:]), t.dtype) for t in model.inputs]
-    graph = tf.function(lambda *x: model(x[0] if len(x) == 1 else list(x), training=True),
-                        autograph=False).get_concrete_function(*specs).graph
-    total = 0
-    for op in graph.get_operations():
-        if op.type in VIEW_OPS or (op.type == "Cast" and op.inputs[0].op.type == "ReadVariableOp"):
-            continue
-        for out in op.outputs:
-            dims = out.shape.as_list() if out.shape.rank is not None else None
-            if out.dtype.is_floating and dims and None not in dims:
-                total += math.prod(dims) * out.dtype.size
-    return total
-
-
-VIEW_OPS = ("Placeholder", "Const", "ReadVariableOp", "Identity", "Reshape", "Shape", "NoOp",
-            "StridedSlice", "Squeeze", "ExpandDims", "StopGradient")
-
-
-def _bytes(variable) -> int:
-    return int(math.prod(variable.shape)) * _itemsize(variable.dtype)
-
-
-def _itemsize(dtype) -> int:
-    import keras
-
-    return {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "int32": 4, "int64": 8,
-            "uint8": 1, "bool": 1}.get(keras.backend.standardize_dtype(dtype), 4)
-
-
-def _attention_bytes(layer) -> int:
-    """What a MultiHeadAttention keeps inside itself for the backward pass, per example: the
-    query, key and value projections and the attended values, and the heads x query x key
-    scores with their softmax (float32, as mptrain's attention computes it) and, under
-    dropout, the dropped probabilities and their mask. The scores grow with the square of the
-    sequence: on a 128-token transformer they outweigh every layer output together."""
-    import keras
-
-    if not isinstance(layer, keras.layers.MultiHeadAttention):
-        return 0
-    try:
-        inputs = layer.input
-    except (AttributeError, ValueError):
-        return 0
-    inputs = list(inputs) if isinstance(inputs, list | tuple) else [inputs]
-    query, key = inputs[0], inputs[1] if len(inputs) > 1 else inputs[0]
-    if any(d is None for d in (*query.shape[1:-1], *key.shape[1:-1])):
-        return 0
-    tq, tk = int(math.prod(query.shape[1:-1])), int(math.prod(key.shape[1:-1]))
-    item, heads = _itemsize(layer.compute_dtype), layer.num_heads
-    # queries and attended values (tq), keys and values (tk)
-    projections = heads * item * (tq * (layer.key_dim + layer.value_dim)
-                                  + tk * (layer.key_dim + layer.value_dim))
-    scores = heads * tq * tk * (item + 4 + ((item + 1) if layer.dropout else 0))
-    return projections + scores
-
-
-def _output_bytes(layer) -> int:
-    """Bytes of one example's output of a layer (symbolic shapes of a functional model)."""
-    try:
-        outputs = layer.output
-    except (AttributeError, ValueError):
-        return 0
-    outputs = outputs if isinstance(outputs, list | tuple) else [outputs]
-    total = 0
-    for out in outputs:
-        dims = [d for d in out.shape[1:]]
-        if any(d is None for d in dims):
-            continue
-        total += int(math.prod(dims)) * _itemsize(out.dtype)
-    return total

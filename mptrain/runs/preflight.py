@@ -1,11 +1,11 @@
 """Checks of an experiment before anything heavy runs: the one place `validate` and `run` ask.
 
 The schema (`config/schema.py`) checks each value on its own. The data's checks
-(`data.checks`) and the model's (`model.checks`) look at the files those name; here are the
-rest: can the output folder be written, is tracking installed, and the checks that combine
-keys (the batch against the training examples, the training state against this machine's
-memory). Nothing here imports TensorFlow, so `validate` stays fast; `run` makes the same
-checks first, and repeats `check_fits` on the data it actually loads.
+(`data.checks`) look at the files it names, the model's (`model.checks`) at its files and at
+whether it fits the data and this machine; here are the rest (can the output folder be
+written, is tracking installed) and the order. Nothing here imports TensorFlow, so `validate`
+stays fast; `run` makes the same checks first, and repeats the model's fit on the data it
+actually loads.
 
 Every error names the experiment file, the key, and the absolute path it looked at.
 """
@@ -20,9 +20,8 @@ from pathlib import Path
 
 from mptrain.config.schema import ExperimentConfig
 from mptrain.data.checks import check_data
-from mptrain.data.dataset import InputSpec
 from mptrain.errors import ConfigError, MptrainError
-from mptrain.model.checks import check_model
+from mptrain.model.checks import check_fits, check_model
 
 MIN_FREE_BYTES = 64 * 2**20
 
@@ -37,33 +36,11 @@ def check_experiment(config: ExperimentConfig, thorough: bool = False) -> list[s
         _check_output(config.output.dir)
         _check_tracking(config)
         data = check_data(config.data, thorough)
-        check_model(config, data.spec)  # first: the memory estimate assumes inputs that fit
+        check_model(config)
         check_fits(config, data.spec, data.train_examples)
     except MptrainError as exc:
         raise type(exc)(f"{config.source}: {exc}") from exc.__cause__
     return data.notes
-
-
-def check_fits(config: ExperimentConfig, spec: InputSpec | None, train_examples: int | None) -> None:
-    """Does the experiment fit its data and this machine, as far as is known: the batch
-    within the training examples; the training state (weights, gradients, optimizer state,
-    activations) within memory, refused before it is allocated, with the estimate."""
-    batch = config.train.batch_size
-    if train_examples is not None and batch > train_examples:
-        raise ConfigError(f"train.batch_size {batch} is larger than the {train_examples} "
-                          f"training examples; lower it to at most {train_examples}")
-    if spec is None:
-        return
-    from mptrain.runs.memory import machine_memory_bytes, static_training_bytes
-
-    estimate = static_training_bytes(config, spec)
-    available = machine_memory_bytes()
-    if estimate is not None and available and estimate > available:
-        raise ConfigError(
-            f"this experiment needs about {estimate / 2**30:,.1f} GiB to train (weights, "
-            f"gradients, optimizer state and activations of batch {batch}) and this machine "
-            f"has {available / 2**30:,.1f} GiB; make the model (model.hidden_units, "
-            "model.filters, model.embed_dim...) or train.batch_size smaller")
 
 
 def _check_output(folder: Path) -> None:
