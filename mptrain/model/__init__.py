@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from mptrain.config.schema import ExperimentConfig
@@ -36,8 +37,11 @@ class BuiltModel:
     notes: list[str] = field(default_factory=list)
 
 
-def build_model(config: ExperimentConfig, spec: InputSpec) -> BuiltModel:
-    """The experiment's model under the current global policy, with a float32 output."""
+def build_model(config: ExperimentConfig, spec: InputSpec,
+                initial_weights: Path | None = None) -> BuiltModel:
+    """The experiment's model under the current global policy, with a float32 output;
+    `initial_weights` (an .npz of `model.get_weights()`, from `runs.experiment.save_initial_weights`)
+    makes several builds start from the same weights."""
     import mptrain.model.layers  # noqa: F401  (registers mptrain's layers for saving/loading)
 
     reset_layer_names()
@@ -50,6 +54,8 @@ def build_model(config: ExperimentConfig, spec: InputSpec) -> BuiltModel:
         model, changed = rebuild_with_policies(model, rules)
         notes.append("per-layer policies: " + ", ".join(changed))
     model, more = ensure_float32_output(model)
+    if initial_weights is not None:
+        _load_initial_weights(model, initial_weights)
     output, said = _output_kind(config, model, spec)
     return BuiltModel(model, output, notes + more + said)
 
@@ -74,7 +80,8 @@ def _output_kind(config: ExperimentConfig, model, spec: InputSpec) -> tuple[Outp
     declared = config.model.output_activation
     if declared is not None:
         return kind_of_activation(declared), []
-    reading = read_output(model, sample_inputs(spec))
+    sample = sample_inputs(spec)
+    reading = read_output(model, sample)
     if reading.kind is None:
         raise ConfigError(
             f"model: cannot tell whether the model's output is probabilities or logits "
@@ -115,9 +122,9 @@ def ensure_float32_output(model):
                      "so the loss is computed in float32 (the guide's rule)"]
 
 
-def load_initial_weights(model, path) -> None:
-    """Weights saved by `runs.experiment.save_initial_weights` (an .npz of
-    `model.get_weights()`), cast to this model's variables: its policy may differ."""
+def _load_initial_weights(model, path: Path) -> None:
+    """Weights saved as an .npz of `model.get_weights()`, cast to this model's variables:
+    its policy may differ."""
     import numpy as np
 
     with np.load(path) as archive:

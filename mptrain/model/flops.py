@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 
 from mptrain.hardware.machine import CpuInfo
-from mptrain.model.walk import layer_names
+from mptrain.model.walk import layer_names, leaf_layers
 
 # Dense-matmul FLOP per cycle per physical core. AVX-512 FP32: 2 FMA ports x 16 lanes x 2
 # (multiply, add). AVX2 FP32: 2 x 8 x 2. AVX512_BF16 (VDPBF16PS): 2 ports x 16 lanes x 2 pairs
@@ -56,11 +56,13 @@ def cpu_peak(cpu: CpuInfo, compute_dtype: str) -> Peak | None:
 
 @dataclass(frozen=True)
 class ForwardProfile:
-    """One example's forward pass, read from its TensorFlow graph."""
+    """One example's forward pass, read from its TensorFlow graph, and the layers it ran
+    through (walked once: lint's rules read them from here)."""
 
     flops: int  # matrix-unit FLOPs, 2 per multiply-add
     flops_by_layer: dict[str, int]  # by the innermost named layer that ran each op
     ops: int  # operations in the graph: each costs a kernel launch, whatever its size
+    layers: tuple  # the model's leaf layers (`walk.leaf_layers`), in the model's order
 
     @property
     def training_flops(self) -> int:
@@ -88,7 +90,7 @@ def forward_profile(model) -> ForwardProfile:
             total += flops
             layer = _layer_of(op.name, names)
             by_layer[layer] = by_layer.get(layer, 0) + flops
-    return ForwardProfile(total, by_layer, ops)
+    return ForwardProfile(total, by_layer, ops, tuple(leaf_layers(model)))
 
 
 def _layer_of(op_name: str, names: set[str]) -> str:

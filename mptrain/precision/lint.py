@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal
 
-from mptrain.model.walk import leaf_layers
 from mptrain.record import FrozenRecord
 
 if TYPE_CHECKING:
@@ -85,10 +84,10 @@ def lint(prepared, profile: ForwardProfile, target: Target = "auto") -> list[Fin
     total = max(profile.flops, 1)
     config, machine = prepared.config, prepared.machine
     units = alignment_units(machine, target)
-    findings = [*(_alignment(prepared.model, config, profile.flops_by_layer, total, units)
+    findings = [*(_alignment(profile.layers, config, profile.flops_by_layer, total, units)
                   if units else []),
                 *_small_model(config, profile, machine),
-                *_numerics(prepared.model, prepared.choice, prepared.notes, prepared.output)]
+                *_numerics(profile.layers, prepared.choice, prepared.notes, prepared.output)]
     return sorted(findings, key=lambda f: (f.severity != "warning", -(f.flops_share or 0)))
 
 
@@ -111,9 +110,9 @@ def isinstance_name(layer, name: str) -> bool:
     return any(cls.__name__ == name for cls in type(layer).__mro__)
 
 
-def _alignment(model, config, flops_by_layer, total, units: str) -> list[Finding]:
+def _alignment(layers, config, flops_by_layer, total, units: str) -> list[Finding]:
     findings = []
-    sized = [(layer, dims) for layer in leaf_layers(model) if (dims := _dimensions(layer))]
+    sized = [(layer, dims) for layer in layers if (dims := _dimensions(layer))]
     first_layer = True
     for layer, dims in sized:
         share = flops_by_layer.get(layer.name, 0) / total
@@ -198,7 +197,7 @@ def _small_model(config, profile, machine) -> list[Finding]:
                     "bits work to speed up; `mptrain plan` measures it", None)]
 
 
-def _numerics(model, choice, notes: list[str], output: str) -> list[Finding]:
+def _numerics(layers, choice, notes: list[str], output: str) -> list[Finding]:
     import keras
 
     findings = []
@@ -213,7 +212,7 @@ def _numerics(model, choice, notes: list[str], output: str) -> list[Finding]:
             "in float32 inside the loss)", None))
     if choice.compute_dtype == "float32":
         return findings
-    for layer in leaf_layers(model):
+    for layer in layers:
         policy = layer.dtype_policy.name
         wanted_variables = layer.variable_dtype
         odd = [v.path for v in layer.weights

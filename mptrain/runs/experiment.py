@@ -3,9 +3,10 @@
 `prepare` does, once and in the guide's order, what run, compare, plan, lint, diagnose and
 memory all need: check the experiment against the disk, start TensorFlow (with the
 environment the experiment asks for), place the run (tf.distribute, created before any other
-TensorFlow op, as collective ops require), load and check the data, decide the policy with the
-number of replicas and this machine's measured kernels, set it as Keras' global policy
-*before* the model is built, build the model with a float32 output, and create the optimizer
+TensorFlow op, as collective ops require), decide the policy with the number of replicas and
+this machine's measured kernels, set it as Keras' global policy *before* the model is built,
+load the data and make its batches, check the model against the data (`model.num_classes`
+filled in), build the model with a float32 output, and create the optimizer
 (a LossScaleOptimizer under mixed_float16), loss, metrics and training loop inside the
 strategy's scope, everything seeded. What each command then does with a `Prepared` is its own.
 
@@ -25,7 +26,7 @@ from mptrain.data.pipeline import Batches, make_batches
 from mptrain.hardware.kernels import KernelSpeeds, measured_kernels
 from mptrain.hardware.machine import Machine, probe
 from mptrain.hardware.runtime import import_tensorflow, seed_everything
-from mptrain.model import build_model, load_initial_weights
+from mptrain.model import build_model
 from mptrain.model.checks import fit_to_data
 from mptrain.model.outputs import OutputKind
 from mptrain.precision.policy import PolicyChoice, apply_math_mode, apply_policy, choose_policy, speed_warning
@@ -75,26 +76,24 @@ def prepare(config: ExperimentConfig, *, policy: str | None = None, verbose: boo
     place = placement(config.distribute, tf)
     if config.deterministic:
         tf.config.experimental.enable_op_determinism()
-    apply_math_mode(tf, config.train.math_mode)
-    data = load_dataset(config.data, config.seed, status)
-    config = fit_to_data(config, data)
     machine = probe(tf, check_xla=False)
     requested = policy or config.policy
     kernels = measured_kernels(tf, machine, status) if requested == "auto" else None
     choice = choose_policy(requested, config.train.jit_compile, machine,
                            config.train.xla_optimizer_update, replicas=place.replicas,
                            kernels=kernels)
+    apply_math_mode(tf, config.train.math_mode)
+    apply_policy(choice.name)  # nothing before the model creates layers: the data has none
+    data = load_dataset(config.data, config.seed, status)
     batches = make_batches(data, config.train.batch_size, config.train.epochs, config.seed,
                            binary_labels=config.train.loss == "binary_crossentropy",
                            shuffle_buffer=getattr(config.data, "shuffle_buffer", None))
     memory = MemoryMeter(tf, machine.memory_device).start()
 
-    seed_everything(config.seed)
-    apply_policy(choice.name)
+    seed_everything(config.seed)  # the data's order has its own seeds (stateless shuffles)
+    config = fit_to_data(config, data)  # what the model is built from, checked just before
     with scope(place):  # model, optimizer, metrics (and checkpoints) live on the replicas
-        built = build_model(config, data.spec)
-        if initial_weights is not None:
-            load_initial_weights(built.model, initial_weights)
+        built = build_model(config, data.spec, initial_weights)
         scale = config.train.loss_scale
         optimizer = wrap_optimizer(
             build_optimizer(config.train.optimizer, config.train.epochs * batches.steps_per_epoch),
