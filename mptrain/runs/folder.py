@@ -18,16 +18,21 @@ import os
 import re
 import shutil
 import socket
+import tempfile
 from dataclasses import asdict
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from pydantic import ValidationError
 
 from mptrain.runs.summary import RUN_RECORD, RunRecord, RunState, RunSummary
 from mptrain.training.records import EpochRecord, StepRecord, TrainingListener
+
+if TYPE_CHECKING:
+    from mptrain.config import ExperimentConfig
+    from mptrain.precision.policy import PolicyChoice
 
 
 class RunFolder(TrainingListener):
@@ -38,6 +43,23 @@ class RunFolder(TrainingListener):
     @classmethod
     def create(cls, parent: Path, name: str) -> RunFolder:
         return cls(unique_folder(parent, name))
+
+    @classmethod
+    def for_run(cls, chief: bool, parent: Path, name: str, resume: Path | None = None,
+                run_dir: Path | None = None) -> tuple[RunFolder, Path | None]:
+        """The folder a run writes into: the run it resumes, the folder compare or plan named
+        (`run_dir`), or a new one in `parent`; and the scratch folder a worker other than the
+        chief trains into (None for the chief, the one that writes the run)."""
+        if chief:
+            if resume is not None:
+                return cls(resume), None
+            if run_dir is not None:
+                return cls.create_at(run_dir), None
+            return cls.create(parent, name), None
+        scratch = Path(tempfile.mkdtemp())
+        if resume is not None:
+            return cls.worker_copy(resume, scratch), scratch
+        return cls.create(scratch, name), scratch
 
     @classmethod
     def create_at(cls, path: Path) -> RunFolder:
@@ -63,8 +85,17 @@ class RunFolder(TrainingListener):
 
     # --- files ---------------------------------------------------------------------------
 
-    def write_config(self, config: dict[str, Any], header: str) -> None:
-        write_atomic(self.path / "config.yaml", f"{header}\n{yaml.safe_dump(config, sort_keys=False)}")
+    def write_config(self, config: ExperimentConfig, choice: PolicyChoice) -> None:
+        """config.yaml: the experiment as run, headed by what `auto` and the XLA defaults
+        resolved to and why."""
+        lines = ["# Resolved experiment, as run by mptrain."]
+        if choice.requested != choice.name:
+            lines.append(f"# policy: {choice.requested} resolved to {choice.name} ({choice.reason})")
+        lines.append(f"# jit_compile: {choice.jit_compile} ({choice.jit_reason})")
+        lines.append(f"# xla_optimizer_update: {choice.xla_optimizer_update} "
+                     f"({choice.xla_optimizer_reason})")
+        text = yaml.safe_dump(config.to_yaml_dict(), sort_keys=False)
+        write_atomic(self.path / "config.yaml", "\n".join(lines) + "\n" + text)
 
     def write_files(self, files: dict[str, str]) -> None:
         """Text the data set hands over (class names, a tokenizer's vocabulary)."""

@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import errno
 import shutil
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NamedTuple
 
 from mptrain.config import ExperimentConfig
 from mptrain.errors import MptrainError
@@ -26,10 +24,9 @@ from mptrain.runs.folder import RunFolder
 from mptrain.runs.session import TrainingSession
 from mptrain.runs.summary import RunSummary, summarize_run
 from mptrain.runs.tracking import end_tracking, finish_tracking, start_tracking
-from mptrain.signals import RunAbandoned, stop_on_signals
+from mptrain.signals import RunAbandoned
 from mptrain.training.distribute import scope, worker_lost
 from mptrain.training.records import EpochRecord, StepRecord, TrainingListener
-from mptrain.training.turns import TakeTurns, planned_steps
 
 
 @dataclass
@@ -72,12 +69,13 @@ def run_experiment(config: ExperimentConfig, start: Start = Start(), *,
     prepared = prepare(config, verbose=verbose, initial_weights=start.initial_weights, status=status)
     profile = forward_profile(prepared.model)
     findings = worth_saying(lint(prepared, profile))
-    folder, scratch = _folder(prepared, start)
+    config = prepared.config
+    folder, scratch = RunFolder.for_run(prepared.place.chief, config.output.dir, config.name,
+                                        start.resume, start.run_dir)
     tracking = None
     try:
-        config = prepared.config
         folder.mark_running(config.name)
-        folder.write_config(config.to_yaml_dict(), _config_header(prepared))
+        folder.write_config(config, prepared.choice)
         folder.write_files(prepared.data.files)
         if scratch is None:  # the chief: the one that writes (and tracks) the run
             tracking = start_tracking(config, folder.path, prepared.choice, prepared.machine,
@@ -87,7 +85,7 @@ def run_experiment(config: ExperimentConfig, start: Start = Start(), *,
                                            resume=start.resume is not None, tracking=tracking)
         if on_start is not None:
             on_start(prepared, session.notes + [f"lint: {f}" for f in findings])
-        trained = _train(prepared, session)
+        trained = session.run_training(prepared)
         summary = summarize_run(prepared, session, trained.test, profile.training_flops, started_at,
                                 folder.path)
         # in turns: another variant's turn is not this run's time
@@ -105,49 +103,6 @@ def run_experiment(config: ExperimentConfig, start: Start = Start(), *,
             shutil.rmtree(scratch, ignore_errors=True)
     monitor = session.monitor
     return RunResult(summary, monitor.steps, monitor.epoch_records, monitor.signal)
-
-
-def _folder(prepared: Prepared, start: Start) -> tuple[RunFolder, Path | None]:
-    """The run folder, and the scratch folder a worker other than the chief trains into
-    (None for the chief, which writes the run)."""
-    if prepared.place.chief:
-        if start.resume is not None:
-            return RunFolder(start.resume), None
-        if start.run_dir is not None:
-            return RunFolder.create_at(start.run_dir), None
-        return RunFolder.create(prepared.config.output.dir, prepared.config.name), None
-    scratch = Path(tempfile.mkdtemp())
-    if start.resume is not None:
-        return RunFolder.worker_copy(start.resume, scratch), scratch
-    return RunFolder.create(scratch, prepared.config.name), scratch
-
-
-class Trained(NamedTuple):
-    test: dict[str, float]  # the test set's figures (none for an interrupted run)
-    waited_s: float  # waiting for other variants' turns (compare, plan)
-    evaluation_s: float | None  # the test evaluation's time (None: not evaluated)
-
-
-def _train(prepared: Prepared, session: TrainingSession) -> Trained:
-    """Training to its end (in turns with other variants when the parent asks: `TakeTurns`),
-    then the test set's figures (none for an interrupted run: its user wants it to stop,
-    now)."""
-    monitor = session.monitor
-    turns = TakeTurns.from_environment(
-        monitor, planned_steps(prepared.config.train, prepared.batches.steps_per_epoch))
-    if turns is not None:
-        monitor.listeners.append(turns)
-    with stop_on_signals(monitor):
-        prepared.loop.train(prepared.batches, monitor, session.start.epoch, session.start.step)
-        if turns is not None:
-            turns.finish()
-    session.close()
-    waited_s = turns.waited_s if turns is not None else 0.0
-    if monitor.stop_kind == "signal":
-        return Trained({}, waited_s, None)
-    started = time.perf_counter()
-    test = prepared.loop.evaluate(prepared.batches.test)
-    return Trained(test, waited_s, time.perf_counter() - started)
 
 
 def _save(prepared: Prepared, folder: RunFolder, summary: RunSummary, tracking) -> RunSummary:
@@ -197,13 +152,3 @@ def _failed(exc: BaseException, prepared: Prepared, folder: RunFolder, tracking,
 # A full disk (or quota), an I/O error, a read-only file system: the run folder cannot take
 # what training writes. Said cleanly, with the way to continue.
 DISK_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS)
-
-
-def _config_header(prepared: Prepared) -> str:
-    choice = prepared.choice
-    lines = ["# Resolved experiment, as run by mptrain."]
-    if choice.requested != choice.name:
-        lines.append(f"# policy: {choice.requested} resolved to {choice.name} ({choice.reason})")
-    lines.append(f"# jit_compile: {choice.jit_compile} ({choice.jit_reason})")
-    lines.append(f"# xla_optimizer_update: {choice.xla_optimizer_update} ({choice.xla_optimizer_reason})")
-    return "\n".join(lines)

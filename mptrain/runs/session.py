@@ -1,5 +1,6 @@
 """One training session: the monitor, its listeners (progress, run folder, telemetry,
-divergence guard, checkpoints) and where training starts, assembled once for both loops.
+divergence guard, checkpoints) and where training starts, assembled once for both loops;
+then training from there to its end, and the test set's figures.
 
 A new run starts at (epoch 0, step 0) with a first checkpoint of the initial weights, the
 "last good checkpoint" recovery falls back to. A resumed run restores the newest checkpoint
@@ -9,11 +10,13 @@ the rest, and says where it continues.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from mptrain.errors import MptrainError
 from mptrain.runs.folder import RunFolder
+from mptrain.signals import stop_on_signals
 from mptrain.training import value_of
 from mptrain.training.checkpoints import Checkpointer, Position
 from mptrain.training.guard import DivergenceGuard
@@ -22,6 +25,7 @@ from mptrain.training.monitor import TrainingMonitor
 from mptrain.training.optimizer import learning_rate_at
 from mptrain.training.records import TrainingListener
 from mptrain.training.tensorboard import TensorBoardWriter
+from mptrain.training.turns import TakeTurns, planned_steps
 
 if TYPE_CHECKING:
     from mptrain.runs.tracking import MlflowLogger
@@ -71,8 +75,6 @@ class TrainingSession:
             history=history,
         )
         guard = DivergenceGuard(monitor, checkpointer, train.recovery)
-        if tracking is not None:
-            tracking.catch_up(*history)  # what a resumed run's MLflow run may lack
         # What is reported is saved: the records and the checkpoint go to disk before a line
         # is printed or logged, so a run killed right after its epoch line resumes after that
         # epoch. The epoch's record precedes its checkpoint (a resume reads the records up to
@@ -82,6 +84,8 @@ class TrainingSession:
         monitor.listeners = [*saving, tensorboard, *([tracking] if tracking else []), *listeners]
         if start.start:
             checkpointer.save(start)  # the last good checkpoint recovery can always go back to
+        if tracking is not None:
+            tracking.catch_up(*history)  # what a resumed run's MLflow run may lack
         return cls(monitor, checkpointer, guard, start, tensorboard, notes)
 
     def position(self) -> Position:
@@ -91,9 +95,36 @@ class TrainingSession:
             return Position(m.epoch, 0, len(m.steps))
         return Position(max(m.epoch - 1, 0), m.step_in_epoch, len(m.steps))
 
-    def close(self) -> None:
+    def run_training(self, prepared) -> Trained:
+        """Training to its end, from where the session starts (in turns with other variants
+        when the parent asks: `TakeTurns`), a checkpoint where it stopped, then the test set's
+        figures (none for an interrupted run: its user wants it to stop, now)."""
+        monitor = self.monitor
+        with stop_on_signals(monitor):
+            turns = TakeTurns.from_environment(
+                monitor, planned_steps(prepared.config.train, prepared.batches.steps_per_epoch))
+            if turns is not None:
+                monitor.listeners.append(turns)
+            prepared.loop.train(prepared.batches, monitor, self.start.epoch, self.start.step)
+            if turns is not None:
+                turns.finish()
+        self._close()
+        waited_s = turns.waited_s if turns is not None else 0.0
+        if monitor.stop_kind == "signal":
+            return Trained({}, waited_s, None)
+        started = time.perf_counter()
+        test = prepared.loop.evaluate(prepared.batches.test)
+        return Trained(test, waited_s, time.perf_counter() - started)
+
+    def _close(self) -> None:
         """After training, however it ended: a checkpoint where the run stopped (unless it
         diverged: its last good checkpoint stays the latest), telemetry flushed."""
         if self.monitor.stop_kind != "divergence" and self.monitor.steps:
             self.checkpointer.save(self.position())
         self.tensorboard.flush()
+
+
+class Trained(NamedTuple):
+    test: dict[str, float]  # the test set's figures (none for an interrupted run)
+    waited_s: float  # waiting for other variants' turns (compare, plan)
+    evaluation_s: float | None  # the test evaluation's time (None: not evaluated)

@@ -214,17 +214,19 @@ def summarize_run(prepared, session, test: dict[str, float], flops_per_example: 
     """The run's summary from what was decided (`prepared`: a `runs.experiment.Prepared`),
     what training measured (`session`: its monitor, notes and recoveries) and the test set's
     figures (`test`)."""
-    from mptrain.precision.policy import unlike_plain_keras
-
     config, choice, machine, monitor = prepared.config, prepared.choice, prepared.machine, session.monitor
     times = step_times(monitor.steps, config.train.warmup_steps)
     peak = None if machine.accelerated else cpu_peak(machine.cpu, choice.compute_dtype)
     speed = throughput(times, config.train.batch_size, flops_per_example, peak)
     last_epoch = monitor.epoch_records[-1] if monitor.epoch_records else None
+    status = run_status(monitor.steps, test.get("loss"), monitor.stop_status)
+    loss_scale = loss_scale_stats(monitor)
+    first_step_s = time_to_first_step(monitor, started_at)
+    decided, unlike_keras = _decided(prepared)
     return RunSummary(
         name=config.name,
-        status=run_status(monitor.steps, test.get("loss"), monitor.stop_status),
-        **_decided(prepared),
+        status=status,
+        **decided,
         batch_size=config.train.batch_size,
         epochs_run=len(monitor.epoch_records), steps_run=len(monitor.steps),
         stop_reason=monitor.stop_reason,
@@ -237,8 +239,7 @@ def summarize_run(prepared, session, test: dict[str, float], flops_per_example: 
         peak_unit=peak.unit if peak else None,
         mfu=speed.mfu,
         speed_warning=prepared.speed_warning,
-        notes=[*prepared.notes, *session.notes, *session.guard.recoveries,
-               *unlike_plain_keras(choice, config.deterministic)],
+        notes=[*prepared.notes, *session.notes, *session.guard.recoveries, *unlike_keras],
         first_step_loss=finite_or_none(monitor.steps[0].loss) if monitor.steps else None,
         non_finite_loss_steps=sum(finite_or_none(r.loss) is None for r in monitor.steps),
         final_train_loss=finite_or_none(last_epoch.metrics.get("loss")) if last_epoch else None,
@@ -246,21 +247,24 @@ def summarize_run(prepared, session, test: dict[str, float], flops_per_example: 
         test_loss=finite_or_none(test.get("loss")), test_accuracy=finite_or_none(test.get("accuracy")),
         test_metrics={k: finite_or_none(v) for k, v in test.items()},
         test_examples=prepared.data.test.size if test else None,
-        loss_scale=loss_scale_stats(monitor), memory=prepared.memory.stats(),
+        loss_scale=loss_scale, memory=prepared.memory.stats(),
         checkpoint_save_s=_mean(session.checkpointer.save_seconds),
         wall_time_s=time.perf_counter() - started_at,
-        time_to_first_step_s=time_to_first_step(monitor, started_at),
+        time_to_first_step_s=first_step_s,
         tensorflow_version=machine.tensorflow_version, keras_version=machine.keras_version,
         seed=config.seed, run_dir=str(run_dir),
     )
 
 
-def _decided(prepared) -> dict:
-    """What the run was set up as: its policy and candidate, dtypes, loop, XLA, device."""
+def _decided(prepared) -> tuple[dict, list[str]]:
+    """What the run was set up as: its policy and candidate, dtypes, loop, XLA, device; and
+    what mptrain does that plain Keras would not (notes)."""
     from mptrain.model import output_dtype
     from mptrain.precision.candidates import candidate_name
+    from mptrain.precision.policy import unlike_plain_keras
 
     config, choice, machine = prepared.config, prepared.choice, prepared.machine
+    unlike_keras = unlike_plain_keras(choice, config.deterministic)
     return dict(
         policy=choice.name, policy_requested=choice.requested,
         candidate=candidate_name(choice.name, config.train.jit_compile, config.train.math_mode,
@@ -277,7 +281,7 @@ def _decided(prepared) -> dict:
         distribution=prepared.place.description,
         replicas=prepared.place.replicas,
         dataset=prepared.data.source,
-    )
+    ), unlike_keras
 
 
 def _mean(values: list[float]) -> float | None:
