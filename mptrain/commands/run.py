@@ -1,9 +1,8 @@
-"""`mptrain run`: train and evaluate one experiment (`runs.runner.run_experiment`)."""
+"""`mptrain run`: train and evaluate one experiment (`runs.launch.launch`)."""
 
 from __future__ import annotations
 
 import contextlib
-import os
 from pathlib import Path
 from typing import Annotated
 
@@ -61,52 +60,36 @@ def run(
     """
     from rich.markup import escape
 
-    from mptrain.config.loading import plan_beside
-    from mptrain.errors import ConfigError, WorkerLost
+    from mptrain.errors import WorkerLost
     from mptrain.report.progress import LiveProgress
     from mptrain.report.tables import run_header
-    from mptrain.runs.resume import AlreadyFinished, experiment_to_run
-    from mptrain.runs.workers import (
-        Relayed,
-        local_run,
-        local_worker_count,
-        run_local_workers,
-        worker_overrides,
-    )
+    from mptrain.runs.launch import RunOptions, Telling, launch
+    from mptrain.runs.resume import AlreadyFinished
+    from mptrain.runs.runner import Start
+    from mptrain.runs.workers import WorkersResult
 
-    overrides = [*(set_ or []), *(worker_overrides(workers) if workers is not None else [])]
+    options = RunOptions(set_ or [], resume, workers, max_restarts, json_out, verbose, supervised,
+                         Start(resume=resume, initial_weights=initial_weights, run_dir=run_dir,
+                               started_at=STARTED_AT))
+    telling = Telling(
+        plan=lambda line: say(f"[cyan]plan:[/] {line}"),
+        start=lambda prepared, notes: say(run_header(prepared.config, prepared.choice,
+                                                     prepared.speed_warning, notes)),
+        restart=lambda line: say(f"[yellow]restart:[/] {escape(line)}"),
+        status=status)
     with user_errors("interrupted (a run folder, if one was made, keeps its last checkpoint)",
                      verbose, unsaid=WorkerLost if supervised else None):
         try:
-            experiment = experiment_to_run(config, overrides, resume)
+            with LiveProgress() as progress:
+                result = launch(config, options, telling, listeners=[progress])
         except AlreadyFinished as done:
             say(f"nothing to do: {done}")
             raise typer.Exit(0) from None
-        count = local_worker_count(experiment.distribute.workers, workers, supervised,
-                                   "TF_CONFIG" in os.environ)
-        if count is not None:  # the chief's summary, then why the run stopped if a worker was lost
-            local = local_run(experiment, count, Relayed(config, overrides, json_out, verbose), resume)
-            ended = run_local_workers(local, max_restarts, on_restart=lambda line: say(
-                f"[yellow]restart:[/] {escape(line)}"))
-            typer.echo(ended.stdout, nl=False)
-            if ended.message is not None:
-                say_error(ended.message)
-            raise typer.Exit(ended.code)
-        if max_restarts:
-            raise ConfigError("--max-restarts restarts lost local workers: it needs --workers N "
-                              "(or --resume of a run on local workers)")
-        if resume is None and (beside := plan_beside(config)) is not None:
-            say(f"[cyan]plan:[/] {beside}")
-        from mptrain.runs.runner import Start, run_experiment
-
-        def on_start(prepared, notes: list[str]) -> None:
-            say(run_header(experiment, prepared.choice, prepared.speed_warning, notes))
-
-        with LiveProgress() as progress:
-            start = Start(resume=resume, initial_weights=initial_weights, run_dir=run_dir,
-                          started_at=STARTED_AT)
-            result = run_experiment(experiment, start, listeners=[progress], verbose=verbose,
-                                    on_start=on_start, status=status)
+    if isinstance(result, WorkersResult):  # the chief's summary, then why a lost worker stopped it
+        typer.echo(result.stdout, nl=False)
+        if result.message is not None:
+            say_error(result.message)
+        raise typer.Exit(result.code)
     _finish(result, json_out)
 
 

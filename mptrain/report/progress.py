@@ -31,13 +31,15 @@ class LiveProgress(TrainingListener):
         self._task = None
 
     def __enter__(self) -> LiveProgress:
-        self.progress.start()
         return self
 
     def __exit__(self, *exc) -> None:
         self.progress.stop()
 
     def epoch_started(self, epoch: int, epochs: int, steps: int) -> None:
+        # the live display starts with training: until then (set-up, or a run whose local
+        # workers show their own progress) the terminal is left to other output
+        self.progress.start()
         self._task = self.progress.add_task(
             f"{self.label}epoch {epoch}/{epochs}", total=steps, loss="…", step_ms="…", scale="",
             metrics=""
