@@ -1,0 +1,101 @@
+"""`mptrain run`'s decisions before anything trains, on files and stand-ins (no TensorFlow, no
+process): where a run trains (`runs.launch`), which folder it writes (`RunFolder.for_run`),
+and what the loaded data fills in or refuses (`model.checks.fit_to_data`)."""
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from mptrain.config import validate
+from mptrain.data.dataset import Dataset, InputSpec, Split
+from mptrain.errors import ConfigError, DataError
+from mptrain.model.checks import fit_to_data
+from mptrain.runs import launch as launching
+from mptrain.runs.folder import RunFolder
+from mptrain.runs.launch import RunOptions, Telling, launch
+from tests.helpers import tiny_raw
+
+
+@pytest.fixture
+def experiment(tmp_path) -> Path:
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump(tiny_raw(f"output.dir={tmp_path / 'runs'}")))
+    return path
+
+
+@pytest.fixture
+def trained(monkeypatch) -> dict:
+    """What reached each way of training, instead of training."""
+    seen: dict = {}
+    monkeypatch.setattr(launching, "run_experiment",
+                        lambda config, start, **kw: seen.setdefault("here", (config, start, kw)))
+    monkeypatch.setattr(launching, "run_local_workers",
+                        lambda run, restarts, on_restart: seen.setdefault("workers", (run, restarts)))
+    return seen
+
+
+def test_a_run_trains_here_with_its_overrides_and_names_the_plan_beside_it(experiment, trained):
+    (experiment.parent / "exp.plan.yaml").write_text("# mptrain plan for tiny: float32.\n")
+    told: list[str] = []
+    launch(str(experiment), RunOptions(overrides=["train.epochs=1"]), Telling(plan=told.append))
+    config, _, _ = trained["here"]
+    assert config.train.epochs == 1 and "workers" not in trained
+    assert told == [f"{experiment.parent / 'exp.plan.yaml'}: mptrain plan for tiny: float32."]
+
+
+def test_workers_n_trains_on_local_workers_which_are_told_what_it_means(experiment, trained):
+    launch(str(experiment), RunOptions(overrides=["train.loop=custom"], workers=2, max_restarts=1))
+    run, restarts = trained["workers"]
+    assert (run.count, restarts, "here" in trained) == (2, 1, False)
+    assert run.relayed.overrides == ["train.loop=custom", "distribute.strategy=multi_worker_mirrored",
+                                     "distribute.workers=2"]
+    assert run.run_dir.parent == experiment.parent / "runs" and run.run_dir.is_dir()
+
+
+def test_a_supervised_worker_trains_here_and_max_restarts_needs_workers(experiment, trained):
+    launch(str(experiment), RunOptions(["train.loop=custom"], workers=2, supervised=True))
+    assert "here" in trained and "workers" not in trained
+    trained.clear()
+    with pytest.raises(ConfigError, match="--max-restarts .* needs --workers N"):
+        launch(str(experiment), RunOptions(max_restarts=2))
+    assert trained == {}
+
+
+def test_the_folder_a_run_writes(tmp_path):
+    resumed = tmp_path / "old-run"
+    (resumed / "checkpoints").mkdir(parents=True)
+    (resumed / "steps.jsonl").write_text("{}\n")
+
+    folder, scratch = RunFolder.for_run(True, tmp_path / "runs", "tiny")
+    assert scratch is None and folder.path.parent == tmp_path / "runs" and folder.path.is_dir()
+    folder, scratch = RunFolder.for_run(True, tmp_path / "runs", "tiny", resume=resumed)
+    assert (folder.path, scratch) == (resumed, None)
+    folder, scratch = RunFolder.for_run(True, tmp_path / "runs", "tiny", run_dir=tmp_path / "named")
+    assert (folder.path, scratch) == (tmp_path / "named", None)
+
+    # another worker trains into its own scratch folder, never into the run's
+    folder, scratch = RunFolder.for_run(False, tmp_path / "runs", "tiny")
+    assert scratch is not None and folder.path.parent == scratch
+    folder, scratch = RunFolder.for_run(False, tmp_path / "runs", "tiny", resume=resumed)
+    assert folder.path == scratch / "old-run" and (folder.path / "steps.jsonl").is_file()
+
+
+def _data(labels: list[int], size: int = 8) -> Dataset:
+    split = Split(size, arrays=(np.zeros((size, 16), np.float32), np.array(labels)))
+    return Dataset(split, None, split, InputSpec((16,), "vector"), max(labels) + 1, "data.npz")
+
+
+def test_the_loaded_data_fills_in_the_classes_or_is_refused_naming_the_file():
+    config = validate(tiny_raw("model.num_classes=null", "train.batch_size=4"), "exp.yaml")
+    assert fit_to_data(config, _data([0, 1, 2, 5] * 2)).model.num_classes == 6
+
+    four = validate(tiny_raw("train.batch_size=4"), "exp.yaml")
+    assert fit_to_data(four, _data([0, 1, 2, 3] * 2)) == four
+    named = f"^{re.escape(four.source)}: "  # the experiment file, as validate's errors name it
+    with pytest.raises(DataError, match=named + "data.npz: labels go up to 5 but model.num_classes is 4"):
+        fit_to_data(four, _data([0, 5] * 4))
+    with pytest.raises(ConfigError, match=named + "train.batch_size 64 is larger than the 8"):
+        fit_to_data(validate(tiny_raw(), "exp.yaml"), _data([0, 1] * 4))
