@@ -232,3 +232,23 @@ def test_a_documented_command_runs(command, tmp_path):
     if into is not None:
         (tmp_path / into).write_text(done.stdout)
         assert done.stdout.strip().startswith("{")
+
+
+def test_the_readme_layout_names_every_module_where_it_is():
+    """The README's layout lists each package's modules: a module added, moved or removed
+    without it would send a newcomer to the wrong room."""
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split("## Layout (in brief)", 1)[1].split("```", 2)[1]
+    listed: dict[str, set[str]] = {}
+    current = None
+    for line in block.splitlines():
+        if line.startswith("mptrain/"):
+            current, line = line.split()[0], " ".join(line.split()[1:])
+        if current is not None:
+            listed.setdefault(current, set()).update(re.findall(r"\b\w+\.py\b", line))
+    for folder in sorted((ROOT / "mptrain").iterdir()):
+        if folder.is_dir() and (folder / "__init__.py").exists() and folder.name != "configs":
+            modules = {p.name for p in folder.glob("*.py")} - {"__init__.py"}
+            assert listed.get(f"mptrain/{folder.name}/", set()) - {"__init__.py"} == modules, folder.name
+    top = {p.name for p in (ROOT / "mptrain").glob("*.py")} - {"__main__.py"}
+    assert listed["mptrain/"] == top
