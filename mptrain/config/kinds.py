@@ -22,41 +22,53 @@ from mptrain.config.names import POLICIES, Activation, Positive, _Strict
 class _DataBase(_Strict):
     validation_split: float = Field(0.0, ge=0.0, lt=1.0, description=(
         "Fraction of the training examples held out for validation (the last ones, as Keras)."))
-    max_train_examples: int | None = Field(None, ge=1)
-    max_test_examples: int | None = Field(None, ge=1)
+    max_train_examples: int | None = Field(None, ge=1, description=(
+        "Train on only the first N training examples (a quick trial on a large set)."))
+    max_test_examples: int | None = Field(None, ge=1, description=(
+        "Evaluate on only the first N test examples."))
 
 
 class MnistData(_DataBase):
-    dataset: Literal["mnist", "fashion_mnist"]
-    path: Path | None = None
+    dataset: Literal["mnist", "fashion_mnist"] = Field(description=(
+        "The guide's MNIST digits, or Fashion-MNIST: 28x28 grey images, 10 classes."))
+    path: Path | None = Field(None, description=(
+        "mnist: the mnist.npz file (or its folder); fashion_mnist: the folder of its four IDX "
+        ".gz files. Default: looked for in $MPTRAIN_DATA_DIR, Keras' cache (and Debian's "
+        "dataset-fashion-mnist), then downloaded."))
 
 
 class NpzData(_DataBase):
-    dataset: Literal["npz"]
-    path: Path
+    dataset: Literal["npz"] = Field(description="Arrays from a NumPy archive.")
+    path: Path = Field(description=(
+        "A NumPy .npz with x_train, y_train, x_test, y_test (uint8 images are scaled to "
+        "[0, 1]; integer (N, length) arrays are token ids)."))
 
 
 class SyntheticData(_DataBase):
     """A deterministic, learnable classification set (no I/O): class means plus noise."""
 
-    dataset: Literal["synthetic"] = "synthetic"
-    train_size: int = Field(2048, ge=1)
-    test_size: int = Field(512, ge=1)
-    input_shape: list[Positive] = Field(default_factory=lambda: [784], min_length=1)
-    num_classes: int = Field(10, ge=1)
-    noise: float = Field(1.0, ge=0)
+    dataset: Literal["synthetic"] = Field("synthetic", description=(
+        "Generated from the seed: class centres plus noise (vectors or image textures)."))
+    train_size: int = Field(2048, ge=1, description="Training examples generated.")
+    test_size: int = Field(512, ge=1, description="Test examples generated.")
+    input_shape: list[Positive] = Field(default_factory=lambda: [784], min_length=1, description=(
+        "One example's shape: [features] for vectors, [height, width, channels] for images."))
+    num_classes: int = Field(10, ge=1, description="Classes generated.")
+    noise: float = Field(1.0, ge=0, description=(
+        "Standard deviation of the noise around each class's centre: higher is harder."))
 
 
 class SyntheticTextData(_DataBase):
     """Token sequences whose class is which of `num_classes` marker tokens they contain most
     often among random filler: learnable by attention, no I/O."""
 
-    dataset: Literal["synthetic_text"]
-    train_size: int = Field(2048, ge=1)
-    test_size: int = Field(512, ge=1)
-    sequence_length: int = Field(64, ge=2)
-    vocab_size: int = Field(1000, ge=8)
-    num_classes: int = Field(4, ge=2)
+    dataset: Literal["synthetic_text"] = Field(description=(
+        "Generated token sequences, for the token transformer."))
+    train_size: int = Field(2048, ge=1, description="Training sequences generated.")
+    test_size: int = Field(512, ge=1, description="Test sequences generated.")
+    sequence_length: int = Field(64, ge=2, description="Tokens per sequence.")
+    vocab_size: int = Field(1000, ge=8, description="Token ids (0 is padding).")
+    num_classes: int = Field(4, ge=2, description="Classes: one marker token each.")
 
 
 Cache = Literal["none", "memory"] | Path
@@ -67,26 +79,37 @@ class _FileData(_DataBase):
     data set larger than memory trains. `cache: memory` decodes it once and keeps it; a file
     path keeps the decoded examples in that file (memory-mapped) for the next runs."""
 
-    path: Path
+    path: Path = Field(description=(
+        "image_folder, text_folder: a folder with one sub-folder of files per class; csv: the "
+        "table."))
     test_path: Path | None = Field(None, description="A separate test set; default: test_split.")
-    test_split: float = Field(0.2, gt=0.0, lt=1.0)
-    cache: Cache = "none"
+    test_split: float = Field(0.2, gt=0.0, lt=1.0, description=(
+        "Without test_path: the fraction of the examples kept for testing, chosen by a hash "
+        "of each file's path (or row number), the same on every machine."))
+    cache: Cache = Field("none", description=(
+        "none: decode every epoch (a set larger than memory trains); memory: decode once and "
+        "keep it; a path: keep the decoded examples in memory-mapped files there, reused by "
+        "the next run with the same data settings."))
 
 
 class ImageFolderData(_FileData):
-    dataset: Literal["image_folder"]
-    image_size: tuple[Positive, Positive] = (64, 64)
-    color_mode: Literal["rgb", "grayscale"] = "rgb"
-    random_flip: Literal["none", "horizontal", "vertical", "horizontal_and_vertical"] = "none"
+    dataset: Literal["image_folder"] = Field(description=(
+        "Images (PNG, JPEG, GIF, BMP) in one sub-folder per class."))
+    image_size: tuple[Positive, Positive] = Field((64, 64), description=(
+        "[height, width] every image is resized to."))
+    color_mode: Literal["rgb", "grayscale"] = Field("rgb", description="3 channels, or 1.")
+    random_flip: Literal["none", "horizontal", "vertical", "horizontal_and_vertical"] = Field(
+        "none", description="Augmentation in the model, while training only.")
     random_crop: int = Field(0, ge=0, description="Pad by this many pixels, crop back at random.")
     skip_bad_files: bool = Field(False, description=(
         "Leave out images that do not decode (listed in the run folder) instead of stopping."))
 
 
 class TextFolderData(_FileData):
-    dataset: Literal["text_folder"]
+    dataset: Literal["text_folder"] = Field(description=(
+        ".txt files in one sub-folder per class, tokenised by a TextVectorization."))
     max_tokens: int = Field(20000, ge=8, description="Vocabulary size, padding and OOV included.")
-    sequence_length: int = Field(128, ge=2)
+    sequence_length: int = Field(128, ge=2, description="Tokens per text: padded or cut to it.")
     encoding: str = Field("utf-8", description=(
         "The texts' encoding (utf-8, latin-1, cp1252, utf-16...); bytes invalid in it become "
         "U+FFFD."))
@@ -104,20 +127,29 @@ class TextFolderData(_FileData):
 
 
 class CsvData(_FileData):
-    dataset: Literal["csv"]
-    label_column: str
-    feature_columns: list[str] | None = None  # default: every other column
-    delimiter: str = Field(",", min_length=1, max_length=1)
+    dataset: Literal["csv"] = Field(description="A table: numeric feature columns and a label column.")
+    label_column: str = Field(description=(
+        "The header of the labels' column: whole numbers are class ids, other labels class "
+        "names (numbered in sorted order)."))
+    feature_columns: list[str] | None = Field(None, description=(
+        "The headers of the inputs' columns; default: every other column."))
+    delimiter: str = Field(",", min_length=1, max_length=1, description="The cells' separator.")
 
 
 class TfdsData(_DataBase):
-    dataset: Literal["tfds"]
-    name: str = Field(pattern=r"^[a-z0-9_]+(/[a-z0-9_]+)?(:[0-9.]+)?$")
-    data_dir: Path | None = None  # default: TensorFlow Datasets' own ($TFDS_DATA_DIR, ~/tensorflow_datasets)
-    train_split: str = "train"
-    test_split: str = "test"
-    cache: Literal["none", "memory"] = "none"
-    shuffle_buffer: int = Field(10_000, ge=1)
+    dataset: Literal["tfds"] = Field(description="A TensorFlow Datasets set (mptrain[tfds]).")
+    name: str = Field(pattern=r"^[a-z0-9_]+(/[a-z0-9_]+)?(:[0-9.]+)?$", description=(
+        "A TensorFlow Datasets name, e.g. mnist or imdb_reviews:1.0.0, already prepared "
+        "(mptrain never downloads)."))
+    data_dir: Path | None = Field(None, description=(
+        "Where it is prepared; default: TensorFlow Datasets' own ($TFDS_DATA_DIR, "
+        "~/tensorflow_datasets)."))
+    train_split: str = Field("train", description='A TFDS split, e.g. "train[:90%]".')
+    test_split: str = Field("test", description="A TFDS split.")
+    cache: Literal["none", "memory"] = Field("none", description=(
+        "none: read every epoch; memory: read once and keep it."))
+    shuffle_buffer: int = Field(10_000, ge=1, description=(
+        "Examples shuffled together, a block at a time in an order fixed by seed and epoch."))
 
 
 DataConfig = Annotated[
@@ -160,31 +192,38 @@ class _ModelBase(_Strict):
 
 
 class MLPConfig(_ModelBase):
-    kind: Literal["mlp"] = "mlp"
-    hidden_units: list[Positive] = Field(default_factory=lambda: [4096, 4096])
-    activation: Activation = "relu"
+    kind: Literal["mlp"] = Field("mlp", description="Dense layers (the guide's model).")
+    hidden_units: list[Positive] = Field(default_factory=lambda: [4096, 4096], description=(
+        "Units of each hidden Dense layer, in order (the guide's MLP: [4096, 4096])."))
+    activation: Activation = Field("relu", description="The hidden layers' activation.")
 
 
 class CNNConfig(_ModelBase):
-    kind: Literal["cnn"]
-    filters: list[Positive] = Field(default_factory=lambda: [32, 64], min_length=1)
-    kernel_size: int = Field(3, ge=1)
-    pooling: Literal["max", "average", "none"] = "max"
-    dense_units: list[Positive] = Field(default_factory=lambda: [128])
-    activation: Activation = "relu"
+    kind: Literal["cnn"] = Field(description=(
+        "Convolution blocks (each optionally pooled), then Dense layers."))
+    filters: list[Positive] = Field(default_factory=lambda: [32, 64], min_length=1, description=(
+        "Filters of each convolution block, in order."))
+    kernel_size: int = Field(3, ge=1, description="The convolutions' square kernel side.")
+    pooling: Literal["max", "average", "none"] = Field("max", description=(
+        "2x2 pooling after each convolution block."))
+    dense_units: list[Positive] = Field(default_factory=lambda: [128], description=(
+        "Units of each Dense layer after the convolutions."))
+    activation: Activation = Field("relu", description="The hidden layers' activation.")
 
 
 class _HeadConfig(_ModelBase):
     """mptrain's classification head on a backbone: pooling, dropout, Dense, float32 output."""
 
-    pooling: Literal["avg", "max"] = "avg"
-    dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    pooling: Literal["avg", "max"] = Field("avg", description=(
+        "Global pooling of the backbone's features (or sequence)."))
+    dropout: float = Field(0.0, ge=0.0, lt=1.0, description="Dropout before the head's Dense.")
     trainable_backbone: bool = Field(True, description="false: train the head only (fine-tuning).")
 
 
 class ApplicationConfig(_HeadConfig):
-    kind: Literal["application"]
-    name: str
+    kind: Literal["application"] = Field(description=(
+        "A keras.applications architecture with mptrain's head."))
+    name: str = Field(description="A keras.applications model, e.g. ResNet50 or MobileNetV2.")
     weights: str | None = Field(None, description="null, imagenet, or a .weights.h5 file.")
     image_size: tuple[Positive, Positive] | None = Field(
         None, description="Resize inputs to this size inside the model; default: the data's.")
@@ -213,12 +252,14 @@ class TransformerConfig(_ModelBase):
     """A pre-LayerNorm Transformer encoder: patches of an image (as ViT) or token embeddings,
     `num_layers` blocks of attention and MLP, mean pooling, mptrain's head."""
 
-    kind: Literal["transformer"]
-    num_layers: int = Field(2, ge=1)
-    num_heads: int = Field(4, ge=1)
-    embed_dim: int = Field(64, ge=1)
-    mlp_dim: int = Field(128, ge=1)
-    dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    kind: Literal["transformer"] = Field(description=(
+        "mptrain's Transformer encoder: a ViT on images, or a text encoder on tokens."))
+    num_layers: int = Field(2, ge=1, description="Encoder blocks.")
+    num_heads: int = Field(4, ge=1, description="Attention heads per block.")
+    embed_dim: int = Field(64, ge=1, description="Width of the tokens (a multiple of num_heads).")
+    mlp_dim: int = Field(128, ge=1, description="Hidden units of each block's MLP.")
+    dropout: float = Field(0.0, ge=0.0, lt=1.0, description=(
+        "Dropout of the embeddings, the attention and each MLP."))
     patch_size: int | None = Field(None, ge=1, description="Images: square patch side (default 4).")
     vocab_size: int | None = Field(None, ge=2, description="Tokens: default from the data.")
     sequence_length: int | None = Field(None, ge=1, description="Tokens: default from the data.")
@@ -232,10 +273,12 @@ class TransformerConfig(_ModelBase):
 
 
 class KerasHubConfig(_HeadConfig):
-    kind: Literal["keras_hub"]
+    kind: Literal["keras_hub"] = Field(description=(
+        "A KerasHub backbone with mptrain's head (mptrain[hub])."))
     backbone: str = Field(pattern=r"^[A-Za-z][A-Za-z0-9]*Backbone$",
                           description="A keras_hub.models class, e.g. BertBackbone.")
-    kwargs: dict[str, Any] = Field(default_factory=dict)
+    kwargs: dict[str, Any] = Field(default_factory=dict, description=(
+        "The backbone's constructor arguments (built from scratch, offline)."))
     preset: str | None = Field(None, description="Pretrained weights (downloads once).")
 
     @model_validator(mode="after")
@@ -247,15 +290,17 @@ class KerasHubConfig(_HeadConfig):
 
 
 class PythonConfig(_ModelBase):
-    kind: Literal["python"]
+    kind: Literal["python"] = Field(description=(
+        "Your own Keras model, returned by a builder function."))
     builder: str = Field(pattern=r"^[^:]+:[A-Za-z_][A-Za-z0-9_]*$", description=(
         '"package.module:function" or "path/to/file.py:function"'))
-    kwargs: dict[str, Any] = Field(default_factory=dict)
+    kwargs: dict[str, Any] = Field(default_factory=dict, description=(
+        "Keyword arguments passed to the builder function."))
 
 
 class SavedConfig(_ModelBase):
-    kind: Literal["saved"]
-    path: Path
+    kind: Literal["saved"] = Field(description="A saved .keras model, trained further.")
+    path: Path = Field(description="A .keras file (model.save), e.g. an earlier run's model.keras.")
     unfreeze: bool = Field(False, description="Train every layer (fine-tuning's second stage).")
 
 

@@ -3,7 +3,8 @@
 Everything the trainer needs is here, checked before any TensorFlow work starts, so a typo in
 a YAML file costs a second instead of a failed run. Reading YAML and turning validation errors
 into messages lives in `loading.py`; checks that need the file system (does the builder file
-define that function, does the CSV have that column) live in `runs/preflight.py`.
+define that function, does the CSV have that column) live in `data/checks.py`,
+`model/checks.py` and `runs/preflight.py`.
 
 `data` and `model` are each one of several kinds, chosen by `data.dataset` and `model.kind`
 (`kinds.py`); each kind has only the keys that mean something for it. The names a user can
@@ -67,33 +68,40 @@ from mptrain.config.optimizers import OPTIMIZERS, check_kwargs
 
 
 class ConstantSchedule(_Strict):
-    kind: Literal["constant"]
-    learning_rate: float = Field(gt=0)
-    warmup_steps: int = Field(0, ge=0)
+    kind: Literal["constant"] = Field(description="One learning rate, after an optional warm-up.")
+    learning_rate: float = Field(gt=0, description="The learning rate after warm-up.")
+    warmup_steps: int = Field(0, ge=0, description="Steps of linear warm-up from 0.")
 
 
 class CosineSchedule(_Strict):
     """Linear warm-up to `learning_rate`, then cosine decay to `alpha` x it."""
 
-    kind: Literal["cosine"]
-    learning_rate: float = Field(gt=0)
-    warmup_steps: int = Field(0, ge=0)
+    kind: Literal["cosine"] = Field(description="Cosine decay (Keras' CosineDecay).")
+    learning_rate: float = Field(gt=0, description="The peak learning rate, after warm-up.")
+    warmup_steps: int = Field(0, ge=0, description="Steps of linear warm-up from 0.")
     decay_steps: int | None = Field(None, ge=1, description="Default: every step after warm-up.")
-    alpha: float = Field(0.0, ge=0.0, le=1.0)
+    alpha: float = Field(0.0, ge=0.0, le=1.0, description=(
+        "The final learning rate, as a fraction of learning_rate."))
 
 
 class ExponentialSchedule(_Strict):
-    kind: Literal["exponential"]
-    learning_rate: float = Field(gt=0)
-    decay_steps: int = Field(ge=1)
-    decay_rate: float = Field(gt=0)
-    staircase: bool = False
+    kind: Literal["exponential"] = Field(description="Exponential decay (Keras' ExponentialDecay).")
+    learning_rate: float = Field(gt=0, description="The learning rate at step 0.")
+    decay_steps: int = Field(ge=1, description="Steps over which it is multiplied by decay_rate.")
+    decay_rate: float = Field(gt=0, description=(
+        "learning_rate x decay_rate ^ (step / decay_steps)."))
+    staircase: bool = Field(False, description=(
+        "Decay at whole multiples of decay_steps (a staircase), not smoothly."))
 
 
 class PiecewiseSchedule(_Strict):
-    kind: Literal["piecewise"]
-    boundaries: list[Positive] = Field(min_length=1)
-    values: list[Annotated[float, Field(gt=0)]]
+    kind: Literal["piecewise"] = Field(description=(
+        "Constant between step boundaries (Keras' PiecewiseConstantDecay)."))
+    boundaries: list[Positive] = Field(min_length=1, description=(
+        "The steps at which the learning rate changes, increasing."))
+    values: list[Annotated[float, Field(gt=0)]] = Field(description=(
+        "The learning rate before the first boundary, then after each: one more than "
+        "boundaries."))
 
     @model_validator(mode="after")
     def _one_more_value(self) -> PiecewiseSchedule:
@@ -112,9 +120,12 @@ OptimizerName = Literal[tuple(OPTIMIZERS)]  # type: ignore[valid-type]
 
 
 class OptimizerConfig(_Strict):
-    name: OptimizerName = "rmsprop"
-    kwargs: dict[str, Any] = Field(default_factory=dict)
-    schedule: Schedule | None = None
+    name: OptimizerName = Field("rmsprop", description="The Keras optimizer (the guide's: rmsprop).")
+    kwargs: dict[str, Any] = Field(default_factory=dict, description=(
+        "The optimizer's arguments, e.g. {learning_rate: 0.001, weight_decay: 0.01}; checked "
+        "against its Keras signature."))
+    schedule: Schedule | None = Field(None, description=(
+        "A learning-rate schedule, in place of kwargs.learning_rate."))
 
     @field_validator("kwargs")
     @classmethod
@@ -136,17 +147,18 @@ class OptimizerConfig(_Strict):
 class LossScaleConfig(_Strict):
     """Dynamic loss scaling, used under `mixed_float16` only (bf16 has float32's range)."""
 
-    initial_scale: float = Field(2.0**15, gt=0)
-    dynamic_growth_steps: int = Field(2000, ge=1)
+    initial_scale: float = Field(2.0**15, gt=0, description="The loss scale training starts with.")
+    dynamic_growth_steps: int = Field(2000, ge=1, description=(
+        "Steps without an overflow after which the scale doubles (it halves on one)."))
 
 
 class CheckpointConfig(_Strict):
     """Checkpoints in RUN_DIR/checkpoints/ (TensorFlow's CheckpointManager): model, optimizer
     (with the loss scale and its step counter), data position. Both `every_*` null: none."""
 
-    every_epochs: int | None = Field(1, ge=1)
-    every_steps: int | None = Field(None, ge=1)
-    keep: int = Field(3, ge=1)
+    every_epochs: int | None = Field(1, ge=1, description="A checkpoint every N epochs.")
+    every_steps: int | None = Field(None, ge=1, description="A checkpoint every N steps.")
+    keep: int = Field(3, ge=1, description="The newest checkpoints kept; older ones are deleted.")
 
     @property
     def enabled(self) -> bool:
@@ -158,20 +170,25 @@ class RecoveryConfig(_Strict):
     checkpoint and go on with the next batches, at most `max_trials` times, then stop."""
 
     loss_upper_bound: float | None = Field(None, gt=0, description="A loss above this diverged.")
-    max_trials: int = Field(3, ge=0)
+    max_trials: int = Field(3, ge=0, description=(
+        "Recoveries allowed before the run stops as diverged; 0: stop at the first."))
     collapse_steps: int = Field(25, ge=1, description=(
         "mixed_float16: this many skipped steps in a row is a loss-scale collapse."))
 
 
 class TrainConfig(_Strict):
-    loop: LoopName = "fit"
-    epochs: int = Field(5, ge=1)
-    batch_size: int = Field(128, ge=1)
-    optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
-    loss: Literal["sparse_categorical_crossentropy", "binary_crossentropy"] = (
-        "sparse_categorical_crossentropy"
-    )
-    metrics: list[Literal["accuracy", "top5_accuracy"]] = Field(default_factory=lambda: ["accuracy"])
+    loop: LoopName = Field("fit", description=(
+        "fit: Keras' Model.fit; custom: mptrain's GradientTape loop with the guide's loss "
+        "scaling."))
+    epochs: int = Field(5, ge=1, description="Passes over the training examples.")
+    batch_size: int = Field(128, ge=1, description="Examples per step (the global batch).")
+    optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig, description=(
+        "The optimizer (wrapped in a LossScaleOptimizer under mixed_float16)."))
+    loss: Literal["sparse_categorical_crossentropy", "binary_crossentropy"] = Field(
+        "sparse_categorical_crossentropy", description=(
+            "Integer class labels; binary_crossentropy: labels 0 and 1, one output."))
+    metrics: list[Literal["accuracy", "top5_accuracy"]] = Field(
+        default_factory=lambda: ["accuracy"], description="Reported per epoch and on the test set.")
     jit_compile: bool | None = Field(
         None, description="XLA. null: chosen per policy and device (docs/experiment-file.md)."
     )
@@ -183,21 +200,28 @@ class TrainConfig(_Strict):
         "matmuls and convolutions in bfloat16 (TF_SET_ONEDNN_FPMATH_MODE=BF16); graph_bf16 = "
         "TensorFlow's auto_mixed_precision_onednn_bfloat16 graph rewrite; tf32_off = no TF32 "
         "on Ampere+ GPUs. `mptrain plan` measures which helps."))
-    warmup_steps: int = Field(2, ge=0)
-    loss_scale: LossScaleConfig = Field(default_factory=LossScaleConfig)
+    warmup_steps: int = Field(2, ge=0, description=(
+        "First steps left out of the step-time statistics (tracing, compiling)."))
+    loss_scale: LossScaleConfig = Field(default_factory=LossScaleConfig, description=(
+        "Dynamic loss scaling (mixed_float16 only)."))
     max_steps: int | None = Field(None, ge=1, description="Stop after this many training steps.")
     max_step_seconds: float | None = Field(
         None, gt=0, description="Stop once a step takes longer than this (seconds), from the "
         "second step of a start on: the first traces the step and creates its kernels."
     )
-    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
-    recovery: RecoveryConfig = Field(default_factory=RecoveryConfig)
+    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig, description=(
+        "When checkpoints are written (runs resume from them)."))
+    recovery: RecoveryConfig = Field(default_factory=RecoveryConfig, description=(
+        "What a diverged step does: back to the last good checkpoint, up to max_trials times."))
 
 
 class DistributeConfig(_Strict):
     """tf.distribute: where the training runs. `train.batch_size` is the global batch."""
 
-    strategy: StrategyName = "none"
+    strategy: StrategyName = Field("none", description=(
+        "none: TensorFlow's default device; one_device: devices[0]; mirrored: the devices of "
+        "this machine (default all); multi_worker_mirrored: one process per worker "
+        "($TF_CONFIG, or run --workers N); tpu."))
     devices: list[str] | None = Field(None, description='e.g. ["/gpu:0", "/gpu:1"]; default: all.')
     tpu: str | None = Field(None, description="TPU name or address (TPUClusterResolver).")
     workers: int | None = Field(None, ge=2, description=(
@@ -232,14 +256,15 @@ class MlflowConfig(_Strict):
         "Default: a SQLite store in output.dir (sqlite:///OUTPUT_DIR/mlflow.db), offline."))
     experiment: str | None = Field(None, description="Default: the experiment's name.")
     run_name: str | None = Field(None, description="Default: the run folder's name.")
-    tags: dict[str, str | int | float | bool] = Field(default_factory=dict)
+    tags: dict[str, str | int | float | bool] = Field(default_factory=dict, description=(
+        "Tags set on every MLflow run, beside mptrain's own."))
 
 
 class OutputConfig(_Strict):
     dir: Path = Field(Path("runs"), description=(
         "Run folders go here; relative: beside the experiment file (built-ins: the current "
         "folder)."))
-    save_model: bool = True
+    save_model: bool = Field(True, description="Save model.keras in the run folder when a run finishes.")
     mlflow: MlflowConfig | None = Field(None, description=(
         "Log runs to MLflow; off when null, on when a mapping (even {})."))
 
@@ -247,15 +272,22 @@ class OutputConfig(_Strict):
 class ExperimentConfig(_Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", max_length=100,
                       description="Run folders are named after it; defaults to the file's name.")
-    seed: int = Field(0, ge=0, lt=2**31)
+    seed: int = Field(0, ge=0, lt=2**31, description=(
+        "Seeds the initial weights, the data's order and the generated data sets."))
     deterministic: bool = Field(False, description=(
         "tf.config.experimental.enable_op_determinism(): bit-identical reruns, slower ops."))
-    policy: PolicyName = "float32"
-    data: DataConfig = Field(default_factory=SyntheticData)
-    model: ModelConfig = Field(default_factory=MLPConfig)
-    train: TrainConfig = Field(default_factory=TrainConfig)
-    distribute: DistributeConfig = Field(default_factory=DistributeConfig)
-    output: OutputConfig = Field(default_factory=OutputConfig)
+    policy: PolicyName = Field("float32", description=(
+        "Keras' dtype policy; auto: the one fastest here (on a CPU, by its kernels measured "
+        "once; `mptrain check-gpu` says which and why)."))
+    data: DataConfig = Field(default_factory=SyntheticData, description=(
+        "Where the examples come from: one of the data.dataset kinds."))
+    model: ModelConfig = Field(default_factory=MLPConfig, description=(
+        "What is trained: one of the model.kind kinds, always with a float32 output."))
+    train: TrainConfig = Field(default_factory=TrainConfig, description="How it is trained.")
+    distribute: DistributeConfig = Field(default_factory=DistributeConfig, description=(
+        "On which devices (tf.distribute)."))
+    output: OutputConfig = Field(default_factory=OutputConfig, description=(
+        "Where the run is written, and whether MLflow logs it."))
     _source: str = PrivateAttr("<experiment>")  # the file (or built-in) it was read from
 
     @property
