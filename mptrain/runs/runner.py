@@ -124,14 +124,9 @@ def _save(prepared: Prepared, folder: RunFolder, summary: RunSummary, tracking) 
 def _failed(exc: BaseException, prepared: Prepared, folder: RunFolder, tracking,
             start: Start) -> BaseException | None:
     """What a run that stopped on `exc` leaves, and the error to raise instead of it (None:
-    `exc` itself): a second Ctrl-C abandons it (its last checkpoint kept); a full disk is
-    said cleanly with the way to continue; a lost worker is said instead of TensorFlow's
+    `exc` itself): a full disk is said cleanly with the way to continue; a second Ctrl-C
+    abandons it (its last checkpoint kept); a lost worker is said instead of TensorFlow's
     traceback; anything else is marked failed."""
-    if isinstance(exc, KeyboardInterrupt):
-        folder.write_status("interrupted", "abandoned by a second Ctrl-C; the last checkpoint "
-                            "is kept: resume from it")
-        end_tracking(tracking, "interrupted")
-        return RunAbandoned(folder.path)
     if isinstance(exc, OSError):
         folder.mark_failed(exc)
         end_tracking(tracking, "failed")
@@ -141,6 +136,11 @@ def _failed(exc: BaseException, prepared: Prepared, folder: RunFolder, tracking,
             f"{exc.filename or folder.path}: {exc.strerror}; training stopped, and its last "
             f"checkpoint is intact. Free space (or fix the disk), then continue with: mptrain "
             f"run --resume {folder.path}")
+    if isinstance(exc, KeyboardInterrupt):
+        folder.write_status("interrupted", "abandoned by a second Ctrl-C; the last checkpoint "
+                            "is kept: resume from it")
+        end_tracking(tracking, "interrupted")
+        return RunAbandoned(folder.path)
     chief = prepared.place.chief
     lost = worker_lost(exc, prepared.place, prepared.tf,
                        folder.path if chief else start.resume or start.run_dir)
