@@ -256,18 +256,19 @@ def run_local_workers(run: LocalRun, max_restarts: int = 0,
             step = last_checkpoint(run.run_dir)
             # a run this command started, lost before its first checkpoint, starts again
             can_restart = loss.restartable and (step is not None or not run.resumed)
-            if signals.received or not can_restart or restarts == max_restarts:
-                message = loss_message(loss, run, step, restarts)
-                _mark_lost(run.run_dir, message)
-                code = (exit_code(signals.received) if signals.received else
-                        WorkerLost.exit_code if loss.restartable else loss.code)
-                return WorkersResult(code, stdout, message)
-            restarts += 1
-            on_restart(restart_message(loss, run, step, restarts, max_restarts))
-            resume = step is not None
-            if not resume:
-                shutil.rmtree(run.run_dir)
-                run.run_dir.mkdir()
+            if can_restart and not signals.received and restarts < max_restarts:
+                restarts += 1
+                on_restart(restart_message(loss, run, step, restarts, max_restarts))
+                resume = step is not None
+                if not resume:
+                    shutil.rmtree(run.run_dir)
+                    run.run_dir.mkdir()
+                continue
+            message = loss_message(loss, run, step, restarts)
+            _mark_lost(run.run_dir, message)
+            code = (exit_code(signals.received) if signals.received else
+                    WorkerLost.exit_code if loss.restartable else loss.code)
+            return WorkersResult(code, stdout, message)
 
 
 def run_workers(command: list[str], count: int, signals: ForwardSignals,
