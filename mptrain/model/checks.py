@@ -27,7 +27,19 @@ from mptrain.model.size import training_bytes_lower_bound
 
 def check_model(config: ExperimentConfig) -> None:
     """Raise a ConfigError on a model `run` could not build."""
-    _check_files(config)
+    model = config.model
+    if model.kind == "python":
+        from mptrain.model.python_builder import check_builder
+
+        check_builder(model.builder)
+    elif model.kind == "saved":
+        from mptrain.model.saved import check_saved
+
+        check_saved(model)
+        _check_saved_layers(model.path)
+    elif model.kind == "application" and model.weights not in (None, "imagenet") \
+            and not Path(model.weights).is_file():
+        raise ConfigError(f"model.weights {model.weights}: no such file")
 
 
 def fit_to_data(config: ExperimentConfig, data: Dataset) -> ExperimentConfig:
@@ -90,22 +102,6 @@ def _check_inputs(config: ExperimentConfig, spec: InputSpec) -> None:
     elif kind == "cnn" and len(spec.shape) != 3:
         raise ConfigError(f"model.kind cnn needs image inputs (height, width, channels); this "
                           f"data set's examples have shape {spec.shape}")
-
-
-def _check_files(config: ExperimentConfig) -> None:
-    model = config.model
-    if model.kind == "python":
-        from mptrain.model.python_builder import check_builder
-
-        check_builder(model.builder)
-    elif model.kind == "saved":
-        from mptrain.model.saved import check_saved
-
-        check_saved(model)
-        _check_saved_layers(model.path)
-    elif model.kind == "application" and model.weights not in (None, "imagenet") \
-            and not Path(model.weights).is_file():
-        raise ConfigError(f"model.weights {model.weights}: no such file")
 
 
 def _check_saved_layers(path: Path) -> None:
