@@ -194,6 +194,29 @@ def test_interrupted_failed_and_resumed_runs_continue_one_mlflow_run(tiny_config
     assert run.data.tags["status"] == "finished"
 
 
+def test_a_resumed_session_gives_its_tracker_the_records_before_its_checkpoint(tiny_config):
+    """What MLflow may lack after a kill between two of its flushes is caught up from the run
+    folder: a resumed session hands its tracker every record before the position it resumes
+    from, and nothing after it."""
+    from mptrain.runs.experiment import prepare
+    from mptrain.runs.folder import RunFolder
+    from mptrain.runs.session import TrainingSession
+
+    first = run_experiment(tiny_config(), listeners=[At(sigint, step=10)])
+    assert first.summary.status == "interrupted"
+
+    class Tracker(TrainingListener):
+        def catch_up(self, steps, epochs):
+            self.caught = ([r.step for r in steps], [r.epoch for r in epochs])
+
+    tracker = Tracker()
+    prepared = prepare(resume_config(first.run_dir, None, []))
+    session = TrainingSession.open(prepared, RunFolder(first.run_dir), [], resume=True,
+                                   tracking=tracker)
+    assert session.start.global_step == 10
+    assert tracker.caught == (list(range(1, 11)), [1])
+
+
 def test_an_unreachable_store_never_stops_training(tiny_config):
     (closed,) = free_ports(1)
     result = run_experiment(tiny_config(f"output.mlflow={{tracking_uri: 'http://127.0.0.1:{closed}'}}"))
