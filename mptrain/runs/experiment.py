@@ -83,7 +83,9 @@ def prepare(config: ExperimentConfig, *, policy: str | None = None, verbose: boo
                            config.train.xla_optimizer_update, replicas=place.replicas,
                            kernels=kernels)
     apply_math_mode(tf, config.train.math_mode)
-    apply_policy(choice.name)  # nothing before the model creates layers: the data has none
+    # set before the data: its one layer (text_folder's TextVectorization) gives integer
+    # token ids under any policy, and every layer the model creates follows it
+    apply_policy(choice.name)
     data = load_dataset(config.data, config.seed, status)
     batches = make_batches(data, config.train.batch_size, config.train.epochs, config.seed,
                            binary_labels=config.train.loss == "binary_crossentropy",
