@@ -57,14 +57,16 @@ def test_image_folder_cache_gives_the_same_batches(tmp_path):
 
 
 def test_text_folder_is_tokenised_in_the_pipeline(tmp_path):
+    """Under a 16-bit policy: it is set before the data loads, and the tokenizer (a Keras
+    layer) must still give integer ids."""
     folder = datafiles.text_folder(tmp_path / "news")
-    config = experiment(tmp_path, "data.dataset=text_folder", f"data.path={folder}",
+    config = experiment(tmp_path, "policy=mixed_bfloat16", "data.dataset=text_folder", f"data.path={folder}",
                         "data.sequence_length=20", "data.max_tokens=100", "model.kind=transformer",
                         "model.num_layers=1", "model.num_heads=2", "model.embed_dim=16",
                         "model.mlp_dim=32", "model.num_classes=3", "train.epochs=4",
                         "train.batch_size=8", "train.optimizer.kwargs={learning_rate: 3e-3}")
     s = run_json(tmp_path, config)
-    assert s["test_accuracy"] > 0.7
+    assert s["policy"] == "mixed_bfloat16" and s["test_accuracy"] > 0.7
     vocabulary = (Path(s["run_dir"]) / "vocabulary.txt").read_text().split("\n")
     assert vocabulary[:2] == ["", "[UNK]"] and "goal" in vocabulary and len(vocabulary) <= 101
 
