@@ -16,7 +16,7 @@ from mptrain.data.pipeline import Batches
 from mptrain.precision.policy import PolicyChoice
 from mptrain.training.loss_scale import scale_variable
 from mptrain.training.monitor import TrainingMonitor
-from mptrain.training.optimizer_update import compile_optimizer_update
+from mptrain.training.optimizer_update import build_optimizer_state
 
 
 class StepMetrics(NamedTuple):
@@ -84,12 +84,7 @@ class CustomLoop:
         self.model, self.optimizer, self.loss_fn, self.metrics = model, optimizer, loss, metrics
         self.strategy = strategy
         self.loss_tracker = keras.metrics.Mean(name="loss")
-        # Build optimizer state up front: lazy creation inside a tf.function (or a
-        # distribution strategy) fails, and the first timed step should not pay for it.
-        if choice.xla_optimizer_update:
-            compile_optimizer_update(optimizer, model.trainable_variables)
-        else:
-            optimizer.build(model.trainable_variables)
+        build_optimizer_state(optimizer, model.trainable_variables, choice.xla_optimizer_update)
         self.train_step = make_train_step(model, optimizer, loss,
                                           StepMetrics(self.loss_tracker, metrics),
                                           choice.jit_compile, strategy)

@@ -10,7 +10,7 @@ from mptrain.precision.policy import PolicyChoice
 from mptrain.training import value_of
 from mptrain.training.loss_scale import scale_variable
 from mptrain.training.monitor import TrainingMonitor
-from mptrain.training.optimizer_update import compile_optimizer_update
+from mptrain.training.optimizer_update import build_optimizer_state
 
 BATCH_LOSS = "batch_loss"
 
@@ -33,12 +33,7 @@ class FitLoop:
         if model.optimizer is not optimizer:
             raise MptrainError("internal error: Model.compile replaced the configured optimizer "
                                f"({type(optimizer).__name__}) by a {type(model.optimizer).__name__}")
-        # Built now, not lazily in the first step: its state (and the loss scale) exists before
-        # training, for the monitor to read and for checkpoints to hold.
-        if choice.xla_optimizer_update:
-            compile_optimizer_update(optimizer, model.trainable_variables)
-        else:
-            optimizer.build(model.trainable_variables)
+        build_optimizer_state(optimizer, model.trainable_variables, choice.xla_optimizer_update)
         self.model, self.optimizer, self.loss_fn = model, optimizer, loss
 
     def train(self, batches: Batches, monitor: TrainingMonitor, start_epoch: int = 0,

@@ -11,6 +11,17 @@ XLA fuses them. Measured side by side: float32 step -4%, mixed_bfloat16 step -8 
 from __future__ import annotations
 
 
+def build_optimizer_state(optimizer, variables, xla_update: bool) -> None:
+    """The optimizer's state (its slots, and the loss scale) created now, before training:
+    lazy creation inside a tf.function or a distribution strategy fails, the first timed step
+    should not pay for it, and the monitor and checkpoints read it from the start. With
+    `xla_update`, its update is compiled with XLA as well."""
+    if xla_update:
+        compile_optimizer_update(optimizer, variables)
+    else:
+        optimizer.build(variables)
+
+
 def compile_optimizer_update(optimizer, variables) -> None:
     """Make `optimizer.apply` (and so `apply_gradients`, which Model.fit calls) run under XLA.
 
