@@ -68,7 +68,7 @@ def run(
     from mptrain.runs.runner import Start
     from mptrain.runs.workers import WorkersResult
 
-    options = RunOptions(set_ or [], resume, workers, max_restarts, json_out, verbose, supervised,
+    options = RunOptions(set_ or [], workers, max_restarts, json_out, verbose, supervised,
                          Start(resume=resume, initial_weights=initial_weights, run_dir=run_dir,
                                started_at=STARTED_AT))
     telling = Telling(

@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from mptrain.config.loading import plan_beside
@@ -35,13 +34,12 @@ class RunOptions:
     """How `mptrain run` trains the experiment it names."""
 
     overrides: list[str] = field(default_factory=list)  # --set KEY=VALUE
-    resume: Path | None = None  # the run folder to continue
     workers: int | None = None  # --workers N: train on N local worker processes
     max_restarts: int = 0  # how often lost local workers are all restarted
     json_out: bool = False  # relayed to local workers: the chief prints the summary
     verbose: bool = False
     supervised: bool = False  # this process is one of `--workers`' workers
-    start: Start = Start()  # where the run starts (compare, plan and --workers name it)
+    start: Start = Start()  # where the run starts: `start.resume`, the run folder to continue
 
 
 @dataclass(frozen=True)
@@ -60,21 +58,21 @@ class Telling:
 def launch(config: str | None, options: RunOptions = RunOptions(), telling: Telling = Telling(),
            listeners: list[TrainingListener] | None = None) -> RunResult | WorkersResult:
     """Train the experiment `config` names (an experiment file or a built-in's name; with
-    `options.resume` optional, and checked against the run's own), here or on local workers;
+    `options.start.resume` optional, and checked against the run's own), here or on local workers;
     raise `AlreadyFinished` when the run to resume has nothing left to do."""
     overrides = [*options.overrides,
                  *(worker_overrides(options.workers) if options.workers is not None else [])]
-    experiment = experiment_to_run(config, overrides, options.resume)
+    experiment = experiment_to_run(config, overrides, options.start.resume)
     count = local_worker_count(experiment.distribute.workers, options.workers, options.supervised,
                                "TF_CONFIG" in os.environ)
     if count is not None:
         relayed = Relayed(config, overrides, options.json_out, options.verbose)
-        local = local_run(experiment, count, relayed, options.resume)
+        local = local_run(experiment, count, relayed, options.start.resume)
         return run_local_workers(local, options.max_restarts, on_restart=telling.restart)
     if options.max_restarts:
         raise ConfigError("--max-restarts restarts lost local workers: it needs --workers N "
                           "(or --resume of a run on local workers)")
-    if options.resume is None and (beside := plan_beside(config)) is not None:
+    if options.start.resume is None and (beside := plan_beside(config)) is not None:
         telling.plan(beside)
     return run_experiment(experiment, options.start, listeners=listeners,
                           verbose=options.verbose, on_start=telling.start, status=telling.status)
