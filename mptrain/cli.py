@@ -18,7 +18,7 @@ from mptrain.version import __version__
 
 app = typer.Typer(
     cls=Group,
-    rich_markup_mode="markdown",
+    rich_markup_mode=None,
     help="Train Keras models in mixed precision from YAML experiment files.",
     no_args_is_help=True,
     add_completion=False,

@@ -26,6 +26,6 @@ Positive = Annotated[int, Field(ge=1)]
 class _Strict(BaseModel):
     """Unknown keys are errors: a misspelt key silently ignored is a wrong experiment."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
