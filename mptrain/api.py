@@ -19,6 +19,7 @@ turns it off.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,6 +27,8 @@ from typing import TYPE_CHECKING, Any
 from mptrain.config import ExperimentConfig, load_config, validate
 from mptrain.config.loading import apply_overrides, parsed_changes, resolve_paths
 from mptrain.config.loading import variant as config_variant
+from mptrain.errors import RunInterrupted
+from mptrain.telling import Telling
 
 if TYPE_CHECKING:
     from mptrain.measure.compare import CompareRecord
@@ -39,15 +42,17 @@ Overrides = Mapping[str, Any] | list[str] | None  # {"train.epochs": 1}, or --se
 def load_experiment(source: str | Path | Mapping[str, Any], overrides: Overrides = None, *,
                     builder: Callable | None = None) -> ExperimentConfig:
     """The typed, validated experiment from a file, a built-in's name or a mapping, with
-    `overrides` applied as `--set` applies them ({"train.epochs": 1}, or `--set` strings). `builder`: your own
-    model as a Python function `builder(input_shape, num_classes, **kwargs) -> keras.Model`
-    (model.kind python), so a notebook needs no builder file; such an experiment runs in this
+    `overrides` applied as `--set` applies them ({"train.epochs": 1}, or `--set` strings).
+    `builder`: your own model as a Python function returning a `keras.Model` (model.kind
+    python), called with the arguments it declares of `input_shape`, `num_classes` and
+    `model.kwargs`, so a notebook needs no builder file; such an experiment runs in this
     process only (`run`, not `compare` or `plan`)."""
     from mptrain.model.in_process import register
 
-    sets = {".".join(keys): value for keys, value, _ in parsed_changes(overrides)}
+    sets = overrides or []
     if builder is not None:
-        sets = {"model.kind": "python", "model.builder": register(builder), **sets}
+        given = {".".join(keys): value for keys, value, _ in parsed_changes(overrides)}
+        sets = {"model.kind": "python", "model.builder": register(builder), **given}
     if isinstance(source, Mapping):
         raw = apply_overrides(dict(source), sets)
         raw.setdefault("name", "experiment")
@@ -63,49 +68,65 @@ def variant(experiment: ExperimentConfig, overrides: Overrides) -> ExperimentCon
 
 def run(experiment: ExperimentConfig, *, resume: str | Path | None = None, progress: bool = True,
         verbose: bool = False) -> RunSummary:
-    """Train and evaluate one experiment, as `mptrain run`; its run folder is written as the
-    CLI writes it. `resume`: a run folder to continue from its last checkpoint."""
-    import contextlib
+    """Train and evaluate one experiment, as `mptrain run`, through the same library call
+    (`runs.launch.launch`) and so with the same checks; its run folder is written as the
+    CLI writes it. `resume`: a run folder to continue from its last checkpoint; the experiment
+    given must be that run's (only train.epochs, train.max_steps, train.max_step_seconds and
+    distribute.workers may differ), else a `ConfigError` names what differs and the folder is
+    left as it was. A finished run raises `AlreadyFinished` (an `MptrainError`).
 
-    from mptrain.report.progress import LiveProgress
-    from mptrain.runs.runner import Start, run_experiment
+    Ctrl-C (or SIGTERM) stops training after its current step, saves a checkpoint and the
+    run's summary, then raises `RunInterrupted` (a `KeyboardInterrupt`, so a script stops as
+    it would on Ctrl-C), which carries that summary and the run folder to resume."""
+    from mptrain.runs.launch import RunOptions, launch
+    from mptrain.runs.runner import Start
 
-    with LiveProgress() if progress else contextlib.nullcontext() as live:
-        result = run_experiment(experiment, Start(resume=Path(resume) if resume else None),
-                                listeners=[live] if live is not None else [], verbose=verbose)
+    options = RunOptions(verbose=verbose, start=Start(resume=Path(resume) if resume else None))
+    with _live(progress) as (telling, listeners):
+        result = launch(experiment, options, telling, listeners)
+    if result.summary.status == "interrupted":
+        raise RunInterrupted(result.summary)
     return result.summary
 
 
-def compare(experiment: ExperimentConfig, candidates: list[str] | None = None, *,
-            loops: list[str] | None = None, progress: bool = True,
-            verbose: bool = False) -> CompareRecord:
+def compare(experiment: ExperimentConfig | None = None, candidates: list[str] | None = None, *,
+            resume: str | Path | None = None, progress: bool = True, verbose: bool = False,
+            **settings: Any) -> CompareRecord:
     """The experiment under several precision candidates (policies, or any name plan
-    prints), in turns, as `mptrain compare`; default: float32 and what `policy: auto` picks
-    here."""
-    from mptrain.measure.compare import default_policies, plan_variants, run_compare
+    prints), in turns, as `mptrain compare`, through the same library call: default
+    candidates float32 and what `policy: auto` picks here; default experiment the guide's.
+    `settings` are the command's options, `CompareSettings`' fields: `loops`, `strategies`,
+    `epochs`, `steps`, `max_step_seconds` (default 60; None: never). `resume`: finish the
+    compare in that folder."""
+    from mptrain.measure.compare import CompareSettings
+    from mptrain.measure.compare import compare as compare_in_turns
+    from mptrain.report.tables import compare_tables
 
-    chosen = candidates or default_policies(experiment, verbose)
-    from mptrain.report.progress import print_turn
+    settings = CompareSettings(policies=candidates, **settings)
+    with _live(progress) as (telling, _):
+        result = compare_in_turns(experiment, settings, resume=_path(resume), telling=telling,
+                                  verbose=verbose, as_text=_as_text(compare_tables))
+    return result.record
 
-    on_turn = print_turn if progress else None
-    return run_compare(experiment, plan_variants(experiment, chosen, loops), verbose=verbose,
-                       on_turn=on_turn).record
 
-
-def plan(experiment: ExperimentConfig, *, progress: bool = True, verbose: bool = False,
-         **settings: Any) -> PlanRecord:
-    """The fastest safe precision for the experiment on this machine, as `mptrain plan`.
-    `settings` are `PlanSettings`' fields, as the CLI's options: `candidates` (names to
-    try), `steps`, `tolerance_pct`, `budget_minutes`, `evaluate`, and `out`: where to write
-    the runnable plan (default: none from Python)."""
-    from mptrain.measure.plan import PlanSettings, run_plan, start_plan
-    from mptrain.report.progress import print_turn
+def plan(experiment: ExperimentConfig | None = None, *, resume: str | Path | None = None,
+         progress: bool = True, verbose: bool = False, **settings: Any) -> PlanRecord:
+    """The fastest safe precision for the experiment on this machine, as `mptrain plan`,
+    through the same library call. `settings` are `PlanSettings`' fields, as the CLI's
+    options: `candidates` (names to try), `steps`, `tolerance_pct`, `budget_minutes`,
+    `evaluate`, and `out`: where to write the runnable plan (default, as the command's:
+    EXPERIMENT.plan.yaml beside the experiment's file). `resume`: finish the plan in that
+    folder."""
+    from mptrain.measure.plan import PlanSettings
+    from mptrain.measure.plan import plan as plan_in_turns
+    from mptrain.report.tables import plan_tables
 
     if settings.get("out") is not None:
         settings["out"] = Path(settings["out"]).resolve()
-    record, folder = start_plan(experiment, PlanSettings(**settings), verbose=verbose)
-    return run_plan(record, folder, verbose=verbose,
-                    on_turn=print_turn if progress else None).record
+    with _live(progress) as (telling, _):
+        result = plan_in_turns(experiment, PlanSettings(**settings), resume=_path(resume),
+                               telling=telling, verbose=verbose, as_text=_as_text(plan_tables))
+    return result.record
 
 
 def check_machine(*, bench: bool = False, verbose: bool = False) -> CheckReport:
@@ -115,3 +136,25 @@ def check_machine(*, bench: bool = False, verbose: bool = False) -> CheckReport:
 
     return check(bench=bench, verbose=verbose)
 
+
+@contextlib.contextmanager
+def _live(progress: bool):
+    """What a call says as it goes, and its live training progress: on stderr as in a
+    terminal, or nothing (`progress=False`)."""
+    if not progress:
+        yield Telling(), []
+        return
+    from mptrain.report.progress import ConsoleTelling, LiveProgress
+
+    with LiveProgress() as live:
+        yield ConsoleTelling(), [live]
+
+
+def _as_text(tables):
+    from mptrain.report.console import plain_text
+
+    return lambda record: plain_text(tables(record))
+
+
+def _path(value: str | Path | None) -> Path | None:
+    return Path(value) if value is not None else None

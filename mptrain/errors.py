@@ -34,6 +34,31 @@ class WorkerLost(MptrainError):
     exit_code = 4
 
 
+class AlreadyFinished(MptrainError):
+    """The run folder to resume holds a finished run: there is nothing to do (the command line
+    says so and exits 0); the message says how to train it further."""
+
+    exit_code = 0
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """Ctrl-C (or SIGTERM) stopped a run started from Python, after its checkpoint and summary
+    were saved. A `KeyboardInterrupt`, so a script stops as on any Ctrl-C; a sweep that wants
+    to go on catches it: `summary` is the run's (status `interrupted`), `run_dir` the folder
+    `mptrain.run(experiment, resume=run_dir)` continues."""
+
+    def __init__(self, summary):
+        super().__init__(f"{summary.stop_reason}; its checkpoint is saved: continue it with "
+                         f"mptrain.run(experiment, resume={summary.run_dir!r})")
+        self.summary = summary
+
+    @property
+    def run_dir(self):
+        from pathlib import Path
+
+        return Path(self.summary.run_dir)
+
+
 def did_you_mean(word: str, choices: Iterable[str]) -> str:
     """' (did you mean train?)' for the closest choice, or '' when nothing is close."""
     match = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)

@@ -16,7 +16,6 @@ from mptrain.commands.options import (
     notes,
     parse_choices,
     say,
-    status,
     user_errors,
 )
 
@@ -59,21 +58,21 @@ def compare(
     run (one-off costs, wall time). Ctrl-C or SIGTERM stops every variant after its current
     step (with a checkpoint); --resume finishes the compare later.
     """
-    from mptrain.measure.compare import resume_compare
-    from mptrain.report.progress import print_turn
+    from mptrain.config.schema import LOOPS, STRATEGIES
+    from mptrain.measure.compare import CompareSettings
+    from mptrain.measure.compare import compare as run_compare
+    from mptrain.report.progress import ConsoleTelling
     from mptrain.report.tables import compare_tables
     from mptrain.signals import exit_code
 
-    shortcuts = {"train.epochs": epochs, "train.max_steps": steps,
-                 "train.max_step_seconds": max_step_seconds or None}
-    overrides = [*(set_ or []), *(f"{key}={value}" for key, value in shortcuts.items()
-                                  if value is not None)]
     with user_errors(verbose=verbose):
-        if resume is not None:
-            result = resume_compare(resume, verbose=verbose, on_turn=print_turn,
-                                    as_text=as_text(compare_tables))
-        else:
-            result = _new_compare(config, overrides, policies, loops, strategies, verbose)
+        settings = CompareSettings(
+            policies=parse_choices(policies, None, "--policies") if policies is not None else None,
+            loops=parse_choices(loops, LOOPS, "--loops") if loops else None,
+            strategies=parse_choices(strategies, STRATEGIES, "--strategies") if strategies else None,
+            sets=set_ or [], epochs=epochs, steps=steps, max_step_seconds=max_step_seconds or None)
+        result = run_compare(config, settings, resume=resume, telling=ConsoleTelling(),
+                             verbose=verbose, as_text=as_text(compare_tables))
     emit(result.record, json_out, compare_tables)
     notes(result.notes)
     if result.record.status == "interrupted":
@@ -82,38 +81,3 @@ def compare(
         raise typer.Exit(exit_code(result.signal))
     if any(row.summary is None for row in result.record.variants):
         raise typer.Exit(1)
-
-
-def _new_compare(config: str | None, overrides: list[str], policies: str | None,
-                 loops: str | None, strategies: str | None, verbose: bool):
-    from mptrain.config import load_config
-    from mptrain.config.schema import LOOPS, STRATEGIES
-    from mptrain.errors import DataError
-    from mptrain.measure.compare import (
-        DEFAULT_EXPERIMENT,
-        default_policies,
-        explain_missing_default,
-        grouped,
-        plan_variants,
-        run_compare,
-    )
-    from mptrain.report.progress import print_turn
-    from mptrain.report.tables import compare_tables
-
-    experiment = load_config(config or DEFAULT_EXPERIMENT, overrides)
-    chosen = (parse_choices(policies, None, "--policies") if policies is not None
-              else default_policies(experiment, verbose, status))
-    variants = plan_variants(
-        experiment, chosen,
-        parse_choices(loops, LOOPS, "--loops") if loops else None,
-        parse_choices(strategies, STRATEGIES, "--strategies") if strategies else None)
-
-    def say_notes(warnings: dict[str, str]) -> None:
-        for labels, warning in grouped(warnings):
-            say(f"[yellow]note ({labels}):[/] {warning}")
-
-    try:
-        return run_compare(experiment, variants, verbose=verbose, on_notes=say_notes,
-                           on_turn=print_turn, as_text=as_text(compare_tables))
-    except DataError as exc:
-        raise (explain_missing_default(exc) if config is None else exc) from None

@@ -17,7 +17,6 @@ from mptrain.commands.options import (
     notes,
     parse_choices,
     say,
-    status,
     user_errors,
 )
 
@@ -63,28 +62,24 @@ def plan(
     experiment file (`mptrain run` it). Ctrl-C stops every trial; --resume runs them again.
     """
     from mptrain.config import load_config
-    from mptrain.config.loading import plan_file_for
     from mptrain.errors import ConfigError
-    from mptrain.measure.plan import PlanSettings, resume_plan, run_plan, start_plan
+    from mptrain.measure.plan import PlanSettings
+    from mptrain.measure.plan import plan as run_plan
     from mptrain.precision.candidates import CANDIDATE_NAMES
-    from mptrain.report.progress import print_turn
+    from mptrain.report.progress import ConsoleTelling
     from mptrain.report.tables import plan_tables
     from mptrain.signals import exit_code
 
     with user_errors(verbose=verbose):
-        if resume is not None:
-            record, folder = resume_plan(resume), resume
-        elif config is None:
+        if resume is None and config is None:
             raise ConfigError("mptrain plan: give an experiment (CONFIG) or --resume PLAN_DIR")
-        else:
-            settings = PlanSettings(
-                candidates=parse_choices(candidates, CANDIDATE_NAMES, "--candidates") if candidates else None,
-                steps=steps, tolerance_pct=tolerance, budget_minutes=budget, evaluate=evaluate,
-                out=out.resolve() if out else plan_file_for(config))
-            record, folder = start_plan(load_config(config, set_), settings, verbose=verbose,
-                                        status=status)
-        result = run_plan(record, folder, verbose=verbose, on_turn=print_turn, on_layers=status,
-                          as_text=as_text(plan_tables))
+        settings = PlanSettings(
+            candidates=parse_choices(candidates, CANDIDATE_NAMES, "--candidates") if candidates else None,
+            steps=steps, tolerance_pct=tolerance, budget_minutes=budget, evaluate=evaluate,
+            out=out.resolve() if out else None)
+        experiment = load_config(config, set_) if resume is None else None
+        result = run_plan(experiment, settings, resume=resume, telling=ConsoleTelling(),
+                          verbose=verbose, as_text=as_text(plan_tables))
     emit(result.record, json_out, plan_tables)
     notes(result.notes)
     if result.record.status == "interrupted":

@@ -16,7 +16,6 @@ from mptrain.commands.options import (
     emit,
     say,
     say_error,
-    status,
     user_errors,
 )
 
@@ -58,30 +57,20 @@ def run(
     worker stops them all (exit 4, with the --resume command) unless --max-restarts allows
     restarting them.
     """
-    from rich.markup import escape
-
-    from mptrain.errors import WorkerLost
-    from mptrain.report.progress import LiveProgress
-    from mptrain.report.tables import run_header
-    from mptrain.runs.launch import RunOptions, Telling, launch
-    from mptrain.runs.resume import AlreadyFinished
+    from mptrain.errors import AlreadyFinished, WorkerLost
+    from mptrain.report.progress import ConsoleTelling, LiveProgress
+    from mptrain.runs.launch import RunOptions, launch
     from mptrain.runs.runner import Start
     from mptrain.runs.workers import WorkersResult
 
     options = RunOptions(set_ or [], workers, max_restarts, json_out, verbose, supervised,
                          Start(resume=resume, initial_weights=initial_weights, run_dir=run_dir,
                                started_at=STARTED_AT))
-    telling = Telling(
-        plan=lambda line: say(f"[cyan]plan:[/] {line}"),
-        start=lambda prepared, notes: say(run_header(prepared.config, prepared.choice,
-                                                     prepared.speed_warning, notes)),
-        restart=lambda line: say(f"[yellow]restart:[/] {escape(line)}"),
-        status=status)
     with user_errors("interrupted (a run folder, if one was made, keeps its last checkpoint)",
                      verbose, unsaid=WorkerLost if supervised else None):
         try:
             with LiveProgress() as progress:
-                result = launch(config, options, telling, listeners=[progress])
+                result = launch(config, options, ConsoleTelling(), listeners=[progress])
         except AlreadyFinished as done:
             say(f"nothing to do: {done}")
             raise typer.Exit(0) from None

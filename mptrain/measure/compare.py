@@ -26,7 +26,6 @@ from mptrain.errors import ConfigError, DataError
 from mptrain.measure.engine import (
     Entry,
     Ledger,
-    OnTurn,
     Turns,
     load_record,
     measure,
@@ -47,6 +46,7 @@ from mptrain.precision.candidates import candidate
 from mptrain.record import Record
 from mptrain.runs.folder import RunFolder
 from mptrain.runs.summary import RunSummary
+from mptrain.telling import QUIET, Telling
 from mptrain.training.turns import planned_steps
 
 DEFAULT_EXPERIMENT = "mnist_mixed"  # the guide's experiment
@@ -185,27 +185,71 @@ def grouped(warnings: dict[str, str]) -> list[tuple[str, str]]:
 
 
 
-def run_compare(
-    config: ExperimentConfig,
-    variants: list[Variant],
-    *,
-    verbose: bool = False,
-    on_notes: Callable[[dict[str, str]], None] | None = None,
-    on_turn: OnTurn | None = None,
-    as_text: Callable[[CompareRecord], str] | None = None,
-) -> CompareResult:
-    """Run every variant in a process of its own from shared initial weights, all in turns
-    (`measure.engine`); write compare.json and compare.png into OUTPUT_DIR/compare-<name>-<timestamp>/
-    and return the record. `on_turn` is told of each turn as it ends; `as_text(record)`: the
-    tables as text, for MLflow (with `output.mlflow`)."""
+@dataclass(frozen=True)
+class CompareSettings:
+    """What a user asks of a compare, with `mptrain compare`'s defaults: the candidates
+    (None: float32 and what `policy: auto` picks here), loops and strategies (None: the
+    experiment's), changes to the experiment (`--set` strings), and the shortcuts for how
+    long each variant trains (`epochs`, `steps`) and when a step too slow to wait for stops
+    it (`max_step_seconds`, None: never)."""
+
+    policies: list[str] | None = None
+    loops: list[str] | None = None
+    strategies: list[str] | None = None
+    sets: list[str] = field(default_factory=list)
+    epochs: int | None = None
+    steps: int | None = None
+    max_step_seconds: float | None = 60.0
+
+    @property
+    def overrides(self) -> list[str]:
+        shortcuts = {"train.epochs": self.epochs, "train.max_steps": self.steps,
+                     "train.max_step_seconds": self.max_step_seconds}
+        return [*self.sets, *(f"{key}={value}" for key, value in shortcuts.items()
+                              if value is not None)]
+
+
+def compare(experiment: str | ExperimentConfig | None, settings: CompareSettings = CompareSettings(),
+            *, resume: Path | None = None, telling: Telling = QUIET, verbose: bool = False,
+            as_text: Callable[[CompareRecord], str] | None = None) -> CompareResult:
+    """`mptrain compare` and `mptrain.compare`: the experiment named or given (default: the
+    guide's) under each candidate, loop and strategy, every variant in a process of its own
+    from shared initial weights, all in turns (`measure.engine`); or, with `resume`, the
+    compare in that folder finished. Writes compare.json and compare.png into
+    OUTPUT_DIR/compare-<name>-<timestamp>/. `as_text(record)`: the tables as text, for MLflow
+    (with `output.mlflow`)."""
+    if resume is not None:
+        return resume_compare(resume, telling, verbose, as_text)
+    try:
+        config = _experiment(experiment, settings.overrides)
+        policies = settings.policies or default_policies(config, verbose, telling.status)
+        variants = plan_variants(config, policies, settings.loops, settings.strategies)
+        return run_compare(config, variants, telling, verbose, as_text)
+    except DataError as exc:
+        raise (explain_missing_default(exc) if experiment is None else exc) from None
+
+
+def _experiment(experiment: str | ExperimentConfig | None, overrides: list[str]):
+    from mptrain.config import load_config, variant
+
+    if isinstance(experiment, ExperimentConfig):
+        return variant(experiment, overrides)
+    return load_config(experiment or DEFAULT_EXPERIMENT, overrides)
+
+
+def run_compare(config: ExperimentConfig, variants: list[Variant], telling: Telling = QUIET,
+                verbose: bool = False,
+                as_text: Callable[[CompareRecord], str] | None = None) -> CompareResult:
+    """Every variant of a new compare: staged (what is known to be slow here said first),
+    then measured in turns."""
     from mptrain.data.pipeline import input_ms_per_batch
     from mptrain.model.python_builder import check_builder_travels
 
     check_builder_travels(config, "compare")
 
     def say_notes(prepared) -> None:  # what is known to be slow here, before anything runs
-        if on_notes is not None:
-            on_notes(preflight_notes(config, variants, prepared.machine))
+        for labels, warning in grouped(preflight_notes(config, variants, prepared.machine)):
+            telling.say(f"note ({labels})", warning)
 
     folder, prepared = stage(config, "compare", verbose, before_folder=say_notes)
     pairs = too_big_together(prepared, {v.label: candidate(v.policy).policy for v in variants},
@@ -215,10 +259,10 @@ def run_compare(
                                                       prepared.batches.steps_per_epoch)),
                   input_ms=input_ms_per_batch(prepared.batches))
     return _run_variants(build_record(config.name, folder, variants, known, "running"),
-                         variants, known, verbose, on_turn, as_text)
+                         variants, known, verbose, telling, as_text)
 
 
-def resume_compare(folder: Path, *, verbose: bool = False, on_turn: OnTurn | None = None,
+def resume_compare(folder: Path, telling: Telling = QUIET, verbose: bool = False,
                    as_text: Callable[[CompareRecord], str] | None = None) -> CompareResult:
     """Finish a compare that stopped: variants that finished (or diverged) stay; one that was
     stopped resumes from its checkpoint; the others run now, in turns."""
@@ -238,11 +282,11 @@ def resume_compare(folder: Path, *, verbose: bool = False, on_turn: OnTurn | Non
                 known.baseline_rounds[row.variant] = row.baseline_rounds
     if len(known.outcomes) == len(variants):
         raise ConfigError(f"--resume {folder}: every variant has finished; nothing to resume")
-    return _run_variants(record, variants, known, verbose, on_turn, as_text)
+    return _run_variants(record, variants, known, verbose, telling, as_text)
 
 
 def _run_variants(record: CompareRecord, variants: list[Variant], known: Known, verbose: bool,
-                  on_turn, as_text) -> CompareResult:
+                  telling: Telling, as_text) -> CompareResult:
     """The variants not yet done, run in turns by the engine; compare.json rewritten as they
     end, with each variant's per-round step times (`rounds`), so every verdict can be
     recomputed from the record."""
@@ -261,7 +305,7 @@ def _run_variants(record: CompareRecord, variants: list[Variant], known: Known, 
     ledger = Ledger(folder, "compare", {"variants": ",".join(v.label for v in variants)})
     ledger.write(build_record(name, folder, variants, known, "running"))
     turns = Turns(known.turn_steps, paired_with=_paired_baseline(variants) if known.pairs else None)
-    ran, signal = measure(ledger, entries, turns, verbose=verbose, on_turn=on_turn)
+    ran, signal = measure(ledger, entries, turns, verbose=verbose, on_turn=telling.turn)
     for entry in entries:
         end = ran.get(entry.label)
         known.outcomes[entry.label] = NOT_RUN if end is None else end.summary or end.failed

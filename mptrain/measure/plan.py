@@ -32,14 +32,15 @@ import math
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Literal
 
 import yaml
 
-from mptrain.config import ExperimentConfig
+from mptrain.config import ExperimentConfig, load_config
+from mptrain.config.loading import as_file_in, plan_file_for
 from mptrain.data.pipeline import input_ms_per_batch
 from mptrain.errors import ConfigError
 from mptrain.hardware.machine import Machine
@@ -67,6 +68,7 @@ from mptrain.measure.verdicts import input_bound
 from mptrain.precision.candidates import Candidate, candidates, select
 from mptrain.record import Record
 from mptrain.runs.folder import RunFolder, write_atomic
+from mptrain.telling import QUIET, Telling
 from mptrain.training.turns import planned_steps
 
 DEFAULT_STEPS = 30
@@ -127,7 +129,8 @@ class PlanResult:
 class PlanSettings:
     """What a user asks of a plan: the candidates by name (None: every one this machine can run),
     steps per trial, the loss tolerance, the time budget, whether to judge test accuracy, and
-    where plan.yaml goes (None: nowhere)."""
+    where plan.yaml goes (None: EXPERIMENT.plan.yaml beside the experiment's file, a
+    built-in's in the current folder; nowhere for an experiment from a mapping)."""
 
     candidates: list[str] | None = None
     steps: int = DEFAULT_STEPS
@@ -145,6 +148,31 @@ class PlanSettings:
                               "more than 0")
         if self.steps < 8:
             raise ConfigError(f"--steps {self.steps}: a trial needs at least 8 steps to be timed")
+
+
+def plan(experiment: str | ExperimentConfig, settings: PlanSettings = PlanSettings(), *,
+         resume: Path | None = None, telling: Telling = QUIET, verbose: bool = False,
+         as_text: Callable[[PlanRecord], str] | None = None) -> PlanResult:
+    """`mptrain plan` and `mptrain.plan`: start a plan of the experiment named or given, or
+    with `resume` finish the one in that folder, and run it to its choice."""
+    if resume is not None:
+        record, folder = resume_plan(resume), resume
+    else:
+        config = experiment if isinstance(experiment, ExperimentConfig) else load_config(experiment)
+        if settings.out is None:
+            settings = replace(settings, out=_beside(config.source))
+        record, folder = start_plan(config, settings, verbose=verbose, status=telling.status)
+    return run_plan(record, folder, verbose=verbose, on_turn=telling.turn,
+                    on_layers=telling.status, as_text=as_text)
+
+
+def _beside(source: str) -> Path | None:
+    """Where a plan goes by default: beside the experiment's file (`plan_file_for`); None for
+    an experiment that has no file."""
+    try:
+        return plan_file_for(source)
+    except ConfigError:
+        return None
 
 
 def start_plan(config: ExperimentConfig, settings: PlanSettings = PlanSettings(), *,
@@ -385,7 +413,7 @@ def write_plan_file(record: PlanRecord, folder: Path, path: Path) -> str:
               for c in record.candidates if c.why_not or c in record.untried]
     lines.append(f"# The plan's folder: {folder}")
     lines.append("# Another machine may choose differently: run `mptrain plan` there.")
-    text = "\n".join(lines) + "\n" + yaml.safe_dump(chosen.to_yaml_dict(), sort_keys=False)
+    text = "\n".join(lines) + "\n" + yaml.safe_dump(as_file_in(chosen, path.parent), sort_keys=False)
     try:
         write_atomic(path, text)
     except OSError as exc:

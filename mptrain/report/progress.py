@@ -1,11 +1,14 @@
-"""Live training progress on stderr: a Rich bar per epoch and a line per finished epoch."""
+"""Live progress on stderr: a Rich bar per epoch and a line per finished epoch of a run, and
+what run, compare and plan say as they go (`ConsoleTelling`)."""
 
 from __future__ import annotations
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from mptrain.report.console import stderr
+from mptrain.telling import Telling
 from mptrain.training.records import EpochRecord, StepRecord, TrainingListener
 
 
@@ -76,6 +79,26 @@ def turn_line(round_: int, label: str, step_ms: list[float]) -> str:
     return f"round {round_} · {label}: {len(step_ms)} steps, median {median:.1f} ms"
 
 
-def print_turn(round_: int, label: str, step_ms: list[float]) -> None:
-    """`turn_line` on stderr: compare's and plan's progress, from the CLI and from Python."""
-    stderr.print(turn_line(round_, label, step_ms), highlight=False, soft_wrap=True)
+COLOURS = {"plan": "cyan", "restart": "yellow"}
+
+
+class ConsoleTelling(Telling):
+    """What run, compare and plan say, on stderr: the command line's, and Python's with
+    `progress=True` (Rich renders in notebooks too)."""
+
+    def say(self, kind: str, line: str) -> None:
+        colour = COLOURS.get(kind.split()[0], "yellow")
+        stderr.print(f"[{colour}]{escape(kind)}:[/] {escape(line)}", soft_wrap=True,
+                     highlight=False)
+
+    def started(self, prepared, notes: list[str]) -> None:
+        from mptrain.report.tables import run_header
+
+        stderr.print(run_header(prepared.config, prepared.choice, prepared.speed_warning, notes),
+                     soft_wrap=True, highlight=False)
+
+    def status(self, text: str):
+        return stderr.status(text)
+
+    def turn(self, round_: int, label: str, step_ms: list[float]) -> None:
+        stderr.print(turn_line(round_, label, step_ms), highlight=False, soft_wrap=True)

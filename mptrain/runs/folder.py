@@ -86,11 +86,13 @@ class RunFolder(TrainingListener):
     # --- files ---------------------------------------------------------------------------
 
     def write_config(self, config: ExperimentConfig, choice: PolicyChoice) -> None:
-        """config.yaml: the experiment as run, headed by what `auto` and the XLA defaults
-        resolved to and why."""
+        """config.yaml: the experiment as run, `policy: auto` resolved (a resume continues in
+        the precision the run started in, whatever `auto` would pick by then), headed by what
+        `auto` and the XLA defaults resolved to and why."""
         lines = ["# Resolved experiment, as run by mptrain."]
         if choice.requested != choice.name:
             lines.append(f"# policy: {choice.requested} resolved to {choice.name} ({choice.reason})")
+            config = config.model_copy(update={"policy": choice.name})
         lines.append(f"# jit_compile: {choice.jit_compile} ({choice.jit_reason})")
         lines.append(f"# xla_optimizer_update: {choice.xla_optimizer_update} "
                      f"({choice.xla_optimizer_reason})")

@@ -3,17 +3,22 @@ continues) and where (in this process, or on local worker processes this one sup
 
 The command parses its options into `RunOptions`, calls `launch` with the experiment it
 names, and renders what comes back: a `RunResult` (trained here) or a `WorkersResult` (trained
-on local workers, whose chief printed the summary). What the run says along the way goes
-through `Telling`, so the words and their colours stay the command's.
+on local workers, whose chief printed the summary). `mptrain.run` calls the same, with the
+experiment as an object: the same checks guard a resume from a notebook. What the run says
+along the way goes to a `Telling`.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+import tempfile
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
 
+import yaml
+
+from mptrain.config import ExperimentConfig
 from mptrain.config.loading import plan_beside
 from mptrain.errors import ConfigError
 from mptrain.runs.resume import experiment_to_run
@@ -26,6 +31,7 @@ from mptrain.runs.workers import (
     run_local_workers,
     worker_overrides,
 )
+from mptrain.telling import QUIET, Telling
 from mptrain.training.records import TrainingListener
 
 
@@ -42,37 +48,44 @@ class RunOptions:
     start: Start = Start()  # where the run starts: `start.resume`, the run folder to continue
 
 
-@dataclass(frozen=True)
-class Telling:
-    """How a run tells its user what it does: `plan(line)` names a plan written beside the
-    experiment, `start(prepared, notes)` says what will train once the model is built,
-    `restart(line)` says that lost local workers restart, and `status(text)` is a context
-    manager shown while a long set-up step runs."""
-
-    plan: Callable[[str], None] = lambda line: None
-    start: Callable[[Any, list[str]], None] | None = None
-    restart: Callable[[str], None] = lambda line: None
-    status: Callable[[str], object] | None = None
-
-
-def launch(config: str | None, options: RunOptions = RunOptions(), telling: Telling = Telling(),
+def launch(experiment: str | ExperimentConfig | None, options: RunOptions = RunOptions(),
+           telling: Telling = QUIET,
            listeners: list[TrainingListener] | None = None) -> RunResult | WorkersResult:
-    """Train the experiment `config` names (an experiment file or a built-in's name; with
-    `options.start.resume` optional, and checked against the run's own), here or on local workers;
-    raise `AlreadyFinished` when the run to resume has nothing left to do."""
+    """Train the experiment named (an experiment file or a built-in's name) or given (an
+    `ExperimentConfig`, from Python), here or on local workers. With `options.start.resume`
+    the run folder's own config is continued: an experiment named or given beside it is
+    checked against it (changed keys refused by name), and a run with nothing left to do
+    raises `AlreadyFinished`."""
     overrides = [*options.overrides,
                  *(worker_overrides(options.workers) if options.workers is not None else [])]
-    experiment = experiment_to_run(config, overrides, options.start.resume)
-    count = local_worker_count(experiment.distribute.workers, options.workers, options.supervised,
+    resume = options.start.resume
+    chosen = experiment_to_run(experiment, overrides, resume)
+    count = local_worker_count(chosen.distribute.workers, options.workers, options.supervised,
                                "TF_CONFIG" in os.environ)
     if count is not None:
-        relayed = Relayed(config, overrides, options.json_out, options.verbose)
-        local = local_run(experiment, count, relayed, options.start.resume)
-        return run_local_workers(local, options.max_restarts, on_restart=telling.restart)
+        with relayable(experiment) as config:
+            relayed = Relayed(config, overrides, options.json_out, options.verbose)
+            local = local_run(chosen, count, relayed, resume)
+            return run_local_workers(local, options.max_restarts,
+                                     on_restart=lambda line: telling.say("restart", line))
     if options.max_restarts:
         raise ConfigError("--max-restarts restarts lost local workers: it needs --workers N "
                           "(or --resume of a run on local workers)")
-    if options.start.resume is None and (beside := plan_beside(config)) is not None:
-        telling.plan(beside)
-    return run_experiment(experiment, options.start, listeners=listeners,
-                          verbose=options.verbose, on_start=telling.start, status=telling.status)
+    source = experiment.source if isinstance(experiment, ExperimentConfig) else experiment
+    if resume is None and source is not None and (beside := plan_beside(source)) is not None:
+        telling.say("plan", beside)
+    return run_experiment(chosen, options.start, listeners=listeners,
+                          verbose=options.verbose, on_start=telling.started, status=telling.status)
+
+
+@contextmanager
+def relayable(experiment: str | ExperimentConfig | None):
+    """The experiment as local workers are given it: its file or name, as the user gave it;
+    one given as an object (from Python) written to a file for as long as they run."""
+    if not isinstance(experiment, ExperimentConfig):
+        yield experiment
+        return
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / f"{experiment.name}.yaml"
+        path.write_text(yaml.safe_dump(experiment.to_yaml_dict(), sort_keys=False))
+        yield str(path)

@@ -14,10 +14,10 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from mptrain.config import ExperimentConfig, load_config, validate
+from mptrain.config import ExperimentConfig, load_config, validate, variant
 from mptrain.config.loading import apply_overrides, read_yaml
 from mptrain.config.schema import TrainConfig
-from mptrain.errors import ConfigError
+from mptrain.errors import AlreadyFinished, ConfigError
 from mptrain.runs.folder import RunFolder
 from mptrain.runs.summary import RunState, RunSummary
 
@@ -26,48 +26,67 @@ from mptrain.runs.summary import RunState, RunSummary
 MAY_CHANGE = ("train.epochs", "train.max_steps", "train.max_step_seconds", "distribute.workers")
 
 
-class AlreadyFinished(Exception):
-    """The run folder holds a finished run: there is nothing to resume."""
+# Keys a run resolves (from its data, or `auto` from this machine), with the value that asks
+# for that: a resume that asks again asks for what the run resolved.
+RESOLVED = {"model.num_classes": None, "data.image_size": None, "policy": "auto"}
 
 
-def experiment_to_run(config_ref: str | None, overrides: list[str],
+def experiment_to_run(experiment: str | ExperimentConfig | None, overrides: list[str],
                       resume: Path | None) -> ExperimentConfig:
-    """What `run` trains: the experiment named (with its overrides), or with `--resume` the
-    run's own config (checked against the one named, if any)."""
+    """What `run` trains: the experiment named or given (with its overrides), or with a
+    resume the run's own config (checked against the one named or given, if any)."""
     if resume is not None:
-        return resume_config(resume, config_ref, overrides)
-    if config_ref is None:
+        return resume_config(resume, experiment, overrides)
+    if experiment is None:
         raise ConfigError("mptrain run: give an experiment (CONFIG) or --resume RUN_DIR")
-    return load_config(config_ref, overrides)
+    return _wanted(experiment, overrides)
 
 
-def resume_config(run_dir: Path, config_ref: str | None, overrides: list[str]) -> ExperimentConfig:
+def _wanted(experiment: str | ExperimentConfig, overrides: list[str]) -> ExperimentConfig:
+    if isinstance(experiment, ExperimentConfig):
+        return variant(experiment, overrides) if overrides else experiment
+    return load_config(experiment, overrides)
+
+
+def resume_config(run_dir: Path, experiment: str | ExperimentConfig | None,
+                  overrides: list[str]) -> ExperimentConfig:
     """The experiment to continue in `run_dir`: its config.yaml with the allowed changes
-    (from `--set`, or from a CONFIG given beside --resume)."""
+    (from the overrides, or from an experiment named or given beside the resume). Nothing in
+    the folder is touched before this returns."""
     folder = RunFolder(run_dir)
     stored_path = run_dir / "config.yaml"
+    if not run_dir.is_dir():
+        raise ConfigError(f"cannot resume {run_dir}: no such folder")
     if not stored_path.is_file():
-        raise ConfigError(f"--resume {run_dir}: not a run folder (no config.yaml)")
+        raise ConfigError(f"cannot resume {run_dir}: not a run folder (no config.yaml)")
     state = folder.state()
     if isinstance(state, RunState) and state.status == "running" and alive(state):
-        raise ConfigError(f"--resume {run_dir}: still running (process {state.pid} on this "
-                          "host); stop it first (Ctrl-C leaves a checkpoint)")
+        raise ConfigError(f"cannot resume {run_dir}: still running (process {state.pid} on "
+                          f"{state.host}); stop it first (Ctrl-C leaves a checkpoint)")
     stored_raw = read_yaml(stored_path)
     stored = validate(stored_raw, str(stored_path))
-    if config_ref is not None:
-        wanted = load_config(config_ref, overrides)
+    if experiment is not None:
+        wanted = _wanted(experiment, overrides)
     else:
         wanted = validate(apply_overrides(stored_raw, overrides), str(stored_path), overrides)
     changed = [key for key in _differences(stored.to_yaml_dict(), wanted.to_yaml_dict())
                if key not in MAY_CHANGE]
     if changed:
-        raise ConfigError(f"--resume {run_dir}: refusing to continue with a different "
+        raise ConfigError(f"cannot resume {run_dir}: refusing to continue with a different "
                           f"{', '.join(changed)} (the checkpoint belongs to the run's own "
                           f"settings; a resume may change only {', '.join(MAY_CHANGE)})")
     if isinstance(state, RunSummary) and state.status == "finished" \
             and not _goes_further(state, stored.train, wanted.train):
         raise AlreadyFinished(_how_to_go_further(run_dir, state, stored.train))
-    return wanted
+    # the run's own config, resolved as it ran, with only the changes a resume may make
+    asked = wanted.to_yaml_dict()
+    return variant(stored, {key: _value(asked, key) for key in MAY_CHANGE})
+
+
+def _value(raw: dict, key: str) -> Any:
+    for part in key.split("."):
+        raw = raw.get(part) if isinstance(raw, dict) else None
+    return raw
 
 
 def _goes_further(state: RunSummary, before: TrainConfig, after: TrainConfig) -> bool:
@@ -91,20 +110,28 @@ def _how_to_go_further(run_dir: Path, state: RunSummary, train: TrainConfig) -> 
             "with --set train.epochs=N")
 
 
-def _differences(a: Any, b: Any, prefix: str = "") -> list[str]:
-    if isinstance(a, dict) and isinstance(b, dict):
-        keys = sorted(set(a) | set(b))
-        return [d for k in keys for d in _differences(a.get(k), b.get(k), f"{prefix}{k}.")]
-    return [] if a == b else [prefix.rstrip(".")]
+def _differences(stored: Any, wanted: Any, prefix: str = "") -> list[str]:
+    """The keys whose values differ; a key the run resolved, which the wanted experiment asks
+    to resolve again (`RESOLVED`), does not."""
+    if isinstance(stored, dict) and isinstance(wanted, dict):
+        keys = sorted(set(stored) | set(wanted))
+        return [d for k in keys for d in _differences(stored.get(k), wanted.get(k), f"{prefix}{k}.")]
+    key = prefix.rstrip(".")
+    asks_again = key in RESOLVED and wanted == RESOLVED[key]
+    return [] if stored == wanted or asks_again else [key]
 
 
 def alive(state: RunState) -> bool:
     """Whether the process a `running` folder names is alive (on this host: elsewhere we
-    cannot tell, and say no)."""
+    cannot tell, and say no). A process that exists but may not be signalled (another user's,
+    or another container's UID) is alive: taking it for dead would start a second run
+    writing the same folder."""
     if state.host != socket.gethostname() or not state.pid:
         return False
     try:
         os.kill(state.pid, 0)
-    except (ProcessLookupError, PermissionError, ValueError):
+    except PermissionError:
+        return True
+    except (ProcessLookupError, ValueError, OverflowError):
         return False
     return True

@@ -19,8 +19,8 @@ from tests.helpers import experiment, mptrain, mptrain_process, run_json, wait_f
 
 tf = pytest.importorskip("tensorflow")
 
-from mptrain.errors import MptrainError  # noqa: E402
-from mptrain.runs.resume import AlreadyFinished, resume_config  # noqa: E402
+from mptrain.errors import AlreadyFinished, MptrainError  # noqa: E402
+from mptrain.runs.resume import resume_config  # noqa: E402
 from mptrain.runs.runner import Start, run_experiment  # noqa: E402
 
 # 384 training examples in batches of 32: 12 steps an epoch; bit-identical reruns

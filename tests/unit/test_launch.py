@@ -15,7 +15,8 @@ from mptrain.errors import ConfigError, DataError
 from mptrain.model.checks import fit_to_data
 from mptrain.runs import launch as launching
 from mptrain.runs.folder import RunFolder
-from mptrain.runs.launch import RunOptions, Telling, launch
+from mptrain.runs.launch import RunOptions, launch
+from mptrain.telling import Telling
 from tests.helpers import tiny_raw
 
 
@@ -39,11 +40,16 @@ def trained(monkeypatch) -> dict:
 
 def test_a_run_trains_here_with_its_overrides_and_names_the_plan_beside_it(experiment, trained):
     (experiment.parent / "exp.plan.yaml").write_text("# mptrain plan for tiny: float32.\n")
-    told: list[str] = []
-    launch(str(experiment), RunOptions(overrides=["train.epochs=1"]), Telling(plan=told.append))
+    told: list[tuple[str, str]] = []
+
+    class Told(Telling):
+        def say(self, kind: str, line: str) -> None:
+            told.append((kind, line))
+
+    launch(str(experiment), RunOptions(overrides=["train.epochs=1"]), Told())
     config, _, _ = trained["here"]
     assert config.train.epochs == 1 and "workers" not in trained
-    assert told == [f"{experiment.parent / 'exp.plan.yaml'}: mptrain plan for tiny: float32."]
+    assert told == [("plan", f"{experiment.parent / 'exp.plan.yaml'}: mptrain plan for tiny: float32.")]
 
 
 def test_workers_n_trains_on_local_workers_which_are_told_what_it_means(experiment, trained):
