@@ -40,8 +40,8 @@ class MnistData(_DataBase):
 class NpzData(_DataBase):
     dataset: Literal["npz"] = Field(description="Arrays from a NumPy archive.")
     path: Path = Field(description=(
-        "A NumPy .npz with x_train, y_train, x_test, y_test (uint8 images are scaled to "
-        "[0, 1]; integer (N, length) arrays are token ids)."))
+        "A NumPy .npz with x_train, y_train, x_test, y_test (uint8: pixels, given to the "
+        "model as model.pixel_range says; integer (N, length) arrays are token ids)."))
 
 
 class SyntheticData(_DataBase):
@@ -95,8 +95,9 @@ class _FileData(_DataBase):
 class ImageFolderData(_FileData):
     dataset: Literal["image_folder"] = Field(description=(
         "Images (PNG, JPEG, GIF, BMP) in one sub-folder per class."))
-    image_size: tuple[Positive, Positive] = Field((64, 64), description=(
-        "[height, width] every image is resized to."))
+    image_size: tuple[Positive, Positive] | None = Field(None, description=(
+        "[height, width] every image is resized to; default: the images' own size when they "
+        "share one (else the most common size; the run's notes say when images are resized)."))
     color_mode: Literal["rgb", "grayscale"] = Field("rgb", description="3 channels, or 1.")
     random_flip: Literal["none", "horizontal", "vertical", "horizontal_and_vertical"] = Field(
         "none", description="Augmentation in the model, while training only.")
@@ -185,6 +186,10 @@ class _ModelBase(_Strict):
         "Layer names or globs kept in float32 whatever the policy (e.g. what diagnose advises)."))
     layer_policies: dict[str, LayerPolicy] = Field(default_factory=dict, description=(
         "Layer name or glob → policy, for any other per-layer choice."))
+    pixel_range: Literal["auto", "0-255", "0-1"] = Field("auto", description=(
+        "Pixel data (uint8 images): the range the model takes. auto: read from its first "
+        "layers (a Rescaling or Normalization there: 0-255, as stored, as Keras' "
+        "image_dataset_from_directory gives them; none: 0-1, divided by 255)."))
 
     @property
     def layer_rules(self) -> dict[str, str]:

@@ -1,7 +1,9 @@
 """In-memory data sets: mnist, fashion_mnist, npz, synthetic, synthetic_text.
 
-As the guide says, input preprocessing (x/255, reshape) stays float32 on the host: the model's
-first layer casts to the compute dtype, and a CPU does float16 arithmetic slower than float32.
+Pixels (uint8) stay uint8 here, a quarter of float32's memory; the pipeline gives them to the
+model in float32, divided by 255 when the model expects that (the guide's x/255 on the host:
+the model's first layer casts to the compute dtype, and a CPU does float16 arithmetic slower
+than float32).
 
 Every loader looks in local places first (the experiment's `path`, `$MPTRAIN_DATA_DIR`, system
 packages, Keras' cache) and downloads only as a last resort, so runs and tests work offline.
@@ -77,15 +79,15 @@ def load_arrays(cfg: MnistData | NpzData | SyntheticData | SyntheticTextData, se
 
 
 def preprocess(x: np.ndarray, source: str) -> np.ndarray:
-    """uint8 pixels → float32 in [0, 1]; a lone (N, H, W) image stack gets a channel axis;
-    other integer (N, L) arrays are token ids and stay integers. Non-finite inputs are refused:
-    they would turn the first step's loss into NaN."""
+    """uint8 pixels stay as stored; a lone (N, H, W) image stack gets a channel axis; other
+    integer (N, L) arrays are token ids and stay integers. Non-finite inputs are refused: they
+    would turn the first step's loss into NaN."""
     if x.dtype == np.uint8:
-        x = x.astype(np.float32) / 255.0
+        pass
     elif np.issubdtype(x.dtype, np.integer):
         if x.ndim != 2:
             raise DataError(f"{source}: integer inputs of shape {x.shape[1:]}: use uint8 for "
-                            "images (scaled to [0, 1]) or (N, length) integers for token ids")
+                            "images or (N, length) integers for token ids")
         if x.size and x.min() < 0:
             raise DataError(f"{source}: token ids must be >= 0, found {int(x.min())}")
         return x.astype(np.int32)

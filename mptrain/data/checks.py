@@ -37,9 +37,10 @@ def _input_spec(data) -> InputSpec | None:
     if kind == "synthetic_text":
         return InputSpec((data.sequence_length,), "tokens", data.vocab_size)
     if kind in ("mnist", "fashion_mnist"):
-        return InputSpec((28, 28, 1), "image")
-    if kind == "image_folder":
-        return InputSpec((*data.image_size, 3 if data.color_mode == "rgb" else 1), "image")
+        return InputSpec((28, 28, 1), "image", pixels=True)
+    if kind == "image_folder" and data.image_size is not None:  # else the images' own size
+        return InputSpec((*data.image_size, 3 if data.color_mode == "rgb" else 1), "image",
+                         pixels=True)
     if kind == "text_folder":
         return InputSpec((data.sequence_length,), "tokens", data.max_tokens)
     if kind == "csv":

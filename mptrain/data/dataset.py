@@ -24,20 +24,24 @@ InputKind = Literal["image", "tokens", "vector"]
 
 @dataclass(frozen=True)
 class InputSpec:
-    """The shape of one example's input and what it is; `vocab_size` for token inputs."""
+    """The shape of one example's input and what it is; `vocab_size` for token inputs;
+    `pixels`: uint8 values as stored (0-255), which the pipeline gives the model in the range
+    the model expects (`model.inputs`)."""
 
     shape: tuple[int, ...]
     kind: InputKind
     vocab_size: int | None = None
+    pixels: bool = False
 
     @staticmethod
     def of_array(x: np.ndarray) -> InputSpec:
         import numpy as np
 
         shape = tuple(int(d) for d in x.shape[1:])
-        if np.issubdtype(x.dtype, np.integer) and len(shape) == 1:
+        pixels = x.dtype == np.uint8
+        if np.issubdtype(x.dtype, np.integer) and len(shape) == 1 and not pixels:
             return InputSpec(shape, "tokens", int(x.max()) + 1 if x.size else None)
-        return InputSpec(shape, "image" if len(shape) == 3 else "vector")
+        return InputSpec(shape, "image" if len(shape) == 3 else "vector", pixels=pixels)
 
 
 @dataclass

@@ -23,9 +23,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from mptrain.config.schema import ImageFolderData, TextFolderData
@@ -85,6 +86,7 @@ class FolderSplits:
     test: Files
     classes: list[str]
     skipped: list[str] = field(default_factory=list)  # broken files left out, with why
+    sizes: Counter = field(default_factory=Counter)  # images: (height, width) → how many
 
 
 def split_files(cfg: ImageFolderData | TextFolderData) -> FolderSplits:
@@ -123,8 +125,9 @@ def split_files(cfg: ImageFolderData | TextFolderData) -> FolderSplits:
 
 def check_images(splits: FolderSplits, skip_bad: bool,
                  status: Callable[[str], object] | None = None) -> FolderSplits:
-    """Every image decoded once (cached by size and mtime): an error naming the first broken
-    one, or, with `skip_bad`, the splits without them and the list of what was left out."""
+    """Every image decoded once (cached by size and mtime, with its size): an error naming the
+    first broken one, or, with `skip_bad`, the splits without them and the list of what was
+    left out; the sizes of the images kept."""
     files = splits.train[0] + splits.val[0] + splits.test[0]
     cache = _VerdictCache(files)
     unknown = [f for f in files if cache.get(f) is None]
@@ -134,17 +137,19 @@ def check_images(splits: FolderSplits, skip_bad: bool,
                 verdicts = _decode_all(unknown)
         else:
             verdicts = _decode_all(unknown)
-        for path, problem in verdicts.items():
-            cache.put(path, problem)
+        for path, (problem, size) in verdicts.items():
+            cache.put(path, problem, size)
         cache.save()
-    bad = {f: cache.get(f) for f in files if cache.get(f)}
-    if not bad:
-        return splits
-    if not skip_bad:
+    found = {f: cache.get(f) for f in files}
+    bad = {f: problem for f, (problem, _) in found.items() if problem}
+    if bad and not skip_bad:
         first, problem = next(iter(bad.items()))
         more = f" ({len(bad) - 1} more broken)" if len(bad) > 1 else ""
         raise DataError(f"{first}: {problem}{more}; remove or replace it, or set "
                         "data.skip_bad_files: true to train without broken files")
+    sizes = Counter(tuple(size) for f, (_, size) in found.items() if f not in bad)
+    if not bad:
+        return replace(splits, sizes=sizes)
 
     def keep(part: Files) -> Files:
         kept = [(f, y) for f, y in zip(*part, strict=True) if f not in bad]
@@ -154,31 +159,48 @@ def check_images(splits: FolderSplits, skip_bad: bool,
     if not train[0]:
         raise DataError("every training image is broken; nothing to train on")
     return FolderSplits(train, keep(splits.val), keep(splits.test), splits.classes,
-                        [f"{path}: {problem}" for path, problem in bad.items()])
+                        [f"{path}: {problem}" for path, problem in bad.items()], sizes)
 
 
-def _decode_all(paths: list[str]) -> dict[str, str]:
-    """path → '' when it decodes, else what is wrong; decoded in parallel (TensorFlow's
-    decoders release the interpreter)."""
+def image_size(cfg: ImageFolderData, sizes: Counter) -> tuple[tuple[int, int], list[str]]:
+    """The size images are given to the model at: `data.image_size`, else the images' own
+    when they share one, else the most common; and a note when any image is resized (it
+    costs time and memory, and changes what the model sees)."""
+    common = max(sizes, key=lambda size: (sizes[size], size)) if sizes else (64, 64)
+    chosen = tuple(cfg.image_size) if cfg.image_size is not None else common
+    resized = sum(n for size, n in sizes.items() if size != chosen)
+    if not resized:
+        return chosen, []
+    why = ("data.image_size" if cfg.image_size is not None else
+           "the most common size, as data.image_size is unset")
+    found = ", ".join(f"{h}x{w} ({n})" for (h, w), n in sizes.most_common(3))
+    more = f" and {len(sizes) - 3} more sizes" if len(sizes) > 3 else ""
+    return chosen, [f"{resized} of {sum(sizes.values())} images resized to {chosen[0]}x{chosen[1]} "
+                    f"({why}; the images are {found}{more})"]
+
+
+def _decode_all(paths: list[str]) -> dict[str, tuple[str, tuple[int, int]]]:
+    """path → ('', its (height, width)) when it decodes, else (what is wrong, (0, 0));
+    decoded in parallel (TensorFlow's decoders release the interpreter)."""
     import tensorflow as tf
 
-    def verdict(path: str) -> str:
+    def verdict(path: str) -> tuple[str, tuple[int, int]]:
         try:
             data = tf.io.read_file(path)
             if not int(tf.strings.length(data)):
-                return "empty file"
-            tf.io.decode_image(data, expand_animations=False)
-            return ""
+                return "empty file", (0, 0)
+            height, width = tf.io.decode_image(data, expand_animations=False).shape[:2]
+            return "", (int(height), int(width))
         except tf.errors.OpError as exc:
-            return f"not a readable image ({exc.message.splitlines()[0][:120]})"
+            return f"not a readable image ({exc.message.splitlines()[0][:120]})", (0, 0)
 
     with ThreadPoolExecutor(max_workers=min(8, (os.cpu_count() or 2) * 2)) as pool:
         return dict(zip(paths, pool.map(verdict, paths), strict=True))
 
 
 class _VerdictCache:
-    """Decoding verdicts per file, valid while its size and mtime are unchanged; one file
-    per data folder in the user's cache folder."""
+    """Decoding verdicts and sizes per file, valid while its size and mtime are unchanged;
+    one file per data folder in the user's cache folder."""
 
     def __init__(self, files: list[str]):
         from mptrain.hardware.kernels import cache_dir
@@ -196,12 +218,14 @@ class _VerdictCache:
         stat = os.stat(path)
         return [stat.st_size, stat.st_mtime_ns]
 
-    def get(self, path: str) -> str | None:
+    def get(self, path: str) -> tuple[str, tuple[int, int]] | None:
         entry = self.entries.get(path)
-        return entry[2] if entry and entry[:2] == self._stamp(path) else None
+        if not entry or len(entry) != 5 or entry[:2] != self._stamp(path):
+            return None  # unknown, changed, or cached by a version that kept no size
+        return entry[2], (entry[3], entry[4])
 
-    def put(self, path: str, problem: str) -> None:
-        self.entries[path] = [*self._stamp(path), problem]
+    def put(self, path: str, problem: str, size: tuple[int, int]) -> None:
+        self.entries[path] = [*self._stamp(path), problem, *size]
 
     def save(self) -> None:
         try:
@@ -216,7 +240,7 @@ class _VerdictCache:
 def load_image_folder(cfg: ImageFolderData, status: Callable[[str], object] | None = None) -> Dataset:
     splits = check_images(split_files(cfg), cfg.skip_bad_files, status)
     channels = 3 if cfg.color_mode == "rgb" else 1
-    height, width = cfg.image_size
+    (height, width), resized = image_size(cfg, splits.sizes)
 
     def decoder(files, labels):
         import tensorflow as tf
@@ -232,7 +256,8 @@ def load_image_folder(cfg: ImageFolderData, status: Callable[[str], object] | No
 
         return load
 
-    return _dataset(cfg, splits, decoder, InputSpec((height, width, channels), "image"), {})
+    data = _dataset(cfg, splits, decoder, InputSpec((height, width, channels), "image", pixels=True), {})
+    return replace(data, notes=data.notes + resized)
 
 
 def load_text_folder(cfg: TextFolderData) -> Dataset:

@@ -15,10 +15,13 @@ Files are decoded in parallel (`num_parallel_calls=AUTOTUNE`, order kept) and pr
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from functools import partial
 
 import numpy as np
 
+from mptrain.config.schema import ExperimentConfig
 from mptrain.data.dataset import Dataset, Split
 
 STREAM_SHUFFLE_BUFFER = 10_000
@@ -35,7 +38,7 @@ class Batches:
     batch_size: int
     epochs: int
     seed: int
-    target: object = None
+    finish: Callable = None  # the last stages every split's batches share (`_finish`)
     shuffle_buffer: int = STREAM_SHUFFLE_BUFFER
 
     @property
@@ -80,19 +83,30 @@ def input_ms_per_batch(batches: Batches, count: int = 20) -> float | None:
     return statistics.median(times)
 
 
-def make_batches(data: Dataset, batch_size: int, epochs: int, seed: int, binary_labels: bool,
-                 shuffle_buffer: int | None = None) -> Batches:
-    target = _binary_targets if binary_labels else None
-    val = _held_on_host(data.val) if data.val is not None else None
+def hold_on_host(data: Dataset) -> Dataset:
+    """The data set with its in-memory arrays held as host-memory variables, once, before
+    training (and its memory meter) starts (`_held_on_host`)."""
+    return replace(data, train=_held_on_host(data.train),
+                   val=_held_on_host(data.val) if data.val is not None else None,
+                   test=_held_on_host(data.test))
+
+
+def make_batches(data: Dataset, config: ExperimentConfig, scale_pixels: bool = True) -> Batches:
+    """Every split of `data` (held on the host: `hold_on_host`) as the experiment's batches;
+    `scale_pixels`: pixels (uint8) divided by 255, for a model that does not rescale them
+    itself (`model.inputs.pixel_range`)."""
+    batch_size = config.train.batch_size
+    target = _binary_targets if config.train.loss == "binary_crossentropy" else None
+    finish = partial(_finish, target=target, scale_pixels=scale_pixels)
     return Batches(
-        split=_held_on_host(data.train),
-        val=in_order(val, batch_size, target) if val is not None else None,
-        test=in_order(_held_on_host(data.test), batch_size, target),
+        split=data.train,
+        val=in_order(data.val, batch_size, finish) if data.val is not None else None,
+        test=in_order(data.test, batch_size, finish),
         batch_size=batch_size,
-        epochs=epochs,
-        seed=seed,
-        target=target,
-        shuffle_buffer=shuffle_buffer or STREAM_SHUFFLE_BUFFER,
+        epochs=config.train.epochs,
+        seed=config.seed,
+        finish=finish,
+        shuffle_buffer=getattr(config.data, "shuffle_buffer", None) or STREAM_SHUFFLE_BUFFER,
     )
 
 
@@ -158,7 +172,7 @@ def training_stream(batches: Batches, epochs: range, skip_steps: int = 0):
     stream = tf.data.Dataset.range(epochs.start, epochs.stop).flat_map(one_epoch).skip(skip_steps)
     if split.arrays is not None:
         stream = _gather(tf, stream, split.arrays)
-    return _finish(tf, stream, batches.target, tuned=split.arrays is None)
+    return batches.finish(tf, stream, tuned=split.arrays is None)
 
 
 def _block_shuffled(tf, examples, block: int, seed: int, epoch):
@@ -179,7 +193,7 @@ def _block_shuffled(tf, examples, block: int, seed: int, epoch):
     return examples.batch(block).enumerate().map(shuffle).unbatch()
 
 
-def in_order(split: Split, batch_size: int, target=None):
+def in_order(split: Split, batch_size: int, finish):
     """Validation and test data: every example once, in a fixed order."""
     import tensorflow as tf
 
@@ -190,7 +204,7 @@ def in_order(split: Split, batch_size: int, target=None):
             split.load, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).batch(batch_size)
     else:
         batches = _gather(tf, tf.data.Dataset.range(split.size).batch(batch_size), split.arrays)
-    return _finish(tf, batches, target, tuned=split.arrays is None)
+    return finish(tf, batches, tuned=split.arrays is None)
 
 
 def _gather(tf, index_batches, arrays):
@@ -215,9 +229,10 @@ def _gather(tf, index_batches, arrays):
     return index_batches.map(gather)
 
 
-def _finish(tf, batches, target, tuned: bool):
-    """uint8 pixels (decoded or cached images: a quarter of the space) become float32 in
-    [0, 1] here, on the host, as the guide advises; binary labels become float columns.
+def _finish(tf, batches, tuned: bool, target, scale_pixels: bool):
+    """uint8 pixels (decoded or cached images, arrays: a quarter of the space) become float32
+    here, on the host, as the guide advises: divided by 255 for a model that does not rescale
+    them itself, as stored for one that does; binary labels become float columns.
 
     `tuned`: tf.data's autotuning sizes the parallel decoding of files and the prefetch
     buffer. Batches gathered from arrays in memory have nothing to tune: they get a fixed
@@ -229,7 +244,10 @@ def _finish(tf, batches, target, tuned: bool):
     arrays, or files by index, that tf.data cannot split by file)."""
     pixels = batches.element_spec[0].dtype == tf.uint8
     if pixels or target is not None:
-        batches = batches.map(lambda x, y: (tf.cast(x, tf.float32) / 255.0 if pixels else x,
+        def inputs(x):
+            return tf.cast(x, tf.float32) / 255.0 if scale_pixels else tf.cast(x, tf.float32)
+
+        batches = batches.map(lambda x, y: (inputs(x) if pixels else x,
                                             target(y) if target is not None else y))
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA

@@ -103,7 +103,7 @@ def _scan(path: Path, cfg: CsvData, feature_idx: list[int], label_idx: int) -> l
     width = max(feature_idx + [label_idx]) + 1
     label_name = cfg.label_column
     rows = _lines(path, cfg.delimiter)
-    next(rows, None)  # the header
+    _, header = next(rows, (0, []))
     for line, row in rows:
         if len(row) < width:
             raise DataError(f"{path}, line {line}: {len(row)} cells, the header has more")
@@ -114,8 +114,9 @@ def _scan(path: Path, cfg: CsvData, feature_idx: list[int], label_idx: int) -> l
                 value = math.nan
             if not math.isfinite(value):
                 what = "an empty cell" if not row[i].strip() else f"{row[i]!r} is not a finite number"
-                raise DataError(f"{path}, line {line}, column {i + 1}: {what}; features must be "
-                                "finite numbers")
+                name = f" ({header[i].strip()})" if i < len(header) else ""
+                raise DataError(f"{path}, line {line}, column {i + 1}{name}: {what}; features "
+                                "must be finite numbers")
         label = row[label_idx].strip()
         if not label or label.lower() in ("nan", "inf", "-inf", "null", "none", "na"):
             what = "an empty label" if not label else f"label {label!r}"

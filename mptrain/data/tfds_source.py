@@ -80,14 +80,15 @@ def load_tfds(cfg: TfdsData) -> Dataset:
     if cfg.max_test_examples:
         n_test = min(n_test, cfg.max_test_examples)
     cut = n_train - int(n_train * cfg.validation_split)
+    pixels = getattr(info.features[x_key].dtype, "name", "") == "uint8"
     kind = "image" if len(shape) == 3 else "tokens" if info.features[x_key].dtype.is_integer and \
-        len(shape) == 1 else "vector"
+        len(shape) == 1 and not pixels else "vector"
     return Dataset(
         train=Split(cut, stream=stream_of(cfg.train_split, take=cut)),
         val=Split(n_train - cut, stream=stream_of(cfg.train_split, skip=cut, take=n_train - cut))
         if cut < n_train else None,
         test=Split(n_test, stream=stream_of(cfg.test_split, take=n_test)),
-        spec=InputSpec(shape, kind),
+        spec=InputSpec(shape, kind, pixels=pixels),
         num_classes_seen=num_classes,
         source=f"tfds:{cfg.name} ({data_dir})",
     )

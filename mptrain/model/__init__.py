@@ -3,7 +3,8 @@
 Builders run after `policy.apply_policy`, so every layer they create follows the global
 policy; each returns the model and notes on what mptrain did to it (shown before training and
 kept in the summary). Whatever a builder returns, `build_model` makes sure the model's output
-is float32 (the guide's rule), appending a float32 `Activation("linear")` when it is not.
+is float32 (the guide's rule), appending a float32 `Activation("linear")` when it is not, and
+reads which range of pixels it takes (`inputs.py`).
 """
 
 from __future__ import annotations
@@ -13,9 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mptrain.config.schema import ExperimentConfig
+from mptrain.config.schema import OWN_MODELS, ExperimentConfig
 from mptrain.data.dataset import InputSpec
 from mptrain.errors import ConfigError
+from mptrain.model.inputs import PixelRange, pixel_range
 from mptrain.model.outputs import OutputKind, kind_of_activation, read_output
 
 # model.kind → "module:function(config, spec) -> (keras.Model, notes)", imported when used
@@ -35,6 +37,7 @@ class BuiltModel:
     model: Any  # keras.Model
     output: OutputKind  # what the loss receives: probabilities or logits
     notes: list[str] = field(default_factory=list)
+    pixel_range: PixelRange | None = None  # pixel data: the range the model takes (`inputs.py`)
 
 
 def build_model(config: ExperimentConfig, spec: InputSpec,
@@ -57,7 +60,13 @@ def build_model(config: ExperimentConfig, spec: InputSpec,
     if initial_weights is not None:
         _load_initial_weights(model, initial_weights)
     output, said = _output_kind(config, model, spec)
-    return BuiltModel(model, output, notes + more + said)
+    pixels, fed = None, []
+    if spec.pixels:
+        pixels, fed = pixel_range(model, config.model.pixel_range, config.model.kind in OWN_MODELS)
+    elif config.model.pixel_range != "auto":
+        raise ConfigError(f"model.pixel_range {config.model.pixel_range}: this data set's inputs "
+                          "are not pixels (uint8 images); leave it out")
+    return BuiltModel(model, output, notes + more + said + fed, pixels)
 
 
 def reset_layer_names() -> None:

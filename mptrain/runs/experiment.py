@@ -5,8 +5,9 @@ memory all need: check the experiment against the disk, start TensorFlow (with t
 environment the experiment asks for), place the run (tf.distribute, created before any other
 TensorFlow op, as collective ops require), decide the policy with the number of replicas and
 this machine's measured kernels, set it as Keras' global policy *before* the model is built,
-load the data and make its batches, check the model against the data (`model.num_classes`
-filled in), build the model with a float32 output, and create the optimizer
+load the data, check the model against the data (`model.num_classes` filled in), build the
+model with a float32 output, make the data's batches (pixels in the range the model takes),
+and create the optimizer
 (a LossScaleOptimizer under mixed_float16), loss, metrics and training loop inside the
 strategy's scope, everything seeded. What each command then does with a `Prepared` is its own.
 
@@ -22,7 +23,7 @@ from typing import Any
 
 from mptrain.config import ExperimentConfig
 from mptrain.data import Dataset, load_dataset
-from mptrain.data.pipeline import Batches, make_batches
+from mptrain.data.pipeline import Batches, hold_on_host, make_batches
 from mptrain.hardware.kernels import KernelSpeeds, measured_kernels
 from mptrain.hardware.machine import Machine, probe
 from mptrain.hardware.runtime import import_tensorflow, seed_everything
@@ -87,15 +88,15 @@ def prepare(config: ExperimentConfig, *, policy: str | None = None, verbose: boo
     # token ids under any policy, and every layer the model creates follows it
     apply_policy(choice.name)
     data = load_dataset(config.data, config.seed, status)
-    batches = make_batches(data, config.train.batch_size, config.train.epochs, config.seed,
-                           binary_labels=config.train.loss == "binary_crossentropy",
-                           shuffle_buffer=getattr(config.data, "shuffle_buffer", None))
+    held = hold_on_host(data)  # before the meter starts: the data set is not training memory
     memory = MemoryMeter(tf, machine.memory_device).start()
 
     seed_everything(config.seed)  # the data's order has its own seeds (stateless shuffles)
     config = fit_to_data(config, data)  # what the model is built from, checked just before
     with scope(place):  # model, optimizer, metrics (and checkpoints) live on the replicas
         built = build_model(config, data.spec, initial_weights)
+    batches = make_batches(held, config, scale_pixels=built.pixel_range == "0-1")
+    with scope(place):
         scale = config.train.loss_scale
         optimizer = wrap_optimizer(
             build_optimizer(config.train.optimizer, config.train.epochs * batches.steps_per_epoch),

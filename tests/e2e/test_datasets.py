@@ -29,9 +29,9 @@ def test_image_folder_cache_gives_the_same_batches(tmp_path):
     pixels in the same order (the file cache is reused by the next run)."""
     import tensorflow as tf
 
-    from mptrain.config import validate
+    from mptrain.config import validate, variant
     from mptrain.data import load_dataset
-    from mptrain.data.pipeline import make_batches
+    from mptrain.data.pipeline import hold_on_host, make_batches
     from tests.helpers import tiny_raw
 
     folder = datafiles.image_folder(tmp_path / "shapes", per_class=6)
@@ -41,7 +41,8 @@ def test_image_folder_cache_gives_the_same_batches(tmp_path):
                                    "data.image_size=[10, 10]", f"data.cache={cache}",
                                    "data.validation_split=0.2"), "<test>")
         data = load_dataset(config.data, seed=3)
-        batches = make_batches(data, 5, epochs=2, seed=3, binary_labels=False)
+        batches = make_batches(hold_on_host(data), variant(config, {"train.batch_size": 5,
+                                                                     "train.epochs": 2, "seed": 3}))
         streams[len(streams)] = [(x.numpy(), y.numpy()) for x, y in batches.train]
         # files decoded in parallel are autotuned; arrays in memory (or mapped) have nothing to
         # tune, and autotuning's thread once held a multi-epoch fit's end for seconds
@@ -133,4 +134,5 @@ def test_broken_files_are_found_before_training(tmp_path):
     table.write_text("\n".join(lines) + "\n")
     config = experiment(tmp_path, "data.dataset=csv", f"data.path={table}",
                         "data.label_column=species", name="csv.yaml")
-    refuses(tmp_path, config, "t.csv, line 6, column 1: 'nan' is not a finite number", command="run")
+    refuses(tmp_path, config, "t.csv, line 6, column 1 (sepal_length): 'nan' is not a finite number",
+            command="run")
