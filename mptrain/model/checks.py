@@ -31,7 +31,7 @@ def check_model(config: ExperimentConfig) -> None:
     if model.kind == "python":
         from mptrain.model.python_builder import check_builder
 
-        check_builder(model.builder)
+        check_builder(model)
     elif model.kind == "saved":
         from mptrain.model.saved import check_saved
 
@@ -43,16 +43,18 @@ def check_model(config: ExperimentConfig) -> None:
 
 
 def fit_to_data(config: ExperimentConfig, data: Dataset) -> ExperimentConfig:
-    """The experiment with `model.num_classes` the data's when it was left out, checked
-    against what the data turned out to be (`check_fits`); an error names the experiment file,
-    as `validate`'s do. Labels the model cannot output are an error before training, not a
-    NaN loss in it."""
+    """The experiment with `model.num_classes` the data's when it was left out (and an image
+    folder's `data.image_size` the size its images were given at), checked against what the
+    data turned out to be (`check_fits`); an error names the experiment file, as `validate`'s
+    do. Labels the model cannot output are an error before training, not a NaN loss in it."""
+    from mptrain.config import variant
+
+    if getattr(config.data, "image_size", False) is None:
+        config = variant(config, {"data.image_size": list(data.spec.shape[:2])})
     try:
         if config.train.loss != "binary_crossentropy":
             wanted = config.model.num_classes
             if wanted is None:
-                from mptrain.config import variant
-
                 config = variant(config, {"model.num_classes": data.num_classes_seen})
             elif data.num_classes_seen > wanted:
                 raise DataError(

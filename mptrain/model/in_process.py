@@ -17,7 +17,7 @@ MODULE = __name__
 
 
 def register(builder: Callable) -> str:
-    """`model.builder` for `builder(input_shape, num_classes, **kwargs) -> keras.Model`."""
+    """`model.builder` for a function returning a `keras.Model`."""
     base = re.sub(r"\W", "_", getattr(builder, "__name__", "builder")) or "builder"
     name, module = base if base[0].isalpha() or base[0] == "_" else f"b_{base}", sys.modules[MODULE]
     taken = 1
