@@ -8,6 +8,7 @@ value and what is allowed, so the user fixes it without reading a traceback.
 from __future__ import annotations
 
 import copy
+import os
 import re
 from collections.abc import Mapping
 from importlib import resources
@@ -154,10 +155,13 @@ _UNION_TAGS: dict[str, type[BaseModel]] = {
 }
 
 
+KEY_PATH = r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*"
+
+
 def parse_override(text: str) -> tuple[list[str], Any]:
     """`train.epochs=2` → (["train", "epochs"], 2). The value is read as YAML."""
     key, sep, raw = text.partition("=")
-    if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*", key):
+    if not sep or not re.fullmatch(KEY_PATH, key):
         raise ConfigError(f"--set {text!r}: expected key.path=value, e.g. --set train.epochs=2")
     try:
         value = parse_yaml(raw) if raw.strip() else None
@@ -172,14 +176,17 @@ Changes = Mapping[str, Any] | list[str]  # {"train.epochs": 2}, or --set's ["tra
 
 def parsed_changes(changes: Changes | None) -> list[tuple[list[str], Any, str]]:
     """(key path, value, how the user wrote it) for each change: `--set` strings are read as
-    YAML; a mapping's values are taken as they are."""
+    YAML (`--set train.epochs=2`); a mapping's values, from Python, are taken as they are
+    (`override {'train.epochs': 2}`), so an error names what the user wrote, where."""
     if not changes:
         return []
     if isinstance(changes, Mapping):
         for key in changes:
-            parse_override(f"{key}=")  # the same check of the key's spelling
-        return [(key.split("."), value, f"{key}={value!r}") for key, value in changes.items()]
-    return [(*parse_override(text), text) for text in changes]
+            if not isinstance(key, str) or not re.fullmatch(KEY_PATH, key):
+                raise ConfigError(f"override {key!r}: expected a key path such as 'train.epochs'")
+        return [(key.split("."), value, f"override {{{key!r}: {value!r}}}")
+                for key, value in changes.items()]
+    return [(*parse_override(text), f"--set {text}") for text in changes]
 
 
 def apply_overrides(raw: dict[str, Any], changes: Changes | None) -> dict[str, Any]:
@@ -195,7 +202,7 @@ def apply_overrides(raw: dict[str, Any], changes: Changes | None) -> dict[str, A
             child = node.setdefault(key, {})
             if not isinstance(child, dict):
                 where = ".".join(keys[: depth + 1])
-                raise ConfigError(f"--set {text!r}: {where} is {child!r}, not a mapping")
+                raise ConfigError(f"{text}: {where} is {child!r}, not a mapping")
             node = child
         if value is None:
             node.pop(keys[-1], None)
@@ -220,6 +227,8 @@ def validate(raw: dict[str, Any], source: str, overrides: Changes | None = None)
         lines = [_describe(err, set_keys) for err in exc.errors()]
         if all(line.lstrip().startswith("--set ") for line in lines):
             head = f"invalid --set option for the experiment {source}"
+        elif all(line.lstrip().startswith("override ") for line in lines):
+            head = f"invalid override for the experiment {source}"
         else:
             head = f"{source}: invalid experiment"
         raise ConfigError(head + "\n" + "\n".join(lines)) from None
@@ -282,6 +291,30 @@ def resolve_paths(config: ExperimentConfig, base: Path,
     return config
 
 
+def as_file_in(config: ExperimentConfig, folder: Path) -> dict[str, Any]:
+    """The experiment as a file in `folder` writes it (`mptrain plan`'s plan.yaml): its paths
+    relative to that folder where they share more than the file system's root with it, so the
+    file can be committed and moved with the data and builder it names; `resolve_paths`
+    reads them back. Paths elsewhere (a system's data set) stay absolute."""
+    raw = config.to_yaml_dict()
+    for section, key in PATH_KEYS:
+        value = raw.get(section, {}).get(key)
+        if value is not None:
+            raw[section][key] = _relative(key, value, folder.resolve())
+    return raw
+
+
+def _relative(key: str, value: str, folder: Path) -> str:
+    if key == "builder":
+        target, _, function = value.rpartition(":")
+        return f"{_relative('path', target, folder)}:{function}" if target.endswith(".py") else value
+    if value in ("imagenet", "none", "memory") or not Path(value).is_absolute():
+        return value
+    if os.path.commonpath([value, folder]) == os.path.sep:
+        return value
+    return os.path.relpath(value, folder)
+
+
 def _absolute(key: str, value, root: Path):
     if key == "builder":
         target, _, function = value.rpartition(":")
@@ -309,7 +342,7 @@ def _describe(err: dict[str, Any], set_keys: dict[tuple[str, ...], str]) -> str:
     """One line per pydantic error: origin, key path, bad value, what is allowed."""
     loc = tuple(str(part) for part in err["loc"] if part not in _UNION_TAGS)
     key = ".".join(loc) or "(top level)"
-    origin = next((f"--set {text}: " for keys, text in set_keys.items()
+    origin = next((f"{text}: " for keys, text in set_keys.items()
                    if loc and (loc[: len(keys)] == keys or keys[: len(loc)] == loc)), "")
     kind = err["type"]
     if kind == "extra_forbidden":

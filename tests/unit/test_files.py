@@ -57,8 +57,8 @@ def test_every_row_is_in_exactly_one_split_and_streamed_once(tmp_path):
 @pytest.mark.parametrize(("text", "message"), [
     ("y,a\n1,2\n,3\n", "t.csv, line 3, column 1 (y): an empty label"),
     ("y,a\n1,2\nnan,3\n", "line 3, column 1 (y): label 'nan'"),
-    ("y,a\n1,2\n0,\n", "t.csv, line 3, column 2: an empty cell"),
-    ("y,a\n1,2\n0,inf\n", "line 3, column 2: 'inf' is not a finite number"),
+    ("y,a\n1,2\n0,\n", "t.csv, line 3, column 2 (a): an empty cell"),
+    ("y,a\n1,2\n0,inf\n", "line 3, column 2 (a): 'inf' is not a finite number"),
     ("y;a;b\n1;2;3\n", "no column 'y' (data.label_column); the columns are y;a;b (one column: the "
                        "file seems to use ';' between cells; set data.delimiter: ';')"),
     ("y\ta\n1\t2\n", 'the file seems to use "\\t" between cells; set data.delimiter: "\\t"'),
