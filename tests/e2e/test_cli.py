@@ -89,10 +89,35 @@ def test_validate_prints_resolved_config_without_tensorflow(tmp_path):
 
 
 def test_help_lists_commands(tmp_path):
+    """Every command, each on its own line of the list with the first words of its help."""
+    import typer.main
+
+    from mptrain.cli import app
+
     done = mptrain("--help", cwd=tmp_path)
     assert done.returncode == 0
-    for command in ("run", "validate", "configs"):
-        assert command in done.stdout
+    listed = done.stdout.split("Commands:", 1)[1].splitlines()
+    group = typer.main.get_command(app)
+    for name, command in group.commands.items():
+        first_words = " ".join(command.help.split()[:3])
+        assert any(line.split()[:1] == [name] and first_words in line for line in listed), name
+
+
+def test_importing_mptrain_or_its_help_loads_neither_the_schema_nor_tensorflow(tmp_path):
+    """`import mptrain` and `mptrain --help` pay for what they use only: the API's functions,
+    the experiment schema (pydantic) and TensorFlow load when a function needs them."""
+    code = (
+        "import sys, mptrain, mptrain.cli\n"
+        "sys.argv = ['mptrain', '--help']\n"
+        "try:\n    mptrain.cli.app()\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
+        "heavy = ('mptrain.api', 'mptrain.config', 'pydantic', 'tensorflow')\n"
+        "loaded = [m for m in heavy if m in sys.modules]\n"
+        "assert not loaded, loaded\n"
+        "assert callable(mptrain.load_experiment) and 'mptrain.config' in sys.modules\n"
+        "assert 'tensorflow' not in sys.modules\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
 
 
 def test_builtin_config_by_name(tmp_path):
