@@ -23,6 +23,7 @@ import numpy as np
 
 from mptrain.config.schema import ExperimentConfig
 from mptrain.data.dataset import Dataset, Split
+from mptrain.errors import DataError
 
 STREAM_SHUFFLE_BUFFER = 10_000
 
@@ -91,17 +92,18 @@ def hold_on_host(data: Dataset) -> Dataset:
                    test=_held_on_host(data.test))
 
 
-def make_batches(data: Dataset, config: ExperimentConfig, scale_pixels: bool = True) -> Batches:
+def make_batches(data: Dataset, config: ExperimentConfig, scale_pixels: bool = True,
+                 replicas: int = 1) -> Batches:
     """Every split of `data` (held on the host: `hold_on_host`) as the experiment's batches;
     `scale_pixels`: pixels (uint8) divided by 255, for a model that does not rescale them
-    itself (`model.inputs.pixel_range`)."""
+    itself (`model.inputs.pixel_range`); `replicas`: how many the batches are split over."""
     batch_size = config.train.batch_size
     target = _binary_targets if config.train.loss == "binary_crossentropy" else None
     finish = partial(_finish, target=target, scale_pixels=scale_pixels)
     return Batches(
         split=data.train,
-        val=in_order(data.val, batch_size, finish) if data.val is not None else None,
-        test=in_order(data.test, batch_size, finish),
+        val=in_order(data.val, batch_size, finish, replicas) if data.val is not None else None,
+        test=in_order(data.test, batch_size, finish, replicas),
         batch_size=batch_size,
         epochs=config.train.epochs,
         seed=config.seed,
@@ -193,18 +195,42 @@ def _block_shuffled(tf, examples, block: int, seed: int, epoch):
     return examples.batch(block).enumerate().map(shuffle).unbatch()
 
 
-def in_order(split: Split, batch_size: int, finish):
-    """Validation and test data: every example once, in a fixed order."""
+def in_order(split: Split, batch_size: int, finish, replicas: int = 1):
+    """Validation and test data: every example once, in a fixed order, in batches whose first
+    splits evenly over the replicas (`first_batch`)."""
     import tensorflow as tf
 
+    first = first_batch(split.size, batch_size, replicas)
+
+    def batched(examples):
+        if first == batch_size:
+            return examples.batch(batch_size)
+        return examples.take(first).batch(first).concatenate(examples.skip(first).batch(batch_size))
+
     if split.stream is not None:
-        batches = split.stream().batch(batch_size)
+        batches = batched(split.stream())
     elif split.load is not None:
-        batches = tf.data.Dataset.range(split.size).map(
-            split.load, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).batch(batch_size)
+        batches = batched(tf.data.Dataset.range(split.size).map(
+            split.load, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True))
     else:
-        batches = _gather(tf, tf.data.Dataset.range(split.size).batch(batch_size), split.arrays)
+        batches = _gather(tf, batched(tf.data.Dataset.range(split.size)), split.arrays)
     return finish(tf, batches, tuned=split.arrays is None)
+
+
+def first_batch(examples: int, batch_size: int, replicas: int) -> int:
+    """The size of an evaluation set's first batch. Keras' Model.fit and evaluate under a
+    distribution strategy average the first batch's per-replica inputs to build the model
+    (`_maybe_symbolic_build`), which fails when they differ in size (AddN: [51,64] != [50,64]):
+    a set smaller than one batch, of a size the replicas do not divide, would be such a batch.
+    It is cut in two instead: the largest part that splits evenly, then the rest (later
+    batches may split unevenly; tf.distribute gives a replica an empty share), so every example
+    is evaluated, as on one device."""
+    if replicas == 1 or examples >= batch_size or examples % replicas == 0:
+        return batch_size
+    if examples < replicas:
+        raise DataError(f"an evaluation set of {examples} example(s) cannot be split over "
+                        f"{replicas} replicas; give it at least {replicas}")
+    return examples - examples % replicas
 
 
 def _gather(tf, index_batches, arrays):

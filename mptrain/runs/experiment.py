@@ -34,7 +34,13 @@ from mptrain.precision.policy import PolicyChoice, apply_math_mode, apply_policy
 from mptrain.runs.memory import MemoryMeter
 from mptrain.runs.preflight import check_experiment
 from mptrain.training import TrainingLoop, make_loop
-from mptrain.training.distribute import Placement, placement, prepare_devices, scope
+from mptrain.training.distribute import (
+    Placement,
+    check_batch_split,
+    placement,
+    prepare_devices,
+    scope,
+)
 from mptrain.training.loss_scale import wrap_optimizer
 from mptrain.training.optimizer import build_optimizer
 
@@ -75,6 +81,7 @@ def prepare(config: ExperimentConfig, *, policy: str | None = None, verbose: boo
     tf = import_tensorflow(verbose, environment=math_environment(config.train.math_mode))
     prepare_devices(config.distribute, tf)
     place = placement(config.distribute, tf)
+    check_batch_split(config, place.replicas)
     if config.deterministic:
         tf.config.experimental.enable_op_determinism()
     machine = probe(tf, check_xla=False)
@@ -95,7 +102,8 @@ def prepare(config: ExperimentConfig, *, policy: str | None = None, verbose: boo
     config = fit_to_data(config, data)  # what the model is built from, checked just before
     with scope(place):  # model, optimizer, metrics (and checkpoints) live on the replicas
         built = build_model(config, data.spec, initial_weights)
-    batches = make_batches(held, config, scale_pixels=built.pixel_range == "0-1")
+    batches = make_batches(held, config, scale_pixels=built.pixel_range == "0-1",
+                           replicas=place.replicas)
     with scope(place):
         scale = config.train.loss_scale
         optimizer = wrap_optimizer(

@@ -102,6 +102,20 @@ def _new_placement(cfg, tf) -> Placement:
                      f"TPU {cfg.tpu or '(local)'} with {strategy.num_replicas_in_sync} cores")
 
 
+def check_batch_split(config, replicas: int) -> None:
+    """Keras' Model.fit under a distribution strategy averages the first batch's per-replica
+    inputs to build the model, which fails when the replicas' shares differ in size: the
+    global batch must split evenly (the custom loop takes any split)."""
+    train = config.train
+    if replicas > 1 and train.loop == "fit" and train.batch_size % replicas:
+        even = train.batch_size - train.batch_size % replicas or replicas
+        raise ConfigError(f"{config.source}: train.batch_size {train.batch_size} does not split "
+                          f"evenly over the "
+                          f"{replicas} replicas, which Keras' Model.fit needs (each replica takes "
+                          f"an equal share); use a multiple of {replicas}, e.g. {even}, or "
+                          "train.loop: custom")
+
+
 def is_chief(task_type: str | None, task_id: int | None, cluster: dict) -> bool:
     """The chief task, or worker 0 when the cluster has no chief (TensorFlow's convention)."""
     if task_type in (None, "chief"):

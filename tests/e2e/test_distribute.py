@@ -128,3 +128,39 @@ def test_multi_worker_without_tf_config_says_how(tmp_path):
     fit = subprocess.run([sys.executable, "-m", "mptrain", "validate", str(config), "--set",
                           "train.loop=fit"], cwd=tmp_path, capture_output=True, text=True)
     assert fit.returncode == 2 and "keras-team/keras#20585" in fit.stderr
+
+
+def test_a_mirrored_fit_evaluates_any_test_set_size_as_one_device_would(tmp_path):
+    """A test set smaller than a batch, of a size two replicas do not divide (101 at batch
+    128: Keras' first-batch build failed on its 51/50 split), is evaluated whole: the run
+    finishes with its model saved, and the model evaluated on one device gives the same test
+    accuracy. A global batch the replicas do not divide is refused before anything runs."""
+    code = f"""
+import json, sys
+sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r})
+import keras
+from mptrain.config import validate, variant
+from mptrain.errors import ConfigError
+from mptrain.runs.experiment import prepare
+from mptrain.runs.runner import run_experiment
+from tests.helpers import tiny_raw
+raw = tiny_raw("output.dir={tmp_path / 'runs'}", "distribute.strategy=mirrored",
+               "distribute.devices=[/cpu:0, /cpu:1]", "data.test_size=101", "data.validation_split=0.2",
+               "train.batch_size=128", "train.epochs=2", "output.save_model=true")
+config = validate(raw, "<test>")
+s = run_experiment(config).summary
+one = prepare(variant(config, {{"distribute.strategy": "none", "distribute.devices": None}}))
+model = keras.saving.load_model(s.run_dir + "/model.keras")
+model.compile(loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+alone = model.evaluate(one.batches.test, return_dict=True, verbose=0)
+try:
+    prepare(variant(config, {{"train.batch_size": 127}}))
+    refused = ""
+except ConfigError as exc:
+    refused = str(exc)
+print(json.dumps([s.status, s.replicas, s.test_examples, s.test_accuracy, alone["accuracy"], refused]))
+"""
+    status, replicas, examples, accuracy, alone, refused = json.loads(python(code, tmp_path).splitlines()[-1])
+    assert (status, replicas, examples) == ("finished", 2, 101)
+    assert abs(accuracy - alone) <= 1 / 101 + 1e-6
+    assert "train.batch_size 127 does not split evenly over the 2 replicas" in refused
