@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 from pydantic import ValidationError
 
+from mptrain.errors import DataError
 from mptrain.runs.summary import RUN_RECORD, RunRecord, RunState, RunSummary
 from mptrain.training.records import EpochRecord, StepRecord, TrainingListener
 
@@ -173,14 +174,15 @@ class RunFolder(TrainingListener):
             append_lines(self.path / "steps.jsonl", [asdict(r) for r in self._pending_steps])
             self._pending_steps.clear()
 
-    def read_steps(self) -> list[StepRecord]:
+    def read_steps(self, said: list[str] | None = None) -> list[StepRecord]:
+        """steps.jsonl; `said` is told of a torn last line left out (`read_jsonl`)."""
         return [StepRecord(**{**r, "loss": math.nan if r["loss"] is None else r["loss"]})
-                for r in read_jsonl(self.path / "steps.jsonl")]
+                for r in read_jsonl(self.path / "steps.jsonl", said)]
 
-    def read_epochs(self) -> list[EpochRecord]:
+    def read_epochs(self, said: list[str] | None = None) -> list[EpochRecord]:
         return [EpochRecord(**{**r, "metrics": {k: math.nan if v is None else v
                                                 for k, v in r["metrics"].items()}})
-                for r in read_jsonl(self.path / "metrics.jsonl")]
+                for r in read_jsonl(self.path / "metrics.jsonl", said)]
 
     def truncate_records(self, steps: int, epochs: int) -> None:
         """Keep the first `steps` step records and `epochs` epoch records: what a resume
@@ -281,16 +283,28 @@ def _finite(obj: Any) -> Any:
     return obj
 
 
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """Complete lines only: a line cut short by a kill is ignored."""
+def read_jsonl(path: Path, said: list[str] | None = None) -> list[dict[str, Any]]:
+    """Every record of a JSON-lines file. Lines are appended whole, so only the last can be
+    cut short (a kill, or a full disk, mid-write): it is left out, and `said` is told. A
+    damaged line before it is an error naming it: skipping it would shift every later record
+    by a step."""
     if not path.exists():
         return []
+    text = path.read_text(errors="replace")
+    lines = text.splitlines()
     records = []
-    for line in path.read_text().splitlines():
+    for number, line in enumerate(lines, start=1):
         try:
             records.append(json.loads(line))
-        except ValueError:
-            continue
+        except ValueError as exc:
+            if number == len(lines) and not text.endswith("\n"):
+                if said is not None:
+                    said.append(f"{path.name}: its last line was cut short (the run stopped while "
+                                "writing it) and is left out")
+                break
+            raise DataError(f"{path}, line {number}: not a whole record ({exc}); the file is damaged "
+                            "(the lines after a damaged one cannot be placed); restore it from a "
+                            "copy, or start the run again") from None
     return records
 
 

@@ -16,7 +16,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Literal
 
-from mptrain.errors import ConfigError
+from mptrain.errors import ConfigError, DataError
 from mptrain.precision.candidates import candidate_name
 from mptrain.record import Record
 from mptrain.runs.folder import RunFolder, resumable
@@ -66,22 +66,25 @@ def run_folders(folder: Path) -> list[Path]:
 
 
 def list_runs(folder: Path = DEFAULT_FOLDER) -> RunsReport:
-    """Every run folder in `folder` (a folder that is not one of ours is left out), newest
+    """Every run folder in `folder` (one whose summary.json is damaged too, said so), newest
     first."""
     if not folder.is_dir():
         raise ConfigError(f"{folder}: no such folder; give the folder your runs are in (an "
                           "experiment's output.dir, by default runs)")
-    rows = [row for path in run_folders(folder) if (row := run_row(path, folder)) is not None]
+    rows = [run_row(path, folder) for path in run_folders(folder)]
     return RunsReport(folder=str(folder), runs=sorted(rows, key=lambda r: r.when, reverse=True))
 
 
-def run_row(path: Path, root: Path) -> RunRow | None:
+def run_row(path: Path, root: Path) -> RunRow:
     run = RunFolder(path)
     state = run.state()
-    if state is None:
-        return None
     when = datetime.fromtimestamp((path / "summary.json").stat().st_mtime).isoformat(timespec="seconds")
     name = str(path.relative_to(root))
+    if state is None:  # its summary.json does not read: listed as such, not left out
+        return RunRow(name=name, path=str(path), status="failed",
+                      resumable=any((path / "checkpoints").glob("ckpt-*.index")),
+                      reason="summary.json cannot be read (damaged); --resume continues from "
+                             "the last checkpoint", epochs=_epochs_recorded(run), when=when)
     if isinstance(state, RunSummary):
         times = state.step_time
         return RunRow(name=name, path=str(path), status=state.status,
@@ -101,7 +104,16 @@ def run_row(path: Path, root: Path) -> RunRow | None:
                                            config.train.math_mode, config.model.float32_layers)
                   if config else None,
                   loop=config.train.loop if config else None,
-                  epochs=len(run.read_epochs()), when=when)
+                  epochs=_epochs_recorded(run), when=when)
+
+
+def _epochs_recorded(run: RunFolder) -> int | None:
+    """How many epochs metrics.jsonl records; None when it is damaged (`--resume` says where):
+    one damaged folder does not stop the listing of the others."""
+    try:
+        return len(run.read_epochs())
+    except DataError:
+        return None
 
 
 def run_state_status(state: RunState) -> RunStatus:

@@ -65,6 +65,7 @@ def resume_config(run_dir: Path, experiment: str | ExperimentConfig | None,
                           f"{state.host}); stop it first (Ctrl-C leaves a checkpoint)")
     stored_raw = read_yaml(stored_path)
     stored = validate(stored_raw, str(stored_path))
+    folder.read_steps(), folder.read_epochs()  # a damaged record is refused here, untouched
     if experiment is not None:
         wanted = _wanted(experiment, overrides)
     else:

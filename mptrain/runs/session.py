@@ -59,7 +59,8 @@ class TrainingSession:
             if start is None:
                 raise MptrainError(f"{folder.path}: no checkpoint to resume from (the run stopped "
                                    "before its first one); start it again instead")
-            history = (folder.read_steps()[: start.global_step], folder.read_epochs()[: start.epoch])
+            history = (folder.read_steps(notes)[: start.global_step],
+                       folder.read_epochs(notes)[: start.epoch])
             folder.truncate_records(len(history[0]), len(history[1]))
             notes.append(f"resumed at epoch {start.epoch + 1}, step {start.step + 1} (after "
                          f"{start.global_step} steps)")

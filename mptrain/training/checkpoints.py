@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mptrain.config.schema import CheckpointConfig
-from mptrain.errors import MptrainError
+from mptrain.errors import ConfigError, MptrainError
 from mptrain.training.records import EpochRecord, StepRecord, TrainingListener
 
 
@@ -89,7 +89,9 @@ class Checkpointer(TrainingListener):
 
     def restore_latest(self) -> Position | None:
         """Model, optimizer and loss scale from the newest checkpoint that reads; None when
-        there is none. Unreadable ones are skipped (`passed_over` says which and why)."""
+        there is none. Unreadable ones are skipped (`passed_over` says which and why); one
+        that reads but does not fit this model is another model's, and refused as such (every
+        checkpoint of a run is its own model's: skipping it would hide the mistake)."""
         import tensorflow as tf
 
         candidates = self.saved()
@@ -98,7 +100,13 @@ class Checkpointer(TrainingListener):
         for path in candidates:
             try:
                 self.checkpoint.restore(path).assert_existing_objects_matched()
-            except (tf.errors.OpError, ValueError, AssertionError, IndexError) as exc:
+            except (ValueError, AssertionError) as exc:  # it reads, but does not fit
+                raise ConfigError(
+                    f"{self.folder}: {Path(path).name} was written by another model "
+                    f"({another_model(path, self.checkpoint.model)}); this run's model cannot "
+                    "continue from it: resume the run folder of this experiment, or start it "
+                    "anew") from exc
+            except (tf.errors.OpError, IndexError) as exc:
                 reason = getattr(exc, "message", None) or str(exc) or type(exc).__name__
                 self.passed_over.append(f"{Path(path).name}: unreadable ({reason.splitlines()[0]})")
                 continue
@@ -124,3 +132,28 @@ class Checkpointer(TrainingListener):
         if (every_epochs and record.epoch % every_epochs == 0) or (
                 every_steps and self._global_step % every_steps == 0):
             self.save(Position(record.epoch, 0, self._global_step))
+
+
+def another_model(path: str, model) -> str:
+    """What differs between the model a checkpoint holds and `model`: how many trainable
+    weights and values each has, and a weight shape found in one and not the other. (A
+    checkpoint keeps each trainable weight once, under the optimizer that updates it.)"""
+    import math
+    import re
+    from collections import Counter
+
+    import tensorflow as tf
+
+    saved = Counter(tuple(shape) for name, shape in tf.train.list_variables(path)
+                    if re.match(r"optimizer/_trainable_variables/\d+/", name))
+    here = Counter(tuple(weight.shape) for weight in model.trainable_weights)
+    values = {side: sum(n * math.prod(shape) for shape, n in shapes.items())
+              for side, shapes in (("saved", saved), ("here", here))}
+    said = (f"its model has {sum(saved.values())} trainable weights of {values['saved']:,} "
+            f"values, this one {sum(here.values())} of {values['here']:,}")
+    only_saved, only_here = list(saved - here), list(here - saved)
+    if only_saved or only_here:
+        said += "; " + ", ".join(filter(None, [
+            only_saved and f"a {list(only_saved[0])} weight there",
+            only_here and f"a {list(only_here[0])} weight here"]))
+    return said

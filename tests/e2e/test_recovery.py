@@ -180,6 +180,47 @@ def test_other_damage_to_a_run_folder_is_said_cleanly(tmp_path, damaged, breakag
     assert said in done.stderr
 
 
+def test_a_damaged_step_record_is_refused_naming_its_line_and_a_torn_last_one_is_left_out(
+        tmp_path, damaged):
+    """A line in the middle of steps.jsonl that does not read is refused before the folder is
+    touched (skipping it would shift every later record by a step); a last line cut short by
+    a kill is left out, said, and the run resumes."""
+    folder, _ = damaged
+    steps = folder / "steps.jsonl"
+    lines = steps.read_text().splitlines(keepends=True)
+    steps.write_text("".join(lines[:2] + ['{"step": 3, "loss": 0.\n'] + lines[3:]))
+    before = (folder / "summary.json").read_text()
+    done = mptrain("run", "--resume", str(folder), "--set", "train.epochs=4", cwd=tmp_path)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert f"{steps}, line 3: not a whole record" in " ".join(done.stderr.split())
+    assert (folder / "summary.json").read_text() == before
+    steps.write_text("".join(lines) + '{"step": 19, "lo')
+    resumed = run_experiment(resume_config(folder, None, ["train.epochs=4"]), Start(resume=folder))
+    assert resumed.summary.steps_run == 24 and [r.step for r in resumed.steps] == list(range(1, 25))
+    assert any("steps.jsonl: its last line was cut short" in n for n in resumed.summary.notes)
+
+
+def test_another_models_checkpoint_is_refused_as_such_not_called_unreadable(tmp_path, damaged,
+                                                                           three_epochs):
+    """Checkpoints that read but belong to another model (here: a run of a wider MLP) are
+    refused naming what differs, not passed over as damaged."""
+    import shutil
+
+    from mptrain.config import validate
+    from tests.helpers import tiny_raw
+
+    folder, checkpoints = damaged
+    raw = tiny_raw(f"output.dir={tmp_path / 'other'}", "train.epochs=1", "model.hidden_units=[48, 32]")
+    other = run_experiment(validate(raw, "<test>")).run_dir
+    shutil.rmtree(checkpoints)
+    shutil.copytree(other / "checkpoints", checkpoints)
+    done = mptrain("run", "--resume", str(folder), "--set", "train.epochs=4", cwd=tmp_path)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    message = " ".join(done.stderr.split())
+    assert "was written by another model" in message and "unreadable" not in message
+    assert "[16, 48] weight there" in message and "[16, 32] weight here" in message
+
+
 def fail_from_the_second_call(real, matches):
     """`real`, except that from its second call on whatever `matches` raises a full disk."""
     calls = []

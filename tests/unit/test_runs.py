@@ -191,3 +191,49 @@ def test_validate_without_mlflow_says_what_to_install(tmp_path, monkeypatch):
     assert done.exit_code == 2
     assert "output.mlflow needs MLflow: pip install 'mptrain[mlflow]'" in " ".join(done.output.split())
     assert "Traceback" not in done.output
+
+
+def test_a_process_that_exists_but_cannot_be_signalled_is_alive(monkeypatch):
+    """Another user's (or another container's) live process: os.kill(pid, 0) is refused, and
+    the run it holds must not be taken for dead (a second resume would write the same folder)."""
+    from mptrain.runs import resume
+
+    state = RunState(status="running", name="x", pid=4242, host=socket.gethostname(),
+                     started="2026-12-01T00:00:00")
+
+    def refuse(pid, sig):
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(resume.os, "kill", refuse)
+    assert resume.alive(state)
+
+    def gone(pid, sig):
+        raise ProcessLookupError(3, "No such process")
+
+    monkeypatch.setattr(resume.os, "kill", gone)
+    assert not resume.alive(state)
+    assert not resume.alive(state.model_copy(update={"host": "another-host"}))
+
+
+def test_a_torn_last_record_is_left_out_and_said_and_a_damaged_one_before_it_refused(tmp_path):
+    from mptrain.errors import DataError
+    from mptrain.runs.folder import read_jsonl
+
+    path = tmp_path / "steps.jsonl"
+    path.write_text('{"step": 1}\n{"step": 2}\n{"step": 3, "lo')
+    said: list[str] = []
+    assert read_jsonl(path, said) == [{"step": 1}, {"step": 2}]
+    assert said == ["steps.jsonl: its last line was cut short (the run stopped while writing it) "
+                    "and is left out"]
+    path.write_text('{"step": 1}\n{"step": 2\n{"step": 3}\n')
+    with pytest.raises(DataError, match=r"steps.jsonl, line 2: not a whole record"):
+        read_jsonl(path)
+    path.write_text('{"step": 1}\n{"step": 2, "lo\n')  # ends with a newline: written whole, damaged
+    with pytest.raises(DataError, match="line 2"):
+        read_jsonl(path)
+
+
+def test_a_run_whose_summary_is_damaged_is_listed_as_such_not_left_out(runs):
+    (runs / "c-failed" / "summary.json").write_text("{half a summ")
+    row = next(r for r in list_runs(runs).runs if r.name == "c-failed")
+    assert row.status == "failed" and "summary.json cannot be read" in row.reason and row.resumable
