@@ -26,11 +26,14 @@ def plan(
         metavar="CONFIG", show_default=False,
         help="Experiment YAML file or built-in name (not needed with --resume).")] = None,
     tolerance: Annotated[float, typer.Option(
-        metavar="PT", help="How much higher than float32's a candidate's training loss over its "
-                           "trial may be, in percent (with --eval: also test-accuracy points).")] = 3.0,
+        metavar="PT", help="How far a candidate's training loss may fall short of float32's "
+                           "progress over the trial, in percent of that progress (of float32's "
+                           "loss where it barely moved; with --eval: also test-accuracy "
+                           "points).")] = 3.0,
     budget: Annotated[float, typer.Option(
-        metavar="MINUTES", help="Stop starting trials after this long; the untried are named "
-                                "and --resume tries them.")] = 20.0,
+        metavar="MINUTES", help="The whole plan's time, staging included: no round of trials "
+                                "starts after it; what was measured by then is judged, what was "
+                                "cut is named, and --resume runs the rest.")] = 20.0,
     steps: Annotated[int, typer.Option(help="Training steps per trial.")] = 30,
     candidates: Annotated[str | None, typer.Option(
         help="Comma-separated candidates to try (float32 is always tried); default: every one "

@@ -381,6 +381,22 @@ def _allowed_keys(loc: tuple[Any, ...]) -> list[str]:
     return list(getattr(model, "model_fields", {}))
 
 
+# Keys a run resolves (from its data, or `auto` from this machine), with the value that asks
+# for that: an experiment that asks again asks for what the run resolved.
+RESOLVED = {"model.num_classes": None, "data.image_size": None, "policy": "auto"}
+
+
+def changed_keys(stored: Any, wanted: Any, prefix: str = "") -> list[str]:
+    """The keys (as `a.b.c`) whose values differ between two experiments' dicts; a key one
+    resolved that the other asks to resolve again (`RESOLVED`) does not."""
+    if isinstance(stored, dict) and isinstance(wanted, dict):
+        keys = sorted(set(stored) | set(wanted))
+        return [d for k in keys for d in changed_keys(stored.get(k), wanted.get(k), f"{prefix}{k}.")]
+    key = prefix.rstrip(".")
+    asks_again = key in RESOLVED and wanted == RESOLVED[key]
+    return [] if stored == wanted or asks_again else [key]
+
+
 def plan_file_for(source: str) -> Path:
     """Where plan.yaml goes by default: beside the experiment file (`exp.plan.yaml`), or in
     the current folder for a built-in experiment."""

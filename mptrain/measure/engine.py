@@ -13,7 +13,7 @@ interleaving, asv's interleaved processes, ReBench's randomised order). So here:
 - then the engine advances them round-robin, a turn of steps each, in a random order every
   round (a periodic drift cannot line up with one variant), so within a round every variant
   meets the same machine, and a speed-up is a ratio within each round (`measure.verdicts.
-  paired_speedup`);
+  speed`);
 - a child that finished training waits once more, and evaluates only once every variant is
   done, so no evaluation runs during another's turn.
 
@@ -35,6 +35,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import select
 import shutil
 import statistics
 import subprocess
@@ -48,19 +49,21 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from mptrain.errors import ConfigError
-from mptrain.runs.folder import resumable, to_json, unique_folder, write_atomic
+from mptrain.runs.folder import RunFolder, resumable, to_json, unique_folder, write_atomic
 from mptrain.runs.summary import RunSummary
-from mptrain.runs.workers import read_child_summary, resume_command, run_command
-from mptrain.signals import ForwardSignals, die_with_parent
+from mptrain.runs.workers import read_child_summary, resume_command, run_command, start
+from mptrain.signals import ForwardSignals
 from mptrain.training.turns import REPORT_FD_ENV, TURN_STEPS_ENV
 
 if TYPE_CHECKING:
     from mptrain.config import ExperimentConfig
+    from mptrain.measure.verdicts import Measured
     from mptrain.record import Record
     from mptrain.runs.experiment import Prepared
 
 OnTurn = Callable[[int, str, list[float]], None]  # (round, label, its steps' ms)
 MIN_TURN_STEPS = 5  # fewer steps a turn: their median is mostly noise
+MIN_START_LIMIT_S = 60.0  # a start is never stopped sooner (`Turns.first_step_ratio`)
 TARGET_ROUNDS = 10  # rounds a run of the experiment's length is cut into, when it can be
 
 
@@ -97,13 +100,11 @@ def stage(config: ExperimentConfig, kind: str, verbose: bool = False,
 @dataclass(frozen=True)
 class Entry:
     """One variant to measure: its label, its own experiment (`config.variant` of the staged
-    one), and its run folder. `resume`: continue the run folder when it stopped with a
-    checkpoint (compare), else start it anew (a plan's trial runs again whole)."""
+    one), and its run folder (continued when it stopped with a checkpoint: `command_for`)."""
 
     label: str
     experiment: ExperimentConfig
     run_dir: Path
-    resume: bool = False
 
     @property
     def file_label(self) -> str:
@@ -112,7 +113,8 @@ class Entry:
 
 @dataclass(frozen=True)
 class Ran:
-    """A variant's end: its summary, or why there is none, and its per-round step times."""
+    """A variant's end: its summary, or why there is none, and its median step (ms) in each
+    round it ran in turns (None: no full batch was timed in that round)."""
 
     summary: RunSummary | None
     failed: str | None
@@ -135,11 +137,17 @@ class Ran:
 class Turns:
     """How the variants take turns: `steps` a turn; `slowest_ratio`: stop one whose turn
     steps that many times the first's (plan: it cannot win); `paired_with`: the baseline each
-    variant runs with alone, when they do not fit in memory together (`too_big_together`)."""
+    variant runs with alone, when they do not fit in memory together (`too_big_together`);
+    `deadline`: the `time.monotonic()` after which no round starts (plan's budget): the
+    variants still training stop after their round, with what they measured;
+    `first_step_ratio`: one whose start (to the end of its first step: XLA compiling, above
+    all) takes that many times the first variant's, and over a minute, is stopped there."""
 
     steps: int
     slowest_ratio: float | None = None
     paired_with: str | None = None
+    deadline: float | None = None
+    first_step_ratio: float | None = None  # stop one whose start takes this many times the first's
 
 
 def measure(ledger: Ledger, entries: list[Entry], turns: Turns, *, verbose: bool = False,
@@ -153,22 +161,23 @@ def measure(ledger: Ledger, entries: list[Entry], turns: Turns, *, verbose: bool
     ran: dict[str, Ran] = {}
     signal, paired_with = None, turns.paired_with
     for group in ([entries] if paired_with is None else pairs(entries, paired_with)):
-        contenders = [Contender(e.label, _command(ledger.folder, e, verbose),
-                                ledger.folder / "logs" / f"{e.file_label}.log", ledger.env)
-                      for e in group]
         with ForwardSignals() as signals:
-            outcomes = run_in_turns(contenders, turns.steps, signals, on_turn,
-                                    slowest_ratio=turns.slowest_ratio)
-        ends = {label: _ran(outcome) for label, outcome in outcomes.items()}
+            ends = run_in_turns([(e, command_for(ledger.folder, e, verbose)) for e in group],
+                                ledger, turns, signals, on_turn)
         if paired_with is not None and len(group) == 2 and group[1].label in ends:
             base = ends.get(group[0].label)
             ends[group[1].label] = replace(ends[group[1].label],
                                            baseline_rounds=base.rounds if base else [])
         ran.update(ends)
         signal = signals.received
-        if signal is not None:
+        if signal is not None or past(turns.deadline):
             break
     return ran, signal
+
+
+def past(deadline: float | None) -> bool:
+    """Whether a `time.monotonic()` deadline (None: none) has passed."""
+    return deadline is not None and time.monotonic() > deadline
 
 
 def pairs(entries: list[Entry], baseline: str) -> list[list[Entry]]:
@@ -191,44 +200,11 @@ def pairs(entries: list[Entry], baseline: str) -> list[list[Entry]]:
     return [[baseline_for(i, e), e] for i, e in enumerate(others)]
 
 
-def _ran(outcome: Outcome) -> Ran:
-    summary = read_child_summary(outcome.code, outcome.stdout)
-    if isinstance(summary, str):
-        failed = f"{summary}: {outcome.log_tail}" if outcome.log_tail else summary
-        return Ran(None, failed, outcome.rounds, outcome.lifetime_s)
-    return Ran(summary, None, outcome.rounds, outcome.lifetime_s)
-
-
-def too_big_together(prepared: Prepared, policies: dict[str, str], baseline: str) -> str | None:
-    """None when every variant's process fits in memory beside the others; else why not, said
-    as the engine then runs them (each with the baseline alone). A variant's process needs
-    what the staging process holds (TensorFlow, the data, the model built once: its peak
-    resident memory) plus its training state under its policy (`model.size.estimate`)."""
-    from mptrain.hardware.machine import USABLE_FRACTION, machine_memory_bytes
-    from mptrain.model.size import estimate
-    from mptrain.precision.policy import DTYPES
-    from mptrain.runs.memory import peak_rss_bytes
-
-    available = machine_memory_bytes()
-    if available is None or len(policies) <= 2:  # two variants in pairs are the same two
-        return None
-    floor, batch = peak_rss_bytes(), prepared.config.train.batch_size
-    needs = {label: floor + estimate(prepared.model, prepared.optimizer,
-                                     *DTYPES[policy]).total_bytes(batch)
-             for label, policy in policies.items()}
-    if sum(needs.values()) <= USABLE_FRACTION * available:
-        return None
-    gib = 2.0**30
-    return (f"the {len(needs)} variants need about {sum(needs.values()) / gib:.1f} GiB together "
-            f"({floor / gib:.1f} GiB a process, and each one's training state by the estimate), "
-            f"more than {USABLE_FRACTION:.0%} of the {available / gib:.1f} GiB here: each runs in "
-            f"turns with {baseline} alone, pair after pair")
-
-
-def _command(folder: Path, entry: Entry, verbose: bool) -> list[str]:
-    """`mptrain run` of the entry: a resume when asked and it stopped with a checkpoint,
-    else anew from its own experiment file (variants/LABEL.yaml) and the initial weights."""
-    if entry.resume and resumable(entry.run_dir):
+def command_for(folder: Path, entry: Entry, verbose: bool) -> list[str]:
+    """`mptrain run` of the entry: a resume when it stopped with a checkpoint (a compare or
+    plan resumed), else anew from its own experiment file (variants/LABEL.yaml) and the
+    initial weights."""
+    if resumable(entry.run_dir):
         return resume_command(entry.run_dir, verbose)
     shutil.rmtree(entry.run_dir, ignore_errors=True)  # started, but with nothing to resume
     experiment = folder / "variants" / f"{entry.file_label}.yaml"
@@ -284,42 +260,32 @@ def load_record(folder: Path, kind: str, record_type: type[Record]):
         raise ConfigError(f"--resume {folder}: not a {kind} folder ({exc})") from None
 
 
+def to_run(rows: list[Measured]) -> list[Measured]:
+    """The rows a compare or plan runs now, one way for both, new or resumed: every row whose
+    run has not ended (finished, or diverged), in a new session of turns; a run stopped with
+    a checkpoint continues from it (`command_for`), one never started starts. Rounds pair only
+    within a session, so a row resumed after its baseline ended is judged on the two runs'
+    medians (`verdicts.speed`)."""
+    session = max((r.session for r in rows if r.summary is not None or r.failed is not None),
+                  default=0) + 1
+    return [row.model_copy(update={"session": session}) for row in rows if not _ended(row)]
+
+
+def _ended(row: Measured) -> bool:
+    state = RunFolder(Path(row.run_dir)).state() if row.run_dir else None
+    return isinstance(state, RunSummary) and state.status in ("finished", "diverged")
+
+
 def turn_steps(total_steps: int) -> int:
     """Steps a turn, so that a run of `total_steps` gives about TARGET_ROUNDS rounds."""
     return max(MIN_TURN_STEPS, (total_steps - 1) // TARGET_ROUNDS)
 
 
-@dataclass(frozen=True)
-class Contender:
-    """One variant: its label, the `mptrain run ... --json` command and extra environment,
-    and the file its stderr goes to."""
-
-    label: str
-    command: list[str]
-    log: Path
-    env: dict[str, str] = field(default_factory=dict)
-
-
-@dataclass
-class Outcome:
-    """What a contender did: its exit code and stdout (the run summary), and the median step
-    time (ms) of each of its turns, round by round (None: no full batch was timed in it)."""
-
-    code: int
-    stdout: str
-    rounds: list[float | None] = field(default_factory=list)
-    log: str = ""
-    lifetime_s: float | None = None  # from its start to its exit, as the parent saw it
-
-    @property
-    def log_tail(self) -> str:
-        lines = [line for line in self.log.splitlines() if line.strip()]
-        return " | ".join(lines[-3:])
-
-
 @dataclass
 class _Child:
-    contender: Contender
+    """A variant's process while it runs, and what it reported so far."""
+
+    entry: Entry
     process: subprocess.Popen
     reports: object  # the read end of the report pipe
     log: object
@@ -328,53 +294,61 @@ class _Child:
     first_step_done: bool = False
     training: bool = True  # not yet reported its final turn
     batch: int = 0  # the largest batch seen: shorter ones (an epoch's last) are not timed
+    stopped: str | None = None  # why the engine stopped it before its first step ended
 
 
-def run_in_turns(contenders: list[Contender], steps_per_turn: int, signals: ForwardSignals,
-                 on_turn: OnTurn | None = None,
-                 seed: int = 0, slowest_ratio: float | None = None) -> dict[str, Outcome]:
-    """Run every contender to its end in turns; `on_turn(round, label, step_ms)` after each
-    turn. With `slowest_ratio`, a contender whose turn's median step is that many times the
-    first contender's (the baseline's) in the same round is stopped: it cannot win, and
-    finishing it would spend the budget. Returns each contender's outcome by label."""
+def run_in_turns(commands: list[tuple[Entry, list[str]]], ledger: Ledger, turns: Turns,
+                 signals: ForwardSignals, on_turn: OnTurn | None = None,
+                 seed: int = 0) -> dict[str, Ran]:
+    """Run every entry's command to its end in turns; `on_turn(round, label, step_ms)` after
+    each turn. With `turns.slowest_ratio`, an entry whose turn's median step is that many times
+    the first entry's (the baseline's) in the same round is stopped: it cannot win, and
+    finishing it would spend the budget; past `turns.deadline`, every one still training is
+    stopped after its round. Returns each entry's end by label."""
     children: list[_Child] = []
     order = random.Random(seed)
     try:
-        for contender in contenders:  # one at a time: start-up costs are measured alone
-            if signals.received is not None:
+        limit = None
+        for entry, command in commands:  # one at a time: start-up costs are measured alone
+            if signals.received is not None or past(turns.deadline):
                 break
-            child = _start(contender, steps_per_turn, signals)
+            child = _start(entry, command, ledger, turns.steps, signals)
             children.append(child)
-            _take_turn(child, on_turn, 0)
+            _first_turn(child, on_turn, limit)
+            if limit is None and turns.first_step_ratio and child.first_step_done:
+                limit = max(MIN_START_LIMIT_S, turns.first_step_ratio *
+                            (time.perf_counter() - child.started))
         round_ = 0
         while signals.received is None and any(c.training for c in children):
             round_ += 1
             playing = [c for c in children if c.training]
             order.shuffle(playing)
+            budget = past(turns.deadline)
             for child in playing:
                 if signals.received is not None:
                     break
-                _take_turn(child, on_turn, round_, _too_slow(child, children[0], slowest_ratio))
+                stop = (f"cut by the budget after {len(child.rounds)} rounds" if budget else
+                        _too_slow(child, children[0], turns.slowest_ratio))
+                _take_turn(child, on_turn, round_, stop)
     finally:
-        outcomes = {}
+        ends = {}
         for child in children:  # evaluations (or the last step of an interrupted one) one by one
-            outcomes[child.contender.label] = _finish(child)
+            ends[child.entry.label] = _finish(child)
         signals.children = []
-    return outcomes
+    return ends
 
 
-def _start(contender: Contender, steps_per_turn: int, signals: ForwardSignals) -> _Child:
+def _start(entry: Entry, command: list[str], ledger: Ledger, steps_per_turn: int,
+           signals: ForwardSignals) -> _Child:
     read_end, write_end = os.pipe()
-    contender.log.parent.mkdir(parents=True, exist_ok=True)
-    log = open(contender.log, "w")  # noqa: SIM115  (closed in _finish)
-    env = {**os.environ, **contender.env, TURN_STEPS_ENV: str(steps_per_turn),
-           REPORT_FD_ENV: str(write_end)}
-    process = subprocess.Popen(contender.command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                               stderr=log, text=True, env=env, pass_fds=(write_end,),
-                               start_new_session=True, preexec_fn=die_with_parent)
+    path = ledger.folder / "logs" / f"{entry.file_label}.log"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    log = open(path, "w")  # noqa: SIM115  (closed in _finish)
+    env = {**ledger.env, TURN_STEPS_ENV: str(steps_per_turn), REPORT_FD_ENV: str(write_end)}
+    process = start(command, env, log=log, talk=True, pass_fds=(write_end,))
     os.close(write_end)  # the child holds it: end of file here means the child is gone
     signals.children.append(process)
-    return _Child(contender, process, os.fdopen(read_end), log)
+    return _Child(entry, process, os.fdopen(read_end), log)
 
 
 def _too_slow(child: _Child, base: _Child, ratio: float | None) -> str | None:
@@ -385,15 +359,30 @@ def _too_slow(child: _Child, base: _Child, ratio: float | None) -> str | None:
     if mine is None or theirs is None or mine <= ratio * theirs:
         return None
     return (f"too slow to win: {mine:.1f} ms a step, {mine / theirs:.1f}x "
-            f"{base.contender.label}'s {theirs:.1f} ms in the same round")
+            f"{base.entry.label}'s {theirs:.1f} ms in the same round")
+
+
+def _first_turn(child: _Child, on_turn, limit: float | None) -> None:
+    """The child's start, to the end of its first step; past `limit` seconds, it is stopped
+    there (a kill: it is compiling, and would not hear a word before its step ends)."""
+    if limit is not None and not select.select([child.reports], [], [], limit)[0]:
+        child.process.kill()
+        child.training = False
+        child.stopped = (f"too slow to start: its first step had not ended after {limit:.0f} s "
+                         "(XLA compiling?)")
+        return
+    _take_turn(child, on_turn, 0)
 
 
 def _take_turn(child: _Child, on_turn, round_: int, stop: str | None = None) -> None:
     """Let the child run its next turn (its first step, for round 0) and read its report;
-    `stop`: tell it to stop instead, and why (it still reports its last step)."""
-    if child.first_step_done and not _say(child, f"too slow {stop}" if stop else "go"):
-        child.training = False
-        return
+    `stop`: tell it to stop instead, and why (it still reports its last step): cut by the
+    budget, it stops as a step limit stops a run (it did nothing wrong), else as too slow."""
+    if child.first_step_done:
+        command = "go" if stop is None else f"{'cut' if stop.startswith('cut') else 'too slow'} {stop}"
+        if not _say(child, command):
+            child.training = False
+            return
     line = child.reports.readline()
     if not line:  # it ended on its own (failed, or stopped before reporting)
         child.training = False
@@ -407,7 +396,7 @@ def _take_turn(child: _Child, on_turn, round_: int, stop: str | None = None) -> 
     if round_ > 0:
         child.rounds.append(statistics.median(timed) if timed else None)
     if on_turn is not None:
-        on_turn(round_, child.contender.label, [1e3 * s for s in seconds])
+        on_turn(round_, child.entry.label, [1e3 * s for s in seconds])
 
 
 def _say(child: _Child, command: str) -> bool:
@@ -419,14 +408,22 @@ def _say(child: _Child, command: str) -> bool:
         return False
 
 
-def _finish(child: _Child) -> Outcome:
-    """Let the child go on to its end, saying go at each report, and collect it."""
+def _finish(child: _Child) -> Ran:
+    """Let the child go on to its end, saying go at each report, and collect it: its summary,
+    or why there is none (with the last lines of its log)."""
     if child.first_step_done:
         while _say(child, "go") and child.reports.readline():
             pass
     stdout, _ = child.process.communicate()
     child.reports.close()
     child.log.close()
-    log = Path(child.contender.log).read_text(errors="replace")
-    return Outcome(child.process.returncode, stdout, child.rounds, log,
-                   time.perf_counter() - child.started)
+    lifetime = time.perf_counter() - child.started
+    summary = read_child_summary(child.process.returncode, stdout)
+    if not isinstance(summary, str):
+        return Ran(summary, None, child.rounds, lifetime)
+    if child.stopped is not None:
+        return Ran(None, child.stopped, child.rounds, lifetime)
+    lines = [line for line in Path(child.log.name).read_text(errors="replace").splitlines()
+             if line.strip()]
+    failed = f"{summary}: {' | '.join(lines[-3:])}" if lines else summary
+    return Ran(None, failed, child.rounds, lifetime)

@@ -31,10 +31,14 @@ class LayerTiming(Record):
 
 
 
-def layer_timings(config: ExperimentConfig, candidate: Candidate, budget_s: float = 0.3,
-                  verbose: bool = False) -> list[LayerTiming]:
+def layer_timings(config: ExperimentConfig, candidate: Candidate, seconds: float,
+                  verbose: bool = False, budget_s: float = 0.3) -> list[LayerTiming]:
     """Forward and backward of each weight-bearing layer on its own, at the experiment's
-    batch size, in the candidate's 16-bit policy and in float32, interleaved."""
+    batch size, in the candidate's 16-bit policy and in float32, interleaved; the heaviest
+    layers first (weights times output positions: their share of the step), for at most
+    `seconds` (each layer traces two functions: a ResNet50's 54 took 5 minutes)."""
+    import time
+
     import keras
 
     from mptrain.hardware.kernels import interleaved, percentile
@@ -47,10 +51,13 @@ def layer_timings(config: ExperimentConfig, candidate: Candidate, budget_s: floa
     policy16 = candidate.policy if candidate.policy != "float32" else "mixed_bfloat16"
     batch = config.train.batch_size // max(prepared.place.replicas, 1)
     timings = []
+    until = time.monotonic() + seconds
+    layers = [layer for layer in leaf_layers(prepared.model, whole=TIMED_LAYER_KINDS)
+              if type(layer).__name__ in TIMED_LAYER_KINDS and layer.weights]
     try:
-        for layer in leaf_layers(prepared.model, whole=TIMED_LAYER_KINDS):
-            if type(layer).__name__ not in TIMED_LAYER_KINDS or not layer.weights:
-                continue
+        for layer in sorted(layers, key=_weight, reverse=True):
+            if time.monotonic() > until:
+                break
             shapes = _input_shapes(layer)
             if shapes is None:
                 continue
@@ -72,6 +79,18 @@ def layer_timings(config: ExperimentConfig, candidate: Candidate, budget_s: floa
         keras.backend.clear_session()
     return timings
 
+
+
+def _weight(layer) -> int:
+    """A layer's share of a step, roughly: its weights times the positions it computes them
+    at (a convolution's output pixels, a sequence's tokens)."""
+    import math
+
+    try:
+        positions = math.prod(d or 1 for d in layer.output.shape[1:-1])
+    except (AttributeError, ValueError):
+        positions = 1
+    return layer.count_params() * positions
 
 
 def _input_shapes(layer) -> list[tuple[int, ...]] | None:

@@ -1,4 +1,5 @@
-"""`mptrain memory`: training memory per policy, estimated and measured, and what fits.
+"""`mptrain memory`: training memory per policy, estimated and measured, and what fits; and
+whether compare's and plan's variants fit in memory together (`too_big_together`).
 
 For each policy the experiment is set up as `run` would (`runs.experiment.prepare`) and its
 training state estimated part by part (`memory.estimate`); a short real run per policy gives
@@ -11,10 +12,14 @@ was measured.
 from __future__ import annotations
 
 import tempfile
+from typing import TYPE_CHECKING
 
 from mptrain.config import ExperimentConfig, variant
 from mptrain.hardware.machine import USABLE_FRACTION, machine_memory_bytes
 from mptrain.record import Record
+
+if TYPE_CHECKING:
+    from mptrain.runs.experiment import Prepared
 
 
 def why_not_half(optimizer: str, state_per_weight: float) -> str:
@@ -129,3 +134,28 @@ def _measured(config: ExperimentConfig, policy: str, verbose: bool) -> int | Non
         summary = run_experiment(short, verbose=verbose).summary
     return summary.memory.training_peak_bytes
 
+
+def too_big_together(prepared: Prepared, policies: dict[str, str], baseline: str) -> str | None:
+    """None when every variant's process fits in memory beside the others; else why not, said
+    as the engine then runs them (each with the baseline alone). A variant's process needs
+    what the staging process holds (TensorFlow, the data, the model built once: its peak
+    resident memory) plus its training state under its policy (`model.size.estimate`)."""
+    from mptrain.hardware.machine import USABLE_FRACTION, machine_memory_bytes
+    from mptrain.model.size import estimate
+    from mptrain.precision.policy import DTYPES
+    from mptrain.runs.memory import peak_rss_bytes
+
+    available = machine_memory_bytes()
+    if available is None or len(policies) <= 2:  # two variants in pairs are the same two
+        return None
+    floor, batch = peak_rss_bytes(), prepared.config.train.batch_size
+    needs = {label: floor + estimate(prepared.model, prepared.optimizer,
+                                     *DTYPES[policy]).total_bytes(batch)
+             for label, policy in policies.items()}
+    if sum(needs.values()) <= USABLE_FRACTION * available:
+        return None
+    gib = 2.0**30
+    return (f"the {len(needs)} variants need about {sum(needs.values()) / gib:.1f} GiB together "
+            f"({floor / gib:.1f} GiB a process, and each one's training state by the estimate), "
+            f"more than {USABLE_FRACTION:.0%} of the {available / gib:.1f} GiB here: each runs in "
+            f"turns with {baseline} alone, pair after pair")

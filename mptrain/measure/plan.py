@@ -9,20 +9,21 @@ than float32 on the guide's MLP, and on AMX the same MLP runs 3x faster while a 
    oneDNN and with XLA; mixed_float16 where it can be fast (Tensor Cores, or XLA on a CPU);
    on CPUs float32 with oneDNN's bfloat16 math and with TensorFlow's bfloat16 graph rewrite;
    on Ampere+ GPUs float32 without TF32. What cannot win here is skipped with its reason.
-2. A trial of each, all in turns (`measure.engine`: each a child `mptrain run`, since some
+2. Float32 islands: for the most promising 16-bit candidate, each layer's forward and
+   backward is timed in 16 bits and in float32 (`measure.islands`); the layers slower in 16
+   bits, and under float16 those whose activations overflow, become `model.float32_layers`
+   in one more candidate.
+3. A trial of each, all in turns (`measure.engine`: each a child `mptrain run`, since some
    switches are read once when TensorFlow starts): the same initial weights, the same
-   batches, enough steps to time with compare's rules (`measure.verdicts`), most promising
-   first, within the budget.
-3. The accuracy guard: a candidate counts only if its training loss over the trial stays
-   within the tolerance of float32's (and, with `--eval`, its test accuracy), with no
-   non-finite loss that a loss scaler did not explain.
-4. Float32 islands: for the best 16-bit candidate, each layer's forward and backward is timed
-   in 16 bits and in float32 (`measure.islands`); the layers slower in 16 bits, and under
-   float16 those whose activations overflow, become `model.float32_layers` in one more trial,
-   kept only if it is measured faster (or safer).
-5. The choice (`measure.trials.choose`): the fastest counted candidate that is faster than float32 beyond
-   the noise, else float32; written as a runnable experiment (plan.yaml) whose header says
-   what was measured, when, and on which machine.
+   batches, float32 twice (its twin is the A/A test: what the machine's noise alone makes of
+   a speed-up and of a loss), most promising first. The budget holds: no round starts after
+   it, and what was measured by then is judged.
+4. The judgement (`measure.verdicts`, `measure.trials`): each candidate's speed-up over
+   float32 beyond the twin's noise, its loss progress against float32's, no non-finite loss a
+   loss scaler does not explain, and not slower over the experiment's whole length.
+5. The choice (`trials.choose`), written as a runnable experiment (plan.yaml) whose header
+   says what was measured, when and on which machine (`precision.planned`: `policy: auto`
+   follows it there).
 """
 
 from __future__ import annotations
@@ -41,7 +42,6 @@ import yaml
 
 from mptrain.config import ExperimentConfig, load_config
 from mptrain.config.loading import as_file_in, plan_file_for
-from mptrain.data.pipeline import input_ms_per_batch
 from mptrain.errors import ConfigError
 from mptrain.hardware.machine import Machine
 from mptrain.measure.engine import (
@@ -50,22 +50,18 @@ from mptrain.measure.engine import (
     Turns,
     load_record,
     measure,
+    past,
     stage,
-    too_big_together,
+    to_run,
     turn_steps,
     write_record,
 )
 from mptrain.measure.islands import LayerTiming, islands, layer_timings
-from mptrain.measure.trials import (
-    DEFAULT_TOLERANCE_PCT,
-    Rules,
-    Trial,
-    choose,
-    compared_losses,
-    judge,
-)
-from mptrain.measure.verdicts import input_bound
-from mptrain.precision.candidates import Candidate, candidates, select
+from mptrain.measure.memory import too_big_together
+from mptrain.measure.trials import TWIN, RunLength, Trial, choose, judge_trials
+from mptrain.measure.verdicts import DEFAULT_TOLERANCE_PCT, Rules
+from mptrain.precision.candidates import Candidate, candidate, candidates, select
+from mptrain.precision.planned import stamp
 from mptrain.record import Record
 from mptrain.runs.folder import RunFolder, write_atomic
 from mptrain.telling import QUIET, Telling
@@ -73,7 +69,10 @@ from mptrain.training.turns import planned_steps
 
 DEFAULT_STEPS = 30
 DEFAULT_BUDGET_MINUTES = 20.0
-SLOWEST_RATIO = 5.0  # a trial stepping this many times float32's in a round is stopped: it cannot win
+SLOWEST_RATIO = 2.0  # a trial stepping this many times float32's in a round is stopped: it cannot win
+FIRST_STEP_RATIO = 4.0  # nor one whose first step (XLA compiling) takes this many times float32's
+LAYERS_SHARE = 0.1  # of the budget, for timing layers (the heaviest first), and at most:
+LAYERS_SECONDS = 90.0
 
 
 class PlanRecord(Record):
@@ -82,7 +81,8 @@ class PlanRecord(Record):
     experiment: str
     folder: str
     status: Literal["running", "finished", "interrupted", "out of budget"] = "running"
-    machine: str  # where it was measured
+    machine: str  # where it was measured, in words
+    machine_key: str = ""  # the same, as `policy: auto` checks it (`hardware.kernels.machine_key`)
     measured_at: str
     steps: int
     tolerance_pct: float
@@ -95,7 +95,7 @@ class PlanRecord(Record):
     input_ms_per_batch: float | None = None  # the input pipeline alone, measured before the trials
     turn_steps: int = 0  # steps each trial ran per turn
     candidates: list[Candidate]  # in the order tried; skipped ones carry why_not
-    trials: list[Trial] = []
+    trials: list[Trial] = []  # float32, its A/A twin, then each candidate tried, in that order
     layers: list[LayerTiming] = []
     island_layers: list[str] = []
     winner: str | None = None
@@ -103,18 +103,21 @@ class PlanRecord(Record):
     plan_file: str | None = None
     plot: str | None = None
 
-    def trial(self, name: str) -> Trial | None:
-        return next((t for t in self.trials if t.candidate.name == name), None)
+    def trial(self, label: str) -> Trial | None:
+        return next((t for t in self.trials if t.label == label), None)
 
     @property
-    def untried(self) -> list[Candidate]:
-        """Candidates still to try: never started, or stopped by an interrupt (a trial that
-        failed on its own has its row and verdict)."""
-        tried = {t.candidate.name for t in self.trials if t.failed != "interrupted"}
-        return [c for c in self.candidates if c.why_not is None and c.name not in tried]
+    def untried(self) -> list[str]:
+        """Trials never run, or stopped by an interrupt: what a resume runs (a trial that
+        ended on its own, or failed, has its row and verdict)."""
+        return [t.label for t in self.trials if t.summary is None and t.failed is None
+                or t.summary is not None and t.summary.status == "interrupted"]
 
-
-# --- running a plan -----------------------------------------------------------------------
+    @property
+    def cut(self) -> list[str]:
+        """Trials the budget stopped before their end (judged on the rounds they ran)."""
+        return [t.label for t in self.trials if t.summary and (t.summary.stop_reason or "")
+                .startswith("cut by the budget")]
 
 
 @dataclass(frozen=True)
@@ -142,7 +145,7 @@ class PlanSettings:
     def check(self) -> None:
         if self.tolerance_pct < 0:
             raise ConfigError(f"--tolerance {self.tolerance_pct:g}: give a percentage of float32's "
-                              "loss, 0 or more")
+                              "loss progress, 0 or more")
         if self.budget_minutes <= 0:
             raise ConfigError(f"--budget {self.budget_minutes:g}: give the minutes plan may take, "
                               "more than 0")
@@ -154,16 +157,20 @@ def plan(experiment: str | ExperimentConfig, settings: PlanSettings = PlanSettin
          resume: Path | None = None, telling: Telling = QUIET, verbose: bool = False,
          as_text: Callable[[PlanRecord], str] | None = None) -> PlanResult:
     """`mptrain plan` and `mptrain.plan`: start a plan of the experiment named or given, or
-    with `resume` finish the one in that folder, and run it to its choice."""
+    with `resume` finish the one in that folder, and run it to its choice within its budget
+    (counted from now: staging, layer timings and trials alike)."""
+    started = time.monotonic()
     if resume is not None:
-        record, folder = resume_plan(resume), resume
+        record, folder = load_record(resume, "plan", PlanRecord), resume
+        if record.status == "finished":
+            raise ConfigError(f"--resume {folder}: the plan has finished; nothing to resume")
     else:
         config = experiment if isinstance(experiment, ExperimentConfig) else load_config(experiment)
         if settings.out is None:
             settings = replace(settings, out=_beside(config.source))
         record, folder = start_plan(config, settings, verbose=verbose, status=telling.status)
-    return run_plan(record, folder, verbose=verbose, on_turn=telling.turn,
-                    on_layers=telling.status, as_text=as_text)
+    deadline = started + 60 * record.budget_minutes
+    return run_plan(record, folder, deadline, telling=telling, verbose=verbose, as_text=as_text)
 
 
 def _beside(source: str) -> Path | None:
@@ -180,7 +187,8 @@ def start_plan(config: ExperimentConfig, settings: PlanSettings = PlanSettings()
                status: Callable[[str], object] | None = None) -> tuple[PlanRecord, Path]:
     """Check everything, save the shared initial weights, write the plan folder with the
     trials to run. Bad input fails here, before any folder exists."""
-    from mptrain.hardware.kernels import measured_kernels
+    from mptrain.data.pipeline import input_ms_per_batch
+    from mptrain.hardware.kernels import machine_key, measured_kernels
     from mptrain.model.python_builder import check_builder_travels
 
     check_builder_travels(config, "plan")
@@ -195,23 +203,33 @@ def start_plan(config: ExperimentConfig, settings: PlanSettings = PlanSettings()
     folder, prepared = stage(config, "plan", verbose, before_folder=choose_candidates)
     machine, config = prepared.machine, prepared.config
     per_epoch = prepared.batches.steps_per_epoch
-    input_ms = input_ms_per_batch(prepared.batches)
     write_atomic(folder / "trial.yaml", yaml.safe_dump(
         trial_experiment(config, steps, per_epoch, evaluate).to_yaml_dict(), sort_keys=False))
+    tried = [c for c in found if c.why_not is None]
     record = PlanRecord(
         experiment=config.name, folder=str(folder), machine=describe_machine(machine),
-        measured_at=datetime.now().isoformat(timespec="seconds"), steps=steps,
-        tolerance_pct=settings.tolerance_pct, evaluate=evaluate,
+        machine_key=machine_key(machine), measured_at=datetime.now().isoformat(timespec="seconds"),
+        steps=steps, tolerance_pct=settings.tolerance_pct, evaluate=evaluate,
         budget_minutes=settings.budget_minutes,
         experiment_steps=planned_steps(config.train, per_epoch),
         experiment_eval_batches=eval_batches(prepared),
         experiment_checkpoints=checkpoint_saves(config.train, per_epoch), turn_steps=turn_steps(steps),
-        pairs=too_big_together(prepared, {c.name: c.policy for c in found if c.why_not is None},
-                               "float32"),
-        input_ms_per_batch=input_ms,
-        candidates=found, plan_file=str(settings.out) if settings.out else None)
+        pairs=too_big_together(prepared, {c.name: c.policy for c in tried}, "float32"),
+        input_ms_per_batch=input_ms_per_batch(prepared.batches), candidates=found,
+        trials=_trials(folder, config.name, tried), plan_file=str(settings.out) if settings.out else None)
     write_record(folder, "plan", record)
     return record, folder
+
+
+def _trials(folder: Path, name: str, tried: list[Candidate]) -> list[Trial]:
+    """The trials to run: float32, its A/A twin when there is a candidate to judge, then
+    each candidate, each with the run folder it will have."""
+    labels = [("float32", candidate("float32"))]
+    if len(tried) > 1:
+        labels.append((TWIN, candidate("float32")))
+    labels += [(c.name, c) for c in tried if c.name != "float32"]
+    return [Trial(label=label, candidate=c, run_dir=str(folder / f"{name}-{label.replace('+', '-')}"))
+            for label, c in labels]
 
 
 def eval_batches(prepared) -> int:
@@ -267,119 +285,101 @@ def describe_machine(machine: Machine) -> str:
     return f"{what}; TensorFlow {machine.tensorflow_version}"
 
 
-def run_plan(record: PlanRecord, folder: Path, *, verbose: bool = False,
-             on_turn: Callable[[int, str, list[float]], None] | None = None,
-             on_layers: Callable[[str], object] | None = None,
-             as_text: Callable[[PlanRecord], str] | None = None) -> PlanResult:
-    """Decide the float32 islands, run the trials not yet run in turns (`measure.engine`), then
-    choose; resumable. `as_text(record)`: the table as text, for MLflow (`output.mlflow`)."""
+def run_plan(record: PlanRecord, folder: Path, deadline: float, *, telling: Telling = QUIET,
+             verbose: bool = False, as_text: Callable[[PlanRecord], str] | None = None) -> PlanResult:
+    """Decide the float32 islands, run the trials not yet run in turns (`measure.engine`)
+    until the `deadline` (`time.monotonic()`), then judge and choose; resumable.
+    `as_text(record)`: the table as text, for MLflow (`output.mlflow`)."""
     from mptrain.measure.plot import plot_plan
 
-    started = time.perf_counter()
     ledger = Ledger(folder, "plan", {
         "plan.steps": str(record.steps), "plan.tolerance_pct": str(record.tolerance_pct),
         "plan.budget_minutes": str(record.budget_minutes), "plan.evaluate": str(record.evaluate)})
-    if not record.layers and record.untried:
-        record = _add_islands(record, folder, verbose, on_layers)
+    if not record.layers and record.untried and not past(deadline):
+        seconds = min(LAYERS_SECONDS, LAYERS_SHARE * 60 * record.budget_minutes)
+        record = _add_islands(record, folder, seconds, telling.status, verbose)
         ledger.write(record)
     signal = None
-    if record.untried and time.perf_counter() - started <= 60 * record.budget_minutes:
-        record, signal = _run_trials(record, ledger, verbose, on_turn)
+    if record.untried and not past(deadline):
+        record, signal = _run_trials(record, ledger, deadline, telling, verbose)
+    record = judged(record)
     winner, reason = choose(record.trials)
     status = ("interrupted" if signal is not None else
-              "out of budget" if record.untried else "finished")
+              "out of budget" if record.untried or record.cut else "finished")
     record = record.model_copy(update={"winner": winner, "reason": reason, "status": status})
     texts = {"plan.txt": as_text(record)} if as_text else {}
     if record.plan_file and status != "interrupted":
         texts["plan.yaml"] = write_plan_file(record, folder, Path(record.plan_file))
-    notes = ledger.close(record, status, plot_plan if record.trials else None, texts,
-                         tags={"winner": record.winner or ""})
+    notes = ledger.close(record, status, plot_plan if any(t.summary for t in record.trials)
+                         else None, texts, tags={"winner": record.winner or ""})
     return PlanResult(record, folder, signal, notes)
 
 
-def _run_trials(record: PlanRecord, ledger: Ledger, verbose: bool,
-                on_turn) -> tuple[PlanRecord, int | None]:
-    """Every untried candidate, and float32 with them (every speed-up is a ratio within a
-    round, so the baseline runs in the same rounds, also when a plan resumes); the record
-    with their trials judged, and the signal that interrupted them."""
-    from mptrain.config import load_config, variant
+def _run_trials(record: PlanRecord, ledger: Ledger, deadline: float, telling: Telling,
+                verbose: bool) -> tuple[PlanRecord, int | None]:
+    """Every untried trial, in turns, in one session (`engine.to_run`); the record with what
+    each measured, and the signal that interrupted them."""
+    from mptrain.config import variant
 
-    queue = record.untried
-    if all(c.name != "float32" for c in queue):
-        queue = [next(c for c in record.candidates if c.name == "float32"), *queue]
-    folder = ledger.folder
-    trial = load_config(folder / "trial.yaml")
-    entries = []
-    for option in queue:
-        name = f"{record.experiment}-{option.name.replace('+', '-')}"  # its run and its folder
-        entries.append(Entry(option.name, variant(trial, {"name": name, **option.settings}),
-                             folder / name))
-    turns = Turns(record.turn_steps, SLOWEST_RATIO, "float32" if record.pairs else None)
-    ran, signal = measure(ledger, entries, turns, verbose=verbose, on_turn=on_turn)
-    trials = {t.candidate.name: t for t in record.trials}
-    for option, entry in zip(queue, entries, strict=True):
-        end = ran.get(option.name)
-        if end is None:
-            continue  # never started: still to try
-        summary, failed = end.summary, end.failed
-        if summary is not None and summary.status == "interrupted":
-            summary, failed = None, "interrupted"
-        trials[option.name] = Trial(candidate=option, run_dir=str(entry.run_dir),
-                                    summary=summary, failed=failed, rounds=end.rounds,
-                                    baseline_rounds=end.baseline_rounds, overhead_s=end.overhead_s)
-    ordered = [trials[c.name] for c in record.candidates if c.name in trials]
-    return record.model_copy(update={"trials": _judged(ordered, record)}), signal
+    todo = [t for t in to_run(record.trials) if t.label in record.untried]
+    trial = load_config(ledger.folder / "trial.yaml")
+    entries = [Entry(t.label, variant(trial, {"name": Path(t.run_dir).name, **t.candidate.settings}),
+                     Path(t.run_dir)) for t in todo]
+    turns = Turns(record.turn_steps, SLOWEST_RATIO, "float32" if record.pairs else None, deadline,
+                  FIRST_STEP_RATIO)
+    ran, signal = measure(ledger, entries, turns, verbose=verbose, on_turn=telling.turn)
+    session = {t.label: t.session for t in todo}
+    trials = []
+    for t in record.trials:
+        end = ran.get(t.label)
+        if end is not None:
+            t = t.model_copy(update={"summary": end.summary, "failed": end.failed,
+                                     "rounds": end.rounds, "baseline_rounds": end.baseline_rounds,
+                                     "overhead_s": end.overhead_s, "session": session[t.label]})
+        trials.append(t)
+    return record.model_copy(update={"trials": trials}), signal
 
 
-def _judged(trials: list[Trial], record: PlanRecord) -> list[Trial]:
-    steps = {t.candidate.name: RunFolder(Path(t.run_dir)).read_steps() for t in trials
+def judged(record: PlanRecord) -> PlanRecord:
+    """Every trial judged (`trials.judge_trials`) on its runs' step records, with the plan's
+    tolerance, and the experiment's length for the whole-run estimate, the process's start
+    and exit taken as the median over the trials' processes (the same program for each: one
+    trial's exit once took 46 s longer)."""
+    steps = {t.label: RunFolder(Path(t.run_dir)).read_steps() for t in record.trials
              if t.summary is not None}
-    base = next((t for t in trials if t.candidate.name == "float32"), None)
-    rules = plan_rules(record, trials)
-    judged = []
-    for t in trials:
-        records = steps.get(t.candidate.name, [])
-        unexplained = sum(1 for r in records if not math.isfinite(r.loss) and not r.skipped)
-        t = t.model_copy(update={"unexplained_non_finite": unexplained})
-        t = judge(t, base, compared_losses(steps.get("float32", []), records), rules)
-        waits = input_bound(t.summary.step_time.median_ms if t.summary and t.summary.step_time
-                            else None, record.input_ms_per_batch)
-        judged.append(t.model_copy(update={"verdict": f"{t.verdict}; {waits}"}) if waits else t)
-    return judged
+    overheads = [t.overhead_s for t in record.trials if t.overhead_s is not None]
+    length = RunLength(record.experiment_steps, record.experiment_eval_batches,
+                       record.experiment_checkpoints,
+                       statistics.median(overheads) if overheads else 0.0)
+    rules = Rules(record.tolerance_pct, record.evaluate, record.turn_steps, record.input_ms_per_batch)
+    return record.model_copy(update={"trials": judge_trials(record.trials, steps, rules, length)})
 
 
-def plan_rules(record: PlanRecord, trials: list[Trial]) -> Rules:
-    """How the plan's trials are judged: its tolerance, and the experiment's length for the
-    whole-run estimate, with the process's start and exit taken as the median over the
-    trials' processes (the same program for each: one trial's exit once took 46 s longer)."""
-    overheads = [t.overhead_s for t in trials if t.overhead_s is not None]
-    return Rules(record.tolerance_pct, record.evaluate, record.experiment_steps,
-                 record.experiment_eval_batches, record.experiment_checkpoints,
-                 statistics.median(overheads) if overheads else 0.0)
-
-
-def _add_islands(record: PlanRecord, folder: Path, verbose: bool, on_layers) -> PlanRecord:
+def _add_islands(record: PlanRecord, folder: Path, seconds: float, on_layers,
+                 verbose: bool) -> PlanRecord:
     """The most promising 16-bit candidate (the first listed: by this machine's measured
-    kernels) with its slow (or overflowing) layers kept in float32, as one more candidate,
-    so it runs in the same rounds as the others. Decided before the trials from each
-    layer's own timing, in 16 bits and in float32."""
-    from mptrain.config import load_config
-
-    best = next((c for c in record.untried if c.sixteen_bit and c.policy != "float32"
-                 and not c.float32_layers), None)
+    kernels) with its slow (or overflowing) layers kept in float32, as one more trial, so it
+    runs in the same rounds as the others. Decided before the trials from each layer's own
+    timing, in 16 bits and in float32, the heaviest first, for at most `seconds`."""
+    best = next((t.candidate for t in record.trials if t.candidate.sixteen_bit
+                 and t.candidate.policy != "float32" and not t.candidate.float32_layers), None)
     if best is None:
         return record
     config = load_config(folder / "experiment.yaml")
     what = f"timing each layer of {record.experiment} in {best.policy} and float32…"
     with on_layers(what) if on_layers is not None else contextlib.nullcontext():
-        timings = layer_timings(config, best, verbose=verbose)
+        timings = layer_timings(config, best, seconds, verbose=verbose)
     overflowing = _overflowing_layers(config, verbose) if best.sixteen_bit_dtype == "float16" else []
     chosen = islands(timings, overflowing)
     record = record.model_copy(update={"layers": timings, "island_layers": chosen})
     if not chosen:
         return record
-    candidate = best.model_copy(update={"name": f"{best.name}+islands", "float32_layers": chosen})
-    return record.model_copy(update={"candidates": [*record.candidates, candidate]})
+    option = best.model_copy(update={"name": f"{best.name}+islands", "float32_layers": chosen})
+    label = option.name
+    trial = Trial(label=label, candidate=option,
+                  run_dir=str(folder / f"{record.experiment}-{label.replace('+', '-')}"))
+    return record.model_copy(update={"candidates": [*record.candidates, option],
+                                     "trials": [*record.trials, trial]})
 
 
 def _overflowing_layers(config: ExperimentConfig, verbose: bool) -> list[str]:
@@ -388,31 +388,27 @@ def _overflowing_layers(config: ExperimentConfig, verbose: bool) -> list[str]:
     return diagnose(config, steps=2, verbose=verbose).overflowing_layers
 
 
-def resume_plan(folder: Path) -> PlanRecord:
-    record = load_record(folder, "plan", PlanRecord)
-    if record.status == "finished":
-        raise ConfigError(f"--resume {folder}: the plan has finished; nothing to resume")
-    return record
-
-
 def write_plan_file(record: PlanRecord, folder: Path, path: Path) -> str:
     """The experiment as plan chose to run it (the winner's settings in ordinary keys), with a
-    header saying what was measured; returns what was written."""
-    from mptrain.config import load_config, variant
+    header saying what was measured, and the stamp `policy: auto` reads (`precision.planned`);
+    returns what was written."""
+    from mptrain.config import variant
 
     winner = next(c for c in record.candidates if c.name == record.winner)
     chosen = variant(load_config(folder / "experiment.yaml"), winner.settings)
     lines = [f"# mptrain plan for {record.experiment}: {record.winner} ({record.reason}).",
              f"# Measured {record.measured_at} on {record.machine}:",
-             f"# {record.steps}-step trials from the same initial weights, tolerance "
-             f"{record.tolerance_pct:g}% of float32's loss.", "# candidate: speed-up, verdict"]
+             f"# {record.steps}-step trials from the same initial weights, in turns, tolerance "
+             f"{record.tolerance_pct:g}% of float32's loss progress.", "# trial: speed-up, verdict"]
     for t in record.trials:
         speed = f"{t.speedup:.2f}x" if t.speedup is not None else "-"
-        lines.append(f"#   {t.candidate.name}: {speed}, {t.verdict}")
-    lines += [f"#   {c.name}: not tried ({c.why_not or 'budget spent'})"
-              for c in record.candidates if c.why_not or c in record.untried]
+        lines.append(f"#   {t.label}: {speed}, {t.verdict.words()}")
+    lines += [f"#   {c.name}: not tried ({c.why_not})" for c in record.candidates if c.why_not]
+    lines += [f"#   {label}: not tried (the budget was spent)" for label in record.untried]
     lines.append(f"# The plan's folder: {folder}")
-    lines.append("# Another machine may choose differently: run `mptrain plan` there.")
+    lines.append("# `policy: auto` runs this plan's pick on the machine it was measured on; "
+                 "another machine may choose differently: run `mptrain plan` there.")
+    lines.append(stamp(record.machine_key, winner.name))
     text = "\n".join(lines) + "\n" + yaml.safe_dump(as_file_in(chosen, path.parent), sort_keys=False)
     try:
         write_atomic(path, text)

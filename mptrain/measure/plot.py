@@ -32,7 +32,7 @@ def plot_compare(record, path: Path) -> None:
     fig, axes = plt.subplots(2, 3, figsize=(17, 9.5))
     (ax_step, ax_epoch, ax_acc), (ax_time, ax_speed, ax_scale) = axes
     plain = FuncFormatter(lambda value, _: f"{value:g}")
-    labels = [r.variant for r in rows]
+    labels = [r.label for r in rows]
     colours = [f"C{i % 10}" for i in range(len(rows))]
     times, scaled = [], False
     for index, row in enumerate(rows):
@@ -42,24 +42,24 @@ def plot_compare(record, path: Path) -> None:
         steps, epochs = folder.read_steps(), folder.read_epochs()
         xs, ys = _finite_prefix([s.step for s in steps], [s.loss for s in steps])
         # Variants from the same weights often overlap: distinct dashes keep every line visible.
-        ax_step.plot(xs, ys, color=colour, label=row.variant, linewidth=1.4, alpha=0.85, linestyle=dash)
+        ax_step.plot(xs, ys, color=colour, label=row.label, linewidth=1.4, alpha=0.85, linestyle=dash)
         if len(xs) < len(steps):
             stop_x, stop_y = (xs[-1], ys[-1]) if xs else (steps[0].step, 0.0)
             ax_step.plot([stop_x], [stop_y], marker="x", markersize=12, color=colour, mew=3)
-            ax_step.annotate(f"{row.variant}: NaN/inf", (stop_x, stop_y), textcoords="offset points",
+            ax_step.annotate(f"{row.label}: NaN/inf", (stop_x, stop_y), textcoords="offset points",
                              xytext=(6, 6), color=colour, fontsize=8)
         for key, style, alpha in (("loss", "-", 0.9), ("val_loss", "--", 0.6)):
             ex, ey = _finite_prefix([e.epoch for e in epochs], [e.metrics.get(key) for e in epochs])
             if ex:
                 ax_epoch.plot(ex, ey, marker=marker, color=colour, linestyle=style, alpha=alpha,
-                              label=row.variant if key == "loss" else None)
+                              label=row.label if key == "loss" else None)
         excluded = row.summary.step_time.warmup_steps_excluded if row.summary.step_time else 0
         times.append([r.seconds * 1000 for r in timed_steps(steps, excluded)] or [math.nan])
         scales = [(s.step, s.loss_scale) for s in steps if s.loss_scale is not None]
         if scales:
             scaled = True
             ax_scale.step([x for x, _ in scales], [y for _, y in scales], where="post", color=colour,
-                          label=row.variant, linestyle=dash)
+                          label=row.label, linestyle=dash)
 
     _loss_axes(ax_step, ax_epoch, plain, len(rows))
     _accuracy_bars(ax_acc, rows, colours)
@@ -119,10 +119,11 @@ def _accuracy_bars(ax, rows, colours) -> None:
     values = [r.summary.test_accuracy if r.summary.status != "diverged" else None for r in rows]
     ax.barh(positions, [v or 0 for v in values], color=colours, alpha=0.8)
     for y, (value, row) in enumerate(zip(values, rows, strict=True)):
+        delta = row.verdict.accuracy_delta_pt
         text = "diverged" if value is None else f"{value:.4f}" + (
-            f" ({row.accuracy_delta_pt:+.2f} pt)" if row.accuracy_delta_pt is not None else "")
+            f" ({delta:+.2f} pt)" if delta is not None else "")
         ax.text(0.01, y, text, va="center", fontsize=9, transform=ax.get_yaxis_transform())
-    ax.set_yticks(list(positions), [r.variant for r in rows], fontsize=8)
+    ax.set_yticks(list(positions), [r.label for r in rows], fontsize=8)
     ax.invert_yaxis()
     ax.set(title="Test accuracy", xlim=(0, 1))
     ax.grid(alpha=0.3, axis="x")
@@ -149,10 +150,11 @@ def _speedup_bars(ax, rows, colours, baseline: str) -> None:
     high = [max(0.0, hi - v) for v, (_, hi) in zip(values, ranges, strict=True)]
     ax.barh(positions, values, xerr=[low, high], color=colours, alpha=0.8, capsize=4)
     for y, row in enumerate(rows):
-        text = f"{row.speedup:.2f}x" if row.speedup is not None else "not enough steps to time"
+        text = (f"{row.speedup:.2f}x" if row.speedup is not None else
+                "baseline" if row.verdict.baseline else row.verdict.speed.unknown or "not timed")
         ax.text(0.01, y, text, va="center", fontsize=9, transform=ax.get_yaxis_transform())
     ax.axvline(1.0, color="0.3", linewidth=1)
-    ax.set_yticks(list(positions), [r.variant for r in rows], fontsize=8)
+    ax.set_yticks(list(positions), [r.label for r in rows], fontsize=8)
     ax.invert_yaxis()
     ax.set(title=f"Speed-up over {baseline} (bars: 95% interval)", xlabel="× faster")
     ax.grid(alpha=0.3, axis="x")
@@ -176,18 +178,17 @@ def plot_plan(record, path: Path) -> None:
         steps = RunFolder(Path(trial.run_dir)).read_steps()
         xs, ys = _finite_prefix([s.step for s in steps], [s.loss for s in steps])
         ax_loss.plot(xs, ys, color=f"C{index % 10}", linestyle=STYLES[index % len(STYLES)],
-                     label=trial.candidate.name, linewidth=1.4, alpha=0.85)
+                     label=trial.label, linewidth=1.4, alpha=0.85)
         excluded = trial.summary.step_time.warmup_steps_excluded if trial.summary.step_time else 0
         times.append([r.seconds * 1000 for r in timed_steps(steps, excluded)] or [math.nan])
-        labels.append(trial.candidate.name)
+        labels.append(trial.label)
     ax_loss.set(title="Training loss per step (same weights, same batches)", xlabel="step",
                 ylabel="loss")
     ax_loss.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax_loss.grid(alpha=0.3)
     ax_loss.legend(fontsize=8)
     _step_time_boxes(ax_time, times, labels, plain)
-    _speedup_bars(ax_speed, [_PlanRow(t) for t in trials], [f"C{i % 10}" for i in range(len(trials))],
-                  "float32")
+    _speedup_bars(ax_speed, trials, [f"C{i % 10}" for i in range(len(trials))], "float32")
     if record.layers:
         names = [t.layer for t in record.layers]
         positions = range(len(names))
@@ -213,11 +214,3 @@ def plot_plan(record, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
-
-
-class _PlanRow:
-    """A trial as the speed-up bars read a compare row."""
-
-    def __init__(self, trial):
-        self.speedup, self.speedup_range = trial.speedup, trial.speedup_range
-        self.variant = trial.candidate.name

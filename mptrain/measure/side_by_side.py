@@ -1,29 +1,18 @@
-"""Chosen runs side by side (`mptrain runs --compare`), with compare's rows and verdicts
-(`compare.compare_row`), even when no one compare made them: runs made at different times,
-so each speed-up comes from the two runs' own medians, not from rounds run in turns."""
+"""Chosen runs side by side (`mptrain runs --compare`), judged as compare judges its variants
+(`compare.judged`), even when no one compare made them. Runs from one compare folder are
+judged on the rounds they ran in turns there, so `runs --compare` says what that compare
+said; runs made at different times are compared on their own medians (and not on their
+losses: they need not have started from the same weights)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 from mptrain.errors import ConfigError
-from mptrain.measure.compare import CompareRecord, CompareRow, Variant, compare_row
+from mptrain.measure.compare import CompareRecord, CompareRow, judged
 from mptrain.runs.folder import RunFolder
 from mptrain.runs.listing import DEFAULT_FOLDER, is_run_folder, run_config, run_state_status
 from mptrain.runs.summary import RunSummary
-
-
-@dataclass(frozen=True)
-class _NamedRun(Variant):
-    """A run chosen by name: its row is labelled with the name, not policy-loop (two runs
-    may share both)."""
-
-    name: str = ""
-
-    @property
-    def label(self) -> str:
-        return self.name
 
 
 def find_run(ref: str, folder: Path) -> Path:
@@ -45,8 +34,8 @@ def split_arguments(arguments: list[str]) -> tuple[Path, list[str]]:
 
 
 def compare_runs(refs: list[str], folder: Path = DEFAULT_FOLDER) -> CompareRecord:
-    """The runs named, side by side with compare's rows and verdicts. The baseline is the
-    first float32 run named, else the first run; a run without a summary is a row saying so."""
+    """The runs named, side by side, judged as compare judges. The baseline is the first
+    float32 run named, else the first run; a run without a summary is a row saying so."""
     if len(refs) < 2:
         raise ConfigError("--compare: name at least two runs (folder names in "
                           f"{folder}, or paths)")
@@ -59,21 +48,39 @@ def compare_runs(refs: list[str], folder: Path = DEFAULT_FOLDER) -> CompareRecor
         raise ConfigError("--compare: none of these runs has a summary (each stopped before it "
                           "ended: resume them first)")
     base = next((s for s in summaries if s.policy == "float32"), summaries[0])
-    rows = []
-    for path, state in zip(paths, states, strict=True):
-        name = _name(path, folder)
-        if isinstance(state, RunSummary):
-            variant = _NamedRun(state.policy, state.loop, name=name)
-            rows.append(compare_row(variant, state, base, state is base, str(path)))
-        else:
-            status, config = run_state_status(state), run_config(path)
-            rows.append(CompareRow(variant=name, policy=config.policy if config else "?",
-                                   loop=config.train.loop if config else "?", run_dir=str(path),
-                                   summary=None, failed=f"no summary ({status})",
-                                   verdict=f"no summary: {status}"))
+    made_by = {p.resolve().parent for p in paths}
+    compare = _compare_record(next(iter(made_by))) if len(made_by) == 1 else None
+    rows = [_row(path, state, folder, compare) for path, state in zip(paths, states, strict=True)]
+    base_row = rows[states.index(base)]
     experiments = ", ".join(dict.fromkeys(s.name for s in summaries))
-    return CompareRecord(experiment=experiments, folder=str(folder), baseline_policy=base.policy,
-                         variants=rows)
+    record = CompareRecord(experiment=experiments, folder=str(folder), baseline=base_row.label,
+                           baseline_policy=base.policy, variants=rows,
+                           turn_steps=compare.turn_steps if compare else 0)
+    return judged(record, same_start=compare is not None)
+
+
+def _compare_record(folder: Path) -> CompareRecord | None:
+    """The compare that made the runs in `folder`, when it is a compare folder."""
+    try:
+        return CompareRecord.model_validate_json((folder / "compare.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _row(path: Path, state, folder: Path, compare: CompareRecord | None) -> CompareRow:
+    """A run as a compare row, with its rounds in turns when its compare kept them."""
+    name = _name(path, folder)
+    made = next((r for r in compare.variants if r.run_dir and Path(r.run_dir).resolve()
+                 == path.resolve()), None) if compare else None
+    turns = {"rounds": made.rounds, "baseline_rounds": made.baseline_rounds,
+             "session": made.session} if made else {}
+    if isinstance(state, RunSummary):
+        return CompareRow(label=name, run_dir=str(path), summary=state, policy=state.policy,
+                          loop=state.loop, **turns)
+    config = run_config(path)
+    return CompareRow(label=name, run_dir=str(path), policy=config.policy if config else "?",
+                      loop=config.train.loop if config else "?",
+                      failed=f"no summary ({run_state_status(state)})")
 
 
 def _name(path: Path, folder: Path) -> str:

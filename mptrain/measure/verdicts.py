@@ -1,59 +1,249 @@
-"""Reading two runs' numbers side by side: is this one faster, and is it as accurate?
+"""What a variant is worth against its baseline: is it faster, did it train as well, is it as
+accurate? One judgement (`judge`) for compare's rows, plan's trials and `runs --compare`, kept
+pure (numbers in, a typed `Verdict` out) so it is tested on recorded numbers and says the same
+thing everywhere. The words a table shows are made from the verdict (`Verdict.words`), and
+every decision (plan's pick) reads the verdict's fields, never its words.
 
-The arithmetic compare, plan and `runs --compare` share, kept pure (summaries in, numbers and
-words out) so it is tested on recorded numbers and says the same thing everywhere.
+Speed. A shared machine drifts, so a ratio of two medians can mislead. Variants run in turns
+(`engine`) are compared round by round: each round's ratio is the baseline's median step in
+that round over the variant's, so a drift between rounds moves both sides alike; the speed-up
+is the median of the rounds' ratios, and its 95% interval the distribution-free interval of a
+median (order statistics of a Binomial(n, 1/2); with fewer than 6 rounds, the whole range).
+Fewer than `MIN_ROUNDS` paired rounds is no measurement, and the verdict says how many steps
+would give enough. Runs that did not take turns together (`runs --compare` of runs made at
+different times, a variant resumed after its baseline finished) are compared on their own
+medians, each with its uncertainty (1.25 sigma / sqrt(n), sigma from the p10-p90 spread). A
+variant is faster or slower only when the whole interval is on one side of 1, and of the
+noise floor when one was measured: plan runs float32 twice in the same turns (an A/A test),
+and the twin's own "speed-up" interval is what the machine's noise alone produces.
 
-Speed: the machines are shared and noisy, so a ratio of medians alone can mislead. Each
-median's uncertainty follows from its steps' spread and how many were timed (the standard
-error of a median is about 1.25 sigma / sqrt(n), sigma from the p10-p90 spread); the
-speed-up's range is the 95% interval of the ratio of the two medians, and a verdict says
-faster or slower only when that whole range is on one side of 1.
+Training. Variants start from the same weights and see the same batches, so their losses
+compare step by step. A tolerance relative to the final loss means nothing once a model nears
+zero loss (memorising its data: 0.0444 against float32's 0.0325 is "+37%" after both fell
+from 3.5), so a variant is held to float32's loss *progress* over the steps both ran: its
+shortfall (its loss over the second half, minus float32's) may be at most the tolerance times
+float32's progress from the first step's loss, or times float32's loss itself when the loss
+barely moved (where a share of progress says nothing). The allowance is widened to twice
+float32's own run-to-run difference when its A/A twin measured one: a difference float32 has
+with itself cannot count against a candidate.
 
-Speed measured in turns (compare and plan run their variants round-robin, `engine`): each
-round's ratio is taken within the round (the baseline's median step in that round over the
-variant's), so a machine that drifts between rounds moves both sides alike; the speed-up is
-the median of the rounds' ratios, and its 95% interval the distribution-free interval of a
-median from those ratios (order statistics of a Binomial(n, 1/2)), which needs 6 rounds;
-with fewer, the whole range of the rounds' ratios.
-
-Accuracy: a test set of n examples measures accuracy to about ±1.96·sqrt(p(1-p)/n), so on
-41 examples one example (2.4 points) is noise. Two accuracies differ only when the difference
-is outside the Wilson 95% interval of the variant's accuracy at the test set's size.
+Accuracy. A test set of n examples measures accuracy to about ±1.96·sqrt(p(1-p)/n): on 41
+examples one example (2.4 points) is noise. Two accuracies differ only outside the Wilson 95%
+interval of the variant's accuracy at the test set's size.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import Literal, NamedTuple
 
+from mptrain.record import FrozenRecord, Record
 from mptrain.runs.summary import MIN_TIMED_STEPS, RunSummary
 
 Z95 = 1.96
+MIN_ROUNDS = 3  # fewer paired rounds are no measurement of a ratio
+TWIN_FACTOR = 2.0  # a candidate's loss may trail float32's by twice float32's own A/A difference
+INPUT_BOUND_MARGIN = 1.2  # a step within this of the input pipeline's time waits for data
+DEFAULT_TOLERANCE_PCT = 3.0
+
+SpeedWord = Literal["faster", "same speed", "slower"]
 
 
-def speedup(base: RunSummary, other: RunSummary) -> tuple[float, tuple[float, float]] | None:
-    """The baseline's median step over `other`'s, with its 95% interval; None unless both
-    have enough timed steps."""
-    a, b = base.step_time, other.step_time
+class Speed(FrozenRecord):
+    """A variant's speed-up over its baseline, with its 95% interval; or why there is none."""
+
+    ratio: float | None = None  # the baseline's step time / this one's: above 1 is faster
+    interval: tuple[float, float] | None = None
+    paired: bool = False  # from rounds run in turns (else from the two runs' medians)
+    word: SpeedWord | None = None
+    unknown: str | None = None  # why there is no ratio
+
+
+class Training(FrozenRecord):
+    """How a variant's loss kept up with float32's over the steps both ran."""
+
+    share: float | None  # of float32's loss progress it made (None: the loss barely moved)
+    shortfall: float  # its loss minus float32's, over the second half of the common steps
+    allowance: float  # the largest shortfall the rule allows
+    behind: bool
+
+
+class Verdict(FrozenRecord):
+    """What a variant is worth against the baseline, as data."""
+
+    baseline: bool = False
+    speed: Speed = Speed()
+    slower_over_run: bool = False  # faster per step, but not over the experiment (plan)
+    training: Training | None = None
+    accuracy_delta_pt: float | None = None
+    accuracy_noise_pt: float | None = None  # what the test set's size cannot resolve
+    refused: list[str] = []  # why it cannot be picked: diverged, behind, failed, too slow...
+    input_bound: bool = False  # its step is no slower than the input pipeline alone
+    stopped_early: str | None = None  # why it stopped before its planned end
+
+    @property
+    def faster(self) -> bool:
+        return self.speed.word == "faster" and not self.slower_over_run and not self.refused
+
+    @property
+    def accuracy_word(self) -> str | None:
+        """Judged on the rounded figure the table shows, so a -0.00 is 'same accuracy'."""
+        delta = self.accuracy_delta_pt
+        if delta is None:
+            return None
+        shown = round(delta, 2)
+        if shown == 0:
+            return "same accuracy"
+        if self.accuracy_noise_pt is not None and abs(delta) <= self.accuracy_noise_pt:
+            return "accuracy within noise"
+        return "accuracy lower" if shown < 0 else "accuracy higher"
+
+    def words(self, accuracy: bool = True) -> str:
+        """The verdict in a few words: what a table's verdict column shows."""
+        if self.baseline:
+            parts = ["baseline"]
+        elif self.speed.word is not None:
+            parts = [self.speed.word + (", but slower over the run" if self.slower_over_run else "")]
+        else:
+            parts = [f"not timed: {self.speed.unknown}"] if self.speed.unknown else []
+        if self.training is not None and self.training.behind:
+            made = (f"{self.training.share:.0%} of its progress" if self.training.share is not None
+                    else f"{self.training.shortfall:+.3g}")
+            parts.append(f"loss behind float32's ({made})")
+        if accuracy and not self.baseline and self.accuracy_word:
+            parts.append(self.accuracy_word)
+        parts += [reason for reason in self.refused if not reason.startswith("loss behind")]
+        if self.input_bound:
+            parts.append("input-bound")
+        text = ", ".join(parts) or "n/a"
+        return f"{text} (stopped early)" if self.stopped_early and not self.refused else text
+
+
+class Measured(Record):
+    """One variant as compare and plan keep it: where its run is, what it measured (its
+    summary, or why there is none), its median step in each round it ran in turns, and the
+    verdict against the baseline."""
+
+    label: str
+    run_dir: str | None = None
+    summary: RunSummary | None = None
+    failed: str | None = None  # why there is no summary
+    rounds: list[float | None] = []  # its median step (ms) in each round run in turns
+    baseline_rounds: list[float | None] | None = None  # in pairs (memory): its baseline's rounds
+    session: int = 1  # which session of turns it ran in (a resume starts another)
+    verdict: Verdict = Verdict()
+
+    @property
+    def speedup(self) -> float | None:
+        return self.verdict.speed.ratio
+
+    @property
+    def speedup_range(self) -> tuple[float, float] | None:
+        return self.verdict.speed.interval
+
+
+@dataclass(frozen=True)
+class Rules:
+    """How a variant is judged: the loss tolerance (% of float32's progress), whether its
+    test accuracy counts against it, the steps a turn (to say how many would give enough
+    rounds), and the input pipeline's own time a batch (None: not measured)."""
+
+    tolerance_pct: float = DEFAULT_TOLERANCE_PCT
+    accuracy_counts: bool = False
+    turn_steps: int = 0
+    input_ms: float | None = None
+
+
+class Steps(NamedTuple):
+    """The step records training is judged on: the baseline's, the variant's, and float32's
+    A/A twin's when one ran."""
+
+    base: list
+    variant: list
+    twin: list | None = None
+
+
+def judge(row: Measured, base: Measured | None, steps: Steps | None = None,
+          rules: Rules = Rules(), floor: tuple[float, float] | None = None) -> Verdict:
+    """The variant against the baseline: speed (`speed`), training (`training_against`, on
+    the runs' step records), test accuracy, and what refuses it. `floor`: the speed-up
+    interval the machine's noise alone produced (an A/A twin's), or None."""
+    s = row.summary
+    if s is None:
+        return Verdict(refused=[f"failed ({row.failed})" if row.failed else "not run"])
+    is_base = base is not None and row.label == base.label
+    b = base.summary if base is not None else None
+    refused = []
+    if s.status == "diverged":
+        refused.append("diverged (NaN/inf loss)")
+    elif s.stopped_by == "max_step_seconds":
+        refused.append(s.stop_reason or "too slow")
+    elif s.status == "interrupted":
+        refused.append("interrupted: not finished")
+    training = None
+    if not is_base and steps is not None and s.status != "diverged":
+        unexplained = sum(1 for r in steps.variant if not math.isfinite(r.loss) and not r.skipped)
+        if unexplained:
+            refused.append(f"{unexplained} NaN/inf loss(es) no loss scaler explains")
+        training = training_against([r.loss for r in steps.base], [r.loss for r in steps.variant],
+                                    rules.tolerance_pct,
+                                    [r.loss for r in steps.twin] if steps.twin else None)
+        if training is not None and training.behind:
+            refused.append("loss behind float32's")
+    accuracy = noise = None
+    if b is not None and not is_base and "diverged" not in (s.status, b.status):
+        accuracy = difference(s.test_accuracy, b.test_accuracy, scale=100.0)
+        noise = accuracy_noise_pt(s.test_accuracy, s.test_examples)
+        if rules.accuracy_counts and accuracy is not None and accuracy < -max(
+                rules.tolerance_pct, noise or 0.0):
+            refused.append(f"accuracy {accuracy:+.2f} pt")
+    step_ms = s.step_time.median_ms if s.step_time else None
+    return Verdict(
+        baseline=is_base,
+        speed=Speed() if is_base or b is None or s.status == "diverged" else
+        speed(row, base, rules.turn_steps, floor),
+        training=training, accuracy_delta_pt=accuracy, accuracy_noise_pt=noise, refused=refused,
+        input_bound=input_bound(step_ms, rules.input_ms),
+        stopped_early=s.stop_reason if s.stopped_by in ("max_steps", "signal") else None)
+
+
+# --- speed --------------------------------------------------------------------------------
+
+
+def speed(row: Measured, base: Measured, turn_steps: int = 0,
+          floor: tuple[float, float] | None = None) -> Speed:
+    """The one rule for a speed-up: from the rounds both ran in turns (in the same session),
+    else from the two runs' own medians; with the reason when there is none."""
+    together = row.session == base.session and row.rounds and (
+        row.baseline_rounds is not None or base.rounds)
+    if together:
+        base_rounds = row.baseline_rounds if row.baseline_rounds is not None else base.rounds
+        paired = [(b, v) for b, v in zip(base_rounds, row.rounds, strict=False) if b and v]
+        if len(paired) < MIN_ROUNDS:
+            steps = 1 + MIN_ROUNDS * turn_steps if turn_steps else None
+            more = f": --steps {steps} gives {MIN_ROUNDS}" if steps else ""
+            return Speed(unknown=f"{len(paired)} round(s) in turns, {MIN_ROUNDS} needed{more}")
+        ratios = sorted(b / v for b, v in paired)
+        return _worded(_median(ratios), median_interval(ratios), True, floor)
+    a, b = base.summary.step_time, row.summary.step_time
     if a is None or b is None or not a.enough or not b.enough:
-        return None
+        timed = min(t.timed_steps if t else 0 for t in (a, b))
+        return Speed(unknown=f"too few steps timed ({timed}, {MIN_TIMED_STEPS} needed)")
     ratio = a.median_ms / b.median_ms
     margin = math.exp(Z95 * math.hypot(_relative_error(a), _relative_error(b)))
-    return ratio, (ratio / margin, ratio * margin)
+    return _worded(ratio, (ratio / margin, ratio * margin), False, floor)
 
 
-MIN_ROUNDS = 3  # fewer paired rounds are no measurement of a ratio
-
-
-def paired_speedup(base_rounds: list[float | None], rounds: list[float | None]
-                   ) -> tuple[float, tuple[float, float]] | None:
-    """The speed-up from rounds run in turns: `base_rounds[i]` and `rounds[i]` are the two
-    sides' median step times in round i (None: that side had no timed step in it). The
-    median of the per-round ratios, with its 95% interval; None with fewer than MIN_ROUNDS
-    rounds where both sides were timed."""
-    ratios = sorted(b / v for b, v in zip(base_rounds, rounds, strict=False) if b and v)
-    if len(ratios) < MIN_ROUNDS:
-        return None
-    return _median(ratios), median_interval(ratios)
+def _worded(ratio: float, interval: tuple[float, float], paired: bool,
+            floor: tuple[float, float] | None) -> Speed:
+    """Faster or slower only when the whole interval is on one side of 1, and of the noise
+    floor's interval when one was measured."""
+    low, high = interval
+    floor_low, floor_high = floor or (1.0, 1.0)
+    word: SpeedWord = ("faster" if low > max(1.0, floor_high) else
+                       "slower" if high < min(1.0, floor_low) else "same speed")
+    return Speed(ratio=ratio, interval=interval, paired=paired, word=word)
 
 
 def median_interval(values: list[float], coverage: float = 0.95) -> tuple[float, float]:
@@ -85,16 +275,49 @@ def _relative_error(times) -> float:
     return 1.2533 * sigma / math.sqrt(max(times.timed_steps, 1)) / times.median_ms
 
 
-def speed_words(speedup_range: tuple[float, float] | None) -> str | None:
-    """Faster or slower only when the whole range of the ratio is on one side of 1."""
-    if speedup_range is None:
+def input_bound(step_ms: float | None, input_ms: float | None) -> bool:
+    """A step about as long as the input pipeline alone takes to deliver its batch waits for
+    data: no precision can make it faster than the pipeline."""
+    return step_ms is not None and input_ms is not None and step_ms <= INPUT_BOUND_MARGIN * input_ms
+
+
+INPUT_BOUND_NOTE = ("input-bound: the step takes no longer than the input pipeline alone needs "
+                    "for a batch, so no precision makes it faster (data.cache: memory, or fewer "
+                    "decode steps, would help)")
+
+
+# --- training -----------------------------------------------------------------------------
+
+
+def training_against(base_losses: list[float], losses: list[float], tolerance_pct: float,
+                     twin_losses: list[float] | None = None) -> Training | None:
+    """The variant's loss against float32's over the steps both ran (see the module doc);
+    None when there are too few finite losses to say. `twin_losses`: float32's A/A twin's."""
+    both = min(len(base_losses), len(losses))
+    base_loss, loss = trial_loss(base_losses[:both]), trial_loss(losses[:both])
+    first = next((x for x in base_losses if math.isfinite(x)), None)
+    if base_loss is None or loss is None or first is None:
         return None
-    low, high = speedup_range
-    if low > 1.0:
-        return "faster"
-    if high < 1.0:
-        return "slower"
-    return "same speed within noise"
+    progress = first - base_loss
+    tolerance = tolerance_pct / 100
+    moved = progress > abs(base_loss)  # the loss fell by more than what is left of it
+    allowance = tolerance * (progress if moved else abs(base_loss))
+    if twin_losses is not None and (twin := trial_loss(twin_losses[:both])) is not None:
+        allowance = max(allowance, TWIN_FACTOR * abs(twin - base_loss))
+    shortfall = loss - base_loss
+    share = (first - loss) / progress if moved else None
+    return Training(share=share, shortfall=shortfall, allowance=allowance,
+                    behind=shortfall > allowance)
+
+
+def trial_loss(losses: list[float]) -> float | None:
+    """The mean loss over the second half of the steps (the same batches in every variant),
+    non-finite ones (skipped under loss scaling) left out."""
+    kept = [x for x in losses[len(losses) // 2:] if math.isfinite(x)]
+    return sum(kept) / len(kept) if kept else None
+
+
+# --- accuracy -----------------------------------------------------------------------------
 
 
 def wilson_half_width(accuracy: float, n: int, z: float = Z95) -> float:
@@ -113,54 +336,9 @@ def accuracy_noise_pt(accuracy: float | None, n: int | None) -> float | None:
     return 100 * max(wilson_half_width(accuracy, n), 1 / n)
 
 
-def accuracy_words(delta_pt: float | None, noise_pt: float | None) -> str | None:
-    """Judged on the rounded figure the table shows, so a -0.00 is 'same accuracy'."""
-    if delta_pt is None:
-        return None
-    shown = round(delta_pt, 2)
-    if shown == 0:
-        return "same accuracy"
-    if noise_pt is not None and abs(delta_pt) <= noise_pt:
-        return f"accuracy within noise (±{noise_pt:.1f} pt)"
-    return "accuracy lower" if shown < 0 else "accuracy higher"
-
-
-def verdict(s: RunSummary, speedup_range: tuple[float, float] | None,
-            accuracy_delta_pt: float | None, is_baseline: bool) -> str:
-    """The numbers in words, beside them in the table (so it cannot contradict them):
-    'faster, accuracy within noise (±0.6 pt)'."""
-    accuracy = accuracy_words(accuracy_delta_pt, accuracy_noise_pt(s.test_accuracy, s.test_examples))
-    if s.status == "diverged":
-        text = "diverged (NaN/inf loss)"
-    elif s.status == "interrupted":
-        text = "interrupted: not finished"
-    elif s.step_time is None or not s.step_time.enough:
-        timed = s.step_time.timed_steps if s.step_time else 0
-        speed = f"not enough steps to time ({timed} timed, need {MIN_TIMED_STEPS})"
-        text = speed if is_baseline else ", ".join(filter(None, [speed, accuracy]))
-    elif is_baseline:
-        text = "baseline"
-    else:
-        text = ", ".join(filter(None, [speed_words(speedup_range), accuracy])) or "n/a"
-    return f"{text} (stopped early)" if s.stop_reason else text
-
-
 def difference(a: float | None, b: float | None, scale: float = 1.0) -> float | None:
     return scale * (a - b) if a is not None and b is not None else None
 
 
 def ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a is not None and b else None
-
-
-INPUT_BOUND_MARGIN = 1.2  # a step within this of the input pipeline's time waits for data
-
-
-def input_bound(step_ms: float | None, input_ms: float | None) -> str | None:
-    """When a step takes about as long as the input pipeline alone needs to deliver its batch,
-    the step waits for data: no precision can make it faster than the pipeline."""
-    if step_ms is None or input_ms is None or step_ms > INPUT_BOUND_MARGIN * input_ms:
-        return None
-    return (f"input-bound: the input pipeline alone takes {input_ms:.1f} ms a batch, so no step "
-            "runs faster than that whatever its precision (data.cache: memory, or fewer decode "
-            "steps, would help)")

@@ -32,6 +32,7 @@ class Candidate(Record):
     math_mode: str = "default"
     float32_layers: list[str] = []
     why_not: str | None = None  # set when it cannot win on this machine, and is not tried
+    unless_named: bool = False  # its why_not is a measured prior: `--candidates NAME` tries it
 
     @property
     def settings(self) -> dict[str, object]:
@@ -62,6 +63,14 @@ def candidate_name(policy: str, jit_compile: bool | None, math_mode: str,
              *([math_mode] if math_mode != "default" else []),
              *(["islands"] if float32_layers else [])]
     return "+".join(parts)
+
+
+# On a CPU, XLA's code uses no bfloat16 matrix units (AMX, AVX512_BF16) and no fast float16:
+# measured here, its steps were never faster than oneDNN's (bench/NOTES.md), and compiling a
+# conv net's step took minutes. Tried when named.
+CPU_XLA = ("on a CPU, XLA's code uses no bfloat16 matrix units (AMX, AVX512_BF16): its 16-bit "
+           "steps measured 0.24-0.37x float32 on ResNet50 and 0.4x on the guide's MLP, where "
+           "oneDNN's bfloat16 ran 1.1-2.8x (bench/NOTES.md); --candidates {name} tries it")
 
 
 def candidate(name: str, why_not: str | None = None) -> Candidate:
@@ -104,10 +113,10 @@ def candidates(machine: Machine, kernels: KernelSpeeds | None = None) -> list[Ca
                                            "AMX-BF16): oneDNN would emulate them")
         found += [
             candidate("mixed_bfloat16", no_bf16),
-            candidate("mixed_bfloat16+xla", no_bf16),
+            _unless_named(candidate("mixed_bfloat16+xla", no_bf16)),
             candidate("float32+onednn_bf16", no_bf16),
             candidate("float32+graph_bf16", no_bf16),
-            candidate("mixed_float16+xla"),
+            _unless_named(candidate("mixed_float16+xla")),
             candidate("mixed_float16", "the same as mixed_float16+xla here: on a CPU mptrain compiles "
                                        "float16 with XLA (without it oneDNN's reference kernel "
                                        "runs, orders of magnitude slower than float32)"),
@@ -134,8 +143,17 @@ def candidates(machine: Machine, kernels: KernelSpeeds | None = None) -> list[Ca
 
 
 
+def _unless_named(option: Candidate) -> Candidate:
+    """A CPU XLA candidate: skipped by default (`CPU_XLA`), unless it cannot run at all."""
+    if option.why_not is not None:
+        return option
+    return option.model_copy(update={"why_not": CPU_XLA.format(name=option.name),
+                                     "unless_named": True})
+
+
 def select(found: list[Candidate], names: list[str] | None) -> list[Candidate]:
-    """Only the candidates named (float32 always: it is the baseline)."""
+    """Only the candidates named (float32 always: it is the baseline); one skipped on a
+    measured prior is tried when named."""
     if not names:
         return found
     known = [c.name for c in found]
@@ -143,4 +161,5 @@ def select(found: list[Candidate], names: list[str] | None) -> list[Candidate]:
     if unknown:
         raise ConfigError(f"--candidates: unknown {', '.join(map(repr, unknown))}; on this machine "
                           f"the candidates are {', '.join(known)}")
-    return [c for c in found if c.name == "float32" or c.name in names]
+    return [c.model_copy(update={"why_not": None}) if c.unless_named else c
+            for c in found if c.name == "float32" or c.name in names]

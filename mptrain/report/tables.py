@@ -16,6 +16,8 @@ from rich.console import Group
 from rich.markup import escape
 from rich.table import Table
 
+from mptrain.measure.trials import TWIN
+from mptrain.measure.verdicts import INPUT_BOUND_NOTE, MIN_ROUNDS
 from mptrain.report.console import fmt, human_bytes
 from mptrain.report.fitted import Fitted
 from mptrain.runs.summary import RunSummary
@@ -26,7 +28,6 @@ if TYPE_CHECKING:
     from mptrain.measure.plan import PlanRecord
     from mptrain.precision.policy import PolicyChoice
     from mptrain.runs.listing import RunsReport
-
 
 
 def run_header(experiment: ExperimentConfig, choice: PolicyChoice, warning: str | None,
@@ -119,33 +120,49 @@ def _compute_line(s: RunSummary) -> str:
 
 
 def compare_tables(record: CompareRecord) -> Group:
-    """Two tables that each fit 80 columns: the answer (step time, speed-up, accuracy, loss
-    scale, verdict) and the details (spread, throughput, compute, training memory)."""
-    from mptrain.measure.compare import NOT_RUN, WAITING, Variant
+    """Three tables that each fit 80 columns: the answer (step time, speed-up, accuracy, loss
+    scale, verdict), the details (spread, throughput, compute, training memory) and the whole
+    run (one-off costs, wall time)."""
+    result_rows, detail_rows, time_rows, notes, peaks = _compare_rows(record)
+    results = Fitted(f"mptrain compare: {record.experiment} (baseline: {record.baseline_policy})",
+                      ["variant", "ms/step", "speed-up", "accuracy\n(Δ pt)", "loss scale\n/ skips",
+                       "verdict"], result_rows, text_columns={5})
+    details = Fitted("details", ["variant", "p10–p90\nms/step", "examples\n/s", "TFLOP/s", "MFU",
+                                  "training\nmemory (×)"], detail_rows)
+    times = Fitted("the whole run", ["variant", "start to\n1st step", "whole\nrun", "waited for\nturns"],
+                    time_rows)
+    notes += _compare_footnotes(record, peaks)
+    notes.append(f"folder: {record.folder}")
+    return Group(results, "", details, "", times, "", *notes)
 
-    base = record.baseline_policy
+
+def _compare_rows(record: CompareRecord):
+    """compare's three tables' rows, the notes under them, and each dtype's peak."""
     result_rows, detail_rows, time_rows, notes = [], [], [], []
     warnings: dict[str, list[str]] = {}  # one note per distinct warning
     peaks: dict[str, str] = {}
     for row in record.variants:
-        s = row.summary
+        s, verdict = row.summary, row.verdict
         where = "" if row.strategy == "none" else f" {row.strategy}"
         name, what = None, f"{row.policy}\n{row.loop}{where}"
-        if row.variant != Variant(row.policy, row.loop, row.strategy).label:  # runs --compare
-            name, what = row.variant, f"{row.policy} {row.loop}{where}"
+        if row.label != row.variant.label:  # runs --compare: the run's own name
+            name, what = row.label, f"{row.policy} {row.loop}{where}"
         if s is None:
-            colour = "yellow" if row.failed in (NOT_RUN, WAITING) else "red"
-            result_rows.append((name, [what, "-", "-", "-", "-", f"[{colour}]{row.verdict}[/]"]))
+            said = (f"failed ({row.failed})" if row.failed else "waiting" if record.status == "running"
+                    else "not run: compare --resume runs it")
+            result_rows.append((name, [what, "-", "-", "-", "-",
+                                       f"[{'red' if row.failed else 'yellow'}]{escape(said)}[/]"]))
             continue
         t = s.step_time if s.step_time is not None and s.step_time.enough else None
-        colour = "red" if s.status == "diverged" else "yellow" if s.stop_reason or t is None else ""
+        colour = "red" if verdict.refused else "yellow" if s.stop_reason or t is None else ""
+        words = escape(verdict.words())
         result_rows.append((name, [
             what + (" [yellow]⚠[/]" if s.speed_warning else ""),
             f"{t.median_ms:.1f}" if t else "-",
             f"{row.speedup:.2f}x" if row.speedup is not None else "-",
-            "-" if s.status == "diverged" else _accuracy_cell(s.test_accuracy, row.accuracy_delta_pt),
+            "-" if s.status == "diverged" else _accuracy_cell(s.test_accuracy, verdict.accuracy_delta_pt),
             f"{fmt(s.loss_scale.final, 'g')}/{s.loss_scale.skipped_steps}" if s.loss_scale else "-",
-            f"[{colour}]{row.verdict}[/]" if colour else row.verdict,
+            f"[{colour}]{words}[/]" if colour else words,
         ]))
         detail_rows.append((name, [
             what,
@@ -163,18 +180,11 @@ def compare_tables(record: CompareRecord) -> Group:
         if s.speed_warning:
             warnings.setdefault(s.speed_warning, []).append(label)
         if s.stop_reason:
-            notes.append(f"[yellow]{label}[/]: {s.stop_reason}")
+            notes.append(f"[yellow]{label}[/]: {escape(s.stop_reason)}")
     notes[:0] = [f"[yellow]⚠ {', '.join(labels)}[/]: {text}" for text, labels in warnings.items()]
-    results = Fitted(f"mptrain compare: {record.experiment} (baseline: {base})",
-                      ["variant", "ms/step", "speed-up", "accuracy\n(Δ pt)", "loss scale\n/ skips",
-                       "verdict"], result_rows, text_columns={5})
-    details = Fitted("details", ["variant", "p10–p90\nms/step", "examples\n/s", "TFLOP/s", "MFU",
-                                  "training\nmemory (×)"], detail_rows)
-    times = Fitted("the whole run", ["variant", "start to\n1st step", "whole\nrun", "waited for\nturns"],
-                    time_rows)
-    notes += _compare_footnotes(record, peaks)
-    notes.append(f"folder: {record.folder}")
-    return Group(results, "", details, "", times, "", *notes)
+    if any(row.verdict.input_bound for row in record.variants):
+        notes.append(escape(INPUT_BOUND_NOTE))
+    return result_rows, detail_rows, time_rows, notes, peaks
 
 
 def _compare_footnotes(record: CompareRecord, peaks: dict[str, str]) -> list[str]:
@@ -188,9 +198,12 @@ def _compare_footnotes(record: CompareRecord, peaks: dict[str, str]) -> list[str
              f"speed-up: {base}'s median / this median; a verdict says faster or slower only when "
              "the 95% interval of the speed-up (from each median, its spread and its timed steps) "
              "is on one side of 1")
-    notes.append(f"ms/step: median over timed steps (warm-up and short batches left out); {turns}; "
-                 "higher or lower accuracy only beyond what the test set's size can resolve (a 95% "
-                 "Wilson interval). start to 1st step (s): process start, data, model, tracing, "
+    notes.append(f"ms/step: median over timed steps (warm-up and short batches left out); {turns} "
+                 f"(with fewer than {MIN_ROUNDS} rounds, no speed-up: the verdict says how many "
+                 "steps give enough); loss behind float32's: its training loss fell short of "
+                 "float32's progress by more than 3% (docs/choosing-a-precision.md); higher or "
+                 "lower accuracy only beyond what the test set's size can resolve (a 95% Wilson "
+                 "interval). start to 1st step (s): process start, data, model, tracing, "
                  "compiling and the first step itself; whole run: its own wall time, waits for "
                  "the others' turns left out.")
     if peaks:
@@ -208,33 +221,12 @@ def _accuracy_cell(accuracy: float | None, delta: float | None) -> str:
 
 
 def plan_tables(record: PlanRecord) -> Group:
-    """`mptrain plan`: each candidate measured (or why not), the layers timed, the choice."""
-    rows = []
-    for trial in record.trials:
-        s = trial.summary
-        t = s.step_time if s is not None and s.step_time is not None and s.step_time.enough else None
-        colour = "green" if trial.candidate.name == record.winner else "" if trial.counts else "yellow"
-        verdict = f"[{colour}]{escape(trial.verdict)}[/]" if colour else escape(trial.verdict)
-        first = s.time_to_first_step_s if s is not None else None
-        rows.append((trial.candidate.name, [
-            "",
-            f"{t.median_ms:.1f}" if t else "-",
-            f"{trial.speedup:.2f}x" if trial.speedup is not None else "-",
-            f"{first:.1f}" if first is not None else "-",
-            _duration(trial.whole_run_s),
-            f"{trial.loss_delta_pct:+.1f}%" if trial.loss_delta_pct is not None else "-",
-            verdict]))
+    """`mptrain plan`: each trial measured (or why not), the layers timed, the choice."""
     parts: list[Any] = [Fitted(f"mptrain plan: {record.experiment} ({record.steps}-step trials in "
                                 "turns)",
-                                ["candidate", "ms/step", "speed-up", "start to\n1st step", "whole\nrun",
-                                 "loss Δ", "verdict"], rows, text_columns={6})]
-    for candidate in record.candidates:
-        if candidate.why_not:
-            parts.append(f"[dim]{escape(candidate.name)}: skipped, {escape(candidate.why_not)}[/]")
-    if record.untried:
-        parts.append(f"[yellow]not tried ({record.status})[/]: "
-                     f"{', '.join(c.name for c in record.untried)}; "
-                     f"mptrain plan --resume {record.folder} tries them")
+                                ["trial", "ms/step", "speed-up", "whole\nrun", "loss\nprogress",
+                                 "verdict"], _plan_rows(record), text_columns={5})]
+    parts += _plan_notes(record)
     if record.layers:
         slow = sorted(record.layers, key=lambda t: t.ms_float32 / t.ms_16bit)[:8]
         layers = Fitted("layers (forward + backward), slowest in 16 bits first",
@@ -246,21 +238,67 @@ def plan_tables(record: PlanRecord) -> Group:
     parts.append(f"[bold green]plan: {escape(record.winner or 'float32')}[/] — {escape(record.reason)}")
     if record.pairs:
         parts.append(f"[yellow]in pairs:[/] {escape(record.pairs)}")
-    parts.append(f"measured on {escape(record.machine)}; trials ran in turns of "
-                 f"{record.turn_steps} steps. speed-up: the median over rounds of float32's "
-                 "median step / this one's in the same round, a verdict says faster only when its "
-                 "95% interval is above 1; start to 1st step (s): process start, data, model, tracing, "
-                 "compiling and the first step; whole run: "
-                 f"estimated for the experiment's {record.experiment_steps} steps, "
-                 f"{record.experiment_eval_batches} evaluation batches and "
-                 f"{record.experiment_checkpoints} checkpoints (start to 1st step, the rest at the "
-                 "median, evaluation at a third of a step, checkpoints and the process's start "
-                 "and exit as measured); loss Δ: the trial's loss over its "
-                 "second half against float32's on the same batches")
+    parts.append(_plan_footnote(record))
     if record.plan_file:
         parts.append(f"runnable plan: {record.plan_file}  (mptrain run {record.plan_file})")
     parts.append(f"folder: {record.folder}")
     return Group(*parts)
+
+
+def _plan_rows(record: PlanRecord) -> list:
+    rows = []
+    for trial in record.trials:
+        s, verdict = trial.summary, trial.verdict
+        t = s.step_time if s is not None and s.step_time is not None and s.step_time.enough else None
+        if s is None and trial.failed is None:
+            words = "not run (budget spent)" if record.status != "running" else "waiting"
+            colour = "yellow"
+        elif trial.label == TWIN:
+            words, colour = "A/A twin: the noise floor", ""
+        else:
+            words = verdict.words(accuracy=record.evaluate)
+            colour = ("green" if trial.label == record.winner else
+                      "" if trial.counts or verdict.baseline else "yellow")
+        share = verdict.training.share if verdict.training else None
+        rows.append((trial.label, [
+            "",
+            f"{t.median_ms:.1f}" if t else "-",
+            f"{trial.speedup:.2f}x" if trial.speedup is not None else "-",
+            _duration(trial.whole_run_s),
+            f"{share:.1%}" if share is not None else "-",
+            f"[{colour}]{escape(words)}[/]" if colour else escape(words)]))
+    return rows
+
+
+def _plan_notes(record: PlanRecord) -> list[str]:
+    """What was skipped, failed, cut or left untried, and the input-bound note."""
+    notes = [f"[dim]{escape(option.name)}: skipped, {escape(option.why_not)}[/]"
+             for option in record.candidates if option.why_not]
+    notes += [f"[yellow]{escape(t.label)}[/]: {escape(t.failed)}" for t in record.trials if t.failed]
+    if record.untried or record.cut:
+        what = "; ".join(filter(None, [
+            record.cut and f"cut short: {', '.join(record.cut)}",
+            record.untried and f"not tried: {', '.join(record.untried)}"]))
+        notes.append(f"[yellow]{record.status}[/]: {escape(what)}; mptrain plan --resume "
+                     f"{escape(record.folder)} runs what was not")
+    if any(t.verdict.input_bound for t in record.trials):
+        notes.append(escape(INPUT_BOUND_NOTE))
+    return notes
+
+
+def _plan_footnote(record: PlanRecord) -> str:
+    return (f"measured on {escape(record.machine)}; trials ran in turns of "
+            f"{record.turn_steps} steps. speed-up: the median over rounds of float32's "
+            "median step / this one's in the same round; faster only when its 95% interval "
+            f"is above 1 and above the interval of {TWIN} (float32 again, the A/A test of "
+            "the machine's noise); whole run: estimated for the experiment's "
+            f"{record.experiment_steps} steps, {record.experiment_eval_batches} evaluation "
+            f"batches and {record.experiment_checkpoints} checkpoints (one-off costs to the "
+            "first step, the rest at the median, evaluation at a third of a step, "
+            "checkpoints and the process's start and exit as measured); loss progress: the "
+            "share of float32's fall in training loss the trial made over the same batches "
+            f"(behind: short by more than {record.tolerance_pct:g}% of float32's progress, "
+            "or of its loss where it barely moved)")
 
 
 def _duration(seconds: float | None) -> str:

@@ -54,6 +54,9 @@ def check_gpu_view(report: CheckReport):
     parts.append(f"[bold green]Recommended policy: {rec.policy}[/] ({escape(basis)})\n"
                  f"{escape(rec.reason)}")
     parts += [f"[yellow]warning:[/] {escape(w)}" for w in rec.warnings]
+    parts.append("`policy: auto` runs this policy, except in an experiment with a plan beside "
+                 "its file (`mptrain plan`) measured on this machine: there, the plan's pick, "
+                 "measured on the model itself.")
     parts.append(escape(report.compatibility_check))
     dist = report.distribution
     if dist:
@@ -67,6 +70,13 @@ def check_gpu_view(report: CheckReport):
                 f"kernels measured now, in {report.kernels.seconds:.1f} s (kept in the cache for "
                 "`policy: auto` and the next check-gpu)")
         parts.append(when)
+    parts += _bench_parts(report)
+    return Panel(Group(*parts), title="mptrain check-gpu", title_align="left")
+
+
+def _bench_parts(report: CheckReport) -> list:
+    """`check-gpu --bench`: every kernel timed, per dtype, with what the columns mean."""
+    parts = []
     if report.bench:
         rows = [(None, [r.device.strip("/"), r.kernel, r.dtype,
                         f"{r.ms_per_call:.2f}" + ("*" if r.cut_short else ""),
@@ -78,7 +88,7 @@ def check_gpu_view(report: CheckReport):
             parts.append("* 1 call, cut short: a single call took longer than the budget")
         parts.append("dense = MatMul+BiasAdd+ReLU, which oneDNN fuses (the op behind float16's CPU "
                      "collapse); dtypes timed in interleaved rounds, medians and p10–p90 spreads")
-    return Panel(Group(*parts), title="mptrain check-gpu", title_align="left")
+    return parts
 
 
 

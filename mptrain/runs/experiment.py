@@ -17,7 +17,7 @@ Everything that can fail on bad input happens here, before any run folder exists
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,7 @@ from mptrain.hardware.runtime import import_tensorflow, seed_everything
 from mptrain.model import build_model
 from mptrain.model.checks import fit_to_data
 from mptrain.model.outputs import OutputKind
+from mptrain.precision.planned import Planned, planned
 from mptrain.precision.policy import PolicyChoice, apply_math_mode, apply_policy, choose_policy, speed_warning
 from mptrain.runs.memory import MemoryMeter
 from mptrain.runs.preflight import check_experiment
@@ -78,18 +79,26 @@ def prepare(config: ExperimentConfig, *, policy: str | None = None, verbose: boo
     same weights; `status(text)` is a context manager showing progress for slow set-up steps
     (the first measurement of this machine's kernels, under `policy: auto`)."""
     check_experiment(config)  # missing files and impossible shapes, before TensorFlow's import
-    tf = import_tensorflow(verbose, environment=math_environment(config.train.math_mode))
+    requested = policy or config.policy
+    plan = planned(config) if requested == "auto" else None
+    mode = plan_math_mode(plan) or config.train.math_mode  # read once, as TensorFlow starts
+    tf = import_tensorflow(verbose, environment=math_environment(mode))
     prepare_devices(config.distribute, tf)
     place = placement(config.distribute, tf)
     check_batch_split(config, place.replicas)
     if config.deterministic:
         tf.config.experimental.enable_op_determinism()
     machine = probe(tf, check_xla=False)
-    requested = policy or config.policy
+    notes = []
+    if plan is not None:
+        config, requested, said = follow_plan(config, plan, machine)
+        notes.append(said)
     kernels = measured_kernels(tf, machine, status) if requested == "auto" else None
     choice = choose_policy(requested, config.train.jit_compile, machine,
                            config.train.xla_optimizer_update, replicas=place.replicas,
                            kernels=kernels)
+    if plan is not None and requested != "auto":  # auto, resolved by the plan
+        choice = replace(choice, requested="auto", reason=f"auto: {said}")
     apply_math_mode(tf, config.train.math_mode)
     # set before the data: its one layer (text_folder's TextVectorization) gives integer
     # token ids under any policy, and every layer the model creates follows it
@@ -111,7 +120,36 @@ def prepare(config: ExperimentConfig, *, policy: str | None = None, verbose: boo
             choice.loss_scaling, scale.initial_scale, scale.dynamic_growth_steps)
         loop = make_loop(config, built.model, built.output, optimizer, choice, place.strategy)
     return Prepared(config, tf, machine, place, choice, kernels, data, batches, memory,
-                    built.model, built.output, optimizer, loop, data.notes + built.notes)
+                    built.model, built.output, optimizer, loop, notes + data.notes + built.notes)
+
+
+def plan_math_mode(plan: Planned | None) -> str | None:
+    """The math mode of the plan's pick, when the plan applies as far as can be told before
+    TensorFlow starts (the CPU, its flags, TensorFlow's version: `Planned.follow`)."""
+    if plan is None:
+        return None
+    from importlib.metadata import version
+
+    from mptrain.hardware.kernels import machine_key
+    from mptrain.hardware.machine import Machine, onednn_enabled, probe_cpu
+
+    here = Machine(cpu=probe_cpu(), tensorflow_version=version("tensorflow"), onednn=onednn_enabled())
+    return plan.settings["train.math_mode"] if plan.follow(machine_key(here)) is None else None
+
+
+def follow_plan(config: ExperimentConfig, plan: Planned,
+                machine: Machine) -> tuple[ExperimentConfig, str, str]:
+    """`policy: auto` beside a plan: the experiment with the plan's pick (its XLA, math mode and
+    float32 layers; the policy to request), and what to say; or, when the plan does not
+    apply here, the experiment as it is, `auto` to decide, and why not."""
+    from mptrain.config import variant
+    from mptrain.hardware.kernels import machine_key
+
+    why_not = plan.follow(machine_key(machine))
+    if why_not is not None:
+        return config, "auto", f"policy auto did not follow the plan beside the experiment: {why_not}"
+    said = f"follows {plan.path}, measured on this machine: {plan.pick}"
+    return variant(config, plan.settings), plan.settings["policy"], said
 
 
 def math_environment(mode: str) -> dict[str, str]:

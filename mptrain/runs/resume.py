@@ -15,20 +15,16 @@ from pathlib import Path
 from typing import Any
 
 from mptrain.config import ExperimentConfig, load_config, validate, variant
-from mptrain.config.loading import apply_overrides, read_yaml
+from mptrain.config.loading import apply_overrides, changed_keys, read_yaml
 from mptrain.config.schema import TrainConfig
 from mptrain.errors import AlreadyFinished, ConfigError
+from mptrain.precision.planned import PLANNED_KEYS
 from mptrain.runs.folder import RunFolder
 from mptrain.runs.summary import RunState, RunSummary
 
 # distribute.workers too: the checkpoint holds every worker's (mirrored) variables once, and
 # the data position counts global batches, so any number of local workers continues it
 MAY_CHANGE = ("train.epochs", "train.max_steps", "train.max_step_seconds", "distribute.workers")
-
-
-# Keys a run resolves (from its data, or `auto` from this machine), with the value that asks
-# for that: a resume that asks again asks for what the run resolved.
-RESOLVED = {"model.num_classes": None, "data.image_size": None, "policy": "auto"}
 
 
 def experiment_to_run(experiment: str | ExperimentConfig | None, overrides: list[str],
@@ -70,8 +66,10 @@ def resume_config(run_dir: Path, experiment: str | ExperimentConfig | None,
         wanted = _wanted(experiment, overrides)
     else:
         wanted = validate(apply_overrides(stored_raw, overrides), str(stored_path), overrides)
-    changed = [key for key in _differences(stored.to_yaml_dict(), wanted.to_yaml_dict())
-               if key not in MAY_CHANGE]
+    # `policy: auto` may have followed a plan: what a plan chooses is what auto resolved
+    resolved = PLANNED_KEYS if wanted.policy == "auto" else ()
+    changed = [key for key in changed_keys(stored.to_yaml_dict(), wanted.to_yaml_dict())
+               if key not in MAY_CHANGE and not key.startswith(resolved)]
     if changed:
         raise ConfigError(f"cannot resume {run_dir}: refusing to continue with a different "
                           f"{', '.join(changed)} (the checkpoint belongs to the run's own "
@@ -109,17 +107,6 @@ def _how_to_go_further(run_dir: Path, state: RunSummary, train: TrainConfig) -> 
                 f"continue it: --resume with --set train.{limit}=N (larger) or =null")
     return (f"{run_dir} finished already ({train.epochs} epochs); to train it longer: --resume "
             "with --set train.epochs=N")
-
-
-def _differences(stored: Any, wanted: Any, prefix: str = "") -> list[str]:
-    """The keys whose values differ; a key the run resolved, which the wanted experiment asks
-    to resolve again (`RESOLVED`), does not."""
-    if isinstance(stored, dict) and isinstance(wanted, dict):
-        keys = sorted(set(stored) | set(wanted))
-        return [d for k in keys for d in _differences(stored.get(k), wanted.get(k), f"{prefix}{k}.")]
-    key = prefix.rstrip(".")
-    asks_again = key in RESOLVED and wanted == RESOLVED[key]
-    return [] if stored == wanted or asks_again else [key]
 
 
 def alive(state: RunState) -> bool:

@@ -56,14 +56,17 @@ def resume_command(run_dir: Path, verbose: bool = False) -> list[str]:
     return mptrain_command("run", "--resume", str(run_dir), "--json") + ["--verbose"] * verbose
 
 
-def start(command: list[str], env: dict[str, str] | None = None, quiet: bool = False) -> subprocess.Popen:
-    """A child with stdout captured and stderr passed through (its live progress shows on the
-    user's terminal), or both discarded (`quiet`)."""
-    return subprocess.Popen(command, text=True,
+def start(command: list[str], env: dict[str, str] | None = None, quiet: bool = False, *,
+          log=None, talk: bool = False, pass_fds: tuple[int, ...] = ()) -> subprocess.Popen:
+    """A child in its own session, which dies with its parent: stdout captured and stderr
+    passed through (its live progress shows on the user's terminal), both discarded
+    (`quiet`), or stderr into `log` (a file); with `talk`, its stdin is a pipe the parent
+    writes to (the measuring engine's turns)."""
+    return subprocess.Popen(command, text=True, stdin=subprocess.PIPE if talk else None,
                             stdout=subprocess.DEVNULL if quiet else subprocess.PIPE,
-                            stderr=subprocess.DEVNULL if quiet else None,
-                            env={**os.environ, **(env or {})}, start_new_session=True,
-                            preexec_fn=die_with_parent)
+                            stderr=subprocess.DEVNULL if quiet else log,
+                            env={**os.environ, **(env or {})}, pass_fds=pass_fds,
+                            start_new_session=True, preexec_fn=die_with_parent)
 
 
 def read_child_summary(code: int, stdout: str) -> RunSummary | str:

@@ -7,7 +7,8 @@ machine; run in turns, every variant sees the same drift. So a child started by 
 after its first step (tracing, kernel creation: a one-off cost) and then after every turn of
 steps, writes what it measured to the pipe as one JSON line, and waits on stdin until the
 engine says `go` (or `too slow REASON`: it cannot win, and stops as `train.max_step_seconds`
-would stop it). After its last step it reports `final` and waits once more, so its
+would stop it; or `cut REASON`: the plan's budget is spent, and it stops as `train.max_steps`
+would). After its last step it reports `final` and waits once more, so its
 evaluation does not overlap another variant's turn. The time spent waiting is kept, and
 subtracted from the run's wall time: a variant's whole-run time is its own work only.
 
@@ -88,5 +89,7 @@ class TakeTurns(TrainingListener):
             self.report = None
         if command.startswith("too slow "):  # it cannot win: stopped as by max_step_seconds
             self.monitor.request_stop(command.removeprefix("too slow "), "max_step_seconds")
+        elif command.startswith("cut "):  # out of the plan's budget: stopped as by a step limit
+            self.monitor.request_stop(command.removeprefix("cut "), "max_steps")
         elif command != "go":  # "stop", or the engine is gone (end of input): stop like a Ctrl-C
             signal.raise_signal(signal.SIGTERM if not command else signal.SIGINT)

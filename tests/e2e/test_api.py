@@ -76,7 +76,7 @@ def test_compare_plan_and_check_machine_from_python(tmp_path):
     assert all(row.summary.status == "finished" for row in record.variants)
     planned = mptrain.plan(config, candidates=["mixed_bfloat16"], steps=8, progress=False)
     assert isinstance(planned, PlanRecord) and planned.status == "finished" and planned.winner
-    assert [t.candidate.name for t in planned.trials][:1] == ["float32"]
+    assert [t.label for t in planned.trials][:2] == ["float32", "float32-twin"]
     report = mptrain.check_machine()
     assert isinstance(report, CheckReport) and report.recommendation.policy in (
         "float32", "mixed_bfloat16", "mixed_float16")

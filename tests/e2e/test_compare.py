@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from mptrain.measure.compare import CompareRecord
-from mptrain.measure.verdicts import paired_speedup
+from mptrain.measure.verdicts import Measured, speed
 from tests.e2e.test_plan import assert_in_turns
 from tests.helpers import experiment, mptrain
 
@@ -27,15 +27,15 @@ def test_compare_two_policies_through_the_cli(tmp_path):
     # same initial weights and data: the first losses agree up to bfloat16 rounding
     assert bf16.summary.first_step_loss == pytest.approx(f32.summary.first_step_loss, rel=2e-2)
     # ratios are computed from the measured numbers
-    assert f32.speedup == 1.0 and f32.verdict == "baseline"
+    assert f32.verdict.baseline and f32.verdict.words() == "baseline"
     # the speed-up is the median of the per-round ratios, from the rounds the record keeps
     assert len(f32.rounds) == len(bf16.rounds) >= 3 and record.turn_steps == 5
     assert record.input_ms_per_batch > 0  # the input pipeline alone, measured before the runs
-    assert bf16.speedup == pytest.approx(paired_speedup(f32.rounds, bf16.rounds)[0])
+    assert bf16.verdict.speed.paired and bf16.speedup == pytest.approx(speed(bf16, f32).ratio)
     assert bf16.summary.turn_wait_s > 0 and f32.summary.turn_wait_s > 0
     assert bf16.summary.wall_time_s > bf16.summary.time_to_first_step_s > 0
     assert_in_turns(done.stderr, ["float32-fit", "mixed_bfloat16-fit"])
-    assert bf16.accuracy_delta_pt == pytest.approx(
+    assert bf16.verdict.accuracy_delta_pt == pytest.approx(
         100 * (bf16.summary.test_accuracy - f32.summary.test_accuracy))
     assert f32.summary.memory.training_peak_bytes and bf16.summary.memory.training_peak_bytes
     assert bf16.memory_ratio == pytest.approx(
@@ -76,7 +76,7 @@ def test_diverging_variant_is_shown_not_crashed_on_and_variants_pair_when_memory
         next((tmp_path / "runs").glob("compare-*/compare.json")).read_text())
     f16 = record.variants[1]
     assert f16.summary.status == "diverged" and f16.summary.non_finite_loss_steps > 0
-    assert f16.verdict.startswith("diverged")
+    assert f16.verdict.words().startswith("diverged (NaN/inf loss)")
     assert "diverged" in done.stdout
     assert_nontrivial_png(Path(record.plot))
     assert record.pairs and "each runs in turns with float32-fit alone" in record.pairs
@@ -86,20 +86,29 @@ def test_diverging_variant_is_shown_not_crashed_on_and_variants_pair_when_memory
     assert bf16.baseline_rounds != record.variants[0].rounds  # its own pair's float32, not the first's
     copy = Path(record.folder) / f"{record.experiment}-float32-fit-with-mixed_bfloat16-fit"
     assert (copy / "summary.json").is_file()
-    assert bf16.speedup == pytest.approx(paired_speedup(bf16.baseline_rounds, bf16.rounds)[0])
+    paired = Measured(label="x", summary=bf16.summary, rounds=bf16.baseline_rounds)
+    assert bf16.speedup == pytest.approx(speed(bf16.model_copy(update={"baseline_rounds": None}),
+                                               paired).ratio)
 
 
-def test_verdict_needs_enough_timed_steps(tmp_path):
+def test_verdict_needs_enough_rounds_and_says_how_many_steps_give_them(tmp_path):
+    """With too few rounds in turns, no speed-up: the verdict says why and what would do;
+    `runs --compare` of the same two runs says the same (one rule)."""
     config = experiment(tmp_path)
     done = mptrain("compare", str(config), "--policies", "float32,mixed_bfloat16",
-                   "--loops", "custom", "--steps", "3", "--json", cwd=tmp_path)
+                   "--loops", "custom", "--steps", "8", "--json", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     record = CompareRecord.model_validate_json(done.stdout)
-    for row in record.variants:
-        assert row.summary.steps_run == 3 and row.summary.stop_reason
-        assert row.speedup is None
-        assert row.verdict.startswith("not enough steps to time (2 timed, need 5)")
-        assert row.verdict.endswith("(stopped early)")
+    f32, bf16 = record.variants
+    assert all(row.summary.steps_run == 8 and row.summary.stop_reason for row in record.variants)
+    assert bf16.speedup is None and len(bf16.rounds) == 2
+    words = bf16.verdict.words()
+    assert words.startswith("not timed: 2 round(s) in turns, 3 needed: --steps 16 gives 3"), words
+    assert words.endswith("(stopped early)") and f32.verdict.words() == "baseline (stopped early)"
+    side = mptrain("runs", "--compare", f32.run_dir, bf16.run_dir, "--json", cwd=tmp_path)
+    assert side.returncode == 0, side.stderr
+    again = CompareRecord.model_validate_json(side.stdout).variants[1]
+    assert again.speedup is None and again.verdict.speed.unknown == bf16.verdict.speed.unknown
 
 
 def test_compare_takes_a_candidate_plan_prints(tmp_path):

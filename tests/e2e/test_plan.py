@@ -32,7 +32,7 @@ def test_plan_on_a_built_in_measures_chooses_and_writes_a_runnable_plan(tmp_path
                    "--steps", "16", "--json", cwd=tmp_path, env_extra={"COLUMNS": "80"})
     assert done.returncode == 0, done.stderr[-3000:]
     record = json.loads(done.stdout)
-    assert_in_turns(done.stderr, [t["candidate"]["name"] for t in record["trials"]])
+    assert_in_turns(done.stderr, [t["label"] for t in record["trials"]])
     for trial in record["trials"]:  # the rounds every speed-up is computed from, in the record
         assert len(trial["rounds"]) == 3 and trial["summary"]["turn_wait_s"] > 0
         assert trial["summary"]["time_to_first_step_s"] > 0 and trial["whole_run_s"] > 0
@@ -41,17 +41,20 @@ def test_plan_on_a_built_in_measures_chooses_and_writes_a_runnable_plan(tmp_path
         assert trial["summary"]["evaluation_s"] > 0 and trial["overhead_s"] > 0
         assert trial["summary"]["model_save_s"] > 0
         assert record["experiment_eval_batches"] > 0
-    names = [t["candidate"]["name"] for t in record["trials"]]
-    assert names[:3] == ["float32", "mixed_bfloat16", "float32+onednn_bf16"] or \
-        names[:3] == ["float32", "float32+onednn_bf16", "mixed_bfloat16"]
+    names = [t["label"] for t in record["trials"]]
+    assert names[:4] == ["float32", "float32-twin", "mixed_bfloat16", "float32+onednn_bf16"] or \
+        names[:4] == ["float32", "float32-twin", "float32+onednn_bf16", "mixed_bfloat16"]
+    twin = record["trials"][1]  # float32 again, in the same rounds: the A/A test
+    assert twin["summary"]["policy"] == "float32" and twin["verdict"]["speed"]["interval"]
     for trial in record["trials"]:
         s = trial["summary"]
-        assert s["steps_run"] == 16 and s["step_time"]["enough"], trial["candidate"]["name"]
-        assert trial["loss_delta_pct"] is not None and trial["verdict"]
-    onednn = next(t for t in record["trials"] if t["candidate"]["name"] == "float32+onednn_bf16")
+        assert s["steps_run"] == 16 and s["step_time"]["enough"], trial["label"]
+        if trial["label"] not in ("float32", "float32-twin"):  # each judged on its loss progress
+            assert trial["verdict"]["training"]["share"] is not None
+    onednn = next(t for t in record["trials"] if t["label"] == "float32+onednn_bf16")
     assert onednn["summary"]["policy"] == "float32"  # oneDNN's bf16 math under a float32 policy
     base = record["trials"][0]["summary"]
-    bf16 = next(t for t in record["trials"] if t["candidate"]["name"] == "mixed_bfloat16")
+    bf16 = next(t for t in record["trials"] if t["label"] == "mixed_bfloat16")
     assert bf16["summary"]["first_step_loss"] == pytest.approx(base["first_step_loss"], rel=2e-2)
     assert record["layers"], "the best 16-bit candidate's layers were timed"
     assert {t["layer"] for t in record["layers"]} == {"dense_1", "dense_2", "logits"}
@@ -62,6 +65,7 @@ def test_plan_on_a_built_in_measures_chooses_and_writes_a_runnable_plan(tmp_path
     assert record["plan_file"] == str(plan_file)
     text = plan_file.read_text()
     assert text.startswith(f"# mptrain plan for synthetic: {record['winner']}") and "Measured " in text
+    assert '# mptrain-plan: {"machine_key": ' in text  # the stamp `policy: auto` reads
     planned = yaml.safe_load(text)
     winner = next(c for c in record["candidates"] if c["name"] == record["winner"])
     assert planned["policy"] == winner["policy"] and planned["train"]["math_mode"] == winner["math_mode"]
@@ -76,7 +80,7 @@ def test_plan_on_a_built_in_measures_chooses_and_writes_a_runnable_plan(tmp_path
 @pytest.mark.parametrize(("args", "message"), [
     (["--candidates", "float32,fp8"], "--candidates: unknown 'fp8'"),
     (["--candidates", "mixed_float16,float32+tf32_off"], "unknown 'float32+tf32_off'; on this machine"),
-    (["--tolerance", "-1"], "--tolerance -1: give a percentage of float32's loss, 0 or more"),
+    (["--tolerance", "-1"], "--tolerance -1: give a percentage of float32's loss progress, 0 or more"),
     (["--budget", "0"], "--budget 0: give the minutes plan may take, more than 0"),
 ])
 def test_bad_plan_input_is_refused_and_leaves_nothing(tmp_path, args, message):
@@ -89,7 +93,8 @@ def test_bad_plan_input_is_refused_and_leaves_nothing(tmp_path, args, message):
 
 def test_ctrl_c_stops_the_trials_in_turn_and_resume_runs_them(tmp_path):
     """The trials run in turns, so a Ctrl-C stops them all mid-trial: none is a result (a
-    plan from half-run trials would be drift again), and --resume runs them all anew."""
+    plan from half-run trials would be drift again), and --resume continues them, as compare
+    resumes (each from its checkpoint, in a new session)."""
     config = experiment(tmp_path, "train.batch_size=8", "model.hidden_units=[64, 64]")
     process = mptrain_process(tmp_path, "plan", str(config), "--steps", "16", "--candidates",
                               "mixed_bfloat16", "--json")
@@ -99,14 +104,15 @@ def test_ctrl_c_stops_the_trials_in_turn_and_resume_runs_them(tmp_path):
     assert process.returncode == 130, stderr[-2000:]
     record = json.loads(stdout)
     assert record["status"] == "interrupted" and f"mptrain plan --resume {record['folder']}" in stderr
-    assert record["trials"] and all(t["failed"] == "interrupted" for t in record["trials"])
+    assert record["trials"] and all(t["summary"]["status"] == "interrupted" for t in record["trials"])
     assert not (tmp_path / "exp.plan.yaml").exists()  # no plan from half the trials
     resumed = mptrain("plan", "--resume", record["folder"], "--json", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     final = json.loads(resumed.stdout)
     assert final["status"] == "finished"
-    assert {t["candidate"]["name"] for t in final["trials"] if t["summary"]} >= {
-        "float32", "mixed_bfloat16"}
+    assert {t["label"] for t in final["trials"] if t["summary"]["status"] == "finished"} == {
+        "float32", "float32-twin", "mixed_bfloat16"}
+    assert all(t["session"] == 2 for t in final["trials"])
     assert (tmp_path / "exp.plan.yaml").is_file()
 
 
@@ -125,3 +131,60 @@ def test_check_gpu_recommends_what_the_measurement_says(tmp_path, monkeypatch, b
     assert report["kernels"]["timings"] and report["bench"] is None
     rules = json.loads(mptrain("check-gpu", "--json", "--no-bench", cwd=tmp_path, env_extra=env).stdout)
     assert rules["recommendation"]["measured"] is False and rules["kernels"] is None
+
+
+def test_auto_runs_the_pick_of_the_plan_beside_the_experiment_measured_here(tmp_path):
+    """`policy: auto` beside a plan of this experiment made on this machine runs the plan's
+    pick (here a math mode the kernels alone never pick) and says so; beside a plan made
+    elsewhere it decides on the kernels, and says why the plan was not followed."""
+    import os
+
+    import tensorflow as tf
+
+    from mptrain.hardware.kernels import machine_key
+    from mptrain.hardware.machine import probe
+    from mptrain.precision.planned import stamp
+    from tests.helpers import tiny_raw
+
+    config = experiment(tmp_path, "policy=auto", "train.epochs=1")
+    here = machine_key(probe(tf, check_xla=False))
+
+    def plan_beside(key):
+        raw = tiny_raw(f"output.dir={tmp_path / 'runs'}", "policy=float32", "train.epochs=1",
+                       "train.math_mode=graph_bf16")
+        (tmp_path / "exp.plan.yaml").write_text(stamp(key, "float32+graph_bf16") + "\n" + yaml.safe_dump(raw))
+        later = config.stat().st_mtime + 10
+        os.utime(tmp_path / "exp.plan.yaml", (later, later))
+
+    plan_beside(here)
+    followed = json.loads(mptrain("run", str(config), "--json", cwd=tmp_path).stdout)
+    assert (followed["policy"], followed["policy_requested"], followed["candidate"]) == (
+        "float32", "auto", "float32+graph_bf16")
+    assert followed["policy_reason"].startswith(f"auto: follows {tmp_path / 'exp.plan.yaml'}")
+    plan_beside("another machine")
+    kernels = json.loads(mptrain("run", str(config), "--json", cwd=tmp_path).stdout)
+    assert kernels["candidate"] != "float32+graph_bf16" and kernels["policy_requested"] == "auto"
+    assert any("did not follow the plan" in n and "another machine" in n for n in kernels["notes"])
+
+
+def test_the_budget_holds_trials_stop_at_it_and_are_judged_on_what_they_measured(tmp_path):
+    """A budget far shorter than the trials: no round starts after it, the trials still
+    training stop after their round and keep what they measured, and the plan names what the
+    budget cut; it ends soon after the budget (the staging and the last turn's steps)."""
+    import time
+
+    config = experiment(tmp_path, "train.epochs=500", "train.batch_size=8")
+    started = time.monotonic()
+    done = mptrain("plan", str(config), "--steps", "20000", "--budget", "0.25", "--candidates",
+                   "mixed_bfloat16", "--json", cwd=tmp_path)
+    took = time.monotonic() - started
+    assert done.returncode == 0, done.stderr[-3000:]
+    record = json.loads(done.stdout)
+    assert record["status"] == "out of budget"
+    assert set(record["trials"][i]["label"] for i in range(3)) == {"float32", "float32-twin",
+                                                                   "mixed_bfloat16"}
+    cut = [t for t in record["trials"] if t["summary"] and t["summary"]["steps_run"] < 20000]
+    assert cut and all(t["summary"]["stop_reason"].startswith("cut by the budget") for t in cut)
+    assert {t["label"] for t in cut} <= set(record["trials"][i]["label"] for i in range(3))
+    assert all(t["rounds"] for t in cut)  # judged on the rounds they ran
+    assert took < 15 + 60, took  # the budget, and the staging, starts and last round after it

@@ -334,7 +334,7 @@ def test_runs_lists_real_runs_by_status_and_compares_them(tmp_path, tiny_config)
     assert side.returncode == 0, side.stderr
     record = json.loads(side.stdout)
     assert record["baseline_policy"] == "float32"
-    assert [r["variant"] for r in record["variants"]] == [bf16.name, finished.name]
-    assert record["variants"][1]["verdict"].startswith("baseline")
+    assert [r["label"] for r in record["variants"]] == [bf16.name, finished.name]
+    assert record["variants"][1]["verdict"]["baseline"]
     missing = mptrain("runs", str(tmp_path / "runs"), "--compare", finished.name, "nope", cwd=tmp_path)
     assert missing.returncode == 2 and "nope: not a run folder" in missing.stderr

@@ -10,7 +10,7 @@ import pytest
 
 from mptrain.config import validate
 from mptrain.hardware.machine import Machine, parse_cpuinfo
-from mptrain.measure.engine import Entry, _command
+from mptrain.measure.engine import Entry, command_for
 from mptrain.precision.policy import choose_policy
 from tests.helpers import record_kernels, tiny_raw
 
@@ -41,7 +41,7 @@ def test_every_variant_starts_from_the_staged_initial_weights(tmp_path):
     """A fresh variant runs its own experiment file from the folder's initial weights; one
     that stopped with a checkpoint resumes from it instead (its weights are in it)."""
     config = validate(tiny_raw(), "<test>")
-    fresh = _command(tmp_path, Entry("mixed_bfloat16", config, tmp_path / "run-a"), verbose=False)
+    fresh = command_for(tmp_path, Entry("mixed_bfloat16", config, tmp_path / "run-a"), verbose=False)
     at = fresh.index("--initial-weights")
     assert Path(fresh[at + 1]) == tmp_path / "initial_weights.npz"
     assert Path(fresh[fresh.index("--run-dir") + 1]) == tmp_path / "run-a"
@@ -53,7 +53,7 @@ def test_every_variant_starts_from_the_staged_initial_weights(tmp_path):
     (stopped / "config.yaml").write_text("name: tiny\n")
     (stopped / "summary.json").write_text('{"status": "running", "name": "tiny", "pid": 1, '
                                           '"host": "elsewhere", "started": "2026-01-01T00:00:00"}')
-    resumed = _command(tmp_path, Entry("float32", config, stopped, resume=True), verbose=False)
+    resumed = command_for(tmp_path, Entry("float32", config, stopped), verbose=False)
     assert resumed[resumed.index("--resume") + 1] == str(stopped) and "--initial-weights" not in resumed
 
 
@@ -71,32 +71,20 @@ def test_variants_that_do_not_fit_together_pair_with_the_baseline_each(tmp_path)
 
 def test_a_paired_variant_is_judged_against_its_own_pairs_baseline():
     """Rounds pair only within the turns they ran in: with pairs, that is the variant's own."""
-    from mptrain.measure.compare import Known, Variant, build_record
+    from mptrain.measure.compare import CompareRecord, CompareRow, judged
     from tests.helpers import make_summary
 
-    variants = [Variant("float32", "fit"), Variant("mixed_bfloat16", "fit"), Variant("float16", "fit")]
-    known = Known({v.label: make_summary(median=100.0) for v in variants},
-                  rounds={"float32-fit": [100.0] * 6, "mixed_bfloat16-fit": [50.0] * 6,
-                          "float16-fit": [50.0] * 6},
-                  sessions={v.label: 1 for v in variants},
-                  baseline_rounds={"float16-fit": [200.0] * 6}, pairs="memory")
-    rows = build_record("x", Path("/tmp/x"), variants, known).variants
+    def row(policy, rounds, paired=None):
+        return CompareRow(label=f"{policy}-fit", policy=policy, loop="fit", summary=make_summary(),
+                          rounds=rounds, baseline_rounds=paired)
+
+    record = judged(CompareRecord(
+        experiment="x", folder="/tmp/x", baseline="float32-fit", baseline_policy="float32",
+        pairs="memory", variants=[row("float32", [100.0] * 6), row("mixed_bfloat16", [50.0] * 6),
+                                  row("float16", [50.0] * 6, paired=[200.0] * 6)]))
+    rows = record.variants
     assert rows[1].speedup == pytest.approx(2.0) and rows[2].speedup == pytest.approx(4.0)
-    assert rows[2].baseline_rounds == [200.0] * 6 and rows[1].baseline_rounds is None
-
-
-def test_a_paired_trial_is_judged_against_float32_from_its_own_pair():
-    from mptrain.measure.trials import Rules, Trial, judge
-    from mptrain.precision.candidates import candidate
-    from tests.helpers import make_summary
-
-    base = Trial(candidate=candidate("float32"), run_dir="/tmp/a", summary=make_summary(),
-                 rounds=[100.0] * 6)
-    trial = Trial(candidate=candidate("mixed_bfloat16"), run_dir="/tmp/b", summary=make_summary(),
-                  rounds=[50.0] * 6)
-    assert judge(trial, base, (1.0, 1.0), Rules()).speedup == pytest.approx(2.0)
-    paired = trial.model_copy(update={"baseline_rounds": [150.0] * 6})
-    assert judge(paired, base, (1.0, 1.0), Rules()).speedup == pytest.approx(3.0)
+    assert rows[2].verdict.speed.paired
 
 
 def test_compare_and_plan_refuse_local_workers_before_anything_starts(tmp_path):

@@ -4,14 +4,14 @@ candidates) is whole on one line, however long the names and wide the numbers.""
 
 import io
 import re
-from pathlib import Path
 
 from rich.console import Console
 
-from mptrain.measure.compare import Known, Variant, build_record, compare_row
+from mptrain.measure.compare import CompareRecord, CompareRow, Variant, judged
 from mptrain.measure.islands import LayerTiming
 from mptrain.measure.plan import PlanRecord
 from mptrain.measure.trials import Trial
+from mptrain.measure.verdicts import Speed, Training, Verdict
 from mptrain.precision.candidates import Candidate
 from mptrain.report.tables import compare_tables, plan_tables, runs_table, summary_table
 from mptrain.report.views import check_gpu_view, diagnose_view, lint_view, memory_view
@@ -73,33 +73,40 @@ def test_compare_tables_keep_numbers_names_and_verdicts_whole():
                  make_summary(median=14567.8, accuracy=0.9101, memory=70_000_000,
                               scale=(32768.0, 1234), policy="mixed_float16"),
                  "exit code 3"]
-    record = build_record("synthetic", Path("/tmp/x"), variants,
-                          Known({v.label: s for v, s in zip(variants, summaries, strict=True)}))
+    rows = [CompareRow(label=v.label, policy=v.policy, loop=v.loop, strategy=v.strategy,
+                       summary=None if isinstance(s, str) else s,
+                       failed=s if isinstance(s, str) else None)
+            for v, s in zip(variants, summaries, strict=True)]
+    record = judged(CompareRecord(experiment="synthetic", folder="/tmp/x", baseline=variants[0].label,
+                                  baseline_policy="float32", variants=rows))
     text = rendered(compare_tables(record))
     whole(text, "12345.6", "321.9", "38.35x", "0.7912 (-12.11)", "0.9101 (-0.22)", "32768/1234",
           "12098.7–12592.5", "14276.4–14859.2", "1.1 GiB 1.00x", "58.4 MiB 0.05x",
           "mixed_bfloat16", "mixed_float16", "custom mirrored", "ms/step", "speed-up", "TFLOP/s",
           "verdict", "MFU")
     for row in record.variants:  # the verdicts wrap between words, none dropped
-        whole(text, *row.verdict.split())
+        whole(text, *row.verdict.words().split())
 
-    base = summaries[0]
-    named = [compare_row(Variant(s.policy, s.loop), s, base, s is base).model_copy(update={"variant": n})
-             for n, s in ((RUN, base), (NESTED, summaries[1]), (SHORT, summaries[2]))]
-    text = rendered(compare_tables(record.model_copy(update={"variants": named})))
+    named = [CompareRow(label=n, policy=s.policy, loop=s.loop, summary=s)
+             for n, s in ((RUN, summaries[0]), (NESTED, summaries[1]), (SHORT, summaries[2]))]
+    record = judged(record.model_copy(update={"variants": named, "baseline": RUN}))
+    text = rendered(compare_tables(record))
     for name in (RUN, NESTED, SHORT):
         leads_a_line(text, name)
     whole(text, "12345.6", "321.9", "38.35x", "0.7912 (-12.11)", "32768/1234", "12098.7–12592.5",
-          "1.1 GiB 1.00x", "verdict", *(word for row in named for word in row.verdict.split()))
+          "1.1 GiB 1.00x", "verdict",
+          *(word for row in record.variants for word in row.verdict.words().split()))
 
 
 def test_plan_tables_keep_candidates_layers_and_numbers_whole():
     names = ("float32", "mixed_bfloat16+xla", "float32+onednn_bf16", "mixed_float16+xla")
     found = [Candidate(name=n, policy=n.split("+")[0]) for n in names]
-    trials = [Trial(candidate=c, run_dir="/tmp/x", summary=make_summary(median=12345.6 / (i + 1)),
-                    speedup=float(i + 1), loss_delta_pct=-12.3 * i, counts=True,
-                    whole_run_s=5400.0 / (i + 1),
-                    verdict=f"{i + 1}.00x float32, faster beyond the noise")
+    trials = [Trial(label=c.name, candidate=c, run_dir="/tmp/x",
+                    summary=make_summary(median=12345.6 / (i + 1)), whole_run_s=5400.0 / (i + 1),
+                    verdict=Verdict(baseline=i == 0, speed=Speed(
+                        ratio=float(i + 1), interval=(i + 0.9, i + 1.1), word="faster"),
+                        training=Training(share=1 - 0.123 * i, shortfall=0.1, allowance=0.2,
+                                          behind=False)))
               for i, c in enumerate(found)]
     layers = [LayerTiming(layer=LAYER, ms_16bit=1234.56, ms_float32=987.65,
                           spread_16bit=(1200.0, 1300.0), spread_float32=(900.0, 1000.0)),
@@ -112,8 +119,8 @@ def test_plan_tables_keep_candidates_layers_and_numbers_whole():
     text = rendered(plan_tables(record))
     for name in (*names, LAYER, "dense_1"):
         leads_a_line(text, name)
-    whole(text, "12345.6", "90 min", "45 min", "4.00x", "-36.9%", "1234.56", "987.65", "0.80x",
-          "ms/step", "1st step", "start to", "speed-up", "verdict", "faster beyond")
+    whole(text, "12345.6", "90 min", "45 min", "4.00x", "63.1%", "1234.56", "987.65", "0.80x",
+          "ms/step", "speed-up", "progress", "verdict", "faster")
 
 
 def test_summary_keeps_its_run_folder_on_one_line():

@@ -2,15 +2,14 @@
 its tables, on recorded summaries (nothing trains)."""
 
 import re
-from pathlib import Path
 
 import pytest
 
 from mptrain.commands.options import parse_choices
 from mptrain.config.schema import POLICIES
 from mptrain.errors import ConfigError
-from mptrain.measure.compare import Known, Variant, build_record
-from mptrain.measure.verdicts import accuracy_noise_pt, accuracy_words, wilson_half_width
+from mptrain.measure.compare import CompareRecord, CompareRow, Variant, judged
+from mptrain.measure.verdicts import Measured, Verdict, accuracy_noise_pt, speed, wilson_half_width
 from tests.helpers import make_summary
 
 
@@ -25,10 +24,21 @@ def test_bad_policies(policies, message):
         parse_choices(policies, POLICIES, "--policies")
 
 
-def record_of(*rows):
-    variants = [Variant(policy, "fit") for policy, _ in rows]
-    return build_record("x", Path("/tmp/x"), variants,
-                        Known({v.label: s for v, (_, s) in zip(variants, rows, strict=True)}))
+def record_of(*rows, strategy="none", rounds=None, sessions=None):
+    """compare.json's record of (policy, summary or why it failed) rows, judged (the first
+    float32 row is the baseline)."""
+    variants = [Variant(policy, "fit", strategy) for policy, _ in rows]
+    built = []
+    for v, (_, s) in zip(variants, rows, strict=True):
+        built.append(CompareRow(label=v.label, run_dir=f"/nonexistent/{v.label}", policy=v.policy,
+                                loop=v.loop, strategy=v.strategy,
+                                summary=None if isinstance(s, str) else s,
+                                failed=s if isinstance(s, str) else None,
+                                rounds=(rounds or {}).get(v.label, []),
+                                session=(sessions or {}).get(v.label, 1)))
+    base = next((v for v in variants if v.policy == "float32"), variants[0])
+    return judged(CompareRecord(experiment="x", folder="/tmp/x", baseline=base.label,
+                                baseline_policy=base.policy, variants=built))
 
 
 def test_ratios_and_verdicts_come_from_the_numbers():
@@ -36,34 +46,38 @@ def test_ratios_and_verdicts_come_from_the_numbers():
                        ("mixed_bfloat16", make_summary(median=50.0, accuracy=0.8988, memory=600)))
     bf16 = record.variants[1]
     assert bf16.speedup == 2.0 and bf16.memory_ratio == 0.6
-    assert bf16.accuracy_delta_pt == pytest.approx(-0.12)
-    assert bf16.verdict == "faster, accuracy within noise (±0.6 pt)"  # 10,000 test examples
+    assert bf16.verdict.accuracy_delta_pt == pytest.approx(-0.12)
+    assert bf16.verdict.speed.word == "faster" and not bf16.verdict.speed.paired
+    assert bf16.verdict.words() == "faster, accuracy within noise"  # 10,000 test examples
     slower = record_of(("float32", make_summary(median=40.0)),
                        ("float16", make_summary(median=100.0, accuracy=0.88)))
-    assert slower.variants[1].verdict == "slower, accuracy lower"
-    assert slower.variants[1].speedup == 0.4 and slower.variants[1].accuracy_delta_pt == pytest.approx(-2)
+    assert slower.variants[1].verdict.words() == "slower, accuracy lower"
+    assert slower.variants[1].speedup == 0.4
+    assert slower.variants[1].verdict.accuracy_delta_pt == pytest.approx(-2)
     same = record_of(("float32", make_summary(median=100.0)),
                      ("mixed_bfloat16", make_summary(median=99.0, spread=0.2)))
-    assert same.variants[1].verdict == "same speed within noise, same accuracy"
+    assert same.variants[1].verdict.words() == "same speed, same accuracy"
     # without float32 the first policy listed is the baseline
     no_f32 = record_of(("mixed_bfloat16", make_summary()))
-    assert no_f32.baseline_policy == "mixed_bfloat16" and no_f32.variants[0].verdict == "baseline"
+    assert no_f32.baseline_policy == "mixed_bfloat16" and no_f32.variants[0].verdict.words() == "baseline"
 
 
 def test_only_the_baseline_variant_is_called_baseline_across_strategies():
     variants = [Variant("float32", "fit", "none"), Variant("float32", "fit", "mirrored")]
-    record = build_record("x", Path("/tmp/x"), variants,
-                          Known({variants[0].label: make_summary(median=100.0),
-                                 variants[1].label: make_summary(median=400.0)}))
+    rows = [CompareRow(label=v.label, policy=v.policy, loop=v.loop, strategy=v.strategy,
+                       summary=make_summary(median=m)) for v, m in zip(variants, (100.0, 400.0),
+                                                                          strict=True)]
+    record = judged(CompareRecord(experiment="x", folder="/tmp/x", baseline=variants[0].label,
+                                  baseline_policy="float32", variants=rows))
     single, mirrored = record.variants
-    assert single.verdict.startswith("baseline")
-    assert mirrored.speedup == 0.25 and mirrored.verdict.startswith("slower")
+    assert single.verdict.baseline and not mirrored.verdict.baseline
+    assert mirrored.speedup == 0.25 and mirrored.verdict.words().startswith("slower")
 
 
 def test_failed_variant_is_a_row_not_a_crash():
     record = record_of(("float32", make_summary()), ("mixed_float16", "exit code 3"))
     row = record.variants[1]
-    assert row.summary is None and row.verdict == "failed (exit code 3)"
+    assert row.summary is None and row.verdict.words() == "failed (exit code 3)"
 
 
 def test_tables_fit_80_columns_and_never_cut_a_number():
@@ -95,12 +109,15 @@ def test_tables_fit_80_columns_and_never_cut_a_number():
 def test_accuracy_is_judged_against_what_the_test_set_can_resolve():
     """On 41 test examples one example is 2.44 points: such a difference is noise, not
     'higher/lower'. On 10,000 the same 2.44 points is real."""
+    def said(delta, noise):
+        return Verdict(accuracy_delta_pt=delta, accuracy_noise_pt=noise).accuracy_word
+
     small = accuracy_noise_pt(0.76, 41)
-    assert small > 2.44 and accuracy_words(-2.44, small).startswith("accuracy within noise")
+    assert small > 2.44 and said(-2.44, small) == "accuracy within noise"
     large = accuracy_noise_pt(0.76, 10_000)
-    assert large < 1.0 and accuracy_words(-2.44, large) == "accuracy lower"
-    assert accuracy_words(2.44, large) == "accuracy higher"
-    assert accuracy_words(-0.001, large) == "same accuracy"  # shown as -0.00
+    assert large < 1.0 and said(-2.44, large) == "accuracy lower"
+    assert said(2.44, large) == "accuracy higher"
+    assert said(-0.001, large) == "same accuracy"  # shown as -0.00
     # the Wilson half-width: 95% interval of 0.5 at n=100 is about ±9.6 points
     assert wilson_half_width(0.5, 100) == pytest.approx(0.096, abs=0.002)
     assert accuracy_noise_pt(1.0, 20) >= 100 / 20  # never less than one example
@@ -110,8 +127,8 @@ def test_a_small_test_set_makes_a_compare_verdict_say_noise():
     record = record_of(("float32", make_summary(accuracy=0.7805, test_examples=41)),
                        ("mixed_bfloat16", make_summary(median=50.0, accuracy=0.7561, test_examples=41)))
     row = record.variants[1]
-    assert row.accuracy_delta_pt == pytest.approx(-2.44) and row.accuracy_noise_pt > 2.44
-    assert row.verdict.startswith("faster, accuracy within noise")
+    assert row.verdict.accuracy_delta_pt == pytest.approx(-2.44) and row.verdict.accuracy_noise_pt > 2.44
+    assert row.verdict.words() == "faster, accuracy within noise"
 
 
 def test_memory_tables_fit_80_columns_with_every_number_whole():
@@ -160,19 +177,24 @@ def test_the_largest_batch_is_never_more_hopeful_than_the_measurement():
     assert "memory figure only" in tiny.note and "500 training examples" in tiny.note
 
 
+def pair(base, other, base_rounds=(), rounds=(), sessions=(1, 1)):
+    """The speed of `other` against `base` (summaries), with their rounds in turns."""
+    return speed(Measured(label="b", summary=other, rounds=list(rounds), session=sessions[1]),
+                 Measured(label="a", summary=base, rounds=list(base_rounds), session=sessions[0]))
+
+
 def test_a_speed_up_is_judged_on_the_medians_uncertainty():
     """13% faster with steps that jitter ±20%: resolved by 40 timed steps each, not by 5 (the
     p10-p90 spreads overlap either way: that rule called every small model's gain noise)."""
-    from mptrain.measure.verdicts import speed_words, speedup
-
-    base = make_summary(median=2.4, spread=0.2, steps=42)
-    quick = make_summary(median=2.1, spread=0.2, steps=42)
-    ratio, (low, high) = speedup(base, quick)
-    assert ratio == pytest.approx(2.4 / 2.1) and 1.0 < low < ratio < high
-    assert speed_words((low, high)) == "faster"
-    few = speedup(make_summary(median=2.4, spread=0.2, steps=7),
-                  make_summary(median=2.1, spread=0.2, steps=7))
-    assert speed_words(few[1]) == "same speed within noise"
+    quick = pair(make_summary(median=2.4, spread=0.2, steps=42),
+                 make_summary(median=2.1, spread=0.2, steps=42))
+    low, high = quick.interval
+    assert quick.ratio == pytest.approx(2.4 / 2.1) and 1.0 < low < quick.ratio < high
+    assert quick.word == "faster"
+    few = pair(make_summary(median=2.4, spread=0.2, steps=7), make_summary(median=2.1, spread=0.2, steps=7))
+    assert few.word == "same speed"
+    none = pair(make_summary(steps=5), make_summary(steps=5))
+    assert none.ratio is None and none.unknown == "too few steps timed (3, 5 needed)"
 
 
 def test_rounds_in_turns_see_through_a_drift_the_old_rule_called_a_speed_up():
@@ -180,50 +202,63 @@ def test_rounds_in_turns_see_through_a_drift_the_old_rule_called_a_speed_up():
     after another, float32 meets the slow half and the candidate the fast one: their own
     medians and spreads say 2x faster, with a tight interval. Run in turns, each round's
     ratio sees both at the same speed: the same speed within noise."""
-    from mptrain.measure.verdicts import paired_speedup, speed_words, speedup
-    from tests.helpers import make_summary
-
-    sequential = speedup(make_summary(median=4.0, spread=0.03), make_summary(median=2.0, spread=0.03))
-    assert sequential[0] == 2.0 and speed_words(sequential[1]) == "faster"  # the drift, read as speed
+    sequential = pair(make_summary(median=4.0, spread=0.03), make_summary(median=2.0, spread=0.03))
+    assert sequential.ratio == 2.0 and sequential.word == "faster"  # the drift, read as speed
     machine = [2.0, 2.0, 2.1, 2.0, 4.0, 4.1, 4.0, 3.9]  # ms a step of either side, round by round
     base = [m * (1 + 0.02 * (-1) ** i) for i, m in enumerate(machine)]
     other = [m * (1 - 0.02 * (-1) ** i) for i, m in enumerate(machine)]
-    ratio, interval = paired_speedup(base, other)
-    assert 0.95 < ratio < 1.05 and speed_words(interval) == "same speed within noise"
-    faster = paired_speedup(base, [m / 1.5 for m in other])  # a real 1.5x gain under the drift
-    assert speed_words(faster[1]) == "faster" and 1.4 < faster[0] < 1.6
+    turns = pair(make_summary(), make_summary(), base, other)
+    assert 0.95 < turns.ratio < 1.05 and turns.word == "same speed" and turns.paired
+    faster = pair(make_summary(), make_summary(), base, [m / 1.5 for m in other])
+    assert faster.word == "faster" and 1.4 < faster.ratio < 1.6
+
+
+def test_too_few_rounds_say_so_and_how_many_steps_give_enough():
+    """compare, plan and `runs --compare` give the same two runs the same answer: from their
+    rounds in turns, or none, and why (the one rule: `verdicts.speed`)."""
+    two = speed(Measured(label="b", summary=make_summary(median=50.0), rounds=[50.0, 50.0]),
+                Measured(label="a", summary=make_summary(median=100.0), rounds=[100.0, 100.0]), 5)
+    assert two.ratio is None and two.unknown == "2 round(s) in turns, 3 needed: --steps 16 gives 3"
+    record = record_of(("float32", make_summary(median=100.0)), ("mixed_bfloat16", make_summary(median=50.0)),
+                       rounds={"float32-fit": [100.0, 100.0], "mixed_bfloat16-fit": [50.0, 50.0]})
+    assert record.variants[1].speedup is None
+    assert record.variants[1].verdict.words().startswith("not timed: 2 round(s) in turns, 3 needed")
+
+
+def test_a_twin_sets_the_noise_floor_of_faster():
+    """float32 run twice in the same turns: its twin's interval is what noise alone makes; a
+    candidate whose interval clears 1 but not the twin's is the same speed."""
+    rounds = [100.0, 100.0, 100.0, 100.0, 100.0, 100.0]
+    quick = Measured(label="c", summary=make_summary(), rounds=[95.0, 96.0, 95.5, 95.0, 96.0, 95.2])
+    base = Measured(label="a", summary=make_summary(), rounds=rounds)
+    assert speed(quick, base).word == "faster"
+    assert speed(quick, base, floor=(0.93, 1.08)).word == "same speed"
 
 
 def test_the_median_interval_widens_with_fewer_rounds():
-    from mptrain.measure.verdicts import median_interval, paired_speedup
+    from mptrain.measure.verdicts import median_interval
 
     assert median_interval([1.0, 2.0, 3.0]) == (1.0, 3.0)  # too few for 95%: the whole range
     assert median_interval([float(i) for i in range(1, 11)]) == (2.0, 9.0)  # ranks 2 and 9 of 10
     assert median_interval([float(i) for i in range(1, 21)]) == (6.0, 15.0)
-    assert paired_speedup([1.0, None], [1.0, 1.0]) is None  # one timed pair is no measurement
+    one = pair(make_summary(), make_summary(), [1.0, None], [1.0, 1.0])
+    assert one.ratio is None  # one timed pair is no measurement
 
 
 def test_a_step_as_slow_as_the_input_pipeline_is_input_bound():
     from mptrain.measure.verdicts import input_bound
 
-    said = input_bound(step_ms=5.0, input_ms=4.6)
-    assert said.startswith("input-bound: the input pipeline alone takes 4.6 ms a batch")
-    assert "data.cache: memory" in said
-    assert input_bound(step_ms=10.0, input_ms=4.6) is None  # the step does more than wait
-    assert input_bound(step_ms=None, input_ms=4.6) is None and input_bound(5.0, None) is None
+    assert input_bound(step_ms=5.0, input_ms=4.6)
+    assert not input_bound(step_ms=10.0, input_ms=4.6)  # the step does more than wait
+    assert not input_bound(step_ms=None, input_ms=4.6) and not input_bound(5.0, None)
 
 
 def test_rounds_pair_only_within_one_session_of_turns():
     """A variant resumed after the baseline finished did not run in the same rounds: its
     speed-up falls back to each run's own median and spread, not to rounds from another time."""
-    variants = [Variant("float32", "fit"), Variant("mixed_bfloat16", "fit")]
-    outcomes = {"float32-fit": make_summary(median=100.0), "mixed_bfloat16-fit": make_summary(median=50.0)}
+    outcomes = (("float32", make_summary(median=100.0)), ("mixed_bfloat16", make_summary(median=50.0)))
     rounds = {"float32-fit": [100.0] * 6, "mixed_bfloat16-fit": [100.0] * 6}  # in turns: the same
-    together = build_record("x", Path("/tmp/x"), variants,
-                            Known(outcomes, rounds=rounds,
-                                  sessions={"float32-fit": 1, "mixed_bfloat16-fit": 1}))
+    together = record_of(*outcomes, rounds=rounds)
     assert together.variants[1].speedup == pytest.approx(1.0)
-    apart = build_record("x", Path("/tmp/x"), variants,
-                         Known(outcomes, rounds=rounds,
-                               sessions={"float32-fit": 1, "mixed_bfloat16-fit": 2}))
+    apart = record_of(*outcomes, rounds=rounds, sessions={"mixed_bfloat16-fit": 2})
     assert apart.variants[1].speedup == pytest.approx(2.0) and apart.variants[1].session == 2

@@ -1,0 +1,97 @@
+"""`policy: auto` follows the plan made for the experiment, where that plan applies.
+
+A kernel measurement (`hardware.kernels`) says which 16-bit type is fast on this machine for
+matmuls and convolutions; a plan (`mptrain plan`) measured this very model, trial by trial,
+and can find the opposite (a CNN whose bfloat16 kernels are 2-3x float32's ran 0.92x). So
+`auto` runs the plan's pick when a plan of this experiment is beside its file and was measured
+on this machine, and says so; otherwise it decides on the kernels, and says why the plan
+beside it was not followed (another machine, an experiment changed since).
+
+A plan applies when:
+- its stamp (the last comment line of EXPERIMENT.plan.yaml, written by `measure.plan`) names
+  this machine: the same CPU and flags, GPUs, TensorFlow and oneDNN (`machine_key`);
+- it is no older than the experiment's file (an edited experiment is another experiment);
+- its experiment is this one, but for the keys a plan chooses (`PLANNED_KEYS`) and the run's
+  name and output folder.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from mptrain.config.loading import changed_keys, find_config, load_config, plan_file_for
+
+STAMP = "# mptrain-plan: "
+# what a plan decides, and so may differ between the plan and the experiment it was made for
+PLANNED_KEYS = ("policy", "train.jit_compile", "train.math_mode", "model.float32_layers")
+IGNORED = ("name", "output")
+
+
+def stamp(machine_key: str, winner: str) -> str:
+    """The plan file's machine-readable last comment line."""
+    return STAMP + json.dumps({"machine_key": machine_key, "pick": winner})
+
+
+@dataclass(frozen=True)
+class Planned:
+    """The plan beside an experiment: its file, what it picked, and the pick's settings; and
+    `why_not`, when it does not apply (None: it does, once its machine is this one)."""
+
+    path: Path
+    pick: str
+    settings: dict[str, object]
+    machine_key: str
+    why_not: str | None = None
+
+    def follow(self, machine_key: str) -> str | None:
+        """Why the plan does not apply to this machine (None: follow it)."""
+        if self.why_not is not None:
+            return self.why_not
+        if machine_key != self.machine_key:
+            return (f"{self.path} was measured on another machine ({self.machine_key}); run "
+                    "`mptrain plan` here")
+        return None
+
+
+def planned(config) -> Planned | None:
+    """The plan beside the experiment's file, read without TensorFlow (its math mode must be
+    set before TensorFlow starts); None when there is none to read."""
+    try:
+        source = find_config(config.source)
+        path = plan_file_for(config.source)
+    except Exception:  # noqa: BLE001  (an experiment with no file: a mapping, from Python)
+        return None
+    if not path.is_file() or source.resolve() == path.resolve():
+        return None
+    text = path.read_text(errors="replace")
+    line = next((x for x in text.splitlines() if x.startswith(STAMP)), None)
+    try:
+        fields = json.loads(line.removeprefix(STAMP)) if line else None
+        plan = load_config(path)
+    except Exception as exc:  # noqa: BLE001  (a plan that does not read is not followed, and said)
+        return Planned(path, "?", {}, "", f"{path} does not read as a plan ({exc})")
+    if not fields:
+        return Planned(path, "?", {}, "", f"{path} has no machine stamp (made by an older "
+                                          "mptrain): run `mptrain plan` again")
+    settings = {key: _value(plan.to_yaml_dict(), key) for key in PLANNED_KEYS}
+    found = Planned(path, fields["pick"], settings, fields["machine_key"])
+    if path.stat().st_mtime < source.stat().st_mtime:
+        return _refused(found, f"{path} is older than {source}: run `mptrain plan` again")
+    differ = [key for key in changed_keys(plan.to_yaml_dict(), config.to_yaml_dict())
+              if not key.startswith(PLANNED_KEYS + IGNORED)]
+    if differ:
+        return _refused(found, f"{path} was made for other settings ({', '.join(differ[:4])}); "
+                               "run `mptrain plan` again for these")
+    return found
+
+
+def _refused(plan: Planned, why: str) -> Planned:
+    return Planned(plan.path, plan.pick, plan.settings, plan.machine_key, why)
+
+
+def _value(raw: dict, key: str):
+    for part in key.split("."):
+        raw = raw.get(part) if isinstance(raw, dict) else None
+    return raw
