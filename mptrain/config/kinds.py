@@ -186,6 +186,10 @@ class _ModelBase(_Strict):
         "Layer names or globs kept in float32 whatever the policy (e.g. what diagnose advises)."))
     layer_policies: dict[str, LayerPolicy] = Field(default_factory=dict, description=(
         "Layer name or glob → policy, for any other per-layer choice."))
+    fused_layers: bool = Field(False, description=(
+        "Train BatchNormalization as one fused op (16-bit activations, float32 statistics) and "
+        "Conv2D's weight gradients in float32, where a CPU's bfloat16 loses (`mptrain plan` "
+        "measures it: its +fused candidates)."))
     pixel_range: Literal["auto", "0-255", "0-1"] = Field("auto", description=(
         "Pixel data (uint8 images): the range the model takes. auto: read from its first "
         "layers (a Rescaling or Normalization there: 0-255, as stored, as Keras' "

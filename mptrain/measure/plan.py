@@ -197,8 +197,11 @@ def start_plan(config: ExperimentConfig, settings: PlanSettings = PlanSettings()
     found: list[Candidate] = []
 
     def choose_candidates(prepared) -> None:  # an unknown --candidates name fails here, too
+        from mptrain.model.fused import fusable
+
         kernels = measured_kernels(prepared.tf, prepared.machine, status)
-        found.extend(select(candidates(prepared.machine, kernels), names))
+        found.extend(select(candidates(prepared.machine, kernels, fusable=fusable(prepared.model)),
+                            names))
 
     folder, prepared = stage(config, "plan", verbose, before_folder=choose_candidates)
     machine, config = prepared.machine, prepared.config

@@ -45,7 +45,8 @@ def build_model(config: ExperimentConfig, spec: InputSpec,
     """The experiment's model under the current global policy, with a float32 output;
     `initial_weights` (an .npz of `model.get_weights()`, from `runs.experiment.save_initial_weights`)
     makes several builds start from the same weights."""
-    import mptrain.model.layers  # noqa: F401  (registers mptrain's layers for saving/loading)
+    import mptrain.model.fused  # noqa: F401  (registers mptrain's layers for saving/loading)
+    import mptrain.model.layers  # noqa: F401
 
     reset_layer_names()
     module, _, function = BUILDERS[config.model.kind].partition(":")
@@ -56,6 +57,11 @@ def build_model(config: ExperimentConfig, spec: InputSpec,
 
         model, changed = rebuild_with_policies(model, rules)
         notes.append("per-layer policies: " + ", ".join(changed))
+    if config.model.fused_layers:
+        from mptrain.model.fused import fuse
+
+        model, swapped = fuse(model)
+        notes.append(f"fused layers (model.fused_layers): {', '.join(swapped) or 'none to fuse'}")
     model, more = ensure_float32_output(model)
     if initial_weights is not None:
         _load_initial_weights(model, initial_weights)

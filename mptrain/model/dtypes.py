@@ -38,6 +38,19 @@ def policy_name(value: Any) -> str | None:
     return None
 
 
+def rebuild(model, edit):
+    """The model serialized, `edit(layer_config)` applied to each layer's config (in place),
+    rebuilt from that and its weights copied back."""
+    import keras
+
+    serialized = keras.saving.serialize_keras_object(model)
+    for layer in list(layer_configs(serialized)):
+        edit(layer)
+    rebuilt = keras.saving.deserialize_keras_object(serialized)
+    rebuilt.set_weights(model.get_weights())
+    return rebuilt
+
+
 def rebuild_with_policies(model, rules: dict[str, str], default: str | None = None,
                           keep: frozenset[str] = frozenset()):
     """The model rebuilt with layer policies changed, its weights copied back.
@@ -49,8 +62,7 @@ def rebuild_with_policies(model, rules: dict[str, str], default: str | None = No
     """
     import keras
 
-    serialized = keras.saving.serialize_keras_object(model)
-    layers = list(layer_configs(serialized))
+    layers = list(layer_configs(keras.saving.serialize_keras_object(model)))
     names = [c["config"].get("name", "") for c in layers]
     for pattern in rules:
         if not fnmatch.filter(names, pattern):
@@ -60,11 +72,12 @@ def rebuild_with_policies(model, rules: dict[str, str], default: str | None = No
     saved = Counter(policy_name(c["config"]["dtype"]) for c in layers)
     own = saved.most_common(1)[0][0] if saved else None
     report = []
-    for layer in layers:
+
+    def edit(layer: dict) -> None:
         name = layer["config"].get("name", "")
         current = policy_name(layer["config"]["dtype"])
         if current is None:
-            continue
+            return
         rule = next((policy for pattern, policy in rules.items() if fnmatch.fnmatch(name, pattern)), None)
         if rule is not None:
             layer["config"]["dtype"] = rule
@@ -74,6 +87,5 @@ def rebuild_with_policies(model, rules: dict[str, str], default: str | None = No
                 report.append(f"{name} ({current})")
             else:
                 layer["config"]["dtype"] = default
-    rebuilt = keras.saving.deserialize_keras_object(serialized)
-    rebuilt.set_weights(model.get_weights())
-    return rebuilt, report
+
+    return rebuild(model, edit), report

@@ -1,10 +1,12 @@
 """A precision candidate: one way to run an experiment's numbers, with one name.
 
-A candidate is a dtype policy, whole-step XLA or mptrain's choice of it, a math mode, and the
-layers kept in float32. Its name is the policy followed by what differs from mptrain's own
-choices, joined by `+`: `mixed_bfloat16` (XLA as mptrain chooses it for the policy and
-device), `mixed_bfloat16+xla` (XLA forced on), `float32+onednn_bf16` and `float32+graph_bf16`
-(float32 storage, bfloat16 math on a CPU), `float32+tf32_off` (no TF32 on an Ampere GPU).
+A candidate is a dtype policy, whole-step XLA or mptrain's choice of it, a math mode, fused
+layers, and the layers kept in float32. Its name is the policy followed by what differs from
+mptrain's own choices, joined by `+`: `mixed_bfloat16` (XLA as mptrain chooses it for the
+policy and device), `mixed_bfloat16+xla` (XLA forced on), `mixed_bfloat16+fused` (one fused
+BatchNorm op, float32 convolution weight gradients: `model.fused_layers`),
+`float32+onednn_bf16` and `float32+graph_bf16` (float32 storage, bfloat16 math on a CPU),
+`float32+tf32_off` (no TF32 on an Ampere GPU).
 `candidate` parses a name and `Candidate.name` is what plan prints, so compare takes every
 name plan prints (`mptrain compare --policies float32,mixed_bfloat16+xla`), and a plan.yaml
 spells its candidate out in ordinary experiment keys (`Candidate.settings`).
@@ -18,9 +20,12 @@ from mptrain.hardware.kernels import KernelSpeeds
 from mptrain.hardware.machine import Machine
 from mptrain.record import Record
 
+NOTHING_TO_FUSE = "the model has no Conv2D or BatchNormalization: the same as mixed_bfloat16"
+
 # every candidate plan knows, on some machine (which are tried depends on this one)
-CANDIDATE_NAMES = ("float32", "mixed_bfloat16", "mixed_bfloat16+xla", "float32+onednn_bf16",
-                   "float32+graph_bf16", "mixed_float16+xla", "mixed_float16", "float32+tf32_off")
+CANDIDATE_NAMES = ("float32", "mixed_bfloat16", "mixed_bfloat16+fused", "mixed_bfloat16+xla",
+                   "float32+onednn_bf16", "float32+graph_bf16", "mixed_float16+xla", "mixed_float16",
+                   "float32+tf32_off")
 
 
 class Candidate(Record):
@@ -31,6 +36,7 @@ class Candidate(Record):
     jit_compile: bool | None = None  # None: mptrain's choice for the policy and device
     math_mode: str = "default"
     float32_layers: list[str] = []
+    fused: bool = False  # model.fused_layers: one fused BatchNorm op, float32 conv weight gradients
     why_not: str | None = None  # set when it cannot win on this machine, and is not tried
     unless_named: bool = False  # its why_not is a measured prior: `--candidates NAME` tries it
 
@@ -39,7 +45,8 @@ class Candidate(Record):
         """The candidate in ordinary experiment keys (`config.variant` applies them): what its
         runs are given, and what a plan.yaml spells out."""
         settings: dict[str, object] = {"policy": self.policy, "train.math_mode": self.math_mode,
-                                       "train.jit_compile": self.jit_compile}
+                                       "train.jit_compile": self.jit_compile,
+                                       "model.fused_layers": self.fused}
         if self.float32_layers:  # else the experiment's own stay (a plan.yaml's islands, compared)
             settings["model.float32_layers"] = list(self.float32_layers)
         return settings
@@ -54,14 +61,15 @@ class Candidate(Record):
         return "float16" if self.policy in ("mixed_float16", "float16") else "bfloat16"
 
 
-def candidate_name(policy: str, jit_compile: bool | None, math_mode: str,
-                   float32_layers: list[str] | tuple[str, ...] = ()) -> str:
-    """The name of the candidate an experiment's settings make: what `mptrain runs` and a run's
-    summary call it, the name `candidate` parses (float32 layers: `+islands`, as plan names the
-    candidate it keeps them in)."""
-    parts = [policy, *(["xla"] if jit_compile else []),
-             *([math_mode] if math_mode != "default" else []),
-             *(["islands"] if float32_layers else [])]
+def candidate_name(config, policy: str | None = None) -> str:
+    """The name of the candidate an experiment's settings make (under `policy`, what its
+    `auto` resolved to): what `mptrain runs` and a run's summary call it, the name `candidate`
+    parses (float32 layers: `+islands`, as plan names the candidate it keeps them in)."""
+    train, model = config.train, config.model
+    parts = [policy or config.policy, *(["xla"] if train.jit_compile else []),
+             *([train.math_mode] if train.math_mode != "default" else []),
+             *(["fused"] if model.fused_layers else []),
+             *(["islands"] if model.float32_layers else [])]
     return "+".join(parts)
 
 
@@ -82,25 +90,30 @@ def candidate(name: str, why_not: str | None = None) -> Candidate:
                           f"candidate is a policy ({', '.join(known)}) with +xla or a math mode "
                           f"({', '.join(m for m in MATH_MODES if m != 'default')}), e.g. "
                           "mixed_bfloat16+xla")
-    jit, math_mode = None, "default"
+    jit, math_mode, fused = None, "default", False
     for part in parts:
         if part == "xla" and jit is None:
             jit = True
+        elif part == "fused" and not fused:
+            fused = True
         elif part in MATH_MODES and part != "default" and math_mode == "default":
             math_mode = part
         else:
-            raise ConfigError(f"{name!r}: {part!r} is not +xla or a math mode "
+            raise ConfigError(f"{name!r}: {part!r} is not +xla, +fused or a math mode "
                               f"({', '.join(m for m in MATH_MODES if m != 'default')}), or is "
                               "given twice")
     if math_mode in ("onednn_bf16", "graph_bf16") and policy != "float32":
         raise ConfigError(f"{name!r}: {math_mode} is bfloat16 math under a float32 policy; "
                           f"use float32+{math_mode}")
-    return Candidate(name=name, policy=policy, jit_compile=jit, math_mode=math_mode, why_not=why_not)
+    return Candidate(name=name, policy=policy, jit_compile=jit, math_mode=math_mode, fused=fused,
+                     why_not=why_not)
 
 
-def candidates(machine: Machine, kernels: KernelSpeeds | None = None) -> list[Candidate]:
+def candidates(machine: Machine, kernels: KernelSpeeds | None = None, *,
+               fusable: bool = True) -> list[Candidate]:
     """What this machine can run, most promising first after float32 (by its measured
-    kernels when there are some); the ones that cannot win carry why."""
+    kernels when there are some); the ones that cannot win carry why. `fusable`: the model
+    has a Conv2D or BatchNormalization for `+fused` to change (`model.fused.fusable`)."""
     cpu = not machine.accelerated
     bf16_units = "amx_bf16" in machine.cpu.flags or "avx512_bf16" in machine.cpu.flags
     found = [candidate("float32")]
@@ -113,6 +126,7 @@ def candidates(machine: Machine, kernels: KernelSpeeds | None = None) -> list[Ca
                                            "AMX-BF16): oneDNN would emulate them")
         found += [
             candidate("mixed_bfloat16", no_bf16),
+            candidate("mixed_bfloat16+fused", no_bf16 or (None if fusable else NOTHING_TO_FUSE)),
             _unless_named(candidate("mixed_bfloat16+xla", no_bf16)),
             candidate("float32+onednn_bf16", no_bf16),
             candidate("float32+graph_bf16", no_bf16),

@@ -25,7 +25,8 @@ from mptrain.config.loading import changed_keys, find_config, load_config, plan_
 
 STAMP = "# mptrain-plan: "
 # what a plan decides, and so may differ between the plan and the experiment it was made for
-PLANNED_KEYS = ("policy", "train.jit_compile", "train.math_mode", "model.float32_layers")
+PLANNED_KEYS = ("policy", "train.jit_compile", "train.math_mode", "model.fused_layers",
+                "model.float32_layers")
 IGNORED = ("name", "output")
 
 

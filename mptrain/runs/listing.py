@@ -100,9 +100,7 @@ def run_row(path: Path, root: Path) -> RunRow:
                   reason=state.reason if status != "killed" else
                   f"process {state.pid} on {state.host} is gone",
                   policy=config.policy if config else None,
-                  candidate=candidate_name(config.policy, config.train.jit_compile,
-                                           config.train.math_mode, config.model.float32_layers)
-                  if config else None,
+                  candidate=candidate_name(config) if config else None,
                   loop=config.train.loop if config else None,
                   epochs=_epochs_recorded(run), when=when)
 

@@ -111,7 +111,12 @@ def _save(prepared: Prepared, folder: RunFolder, summary: RunSummary, tracking) 
     written is the one returned."""
     if prepared.config.output.save_model and summary.status == "finished":
         started = time.perf_counter()
-        why_not = folder.save_model(prepared.model)
+        model = prepared.model
+        if prepared.config.model.fused_layers:
+            from mptrain.model.fused import unfused
+
+            model = unfused(model)
+        why_not = folder.save_model(model)
         notes = [*summary.notes, why_not] if why_not else summary.notes
         summary = summary.model_copy(update={"notes": notes,
                                              "model_save_s": time.perf_counter() - started})

@@ -267,8 +267,7 @@ def _decided(prepared) -> tuple[dict, list[str]]:
     unlike_keras = unlike_plain_keras(choice, config.deterministic)
     return dict(
         policy=choice.name, policy_requested=choice.requested,
-        candidate=candidate_name(choice.name, config.train.jit_compile, config.train.math_mode,
-                                 config.model.float32_layers),
+        candidate=candidate_name(config, choice.name),
         policy_reason=choice.reason,
         compute_dtype=choice.compute_dtype, variable_dtype=choice.variable_dtype,
         output_dtype=output_dtype(prepared.model),

@@ -172,3 +172,39 @@ def test_ctrl_c_in_a_python_sweep_raises_run_interrupted_once_the_run_is_saved(t
     monkeypatch.undo()
     resumed = mptrain.run(experiment_, resume=stopped.run_dir, progress=False)
     assert resumed.status == "finished" and resumed.steps_run == 3 * 6
+
+
+def test_a_keras_cnn_trains_with_fused_layers_as_it_does_in_float32(tmp_path):
+    """The `+fused` candidate (one fused BatchNorm op, float32 convolution weight gradients)
+    on the Keras script's CNN: compare runs it beside float32 from the same initial weights,
+    and its loss keeps up with float32's within the rule plan's guard applies; what it saves
+    is the plain Keras model."""
+    from mptrain.measure.compare import CompareRecord
+
+    (tmp_path / "my_cnn.py").write_text(KERAS_SCRIPT.format(first="inputs"))
+    colour_folder(tmp_path / "images")
+    (tmp_path / "exp.yaml").write_text(
+        "data: {dataset: image_folder, path: images}\n"
+        "model: {kind: python, builder: 'my_cnn.py:build_model'}\n"
+        "train: {epochs: 4, batch_size: 16, optimizer: {name: adam, kwargs: {learning_rate: 0.003}}}\n"
+        f"output: {{dir: {tmp_path / 'runs'}}}\n")
+    done = mptrain_cli("compare", str(tmp_path / "exp.yaml"), "--policies", "float32,mixed_bfloat16+fused",
+                       "--json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    baseline, fused = CompareRecord.model_validate_json(done.stdout).variants
+    assert fused.summary.candidate == "mixed_bfloat16+fused" and fused.summary.compute_dtype == "bfloat16"
+    assert "fused layers (model.fused_layers): 2 Conv2D, 1 BatchNormalization" in fused.summary.notes
+    training = fused.verdict.training
+    assert training is not None and training.share is not None and not training.behind, training
+    assert not fused.verdict.refused, fused.verdict.refused
+    assert fused.summary.test_accuracy >= 0.8 and baseline.summary.test_accuracy >= 0.8
+    saved = keras_layers_of(Path(fused.run_dir) / "model.keras")
+    assert "BatchNormalization" in saved and "Conv2D" in saved and not any("Fused" in k for k in saved)
+
+
+def keras_layers_of(path: Path) -> set[str]:
+    """The layer classes a saved model.keras names (read from its config, nothing loaded)."""
+    import zipfile
+
+    config = json.loads(zipfile.ZipFile(path).read("config.json"))
+    return {layer["class_name"] for layer in config["config"]["layers"]}

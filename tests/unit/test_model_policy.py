@@ -101,3 +101,58 @@ def convnet_builder(folder):
         "    x = keras.layers.Dense(8)(keras.layers.Flatten()(x))\n"
         "    return keras.Model(inputs, keras.layers.Dense(num_classes, activation='softmax')(x))\n")
     return path
+
+
+def fusable_model():
+    inputs = keras.Input((8, 8, 3))
+    x = keras.layers.Conv2D(4, 3, padding="same", use_bias=False, name="conv")(inputs)
+    x = keras.layers.BatchNormalization(name="bn")(x)
+    x = keras.layers.Activation("relu")(x)
+    x = keras.layers.Conv2D(4, 3, groups=2, name="grouped")(x)  # the fused op takes no groups
+    x = keras.layers.Conv2D(4, 3, strides=2, name="strided")(x)
+    x = keras.layers.GlobalAveragePooling2D()(x)
+    return keras.Model(inputs, keras.layers.Dense(3, dtype="float32", name="logits")(x))
+
+
+@pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16"])
+def test_fused_layers_compute_what_keras_layers_do(policy):
+    """`model.fused_layers` swaps what the fused ops take and nothing else, keeps the weights,
+    computes Keras' outputs, gradients and moving statistics (the weight gradient from float32
+    copies: within bfloat16's rounding), and the saved model gets Keras' own layers back."""
+    import numpy as np
+    import tensorflow as tf
+
+    from mptrain.model.fused import fusable, fuse, unfused
+
+    apply_policy(policy)
+    keras.utils.set_random_seed(0)
+    model = fusable_model()
+    fused, swapped = fuse(model)
+    assert swapped == ["2 Conv2D", "1 BatchNormalization"] and fusable(model) and not fusable(fused)
+    kinds = {layer.name: type(layer).__name__ for layer in fused.layers}
+    assert (kinds["conv"], kinds["bn"], kinds["grouped"], kinds["strided"]) == \
+        ("Float32GradConv2D", "FusedBatchNormalization", "Conv2D", "Float32GradConv2D")
+    x = np.random.default_rng(0).random((16, 8, 8, 3), dtype=np.float32)
+    y = np.arange(16) % 3
+
+    def trained_step(m):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(keras.losses.sparse_categorical_crossentropy(y, m(x, training=True),
+                                                                               from_logits=True))
+        return tape.gradient(loss, m.trainable_variables), m.non_trainable_variables
+
+    close = 1e-5 if policy == "float32" else 2e-2
+    for (keras_grad, fused_grad, variable) in zip(*(trained_step(model)[0], trained_step(fused)[0]),
+                                                  model.trainable_variables, strict=True):
+        assert fused_grad.dtype == tf.float32  # float32 variables get float32 gradients
+        scale = float(tf.reduce_max(tf.abs(keras_grad)))
+        assert float(tf.reduce_max(tf.abs(keras_grad - fused_grad))) <= close * scale, variable.path
+    for keras_stat, fused_stat in zip(model.non_trainable_variables, fused.non_trainable_variables,
+                                      strict=True):  # the moving mean and variance were updated alike
+        np.testing.assert_allclose(keras_stat.numpy(), fused_stat.numpy(), rtol=1e-3, atol=1e-5)
+    assert not np.allclose(fused.get_layer("bn").moving_mean.numpy(), 0)
+    np.testing.assert_allclose(model(x).numpy(), fused(x).numpy(), rtol=close, atol=close)
+    plain = unfused(fused)
+    assert {type(layer).__module__.split(".")[0] for layer in plain.layers} == {"keras"}
+    np.testing.assert_allclose(plain(x).numpy(), fused(x).numpy(), rtol=1e-5, atol=1e-6)
+    apply_policy("float32")

@@ -14,7 +14,7 @@ from mptrain.measure.trials import TWIN, RunLength, Trial, choose, judge_trials
 from mptrain.measure.verdicts import Rules
 from mptrain.precision.candidates import CANDIDATE_NAMES, Candidate, candidate_name, candidates, select
 from mptrain.precision.policy import recommend
-from tests.helpers import make_summary, record_kernels
+from tests.helpers import make_summary, record_kernels, tiny_raw
 
 AMX = Machine(cpu=parse_cpuinfo("model name : Xeon AMX\nflags : avx512f avx512_bf16 amx_bf16"),
               tensorflow_version="2.21.0")
@@ -33,8 +33,11 @@ def names(found):
 
 
 def test_each_machine_gets_the_candidates_that_can_win_there():
-    assert names(candidates(AMX)) == ["float32", "mixed_bfloat16", "float32+onednn_bf16",
-                                      "float32+graph_bf16"]
+    assert names(candidates(AMX)) == ["float32", "mixed_bfloat16", "mixed_bfloat16+fused",
+                                      "float32+onednn_bf16", "float32+graph_bf16"]
+    # +fused only where the model has a Conv2D or BatchNormalization for it to change
+    unfusable = {c.name: c.why_not for c in candidates(AMX, fusable=False)}
+    assert "the same as mixed_bfloat16" in unfusable["mixed_bfloat16+fused"]
     skipped = {c.name: c.why_not for c in candidates(AMX) if c.why_not}
     assert "reference kernel" in skipped["mixed_float16"]  # float16 on a CPU without XLA
     for xla in ("mixed_bfloat16+xla", "mixed_float16+xla"):  # a measured prior, lifted when named
@@ -326,22 +329,30 @@ def test_the_whole_run_estimate_counts_evaluation_and_the_process_start_and_exit
 
 def test_every_candidate_plan_prints_is_a_name_compare_takes():
     """One name, one meaning: the candidate plan tries is the one `candidate(name)` parses."""
+    from mptrain.config import validate, variant
     from mptrain.precision.candidates import candidate
 
+    base = validate(tiny_raw(), "<test>")
     for machine in (AMX, AVX512_BF16, PLAIN, gpu_machine(7, 0), gpu_machine(8, 0)):
         for planned in candidates(machine):
             parsed = candidate(planned.name)
-            assert (parsed.policy, parsed.jit_compile, parsed.math_mode) == \
-                (planned.policy, planned.jit_compile, planned.math_mode), planned.name
+            assert (parsed.policy, parsed.jit_compile, parsed.math_mode, parsed.fused) == \
+                (planned.policy, planned.jit_compile, planned.math_mode, planned.fused), planned.name
             # and a run made with its settings is called by that name (runs, the summary)
-            assert candidate_name(parsed.policy, parsed.jit_compile, parsed.math_mode) == planned.name
-    assert candidate_name("mixed_float16", True, "default", ["softmax"]) == "mixed_float16+xla+islands"
+            assert candidate_name(variant(base, parsed.settings)) == planned.name
+    islands = variant(base, {"policy": "mixed_float16", "train.jit_compile": True,
+                             "model.float32_layers": ["softmax"]})
+    assert candidate_name(islands) == "mixed_float16+xla+islands"
+    assert candidate_name(variant(base, {"policy": "auto"}), "mixed_bfloat16") == "mixed_bfloat16"
     assert candidate("mixed_bfloat16+xla").settings == {
-        "policy": "mixed_bfloat16", "train.math_mode": "default", "train.jit_compile": True}
+        "policy": "mixed_bfloat16", "train.math_mode": "default", "train.jit_compile": True,
+        "model.fused_layers": False}
+    assert candidate("mixed_bfloat16+fused").settings["model.fused_layers"] is True
     islands = candidate("mixed_bfloat16").model_copy(update={"float32_layers": ["softmax"]})
     assert islands.settings["model.float32_layers"] == ["softmax"]
     for bad, says in (("mixed_bfloat+xla", "did you mean mixed_bfloat16?"),
-                      ("mixed_bfloat16+fast", "'fast' is not +xla or a math mode"),
+                      ("mixed_bfloat16+fast", "'fast' is not +xla, +fused or a math mode"),
+                      ("mixed_bfloat16+fused+fused", "or is given twice"),
                       ("mixed_bfloat16+onednn_bf16", "use float32+onednn_bf16")):
         with pytest.raises(ConfigError, match=re.escape(says)):
             candidate(bad)

@@ -1,0 +1,147 @@
+"""Fused layers (`model.fused_layers`): the two places a convolutional network loses its
+16-bit gain on a CPU, measured on ResNet50 (bench/NOTES.md, section 10):
+
+- Keras' `BatchNormalization` casts 16-bit activations to float32, computes mean, variance
+  and the normalisation as a dozen unfused ops, and casts back (`batch_normalization.py`,
+  `call`): ResNet50's 53 of them cost as much as its forward convolutions. TensorFlow's
+  `FusedBatchNormV3` takes bfloat16 (or float16) activations with float32 scale, offset and
+  statistics in one op (oneDNN's on a CPU). `FusedBatchNormalization` is that, with Keras'
+  weights, so checkpoints and saved models read alike.
+- oneDNN's bfloat16 weight gradient of a convolution (`brgconv_bwd_w`) ran 2-6x slower than
+  float32's on the small maps of a network's late stages (2x2, 4x4), erasing the forward and
+  input-gradient gains. `Float32GradConv2D` computes the convolution and its input gradient in
+  the compute dtype, and its weight gradient in float32, from float32 copies of its input and
+  output gradient (more precise too: the float32 variable gets a float32 gradient).
+
+`fuse` rebuilds a built model with them (`model.dtypes.rebuild`, as per-layer policies are);
+`unfused` gives Keras' layers back, with the same weights, for the saved model.
+"""
+
+from __future__ import annotations
+
+import keras
+
+from mptrain.model.layers import PACKAGE
+
+FUSED = {"BatchNormalization": "FusedBatchNormalization", "Conv2D": "Float32GradConv2D"}
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class FusedBatchNormalization(keras.layers.BatchNormalization):
+    """Keras' BatchNormalization as one TensorFlow op: activations in the compute dtype,
+    scale, offset and statistics in float32 (its variables' own; Keras reads them uncast).
+    One difference: the op updates the moving variance with the batch's unbiased variance
+    (n/(n-1) of Keras'), as Keras 2's `fused=True` did."""
+
+    def call(self, inputs, training=None, mask=None):
+        import tensorflow as tf
+
+        if mask is not None or self.renorm or self.axis not in (-1, len(inputs.shape) - 1) \
+                or len(inputs.shape) != 4:
+            return super().call(inputs, training=training, mask=mask)  # what the op cannot do
+        x = tf.cast(inputs, self.compute_dtype)
+        ones = tf.ones_like(self.moving_mean)
+        scale = self.gamma if self.scale else ones
+        offset = self.beta if self.center else tf.zeros_like(self.moving_mean)
+        learning = bool(training) and self.trainable
+        y, mean, variance, *_ = tf.raw_ops.FusedBatchNormV3(
+            x=x, scale=scale, offset=offset, mean=self.moving_mean, variance=self.moving_variance,
+            epsilon=self.epsilon, exponential_avg_factor=1.0 - self.momentum if learning else 1.0,
+            data_format="NHWC", is_training=learning)
+        if learning:  # the op returns the moving statistics updated with this batch's
+            self.moving_mean.assign(mean)
+            self.moving_variance.assign(variance)
+        return y
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class Float32GradConv2D(keras.layers.Conv2D):
+    """Keras' Conv2D, its weight gradient computed in float32 (its input gradient and the
+    convolution itself in the compute dtype)."""
+
+    def __init__(self, **kwargs):
+        kwargs["autocast"] = False  # the float32 kernel reaches the op, cast inside it
+        super().__init__(**kwargs)
+        if self.data_format != "channels_last" or self.groups != 1:
+            raise ValueError(f"{self.name}: Float32GradConv2D takes channels_last and groups=1 only")
+
+    def call(self, inputs):
+        import tensorflow as tf
+
+        if self.compute_dtype == "float32":
+            return super().call(inputs)
+        dtype = self.compute_dtype
+        strides, dilations = (1, *self.strides, 1), (1, *self.dilation_rate, 1)
+        padding = self.padding.upper()
+
+        @tf.custom_gradient
+        def convolve(x, kernel):
+            weights = tf.cast(kernel, dtype)
+
+            def gradients(dy):
+                dx = tf.raw_ops.Conv2DBackpropInput(
+                    input_sizes=tf.shape(x), filter=weights, out_backprop=dy, strides=strides,
+                    padding=padding, dilations=dilations)
+                dk = tf.raw_ops.Conv2DBackpropFilter(
+                    input=tf.cast(x, tf.float32), filter_sizes=tf.shape(kernel),
+                    out_backprop=tf.cast(dy, tf.float32), strides=strides, padding=padding,
+                    dilations=dilations)
+                return dx, dk
+
+            return tf.nn.conv2d(x, weights, strides, padding, dilations=dilations), gradients
+
+        # the kernel as a tensor: tf.custom_gradient refuses a variable read inside it
+        y = convolve(tf.cast(inputs, dtype), tf.convert_to_tensor(self.kernel))
+        if self.use_bias:
+            y = y + tf.cast(self.bias, dtype)
+        return self.activation(y) if self.activation is not None else y
+
+
+def _swappable(layer: dict) -> bool:
+    """A Keras layer `fuse` swaps: a BatchNormalization, or a Conv2D the custom gradient takes
+    (channels_last, not grouped)."""
+    config = layer.get("config", {})
+    return layer.get("module") == "keras.layers" and layer.get("class_name") in FUSED and \
+        config.get("data_format", "channels_last") == "channels_last" and config.get("groups", 1) == 1
+
+
+def fusable(model) -> bool:
+    """Whether `fuse` would change the model (plan's `+fused` candidate is tried only then)."""
+    import keras
+
+    from mptrain.model.dtypes import layer_configs
+
+    return any(map(_swappable, layer_configs(keras.saving.serialize_keras_object(model))))
+
+
+def fuse(model):
+    """The model with every Keras BatchNormalization and Conv2D the fused ops take swapped
+    for its fused layer (weights copied), and how many of each."""
+    from collections import Counter
+
+    from mptrain.model.dtypes import rebuild
+
+    swapped = Counter()
+
+    def edit(layer: dict) -> None:
+        if _swappable(layer):
+            name = layer["class_name"]
+            layer.update(module=__name__, class_name=FUSED[name], registered_name=f"{PACKAGE}>{FUSED[name]}")
+            swapped[name] += 1
+
+    rebuilt = rebuild(model, edit)
+    return rebuilt, [f"{n} {name}" for name, n in swapped.items()]
+
+
+def unfused(model):
+    """The model with Keras' own layers back (weights copied): what a run saves, so its
+    model.keras loads wherever Keras does; the fused layers are how it trained, not what it is."""
+    from mptrain.model.dtypes import rebuild
+
+    plain = {fused: name for name, fused in FUSED.items()}
+
+    def edit(layer: dict) -> None:
+        if layer.get("module") == __name__:
+            layer.update(module="keras.layers", class_name=plain[layer["class_name"]], registered_name=None)
+
+    return rebuild(model, edit)
