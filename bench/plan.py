@@ -67,7 +67,10 @@ def experiment_file(name: str, spec, folder: Path) -> str:
     return str(path)
 
 
-def plan(name: str, ref: str, overrides: list[str], steps: int, folder: Path) -> tuple[dict, float, Path]:
+def plan(name: str, ref: str, overrides: list[str], steps: int, folder: Path):
+    """`mptrain plan` as a user runs it: its record (`PlanRecord`), its seconds, its plan file."""
+    from mptrain.measure.plan import PlanRecord
+
     out = folder / f"{name.split()[0].split(',')[0]}.plan.yaml"
     sets = [arg for o in overrides for arg in ("--set", o)]
     started = time.perf_counter()
@@ -76,7 +79,7 @@ def plan(name: str, ref: str, overrides: list[str], steps: int, folder: Path) ->
     seconds = time.perf_counter() - started
     if done.returncode != 0:
         raise SystemExit(f"plan {name} failed:\n{done.stderr[-3000:]}")
-    return json.loads(done.stdout), seconds, out
+    return PlanRecord.model_validate_json(done.stdout), seconds, out
 
 
 def step_ms(ref: str, overrides: list[str], folder: Path) -> float:
@@ -122,18 +125,16 @@ def main(only: list[str] | None = None) -> str:
             ref = experiment_file(name, spec, folder)
             print(f"-- {name}", file=sys.stderr, flush=True)
             record, seconds, plan_file = plan(name, ref, overrides, steps, folder)
-            counted = [t for t in record["trials"] if t["counts"]]
-            fastest = min(counted, key=lambda t: t["summary"]["step_time"]["median_ms"])
-            pick = next(t for t in record["trials"] if t["candidate"]["name"] == record["winner"])
-            pick_vs_fastest = (pick["summary"]["step_time"]["median_ms"]
-                               / fastest["summary"]["step_time"]["median_ms"])
+            counted = [t for t in record.trials if t.counts]
+            fastest = min(counted, key=lambda t: t.summary.step_time.median_ms)
+            pick = next(t for t in record.trials if t.candidate.name == record.winner)
+            pick_vs_fastest = pick.summary.step_time.median_ms / fastest.summary.step_time.median_ms
             ms = verify(ref, overrides, plan_file, folder)
             pick_ratio = per_round(ms["float32"], ms["plan's pick"])
             auto_ratio = per_round(ms["float32"], ms["auto"])
-            trials = ", ".join(f"{t['candidate']['name']} {t['speedup']:.2f}x"
-                               for t in record["trials"] if t["speedup"] is not None)
-            islands = ", ".join(record["island_layers"]) or "none"
-            rows.append([name, f"{record['winner']}", f"{pick_vs_fastest:.2f}",
+            trials = ", ".join(f"{t.label} {t.speedup:.2f}x" for t in record.trials if t.speedup is not None)
+            islands = ", ".join(record.island_layers) or "none"
+            rows.append([name, f"{record.winner}", f"{pick_vs_fastest:.2f}",
                          spread(ms["float32"]), spread(ms["plan's pick"]),
                          f"{pick_ratio[0]:.2f}x ({pick_ratio[1]:.2f}–{pick_ratio[2]:.2f})",
                          spread(ms["auto"]),

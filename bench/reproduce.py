@@ -13,12 +13,15 @@ For each experiment:
    the pick (the goal "predicted": within 10%; both count evaluation, checkpoints, the saved
    model and the process's start and exit), and against float32's estimate (the goal "whole
    run": not longer).
+5. With ResNet50: `mptrain plan --budget 1` (issue 34's goal: it ends within 1.5 minutes plus
+   staging, and names what the budget cut), timed from the command's start, staging (until
+   the first round of turns ends) beside it.
 Each figure names the CPU it came from (`cpu_model`).
 """
 
 from __future__ import annotations
 
-import json
+import subprocess
 import sys
 import tempfile
 import time
@@ -49,7 +52,9 @@ def compare_speedup(ref: str, overrides: list[str], pick: str, steps: int, folde
                    *sets, "--set", f"output.dir={folder / 'compare'}", cwd=folder)
     if done.returncode != 0:
         raise SystemExit(f"compare {ref} failed:\n{done.stderr[-3000:]}")
-    return json.loads(done.stdout)["variants"][1]["speedup"]
+    from mptrain.measure.compare import CompareRecord
+
+    return CompareRecord.model_validate_json(done.stdout).variants[1].speedup
 
 
 def whole_run(plan_file: Path, folder: Path) -> float:
@@ -61,8 +66,32 @@ def whole_run(plan_file: Path, folder: Path) -> float:
     return time.perf_counter() - started
 
 
-def trial_of(record: dict, name: str) -> dict:
-    return next(t for t in record["trials"] if t["candidate"]["name"] == name)
+def budget_of_one_minute(ref: str, folder: Path) -> str:
+    """`plan --budget 1`: its wall time, when its first round of turns ended, what it cut."""
+    from mptrain.measure.plan import PlanRecord
+
+    started = time.perf_counter()
+    with open(folder / "budget.json", "w+") as out:  # a file: the record can outgrow a pipe
+        process = subprocess.Popen([sys.executable, "-m", "mptrain", "plan", ref, "--budget", "1",
+                                    "--json", "--out", str(folder / "budget.plan.yaml")], cwd=folder,
+                                   stdout=out, stderr=subprocess.PIPE, text=True)
+        first_round = None
+        for line in process.stderr:
+            if first_round is None and line.startswith("round 1"):
+                first_round = time.perf_counter() - started
+        wall = time.perf_counter() - started
+        if process.wait() != 0:
+            raise SystemExit("plan --budget 1 failed")
+        out.seek(0)
+        record = PlanRecord.model_validate_json(out.read())
+    untried = [t.label for t in record.trials if t.summary is None]
+    return (f"`plan --budget 1` of ResNet50: {wall:.0f} s in all, its first round of turns ended "
+            f"after {first_round or 0:.0f} s; cut by the budget: {', '.join(record.cut) or 'none'}; not "
+            f"started: {', '.join(untried) or 'none'}; pick {record.winner} ({record.reason})")
+
+
+def trial_of(record, name: str):
+    return next(t for t in record.trials if t.candidate.name == name)
 
 
 def main(only: list[str]) -> str:
@@ -75,33 +104,35 @@ def main(only: list[str]) -> str:
             ref = experiment_file(name, spec, folder)
             print(f"-- {name}", file=sys.stderr, flush=True)
             first, plan_s, plan_file = plan(name, ref, overrides, steps, folder)
+            print(f"   planned in {plan_s:.0f} s: {first.winner}", file=sys.stderr, flush=True)
             second, _, _ = plan(name + " again", ref, overrides, steps, folder)
-            pick = trial_of(first, first["winner"])
-            again = trial_of(second, second["winner"])
+            pick = trial_of(first, first.winner)
+            again = trial_of(second, second.winner)
             # the first pick may be a candidate the second plan did not make (islands it did not find)
-            same = next((t for t in second["trials"] if t["candidate"]["name"] == first["winner"]), None)
-            same_pick_speed = same["speedup"] if same else None
-            reproducible = (first["winner"] == second["winner"] or
-                            (same_pick_speed and again["speedup"] / same_pick_speed <= 1.05))
+            same = next((t for t in second.trials if t.candidate.name == first.winner), None)
+            same_pick_speed = same.speedup if same else None
+            reproducible = (first.winner == second.winner or
+                            (same_pick_speed and (again.speedup or 1.0) / same_pick_speed <= 1.05))
             ms = verify(ref, overrides, plan_file, folder)
             verified = per_round(ms["float32"], ms["pick"])
-            low, high = pick["speedup_range"] or (pick["speedup"], pick["speedup"])
+            speedup = pick.speedup or 1.0  # float32 picked: itself
+            low, high = pick.speedup_range or (speedup, speedup)
             # float32 against itself has no interval to lie in: within 10% of 1 is honest
-            inside = low <= verified[0] <= high or first["winner"] == "float32"
-            honest = abs(pick["speedup"] / verified[0] - 1) <= 0.10 and inside
+            inside = low <= verified[0] <= high or first.winner == "float32"
+            honest = abs(speedup / verified[0] - 1) <= 0.10 and inside
             # compare takes a candidate by name; a pick with float32 islands is compared on its
             # plan.yaml (which holds model.float32_layers) under its policy's own name
-            islands = bool(pick["candidate"]["float32_layers"])
-            compared = (1.0 if first["winner"] == "float32" else
+            islands = bool(pick.candidate.float32_layers)
+            compared = (1.0 if first.winner == "float32" else
                         compare_speedup(str(plan_file) if islands else ref, [] if islands else overrides,
-                                        first["winner"].removesuffix("+islands"), steps, folder))
+                                        first.winner.removesuffix("+islands"), steps, folder))
             one_answer = compared is not None and low <= compared <= high
             wall = whole_run(plan_file, folder)
-            estimate = pick["whole_run_s"]
-            base_estimate = trial_of(first, "float32")["whole_run_s"]
+            estimate = pick.whole_run_s
+            base_estimate = trial_of(first, "float32").whole_run_s
             predicted = estimate is not None and abs(wall / estimate - 1) <= 0.10
-            rows.append([name, first["winner"], second["winner"],
-                         f"{pick['speedup']:.2f}x ({low:.2f}–{high:.2f})",
+            rows.append([name, first.winner, second.winner,
+                         f"{speedup:.2f}x ({low:.2f}–{high:.2f})",
                          f"{verified[0]:.2f}x ({verified[1]:.2f}–{verified[2]:.2f})",
                          spread(ms["float32"]), spread(ms["pick"]),
                          f"{compared:.2f}x" if compared is not None else "-",
@@ -115,6 +146,10 @@ def main(only: list[str]) -> str:
                 f"{base_estimate or 0:.1f} s) {'met' if shorter else 'NOT met'}; "
                 f"predicted {'met' if predicted else 'NOT met'} (run {wall:.1f} s, estimate "
                 f"{estimate or 0:.1f} s)")
+        resnet = next(name for name in EXPERIMENTS if name.startswith("ResNet50"))
+        if any(resnet.startswith(o) for o in only):
+            goals.append("- " + budget_of_one_minute(experiment_file(resnet, EXPERIMENTS[resnet][0], folder),
+                                                     folder))
     out = table(rows, ["experiment", "plan 1", "plan 2", "plan 1's speed-up (95%)",
                        "verified (per round)", "float32 ms", "pick ms", "compare", "whole-run est. s",
                        "run s", "plan s"])

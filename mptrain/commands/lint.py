@@ -1,5 +1,5 @@
 """`mptrain lint`: what keeps the model from being fast or safe in 16 bits
-(`diagnostics.lint`)."""
+(`diagnostics.speed`)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def lint(
     warnings; 2: bad input.
     """
     from mptrain.config import load_config
-    from mptrain.diagnostics.lint import lint_experiment
+    from mptrain.diagnostics.speed import lint_experiment
     from mptrain.report.views import lint_view
 
     with user_errors(verbose=verbose):

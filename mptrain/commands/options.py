@@ -137,7 +137,7 @@ def emit(data, json_out: bool, render) -> None:
     """One JSON object on stdout (nothing else), or the Rich rendering of it."""
     with stdout_reader_may_stop():
         if json_out:
-            from mptrain.runs.folder import to_json
+            from mptrain.record import to_json
 
             typer.echo(to_json(data.model_dump()))
         else:

@@ -65,7 +65,6 @@ def plan(
     experiment file (`mptrain run` it). Ctrl-C stops every trial; --resume runs them again.
     """
     from mptrain.config import load_config
-    from mptrain.errors import ConfigError
     from mptrain.measure.plan import PlanSettings
     from mptrain.measure.plan import plan as run_plan
     from mptrain.precision.candidates import CANDIDATE_NAMES
@@ -74,13 +73,11 @@ def plan(
     from mptrain.signals import exit_code
 
     with user_errors(verbose=verbose):
-        if resume is None and config is None:
-            raise ConfigError("mptrain plan: give an experiment (CONFIG) or --resume PLAN_DIR")
         settings = PlanSettings(
             candidates=parse_choices(candidates, CANDIDATE_NAMES, "--candidates") if candidates else None,
             steps=steps, tolerance_pct=tolerance, budget_minutes=budget, evaluate=evaluate,
             out=out.resolve() if out else None)
-        experiment = load_config(config, set_) if resume is None else None
+        experiment = load_config(config, set_) if resume is None and config is not None else None
         result = run_plan(experiment, settings, resume=resume, telling=ConsoleTelling(),
                           verbose=verbose, as_text=as_text(plan_tables))
     emit(result.record, json_out, plan_tables)

@@ -47,6 +47,7 @@ def run(
     initial_weights: Annotated[Path | None, typer.Option(hidden=True)] = None,  # compare, plan
     run_dir: Annotated[Path | None, typer.Option(hidden=True)] = None,  # compare, plan, --workers
     supervised: Annotated[bool, typer.Option(hidden=True)] = False,  # a --workers worker
+    turns: Annotated[str | None, typer.Option(hidden=True)] = None,  # compare, plan: STEPS:FD
 ) -> None:
     """Train and evaluate one experiment; write its run folder and print a summary.
 
@@ -62,10 +63,11 @@ def run(
     from mptrain.runs.launch import RunOptions, launch
     from mptrain.runs.runner import Start
     from mptrain.runs.workers import WorkersResult
+    from mptrain.training.turns import TurnLink
 
     options = RunOptions(set_ or [], workers, max_restarts, json_out, verbose, supervised,
                          Start(resume=resume, initial_weights=initial_weights, run_dir=run_dir,
-                               started_at=STARTED_AT))
+                               started_at=STARTED_AT, turns=TurnLink.parse(turns) if turns else None))
     with user_errors("interrupted (a run folder, if one was made, keeps its last checkpoint)",
                      verbose, unsaid=WorkerLost if supervised else None):
         try:

@@ -51,7 +51,6 @@ def _input_spec(data) -> InputSpec | None:
     return None
 
 
-
 def _training_examples(data, thorough: bool) -> int | None:
     """How many examples a run trains on, when that is cheap to know (or `thorough`); an
     .npz's training labels are checked on the way (they are read anyway)."""
@@ -78,7 +77,6 @@ def _training_examples(data, thorough: bool) -> int | None:
     if data.max_train_examples:
         total = min(total, data.max_train_examples)
     return total - int(total * data.validation_split)
-
 
 
 def _check_files(data) -> list[str]:

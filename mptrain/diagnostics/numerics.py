@@ -124,14 +124,12 @@ def layer_probe(model):
 
     Not `layer.output`: that is the output of the layer's first call, which for a nested
     model (a keras.applications backbone) lies in its own graph, not connected to this
-    model's inputs. Keras keeps this graph's calls (nodes) in `_nodes_by_depth`; there is no
-    public accessor."""
+    model's inputs; this graph's own calls are read (`keras_internals.graph_outputs`)."""
     import keras
 
-    outputs = {}
-    for nodes in model._nodes_by_depth.values():
-        for node in nodes:
-            outputs[id(node.operation)] = node.output_tensors[0]
+    from mptrain.model.keras_internals import graph_outputs
+
+    outputs = graph_outputs(model)
     layers = [layer for layer in model.layers
               if type(layer).__name__ != "InputLayer" and id(layer) in outputs]
     return layers, keras.Model(model.inputs, [*(outputs[id(layer)] for layer in layers),

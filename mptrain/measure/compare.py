@@ -12,7 +12,7 @@ The folder is always resumable: compare.json names every variant and the run fol
 have before the first one starts, and is rewritten after each, so `compare --resume` finds
 what finished, continues what was stopped (a Ctrl-C, or a parent killed outright: its child
 is stopped with it and keeps a checkpoint) and runs the rest, in a new session of turns
-(`measure.engine.resume_rows`, plan's too).
+(`measure.engine.to_run`, plan's too).
 """
 
 from __future__ import annotations

@@ -49,11 +49,12 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from mptrain.errors import ConfigError
-from mptrain.runs.folder import RunFolder, resumable, to_json, unique_folder, write_atomic
+from mptrain.record import to_json, write_atomic
+from mptrain.runs.folder import RunFolder, resumable, unique_folder
 from mptrain.runs.summary import RunSummary
 from mptrain.runs.workers import read_child_summary, resume_command, run_command, start
 from mptrain.signals import ForwardSignals
-from mptrain.training.turns import REPORT_FD_ENV, TURN_STEPS_ENV
+from mptrain.training.turns import TurnLink
 
 if TYPE_CHECKING:
     from mptrain.config import ExperimentConfig
@@ -80,14 +81,13 @@ def stage(config: ExperimentConfig, kind: str, verbose: bool = False,
             "process, in turns, and each would start its own local workers; --set "
             f"distribute.workers=null to {kind} the single-process step, and train on workers "
             "with `mptrain run`")
-    import numpy as np
-
+    from mptrain.model import save_initial_weights
     from mptrain.runs.experiment import prepare
 
     with tempfile.TemporaryDirectory() as scratch:
         staged = Path(scratch) / "initial_weights.npz"
         prepared = prepare(config, policy="float32", verbose=verbose)
-        np.savez(staged, *prepared.model.get_weights())
+        save_initial_weights(prepared.model, staged)
         if before_folder is not None:
             before_folder(prepared)
         folder = unique_folder(config.output.dir, f"{kind}-{config.name}")
@@ -344,8 +344,8 @@ def _start(entry: Entry, command: list[str], ledger: Ledger, steps_per_turn: int
     path = ledger.folder / "logs" / f"{entry.file_label}.log"
     path.parent.mkdir(parents=True, exist_ok=True)
     log = open(path, "w")  # noqa: SIM115  (closed in _finish)
-    env = {**ledger.env, TURN_STEPS_ENV: str(steps_per_turn), REPORT_FD_ENV: str(write_end)}
-    process = start(command, env, log=log, talk=True, pass_fds=(write_end,))
+    process = start([*command, *TurnLink(steps_per_turn, write_end).option()], ledger.env, log=log,
+                    talk=True, pass_fds=(write_end,))
     os.close(write_end)  # the child holds it: end of file here means the child is gone
     signals.children.append(process)
     return _Child(entry, process, os.fdopen(read_end), log)

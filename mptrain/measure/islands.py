@@ -14,7 +14,6 @@ TIMED_LAYER_KINDS = ("Dense", "EinsumDense", "Conv1D", "Conv2D", "Conv3D", "Dept
                      "SeparableConv2D", "Conv2DTranspose", "MultiHeadAttention", "Float32SoftmaxAttention")
 
 
-
 class LayerTiming(Record):
     """One layer's forward and backward, in 16 bits and in float32 (ms, medians)."""
 
@@ -28,7 +27,6 @@ class LayerTiming(Record):
     def slower_in_16bit(self) -> bool:
         """Slower beyond the noise: the 16-bit spread lies wholly above float32's."""
         return self.spread_16bit[0] > self.spread_float32[1]
-
 
 
 def layer_timings(config: ExperimentConfig, candidate: Candidate, seconds: float,
@@ -80,7 +78,6 @@ def layer_timings(config: ExperimentConfig, candidate: Candidate, seconds: float
     return timings
 
 
-
 def _weight(layer) -> int:
     """A layer's share of a step, roughly: its weights times the positions it computes them
     at (a convolution's output pixels, a sequence's tokens)."""
@@ -95,15 +92,15 @@ def _weight(layer) -> int:
 
 def _input_shapes(layer) -> list[tuple[int, ...]] | None:
     """The shapes (without the batch) a layer was called with, from its first call."""
-    try:
-        node = layer._inbound_nodes[0]
-    except (AttributeError, IndexError):
+    from mptrain.model.keras_internals import first_call_inputs
+
+    inputs = first_call_inputs(layer)
+    if inputs is None:
         return None
-    shapes = [tuple(t.shape[1:]) for t in node.input_tensors]
+    shapes = [tuple(t.shape[1:]) for t in inputs]
     if not shapes or any(d is None for s in shapes for d in s):
         return None
     return shapes
-
 
 
 def _fwd_bwd(tf, layer, jit: bool):
@@ -117,7 +114,6 @@ def _fwd_bwd(tf, layer, jit: bool):
         return tf.add_n([tf.reduce_sum(tf.cast(g, tf.float32)) for g in grads if g is not None])
 
     return tf.function(step, jit_compile=jit, autograph=False)
-
 
 
 def islands(timings: list[LayerTiming], overflowing: list[str]) -> list[str]:

@@ -2,7 +2,7 @@
 whether compare's and plan's variants fit in memory together (`too_big_together`).
 
 For each policy the experiment is set up as `run` would (`runs.experiment.prepare`) and its
-training state estimated part by part (`memory.estimate`); a short real run per policy gives
+training state estimated part by part (`model.size.estimate`); a short real run per policy gives
 TensorFlow's allocator peak where the allocator reports one. The largest batch that fits in
 80% of this machine's memory follows from the estimate, scaled up by the measurement where it
 is larger (XLA's buffers, for one, are in no estimate): a figure never more hopeful than what
@@ -34,8 +34,6 @@ def why_not_half(optimizer: str, state_per_weight: float) -> str:
             "are halved, so the saving is large when activations dominate (big batches, big "
             "images, long sequences) and small when weights do. The guide's advice follows: "
             "with the memory saved, double the batch size.")
-
-
 
 
 class MemoryPlan(Record):
@@ -143,7 +141,7 @@ def too_big_together(prepared: Prepared, policies: dict[str, str], baseline: str
     from mptrain.hardware.machine import USABLE_FRACTION, machine_memory_bytes
     from mptrain.model.size import estimate
     from mptrain.precision.policy import DTYPES
-    from mptrain.runs.memory import peak_rss_bytes
+    from mptrain.runs.meter import peak_rss_bytes
 
     available = machine_memory_bytes()
     if available is None or len(policies) <= 2:  # two variants in pairs are the same two

@@ -62,8 +62,8 @@ from mptrain.measure.trials import TWIN, RunLength, Trial, choose, judge_trials
 from mptrain.measure.verdicts import DEFAULT_TOLERANCE_PCT, Rules
 from mptrain.precision.candidates import Candidate, candidate, candidates, select
 from mptrain.precision.planned import stamp
-from mptrain.record import Record
-from mptrain.runs.folder import RunFolder, write_atomic
+from mptrain.record import Record, write_atomic
+from mptrain.runs.folder import RunFolder
 from mptrain.telling import QUIET, Telling
 from mptrain.training.turns import planned_steps
 
@@ -153,7 +153,7 @@ class PlanSettings:
             raise ConfigError(f"--steps {self.steps}: a trial needs at least 8 steps to be timed")
 
 
-def plan(experiment: str | ExperimentConfig, settings: PlanSettings = PlanSettings(), *,
+def plan(experiment: str | ExperimentConfig | None, settings: PlanSettings = PlanSettings(), *,
          resume: Path | None = None, telling: Telling = QUIET, verbose: bool = False,
          as_text: Callable[[PlanRecord], str] | None = None) -> PlanResult:
     """`mptrain plan` and `mptrain.plan`: start a plan of the experiment named or given, or
@@ -164,22 +164,16 @@ def plan(experiment: str | ExperimentConfig, settings: PlanSettings = PlanSettin
         record, folder = load_record(resume, "plan", PlanRecord), resume
         if record.status == "finished":
             raise ConfigError(f"--resume {folder}: the plan has finished; nothing to resume")
+    elif experiment is None:
+        raise ConfigError("mptrain plan: give an experiment (CONFIG) or --resume PLAN_DIR")
     else:
         config = experiment if isinstance(experiment, ExperimentConfig) else load_config(experiment)
         if settings.out is None:
-            settings = replace(settings, out=_beside(config.source))
+            with contextlib.suppress(ConfigError):  # beside the experiment's file, when it has one
+                settings = replace(settings, out=plan_file_for(config.source))
         record, folder = start_plan(config, settings, verbose=verbose, status=telling.status)
     deadline = started + 60 * record.budget_minutes
     return run_plan(record, folder, deadline, telling=telling, verbose=verbose, as_text=as_text)
-
-
-def _beside(source: str) -> Path | None:
-    """Where a plan goes by default: beside the experiment's file (`plan_file_for`); None for
-    an experiment that has no file."""
-    try:
-        return plan_file_for(source)
-    except ConfigError:
-        return None
 
 
 def start_plan(config: ExperimentConfig, settings: PlanSettings = PlanSettings(), *,

@@ -89,7 +89,6 @@ def _loss_axes(ax_step, ax_epoch, plain, variants: int) -> None:
     ax_epoch.legend(fontsize=8, ncols=1 + variants // 4)
 
 
-
 def _loss_scale_axis(ax_scale, scaled: bool, plain) -> None:
     from matplotlib.ticker import MaxNLocator
 

@@ -43,7 +43,7 @@ class BuiltModel:
 def build_model(config: ExperimentConfig, spec: InputSpec,
                 initial_weights: Path | None = None) -> BuiltModel:
     """The experiment's model under the current global policy, with a float32 output;
-    `initial_weights` (an .npz of `model.get_weights()`, from `runs.experiment.save_initial_weights`)
+    `initial_weights` (an .npz of `model.get_weights()`, from `save_initial_weights`)
     makes several builds start from the same weights."""
     import mptrain.model.fused  # noqa: F401  (registers mptrain's layers for saving/loading)
     import mptrain.model.layers  # noqa: F401
@@ -82,11 +82,9 @@ def reset_layer_names() -> None:
     models the process built before (plan and diagnose build several). Keras keeps the
     counters in its global state; `keras.backend.clear_session()` would reset them too, but
     also the global dtype policy and every traced graph."""
-    import collections
+    from mptrain.model.keras_internals import reset_name_counters
 
-    from keras.src.backend.common import global_state
-
-    global_state.set_global_attribute("object_name_uids", collections.defaultdict(int))
+    reset_name_counters()
 
 
 def _output_kind(config: ExperimentConfig, model, spec: InputSpec) -> tuple[OutputKind, list[str]]:
@@ -135,6 +133,14 @@ def ensure_float32_output(model):
     wrapped = keras.Model(model.inputs, outputs, name=model.name)
     return wrapped, [f"the model's output was {found}; mptrain appended a float32 linear Activation "
                      "so the loss is computed in float32 (the guide's rule)"]
+
+
+def save_initial_weights(model, path: Path) -> None:
+    """The model's weights as an .npz of `model.get_weights()` (the guide's `initial_weights`),
+    for several builds (compare's and plan's variants, under any policy) to start from."""
+    import numpy as np
+
+    np.savez(path, *model.get_weights())
 
 
 def _load_initial_weights(model, path: Path) -> None:

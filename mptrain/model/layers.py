@@ -73,7 +73,8 @@ class Float32SoftmaxAttention(keras.layers.MultiHeadAttention):
     there in float16) sits close to float16's limit. (Without dropout Keras calls
     `ops.dot_product_attention`, already float32 inside.) The projections and both attention
     einsums stay 16-bit, where the speed is; only the normalisation is float32, and its result
-    is cast back for the einsum with the values.
+    is cast back for the einsum with the values. It overrides two Keras internals
+    (`keras_internals.ATTENTION_OVERRIDES`, checked by a test).
     """
 
     def _build_attention(self, rank):

@@ -22,6 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from mptrain.model.keras_internals import inputs_of, producer
+
 OutputKind = Literal["probabilities", "logits"]
 PROBABILITY_ACTIVATIONS = ("softmax", "sigmoid")
 PASS_THROUGH = ("Reshape", "Flatten", "Identity", "Dropout", "Permute")
@@ -60,20 +62,6 @@ def _activation_name(layer) -> str | None:
     return name
 
 
-def _producer(tensor):
-    """The layer (operation) that produced a symbolic tensor, or None."""
-    history = getattr(tensor, "_keras_history", None)
-    return history.operation if history is not None else None
-
-
-def _inputs_of(tensor) -> list:
-    history = getattr(tensor, "_keras_history", None)
-    if history is None:
-        return []
-    node = history.operation._inbound_nodes[history.node_index]
-    return list(node.input_tensors)
-
-
 def _read_layers(model) -> OutputReading:
     import keras
 
@@ -82,7 +70,7 @@ def _read_layers(model) -> OutputReading:
     except (AttributeError, IndexError, TypeError, ValueError):
         return OutputReading(None, "a subclassed model: its layers are not a graph to read")
     for _ in range(MAX_DEPTH):
-        layer = _producer(tensor)
+        layer = producer(tensor)
         if layer is None:
             break
         kind = type(layer).__name__
@@ -91,7 +79,7 @@ def _read_layers(model) -> OutputReading:
             what = activation or "softmax"
             return OutputReading("probabilities", f"its last layer {layer.name!r} is a {what}")
         if kind == "Activation" and activation == "linear" or kind in PASS_THROUGH:
-            tensor = _inputs_of(tensor)[0] if _inputs_of(tensor) else None
+            tensor = inputs_of(tensor)[0] if inputs_of(tensor) else None
             if tensor is None:
                 break
             continue

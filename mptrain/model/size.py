@@ -1,5 +1,5 @@
 """How much memory training a model takes: estimated, never measured (a run's meter is
-`runs.memory`'s).
+`runs.meter`'s).
 
 Two estimates, for two moments:
 - `training_bytes_lower_bound`, from the experiment alone, before anything is built: `validate`

@@ -156,7 +156,6 @@ def candidates(machine: Machine, kernels: KernelSpeeds | None = None, *,
     return found
 
 
-
 def _unless_named(option: Candidate) -> Candidate:
     """A CPU XLA candidate: skipped by default (`CPU_XLA`), unless it cannot run at all."""
     if option.why_not is not None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal
 
+from mptrain.model.keras_internals import attention_dropout, attention_softmax
 from mptrain.record import FrozenRecord
 
 if TYPE_CHECKING:
@@ -239,8 +240,8 @@ def _numerics(layers, choice, notes: list[str], output: str) -> list[Finding]:
             findings.append(_finding("softmax_16bit", "warning", layer.name,
                                     f"{layer.name}: softmax in {compute}; keep it float32 with "
                                     f"model.float32_layers: [{layer.name}]", None))
-        if isinstance_name(layer, "MultiHeadAttention") and getattr(layer, "_dropout", 0) > 0:
-            inner = getattr(layer, "_softmax", None)
+        if isinstance_name(layer, "MultiHeadAttention") and attention_dropout(layer) > 0:
+            inner = attention_softmax(layer)
             if inner is not None and inner.compute_dtype in ("float16", "bfloat16"):
                 findings.append(_finding(
                     "softmax_16bit", "warning", layer.name,

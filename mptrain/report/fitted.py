@@ -19,7 +19,6 @@ from rich.text import Text
 READABLE = 16  # a verdict or finding gets this before names get theirs: "faster, accuracy"
 
 
-
 @dataclass
 class Fitted:
     """A table that fits the console's width (80 columns by design) with nothing cut.

@@ -1,4 +1,5 @@
-"""Tables for stdout: the run summary, compare's, plan's and the runs list.
+"""The results of training, for stdout: the run summary, compare's, plan's and the runs list
+(what the commands that look before training print is `views`').
 
 Each is designed to be read whole at 80 columns without cutting what a user reads or copies:
 numbers never wrap or get cut (their columns are as wide as their widest value), text

@@ -1,5 +1,6 @@
-"""What the machine and model commands print: check-gpu's panel, lint's findings, diagnose's
-layers, memory's estimates; each table fits 80 columns (`report.fitted`)."""
+"""What the commands that look before training print: check-gpu's panel, lint's findings,
+diagnose's layers, memory's estimates (the results of training are `tables`'); each table
+fits 80 columns (`report.fitted`)."""
 
 from __future__ import annotations
 
@@ -91,7 +92,6 @@ def _bench_parts(report: CheckReport) -> list:
     return parts
 
 
-
 def lint_view(report: LintReport):
     """`mptrain lint`: findings, warnings first, largest FLOPs share first."""
     head = (f"mptrain lint: {report.experiment} under {report.policy} on {report.device}; "
@@ -108,7 +108,6 @@ def lint_view(report: LintReport):
                  f"{report.summary}; {checked}")
 
 
-
 def diagnose_view(d: Diagnosis):
     """`mptrain diagnose`: per-layer numbers, verdict per policy, recommendation."""
     rows = [(n.layer, ["", f"{n.activation_max:.3g}", f"{n.activation_overflow:.1%}",
@@ -119,7 +118,6 @@ def diagnose_view(d: Diagnosis):
                                           "underflow\n× scale", "bf16\nerror"], rows)
     verdicts = [f"[bold]{policy}[/]: {escape(text)}" for policy, text in d.verdicts.items()]
     return Group(table, *verdicts, f"[bold green]recommendation[/]: {escape(d.recommendation)}")
-
 
 
 def memory_view(report: MemoryReport):

@@ -17,9 +17,10 @@ Everything that can fail on bad input happens here, before any run folder exists
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from mptrain.config import ExperimentConfig
 from mptrain.data import Dataset, load_dataset
@@ -32,7 +33,7 @@ from mptrain.model.checks import fit_to_data
 from mptrain.model.outputs import OutputKind
 from mptrain.precision.planned import Planned, planned
 from mptrain.precision.policy import PolicyChoice, apply_math_mode, apply_policy, choose_policy, speed_warning
-from mptrain.runs.memory import MemoryMeter
+from mptrain.runs.meter import MemoryMeter
 from mptrain.runs.preflight import check_experiment
 from mptrain.training import TrainingLoop, make_loop
 from mptrain.training.distribute import (
@@ -45,13 +46,16 @@ from mptrain.training.distribute import (
 from mptrain.training.loss_scale import wrap_optimizer
 from mptrain.training.optimizer import build_optimizer
 
+if TYPE_CHECKING:
+    import keras
 
-@dataclass
+
+@dataclass(frozen=True)
 class Prepared:
     """An experiment ready to train: everything decided, built and seeded."""
 
     config: ExperimentConfig  # as run: `model.num_classes` filled in from the data
-    tf: Any
+    tf: ModuleType
     machine: Machine
     place: Placement
     choice: PolicyChoice
@@ -59,11 +63,11 @@ class Prepared:
     data: Dataset
     batches: Batches
     memory: MemoryMeter  # started after the data, before the model: it measures training
-    model: Any
+    model: keras.Model
     output: OutputKind
-    optimizer: Any
+    optimizer: keras.optimizers.Optimizer
     loop: TrainingLoop
-    notes: list[str] = field(default_factory=list)  # what mptrain did to the model
+    notes: tuple[str, ...] = ()  # what mptrain did to the model
 
     @property
     def speed_warning(self) -> str | None:
@@ -75,7 +79,7 @@ def prepare(config: ExperimentConfig, *, policy: str | None = None, verbose: boo
             status: Callable[[str], Any] | None = None) -> Prepared:
     """Set the experiment up under `policy` (default: the experiment's own).
 
-    `initial_weights` (an .npz from `save_initial_weights`) makes several runs start from the
+    `initial_weights` (an .npz from `model.save_initial_weights`) makes several runs start from the
     same weights; `status(text)` is a context manager showing progress for slow set-up steps
     (the first measurement of this machine's kernels, under `policy: auto`)."""
     check_experiment(config)  # missing files and impossible shapes, before TensorFlow's import
@@ -120,7 +124,7 @@ def prepare(config: ExperimentConfig, *, policy: str | None = None, verbose: boo
             choice.loss_scaling, scale.initial_scale, scale.dynamic_growth_steps)
         loop = make_loop(config, built.model, built.output, optimizer, choice, place.strategy)
     return Prepared(config, tf, machine, place, choice, kernels, data, batches, memory,
-                    built.model, built.output, optimizer, loop, notes + data.notes + built.notes)
+                    built.model, built.output, optimizer, loop, (*notes, *data.notes, *built.notes))
 
 
 def plan_math_mode(plan: Planned | None) -> str | None:
@@ -155,12 +159,3 @@ def follow_plan(config: ExperimentConfig, plan: Planned,
 def math_environment(mode: str) -> dict[str, str]:
     """Environment variables a math mode needs before TensorFlow starts."""
     return {"TF_SET_ONEDNN_FPMATH_MODE": "BF16"} if mode == "onednn_bf16" else {}
-
-
-def save_initial_weights(config: ExperimentConfig, path: Path, verbose: bool = False) -> None:
-    """Build the experiment's model once under float32 and save its weights (the guide's
-    `initial_weights = model.get_weights()`), so every policy variant starts from them."""
-    import numpy as np
-
-    prepared = prepare(config, policy="float32", verbose=verbose)
-    np.savez(path, *prepared.model.get_weights())

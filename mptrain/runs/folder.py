@@ -12,7 +12,6 @@ process id, so a dead run is recognisable), `finished`, `interrupted`, `diverged
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import os
 import re
@@ -22,12 +21,12 @@ import tempfile
 from dataclasses import asdict
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import yaml
 from pydantic import ValidationError
 
-from mptrain.errors import DataError
+from mptrain.record import append_lines, read_jsonl, to_json, write_atomic
 from mptrain.runs.summary import RUN_RECORD, RunRecord, RunState, RunSummary
 from mptrain.training.records import EpochRecord, StepRecord, TrainingListener
 
@@ -247,65 +246,6 @@ def last_checkpoint(run_dir: Path) -> int | None:
 def record_text(record: RunRecord) -> str:
     """summary.json's text (MLflow tracking uploads the same)."""
     return to_json(record.model_dump(), indent=2) + "\n"
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write to a temporary file beside `path`, flush it to disk, then move it into place:
-    a reader (or a crash) sees the old file or the new one, never half of one."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-
-
-def append_lines(path: Path, records: list[Any]) -> None:
-    """Whole JSON lines, one write, flushed: a kill leaves complete lines only."""
-    with open(path, "a") as fh:
-        fh.write("".join(to_json(r) + "\n" for r in records))
-        fh.flush()
-        os.fsync(fh.fileno())
-
-
-def to_json(obj: Any, indent: int | None = None) -> str:
-    """Strict JSON: a diverged run's NaN/inf losses become null (jq and browsers reject NaN)."""
-    return json.dumps(_finite(obj), indent=indent, allow_nan=False)
-
-
-def _finite(obj: Any) -> Any:
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_finite(v) for v in obj]
-    return obj
-
-
-def read_jsonl(path: Path, said: list[str] | None = None) -> list[dict[str, Any]]:
-    """Every record of a JSON-lines file. Lines are appended whole, so only the last can be
-    cut short (a kill, or a full disk, mid-write): it is left out, and `said` is told. A
-    damaged line before it is an error naming it: skipping it would shift every later record
-    by a step."""
-    if not path.exists():
-        return []
-    text = path.read_text(errors="replace")
-    lines = text.splitlines()
-    records = []
-    for number, line in enumerate(lines, start=1):
-        try:
-            records.append(json.loads(line))
-        except ValueError as exc:
-            if number == len(lines) and not text.endswith("\n"):
-                if said is not None:
-                    said.append(f"{path.name}: its last line was cut short (the run stopped while "
-                                "writing it) and is left out")
-                break
-            raise DataError(f"{path}, line {number}: not a whole record ({exc}); the file is damaged "
-                            "(the lines after a damaged one cannot be placed); restore it from a "
-                            "copy, or start the run again") from None
-    return records
 
 
 def resumable(run_dir: Path) -> bool:

@@ -12,19 +12,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from mptrain.record import Record
-from mptrain.runs.folder import write_atomic
+from mptrain.record import Record, write_atomic
 
 MAX_BATCH_METRICS = 1000  # log_batch's limits
-
 
 
 MAX_BATCH_PARAMS = 100
 
 
-
 MAX_BATCH_TAGS = 100
-
 
 
 # A server that is down answers at once (connection refused); one that hangs would block
@@ -32,7 +28,6 @@ MAX_BATCH_TAGS = 100
 # seconds, once. The user's own settings of these win.
 HTTP_SETTINGS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
                  "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
-
 
 
 def _client(uri: str):
@@ -49,7 +44,6 @@ def _client(uri: str):
     return MlflowClient(tracking_uri=uri)
 
 
-
 def one_line_reason(exc: BaseException) -> str:
     """The error in a line: its start and its end, where a wrapped cause ends ("Connection
     refused")."""
@@ -57,7 +51,6 @@ def one_line_reason(exc: BaseException) -> str:
     if len(text) > 200:
         text = f"{text[:120]} … {text[-80:]}"
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
 
 
 def _experiment_id(client, name: str, artifacts: Path | None) -> str:
@@ -75,11 +68,9 @@ def _experiment_id(client, name: str, artifacts: Path | None) -> str:
         return found.experiment_id
 
 
-
 def _batches(items: list, size: int):
     for start in range(0, len(items), size):
         yield items[start:start + size]
-
 
 
 class Connection:
@@ -166,7 +157,6 @@ class Connection:
         return self.call("the end", lambda: self.client.set_terminated(self.run.run_id, status))
 
 
-
 def whole_steps(rows: list[tuple[int, dict[str, float], int]]) -> list[list[tuple]]:
     """(step, values, ms) rows as log_batch chunks that never split a step: a chunk that
     fails leaves no step half-logged (a resume counts steps by `step/loss`)."""
@@ -182,9 +172,7 @@ def whole_steps(rows: list[tuple[int, dict[str, float], int]]) -> list[list[tupl
 PARENT_ENV = "MPTRAIN_MLFLOW_PARENT"  # compare and plan: the parent run of their children
 
 
-
 RUN_FILE = "mlflow.json"
-
 
 
 class TrackedRun(Record):
@@ -193,7 +181,6 @@ class TrackedRun(Record):
     tracking_uri: str
     experiment_id: str
     run_id: str
-
 
 
 def read_tracked(folder: Path) -> TrackedRun | None:

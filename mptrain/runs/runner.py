@@ -22,11 +22,12 @@ from mptrain.precision.lint import lint, worth_saying
 from mptrain.runs.experiment import Prepared, prepare
 from mptrain.runs.folder import RunFolder
 from mptrain.runs.session import TrainingSession
-from mptrain.runs.summary import RunSummary, summarize_run
+from mptrain.runs.summary import ModelSave, RunSummary, summarize_run
 from mptrain.runs.tracking import end_tracking, finish_tracking, start_tracking
 from mptrain.signals import RunAbandoned
 from mptrain.training.distribute import scope, worker_lost
 from mptrain.training.records import EpochRecord, StepRecord, TrainingListener
+from mptrain.training.turns import TurnLink
 
 
 @dataclass
@@ -47,12 +48,13 @@ class Start:
     latest checkpoint; `initial_weights` (an .npz of `model.get_weights()`) makes several runs
     start from identical weights; `run_dir` names the exact folder to create (compare and
     plan place their runs); `started_at` is when the process started (`time.perf_counter`),
-    so start-up counts in the one-off costs."""
+    so start-up counts in the one-off costs; `turns`, how it takes turns with other variants."""
 
     resume: Path | None = None
     initial_weights: Path | None = None
     run_dir: Path | None = None
     started_at: float | None = None
+    turns: TurnLink | None = None  # compare's and plan's children: in turns with the others
 
 
 def run_experiment(config: ExperimentConfig, start: Start = Start(), *,
@@ -77,7 +79,7 @@ def run_experiment(config: ExperimentConfig, start: Start = Start(), *,
         folder.mark_running(config.name)
         folder.write_config(config, prepared.choice)
         folder.write_files(prepared.data.files)
-        if scratch is None:  # the chief: the one that writes (and tracks) the run
+        if prepared.place.chief:  # the one that writes (and tracks) the run
             tracking = start_tracking(config, folder.path, prepared.choice, prepared.machine,
                                       prepared.place.replicas)
         with scope(prepared.place):
@@ -85,14 +87,12 @@ def run_experiment(config: ExperimentConfig, start: Start = Start(), *,
                                            resume=start.resume is not None, tracking=tracking)
         if on_start is not None:
             on_start(prepared, session.notes + [f"lint: {f}" for f in findings])
-        trained = session.run_training(prepared)
-        summary = summarize_run(prepared, session, trained.test, profile.training_flops, started_at,
-                                folder.path)
-        # in turns: another variant's turn is not this run's time
-        summary = summary.model_copy(update={"wall_time_s": summary.wall_time_s - trained.waited_s,
-                                             "turn_wait_s": trained.waited_s,
-                                             "evaluation_s": trained.evaluation_s})
-        summary = _save(prepared, folder, summary, tracking)
+        trained = session.run_training(prepared, start.turns)
+        saved = _save_model(prepared, folder) if trained.status == "finished" else ModelSave()
+        summary = summarize_run(prepared, trained, profile.training_flops, started_at, saved)
+        folder.flush_steps()
+        summary = finish_tracking(tracking, summary, folder.path)  # MLflow's last word: a note
+        folder.write_summary(summary)
     except BaseException as exc:
         instead = _failed(exc, prepared, folder, tracking, start)
         if instead is None:
@@ -105,25 +105,19 @@ def run_experiment(config: ExperimentConfig, start: Start = Start(), *,
     return RunResult(summary, monitor.steps, monitor.epoch_records, monitor.signal)
 
 
-def _save(prepared: Prepared, folder: RunFolder, summary: RunSummary, tracking) -> RunSummary:
-    """The model (when asked, and finished; how long that took is recorded: plan's whole-run
-    estimate counts it), the last steps, MLflow's last words, then summary.json: the summary
-    written is the one returned."""
-    if prepared.config.output.save_model and summary.status == "finished":
-        started = time.perf_counter()
-        model = prepared.model
-        if prepared.config.model.fused_layers:
-            from mptrain.model.fused import unfused
+def _save_model(prepared: Prepared, folder: RunFolder) -> ModelSave:
+    """The finished run's model, when the experiment asks (timed: plan's whole-run estimate
+    counts it); with fused layers, as Keras' own layers."""
+    if not prepared.config.output.save_model:
+        return ModelSave()
+    started = time.perf_counter()
+    model = prepared.model
+    if prepared.config.model.fused_layers:
+        from mptrain.model.fused import unfused
 
-            model = unfused(model)
-        why_not = folder.save_model(model)
-        notes = [*summary.notes, why_not] if why_not else summary.notes
-        summary = summary.model_copy(update={"notes": notes,
-                                             "model_save_s": time.perf_counter() - started})
-    folder.flush_steps()
-    summary = finish_tracking(tracking, summary, folder.path)
-    folder.write_summary(summary)
-    return summary
+        model = unfused(model)
+    why_not = folder.save_model(model)
+    return ModelSave(time.perf_counter() - started, why_not)
 
 
 def _failed(exc: BaseException, prepared: Prepared, folder: RunFolder, tracking,

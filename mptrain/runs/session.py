@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, NamedTuple
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from mptrain.errors import MptrainError
 from mptrain.runs.folder import RunFolder
+from mptrain.runs.summary import Trained
 from mptrain.signals import stop_on_signals
 from mptrain.training import value_of
 from mptrain.training.checkpoints import Checkpointer, Position
@@ -23,11 +25,12 @@ from mptrain.training.guard import DivergenceGuard
 from mptrain.training.loss_scale import scale_variable
 from mptrain.training.monitor import TrainingMonitor
 from mptrain.training.optimizer import learning_rate_at
-from mptrain.training.records import TrainingListener
+from mptrain.training.records import TrainingListener, run_status
 from mptrain.training.tensorboard import TensorBoardWriter
-from mptrain.training.turns import TakeTurns, planned_steps
+from mptrain.training.turns import TakeTurns, TurnLink, planned_steps
 
 if TYPE_CHECKING:
+    from mptrain.runs.experiment import Prepared
     from mptrain.runs.tracking import MlflowLogger
 
 
@@ -38,13 +41,14 @@ class TrainingSession:
     guard: DivergenceGuard
     start: Position
     tensorboard: TensorBoardWriter
+    run_dir: Path
     notes: list[str] = field(default_factory=list)  # where a resumed run continues, and why
 
     @classmethod
-    def open(cls, prepared, folder: RunFolder, listeners: list[TrainingListener], resume: bool,
+    def open(cls, prepared: Prepared, folder: RunFolder, listeners: list[TrainingListener], resume: bool,
              tracking: MlflowLogger | None = None) -> TrainingSession:
-        """The session for `prepared` (a `runs.experiment.Prepared`: its config, model,
-        optimizer and batches), writing into `folder`; `resume`: from its latest checkpoint."""
+        """The session for `prepared` (its config, model, optimizer and batches), writing into
+        `folder`; `resume`: from its latest checkpoint."""
         config, model, optimizer, batches = (prepared.config, prepared.model, prepared.optimizer,
                                              prepared.batches)
         train = config.train
@@ -87,7 +91,7 @@ class TrainingSession:
             checkpointer.save(start)  # the last good checkpoint recovery can always go back to
         if tracking is not None:
             tracking.catch_up(*history)  # what a resumed run's MLflow run may lack
-        return cls(monitor, checkpointer, guard, start, tensorboard, notes)
+        return cls(monitor, checkpointer, guard, start, tensorboard, folder.path, notes)
 
     def position(self) -> Position:
         """Where training stands now (after an interrupt: inside an epoch)."""
@@ -96,26 +100,31 @@ class TrainingSession:
             return Position(m.epoch, 0, len(m.steps))
         return Position(max(m.epoch - 1, 0), m.step_in_epoch, len(m.steps))
 
-    def run_training(self, prepared) -> Trained:
-        """Training to its end, from where the session starts (in turns with other variants
-        when the parent asks: `TakeTurns`), a checkpoint where it stopped, then the test set's
+    def run_training(self, prepared: Prepared, turns_link: TurnLink | None = None) -> Trained:
+        """Training to its end, from where the session starts (in turns with other variants,
+        given `turns_link`: `TakeTurns`), a checkpoint where it stopped, then the test set's
         figures (none for an interrupted run: its user wants it to stop, now)."""
         monitor = self.monitor
         with stop_on_signals(monitor):
-            turns = TakeTurns.from_environment(
-                monitor, planned_steps(prepared.config.train, prepared.batches.steps_per_epoch))
-            if turns is not None:
+            turns = None
+            if turns_link is not None:
+                total = planned_steps(prepared.config.train, prepared.batches.steps_per_epoch)
+                turns = TakeTurns(monitor, turns_link, total)
                 monitor.listeners.append(turns)
             prepared.loop.train(prepared.batches, monitor, self.start.epoch, self.start.step)
             if turns is not None:
                 turns.finish()
         self._close()
         waited_s = turns.waited_s if turns is not None else 0.0
+        ended = dict(monitor=monitor, notes=[*self.notes, *self.guard.recoveries],
+                     checkpoint_save_s=self.checkpointer.save_seconds, run_dir=self.run_dir,
+                     waited_s=waited_s)
         if monitor.stop_kind == "signal":
-            return Trained({}, waited_s, None)
+            return Trained(**ended, test={}, evaluation_s=None, status="interrupted")
         started = time.perf_counter()
         test = prepared.loop.evaluate(prepared.batches.test)
-        return Trained(test, waited_s, time.perf_counter() - started)
+        return Trained(**ended, test=test, evaluation_s=time.perf_counter() - started,
+                       status=run_status(monitor.steps, test.get("loss"), monitor.stop_status))
 
     def _close(self) -> None:
         """After training, however it ended: a checkpoint where the run stopped (unless it
@@ -124,8 +133,3 @@ class TrainingSession:
             self.checkpointer.save(self.position())
         self.tensorboard.flush()
 
-
-class Trained(NamedTuple):
-    test: dict[str, float]  # the test set's figures (none for an interrupted run)
-    waited_s: float  # waiting for other variants' turns (compare, plan)
-    evaluation_s: float | None  # the test evaluation's time (None: not evaluated)

@@ -15,22 +15,23 @@ import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, NamedTuple
 
 from pydantic import TypeAdapter
 
 from mptrain.hardware.kernels import percentile
 from mptrain.model.flops import Peak, cpu_peak
 from mptrain.record import FrozenRecord
-from mptrain.training.records import StepRecord, StopKind
+from mptrain.runs.meter import MemoryStats
+from mptrain.training.records import Status, StepRecord, StopKind
 
 if TYPE_CHECKING:
+    from mptrain.runs.experiment import Prepared
     from mptrain.training.monitor import TrainingMonitor
 
 # Fewer timed steps than this and a median says little on a shared machine: no speed verdict.
 MIN_TIMED_STEPS = 5
 
-Status = Literal["finished", "interrupted", "diverged"]
 
 
 class StepTimes(FrozenRecord):
@@ -94,23 +95,6 @@ class LossScaleStats(FrozenRecord):
     skip_rate: float  # skipped / steps run
     min_scale: float | None
     steps_at_floor: int  # steps with a scale <= 1
-
-
-class MemoryStats(FrozenRecord):
-    """Memory, as far as this machine can tell.
-
-    The process peak (RSS) includes TensorFlow itself and the whole data set, so it barely
-    moves between policies. TensorFlow's allocator (`device`) reports what it holds: the data
-    set's tensors before the model is built (`data_bytes`) and the peak during training; their
-    difference, `training_peak_bytes`, is the training state a policy changes: weights,
-    gradients, optimizer state and activations.
-    """
-
-    process_peak_bytes: int
-    device: str
-    device_peak_bytes: int | None
-    data_bytes: int | None
-    training_peak_bytes: int | None
 
 
 class RunSummary(FrozenRecord):
@@ -196,36 +180,45 @@ def finite_or_none(value: float | None) -> float | None:
     return value if value is not None and math.isfinite(value) else None
 
 
-def run_status(steps: list[StepRecord], test_loss: float | None, stopped: str | None) -> Status:
-    """`interrupted` (a signal) and `diverged` (the divergence guard) as training stopped;
-    otherwise `diverged` when the trained model's test loss is NaN/inf, or training ended on
-    a run of non-finite losses. An occasional NaN step is not divergence: under loss scaling
-    it is a skipped step, and the next steps are finite again."""
-    if stopped in ("interrupted", "diverged"):
-        return stopped  # type: ignore[return-value]
-    if test_loss is None or not math.isfinite(test_loss):
-        return "diverged"
-    last = steps[-5:]
-    return "diverged" if last and not any(math.isfinite(r.loss) for r in last) else "finished"
+class Trained(NamedTuple):
+    """What a run's training returned (`TrainingSession.run_training`), the summary's input."""
+
+    monitor: TrainingMonitor  # every step and epoch, and why training stopped
+    notes: list[str]  # where a resumed run continued, recoveries from divergence
+    checkpoint_save_s: list[float]  # each checkpoint's save
+    run_dir: Path
+    waited_s: float  # waiting for other variants' turns (compare, plan)
+    test: dict[str, float]  # the test set's figures (none for an interrupted run)
+    evaluation_s: float | None  # the test evaluation's time (None: not evaluated)
+    status: Status
 
 
-def summarize_run(prepared, session, test: dict[str, float], flops_per_example: int | None,
-                  started_at: float, run_dir: Path) -> RunSummary:
-    """The run's summary from what was decided (`prepared`: a `runs.experiment.Prepared`),
-    what training measured (`session`: its monitor, notes and recoveries) and the test set's
-    figures (`test`)."""
-    config, choice, machine, monitor = prepared.config, prepared.choice, prepared.machine, session.monitor
+class ModelSave(NamedTuple):
+    """The trained model's save (`output.save_model`): how long it took, and why there is no
+    model.keras when there is none."""
+
+    seconds: float | None = None
+    note: str | None = None
+
+
+def summarize_run(prepared: Prepared, trained: Trained, flops_per_example: int | None,
+                  started_at: float, saved: ModelSave) -> RunSummary:
+    """The run's summary, built once at its end, from what was decided (`prepared`), what
+    training measured and how it ended (`trained`) and the model's save. Its wall time is the
+    run's own work: another variant's turns (compare, plan) and the model's save are timed
+    on their own."""
+    config, choice, machine, monitor = prepared.config, prepared.choice, prepared.machine, trained.monitor
+    test = trained.test
     times = step_times(monitor.steps, config.train.warmup_steps)
     peak = None if machine.accelerated else cpu_peak(machine.cpu, choice.compute_dtype)
     speed = throughput(times, config.train.batch_size, flops_per_example, peak)
     last_epoch = monitor.epoch_records[-1] if monitor.epoch_records else None
-    status = run_status(monitor.steps, test.get("loss"), monitor.stop_status)
     loss_scale = loss_scale_stats(monitor)
     first_step_s = time_to_first_step(monitor, started_at)
     decided, unlike_keras = _decided(prepared)
     return RunSummary(
         name=config.name,
-        status=status,
+        status=trained.status,
         **decided,
         batch_size=config.train.batch_size,
         epochs_run=len(monitor.epoch_records), steps_run=len(monitor.steps),
@@ -239,7 +232,8 @@ def summarize_run(prepared, session, test: dict[str, float], flops_per_example: 
         peak_unit=peak.unit if peak else None,
         mfu=speed.mfu,
         speed_warning=prepared.speed_warning,
-        notes=[*prepared.notes, *session.notes, *session.guard.recoveries, *unlike_keras],
+        notes=[*prepared.notes, *trained.notes, *unlike_keras,
+               *([saved.note] if saved.note else [])],
         first_step_loss=finite_or_none(monitor.steps[0].loss) if monitor.steps else None,
         non_finite_loss_steps=sum(finite_or_none(r.loss) is None for r in monitor.steps),
         final_train_loss=finite_or_none(last_epoch.metrics.get("loss")) if last_epoch else None,
@@ -248,15 +242,16 @@ def summarize_run(prepared, session, test: dict[str, float], flops_per_example: 
         test_metrics={k: finite_or_none(v) for k, v in test.items()},
         test_examples=prepared.data.test.size if test else None,
         loss_scale=loss_scale, memory=prepared.memory.stats(),
-        checkpoint_save_s=_mean(session.checkpointer.save_seconds),
-        wall_time_s=time.perf_counter() - started_at,
+        checkpoint_save_s=_mean(trained.checkpoint_save_s),
+        wall_time_s=time.perf_counter() - started_at - trained.waited_s - (saved.seconds or 0.0),
+        turn_wait_s=trained.waited_s, evaluation_s=trained.evaluation_s, model_save_s=saved.seconds,
         time_to_first_step_s=first_step_s,
         tensorflow_version=machine.tensorflow_version, keras_version=machine.keras_version,
-        seed=config.seed, run_dir=str(run_dir),
+        seed=config.seed, run_dir=str(trained.run_dir),
     )
 
 
-def _decided(prepared) -> tuple[dict, list[str]]:
+def _decided(prepared: Prepared) -> tuple[dict, list[str]]:
     """What the run was set up as: its policy and candidate, dtypes, loop, XLA, device; and
     what mptrain does that plain Keras would not (notes)."""
     from mptrain.model import output_dtype

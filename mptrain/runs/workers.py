@@ -168,7 +168,7 @@ class WorkerEnd:
 
 
 @dataclass(frozen=True)
-class Loss:
+class LostWorker:
     """Why a multi-worker run stopped before its end."""
 
     worker: int | None  # the worker lost first; None: no worker ended first, they lost contact
@@ -200,7 +200,7 @@ def _signal_name(number: int) -> str | None:
         return None
 
 
-def judge(ends: list[WorkerEnd]) -> Loss | None:
+def first_lost(ends: list[WorkerEnd]) -> LostWorker | None:
     """Why the workers stopped, from how each ended (in the order they ended). None: the run
     ended by itself, alike on every worker (finished, diverged, interrupted by the user, or
     the same error everywhere). Otherwise the loss that stopped the others: the first worker
@@ -211,26 +211,26 @@ def judge(ends: list[WorkerEnd]) -> Loss | None:
         return None
     for end in ends:
         if not end.stopped and end.code not in (0, WorkerLost.exit_code):
-            return Loss(end.index, end.code)
-    return Loss(None, WorkerLost.exit_code)
+            return LostWorker(end.index, end.code)
+    return LostWorker(None, WorkerLost.exit_code)
 
 
-def loss_message(loss: Loss, run: LocalRun, step: int | None, restarts: int = 0) -> str:
+def lost_message(lost: LostWorker, run: LocalRun, step: int | None, restarts: int = 0) -> str:
     """The one line that ends a run whose worker was lost: who, how, that the checkpoint is
     intact, and the command that continues."""
     tried = f" ({restarts} restart{'s' * (restarts != 1)} tried)" if restarts else ""
     if step is None:
-        return (f"{loss.said(run.count)} before the run's first checkpoint; the other workers "
+        return (f"{lost.said(run.count)} before the run's first checkpoint; the other workers "
                 f"were stopped{tried}. Start the run again.")
-    return (f"{loss.said(run.count)}; the other workers were stopped{tried}. The last checkpoint "
+    return (f"{lost.said(run.count)}; the other workers were stopped{tried}. The last checkpoint "
             f"(step {step}) in {run.run_dir} is intact; continue with: mptrain run --resume "
             f"{run.run_dir}")
 
 
-def restart_message(loss: Loss, run: LocalRun, step: int | None, restart: int, allowed: int) -> str:
+def restart_message(lost: LostWorker, run: LocalRun, step: int | None, restart: int, allowed: int) -> str:
     """The line said as the workers restart: who was lost, and from where they continue."""
     where = f"the last checkpoint (step {step})" if step is not None else "the start"
-    return (f"{loss.said(run.count)}; restarting all {run.count} workers from {where}: "
+    return (f"{lost.said(run.count)}; restarting all {run.count} workers from {where}: "
             f"restart {restart} of {allowed}")
 
 
@@ -253,24 +253,24 @@ def run_local_workers(run: LocalRun, max_restarts: int = 0,
     with ForwardSignals() as signals:
         while True:
             ends, stdout = run_workers(run.command(resume), run.count, signals, run.verbose)
-            loss = judge(ends)
-            if loss is None:
+            lost = first_lost(ends)
+            if lost is None:
                 return WorkersResult(next(end.code for end in ends if end.index == 0), stdout, None)
             step = last_checkpoint(run.run_dir)
             # a run this command started, lost before its first checkpoint, starts again
-            can_restart = loss.restartable and (step is not None or not run.resumed)
+            can_restart = lost.restartable and (step is not None or not run.resumed)
             if can_restart and not signals.received and restarts < max_restarts:
                 restarts += 1
-                on_restart(restart_message(loss, run, step, restarts, max_restarts))
+                on_restart(restart_message(lost, run, step, restarts, max_restarts))
                 resume = step is not None
                 if not resume:
                     shutil.rmtree(run.run_dir)
                     run.run_dir.mkdir()
                 continue
-            message = loss_message(loss, run, step, restarts)
+            message = lost_message(lost, run, step, restarts)
             _mark_lost(run.run_dir, message)
             code = (exit_code(signals.received) if signals.received else
-                    WorkerLost.exit_code if loss.restartable else loss.code)
+                    WorkerLost.exit_code if lost.restartable else lost.code)
             return WorkersResult(code, stdout, message)
 
 

@@ -139,13 +139,14 @@ def another_model(path: str, model) -> str:
     weights and values each has, and a weight shape found in one and not the other. (A
     checkpoint keeps each trainable weight once, under the optimizer that updates it.)"""
     import math
-    import re
     from collections import Counter
 
     import tensorflow as tf
 
+    from mptrain.model.keras_internals import CHECKPOINT_TRAINABLE
+
     saved = Counter(tuple(shape) for name, shape in tf.train.list_variables(path)
-                    if re.match(r"optimizer/_trainable_variables/\d+/", name))
+                    if CHECKPOINT_TRAINABLE.match(name))
     here = Counter(tuple(weight.shape) for weight in model.trainable_weights)
     values = {side: sum(n * math.prod(shape) for shape, n in shapes.items())
               for side, shapes in (("saved", saved), ("here", here))}

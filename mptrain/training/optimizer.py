@@ -1,6 +1,6 @@
 """The optimizer from `train.optimizer`: a Keras optimizer, its learning-rate schedule.
 
-Loss scaling is not added here: it is a dtype decision, made by `policy.wrap_optimizer`.
+Loss scaling is not added here: it is a dtype decision, made by `loss_scale.wrap_optimizer`.
 Gradient clipping (`clipnorm`, `global_clipnorm`) and accumulation
 (`gradient_accumulation_steps`) are the Keras optimizer's own arguments, and stay correct
 under loss scaling: `LossScaleOptimizer.apply` unscales the gradients before the inner

@@ -8,11 +8,14 @@ once for both loops.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Literal
 
 # What can stop a run before its configured end.
 StopKind = Literal["max_steps", "max_step_seconds", "signal", "divergence"]
+# How a run's training ended.
+Status = Literal["finished", "interrupted", "diverged"]
 
 
 @dataclass(frozen=True)
@@ -58,3 +61,16 @@ class TrainingListener:
 
     def notice(self, text: str) -> None:
         """Advice about the run in progress, said once."""
+
+
+def run_status(steps: list[StepRecord], test_loss: float | None, stopped: str | None) -> Status:
+    """`interrupted` (a signal) and `diverged` (the divergence guard) as training stopped;
+    otherwise `diverged` when the trained model's test loss is NaN/inf, or training ended on
+    a run of non-finite losses. An occasional NaN step is not divergence: under loss scaling
+    it is a skipped step, and the next steps are finite again."""
+    if stopped in ("interrupted", "diverged"):
+        return stopped  # type: ignore[return-value]
+    if test_loss is None or not math.isfinite(test_loss):
+        return "diverged"
+    last = steps[-5:]
+    return "diverged" if last and not any(math.isfinite(r.loss) for r in last) else "finished"

@@ -3,7 +3,7 @@
 compare and plan time several variants of one experiment on one machine, whose speed drifts
 (2x within a session was measured). Run one after another, each variant meets a different
 machine; run in turns, every variant sees the same drift. So a child started by the engine
-(`MPTRAIN_TURNS=<steps per turn>` and `MPTRAIN_TURNS_FD=<a pipe>` in its environment) stops
+(told on its command line, once: `mptrain run --turns STEPS:FD`, a `TurnLink`) stops
 after its first step (tracing, kernel creation: a one-off cost) and then after every turn of
 steps, writes what it measured to the pipe as one JSON line, and waits on stdin until the
 engine says `go` (or `too slow REASON`: it cannot win, and stops as `train.max_step_seconds`
@@ -23,11 +23,26 @@ import os
 import signal
 import sys
 import time
+from dataclasses import dataclass
 
 from mptrain.training.records import StepRecord, TrainingListener
 
-TURN_STEPS_ENV = "MPTRAIN_TURNS"
-REPORT_FD_ENV = "MPTRAIN_TURNS_FD"
+
+@dataclass(frozen=True)
+class TurnLink:
+    """How a child takes turns: `steps` a turn, its reports written to the pipe `report_fd`
+    (the engine's end reads them). The engine gives it as `mptrain run`'s hidden option."""
+
+    steps: int
+    report_fd: int
+
+    @classmethod
+    def parse(cls, text: str) -> TurnLink:
+        steps, _, fd = text.partition(":")
+        return cls(int(steps), int(fd))
+
+    def option(self) -> list[str]:
+        return ["--turns", f"{self.steps}:{self.report_fd}"]
 
 
 def planned_steps(train, steps_per_epoch: int) -> int:
@@ -40,20 +55,13 @@ def planned_steps(train, steps_per_epoch: int) -> int:
 class TakeTurns(TrainingListener):
     """Pauses training at turn boundaries until the engine says go (see the module doc)."""
 
-    def __init__(self, monitor, turn_steps: int, report_fd: int, total_steps: int):
-        self.monitor, self.turn_steps, self.total_steps = monitor, turn_steps, total_steps
-        self.report = os.fdopen(report_fd, "w", buffering=1)
+    def __init__(self, monitor, link: TurnLink, total_steps: int):
+        self.monitor, self.turn_steps, self.total_steps = monitor, link.steps, total_steps
+        self.report = os.fdopen(link.report_fd, "w", buffering=1)
         self.seconds: list[float] = []
         self.examples: list[int] = []
         self.turn = 0
         self.waited_s = 0.0
-
-    @classmethod
-    def from_environment(cls, monitor, total_steps: int) -> TakeTurns | None:
-        turn_steps, fd = os.environ.get(TURN_STEPS_ENV), os.environ.get(REPORT_FD_ENV)
-        if not turn_steps or not fd:
-            return None
-        return cls(monitor, int(turn_steps), int(fd), total_steps)
 
     def step_finished(self, record: StepRecord, step_in_epoch: int) -> None:
         if self.report is None:  # its last turn was reported, or the engine is gone

@@ -47,12 +47,13 @@ def test_clipping_sees_unscaled_gradients(tiny_config, tmp_path, loop):
     """clipnorm 50: float32's gradient norm is far below it, the scaled one (x32768) far above.
     Clipping the scaled gradient would shrink the update ~1000x; the mixed_float16 update
     must equal float32's."""
-    from mptrain.runs.experiment import save_initial_weights
+    from mptrain.model import save_initial_weights
+    from mptrain.runs.experiment import prepare
 
     common = (f"train.loop={loop}", "train.max_steps=1", "output.save_model=true",
               "train.optimizer={name: sgd, kwargs: {learning_rate: 0.5, clipnorm: 50}}")
     start = tmp_path / "start.npz"
-    save_initial_weights(tiny_config(*common), start)
+    save_initial_weights(prepare(tiny_config(*common), policy="float32").model, start)
     before = np.load(start)
     before = [before[f"arr_{i}"] for i in range(len(before.files))]
     deltas = {}

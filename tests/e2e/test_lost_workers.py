@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from mptrain.runs.workers import LOST_GRACE_SECONDS, Loss, WorkerEnd, judge, run_workers
+from mptrain.runs.workers import LOST_GRACE_SECONDS, LostWorker, WorkerEnd, first_lost, run_workers
 from mptrain.signals import ForwardSignals
 from tests.helpers import experiment, local_worker, mptrain, mptrain_process, wait_for
 
@@ -64,7 +64,7 @@ def test_a_survivor_that_does_not_stop_by_itself_is_killed_after_the_grace():
     with ForwardSignals() as signals:
         ends, _ = run_workers([sys.executable, "-c", hang_or_die], 2, signals, verbose=False)
     assert ends == [WorkerEnd(1, -signal.SIGKILL), WorkerEnd(0, -signal.SIGKILL, stopped=True)]
-    assert judge(ends) == Loss(1, -signal.SIGKILL)
+    assert first_lost(ends) == LostWorker(1, -signal.SIGKILL)
     assert LOST_GRACE_SECONDS <= time.monotonic() - started < LOST_GRACE_SECONDS + 3
 
 

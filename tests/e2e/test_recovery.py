@@ -83,10 +83,11 @@ def test_a_model_keras_cannot_save_keeps_its_training(tmp_path):
     assert longer.returncode == 0, longer.stderr[-2000:]
     assert json.loads(longer.stdout)["epochs_run"] == 2
     from mptrain.config import load_config
-    from mptrain.runs.experiment import save_initial_weights
+    from mptrain.model import save_initial_weights
+    from mptrain.runs.experiment import prepare
 
     shared = tmp_path / "initial_weights.npz"  # what compare gives its variants
-    save_initial_weights(load_config(config), shared)
+    save_initial_weights(prepare(load_config(config), policy="float32").model, shared)
     again = run_experiment(load_config(config, ["policy=mixed_bfloat16", "output.save_model=false"]),
                            Start(initial_weights=shared))
     assert again.summary.first_step_loss == pytest.approx(s["first_step_loss"], rel=2e-2)

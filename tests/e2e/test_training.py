@@ -228,7 +228,9 @@ def test_max_step_seconds_stops_after_the_slow_step(tiny_config, loop):
     result = run_experiment(tiny_config(f"train.loop={loop}", "train.max_step_seconds=1e-9"))
     assert result.summary.steps_run == 2 and result.summary.epochs_run == 1  # the first is free
     assert "stopped after 2 steps: a step took" in result.summary.stop_reason
-    assert result.summary.test_accuracy is not None
+    # a stop, not a failure: the run still evaluates on the whole test set, and finishes
+    s = result.summary
+    assert s.status == "finished" and s.test_examples == 128 and 0.0 <= s.test_accuracy <= 1.0
 
 
 @pytest.mark.parametrize(("bf16_ratio", "expected"), [(0.8, "float32"), (3.0, "mixed_bfloat16")])
@@ -251,7 +253,7 @@ def test_auto_follows_this_machines_recorded_kernel_speeds(tiny_config, tmp_path
 
 
 def test_json_outputs_are_strict_even_when_a_run_diverges():
-    from mptrain.runs.folder import to_json
+    from mptrain.record import to_json
 
     text = to_json({"loss": float("nan"), "steps": [1.0, float("inf")], "ok": 2.5})
     assert json.loads(text) == {"loss": None, "steps": [1.0, None], "ok": 2.5}

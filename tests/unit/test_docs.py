@@ -252,3 +252,21 @@ def test_the_readme_layout_names_every_module_where_it_is():
             assert listed.get(f"mptrain/{folder.name}/", set()) - {"__init__.py"} == modules, folder.name
     top = {p.name for p in (ROOT / "mptrain").glob("*.py")} - {"__main__.py"}
     assert listed["mptrain/"] == top
+
+
+def test_the_walk_through_run_has_at_most_ten_steps_each_naming_code_that_exists():
+    """docs/development.md walks `mptrain run` from the command to the loop and back: at most
+    ten steps, and every `path/module.py: name` it points a reader to is defined there."""
+    import ast
+
+    page = (ROOT / "docs" / "development.md").read_text()
+    walk = page.split("## `mptrain run`, from the command to the loop and back", 1)[1].split("\n## ", 1)[0]
+    steps = re.findall(r"^(\d+)\. \*\*", walk, re.MULTILINE)
+    assert 1 <= len(steps) <= 10 and steps == [str(n) for n in range(1, len(steps) + 1)]
+    pointers = re.findall(r"`([\w/]+\.py): ([\w.]+)`", walk)
+    assert len(pointers) >= len(steps) - 2, pointers
+    for path, name in pointers:
+        tree = ast.parse((ROOT / "mptrain" / path).read_text())
+        defined = {node.name for node in ast.walk(tree)
+                   if isinstance(node, ast.FunctionDef | ast.ClassDef)}
+        assert set(name.split(".")) <= defined, f"{path}: {name}"

@@ -11,7 +11,7 @@ from mptrain.config import validate
 from mptrain.data.folders import check_images, split_files
 from mptrain.data.tabular import read_table
 from mptrain.errors import DataError
-from mptrain.runs.folder import write_atomic
+from mptrain.record import write_atomic
 from tests import datafiles
 from tests.helpers import tiny_raw
 

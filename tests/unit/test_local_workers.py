@@ -9,12 +9,12 @@ import pytest
 from mptrain.runs.folder import RunFolder, last_checkpoint
 from mptrain.runs.workers import (
     LocalRun,
-    Loss,
+    LostWorker,
     Relayed,
     WorkerEnd,
-    judge,
+    first_lost,
     local_worker_count,
-    loss_message,
+    lost_message,
     restart_message,
 )
 from mptrain.training.distribute import collective_failure, lost_peer_message, peer_named
@@ -25,33 +25,34 @@ LOST = 4  # WorkerLost's exit code: "my peer is gone"
 @pytest.mark.parametrize("codes", [(0, 0), (3, 3), (130, 130), (1, 1, 1)])
 def test_workers_that_end_alike_ended_the_run_themselves(codes):
     """Finished, diverged, interrupted by the user, or one error on every worker."""
-    assert judge([WorkerEnd(i, code) for i, code in enumerate(codes)]) is None
+    assert first_lost([WorkerEnd(i, code) for i, code in enumerate(codes)]) is None
 
 
 @pytest.mark.parametrize(("ends", "lost"), [
     # killed: the others report it, in whichever order they are seen ending
-    ([WorkerEnd(1, -9), WorkerEnd(0, LOST)], Loss(1, -9)),
-    ([WorkerEnd(0, LOST), WorkerEnd(1, -9)], Loss(1, -9)),
+    ([WorkerEnd(1, -9), WorkerEnd(0, LOST)], LostWorker(1, -9)),
+    ([WorkerEnd(0, LOST), WorkerEnd(1, -9)], LostWorker(1, -9)),
     # the chief killed; the other worker, waiting on it, killed here after the grace
-    ([WorkerEnd(0, -9), WorkerEnd(1, -9, stopped=True)], Loss(0, -9)),
+    ([WorkerEnd(0, -9), WorkerEnd(1, -9, stopped=True)], LostWorker(0, -9)),
     # preempted: stopped cleanly on its SIGTERM while the others waited for it
-    ([WorkerEnd(1, 143), WorkerEnd(0, LOST), WorkerEnd(2, LOST)], Loss(1, 143)),
+    ([WorkerEnd(1, 143), WorkerEnd(0, LOST), WorkerEnd(2, LOST)], LostWorker(1, 143)),
     # an error of its own on one worker only
-    ([WorkerEnd(0, 1), WorkerEnd(1, LOST)], Loss(0, 1)),
+    ([WorkerEnd(0, 1), WorkerEnd(1, LOST)], LostWorker(0, 1)),
     # nobody ended first: they lost contact
-    ([WorkerEnd(0, LOST), WorkerEnd(1, LOST)], Loss(None, LOST)),
+    ([WorkerEnd(0, LOST), WorkerEnd(1, LOST)], LostWorker(None, LOST)),
 ])
 def test_the_lost_worker_is_the_first_that_did_not_end_for_want_of_the_others(ends, lost):
-    assert judge(ends) == lost
+    assert first_lost(ends) == lost
 
 
 def test_a_restart_can_cure_a_signal_or_lost_contact_but_not_a_workers_own_error():
-    assert Loss(1, -9).restartable and Loss(1, 143).restartable and Loss(None, LOST).restartable
-    assert not Loss(1, 1).restartable and not Loss(0, 3).restartable
-    assert Loss(1, -9).said(2) == "worker 1 of 2 was killed by SIGKILL"
-    assert Loss(1, 143).said(3) == "worker 1 of 3 stopped on SIGTERM (exit code 143)"
-    assert Loss(0, 1).said(2) == "worker 0 of 2 failed (exit code 1)"
-    assert Loss(None, LOST).said(2).startswith("the 2 workers lost contact")
+    assert LostWorker(1, -9).restartable and LostWorker(1, 143).restartable
+    assert LostWorker(None, LOST).restartable
+    assert not LostWorker(1, 1).restartable and not LostWorker(0, 3).restartable
+    assert LostWorker(1, -9).said(2) == "worker 1 of 2 was killed by SIGKILL"
+    assert LostWorker(1, 143).said(3) == "worker 1 of 3 stopped on SIGTERM (exit code 143)"
+    assert LostWorker(0, 1).said(2) == "worker 0 of 2 failed (exit code 1)"
+    assert LostWorker(None, LOST).said(2).startswith("the 2 workers lost contact")
 
 
 def run(resumed: bool = False, config: str | None = "exp.yaml") -> LocalRun:
@@ -61,14 +62,14 @@ def run(resumed: bool = False, config: str | None = "exp.yaml") -> LocalRun:
 
 
 def test_the_line_says_who_that_the_checkpoint_is_intact_and_the_command_that_continues():
-    assert loss_message(Loss(1, -9), run(), 25) == (
+    assert lost_message(LostWorker(1, -9), run(), 25) == (
         "worker 1 of 2 was killed by SIGKILL; the other workers were stopped. The last "
         "checkpoint (step 25) in /runs/tiny-1 is intact; continue with: mptrain run --resume "
         "/runs/tiny-1")
-    assert "(1 restart tried)" in loss_message(Loss(1, -9), run(), 25, restarts=1)
-    assert loss_message(Loss(1, -9), run(), None).endswith(
+    assert "(1 restart tried)" in lost_message(LostWorker(1, -9), run(), 25, restarts=1)
+    assert lost_message(LostWorker(1, -9), run(), None).endswith(
         "before the run's first checkpoint; the other workers were stopped. Start the run again.")
-    assert restart_message(Loss(1, -9), run(), 25, 1, 2) == (
+    assert restart_message(LostWorker(1, -9), run(), 25, 1, 2) == (
         "worker 1 of 2 was killed by SIGKILL; restarting all 2 workers from the last "
         "checkpoint (step 25): restart 1 of 2")
 

@@ -217,7 +217,7 @@ def test_a_process_that_exists_but_cannot_be_signalled_is_alive(monkeypatch):
 
 def test_a_torn_last_record_is_left_out_and_said_and_a_damaged_one_before_it_refused(tmp_path):
     from mptrain.errors import DataError
-    from mptrain.runs.folder import read_jsonl
+    from mptrain.record import read_jsonl
 
     path = tmp_path / "steps.jsonl"
     path.write_text('{"step": 1}\n{"step": 2}\n{"step": 3, "lo')

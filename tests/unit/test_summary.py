@@ -7,16 +7,15 @@ from pathlib import Path
 import pytest
 
 from mptrain.model.flops import Peak
+from mptrain.runs.meter import MemoryStats
 from mptrain.runs.summary import (
     LossScaleStats,
-    MemoryStats,
     RunSummary,
-    Status,
     StepTimes,
     step_times,
     throughput,
 )
-from mptrain.training.records import StopKind
+from mptrain.training.records import Status, StopKind
 from tests.helpers import step_records
 
 

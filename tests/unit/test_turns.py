@@ -4,19 +4,30 @@ when it hands over, what it reports, and what the engine's words make it do."""
 import io
 import json
 import os
+import time
 from types import SimpleNamespace
 
 from mptrain.measure.engine import turn_steps
 from mptrain.training.records import StepRecord
-from mptrain.training.turns import TakeTurns
+from mptrain.training.turns import TakeTurns, TurnLink
+
+
+class SlowEngine(io.StringIO):
+    """The engine's words on stdin, each said after WAIT seconds (others' turns)."""
+
+    WAIT = 0.02
+
+    def readline(self, *args):
+        time.sleep(self.WAIT)
+        return super().readline(*args)
 
 
 def take_turns(monkeypatch, commands: str, total: int, every: int):
     read_end, write_end = os.pipe()
     monitor = SimpleNamespace(stop_requested=False, steps=[], stops=[])
     monitor.request_stop = lambda reason, kind: monitor.stops.append((reason, kind))
-    monkeypatch.setattr("sys.stdin", io.StringIO(commands))
-    return TakeTurns(monitor, every, write_end, total), os.fdopen(read_end), monitor
+    monkeypatch.setattr("sys.stdin", SlowEngine(commands))
+    return TakeTurns(monitor, TurnLink(every, write_end), total), os.fdopen(read_end), monitor
 
 
 def test_a_run_hands_over_after_its_first_step_and_every_turn_then_once_more_at_its_end(monkeypatch):
@@ -28,7 +39,8 @@ def test_a_run_hands_over_after_its_first_step_and_every_turn_then_once_more_at_
     assert [r["final"] for r in said] == [False, False, False, True]
     assert said[1]["seconds"] == [0.02, 0.03, 0.04, 0.05, 0.06] and said[-1]["step"] == 12
     turns.finish()  # already said final: nothing more
-    assert turns.waited_s >= 0
+    # the waits for the engine's word (four hand-overs) are kept: the run subtracts them
+    assert 4 * SlowEngine.WAIT <= turns.waited_s < 4 * SlowEngine.WAIT + 0.5
 
 
 def test_too_slow_stops_it_as_a_step_limit_would(monkeypatch):
@@ -36,6 +48,13 @@ def test_too_slow_stops_it_as_a_step_limit_would(monkeypatch):
     for step in range(1, 7):
         turns.step_finished(StepRecord(step, 1, 1.0, 0.01, 8), step)
     assert monitor.stops == [("9x float32's", "max_step_seconds")]
+
+
+def test_cut_by_the_budget_stops_it_as_a_step_limit_would(monkeypatch):
+    turns, reports, monitor = take_turns(monkeypatch, "go\ncut after 3 rounds\n", total=20, every=5)
+    for step in range(1, 7):
+        turns.step_finished(StepRecord(step, 1, 1.0, 0.01, 8), step)
+    assert monitor.stops == [("after 3 rounds", "max_steps")]
 
 
 def test_turns_cut_a_run_into_about_ten_rounds_of_at_least_five_steps():

@@ -3,7 +3,7 @@
 A CPU run's process peak is dominated by TensorFlow and the data set, which are the same under
 every policy; what a policy changes is the training state. So the meter notes what the
 allocator holds before the model is built (the data set's tensors) and reports the training
-peak above it (see `summary.MemoryStats`).
+peak above it (`MemoryStats`).
 """
 
 from __future__ import annotations
@@ -12,7 +12,24 @@ import contextlib
 import resource
 import sys
 
-from mptrain.runs.summary import MemoryStats
+from mptrain.record import FrozenRecord
+
+
+class MemoryStats(FrozenRecord):
+    """Memory, as far as this machine can tell.
+
+    The process peak (RSS) includes TensorFlow itself and the whole data set, so it barely
+    moves between policies. TensorFlow's allocator (`device`) reports what it holds: the data
+    set's tensors before the model is built (`data_bytes`) and the peak during training; their
+    difference, `training_peak_bytes`, is the training state a policy changes: weights,
+    gradients, optimizer state and activations.
+    """
+
+    process_peak_bytes: int
+    device: str
+    device_peak_bytes: int | None
+    data_bytes: int | None
+    training_peak_bytes: int | None
 
 
 class MemoryMeter:

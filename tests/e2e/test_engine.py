@@ -1,0 +1,94 @@
+"""The measuring engine's turns with fake children: small Python processes that speak the
+turn protocol (`training.turns`) with set step times, so the engine's rules are tested on
+known speeds in a second, without TensorFlow: who runs when, who is stopped, and why."""
+
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from mptrain.measure import engine
+from mptrain.measure.engine import Entry, Ledger, Turns, run_in_turns
+from mptrain.signals import ForwardSignals
+from tests.helpers import tiny_raw
+
+# A child: `STEP_MS TOTAL_STEPS [START_S]`, then the engine's `--turns STEPS:FD`.
+FAKE = '''
+import json, os, sys, time
+step_ms, total = float(sys.argv[1]), int(sys.argv[2])
+time.sleep(0.0 if sys.argv[3] == "--turns" else float(sys.argv[3]))  # its start (compiling)
+per, fd = map(int, sys.argv[sys.argv.index("--turns") + 1].split(":"))
+report = os.fdopen(fd, "w", buffering=1)
+step, seconds, stopping = 0, [], False
+while True:
+    time.sleep(step_ms / 1e3)
+    step += 1
+    seconds.append(step_ms / 1e3)
+    final = step >= total or stopping
+    if step == 1 or final or len(seconds) >= per:
+        report.write(json.dumps({"turn": 0, "step": step, "seconds": seconds,
+                                 "examples": [8] * len(seconds), "final": final}) + "\\n")
+        seconds = []
+        word = sys.stdin.readline().strip()
+        if final:
+            break
+        stopping = word != "go"
+'''
+
+
+@pytest.fixture
+def ledger(tmp_path):
+    (tmp_path / "experiment.yaml").write_text(yaml.safe_dump(tiny_raw()))
+    return Ledger(tmp_path, "compare", {})
+
+
+def children(tmp_path: Path, **speeds) -> list:
+    """label → (step ms, steps, start s): an entry and its fake command each."""
+    script = tmp_path / "fake_child.py"
+    script.write_text(FAKE)
+    return [(Entry(label, None, tmp_path / label), [sys.executable, str(script), *map(str, spec)])
+            for label, spec in speeds.items()]
+
+
+def in_turns(tmp_path, ledger, turns: Turns, **speeds):
+    said = []
+    with ForwardSignals() as signals:
+        ends = run_in_turns(children(tmp_path, **speeds), ledger, turns, signals,
+                            on_turn=lambda round_, label, ms: said.append((round_, label)))
+    return ends, said
+
+
+def test_every_child_runs_its_turn_each_round_in_a_changing_order(tmp_path, ledger):
+    ends, said = in_turns(tmp_path, ledger, Turns(steps=5), a=(5, 26), b=(5, 26), c=(5, 26))
+    assert [label for round_, label in said if round_ == 0] == ["a", "b", "c"]  # started one by one
+    rounds = [[label for r, label in said if r == n] for n in range(1, 6)]
+    assert all(sorted(members) == ["a", "b", "c"] for members in rounds), rounds
+    assert len({tuple(members) for members in rounds}) > 1  # a random order every round
+    for label in "abc":  # five turns of five steps timed, at the child's 5 ms
+        assert ends[label].rounds == [pytest.approx(5.0, abs=0.5)] * 5
+        assert ends[label].summary is None and "printed no run summary" in ends[label].failed
+
+
+def test_a_child_twice_as_slow_as_the_baseline_is_stopped_after_that_round(tmp_path, ledger):
+    ends, _ = in_turns(tmp_path, ledger, Turns(steps=5, slowest_ratio=2.0),
+                       base=(5, 26), close=(8, 26), slow=(15, 26))
+    assert len(ends["base"].rounds) == 5 and len(ends["close"].rounds) == 5
+    assert len(ends["slow"].rounds) <= 2  # told "too slow" at its first turn after the base's
+
+
+def test_past_the_deadline_no_round_starts(tmp_path, ledger):
+    started = time.monotonic()
+    ends, said = in_turns(tmp_path, ledger, Turns(steps=5, deadline=time.monotonic() + 0.4),
+                          a=(20, 200), b=(20, 200))
+    assert time.monotonic() - started < 10  # 200 steps each would take 8 s
+    assert 1 <= len(ends["a"].rounds) < 39 and len(ends["a"].rounds) == len(ends["b"].rounds)
+
+
+def test_a_start_far_slower_than_the_first_is_stopped_there(tmp_path, ledger, monkeypatch):
+    monkeypatch.setattr(engine, "MIN_START_LIMIT_S", 0.5)
+    ends, said = in_turns(tmp_path, ledger, Turns(steps=5, first_step_ratio=4.0),
+                          quick=(5, 11), compiling=(5, 11, 3.0))
+    assert ends["compiling"].rounds == [] and "too slow to start" in ends["compiling"].failed
+    assert len(ends["quick"].rounds) == 2 and ("quick" in {label for _, label in said})
