@@ -1,21 +1,6 @@
-"""mptrain from Python: the functions the command line calls, for notebooks and sweeps.
-
-```python
-import mptrain
-
-experiment = mptrain.load_experiment("synthetic", {"train.epochs": 1})
-for rate in (1e-3, 3e-3, 1e-2):
-    point = mptrain.variant(experiment, {"train.optimizer.kwargs.learning_rate": rate})
-    summary = mptrain.run(point)
-    print(rate, summary.test_accuracy, summary.run_dir)
-```
-
-Each returns the typed result the CLI renders (`RunSummary`, `CompareRecord`, `PlanRecord`,
-`CheckReport`); bad input raises mptrain's own errors (`mptrain.ConfigError`,
-`mptrain.DataError`, ...) with the messages the CLI prints; nothing exits the interpreter.
-Progress shows as it does in a terminal (Rich renders in notebooks too); `progress=False`
-turns it off.
-"""
+"""mptrain from Python: the functions the command line calls, for notebooks and sweeps, each
+making the same library call as its command and returning the typed result the CLI renders
+(docs/python-api.md: what each does, its errors, and examples)."""
 
 from __future__ import annotations
 
@@ -100,12 +85,13 @@ def compare(experiment: ExperimentConfig | None = None, candidates: list[str] | 
     compare in that folder."""
     from mptrain.measure.compare import CompareSettings
     from mptrain.measure.compare import compare as compare_in_turns
+    from mptrain.report.console import as_text
     from mptrain.report.tables import compare_tables
 
     settings = CompareSettings(policies=candidates, **settings)
     with _live(progress) as (telling, _):
         result = compare_in_turns(experiment, settings, resume=_path(resume), telling=telling,
-                                  verbose=verbose, as_text=_as_text(compare_tables))
+                                  verbose=verbose, as_text=as_text(compare_tables))
     return result.record
 
 
@@ -119,13 +105,14 @@ def plan(experiment: ExperimentConfig | None = None, *, resume: str | Path | Non
     folder."""
     from mptrain.measure.plan import PlanSettings
     from mptrain.measure.plan import plan as plan_in_turns
+    from mptrain.report.console import as_text
     from mptrain.report.tables import plan_tables
 
     if settings.get("out") is not None:
         settings["out"] = Path(settings["out"]).resolve()
     with _live(progress) as (telling, _):
         result = plan_in_turns(experiment, PlanSettings(**settings), resume=_path(resume),
-                               telling=telling, verbose=verbose, as_text=_as_text(plan_tables))
+                               telling=telling, verbose=verbose, as_text=as_text(plan_tables))
     return result.record
 
 
@@ -148,12 +135,6 @@ def _live(progress: bool):
 
     with LiveProgress() as live:
         yield ConsoleTelling(), [live]
-
-
-def _as_text(tables):
-    from mptrain.report.console import plain_text
-
-    return lambda record: plain_text(tables(record))
 
 
 def _path(value: str | Path | None) -> Path | None:

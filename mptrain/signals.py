@@ -18,7 +18,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import threading
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -42,19 +42,24 @@ class RunAbandoned(KeyboardInterrupt):
         self.run_dir = run_dir
 
 
-def _main_thread() -> bool:
-    return threading.current_thread() is threading.main_thread()
-
-
 @contextmanager
-def stop_on_signals(monitor: TrainingMonitor):
-    """While training: SIGINT/SIGTERM request a stop after the current step (`monitor.signal`
-    says which); a second SIGINT raises KeyboardInterrupt. Outside the main thread (where
-    Python allows no signal handlers) this does nothing."""
-    if not _main_thread():
+def _handling(signals: tuple[int, ...], handler):
+    """`handler` for `signals` while the block runs, the old handlers back after it; outside
+    the main thread (where Python allows no signal handlers) nothing."""
+    if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
+    previous = {sig: signal.signal(sig, handler) for sig in signals}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def stop_on_signals(monitor: TrainingMonitor):
+    """While training: SIGINT/SIGTERM request a stop after the current step (`monitor.signal`
+    says which); a second SIGINT raises KeyboardInterrupt."""
 
     def handler(signum, frame):
         if monitor.signal is not None and signum == signal.SIGINT:
@@ -65,26 +70,12 @@ def stop_on_signals(monitor: TrainingMonitor):
                  f"during epoch {monitor.epoch}, step {monitor.step_in_epoch + 1}")
         monitor.request_stop(f"interrupted by {name} {where}", "signal")
 
-    for sig in STOP_SIGNALS:
-        signal.signal(sig, handler)
-    try:
-        yield
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
+    return _handling(STOP_SIGNALS, handler)
 
 
-@contextmanager
 def ignoring_interrupts():
-    """Ctrl-C ignored for a moment (in the main thread): a stopped run's last words."""
-    if not _main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
+    """Ctrl-C ignored for a moment: a stopped run's last words."""
+    return _handling((signal.SIGINT,), signal.SIG_IGN)
 
 
 class ForwardSignals:
@@ -96,17 +87,14 @@ class ForwardSignals:
     def __init__(self):
         self.received: int | None = None
         self.children: list[subprocess.Popen] = []
-        self._previous: dict[int, object] = {}
+        self._handlers = ExitStack()
 
     def __enter__(self) -> ForwardSignals:
-        if _main_thread():
-            for sig in STOP_SIGNALS:
-                self._previous[sig] = signal.signal(sig, self._handle)
+        self._handlers.enter_context(_handling(STOP_SIGNALS, self._handle))
         return self
 
     def __exit__(self, *exc) -> None:
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
+        self._handlers.close()
 
     def _handle(self, signum, frame) -> None:
         self.received = self.received or signum

@@ -15,7 +15,7 @@ from pathlib import Path
 import yaml
 
 from mptrain.config import apply_overrides
-from mptrain.runs.meter import MemoryStats
+from mptrain.model.size import MemoryStats
 from mptrain.runs.summary import LossScaleStats, RunSummary, StepTimes
 from mptrain.training.records import StepRecord
 

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from mptrain.commands.options import JsonOpt, VerboseOpt, emit, status, user_errors
+from mptrain.commands.options import JsonOpt, VerboseOpt, emit, user_errors
 
 
 def check_gpu(
@@ -29,9 +29,10 @@ def check_gpu(
     information, not an error.
     """
     from mptrain.precision.check import check_machine
+    from mptrain.report.console import stderr
     from mptrain.report.views import check_gpu_view
 
     with user_errors(verbose=verbose):
         report = check_machine(bench=bench, no_bench=no_bench, bench_scale=bench_scale,
-                               verbose=verbose, status=status)
+                               verbose=verbose, status=stderr.status)
     emit(report, json_out, check_gpu_view)

@@ -7,17 +7,7 @@ from typing import Annotated
 
 import typer
 
-from mptrain.commands.options import (
-    JsonOpt,
-    SetOpt,
-    VerboseOpt,
-    as_text,
-    emit,
-    notes,
-    parse_choices,
-    say,
-    user_errors,
-)
+from mptrain.commands.options import JsonOpt, SetOpt, VerboseOpt, end_measuring, parse_choices, user_errors
 
 
 def compare(
@@ -61,9 +51,9 @@ def compare(
     from mptrain.config.schema import LOOPS, STRATEGIES
     from mptrain.measure.compare import CompareSettings
     from mptrain.measure.compare import compare as run_compare
+    from mptrain.report.console import as_text
     from mptrain.report.progress import ConsoleTelling
     from mptrain.report.tables import compare_tables
-    from mptrain.signals import exit_code
 
     with user_errors(verbose=verbose):
         settings = CompareSettings(
@@ -73,11 +63,6 @@ def compare(
             sets=set_ or [], epochs=epochs, steps=steps, max_step_seconds=max_step_seconds or None)
         result = run_compare(config, settings, resume=resume, telling=ConsoleTelling(),
                              verbose=verbose, as_text=as_text(compare_tables))
-    emit(result.record, json_out, compare_tables)
-    notes(result.notes)
-    if result.record.status == "interrupted":
-        say(f"[yellow]compare interrupted[/]: finished variants are kept. Continue with:\n"
-            f"  mptrain compare --resume {result.folder}")
-        raise typer.Exit(exit_code(result.signal))
+    end_measuring(result, json_out, compare_tables, "compare", "variants")
     if any(row.summary is None for row in result.record.variants):
         raise typer.Exit(1)

@@ -92,7 +92,7 @@ def user_errors(interrupted: str = "interrupted", verbose: bool = False,
     --verbose, the traceback of the user's own code that caused it); Ctrl-C → 130. An
     `unsaid` error ends with its exit code alone: someone else says it (a local worker's lost
     peer is said once, by `run --workers`)."""
-    from mptrain.report.console import stderr
+    from mptrain.report.console import say, stderr
     from mptrain.signals import RunAbandoned
 
     try:
@@ -108,29 +108,21 @@ def user_errors(interrupted: str = "interrupted", verbose: bool = False,
             say_error(str(exc))
         raise typer.Exit(exc.exit_code) from None
     except RunAbandoned as exc:  # a second Ctrl-C: the run folder is known
-        stderr.print(f"interrupted: {exc.run_dir} keeps its last checkpoint; continue with\n"
-                     f"  mptrain run --resume {exc.run_dir}", soft_wrap=True, highlight=False)
+        say(f"interrupted: {exc.run_dir} keeps its last checkpoint; continue with\n"
+            f"  mptrain run --resume {exc.run_dir}")
         raise typer.Exit(130) from None
     except KeyboardInterrupt:
-        stderr.print(interrupted, soft_wrap=True, highlight=False)
+        say(interrupted)
         raise typer.Exit(130) from None
 
 
 def say_error(message: str) -> None:
     from rich.markup import escape
 
-    from mptrain.report.console import stderr
+    from mptrain.report.console import say
 
     # escaped: a message may hold brackets Rich would read as markup ('mptrain[mlflow]')
-    stderr.print(f"[bold red]error:[/] {escape(message)}", markup=True, highlight=False,
-                 soft_wrap=True)
-
-
-def say(markup: str) -> None:
-    """One line (or a few) on stderr, Rich markup allowed, never wrapped."""
-    from mptrain.report.console import stderr
-
-    stderr.print(markup, soft_wrap=True, highlight=False)
+    say(f"[bold red]error:[/] {escape(message)}")
 
 
 def emit(data, json_out: bool, render) -> None:
@@ -146,21 +138,18 @@ def emit(data, json_out: bool, render) -> None:
             stdout_console().print(render(data))
 
 
-def status(text: str):
-    from mptrain.report.console import stderr
-
-    return stderr.status(text)
-
-
-def notes(found: list[str]) -> None:
+def end_measuring(result, json_out: bool, render, kind: str, kept: str) -> None:
+    """How compare and plan end: the record (JSON or tables), what MLflow could not log, and
+    after an interrupt the command that resumes it, with the signal's exit code."""
     from rich.markup import escape
 
-    for note in found:
+    from mptrain.report.console import say
+    from mptrain.signals import exit_code
+
+    emit(result.record, json_out, render)
+    for note in result.notes:
         say(f"[yellow]note:[/] {escape(note)}")
-
-
-def as_text(tables):
-    """`record → the tables as plain text`, for what MLflow keeps beside a compare or plan."""
-    from mptrain.report.console import plain_text
-
-    return lambda record: plain_text(tables(record))
+    if result.record.status == "interrupted":
+        say(f"[yellow]{kind} interrupted[/]: finished {kept} are kept. Continue with:\n"
+            f"  mptrain {kind} --resume {result.folder}")
+        raise typer.Exit(exit_code(result.signal))

@@ -8,17 +8,7 @@ from typing import Annotated
 
 import typer
 
-from mptrain.commands.options import (
-    JsonOpt,
-    SetOpt,
-    VerboseOpt,
-    as_text,
-    emit,
-    notes,
-    parse_choices,
-    say,
-    user_errors,
-)
+from mptrain.commands.options import JsonOpt, SetOpt, VerboseOpt, end_measuring, parse_choices, user_errors
 
 
 def plan(
@@ -68,9 +58,9 @@ def plan(
     from mptrain.measure.plan import PlanSettings
     from mptrain.measure.plan import plan as run_plan
     from mptrain.precision.candidates import CANDIDATE_NAMES
+    from mptrain.report.console import as_text
     from mptrain.report.progress import ConsoleTelling
     from mptrain.report.tables import plan_tables
-    from mptrain.signals import exit_code
 
     with user_errors(verbose=verbose):
         settings = PlanSettings(
@@ -80,9 +70,4 @@ def plan(
         experiment = load_config(config, set_) if resume is None and config is not None else None
         result = run_plan(experiment, settings, resume=resume, telling=ConsoleTelling(),
                           verbose=verbose, as_text=as_text(plan_tables))
-    emit(result.record, json_out, plan_tables)
-    notes(result.notes)
-    if result.record.status == "interrupted":
-        say(f"[yellow]plan interrupted[/]: finished trials are kept. Continue with:\n"
-            f"  mptrain plan --resume {result.folder}")
-        raise typer.Exit(exit_code(result.signal))
+    end_measuring(result, json_out, plan_tables, "plan", "trials")

@@ -8,16 +8,7 @@ from typing import Annotated
 
 import typer
 
-from mptrain.commands.options import (
-    STARTED_AT,
-    JsonOpt,
-    SetOpt,
-    VerboseOpt,
-    emit,
-    say,
-    say_error,
-    user_errors,
-)
+from mptrain.commands.options import STARTED_AT, JsonOpt, SetOpt, VerboseOpt, emit, say_error, user_errors
 
 
 def run(
@@ -59,6 +50,7 @@ def run(
     restarting them.
     """
     from mptrain.errors import AlreadyFinished, WorkerLost
+    from mptrain.report.console import say
     from mptrain.report.progress import ConsoleTelling, LiveProgress
     from mptrain.runs.launch import RunOptions, launch
     from mptrain.runs.runner import Start
@@ -86,6 +78,7 @@ def run(
 
 def _finish(result, json_out: bool) -> None:
     """The summary, then what the run's end asks of the user, and its exit code."""
+    from mptrain.report.console import say
     from mptrain.report.tables import summary_table
     from mptrain.signals import DIVERGED_EXIT_CODE, exit_code, ignoring_interrupts
 

@@ -397,6 +397,13 @@ def changed_keys(stored: Any, wanted: Any, prefix: str = "") -> list[str]:
     return [] if stored == wanted or asks_again else [key]
 
 
+def value_at(raw: dict, key: str) -> Any:
+    """The value of a dotted key (`a.b.c`) in an experiment's dict; None where there is none."""
+    for part in key.split("."):
+        raw = raw.get(part) if isinstance(raw, dict) else None
+    return raw
+
+
 def plan_file_for(source: str) -> Path:
     """Where plan.yaml goes by default: beside the experiment file (`exp.plan.yaml`), or in
     the current folder for a built-in experiment."""

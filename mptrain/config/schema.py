@@ -1,16 +1,10 @@
-"""The experiment schema: every key of an experiment file, typed, with its default and limits.
-
-Everything the trainer needs is here, checked before any TensorFlow work starts, so a typo in
-a YAML file costs a second instead of a failed run. Reading YAML and turning validation errors
-into messages lives in `loading.py`; checks that need the file system (does the builder file
-define that function, does the CSV have that column) live in `data/checks.py`,
-`model/checks.py` and `runs/preflight.py`.
-
-`data` and `model` are each one of several kinds, chosen by `data.dataset` and `model.kind`
-(`kinds.py`); each kind has only the keys that mean something for it. The names a user can
-write are in `names.py`. This module is the schema's one namespace: it holds every section.
-
-This module must not import TensorFlow: `mptrain validate` and `--help` stay fast.
+"""The experiment schema: every key of an experiment file, typed, with its default and limits,
+checked before any TensorFlow work starts, so a typo costs a second instead of a failed run
+(this module must not import TensorFlow: `mptrain validate` and `--help` stay fast). Reading
+YAML and wording errors is `loading.py`'s; checks that need the file system are in
+`data/checks.py`, `model/checks.py` and `runs/preflight.py`. Each kind of `data` and `model`
+has only its own keys (`kinds.py`); the names a user can write are in `names.py`. This module
+is the schema's one namespace: it holds every section.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from mptrain.config.schema import MnistData, NpzData, SyntheticData, SyntheticTextData
-from mptrain.data.dataset import Dataset, InputSpec, Split, check_learnable
+from mptrain.data.dataset import Dataset, InputSpec, Split, check_learnable, split_sizes
 from mptrain.errors import DataError
 
 DATA_DIR_ENV = "MPTRAIN_DATA_DIR"
@@ -52,18 +52,13 @@ def load_arrays(cfg: MnistData | NpzData | SyntheticData | SyntheticTextData, se
     else:
         (x_train, y_train), (x_test, y_test), source = load_fashion_mnist(cfg.path)
 
-    if cfg.max_train_examples:
-        x_train, y_train = x_train[: cfg.max_train_examples], y_train[: cfg.max_train_examples]
-    if cfg.max_test_examples:
-        x_test, y_test = x_test[: cfg.max_test_examples], y_test[: cfg.max_test_examples]
+    n_train, cut, n_test = split_sizes(cfg, len(x_train), len(x_test))
+    x_train, y_train, x_test, y_test = x_train[:n_train], y_train[:n_train], x_test[:n_test], y_test[:n_test]
     x_train, x_test = preprocess(x_train, source), preprocess(x_test, source)
     y_train, y_test = labels(y_train, source), labels(y_test, source)
     if x_train.shape[1:] != x_test.shape[1:]:
         raise DataError(f"{source}: training examples have shape {x_train.shape[1:]} but test "
                         f"examples {x_test.shape[1:]}")
-
-    # Like Keras' validation_split: the last fraction, taken before any shuffling.
-    cut = len(x_train) - int(len(x_train) * cfg.validation_split)
     check_learnable(np.unique(y_train[:cut]), source)
     spec = InputSpec.of_array(x_train)
     if spec.kind == "tokens":
@@ -176,8 +171,8 @@ def check_npz_labels(cfg) -> None:
     """`validate`'s look at an .npz's training labels (only `y_train` is read): the classes
     `run` would train on, after `max_train_examples` and the validation split."""
     with np.load(cfg.path, allow_pickle=False) as archive:
-        y = archive["y_train"][: cfg.max_train_examples or None]
-    check_learnable(np.unique(y[: len(y) - int(len(y) * cfg.validation_split)]), str(cfg.path))
+        y = archive["y_train"]
+    check_learnable(np.unique(y[: split_sizes(cfg, len(y))[1]]), str(cfg.path))
 
 
 def npz_length(path: Path, key: str) -> int:

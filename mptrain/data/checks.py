@@ -1,16 +1,12 @@
-"""Checks of the data an experiment names, made before anything heavy runs (no TensorFlow).
-
-One entry, `check_data`: do the files exist, does an image or text folder have classes, a
-CSV its columns; what the inputs will look like (the shape the model checks use) and how many
-training examples there are, when that is cheap to know. `validate` asks for the `thorough`
-answer, which reads what `run` reads anyway before its first step.
+"""Checks of the data an experiment names before anything heavy runs (no TensorFlow): one entry,
+`check_data`; `validate` asks for the `thorough` answer, which reads what `run` reads anyway.
 """
 
 from __future__ import annotations
 
 from typing import NamedTuple
 
-from mptrain.data.dataset import InputSpec
+from mptrain.data.dataset import InputSpec, split_sizes
 from mptrain.errors import DataError
 
 MNIST_TRAIN_EXAMPLES = 60_000  # MNIST and Fashion-MNIST
@@ -74,9 +70,7 @@ def _training_examples(data, thorough: bool) -> int | None:
         return len(read_table(data).train_rows)
     else:
         return None
-    if data.max_train_examples:
-        total = min(total, data.max_train_examples)
-    return total - int(total * data.validation_split)
+    return split_sizes(data, total)[1]
 
 
 def _check_files(data) -> list[str]:

@@ -6,10 +6,15 @@ A split is one of three things, whichever the source can offer cheaply:
 - `stream`: examples that can only be read in order (a CSV file, a TFDS split).
 The pipeline (`pipeline.py`) turns any of them into batches whose order depends only on the
 seed and the epoch. Nothing here imports TensorFlow.
+
+A source that divides its examples into training, validation and test itself does it by a hash
+of each example's key (`split_keys`), so the split is the same on every machine and run,
+whatever order the files are listed in, and an example never changes sides when others are added.
 """
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -77,3 +82,23 @@ def check_learnable(labels, source: str, names: Sequence[str] | None = None) -> 
         named = names[only] if names is not None and isinstance(only, int) else only
         raise DataError(f"{source}: every training example has the same class ({named}): there "
                         "is nothing to learn; a classifier needs examples of at least two classes")
+
+
+def split_sizes(cfg, train: int, test: int = 0) -> tuple[int, int, int]:
+    """How many of `train` and `test` examples a run uses (the first `data.max_train_examples`,
+    `data.max_test_examples`), and where validation starts among the training ones (like Keras'
+    validation_split: the last fraction, taken before any shuffling): (train, cut, test)."""
+    train = min(train, cfg.max_train_examples or train)
+    return train, train - int(train * cfg.validation_split), min(test, cfg.max_test_examples or test)
+
+
+def hash_fraction(key: str, salt: str) -> float:
+    """A stable pseudo-random number in [0, 1) for `key`, independent of listing order."""
+    return zlib.crc32(f"{salt}:{key}".encode()) / 2**32
+
+
+def split_keys(keys: Sequence[str], fraction: float, salt: str) -> tuple[list[int], list[int]]:
+    """Indices of `keys` kept, and those (about `fraction` of them) taken out."""
+    taken = [i for i, k in enumerate(keys) if hash_fraction(k, salt) < fraction]
+    chosen = set(taken)
+    return [i for i in range(len(keys)) if i not in chosen], taken

@@ -30,8 +30,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from mptrain.config.schema import ImageFolderData, TextFolderData
-from mptrain.data.dataset import Dataset, InputSpec, Split, check_learnable
-from mptrain.data.splitting import hash_fraction, split_keys
+from mptrain.data.dataset import (
+    Dataset,
+    InputSpec,
+    Split,
+    check_learnable,
+    hash_fraction,
+    split_keys,
+    split_sizes,
+)
 from mptrain.errors import DataError
 
 IMAGE_EXTENSIONS = {".png", ".jpg", ".jpeg", ".gif", ".bmp"}
@@ -106,9 +113,8 @@ def split_files(cfg: ImageFolderData | TextFolderData) -> FolderSplits:
         if not test_idx:
             raise DataError(f"data.path {cfg.path}: {len(keys)} files are too few for a test "
                             f"split of {cfg.test_split:g}; add files or set data.test_path")
-    train_idx = train_idx[: cfg.max_train_examples] if cfg.max_train_examples else train_idx
-    test_idx = test_idx[: cfg.max_test_examples] if cfg.max_test_examples else test_idx
-    cut = len(train_idx) - int(len(train_idx) * cfg.validation_split)
+    n_train, cut, n_test = split_sizes(cfg, len(train_idx), len(test_idx))
+    train_idx, test_idx = train_idx[:n_train], test_idx[:n_test]
     if cut == 0:
         raise DataError(f"data.path {cfg.path}: no training files left after the test and "
                         "validation splits")

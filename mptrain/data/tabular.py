@@ -21,8 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from mptrain.config.schema import CsvData
-from mptrain.data.dataset import Dataset, InputSpec, Split, check_learnable
-from mptrain.data.splitting import hash_fraction
+from mptrain.data.dataset import Dataset, InputSpec, Split, check_learnable, hash_fraction, split_sizes
 from mptrain.errors import DataError
 
 ENCODING = "utf-8-sig"  # UTF-8, without the byte-order mark spreadsheets put first
@@ -149,11 +148,8 @@ def read_table(cfg: CsvData) -> Table:
         train_rows, test_rows = np.flatnonzero(~is_test), np.flatnonzero(is_test)
     else:
         train_rows, test_rows = np.arange(n), np.arange(len(test_labels))
-    if cfg.max_train_examples:
-        train_rows = train_rows[: cfg.max_train_examples]
-    if cfg.max_test_examples:
-        test_rows = test_rows[: cfg.max_test_examples]
-    cut = len(train_rows) - int(len(train_rows) * cfg.validation_split)
+    n_train, cut, n_test = split_sizes(cfg, len(train_rows), len(test_rows))
+    train_rows, test_rows = train_rows[:n_train], test_rows[:n_test]
     if cut == 0 or not len(test_rows):
         raise DataError(f"{cfg.path}: {n} rows are too few for the test and validation splits")
     check_learnable([train_labels[i] for i in train_rows[:cut]],

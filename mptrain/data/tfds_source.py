@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from mptrain.config.schema import TfdsData
-from mptrain.data.dataset import Dataset, InputSpec, Split
+from mptrain.data.dataset import Dataset, InputSpec, Split, split_sizes
 from mptrain.errors import DataError
 
 
@@ -73,13 +73,8 @@ def load_tfds(cfg: TfdsData) -> Dataset:
 
         return stream
 
-    n_train = info.splits[cfg.train_split].num_examples
-    n_test = info.splits[cfg.test_split].num_examples
-    if cfg.max_train_examples:
-        n_train = min(n_train, cfg.max_train_examples)
-    if cfg.max_test_examples:
-        n_test = min(n_test, cfg.max_test_examples)
-    cut = n_train - int(n_train * cfg.validation_split)
+    n_train, cut, n_test = split_sizes(cfg, info.splits[cfg.train_split].num_examples,
+                                       info.splits[cfg.test_split].num_examples)
     pixels = getattr(info.features[x_key].dtype, "name", "") == "uint8"
     kind = "image" if len(shape) == 3 else "tokens" if info.features[x_key].dtype.is_integer and \
         len(shape) == 1 and not pixels else "vector"

@@ -52,16 +52,16 @@ class Diagnosis(Record):
     recommendation: str = ""
 
 
-def fractions(values: np.ndarray, scale: float = 1.0) -> tuple[float, float, int]:
-    """(underflow, overflow, nonzero count) of `values * scale` in float16."""
+def fractions(values: np.ndarray, scale: float = 1.0) -> tuple[float, float]:
+    """(underflow, overflow) of `values * scale` in float16, as fractions of the nonzero ones."""
     magnitudes = np.abs(values.astype(np.float64)) * scale
     nonzero = magnitudes > 0
     count = int(nonzero.sum())
     if not count:
-        return 0.0, 0.0, 0
+        return 0.0, 0.0
     under = float(np.count_nonzero(nonzero & (magnitudes < F16_MIN_SUBNORMAL))) / count
     over = float(np.count_nonzero(magnitudes > F16_MAX)) / count
-    return under, over, count
+    return under, over
 
 
 def diagnose(config, steps: int = 5, verbose: bool = False) -> Diagnosis:
@@ -92,8 +92,8 @@ def diagnose(config, steps: int = 5, verbose: bool = False) -> Diagnosis:
                   if g is not None and owner.get(id(v)) == layer.name]
         flat = np.concatenate([g.ravel() for g in grads]) if grads else np.zeros(0)
         all_grads.append(flat)
-        under, _, _ = fractions(flat)
-        under_scaled, over_scaled, _ = fractions(flat, scale)
+        under, _ = fractions(flat)
+        under_scaled, over_scaled = fractions(flat, scale)
         nonzero = np.abs(flat[flat != 0])
         numbers.append(LayerNumbers(
             layer=layer.name,
@@ -104,8 +104,8 @@ def diagnose(config, steps: int = 5, verbose: bool = False) -> Diagnosis:
             gradient_underflow=under, gradient_underflow_scaled=under_scaled,
             gradient_overflow_scaled=over_scaled))
     everything = np.concatenate(all_grads) if all_grads else np.zeros(0)
-    under_all, _, _ = fractions(everything)
-    under_scaled_all, over_scaled_all, _ = fractions(everything, scale)
+    under_all, _ = fractions(everything)
+    under_scaled_all, over_scaled_all = fractions(everything, scale)
     # the prepared experiment: what the data filled in (num_classes, input shape) included
     errors = _bfloat16_errors(prepared.config, prepared.data.spec, model, x)
     numbers = [n.model_copy(update={"bfloat16_error": errors.get(n.layer)}) for n in numbers]

@@ -1,18 +1,7 @@
 """`mptrain compare`: one experiment under several policies (and loops), side by side.
 
-Every variant runs in its own process (`runs.workers`): Keras' global dtype policy,
-TensorFlow's traced graphs, the XLA and oneDNN caches and the process peak memory are all per
-process, so one variant's state cannot leak into the next or into the memory column.
-
-All variants start from the same weights: the experiment's model is built once under float32
-(the guide's `initial_weights = model.get_weights()`), saved, and loaded by every variant;
-the input pipeline's order depends only on the seed, so they also see the same batches.
-
-The folder is always resumable: compare.json names every variant and the run folder it will
-have before the first one starts, and is rewritten after each, so `compare --resume` finds
-what finished, continues what was stopped (a Ctrl-C, or a parent killed outright: its child
-is stopped with it and keeps a checkpoint) and runs the rest, in a new session of turns
-(`measure.engine.to_run`, plan's too).
+The input pipeline's order depends only on the seed, so every variant, from the same initial
+weights (`engine.stage`), also sees the same batches.
 """
 
 from __future__ import annotations
@@ -22,11 +11,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from mptrain.config import ExperimentConfig
+from mptrain.config import ExperimentConfig, load_config, variant
 from mptrain.errors import ConfigError, DataError
 from mptrain.measure.engine import (
     Entry,
     Ledger,
+    Measurement,
     Turns,
     load_record,
     measure,
@@ -36,7 +26,7 @@ from mptrain.measure.engine import (
     write_record,
 )
 from mptrain.measure.memory import too_big_together
-from mptrain.measure.verdicts import Measured, Rules, Steps, judge, ratio
+from mptrain.measure.verdicts import Measured, Rules, Steps, judge
 from mptrain.precision.candidates import candidate
 from mptrain.record import Record
 from mptrain.runs.folder import RunFolder
@@ -78,6 +68,10 @@ class CompareRow(Measured):
     def variant(self) -> Variant:
         return Variant(self.policy, self.loop, self.strategy)
 
+    @property
+    def settings(self) -> dict[str, object]:
+        return self.variant.settings
+
 
 class CompareRecord(Record):
     """compare.json."""
@@ -92,14 +86,6 @@ class CompareRecord(Record):
     pairs: str | None = None  # why the variants ran two by two with the baseline (memory)
     variants: list[CompareRow]
     plot: str | None = None
-
-
-@dataclass(frozen=True)
-class CompareResult:
-    record: CompareRecord
-    folder: Path
-    signal: int | None = None  # the signal that interrupted the compare
-    notes: list[str] = field(default_factory=list)  # what MLflow tracking could not log
 
 
 @dataclass(frozen=True)
@@ -128,7 +114,7 @@ class CompareSettings:
 
 def compare(experiment: str | ExperimentConfig | None, settings: CompareSettings = CompareSettings(),
             *, resume: Path | None = None, telling: Telling = QUIET, verbose: bool = False,
-            as_text: Callable[[CompareRecord], str] | None = None) -> CompareResult:
+            as_text: Callable[[CompareRecord], str] | None = None) -> Measurement:
     """`mptrain compare` and `mptrain.compare`: the experiment named or given (default: the
     guide's) under each candidate, loop and strategy, every variant in a process of its own
     from shared initial weights, all in turns (`measure.engine`); or, with `resume`, the
@@ -141,20 +127,13 @@ def compare(experiment: str | ExperimentConfig | None, settings: CompareSettings
             raise ConfigError(f"--resume {resume}: every variant has ended; nothing to resume")
         return _run(record, telling, verbose, as_text)
     try:
-        config = _experiment(experiment, settings.overrides)
+        config = (variant(experiment, settings.overrides) if isinstance(experiment, ExperimentConfig)
+                  else load_config(experiment or DEFAULT_EXPERIMENT, settings.overrides))
         policies = settings.policies or default_policies(config, verbose, telling.status)
         variants = plan_variants(config, policies, settings.loops, settings.strategies)
         return _run(start_compare(config, variants, telling, verbose), telling, verbose, as_text)
     except DataError as exc:
         raise (explain_missing_default(exc) if experiment is None else exc) from None
-
-
-def _experiment(experiment: str | ExperimentConfig | None, overrides: list[str]):
-    from mptrain.config import load_config, variant
-
-    if isinstance(experiment, ExperimentConfig):
-        return variant(experiment, overrides)
-    return load_config(experiment or DEFAULT_EXPERIMENT, overrides)
 
 
 def default_policies(config: ExperimentConfig, verbose: bool = False,
@@ -216,12 +195,6 @@ def preflight_notes(config: ExperimentConfig, variants: list[Variant], machine) 
     return notes
 
 
-def grouped(warnings: dict[str, str]) -> list[tuple[str, str]]:
-    """(labels, warning) for each distinct warning, once, with every variant it is about."""
-    return [(", ".join(label for label, w in warnings.items() if w == warning), warning)
-            for warning in dict.fromkeys(warnings.values())]
-
-
 def start_compare(config: ExperimentConfig, variants: list[Variant], telling: Telling = QUIET,
                   verbose: bool = False) -> CompareRecord:
     """A new compare: what is known to be slow here said, the folder staged (shared initial
@@ -232,8 +205,9 @@ def start_compare(config: ExperimentConfig, variants: list[Variant], telling: Te
     check_builder_travels(config, "compare")
 
     def say_notes(prepared) -> None:  # what is known to be slow here, before anything runs
-        for labels, warning in grouped(preflight_notes(config, variants, prepared.machine)):
-            telling.say(f"note ({labels})", warning)
+        warnings = preflight_notes(config, variants, prepared.machine)
+        for warning in dict.fromkeys(warnings.values()):  # once, with every variant it is about
+            telling.say(f"note ({', '.join(v for v, w in warnings.items() if w == warning)})", warning)
 
     folder, prepared = stage(config, "compare", verbose, before_folder=say_notes)
     baseline = _baseline(variants)
@@ -257,34 +231,25 @@ def _baseline(variants: list[Variant]) -> Variant:
     return Variant(policy, variants[0].loop, variants[0].strategy)
 
 
-def _run(record: CompareRecord, telling: Telling, verbose: bool, as_text) -> CompareResult:
+def _run(record: CompareRecord, telling: Telling, verbose: bool, as_text) -> Measurement:
     """The rows still to run (`engine.to_run`), in turns, in one session (`measure.engine`);
     compare.json rewritten as they end, with each variant's per-round step times, so every
     verdict can be recomputed from the record."""
-    from mptrain.config import load_config, variant
     from mptrain.measure.plot import plot_compare
 
-    folder, name = Path(record.folder), record.experiment
+    folder = Path(record.folder)
     staged = load_config(folder / "experiment.yaml")
-    todo = to_run(record.variants)
-    entries = [Entry(row.label, variant(staged, {"name": f"{name}-{row.label}", **row.variant.settings}),
-                     Path(row.run_dir)) for row in todo]
+    entries = [Entry.of(row, staged) for row in to_run(record.variants)]
     ledger = Ledger(folder, "compare", {"variants": ",".join(r.label for r in record.variants)})
     ledger.write(record.model_copy(update={"status": "running"}))
     turns = Turns(record.turn_steps, paired_with=record.baseline if record.pairs else None)
-    ran, signal = measure(ledger, entries, turns, verbose=verbose, on_turn=telling.turn)
-    session = todo[0].session if todo else 1
-    rows = {row.label: row for row in record.variants}
-    for label, row in rows.items():  # (a pair's extra baseline run is in `ran` too: not a row)
-        if (end := ran.get(label)) is not None:
-            rows[label] = row.model_copy(update={
-                "summary": end.summary, "failed": end.failed, "rounds": end.rounds,
-                "baseline_rounds": end.baseline_rounds, "session": session})
+    ended, signal = measure(ledger, entries, turns, verbose=verbose, on_turn=telling.turn)
     status = "interrupted" if signal is not None else "finished"
-    record = judged(record.model_copy(update={"variants": list(rows.values()), "status": status}))
+    record = judged(record.model_copy(update={
+        "variants": [ended.get(r.label, r) for r in record.variants], "status": status}))
     notes = ledger.close(record, status, plot_compare if any(r.summary for r in record.variants)
                          else None, {"compare.txt": as_text(record)} if as_text else {})
-    return CompareResult(record, folder, signal, notes)
+    return Measurement(record, folder, signal, notes)
 
 
 def judged(record: CompareRecord, same_start: bool = True) -> CompareRecord:
@@ -301,8 +266,8 @@ def judged(record: CompareRecord, same_start: bool = True) -> CompareRecord:
         memory = None
         if base is not None and base.summary and row.summary and "diverged" not in (
                 row.summary.status, base.summary.status):
-            memory = ratio(row.summary.memory.training_peak_bytes,
-                           base.summary.memory.training_peak_bytes)
+            mine, theirs = row.summary.memory.training_peak_bytes, base.summary.memory.training_peak_bytes
+            memory = mine / theirs if mine is not None and theirs else None
         rows.append(row.model_copy(update={"verdict": verdict, "memory_ratio": memory}))
     return record.model_copy(update={"variants": rows})
 

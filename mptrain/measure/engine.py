@@ -100,11 +100,21 @@ def stage(config: ExperimentConfig, kind: str, verbose: bool = False,
 @dataclass(frozen=True)
 class Entry:
     """One variant to measure: its label, its own experiment (`config.variant` of the staged
-    one), and its run folder (continued when it stopped with a checkpoint: `command_for`)."""
+    one), its run folder (continued when it stopped with a checkpoint: `command_for`), and the
+    row (a compare's variant, a plan's trial) it measures."""
 
     label: str
     experiment: ExperimentConfig
     run_dir: Path
+    row: Measured | None = None
+
+    @classmethod
+    def of(cls, row: Measured, staged: ExperimentConfig) -> Entry:
+        """The row's variant: the staged experiment with its settings, named after its run folder."""
+        from mptrain.config import variant
+
+        run_dir = Path(row.run_dir)
+        return cls(row.label, variant(staged, {"name": run_dir.name, **row.settings}), run_dir, row)
 
     @property
     def file_label(self) -> str:
@@ -135,26 +145,30 @@ class Ran:
 
 @dataclass(frozen=True)
 class Turns:
-    """How the variants take turns: `steps` a turn; `slowest_ratio`: stop one whose turn
-    steps that many times the first's (plan: it cannot win); `paired_with`: the baseline each
-    variant runs with alone, when they do not fit in memory together (`too_big_together`);
-    `deadline`: the `time.monotonic()` after which no round starts (plan's budget): the
-    variants still training stop after their round, with what they measured;
-    `first_step_ratio`: one whose start (to the end of its first step: XLA compiling, above
-    all) takes that many times the first variant's, and over a minute, is stopped there."""
+    """How the variants take turns, and when one is stopped early."""
 
-    steps: int
-    slowest_ratio: float | None = None
-    paired_with: str | None = None
-    deadline: float | None = None
+    steps: int  # a turn
+    slowest_ratio: float | None = None  # stop one whose turn steps this many times the first's (plan)
+    paired_with: str | None = None  # the baseline each runs with alone, when all do not fit in memory
+    deadline: float | None = None  # the `time.monotonic()` after which no round starts (plan's budget)
     first_step_ratio: float | None = None  # stop one whose start takes this many times the first's
 
 
+@dataclass(frozen=True)
+class Measurement:
+    """What a compare or plan returns."""
+
+    record: Record
+    folder: Path
+    signal: int | None = None  # the signal that interrupted it
+    notes: list[str] = field(default_factory=list)  # what MLflow tracking could not log
+
+
 def measure(ledger: Ledger, entries: list[Entry], turns: Turns, *, verbose: bool = False,
-            on_turn: OnTurn | None = None) -> tuple[dict[str, Ran], int | None]:
+            on_turn: OnTurn | None = None) -> tuple[dict[str, Measured], int | None]:
     """Every entry run to its end in turns (`run_in_turns`), each from the initial weights
-    staged in the ledger's folder (and its run nested in the ledger's MLflow parent); the
-    label → how it ended (entries never started are absent), and the signal that
+    staged in the ledger's folder (and its run nested in the ledger's MLflow parent); label →
+    its row with how its run ended (entries never started are absent), and the signal that
     interrupted them (None: none did). Paired (`turns.paired_with`), each entry runs in turns
     with the baseline alone, pair after pair (`pairs`), and its `baseline_rounds` are the
     baseline's in its own pair."""
@@ -172,7 +186,15 @@ def measure(ledger: Ledger, entries: list[Entry], turns: Turns, *, verbose: bool
         signal = signals.received
         if signal is not None or past(turns.deadline):
             break
-    return ran, signal
+    ended = {}
+    for entry in entries:  # (a pair's extra baseline run is in `ran` too: not an entry's row)
+        if (end := ran.get(entry.label)) is not None:
+            update = {"summary": end.summary, "failed": end.failed, "rounds": end.rounds,
+                      "baseline_rounds": end.baseline_rounds}
+            if "overhead_s" in type(entry.row).model_fields:  # a plan's trial; compare's rows have none
+                update["overhead_s"] = end.overhead_s
+            ended[entry.label] = entry.row.model_copy(update=update)
+    return ended, signal
 
 
 def past(deadline: float | None) -> bool:
@@ -222,7 +244,7 @@ class Ledger:
         from mptrain.runs.tracking import start_parent
 
         self.folder, self.kind = folder, kind
-        self.tracking = start_parent(folder, kind, params)
+        self.tracking = start_parent(folder, kind, params)  # a `Connection`, or None (off)
 
     @property
     def env(self) -> dict[str, str]:
@@ -242,8 +264,7 @@ class Ledger:
         self.write(record)
         if self.tracking is None:
             return []
-        self.tracking.finish(status, [self.folder / f"{self.kind}.json", picture], texts,
-                             tags=tags or {})
+        self.tracking.finish(status, [self.folder / f"{self.kind}.json", picture], texts, tags)
         return self.tracking.notes
 
 
@@ -298,15 +319,14 @@ class _Child:
 
 
 def run_in_turns(commands: list[tuple[Entry, list[str]]], ledger: Ledger, turns: Turns,
-                 signals: ForwardSignals, on_turn: OnTurn | None = None,
-                 seed: int = 0) -> dict[str, Ran]:
+                 signals: ForwardSignals, on_turn: OnTurn | None = None) -> dict[str, Ran]:
     """Run every entry's command to its end in turns; `on_turn(round, label, step_ms)` after
     each turn. With `turns.slowest_ratio`, an entry whose turn's median step is that many times
     the first entry's (the baseline's) in the same round is stopped: it cannot win, and
     finishing it would spend the budget; past `turns.deadline`, every one still training is
     stopped after its round. Returns each entry's end by label."""
     children: list[_Child] = []
-    order = random.Random(seed)
+    order = random.Random(0)
     try:
         limit = None
         for entry, command in commands:  # one at a time: start-up costs are measured alone

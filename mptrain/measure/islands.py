@@ -12,6 +12,7 @@ from mptrain.record import Record
 
 TIMED_LAYER_KINDS = ("Dense", "EinsumDense", "Conv1D", "Conv2D", "Conv3D", "DepthwiseConv2D",
                      "SeparableConv2D", "Conv2DTranspose", "MultiHeadAttention", "Float32SoftmaxAttention")
+LAYER_BUDGET_S = 0.3  # each layer's interleaved timing of its two precisions
 
 
 class LayerTiming(Record):
@@ -30,7 +31,7 @@ class LayerTiming(Record):
 
 
 def layer_timings(config: ExperimentConfig, candidate: Candidate, seconds: float,
-                  verbose: bool = False, budget_s: float = 0.3) -> list[LayerTiming]:
+                  verbose: bool = False) -> list[LayerTiming]:
     """Forward and backward of each weight-bearing layer on its own, at the experiment's
     batch size, in the candidate's 16-bit policy and in float32, interleaved; the heaviest
     layers first (weights times output positions: their share of the step), for at most
@@ -66,7 +67,7 @@ def layer_timings(config: ExperimentConfig, candidate: Candidate, seconds: float
                 inputs = [tf.cast(tf.random.normal((batch, *s)), dtype) for s in shapes]
                 copy(*inputs) if len(inputs) > 1 else copy(inputs[0])
                 calls[label] = (_fwd_bwd(tf, copy, candidate.jit_compile is True), tuple(inputs))
-            seconds = interleaved(calls, budget_s)
+            seconds = interleaved(calls, LAYER_BUDGET_S)
             ms = {k: sorted(1e3 * s for s in v) for k, v in seconds.items()}
             timings.append(LayerTiming(
                 layer=layer.name, ms_16bit=percentile(ms["16"], 50), ms_float32=percentile(ms["32"], 50),

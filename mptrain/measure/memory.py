@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from mptrain.config import ExperimentConfig, variant
 from mptrain.hardware.machine import USABLE_FRACTION, machine_memory_bytes
+from mptrain.model.size import MemoryPlan
 from mptrain.record import Record
 
 if TYPE_CHECKING:
@@ -34,24 +35,6 @@ def why_not_half(optimizer: str, state_per_weight: float) -> str:
             "are halved, so the saving is large when activations dominate (big batches, big "
             "images, long sequences) and small when weights do. The guide's advice follows: "
             "with the memory saved, double the batch size.")
-
-
-class MemoryPlan(Record):
-    """Training memory under one policy: estimated from the built model, and measured."""
-
-    policy: str
-    batch_size: int
-    parameters: int
-    weights_bytes: int
-    weight_copies_bytes: int
-    gradients_bytes: int
-    optimizer_bytes: int
-    activations_bytes: int  # of the configured batch
-    total_bytes: int
-    measured_peak_bytes: int | None = None  # TensorFlow's allocator, a short real run
-    largest_batch: int | None = None  # that fits in 80% of this machine's memory
-    largest_batch_basis: str = ""  # "estimate" or "measured"
-    note: str | None = None  # e.g. far beyond the data set
 
 
 class MemoryReport(Record):
@@ -74,18 +57,12 @@ def plan_memory(config: ExperimentConfig, policies: list[str], measure: bool = T
     for policy in policies:
         try:
             prepared = prepare(config, policy=policy, verbose=verbose)
-            parts = estimate(prepared.model, prepared.optimizer, prepared.choice.compute_dtype,
-                             prepared.choice.variable_dtype)
+            choice = prepared.choice
+            plans.append(estimate(prepared.model, prepared.optimizer, policy, choice.compute_dtype,
+                                  choice.variable_dtype, config.train.batch_size))
         finally:
             apply_policy("float32")
         examples = prepared.batches.train_examples
-        batch = config.train.batch_size
-        plans.append(MemoryPlan(
-            policy=policy, batch_size=batch, parameters=parts.parameters,
-            weights_bytes=parts.weights_bytes, weight_copies_bytes=parts.weight_copies_bytes,
-            gradients_bytes=parts.gradients_bytes, optimizer_bytes=parts.optimizer_bytes,
-            activations_bytes=parts.activations_per_example * batch,
-            total_bytes=parts.total_bytes(batch)))
         import keras  # (after prepare: it imports TensorFlow quietly, keras would not)
 
         keras.backend.clear_session()
@@ -138,17 +115,15 @@ def too_big_together(prepared: Prepared, policies: dict[str, str], baseline: str
     as the engine then runs them (each with the baseline alone). A variant's process needs
     what the staging process holds (TensorFlow, the data, the model built once: its peak
     resident memory) plus its training state under its policy (`model.size.estimate`)."""
-    from mptrain.hardware.machine import USABLE_FRACTION, machine_memory_bytes
-    from mptrain.model.size import estimate
+    from mptrain.model.size import estimate, peak_rss_bytes
     from mptrain.precision.policy import DTYPES
-    from mptrain.runs.meter import peak_rss_bytes
 
     available = machine_memory_bytes()
     if available is None or len(policies) <= 2:  # two variants in pairs are the same two
         return None
     floor, batch = peak_rss_bytes(), prepared.config.train.batch_size
-    needs = {label: floor + estimate(prepared.model, prepared.optimizer,
-                                     *DTYPES[policy]).total_bytes(batch)
+    needs = {label: floor + estimate(prepared.model, prepared.optimizer, policy, *DTYPES[policy],
+                                     batch).total_bytes
              for label, policy in policies.items()}
     if sum(needs.values()) <= USABLE_FRACTION * available:
         return None

@@ -13,11 +13,8 @@ than float32 on the guide's MLP, and on AMX the same MLP runs 3x faster while a 
    backward is timed in 16 bits and in float32 (`measure.islands`); the layers slower in 16
    bits, and under float16 those whose activations overflow, become `model.float32_layers`
    in one more candidate.
-3. A trial of each, all in turns (`measure.engine`: each a child `mptrain run`, since some
-   switches are read once when TensorFlow starts): the same initial weights, the same
-   batches, float32 twice (its twin is the A/A test: what the machine's noise alone makes of
-   a speed-up and of a loss), most promising first. The budget holds: no round starts after
-   it, and what was measured by then is judged.
+3. A trial of each, in turns (`measure.engine`), most promising first, float32 twice (its twin is
+   the A/A test of the machine's noise); no round starts after the budget: what was measured is judged.
 4. The judgement (`measure.verdicts`, `measure.trials`): each candidate's speed-up over
    float32 beyond the twin's noise, its loss progress against float32's, no non-finite loss a
    loss scaler does not explain, and not slower over the experiment's whole length.
@@ -33,20 +30,21 @@ import math
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Literal
 
 import yaml
 
-from mptrain.config import ExperimentConfig, load_config
+from mptrain.config import ExperimentConfig, load_config, variant
 from mptrain.config.loading import as_file_in, plan_file_for
 from mptrain.errors import ConfigError
-from mptrain.hardware.machine import Machine
+from mptrain.hardware.machine import CPU_FEATURES, Machine
 from mptrain.measure.engine import (
     Entry,
     Ledger,
+    Measurement,
     Turns,
     load_record,
     measure,
@@ -103,9 +101,6 @@ class PlanRecord(Record):
     plan_file: str | None = None
     plot: str | None = None
 
-    def trial(self, label: str) -> Trial | None:
-        return next((t for t in self.trials if t.label == label), None)
-
     @property
     def untried(self) -> list[str]:
         """Trials never run, or stopped by an interrupt: what a resume runs (a trial that
@@ -118,14 +113,6 @@ class PlanRecord(Record):
         """Trials the budget stopped before their end (judged on the rounds they ran)."""
         return [t.label for t in self.trials if t.summary and (t.summary.stop_reason or "")
                 .startswith("cut by the budget")]
-
-
-@dataclass(frozen=True)
-class PlanResult:
-    record: PlanRecord
-    folder: Path
-    signal: int | None = None
-    notes: list[str] = field(default_factory=list)  # what MLflow tracking could not log
 
 
 @dataclass(frozen=True)
@@ -155,7 +142,7 @@ class PlanSettings:
 
 def plan(experiment: str | ExperimentConfig | None, settings: PlanSettings = PlanSettings(), *,
          resume: Path | None = None, telling: Telling = QUIET, verbose: bool = False,
-         as_text: Callable[[PlanRecord], str] | None = None) -> PlanResult:
+         as_text: Callable[[PlanRecord], str] | None = None) -> Measurement:
     """`mptrain plan` and `mptrain.plan`: start a plan of the experiment named or given, or
     with `resume` finish the one in that folder, and run it to its choice within its budget
     (counted from now: staging, layer timings and trials alike)."""
@@ -225,8 +212,12 @@ def _trials(folder: Path, name: str, tried: list[Candidate]) -> list[Trial]:
     if len(tried) > 1:
         labels.append((TWIN, candidate("float32")))
     labels += [(c.name, c) for c in tried if c.name != "float32"]
-    return [Trial(label=label, candidate=c, run_dir=str(folder / f"{name}-{label.replace('+', '-')}"))
-            for label, c in labels]
+    return [_trial(folder, name, label, c) for label, c in labels]
+
+
+def _trial(folder: Path, name: str, label: str, option: Candidate) -> Trial:
+    """A trial to run, with the run folder it will have: FOLDER/NAME-LABEL."""
+    return Trial(label=label, candidate=option, run_dir=str(folder / f"{name}-{label.replace('+', '-')}"))
 
 
 def eval_batches(prepared) -> int:
@@ -258,8 +249,6 @@ def trial_experiment(config: ExperimentConfig, steps: int, per_epoch: int,
     the experiment's), the model saved when the experiment saves it (the whole-run estimate
     counts that too); without --eval, a small test set (its figures are not judged, and
     evaluating a whole one would cost the budget)."""
-    from mptrain.config import variant
-
     changes = {"train.epochs": math.ceil(steps / per_epoch), "train.max_steps": steps,
                "train.checkpoint": {"every_epochs": None, "every_steps": None, "keep": 1}}
     if not evaluate:
@@ -268,22 +257,19 @@ def trial_experiment(config: ExperimentConfig, steps: int, per_epoch: int,
 
 
 def describe_machine(machine: Machine) -> str:
-    from mptrain.hardware.machine import CPU_FEATURES
-
     if machine.gpus:
         what = machine.gpus[0].describe()
     elif machine.tpu:
         what = "TPU"
     else:
         has = [label for flag, label in CPU_FEATURES.items() if flag in machine.cpu.flags]
-        amx = "AMX-BF16" if "amx_bf16" in machine.cpu.flags else "no AMX"
         what = (f"{machine.cpu.model}, {machine.cpu.physical_cores} cores, "
-                f"{', '.join(has) or 'no AVX-512'}{'' if 'AMX-BF16' in has else f' ({amx})'}")
+                f"{', '.join(has) or 'no AVX-512'}{'' if 'AMX-BF16' in has else ' (no AMX)'}")
     return f"{what}; TensorFlow {machine.tensorflow_version}"
 
 
 def run_plan(record: PlanRecord, folder: Path, deadline: float, *, telling: Telling = QUIET,
-             verbose: bool = False, as_text: Callable[[PlanRecord], str] | None = None) -> PlanResult:
+             verbose: bool = False, as_text: Callable[[PlanRecord], str] | None = None) -> Measurement:
     """Decide the float32 islands, run the trials not yet run in turns (`measure.engine`)
     until the `deadline` (`time.monotonic()`), then judge and choose; resumable.
     `as_text(record)`: the table as text, for MLflow (`output.mlflow`)."""
@@ -309,32 +295,20 @@ def run_plan(record: PlanRecord, folder: Path, deadline: float, *, telling: Tell
         texts["plan.yaml"] = write_plan_file(record, folder, Path(record.plan_file))
     notes = ledger.close(record, status, plot_plan if any(t.summary for t in record.trials)
                          else None, texts, tags={"winner": record.winner or ""})
-    return PlanResult(record, folder, signal, notes)
+    return Measurement(record, folder, signal, notes)
 
 
 def _run_trials(record: PlanRecord, ledger: Ledger, deadline: float, telling: Telling,
                 verbose: bool) -> tuple[PlanRecord, int | None]:
     """Every untried trial, in turns, in one session (`engine.to_run`); the record with what
     each measured, and the signal that interrupted them."""
-    from mptrain.config import variant
-
     todo = [t for t in to_run(record.trials) if t.label in record.untried]
     trial = load_config(ledger.folder / "trial.yaml")
-    entries = [Entry(t.label, variant(trial, {"name": Path(t.run_dir).name, **t.candidate.settings}),
-                     Path(t.run_dir)) for t in todo]
+    entries = [Entry.of(t, trial) for t in todo]
     turns = Turns(record.turn_steps, SLOWEST_RATIO, "float32" if record.pairs else None, deadline,
                   FIRST_STEP_RATIO)
-    ran, signal = measure(ledger, entries, turns, verbose=verbose, on_turn=telling.turn)
-    session = {t.label: t.session for t in todo}
-    trials = []
-    for t in record.trials:
-        end = ran.get(t.label)
-        if end is not None:
-            t = t.model_copy(update={"summary": end.summary, "failed": end.failed,
-                                     "rounds": end.rounds, "baseline_rounds": end.baseline_rounds,
-                                     "overhead_s": end.overhead_s, "session": session[t.label]})
-        trials.append(t)
-    return record.model_copy(update={"trials": trials}), signal
+    ended, signal = measure(ledger, entries, turns, verbose=verbose, on_turn=telling.turn)
+    return record.model_copy(update={"trials": [ended.get(t.label, t) for t in record.trials]}), signal
 
 
 def judged(record: PlanRecord) -> PlanRecord:
@@ -366,31 +340,24 @@ def _add_islands(record: PlanRecord, folder: Path, seconds: float, on_layers,
     what = f"timing each layer of {record.experiment} in {best.policy} and float32…"
     with on_layers(what) if on_layers is not None else contextlib.nullcontext():
         timings = layer_timings(config, best, seconds, verbose=verbose)
-    overflowing = _overflowing_layers(config, verbose) if best.sixteen_bit_dtype == "float16" else []
+    overflowing = []
+    if best.sixteen_bit_dtype == "float16":
+        from mptrain.diagnostics.numerics import diagnose
+
+        overflowing = diagnose(config, steps=2, verbose=verbose).overflowing_layers
     chosen = islands(timings, overflowing)
     record = record.model_copy(update={"layers": timings, "island_layers": chosen})
     if not chosen:
         return record
     option = best.model_copy(update={"name": f"{best.name}+islands", "float32_layers": chosen})
-    label = option.name
-    trial = Trial(label=label, candidate=option,
-                  run_dir=str(folder / f"{record.experiment}-{label.replace('+', '-')}"))
-    return record.model_copy(update={"candidates": [*record.candidates, option],
-                                     "trials": [*record.trials, trial]})
-
-
-def _overflowing_layers(config: ExperimentConfig, verbose: bool) -> list[str]:
-    from mptrain.diagnostics.numerics import diagnose
-
-    return diagnose(config, steps=2, verbose=verbose).overflowing_layers
+    return record.model_copy(update={"candidates": [*record.candidates, option], "trials": [
+        *record.trials, _trial(folder, record.experiment, option.name, option)]})
 
 
 def write_plan_file(record: PlanRecord, folder: Path, path: Path) -> str:
     """The experiment as plan chose to run it (the winner's settings in ordinary keys), with a
     header saying what was measured, and the stamp `policy: auto` reads (`precision.planned`);
     returns what was written."""
-    from mptrain.config import variant
-
     winner = next(c for c in record.candidates if c.name == record.winner)
     chosen = variant(load_config(folder / "experiment.yaml"), winner.settings)
     lines = [f"# mptrain plan for {record.experiment}: {record.winner} ({record.reason}).",

@@ -12,6 +12,7 @@ matplotlib with the headless Agg backend, so it works on servers and in CI.
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 from pathlib import Path
 
 from mptrain.runs.folder import RunFolder
@@ -21,55 +22,64 @@ STYLES = ("-", "--", ":", "-.")
 MARKERS = ("o", "s", "^", "D", "v", "P")
 
 
-def plot_compare(record, path: Path) -> None:
+@contextmanager
+def _figure(path: Path, title: str, grid: tuple[int, int], size: tuple[float, float], **title_font):
+    """The axes of a `grid` figure, to draw on in the block; then titled, laid out and saved."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import FuncFormatter
 
-    rows = [r for r in record.variants if r.summary is not None]
-    fig, axes = plt.subplots(2, 3, figsize=(17, 9.5))
-    (ax_step, ax_epoch, ax_acc), (ax_time, ax_speed, ax_scale) = axes
-    plain = FuncFormatter(lambda value, _: f"{value:g}")
-    labels = [r.label for r in rows]
-    colours = [f"C{i % 10}" for i in range(len(rows))]
-    times, scaled = [], False
-    for index, row in enumerate(rows):
-        colour, dash = colours[index], STYLES[index % len(STYLES)]
-        marker = MARKERS[index % len(MARKERS)]
-        folder = RunFolder(Path(row.summary.run_dir))
-        steps, epochs = folder.read_steps(), folder.read_epochs()
-        xs, ys = _finite_prefix([s.step for s in steps], [s.loss for s in steps])
-        # Variants from the same weights often overlap: distinct dashes keep every line visible.
-        ax_step.plot(xs, ys, color=colour, label=row.label, linewidth=1.4, alpha=0.85, linestyle=dash)
-        if len(xs) < len(steps):
-            stop_x, stop_y = (xs[-1], ys[-1]) if xs else (steps[0].step, 0.0)
-            ax_step.plot([stop_x], [stop_y], marker="x", markersize=12, color=colour, mew=3)
-            ax_step.annotate(f"{row.label}: NaN/inf", (stop_x, stop_y), textcoords="offset points",
-                             xytext=(6, 6), color=colour, fontsize=8)
-        for key, style, alpha in (("loss", "-", 0.9), ("val_loss", "--", 0.6)):
-            ex, ey = _finite_prefix([e.epoch for e in epochs], [e.metrics.get(key) for e in epochs])
-            if ex:
-                ax_epoch.plot(ex, ey, marker=marker, color=colour, linestyle=style, alpha=alpha,
-                              label=row.label if key == "loss" else None)
-        excluded = row.summary.step_time.warmup_steps_excluded if row.summary.step_time else 0
-        times.append([r.seconds * 1000 for r in timed_steps(steps, excluded)] or [math.nan])
-        scales = [(s.step, s.loss_scale) for s in steps if s.loss_scale is not None]
-        if scales:
-            scaled = True
-            ax_scale.step([x for x, _ in scales], [y for _, y in scales], where="post", color=colour,
-                          label=row.label, linestyle=dash)
-
-    _loss_axes(ax_step, ax_epoch, plain, len(rows))
-    _accuracy_bars(ax_acc, rows, colours)
-    _step_time_boxes(ax_time, times, labels, plain)
-    _speedup_bars(ax_speed, rows, colours, record.baseline_policy)
-    _loss_scale_axis(ax_scale, scaled, plain)
-    fig.suptitle(f"mptrain compare: {record.experiment} (baseline {record.baseline_policy})")
+    fig, axes = plt.subplots(*grid, figsize=size)
+    yield axes
+    fig.suptitle(title, **title_font)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+def plot_compare(record, path: Path) -> None:
+    from matplotlib.ticker import FuncFormatter
+
+    rows = [r for r in record.variants if r.summary is not None]
+    title = f"mptrain compare: {record.experiment} (baseline {record.baseline_policy})"
+    with _figure(path, title, (2, 3), (17, 9.5)) as axes:
+        (ax_step, ax_epoch, ax_acc), (ax_time, ax_speed, ax_scale) = axes
+        plain = FuncFormatter(lambda value, _: f"{value:g}")
+        labels = [r.label for r in rows]
+        colours = [f"C{i % 10}" for i in range(len(rows))]
+        times, scaled = [], False
+        for index, row in enumerate(rows):
+            colour, dash = colours[index], STYLES[index % len(STYLES)]
+            marker = MARKERS[index % len(MARKERS)]
+            folder = RunFolder(Path(row.summary.run_dir))
+            steps, epochs = folder.read_steps(), folder.read_epochs()
+            xs, ys = _finite_prefix([s.step for s in steps], [s.loss for s in steps])
+            # Variants from the same weights often overlap: distinct dashes keep every line visible.
+            ax_step.plot(xs, ys, color=colour, label=row.label, linewidth=1.4, alpha=0.85, linestyle=dash)
+            if len(xs) < len(steps):
+                stop_x, stop_y = (xs[-1], ys[-1]) if xs else (steps[0].step, 0.0)
+                ax_step.plot([stop_x], [stop_y], marker="x", markersize=12, color=colour, mew=3)
+                ax_step.annotate(f"{row.label}: NaN/inf", (stop_x, stop_y), textcoords="offset points",
+                                 xytext=(6, 6), color=colour, fontsize=8)
+            for key, style, alpha in (("loss", "-", 0.9), ("val_loss", "--", 0.6)):
+                ex, ey = _finite_prefix([e.epoch for e in epochs], [e.metrics.get(key) for e in epochs])
+                if ex:
+                    ax_epoch.plot(ex, ey, marker=marker, color=colour, linestyle=style, alpha=alpha,
+                                  label=row.label if key == "loss" else None)
+            excluded = row.summary.step_time.warmup_steps_excluded if row.summary.step_time else 0
+            times.append([r.seconds * 1000 for r in timed_steps(steps, excluded)] or [math.nan])
+            scales = [(s.step, s.loss_scale) for s in steps if s.loss_scale is not None]
+            if scales:
+                scaled = True
+                ax_scale.step([x for x, _ in scales], [y for _, y in scales], where="post", color=colour,
+                              label=row.label, linestyle=dash)
+
+        _loss_axes(ax_step, ax_epoch, plain, len(rows))
+        _accuracy_bars(ax_acc, rows, colours)
+        _step_time_boxes(ax_time, times, labels, plain)
+        _speedup_bars(ax_speed, rows, colours, record.baseline_policy)
+        _loss_scale_axis(ax_scale, scaled, plain)
 
 
 def _loss_axes(ax_step, ax_epoch, plain, variants: int) -> None:
@@ -162,54 +172,46 @@ def _speedup_bars(ax, rows, colours, baseline: str) -> None:
 def plot_plan(record, path: Path) -> None:
     """plan.png: each trial's loss per step and step times, its speed-up over float32 with
     the spread, and (when measured) each layer's 16-bit and float32 time."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     from matplotlib.ticker import FuncFormatter, MaxNLocator
 
     trials = [t for t in record.trials if t.summary is not None]
-    fig, axes = plt.subplots(2, 2, figsize=(15, 9.5))
-    (ax_loss, ax_time), (ax_speed, ax_layers) = axes
-    plain = FuncFormatter(lambda value, _: f"{value:g}")
-    times, labels = [], []
-    for index, trial in enumerate(trials):
-        steps = RunFolder(Path(trial.run_dir)).read_steps()
-        xs, ys = _finite_prefix([s.step for s in steps], [s.loss for s in steps])
-        ax_loss.plot(xs, ys, color=f"C{index % 10}", linestyle=STYLES[index % len(STYLES)],
-                     label=trial.label, linewidth=1.4, alpha=0.85)
-        excluded = trial.summary.step_time.warmup_steps_excluded if trial.summary.step_time else 0
-        times.append([r.seconds * 1000 for r in timed_steps(steps, excluded)] or [math.nan])
-        labels.append(trial.label)
-    ax_loss.set(title="Training loss per step (same weights, same batches)", xlabel="step",
-                ylabel="loss")
-    ax_loss.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax_loss.grid(alpha=0.3)
-    ax_loss.legend(fontsize=8)
-    _step_time_boxes(ax_time, times, labels, plain)
-    _speedup_bars(ax_speed, trials, [f"C{i % 10}" for i in range(len(trials))], "float32")
-    if record.layers:
-        names = [t.layer for t in record.layers]
-        positions = range(len(names))
-        ax_layers.barh([p - 0.2 for p in positions], [t.ms_float32 for t in record.layers], 0.4,
-                       label="float32", color="C0")
-        ax_layers.barh([p + 0.2 for p in positions], [t.ms_16bit for t in record.layers], 0.4,
-                       label="16-bit", color="C1")
-        for p, timing in zip(positions, record.layers, strict=True):
-            if timing.slower_in_16bit:
-                ax_layers.text(timing.ms_16bit, p + 0.2, " slower in 16 bits: float32 island",
-                               va="center", fontsize=7, color="C3")
-        ax_layers.set_yticks(list(positions), names, fontsize=7)
-        ax_layers.invert_yaxis()
-        ax_layers.set(title="Each layer's forward + backward", xlabel="ms per call")
-        ax_layers.legend(fontsize=8)
-        ax_layers.grid(alpha=0.3, axis="x")
-    else:
-        ax_layers.axis("off")
-        ax_layers.text(0.5, 0.5, "layers not timed\n(no 16-bit candidate was trained)",
-                       ha="center", va="center", color="0.4")
-    fig.suptitle(f"mptrain plan: {record.experiment} → {record.winner} ({record.machine})",
-                 fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    title = f"mptrain plan: {record.experiment} → {record.winner} ({record.machine})"
+    with _figure(path, title, (2, 2), (15, 9.5), fontsize=10) as axes:
+        (ax_loss, ax_time), (ax_speed, ax_layers) = axes
+        plain = FuncFormatter(lambda value, _: f"{value:g}")
+        times, labels = [], []
+        for index, trial in enumerate(trials):
+            steps = RunFolder(Path(trial.run_dir)).read_steps()
+            xs, ys = _finite_prefix([s.step for s in steps], [s.loss for s in steps])
+            ax_loss.plot(xs, ys, color=f"C{index % 10}", linestyle=STYLES[index % len(STYLES)],
+                         label=trial.label, linewidth=1.4, alpha=0.85)
+            excluded = trial.summary.step_time.warmup_steps_excluded if trial.summary.step_time else 0
+            times.append([r.seconds * 1000 for r in timed_steps(steps, excluded)] or [math.nan])
+            labels.append(trial.label)
+        ax_loss.set(title="Training loss per step (same weights, same batches)", xlabel="step",
+                    ylabel="loss")
+        ax_loss.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax_loss.grid(alpha=0.3)
+        ax_loss.legend(fontsize=8)
+        _step_time_boxes(ax_time, times, labels, plain)
+        _speedup_bars(ax_speed, trials, [f"C{i % 10}" for i in range(len(trials))], "float32")
+        if record.layers:
+            names = [t.layer for t in record.layers]
+            positions = range(len(names))
+            ax_layers.barh([p - 0.2 for p in positions], [t.ms_float32 for t in record.layers], 0.4,
+                           label="float32", color="C0")
+            ax_layers.barh([p + 0.2 for p in positions], [t.ms_16bit for t in record.layers], 0.4,
+                           label="16-bit", color="C1")
+            for p, timing in zip(positions, record.layers, strict=True):
+                if timing.slower_in_16bit:
+                    ax_layers.text(timing.ms_16bit, p + 0.2, " slower in 16 bits: float32 island",
+                                   va="center", fontsize=7, color="C3")
+            ax_layers.set_yticks(list(positions), names, fontsize=7)
+            ax_layers.invert_yaxis()
+            ax_layers.set(title="Each layer's forward + backward", xlabel="ms per call")
+            ax_layers.legend(fontsize=8)
+            ax_layers.grid(alpha=0.3, axis="x")
+        else:
+            ax_layers.axis("off")
+            ax_layers.text(0.5, 0.5, "layers not timed\n(no 16-bit candidate was trained)",
+                           ha="center", va="center", color="0.4")

@@ -23,6 +23,10 @@ class Trial(Measured):
     overhead_s: float | None = None  # its process outside its own clock: interpreter start, exit
 
     @property
+    def settings(self) -> dict[str, object]:
+        return self.candidate.settings
+
+    @property
     def counts(self) -> bool:
         """It can be picked: timed, trained as well as float32, nothing refused."""
         v = self.verdict

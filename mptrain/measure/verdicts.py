@@ -35,6 +35,7 @@ interval of the variant's accuracy at the test set's size.
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
@@ -193,7 +194,8 @@ def judge(row: Measured, base: Measured | None, steps: Steps | None = None,
             refused.append("loss behind float32's")
     accuracy = noise = None
     if b is not None and not is_base and "diverged" not in (s.status, b.status):
-        accuracy = difference(s.test_accuracy, b.test_accuracy, scale=100.0)
+        accuracy = (100.0 * (s.test_accuracy - b.test_accuracy)
+                    if s.test_accuracy is not None and b.test_accuracy is not None else None)
         noise = accuracy_noise_pt(s.test_accuracy, s.test_examples)
         if rules.accuracy_counts and accuracy is not None and accuracy < -max(
                 rules.tolerance_pct, noise or 0.0):
@@ -225,7 +227,7 @@ def speed(row: Measured, base: Measured, turn_steps: int = 0,
             more = f": --steps {steps} gives {MIN_ROUNDS}" if steps else ""
             return Speed(unknown=f"{len(paired)} round(s) in turns, {MIN_ROUNDS} needed{more}")
         ratios = sorted(b / v for b, v in paired)
-        return _worded(_median(ratios), median_interval(ratios), True, floor)
+        return _worded(statistics.median(ratios), median_interval(ratios), True, floor)
     a, b = base.summary.step_time, row.summary.step_time
     if a is None or b is None or not a.enough or not b.enough:
         timed = min(t.timed_steps if t else 0 for t in (a, b))
@@ -261,11 +263,6 @@ def median_interval(values: list[float], coverage: float = 0.95) -> tuple[float,
     if k == 0:
         return ordered[0], ordered[-1]
     return ordered[k - 1], ordered[n - k]
-
-
-def _median(ordered: list[float]) -> float:
-    n = len(ordered)
-    return ordered[n // 2] if n % 2 else (ordered[n // 2 - 1] + ordered[n // 2]) / 2
 
 
 def _relative_error(times) -> float:
@@ -334,11 +331,3 @@ def accuracy_noise_pt(accuracy: float | None, n: int | None) -> float | None:
     if accuracy is None or not n:
         return None
     return 100 * max(wilson_half_width(accuracy, n), 1 / n)
-
-
-def difference(a: float | None, b: float | None, scale: float = 1.0) -> float | None:
-    return scale * (a - b) if a is not None and b is not None else None
-
-
-def ratio(a: float | None, b: float | None) -> float | None:
-    return a / b if a is not None and b else None

@@ -47,8 +47,16 @@ def build_model(config: ExperimentConfig, spec: InputSpec,
     makes several builds start from the same weights."""
     import mptrain.model.fused  # noqa: F401  (registers mptrain's layers for saving/loading)
     import mptrain.model.layers  # noqa: F401
+    from mptrain.model.checks import check_inputs
+    from mptrain.model.keras_internals import reset_name_counters
 
-    reset_layer_names()
+    # Keras' layer-name counters restarted, so every build names its layers alike (`dense`,
+    # `dense_1`, ...): the names plan, diagnose, lint and memory show are those
+    # `model.float32_layers` matches when `run` builds the model, however many models the
+    # process built before. (`keras.backend.clear_session()` would also reset the global dtype
+    # policy and every traced graph.)
+    reset_name_counters()
+    check_inputs(config, spec)
     module, _, function = BUILDERS[config.model.kind].partition(":")
     model, notes = getattr(importlib.import_module(module), function)(config, spec)
     rules = config.model.layer_rules
@@ -73,18 +81,6 @@ def build_model(config: ExperimentConfig, spec: InputSpec,
         raise ConfigError(f"model.pixel_range {config.model.pixel_range}: this data set's inputs "
                           "are not pixels (uint8 images); leave it out")
     return BuiltModel(model, output, notes + more + said + fed, pixels)
-
-
-def reset_layer_names() -> None:
-    """Restart Keras' layer-name counters, so every build of an experiment's model names its
-    layers alike (`dense`, `dense_1`, ...): the names plan, diagnose, lint and memory show are
-    then the names `model.float32_layers` matches when `run` builds the model, however many
-    models the process built before (plan and diagnose build several). Keras keeps the
-    counters in its global state; `keras.backend.clear_session()` would reset them too, but
-    also the global dtype policy and every traced graph."""
-    from mptrain.model.keras_internals import reset_name_counters
-
-    reset_name_counters()
 
 
 def _output_kind(config: ExperimentConfig, model, spec: InputSpec) -> tuple[OutputKind, list[str]]:

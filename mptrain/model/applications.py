@@ -8,7 +8,7 @@ activation) replaces the 1000-class ImageNet top.
 
 from __future__ import annotations
 
-from mptrain.config.applications import APPLICATIONS
+from mptrain.config.kinds import APPLICATIONS
 from mptrain.config.schema import ApplicationConfig, ExperimentConfig
 from mptrain.data.dataset import InputSpec
 from mptrain.errors import ConfigError, DataError
@@ -36,11 +36,10 @@ def build_application(config: ExperimentConfig, spec: InputSpec):
     import keras
     from keras import layers
 
-    from mptrain.model.head import augmentation, classification_head
+    from mptrain.model.basic import augmentation, classification_head
     from mptrain.model.layers import ImagePreprocessing
 
     cfg: ApplicationConfig = config.model
-    check_application_fits(cfg, spec)
     family = APPLICATIONS[cfg.name]
     notes = []
     inputs = keras.Input(shape=spec.shape, name="inputs")

@@ -1,14 +1,7 @@
-"""Checks of the model an experiment names against its files, its data and this machine.
-
-Two entries, made in this order by `validate` and by `run` (before anything heavy runs, and
-again on the data `run` loads):
-- `check_model`: does the builder file define the function, can a saved model's layers be
-  loaded here, does a weights file exist (no TensorFlow);
-- `check_fits`: does the experiment fit its data and this machine: the model takes the data's
-  inputs (image size, channels, vocabulary, sequence length), the batch is within the training
-  examples, and the training state (weights, gradients, optimizer state, activations) within
-  memory, refused before it is allocated. `fit_to_data` runs it on the loaded data, after
-  filling in `model.num_classes` from the labels.
+"""Checks of the model an experiment names against its files, its data and this machine:
+`check_model` (no TensorFlow), then `check_fits`, made by `validate` and by `run` (before
+anything heavy runs, and again on the data `run` loads: `fit_to_data`). A model that cannot
+fit is refused before TensorFlow allocates it.
 """
 
 from __future__ import annotations
@@ -72,7 +65,7 @@ def check_fits(config: ExperimentConfig, spec: InputSpec | None, train_examples:
     the inputs are not known yet)? An error names the key to change. The model's inputs come
     first: the memory estimate assumes inputs the model takes."""
     if spec is not None:
-        _check_inputs(config, spec)
+        check_inputs(config, spec)
     batch = config.train.batch_size
     if train_examples is not None and batch > train_examples:
         raise ConfigError(f"train.batch_size {batch} is larger than the {train_examples} "
@@ -89,9 +82,9 @@ def check_fits(config: ExperimentConfig, spec: InputSpec | None, train_examples:
             "model.filters, model.embed_dim...) or train.batch_size smaller")
 
 
-def _check_inputs(config: ExperimentConfig, spec: InputSpec) -> None:
+def check_inputs(config: ExperimentConfig, spec: InputSpec) -> None:
     """Does the data's input suit the model (image size, channels, vocabulary, sequence
-    length)?"""
+    length)? `check_fits` asks, and `build_model` again, whoever builds."""
     kind = config.model.kind
     if kind == "application":
         from mptrain.model.applications import check_application_fits

@@ -71,19 +71,21 @@ class ForwardProfile:
         return 3 * self.flops
 
 
-def forward_profile(model) -> ForwardProfile:
+def one_example_graph(model, training: bool):
+    """The model's forward pass on one example, traced as a TensorFlow graph (`training`: as
+    training runs it, dropout and all: the one the memory estimate reads)."""
     import tensorflow as tf
 
     specs = [tf.TensorSpec((1, *t.shape[1:]), t.dtype) for t in model.inputs]
+    return tf.function(lambda *x: model(x[0] if len(x) == 1 else list(x), training=training),
+                       autograph=False).get_concrete_function(*specs).graph
 
-    def forward(*inputs):
-        return model(inputs[0] if len(inputs) == 1 else list(inputs), training=False)
 
-    graph = tf.function(forward, autograph=False).get_concrete_function(*specs).graph
+def forward_profile(model) -> ForwardProfile:
     names = set(layer_names(model))
     by_layer: dict[str, int] = {}
     total, ops = 0, 0
-    for op in graph.get_operations():
+    for op in one_example_graph(model, training=False).get_operations():
         ops += op.type not in ("Placeholder", "Const", "Identity", "NoOp", "ReadVariableOp")
         flops = _op_flops(op)
         if flops:

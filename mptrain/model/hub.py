@@ -56,7 +56,7 @@ def build_backbone(cfg: KerasHubConfig):
 def build_hub(config: ExperimentConfig, spec: InputSpec):
     import keras
 
-    from mptrain.model.head import augmentation, classification_head
+    from mptrain.model.basic import augmentation, classification_head
 
     cfg: KerasHubConfig = config.model
     backbone = build_backbone(cfg)

@@ -18,7 +18,7 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 class ImagePreprocessing(keras.layers.Layer):
     """mptrain's images (float32 in [0, 1]) → what a `keras.applications` model expects.
 
-    The same arithmetic as the application's `preprocess_input` (see `config/applications.py`
+    The same arithmetic as the application's `preprocess_input` (`config.kinds.APPLICATIONS`
     for the modes), as a layer, so it is part of the saved model. Grayscale images are repeated
     to three channels, the ImageNet weights' input. Runs in float32 whatever the policy:
     subtracting a mean of ~120 from values up to 255 loses digits in 16 bits.
@@ -65,16 +65,11 @@ class PositionEmbedding(keras.layers.Layer):
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
 class Float32SoftmaxAttention(keras.layers.MultiHeadAttention):
-    """`MultiHeadAttention` whose softmax always runs in float32.
+    """`MultiHeadAttention` whose softmax always runs in float32 (why: `transformer.py`).
 
-    With attention dropout, Keras computes attention explicitly with a Softmax layer built
-    with the layer's own policy, so under mixed_float16 it runs in float16: the probabilities
-    of a long sequence lose most of their digits, and a masked position (Keras writes -3e4
-    there in float16) sits close to float16's limit. (Without dropout Keras calls
-    `ops.dot_product_attention`, already float32 inside.) The projections and both attention
-    einsums stay 16-bit, where the speed is; only the normalisation is float32, and its result
-    is cast back for the einsum with the values. It overrides two Keras internals
-    (`keras_internals.ATTENTION_OVERRIDES`, checked by a test).
+    The projections and both attention einsums stay 16-bit, where the speed is; only the
+    normalisation is float32, and its result is cast back for the einsum with the values. It
+    overrides two Keras internals (`keras_internals.ATTENTION_OVERRIDES`, checked by a test).
     """
 
     def _build_attention(self, rank):

@@ -1,5 +1,4 @@
-"""How much memory training a model takes: estimated, never measured (a run's meter is
-`runs.meter`'s).
+"""How much memory training a model takes: estimated, and measured as a run trains.
 
 Two estimates, for two moments:
 - `training_bytes_lower_bound`, from the experiment alone, before anything is built: `validate`
@@ -8,16 +7,21 @@ Two estimates, for two moments:
   (variables, the 16-bit copies of the weights a mixed step makes, gradients, optimizer slots,
   and the activations one example keeps for the backward pass), by which `memory` finds the
   largest batch and compare and plan decide whether their variants fit side by side.
+A run's own measurement is `MemoryMeter`'s (`MemoryStats` says what it can tell).
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
-from dataclasses import dataclass
+import resource
+import sys
 
 from mptrain.config.schema import ExperimentConfig
 from mptrain.data.dataset import InputSpec
+from mptrain.model.flops import one_example_graph
 from mptrain.model.walk import leaf_layers
+from mptrain.record import FrozenRecord, Record
 
 
 def training_bytes_lower_bound(config: ExperimentConfig, spec: InputSpec) -> int | None:
@@ -57,63 +61,51 @@ def training_bytes_lower_bound(config: ExperimentConfig, spec: InputSpec) -> int
     return 4 * (4 * params + activations)
 
 
-@dataclass(frozen=True)
-class MemoryEstimate:
-    """Training memory of a built model under its policy, for one batch size, by part."""
+class MemoryPlan(Record):
+    """Training memory under one policy: estimated from the built model (`estimate`), and
+    measured (`measure.memory`)."""
 
+    policy: str
+    batch_size: int
     parameters: int
     weights_bytes: int  # the variables, in their dtype (float32 under mixed policies)
     weight_copies_bytes: int  # 16-bit casts of the trainable weights made during the step
     gradients_bytes: int
     optimizer_bytes: int  # slots, step counters, the loss scale
-    activations_per_example: int  # kept for the backward pass, per example
-
-    @property
-    def fixed_bytes(self) -> int:
-        """What does not grow with the batch."""
-        return self.weights_bytes + self.weight_copies_bytes + self.gradients_bytes + self.optimizer_bytes
-
-    def total_bytes(self, batch: int) -> int:
-        return self.fixed_bytes + self.activations_per_example * batch
+    activations_bytes: int  # kept for the backward pass, of the configured batch
+    total_bytes: int
+    measured_peak_bytes: int | None = None  # TensorFlow's allocator, a short real run
+    largest_batch: int | None = None  # that fits in 80% of this machine's memory
+    largest_batch_basis: str = ""  # "estimate" or "measured"
+    note: str | None = None  # e.g. far beyond the data set
 
 
-def estimate(model, optimizer, compute_dtype: str, variable_dtype: str) -> MemoryEstimate:
-    """For a model and its built optimizer: weights, 16-bit weight copies, gradients and
-    optimizer state counted from the built variables; activations from the layers' outputs
-    (and inside attention, its scores), or,
+def estimate(model, optimizer, policy: str, compute_dtype: str, variable_dtype: str,
+             batch: int) -> MemoryPlan:
+    """For a model and its built optimizer under `policy`, training batches of `batch`:
+    weights, 16-bit weight copies, gradients and optimizer state counted from the built
+    variables; activations from the layers' outputs (and inside attention, its scores), or,
     for models whose inner layers were never called on symbolic inputs (subclassed models),
     from the operations of the model's forward graph."""
     trainable = sum(int(math.prod(v.shape)) for v in model.trainable_variables)
-    by_layers = sum(_output_bytes(layer) + _attention_bytes(layer) for layer in leaf_layers(model))
-    unread = any(layer.weights and not _has_symbolic_output(layer) for layer in leaf_layers(model))
-    return MemoryEstimate(
-        parameters=model.count_params(),
-        weights_bytes=sum(_bytes(v) for v in model.weights),
-        weight_copies_bytes=trainable * _itemsize(compute_dtype) if compute_dtype != variable_dtype else 0,
-        gradients_bytes=sum(_bytes(v) for v in model.trainable_variables),
-        optimizer_bytes=sum(_bytes(v) for v in optimizer.variables),
-        activations_per_example=_graph_activation_bytes(model) if unread or not by_layers else by_layers,
-    )
-
-
-def _has_symbolic_output(layer) -> bool:
-    try:
-        layer.output  # noqa: B018  (raises for a layer never called on symbolic inputs)
-    except (AttributeError, ValueError):
-        return False
-    return True
+    outputs = [(layer, _output_bytes(layer)) for layer in leaf_layers(model)]
+    by_layers = sum((size or 0) + _attention_bytes(layer) for layer, size in outputs)
+    unread = any(layer.weights and size is None for layer, size in outputs)
+    per_example = _graph_activation_bytes(model) if unread or not by_layers else by_layers
+    copies = trainable * _itemsize(compute_dtype) if compute_dtype != variable_dtype else 0
+    fixed = dict(weights_bytes=sum(_bytes(v) for v in model.weights), weight_copies_bytes=copies,
+                 gradients_bytes=sum(_bytes(v) for v in model.trainable_variables),
+                 optimizer_bytes=sum(_bytes(v) for v in optimizer.variables))
+    return MemoryPlan(policy=policy, batch_size=batch, parameters=model.count_params(), **fixed,
+                      activations_bytes=per_example * batch,
+                      total_bytes=sum(fixed.values()) + per_example * batch)
 
 
 def _graph_activation_bytes(model) -> int:
     """Per example: the float outputs of the forward graph's operations, less those that
     only read, copy or reshape (what backpropagation keeps is among the rest)."""
-    import tensorflow as tf
-
-    specs = [tf.TensorSpec((1, *t.shape[1:]), t.dtype) for t in model.inputs]
-    graph = tf.function(lambda *x: model(x[0] if len(x) == 1 else list(x), training=True),
-                        autograph=False).get_concrete_function(*specs).graph
     total = 0
-    for op in graph.get_operations():
+    for op in one_example_graph(model, training=True).get_operations():
         if op.type in VIEW_OPS or (op.type == "Cast" and op.inputs[0].op.type == "ReadVariableOp"):
             continue
         for out in op.outputs:
@@ -165,12 +157,13 @@ def _attention_bytes(layer) -> int:
     return projections + scores
 
 
-def _output_bytes(layer) -> int:
-    """Bytes of one example's output of a layer (symbolic shapes of a functional model)."""
+def _output_bytes(layer) -> int | None:
+    """Bytes of one example's output of a layer (symbolic shapes of a functional model); None
+    for a layer never called on symbolic inputs."""
     try:
         outputs = layer.output
     except (AttributeError, ValueError):
-        return 0
+        return None
     outputs = outputs if isinstance(outputs, list | tuple) else [outputs]
     total = 0
     for out in outputs:
@@ -179,3 +172,58 @@ def _output_bytes(layer) -> int:
             continue
         total += int(math.prod(dims)) * _itemsize(out.dtype)
     return total
+
+
+class MemoryStats(FrozenRecord):
+    """Memory, as far as this machine can tell.
+
+    The process peak (RSS) includes TensorFlow itself and the whole data set, so it barely
+    moves between policies. TensorFlow's allocator (`device`) reports what it holds: the data
+    set's tensors before the model is built (`data_bytes`) and the peak during training; their
+    difference, `training_peak_bytes`, is the training state a policy changes: weights,
+    gradients, optimizer state and activations.
+    """
+
+    process_peak_bytes: int
+    device: str
+    device_peak_bytes: int | None
+    data_bytes: int | None
+    training_peak_bytes: int | None
+
+
+class MemoryMeter:
+    """`start()` once the data is on the device and before the model is built; `stats()` after
+    training. Allocators that keep no statistics (a CPU with oneDNN off) report None."""
+
+    def __init__(self, tf, device: str):
+        self.tf, self.device = tf, device
+        self.data_bytes: int | None = None
+
+    def start(self) -> MemoryMeter:
+        info = self._info()
+        self.data_bytes = info["current"] if info else 0
+        with contextlib.suppress(ValueError, RuntimeError):
+            self.tf.config.experimental.reset_memory_stats(self.device)
+        return self
+
+    def stats(self) -> MemoryStats:
+        info = self._info()
+        peak = info["peak"] if info else None
+        training = peak - self.data_bytes if peak is not None and self.data_bytes is not None else None
+        return MemoryStats(process_peak_bytes=peak_rss_bytes(), device=self.device,
+                           device_peak_bytes=peak, data_bytes=self.data_bytes,
+                           training_peak_bytes=training)
+
+    def _info(self) -> dict[str, int] | None:
+        """{current, peak} in bytes; None when the allocator keeps no statistics, or has seen
+        nothing (on CPUs small tensors bypass the allocator that counts)."""
+        try:
+            info = self.tf.config.experimental.get_memory_info(self.device)
+        except (ValueError, RuntimeError):
+            return None
+        return {k: int(v) for k, v in info.items()} if info.get("peak") else None
+
+
+def peak_rss_bytes() -> int:
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak if sys.platform == "darwin" else peak * 1024

@@ -8,8 +8,9 @@ installed Keras source):
 - The attention softmax: without dropout, Keras' MultiHeadAttention calls
   `ops.dot_product_attention`, whose TensorFlow version computes logits and softmax in
   float32. With dropout it takes an explicit path whose Softmax layer has the attention
-  layer's policy, i.e. float16 under mixed_float16; `Float32SoftmaxAttention` runs that one
-  in float32 too.
+  layer's policy, i.e. float16 under mixed_float16 (a long sequence's probabilities lose most
+  of their digits, and a masked position, -3e4 in float16, sits close to float16's limit);
+  `Float32SoftmaxAttention` runs that one in float32 too.
 - The residual stream: pre-LayerNorm blocks (normalise, then attention or MLP, then add)
   keep every block's input normalised, so attention scores and MLP activations stay in range
   however large the residual stream grows; a final LayerNorm does the same for the head.
@@ -55,11 +56,10 @@ def build_transformer(config: ExperimentConfig, spec: InputSpec):
     import keras
     from keras import layers
 
-    from mptrain.model.head import augmentation, classification_head
+    from mptrain.model.basic import augmentation, classification_head
     from mptrain.model.layers import Float32SoftmaxAttention, PositionEmbedding
 
     cfg: TransformerConfig = config.model
-    check_transformer_fits(cfg, spec)
     notes = []
     if spec.kind == "image":
         inputs = keras.Input(shape=spec.shape, name="inputs")

@@ -50,17 +50,14 @@ class MachineFacts(FrozenRecord):
 
     @classmethod
     def of(cls, machine: Machine) -> MachineFacts:
-        cpu = machine.cpu
-        return cls(
-            cpu=CpuFacts(model=cpu.model, physical_cores=cpu.physical_cores,
-                         logical_cpus=cpu.logical_cpus, mhz=cpu.mhz, features=cpu.features),
-            gpus=[GpuFacts(name=g.name, compute_capability=g.compute_capability,
-                           memory_bytes=g.memory_bytes, float16_tensor_cores=g.float16_tensor_cores,
-                           fast_bfloat16=g.fast_bfloat16, tf32_by_default=g.tf32_by_default,
-                           float8=g.float8) for g in machine.gpus],
-            tpu=machine.tpu, tensorflow_version=machine.tensorflow_version,
-            keras_version=machine.keras_version, onednn=machine.onednn, xla=machine.xla,
-            tf32_enabled=machine.tf32_enabled)
+        return _facts(cls, machine, cpu=_facts(CpuFacts, machine.cpu),
+                      gpus=[_facts(GpuFacts, gpu) for gpu in machine.gpus])
+
+
+def _facts(record: type[FrozenRecord], source, **given) -> FrozenRecord:
+    """`record` filled from `source`'s attributes of the same names (and `given`)."""
+    return record(**{name: getattr(source, name) for name in record.model_fields if name not in given},
+                  **given)
 
 
 class DistributionFacts(FrozenRecord):
@@ -91,7 +88,7 @@ class CheckReport(FrozenRecord):
     bench: list[KernelTiming] | None  # `--bench`: every dtype, measured now
 
 
-def distribution_facts(tf, machine: Machine) -> DistributionFacts:
+def distribution_facts(tf) -> DistributionFacts:
     gpus = [d.name for d in tf.config.list_logical_devices("GPU")]
     cpus = [d.name for d in tf.config.list_logical_devices("CPU")]
     nccl = bool(gpus) and tf.test.is_built_with_cuda()
@@ -141,12 +138,6 @@ def check_machine(*, bench: bool = False, no_bench: bool = False, bench_scale: f
     elif not no_bench:
         cached = cached_kernels(machine) is not None
         kernels = measured_kernels(tf, machine, status)
-    return check_report(machine, kernels, timings, distribution_facts(tf, machine),
-                        kernels_cached=cached and kernels is not None)
-
-
-def check_report(machine: Machine, kernels: KernelSpeeds | None, bench: list[KernelTiming] | None,
-                 distribution: DistributionFacts | None, kernels_cached: bool = False) -> CheckReport:
     rec = recommend(machine, kernels)
     return CheckReport(
         machine=MachineFacts.of(machine),
@@ -154,9 +145,8 @@ def check_report(machine: Machine, kernels: KernelSpeeds | None, bench: list[Ker
         recommendation=RecommendationFacts(policy=rec.policy, reason=rec.reason,
                                            warnings=rec.warnings, measured=rec.measured),
         compatibility_check=compatibility_check(machine.gpus),
-        distribution=distribution,
+        distribution=distribution_facts(tf),
         kernels=kernels,
-        kernels_cached=kernels_cached,
-        bench=bench,
+        kernels_cached=cached and kernels is not None,
+        bench=timings,
     )
-

@@ -18,10 +18,10 @@ A plan applies when:
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from mptrain.config.loading import changed_keys, find_config, load_config, plan_file_for
+from mptrain.config.loading import changed_keys, find_config, load_config, plan_file_for, value_at
 
 STAMP = "# mptrain-plan: "
 # what a plan decides, and so may differ between the plan and the experiment it was made for
@@ -76,23 +76,14 @@ def planned(config) -> Planned | None:
     if not fields:
         return Planned(path, "?", {}, "", f"{path} has no machine stamp (made by an older "
                                           "mptrain): run `mptrain plan` again")
-    settings = {key: _value(plan.to_yaml_dict(), key) for key in PLANNED_KEYS}
+    settings = {key: value_at(plan.to_yaml_dict(), key) for key in PLANNED_KEYS}
     found = Planned(path, fields["pick"], settings, fields["machine_key"])
     if path.stat().st_mtime < source.stat().st_mtime:
-        return _refused(found, f"{path} is older than {source}: run `mptrain plan` again")
+        return replace(found, why_not=f"{path} is older than {source}: run `mptrain plan` again")
     differ = [key for key in changed_keys(plan.to_yaml_dict(), config.to_yaml_dict())
               if not key.startswith(PLANNED_KEYS + IGNORED)]
     if differ:
-        return _refused(found, f"{path} was made for other settings ({', '.join(differ[:4])}); "
-                               "run `mptrain plan` again for these")
+        return replace(found, why_not=f"{path} was made for other settings ({', '.join(differ[:4])}); "
+                                      "run `mptrain plan` again for these")
     return found
 
-
-def _refused(plan: Planned, why: str) -> Planned:
-    return Planned(plan.path, plan.pick, plan.settings, plan.machine_key, why)
-
-
-def _value(raw: dict, key: str):
-    for part in key.split("."):
-        raw = raw.get(part) if isinstance(raw, dict) else None
-    return raw

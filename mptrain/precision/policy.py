@@ -1,16 +1,11 @@
-"""The one place that decides dtypes: which policy, XLA or not, loss scaling or not, and why.
+"""The one place that decides dtypes: which policy (`recommend`: what `policy: auto` resolves
+to), XLA or not, loss scaling or not, and why.
 
 Keras applies the *global* policy to layers as they are built, so `apply_policy` must run
 before the model is constructed. The rest are pure decisions over the machine's facts
-(`hardware.Machine`), each returned with the reason a user will see:
-
-- `recommend`: the policy that will actually be fast here, decided on this machine's measured
-  kernel speeds (`hardware.kernels`), or by rules on its hardware when there is no measurement;
-  `policy: auto` resolves to it.
-- `choose_jit_compile` / `choose_xla_optimizer_update`: XLA helps one 16-bit type and hurts
-  the other on the same CPU (see `CPU_FLOAT16`, `CPU_BFLOAT16`).
-- `PolicyChoice.loss_scaling`: only mixed_float16 gets dynamic loss scaling
-  (`training/loss_scale.py` wraps the optimizer).
+(`hardware.Machine`), each returned with the reason a user will see. XLA helps one 16-bit type
+and hurts the other on the same CPU (`CPU_FLOAT16`, `CPU_BFLOAT16`); only mixed_float16 gets
+dynamic loss scaling (`PolicyChoice.loss_scaling`; `training/loss_scale.py` wraps the optimizer).
 """
 
 from __future__ import annotations

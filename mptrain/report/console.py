@@ -7,20 +7,30 @@ from rich.console import Console
 stderr = Console(stderr=True)
 
 
+def say(markup) -> None:
+    """One line (or a few, or a renderable) on stderr, Rich markup allowed, never wrapped."""
+    stderr.print(markup, soft_wrap=True, highlight=False)
+
+
 def stdout_console() -> Console:
     """Rich's console: the terminal's width, or 80 columns (or $COLUMNS) when redirected.
     Every table is designed to be read whole at 80 columns."""
     return Console()
 
 
-def plain_text(renderable, width: int = 80) -> str:
+def plain_text(renderable) -> str:
     """What a table looks like on an 80-column terminal, without colours: for a file (MLflow's
     copy of compare's and plan's tables)."""
     import io
 
-    console = Console(file=io.StringIO(), width=width, color_system=None, record=True)
+    console = Console(file=io.StringIO(), width=80, color_system=None, record=True)
     console.print(renderable)
     return console.export_text()
+
+
+def as_text(tables):
+    """`record → the tables as plain text`, for what MLflow keeps beside a compare or plan."""
+    return lambda record: plain_text(tables(record))
 
 
 def human_bytes(n: float | None) -> str:
@@ -30,7 +40,6 @@ def human_bytes(n: float | None) -> str:
         if abs(n) < 1024 or unit == "GiB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
-    return f"{n:.1f} GiB"
 
 
 def fmt(value: float | None, spec: str = ".4f", none: str = "n/a") -> str:

@@ -1,10 +1,4 @@
-"""Tables that fit 80 columns with nothing cut: every table mptrain prints is one.
-
-Numbers never wrap or get cut (their columns are as wide as their widest value), text
-(verdicts, findings) wraps between words, and a name a user copies into a command (a run, a
-variant, a layer) is never wrapped: one too wide for its column has a line of its own above
-its row.
-"""
+"""Tables that fit 80 columns with nothing cut: every table mptrain prints is one."""
 
 from __future__ import annotations
 

@@ -1,12 +1,6 @@
 """The results of training, for stdout: the run summary, compare's, plan's and the runs list
-(what the commands that look before training print is `views`').
-
-Each is designed to be read whole at 80 columns without cutting what a user reads or copies:
-numbers never wrap or get cut (their columns are as wide as their widest value), text
-(verdicts, findings) wraps between words, and a name a user copies into a command (a run, a
-variant, a layer) is never wrapped: one too wide for its column has a line of its own above
-its row (`report.fitted`).
-"""
+(what the commands that look before training print is `views`'); each fits 80 columns with
+nothing cut (`report.fitted`)."""
 
 from __future__ import annotations
 

@@ -1,17 +1,7 @@
-"""The one way an experiment is set up, for every command that needs its model.
-
-`prepare` does, once and in the guide's order, what run, compare, plan, lint, diagnose and
-memory all need: check the experiment against the disk, start TensorFlow (with the
-environment the experiment asks for), place the run (tf.distribute, created before any other
-TensorFlow op, as collective ops require), decide the policy with the number of replicas and
-this machine's measured kernels, set it as Keras' global policy *before* the model is built,
-load the data, check the model against the data (`model.num_classes` filled in), build the
-model with a float32 output, make the data's batches (pixels in the range the model takes),
-and create the optimizer
-(a LossScaleOptimizer under mixed_float16), loss, metrics and training loop inside the
-strategy's scope, everything seeded. What each command then does with a `Prepared` is its own.
-
-Everything that can fail on bad input happens here, before any run folder exists.
+"""The one way an experiment is set up, for every command that needs its model (run, compare,
+plan, lint, diagnose, memory): `prepare`, in the guide's order. Everything that can fail on
+bad input happens here, before any run folder exists; what each command then does with a
+`Prepared` is its own.
 """
 
 from __future__ import annotations
@@ -25,15 +15,15 @@ from typing import TYPE_CHECKING, Any
 from mptrain.config import ExperimentConfig
 from mptrain.data import Dataset, load_dataset
 from mptrain.data.pipeline import Batches, hold_on_host, make_batches
-from mptrain.hardware.kernels import KernelSpeeds, measured_kernels
+from mptrain.hardware.kernels import measured_kernels
 from mptrain.hardware.machine import Machine, probe
 from mptrain.hardware.runtime import import_tensorflow, seed_everything
 from mptrain.model import build_model
 from mptrain.model.checks import fit_to_data
 from mptrain.model.outputs import OutputKind
+from mptrain.model.size import MemoryMeter
 from mptrain.precision.planned import Planned, planned
 from mptrain.precision.policy import PolicyChoice, apply_math_mode, apply_policy, choose_policy, speed_warning
-from mptrain.runs.meter import MemoryMeter
 from mptrain.runs.preflight import check_experiment
 from mptrain.training import TrainingLoop, make_loop
 from mptrain.training.distribute import (
@@ -59,7 +49,7 @@ class Prepared:
     machine: Machine
     place: Placement
     choice: PolicyChoice
-    kernels: KernelSpeeds | None  # the measurement `auto` decided on, if it measured
+    speed_warning: str | None  # a known-slow combination here (`policy.speed_warning`)
     data: Dataset
     batches: Batches
     memory: MemoryMeter  # started after the data, before the model: it measures training
@@ -68,10 +58,6 @@ class Prepared:
     optimizer: keras.optimizers.Optimizer
     loop: TrainingLoop
     notes: tuple[str, ...] = ()  # what mptrain did to the model
-
-    @property
-    def speed_warning(self) -> str | None:
-        return speed_warning(self.choice, self.machine, self.kernels)
 
 
 def prepare(config: ExperimentConfig, *, policy: str | None = None, verbose: bool = False,
@@ -88,7 +74,7 @@ def prepare(config: ExperimentConfig, *, policy: str | None = None, verbose: boo
     mode = plan_math_mode(plan) or config.train.math_mode  # read once, as TensorFlow starts
     tf = import_tensorflow(verbose, environment=math_environment(mode))
     prepare_devices(config.distribute, tf)
-    place = placement(config.distribute, tf)
+    place = placement(config.distribute, tf)  # before any other op: collective ops require it
     check_batch_split(config, place.replicas)
     if config.deterministic:
         tf.config.experimental.enable_op_determinism()
@@ -123,8 +109,9 @@ def prepare(config: ExperimentConfig, *, policy: str | None = None, verbose: boo
             build_optimizer(config.train.optimizer, config.train.epochs * batches.steps_per_epoch),
             choice.loss_scaling, scale.initial_scale, scale.dynamic_growth_steps)
         loop = make_loop(config, built.model, built.output, optimizer, choice, place.strategy)
-    return Prepared(config, tf, machine, place, choice, kernels, data, batches, memory,
-                    built.model, built.output, optimizer, loop, (*notes, *data.notes, *built.notes))
+    return Prepared(config, tf, machine, place, choice, speed_warning(choice, machine, kernels), data,
+                    batches, memory, built.model, built.output, optimizer, loop,
+                    (*notes, *data.notes, *built.notes))
 
 
 def plan_math_mode(plan: Planned | None) -> str | None:

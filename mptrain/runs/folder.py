@@ -41,10 +41,6 @@ class RunFolder(TrainingListener):
         self._pending_steps: list[StepRecord] = []
 
     @classmethod
-    def create(cls, parent: Path, name: str) -> RunFolder:
-        return cls(unique_folder(parent, name))
-
-    @classmethod
     def for_run(cls, chief: bool, parent: Path, name: str, resume: Path | None = None,
                 run_dir: Path | None = None) -> tuple[RunFolder, Path | None]:
         """The folder a run writes into: the run it resumes, the folder compare or plan named
@@ -55,11 +51,11 @@ class RunFolder(TrainingListener):
                 return cls(resume), None
             if run_dir is not None:
                 return cls.create_at(run_dir), None
-            return cls.create(parent, name), None
+            return cls(unique_folder(parent, name)), None
         scratch = Path(tempfile.mkdtemp())
         if resume is not None:
             return cls.worker_copy(resume, scratch), scratch
-        return cls.create(scratch, name), scratch
+        return cls(unique_folder(scratch, name)), scratch
 
     @classmethod
     def create_at(cls, path: Path) -> RunFolder:
@@ -104,15 +100,12 @@ class RunFolder(TrainingListener):
         for name, text in files.items():
             write_atomic(self.path / name, text)
 
-    def write_summary(self, summary: RunSummary) -> None:
-        self._write_record(summary)
-
     def mark_running(self, config_name: str) -> None:
         """summary.json says `running` until the run ends one way or another; with the
         process id, a folder whose process died (SIGKILL, power cut) is recognisable."""
         state = RunState(status="running", name=config_name, pid=os.getpid(),
                          host=socket.gethostname(), started=_now())
-        self._write_record(state)
+        self.write_summary(state)
 
     def write_status(self, status: str, reason: str) -> None:
         """For a run that ended without a full summary: `failed` or abandoned. What was saved
@@ -124,7 +117,7 @@ class RunFolder(TrainingListener):
                          started=started, ended=_now(), reason=reason)
         with contextlib.suppress(OSError):  # a full disk: the status matters more than records
             self.flush_steps()
-        self._write_record(state)
+        self.write_summary(state)
 
     def mark_failed(self, exc: BaseException) -> None:
         """summary.json says `failed` and why, if the disk still takes that much; if not, the
@@ -140,7 +133,8 @@ class RunFolder(TrainingListener):
         except (OSError, ValueError, ValidationError):
             return None
 
-    def _write_record(self, record: RunRecord) -> None:
+    def write_summary(self, record: RunRecord) -> None:
+        """summary.json, in whichever state the run is."""
         write_atomic(self.path / "summary.json", record_text(record))
 
     def save_model(self, model) -> str | None:

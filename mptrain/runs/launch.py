@@ -1,11 +1,5 @@
-"""`mptrain run`'s one library call: what to train (an experiment, or the run `--resume`
-continues) and where (in this process, or on local worker processes this one supervises).
-
-The command parses its options into `RunOptions`, calls `launch` with the experiment it
-names, and renders what comes back: a `RunResult` (trained here) or a `WorkersResult` (trained
-on local workers, whose chief printed the summary). `mptrain.run` calls the same, with the
-experiment as an object: the same checks guard a resume from a notebook. What the run says
-along the way goes to a `Telling`.
+"""`mptrain run`'s one library call (`launch`), here or on local worker processes; the command
+parses its options into `RunOptions` and renders what comes back. `mptrain.run` calls the same.
 """
 
 from __future__ import annotations
@@ -21,12 +15,12 @@ import yaml
 from mptrain.config import ExperimentConfig
 from mptrain.config.loading import plan_beside
 from mptrain.errors import ConfigError
+from mptrain.runs.folder import unique_folder
 from mptrain.runs.resume import experiment_to_run
 from mptrain.runs.runner import RunResult, Start, run_experiment
 from mptrain.runs.workers import (
-    Relayed,
+    LocalRun,
     WorkersResult,
-    local_run,
     local_worker_count,
     run_local_workers,
     worker_overrides,
@@ -63,9 +57,10 @@ def launch(experiment: str | ExperimentConfig | None, options: RunOptions = RunO
     count = local_worker_count(chosen.distribute.workers, options.workers, options.supervised,
                                "TF_CONFIG" in os.environ)
     if count is not None:
-        with relayable(experiment) as config:
-            relayed = Relayed(config, overrides, options.json_out, options.verbose)
-            local = local_run(chosen, count, relayed, resume)
+        with relayable(experiment) as config:  # the run's folder: `resume`, or one reserved now
+            run_dir = resume if resume is not None else unique_folder(chosen.output.dir, chosen.name)
+            local = LocalRun(count, run_dir, resume is not None, config, overrides, options.json_out,
+                             options.verbose)
             return run_local_workers(local, options.max_restarts,
                                      on_restart=lambda line: telling.say("restart", line))
     if options.max_restarts:

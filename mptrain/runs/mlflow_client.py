@@ -8,20 +8,20 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 from mptrain.record import Record, write_atomic
 
 MAX_BATCH_METRICS = 1000  # log_batch's limits
-
-
 MAX_BATCH_PARAMS = 100
-
-
 MAX_BATCH_TAGS = 100
-
+PARENT_ENV = "MPTRAIN_MLFLOW_PARENT"  # compare and plan: the parent run of their children
+RUN_FILE = "mlflow.json"
+# summary.json's status → MLflow's (a compare's or plan's own: KILLED when interrupted, else FINISHED)
+RUN_STATUS = {"finished": "FINISHED", "interrupted": "KILLED", "diverged": "FAILED",
+              "failed": "FAILED"}
 
 # A server that is down answers at once (connection refused); one that hangs would block
 # training for MLflow's default 7 retries x 120 s. One retry, 10 s each: a failure costs
@@ -143,7 +143,7 @@ class Connection:
 
         return self.call(where, send)
 
-    def files(self, where: str, paths: list[Path], texts: dict[str, str]) -> bool:
+    def files(self, where: str, paths: Iterable[Path], texts: dict[str, str]) -> bool:
         def send() -> None:
             for path in paths:
                 if path.is_file():
@@ -156,6 +156,23 @@ class Connection:
     def end(self, status: str) -> bool:
         return self.call("the end", lambda: self.client.set_terminated(self.run.run_id, status))
 
+    @property
+    def env(self) -> dict[str, str]:
+        """A child's environment, to nest its run in this one (a compare's or plan's)."""
+        return {PARENT_ENV: self.run.run_id} if self.run and self.failure is None else {}
+
+    @property
+    def notes(self) -> list[str]:
+        return [self.failure] if self.failure else []
+
+    def finish(self, status: str, files: Iterable[Path] = (), texts: dict[str, str] | None = None,
+               tags: dict[str, str] | None = None) -> None:
+        """The run's end: its status (and `tags`) logged, `files` and `texts` as artifacts, then
+        MLflow's status (`RUN_STATUS`)."""
+        self.log("the end", tags={"status": status, **(tags or {})})
+        self.files("the artifacts", files, texts or {})
+        self.end(RUN_STATUS.get(status, "FINISHED"))
+
 
 def whole_steps(rows: list[tuple[int, dict[str, float], int]]) -> list[list[tuple]]:
     """(step, values, ms) rows as log_batch chunks that never split a step: a chunk that
@@ -167,12 +184,6 @@ def whole_steps(rows: list[tuple[int, dict[str, float], int]]) -> list[list[tupl
             chunks.append([])
         chunks[-1].extend(entries)
     return [c for c in chunks if c]
-
-
-PARENT_ENV = "MPTRAIN_MLFLOW_PARENT"  # compare and plan: the parent run of their children
-
-
-RUN_FILE = "mlflow.json"
 
 
 class TrackedRun(Record):

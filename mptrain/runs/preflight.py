@@ -1,13 +1,8 @@
 """Checks of an experiment before anything heavy runs: the one place `validate` and `run` ask.
 
-The schema (`config/schema.py`) checks each value on its own. The data's checks
-(`data.checks`) look at the files it names, the model's (`model.checks`) at its files and at
-whether it fits the data and this machine; here are the rest (can the output folder be
-written, is tracking installed) and the order. Nothing here imports TensorFlow, so `validate`
-stays fast; `run` makes the same checks first, and repeats the model's fit on the data it
-actually loads.
-
-Every error names the experiment file, the key, and the absolute path it looked at.
+The data and the model check themselves (`data.checks`, `model.checks`); here are the rest
+(the output folder, tracking) and the order. Nothing here imports TensorFlow, so `validate` stays
+fast. Every error names the experiment file, the key, and the absolute path it looked at.
 """
 
 from __future__ import annotations

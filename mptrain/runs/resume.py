@@ -12,10 +12,9 @@ from __future__ import annotations
 import os
 import socket
 from pathlib import Path
-from typing import Any
 
 from mptrain.config import ExperimentConfig, load_config, validate, variant
-from mptrain.config.loading import apply_overrides, changed_keys, read_yaml
+from mptrain.config.loading import apply_overrides, changed_keys, read_yaml, value_at
 from mptrain.config.schema import TrainConfig
 from mptrain.errors import AlreadyFinished, ConfigError
 from mptrain.precision.planned import PLANNED_KEYS
@@ -79,13 +78,7 @@ def resume_config(run_dir: Path, experiment: str | ExperimentConfig | None,
         raise AlreadyFinished(_how_to_go_further(run_dir, state, stored.train))
     # the run's own config, resolved as it ran, with only the changes a resume may make
     asked = wanted.to_yaml_dict()
-    return variant(stored, {key: _value(asked, key) for key in MAY_CHANGE})
-
-
-def _value(raw: dict, key: str) -> Any:
-    for part in key.split("."):
-        raw = raw.get(part) if isinstance(raw, dict) else None
-    return raw
+    return variant(stored, {key: value_at(asked, key) for key in MAY_CHANGE})
 
 
 def _goes_further(state: RunSummary, before: TrainConfig, after: TrainConfig) -> bool:

@@ -1,10 +1,6 @@
-"""One experiment, end to end: set up (`runs.experiment.prepare`), train, evaluate, write the run.
-
-Everything that can fail on bad input happens in `prepare`, before the run folder is created.
-Then the folder says `running`; training goes through a `TrainingSession` (monitor,
-checkpoints, divergence guard, telemetry); the summary is written however training ended,
-and with `output.mlflow` the run is logged to MLflow as well (`tracking`).
-"""
+"""One experiment, end to end: set up (`runs.experiment.prepare`, where bad input fails, before
+the run folder exists), train through a `TrainingSession`, evaluate, and write the run (and
+MLflow's, `tracking`); the summary is written however training ended."""
 
 from __future__ import annotations
 
@@ -44,16 +40,12 @@ class RunResult:
 
 @dataclass(frozen=True)
 class Start:
-    """Where and from what a run starts: `resume` continues the run in that folder from its
-    latest checkpoint; `initial_weights` (an .npz of `model.get_weights()`) makes several runs
-    start from identical weights; `run_dir` names the exact folder to create (compare and
-    plan place their runs); `started_at` is when the process started (`time.perf_counter`),
-    so start-up counts in the one-off costs; `turns`, how it takes turns with other variants."""
+    """Where and from what a run starts."""
 
-    resume: Path | None = None
-    initial_weights: Path | None = None
-    run_dir: Path | None = None
-    started_at: float | None = None
+    resume: Path | None = None  # continue the run in this folder from its latest checkpoint
+    initial_weights: Path | None = None  # an .npz of `model.get_weights()`: several runs, same start
+    run_dir: Path | None = None  # the exact folder to create (compare and plan place their runs)
+    started_at: float | None = None  # the process's start (`time.perf_counter`): in the one-off costs
     turns: TurnLink | None = None  # compare's and plan's children: in turns with the others
 
 

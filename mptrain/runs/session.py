@@ -19,12 +19,11 @@ from mptrain.errors import MptrainError
 from mptrain.runs.folder import RunFolder
 from mptrain.runs.summary import Trained
 from mptrain.signals import stop_on_signals
-from mptrain.training import value_of
 from mptrain.training.checkpoints import Checkpointer, Position
 from mptrain.training.guard import DivergenceGuard
 from mptrain.training.loss_scale import scale_variable
 from mptrain.training.monitor import TrainingMonitor
-from mptrain.training.optimizer import learning_rate_at
+from mptrain.training.optimizer import learning_rate_at, value_of
 from mptrain.training.records import TrainingListener, run_status
 from mptrain.training.tensorboard import TensorBoardWriter
 from mptrain.training.turns import TakeTurns, TurnLink, planned_steps

@@ -1,11 +1,7 @@
-"""What a run measured, as one typed run summary (the records it comes from are in
-`training/records.py`).
-
-`RunSummary` is the single description of a run that trained: `summary.json` is its
-serialisation (`RunState` before there is one, or when a run ended without one), `--json`
-prints it, the renderers show it, compare and plan read their children's summaries back into
-it, and the benchmarks use it. The arithmetic that turns raw measurements into the
-numbers people compare (step-time statistics, throughput, MFU, training memory) is here, once.
+"""What a run measured, as one typed `RunSummary` (from the records of `training/records.py`):
+summary.json, `--json`, the renderers, compare's and plan's children and the benchmarks all
+read it. The arithmetic that turns raw measurements into the numbers people compare
+(step-time statistics, throughput, MFU) is here, once.
 """
 
 from __future__ import annotations
@@ -21,8 +17,8 @@ from pydantic import TypeAdapter
 
 from mptrain.hardware.kernels import percentile
 from mptrain.model.flops import Peak, cpu_peak
+from mptrain.model.size import MemoryStats
 from mptrain.record import FrozenRecord
-from mptrain.runs.meter import MemoryStats
 from mptrain.training.records import Status, StepRecord, StopKind
 
 if TYPE_CHECKING:
@@ -31,7 +27,6 @@ if TYPE_CHECKING:
 
 # Fewer timed steps than this and a median says little on a shared machine: no speed verdict.
 MIN_TIMED_STEPS = 5
-
 
 
 class StepTimes(FrozenRecord):
@@ -52,9 +47,9 @@ class StepTimes(FrozenRecord):
 def time_to_first_step(monitor, started_at: float) -> float | None:
     """The one-off costs: from the process's start to the end of the first step, whose own
     time is the tracing, XLA's compile and the first kernels' creation (None: no step ran)."""
-    if monitor.timer.first_start is None or not monitor.steps:
+    if monitor.first_start is None or not monitor.steps:
         return None
-    return monitor.timer.first_start + monitor.steps[0].seconds - started_at
+    return monitor.first_start + monitor.steps[0].seconds - started_at
 
 
 def timed_steps(steps: list[StepRecord], warmup_steps: int) -> list[StepRecord]:
@@ -242,7 +237,7 @@ def summarize_run(prepared: Prepared, trained: Trained, flops_per_example: int |
         test_metrics={k: finite_or_none(v) for k, v in test.items()},
         test_examples=prepared.data.test.size if test else None,
         loss_scale=loss_scale, memory=prepared.memory.stats(),
-        checkpoint_save_s=_mean(trained.checkpoint_save_s),
+        checkpoint_save_s=statistics.fmean(trained.checkpoint_save_s) if trained.checkpoint_save_s else None,
         wall_time_s=time.perf_counter() - started_at - trained.waited_s - (saved.seconds or 0.0),
         turn_wait_s=trained.waited_s, evaluation_s=trained.evaluation_s, model_save_s=saved.seconds,
         time_to_first_step_s=first_step_s,
@@ -276,10 +271,6 @@ def _decided(prepared: Prepared) -> tuple[dict, list[str]]:
         replicas=prepared.place.replicas,
         dataset=prepared.data.source,
     ), unlike_keras
-
-
-def _mean(values: list[float]) -> float | None:
-    return statistics.fmean(values) if values else None
 
 
 def loss_scale_stats(monitor: TrainingMonitor) -> LossScaleStats | None:

@@ -31,12 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mptrain.runs.folder import record_text
-from mptrain.runs.mlflow_client import (
-    PARENT_ENV,
-    Connection,
-    read_tracked,
-    whole_steps,
-)
+from mptrain.runs.mlflow_client import PARENT_ENV, RUN_STATUS, Connection, read_tracked, whole_steps
 from mptrain.training.records import EpochRecord, StepRecord, TrainingListener
 from mptrain.version import __version__
 
@@ -48,24 +43,22 @@ if TYPE_CHECKING:
 
 FLUSH_SECONDS = 5.0
 MAX_PARAM_VALUE = 500  # older MLflow servers refuse longer values (3.17 allows 6000)
-# summary.json's status → MLflow's
-RUN_STATUS = {"finished": "FINISHED", "interrupted": "KILLED", "diverged": "FAILED",
-              "failed": "FAILED"}
 
 
-def default_tracking_uri(output_dir: Path) -> str:
-    """A SQLite store beside the run folders: works offline, `mlflow ui --backend-store-uri`
-    reads it."""
-    return f"sqlite:///{Path(output_dir).resolve() / 'mlflow.db'}"
-
-
-def _store(config: ExperimentConfig) -> tuple[str, Path | None]:
-    """The tracking URI, and where a new experiment keeps its artifacts: with the default
-    store, beside the run folders (MLflow's own default is ./mlruns in the current folder)."""
-    uri = config.output.mlflow.tracking_uri
-    if uri is not None:
-        return uri, None
-    return default_tracking_uri(config.output.dir), config.output.dir.resolve() / "mlartifacts"
+def _connect(kind: str, config: ExperimentConfig, folder: Path, name: str,
+             tags: dict[str, str]) -> tuple[Connection, dict[str, str]]:
+    """A `kind` ("run", "compare", "plan") run opened in `output.mlflow`'s store with `tags`,
+    "running" and the user's tags (returned). The default store: SQLite beside the run folders
+    (offline; `mlflow ui --backend-store-uri` reads it), with a new experiment's artifacts
+    beside it too (MLflow's own default is ./mlruns in the current folder)."""
+    settings, output = config.output.mlflow, config.output.dir
+    tags = {**tags, "status": "running", **{k: str(v) for k, v in settings.tags.items()}}
+    uri, artifacts = settings.tracking_uri, None
+    if uri is None:
+        uri, artifacts = f"sqlite:///{output.resolve() / 'mlflow.db'}", output.resolve() / "mlartifacts"
+    connection = Connection(kind)
+    connection.open(folder, uri, settings.experiment or config.name, name, tags, artifacts)
+    return connection, tags
 
 
 def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, str]:
@@ -197,14 +190,11 @@ def start_tracking(config: ExperimentConfig, folder: Path, choice: PolicyChoice,
     settings = config.output.mlflow
     if settings is None:
         return None
-    connection = Connection("run")
     resumed = read_tracked(folder) is not None
-    tags = {**machine_tags(machine), "status": "running",
-            **{k: str(v) for k, v in settings.tags.items()}}
-    uri, artifacts = _store(config)
     # a compare's or plan's child is named after its folder (the variant), whatever run_name
     name = folder.name if os.environ.get(PARENT_ENV) else (settings.run_name or folder.name)
-    if not connection.open(folder, uri, settings.experiment or config.name, name, tags, artifacts):
+    connection, tags = _connect("run", config, folder, name, machine_tags(machine))
+    if connection.failure is not None:
         return MlflowLogger(connection)
     params = run_params(config, choice, replicas)
     if not resumed:
@@ -240,13 +230,14 @@ def finish_tracking(logger: MlflowLogger | None, summary: RunSummary, folder: Pa
                    tags={"status": summary.status})
     connection.files("the artifacts", [folder / "config.yaml", folder / "model.keras",
                                        folder / "model.weights.h5"], {})
-    final = summary if connection.failure is None else \
-        summary.model_copy(update={"notes": [*summary.notes, connection.failure]})
-    connection.files("summary.json", [], {"summary.json": record_text(final)})
+
+    def noted() -> RunSummary:  # with the failure, if any: one note, as a connection fails once
+        return summary if connection.failure is None else \
+            summary.model_copy(update={"notes": [*summary.notes, connection.failure]})
+
+    connection.files("summary.json", [], {"summary.json": record_text(noted())})
     connection.end(RUN_STATUS[summary.status])
-    if connection.failure is not None and connection.failure not in final.notes:
-        final = final.model_copy(update={"notes": [*final.notes, connection.failure]})
-    return final
+    return noted()
 
 
 def end_tracking(logger: MlflowLogger | None, status: str) -> None:
@@ -255,56 +246,29 @@ def end_tracking(logger: MlflowLogger | None, status: str) -> None:
     if logger is None:
         return
     logger.flush()
-    logger.connection.log("the end", tags={"status": status})
-    logger.connection.end(RUN_STATUS[status])
+    logger.connection.finish(status)
 
 
 # --- compare and plan: a parent run, its children nested ----------------------------------
 
 
-class ParentRun:
-    """The MLflow run of a compare or plan folder. Its children (`mptrain run` processes)
-    find it in their environment (`env`) and log themselves as nested runs."""
-
-    def __init__(self, connection: Connection):
-        self.connection = connection
-
-    @property
-    def env(self) -> dict[str, str]:
-        run = self.connection.run
-        return {PARENT_ENV: run.run_id} if run and self.connection.failure is None else {}
-
-    @property
-    def notes(self) -> list[str]:
-        return [self.connection.failure] if self.connection.failure else []
-
-    def finish(self, status: str, files: list[Path], texts: dict[str, str],
-               tags: dict[str, str] | None = None) -> None:
-        """Its results as artifacts; MLflow's status: KILLED when interrupted."""
-        self.connection.log("the end", tags={"status": status, **(tags or {})})
-        self.connection.files("the artifacts", files, texts)
-        self.connection.end("KILLED" if status == "interrupted" else "FINISHED")
-
-
-def start_parent(folder: Path, kind: str, params: dict[str, str] | None = None) -> ParentRun | None:
-    """The parent run of a compare or plan folder: the one its mlflow.json names (a
-    resumed compare or plan), else a new one when its experiment.yaml turns tracking on;
-    None when off. A tracking failure is the parent's note, never an error."""
+def start_parent(folder: Path, kind: str, params: dict[str, str] | None = None) -> Connection | None:
+    """The MLflow run of a compare or plan folder, whose children (`mptrain run` processes)
+    find it in their environment (`Connection.env`) and log themselves as nested runs: the one
+    its mlflow.json names (a resumed compare or plan), else a new one when its experiment.yaml
+    turns tracking on; None when off. A tracking failure is its note, never an error."""
     from mptrain.config import load_config
 
-    connection = Connection(kind)
     if read_tracked(folder) is not None:
+        connection = Connection(kind)
         connection.open(folder)
-        return ParentRun(connection)
+        return connection
     config = load_config(folder / "experiment.yaml")
-    settings = config.output.mlflow
-    if settings is None:
+    if config.output.mlflow is None:
         return None
-    tags = {"mptrain_command": kind, "mptrain_version": __version__, "status": "running",
-            **{k: str(v) for k, v in settings.tags.items()}}
-    uri, artifacts = _store(config)
-    if connection.open(folder, uri, settings.experiment or config.name,
-                       settings.run_name or folder.name, tags, artifacts):
+    connection, tags = _connect(kind, config, folder, config.output.mlflow.run_name or folder.name,
+                                {"mptrain_command": kind, "mptrain_version": __version__})
+    if connection.failure is None:
         connection.log("the start", params={**flatten(config.to_yaml_dict()), **(params or {})},
                        tags=tags)
-    return ParentRun(connection)
+    return connection

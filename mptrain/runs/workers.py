@@ -29,9 +29,8 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from mptrain.config import ExperimentConfig
 from mptrain.errors import WorkerLost
-from mptrain.runs.folder import RunFolder, last_checkpoint, unique_folder
+from mptrain.runs.folder import RunFolder, last_checkpoint
 from mptrain.runs.summary import RunState, RunSummary
 from mptrain.signals import ForwardSignals, die_with_parent, exit_code
 
@@ -120,44 +119,24 @@ def worker_overrides(count: int) -> list[str]:
 @dataclass(frozen=True)
 class LocalRun:
     """One run on `count` local workers: its folder (known before any worker starts, so the
-    way to continue can be said whichever worker is lost) and what its workers are given."""
+    way to continue can be said whichever worker is lost) and the user's `run` command line,
+    as each worker is given it: CONFIG as the user gave it (with --resume: checked against
+    the run's), the --set options (with what --workers N means), --json and --verbose."""
 
     count: int
     run_dir: Path
-    relayed: Relayed  # what the user's command line gives every worker
     resumed: bool  # the user resumed run_dir (else this command started it)
-
-    @property
-    def verbose(self) -> bool:
-        return self.relayed.verbose
-
-    def command(self, resume: bool) -> list[str]:
-        """A worker's `mptrain run`: start the run in its reserved folder, or continue it."""
-        where = ["--resume", str(self.run_dir)] if resume else ["--run-dir", str(self.run_dir)]
-        relayed = self.relayed
-        sets = [arg for item in relayed.overrides for arg in ("--set", item)]
-        return mptrain_command("run", *([relayed.config] if relayed.config else []), *sets, *where,
-                               "--supervised", *["--json"] * relayed.json_out,
-                               *["--verbose"] * relayed.verbose)
-
-
-@dataclass(frozen=True)
-class Relayed:
-    """The user's `run` command line, as each local worker is given it: CONFIG as the user
-    gave it (with --resume: checked against the run's), the --set options (with what
-    --workers N means), --json and --verbose."""
-
     config: str | None
     overrides: list[str]
     json_out: bool = False
     verbose: bool = False
 
-
-def local_run(experiment: ExperimentConfig, count: int, relayed: Relayed,
-              resume: Path | None) -> LocalRun:
-    """The run `run --workers` supervises: `resume`, or a new folder reserved now."""
-    run_dir = resume if resume is not None else unique_folder(experiment.output.dir, experiment.name)
-    return LocalRun(count, run_dir, relayed, resume is not None)
+    def command(self, resume: bool) -> list[str]:
+        """A worker's `mptrain run`: start the run in its reserved folder, or continue it."""
+        where = ["--resume", str(self.run_dir)] if resume else ["--run-dir", str(self.run_dir)]
+        sets = [arg for item in self.overrides for arg in ("--set", item)]
+        return mptrain_command("run", *([self.config] if self.config else []), *sets, *where,
+                               "--supervised", *["--json"] * self.json_out, *["--verbose"] * self.verbose)
 
 
 @dataclass(frozen=True)

@@ -5,20 +5,14 @@ stop conditions and per-step listeners live, so a new capability is written once
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    from mptrain.config.schema import ExperimentConfig
     from mptrain.data.pipeline import Batches
+    from mptrain.model.outputs import OutputKind
     from mptrain.precision.policy import PolicyChoice
     from mptrain.training.monitor import TrainingMonitor
-
-# name in the experiment (train.loop, `config.schema.LOOPS`) → the class that runs it,
-# imported only when used.
-LOOP_CLASSES = {
-    "fit": "mptrain.training.fit_loop:FitLoop",
-    "custom": "mptrain.training.custom_loop:CustomLoop",
-}
 
 
 class TrainingLoop(Protocol):
@@ -41,17 +35,37 @@ class TrainingLoop(Protocol):
 def make_loop(config, model, output: str, optimizer, choice: PolicyChoice,
               strategy=None) -> TrainingLoop:
     """The experiment's loop (`train.loop`) with its loss and metrics for the model's `output`
-    kind, constructed (inside the strategy's scope, when there is one)."""
-    from mptrain.training.losses import build_loss, build_metrics
+    kind, constructed (inside the strategy's scope, when there is one); its module is
+    imported only when used."""
+    if config.train.loop == "fit":
+        from mptrain.training.fit_loop import FitLoop as Loop
+    else:
+        from mptrain.training.custom_loop import CustomLoop as Loop
+    return Loop(model, optimizer, build_loss(config, output), build_metrics(config, output), choice,
+                strategy)
 
-    module, _, cls = LOOP_CLASSES[config.train.loop].partition(":")
-    return getattr(importlib.import_module(module), cls)(
-        model, optimizer, build_loss(config, output), build_metrics(config, output), choice, strategy)
 
-
-def value_of(variable) -> float:
-    """A scalar variable's value as a float, wherever it lives (a tf.distribute strategy's
-    mirrored variables do not convert with float())."""
+def build_loss(config: ExperimentConfig, output: OutputKind):
+    """The loss object (`train.loss`), told whether the model emits probabilities or logits."""
     import keras
 
-    return float(keras.ops.convert_to_numpy(variable))
+    from_logits = output == "logits"
+    if config.train.loss == "binary_crossentropy":
+        return keras.losses.BinaryCrossentropy(from_logits=from_logits)
+    return keras.losses.SparseCategoricalCrossentropy(from_logits=from_logits)
+
+
+def build_metrics(config: ExperimentConfig, output: OutputKind) -> list[Any]:
+    """Metric objects (`train.metrics`) with fixed names, so both loops report the same keys."""
+    import keras
+
+    metrics = []
+    for name in config.train.metrics:
+        if name == "top5_accuracy":
+            metrics.append(keras.metrics.SparseTopKCategoricalAccuracy(k=5, name=name))
+        elif config.train.loss == "binary_crossentropy":
+            threshold = 0.0 if output == "logits" else 0.5
+            metrics.append(keras.metrics.BinaryAccuracy(name=name, threshold=threshold))
+        else:
+            metrics.append(keras.metrics.SparseCategoricalAccuracy(name=name))
+    return metrics

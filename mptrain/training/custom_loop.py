@@ -1,10 +1,9 @@
 """The guide's custom training loop on the Keras 3 API.
 
 Keras 3 renamed the guide's calls: `get_scaled_loss(loss)` is now `optimizer.scale_loss(loss)`,
-and there is no `get_unscaled_gradients`: `LossScaleOptimizer.apply` divides the gradients by
-the scale itself, skips the update when any gradient is inf/NaN (halving the scale), and
-doubles the scale after `dynamic_growth_steps` finite steps. Any other optimizer's
-`scale_loss` returns the loss unchanged, so the step has one form for every policy.
+and there is no `get_unscaled_gradients`: `LossScaleOptimizer.apply` unscales (`loss_scale.py`).
+Any other optimizer's `scale_loss` returns the loss unchanged, so the step has one form for
+every policy.
 """
 
 from __future__ import annotations
@@ -16,7 +15,7 @@ from mptrain.data.pipeline import Batches
 from mptrain.precision.policy import PolicyChoice
 from mptrain.training.loss_scale import scale_variable
 from mptrain.training.monitor import TrainingMonitor
-from mptrain.training.optimizer_update import build_optimizer_state
+from mptrain.training.optimizer import build_optimizer_state
 
 
 class StepMetrics(NamedTuple):

@@ -12,15 +12,8 @@ gradient on one replica only would let the others apply it (through the all-redu
 that one skips. `agree_on_finite` makes them agree first: if any replica's gradients are not
 finite, every replica's are made non-finite, so all skip and the scale halves once.
 
-Only the chief (worker 0) writes the run folder; the other workers train into a scratch
-folder that is removed (a resumed one starts from a copy of the chief's checkpoints, as
-TensorFlow's PreemptionCheckpointHandler has the other workers read the chief's and write
-their own).
-
-A worker that dies cannot be replaced in place: TensorFlow's collectives then fail on every
-other worker ("Restart your program to reset"). `worker_lost` turns that failure into
-mptrain's `WorkerLost`, which says which worker was lost and how to restart them all from the
-last checkpoint (`run --workers N` does it itself: `runs/workers.py`).
+Only the chief (worker 0) writes the run folder (`runs.folder.RunFolder.for_run`); a lost
+worker is said by `worker_lost`, and cured by restarting them all (`runs/workers.py`).
 """
 
 from __future__ import annotations

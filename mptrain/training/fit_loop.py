@@ -7,10 +7,9 @@ import keras  # this module is imported only when a fit run starts (training.mak
 from mptrain.data.pipeline import Batches
 from mptrain.errors import MptrainError
 from mptrain.precision.policy import PolicyChoice
-from mptrain.training import value_of
 from mptrain.training.loss_scale import scale_variable
 from mptrain.training.monitor import TrainingMonitor
-from mptrain.training.optimizer_update import build_optimizer_state
+from mptrain.training.optimizer import build_optimizer_state, value_of
 
 BATCH_LOSS = "batch_loss"
 

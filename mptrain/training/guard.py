@@ -2,9 +2,7 @@
 
 A NaN/inf loss, or a finite loss above `train.recovery.loss_upper_bound`, restores the last
 good checkpoint and training goes on with the next batches, at most `max_trials` times; then
-the run stops as `diverged`. Under loss scaling a non-finite loss on a skipped step is the
-scaler doing its job (`loss_scale.py`), not divergence; there the run diverges when the scale
-collapses (`collapse_steps` skips in a row) or a finite loss exceeds the bound.
+the run stops as `diverged`. Under loss scaling, what counts as divergence is `loss_scale.py`'s.
 """
 
 from __future__ import annotations
@@ -12,10 +10,10 @@ from __future__ import annotations
 import math
 
 from mptrain.config.schema import RecoveryConfig
-from mptrain.training import value_of
 from mptrain.training.checkpoints import Checkpointer
 from mptrain.training.loss_scale import scale_variable
 from mptrain.training.monitor import TrainingMonitor
+from mptrain.training.optimizer import value_of
 from mptrain.training.records import StepRecord, TrainingListener
 
 

@@ -25,32 +25,6 @@ STOP_STATUS = {"max_steps": "stopped", "max_step_seconds": "stopped", "signal": 
                "divergence": "diverged"}
 
 
-class StepTimer:
-    """Brackets each step with `start()` / `stop()`; `stop()` returns the step's seconds.
-
-    TensorFlow dispatches work asynchronously, so the loops call `stop()` only after a value of
-    the step has reached the host (fit: Keras converts the step's logs to floats before
-    `on_train_batch_end`; custom loop: the step's outputs are fetched), which waits for the
-    device. `first_start` is when the first step began (start-up cost = first_start - launch).
-    """
-
-    def __init__(self) -> None:
-        self.first_start: float | None = None
-        self._started: float | None = None
-
-    def start(self) -> None:
-        self._started = perf_counter()
-        if self.first_start is None:
-            self.first_start = self._started
-
-    def stop(self) -> float:
-        if self._started is None:
-            raise RuntimeError("StepTimer.stop() without start()")
-        elapsed = perf_counter() - self._started
-        self._started = None
-        return elapsed
-
-
 @dataclass
 class _Carry:
     """An epoch's steps before a resume: their examples and running metrics."""
@@ -81,7 +55,8 @@ class TrainingMonitor:
     history: tuple[list[StepRecord], list[EpochRecord]] = ([], [])
 
     def __post_init__(self) -> None:
-        self.timer = StepTimer()
+        self.first_start: float | None = None  # when the first step began (start-up cost: from launch)
+        self._step_started: float | None = None
         self.steps: list[StepRecord] = list(self.history[0])
         self.epoch_records: list[EpochRecord] = list(self.history[1])
         self.stop_reason: str | None = None
@@ -131,13 +106,22 @@ class TrainingMonitor:
             listener.epoch_started(self.epoch, self.epochs, self.steps_per_epoch)
 
     def step_begin(self) -> None:
-        self.timer.start()
+        self._step_started = perf_counter()
+        if self.first_start is None:
+            self.first_start = self._step_started
 
     def step_end(self, loss: float, examples: int, metrics: dict[str, float],
                  loss_scale: float | None = None) -> None:
         """Record a finished step. `metrics` are the loop's running values since the epoch
-        (or the resume) began; `loss_scale` is the scale after the step, under loss scaling."""
-        seconds = self.timer.stop()
+        (or the resume) began; `loss_scale` is the scale after the step, under loss scaling.
+
+        TensorFlow dispatches work asynchronously, so the loops call this only after a value of
+        the step has reached the host (fit: Keras converts the step's logs to floats before
+        `on_train_batch_end`; custom loop: the step's outputs are fetched), which waits for the
+        device: the step's time stops here."""
+        if self._step_started is None:
+            raise RuntimeError("step_end() without step_begin()")
+        seconds, self._step_started = perf_counter() - self._step_started, None
         self.step_in_epoch += 1
         self._examples_since_resume += examples
         if self._carry is not None:

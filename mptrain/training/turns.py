@@ -1,16 +1,14 @@
 """A run that takes turns with others: the child's side of the measuring engine (`measure.engine`).
 
-compare and plan time several variants of one experiment on one machine, whose speed drifts
-(2x within a session was measured). Run one after another, each variant meets a different
-machine; run in turns, every variant sees the same drift. So a child started by the engine
-(told on its command line, once: `mptrain run --turns STEPS:FD`, a `TurnLink`) stops
+compare and plan run their variants in turns (why: `measure/engine.py`). A child started by
+the engine (told on its command line, once: `mptrain run --turns STEPS:FD`, a `TurnLink`) stops
 after its first step (tracing, kernel creation: a one-off cost) and then after every turn of
 steps, writes what it measured to the pipe as one JSON line, and waits on stdin until the
 engine says `go` (or `too slow REASON`: it cannot win, and stops as `train.max_step_seconds`
 would stop it; or `cut REASON`: the plan's budget is spent, and it stops as `train.max_steps`
-would). After its last step it reports `final` and waits once more, so its
-evaluation does not overlap another variant's turn. The time spent waiting is kept, and
-subtracted from the run's wall time: a variant's whole-run time is its own work only.
+would). After its last step it reports `final` and waits once more, so its evaluation does
+not overlap another variant's turn. The time spent waiting is kept, and subtracted from the
+run's wall time: a variant's whole-run time is its own work only.
 
 Step times are the monitor's (step begin to step end), so the wait, which happens between
 two steps, is in none of them.

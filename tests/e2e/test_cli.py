@@ -71,6 +71,13 @@ def test_missing_dataset_exits_2_with_a_fix(tmp_path):
     assert "Traceback" not in done.stderr and not (tmp_path / "runs").exists()
 
 
+def python(code: str, cwd) -> str:
+    """Runs `code` in a fresh interpreter (so sys.modules shows what it imported); its stdout."""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=cwd)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
 def test_validate_prints_resolved_config_without_tensorflow(tmp_path):
     config = experiment(tmp_path)
     code = (
@@ -81,9 +88,7 @@ def test_validate_prints_resolved_config_without_tensorflow(tmp_path):
         "assert 'rich.progress' not in sys.modules, 'validate imported the progress renderer'\n"
         "assert 'mptrain.training.monitor' not in sys.modules, 'validate imported training'\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
-    resolved = yaml.safe_load(done.stdout)
+    resolved = yaml.safe_load(python(code, tmp_path))
     assert resolved["train"]["epochs"] == 9
     assert resolved["train"]["loss_scale"] == {"initial_scale": 32768.0, "dynamic_growth_steps": 2000}
 
@@ -116,8 +121,7 @@ def test_importing_mptrain_or_its_help_loads_neither_the_schema_nor_tensorflow(t
         "assert callable(mptrain.load_experiment) and 'mptrain.config' in sys.modules\n"
         "assert 'tensorflow' not in sys.modules\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
+    python(code, tmp_path)
 
 
 def test_builtin_config_by_name(tmp_path):

@@ -101,7 +101,7 @@ def test_application_table_matches_keras_applications():
 
     import keras
 
-    from mptrain.config.applications import APPLICATIONS
+    from mptrain.config.kinds import APPLICATIONS
 
     installed = {n for n in dir(keras.applications)
                  if n[0].isupper() and inspect.isfunction(getattr(keras.applications, n))}

@@ -104,9 +104,9 @@ def test_custom_loop_differentiates_the_scaled_loss(tiny_config):
 
     from mptrain.hardware.runtime import seed_everything
     from mptrain.precision.policy import apply_policy
+    from mptrain.training import build_loss
     from mptrain.training.custom_loop import StepMetrics, make_train_step
     from mptrain.training.loss_scale import wrap_optimizer
-    from mptrain.training.losses import build_loss
     from mptrain.training.optimizer import build_optimizer
 
     x = np.random.default_rng(0).normal(size=(32, 16)).astype(np.float32)
@@ -143,20 +143,16 @@ def test_non_finite_gradient_is_skipped_and_halves_the_scale(tiny_config, xla_up
     import keras
 
     from mptrain.precision.policy import apply_policy
+    from mptrain.training import build_loss
     from mptrain.training.custom_loop import StepMetrics, make_train_step
     from mptrain.training.loss_scale import wrap_optimizer
-    from mptrain.training.losses import build_loss
-    from mptrain.training.optimizer import build_optimizer
-    from mptrain.training.optimizer_update import compile_optimizer_update
+    from mptrain.training.optimizer import build_optimizer, build_optimizer_state
 
     config = tiny_config("policy=mixed_float16")
     apply_policy("mixed_float16")
     model = model_of(config)
     optimizer = wrap_optimizer(build_optimizer(config.train.optimizer, 100), True, 256, 2000)
-    if xla_update:
-        compile_optimizer_update(optimizer, model.trainable_variables)
-    else:
-        optimizer.build(model.trainable_variables)
+    build_optimizer_state(optimizer, model.trainable_variables, xla_update)
     step = make_train_step(model, optimizer, build_loss(config, "probabilities"),
                            StepMetrics(keras.metrics.Mean(), []), False)
     x = np.ones((8, 16), np.float32)

@@ -56,8 +56,8 @@ def test_workers_n_trains_on_local_workers_which_are_told_what_it_means(experime
     launch(str(experiment), RunOptions(overrides=["train.loop=custom"], workers=2, max_restarts=1))
     run, restarts = trained["workers"]
     assert (run.count, restarts, "here" in trained) == (2, 1, False)
-    assert run.relayed.overrides == ["train.loop=custom", "distribute.strategy=multi_worker_mirrored",
-                                     "distribute.workers=2"]
+    assert run.overrides == ["train.loop=custom", "distribute.strategy=multi_worker_mirrored",
+                             "distribute.workers=2"]
     assert run.run_dir.parent == experiment.parent / "runs" and run.run_dir.is_dir()
 
 

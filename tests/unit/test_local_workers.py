@@ -10,7 +10,6 @@ from mptrain.runs.folder import RunFolder, last_checkpoint
 from mptrain.runs.workers import (
     LocalRun,
     LostWorker,
-    Relayed,
     WorkerEnd,
     first_lost,
     local_worker_count,
@@ -56,9 +55,9 @@ def test_a_restart_can_cure_a_signal_or_lost_contact_but_not_a_workers_own_error
 
 
 def run(resumed: bool = False, config: str | None = "exp.yaml") -> LocalRun:
-    return LocalRun(2, Path("/runs/tiny-1"), Relayed(config,
+    return LocalRun(2, Path("/runs/tiny-1"), resumed, config,
                     ["train.epochs=3", "distribute.strategy=multi_worker_mirrored",
-                     "distribute.workers=2"], json_out=True), resumed)
+                     "distribute.workers=2"], json_out=True)
 
 
 def test_the_line_says_who_that_the_checkpoint_is_intact_and_the_command_that_continues():

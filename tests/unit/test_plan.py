@@ -420,10 +420,9 @@ def test_the_one_off_costs_end_with_the_first_step():
 
     first = StepRecord(step=1, epoch=1, loss=2.3, seconds=2.5, examples=32)
     later = StepRecord(step=2, epoch=1, loss=2.2, seconds=0.1, examples=32)
-    monitor = SimpleNamespace(timer=SimpleNamespace(first_start=10.0), steps=[first, later])
+    monitor = SimpleNamespace(first_start=10.0, steps=[first, later])
     assert time_to_first_step(monitor, started_at=4.0) == pytest.approx(6.0 + 2.5)
-    assert time_to_first_step(SimpleNamespace(timer=SimpleNamespace(first_start=None), steps=[]),
-                              4.0) is None
+    assert time_to_first_step(SimpleNamespace(first_start=None, steps=[]), 4.0) is None
 
 
 def test_auto_follows_a_plan_only_where_it_applies(tmp_path):

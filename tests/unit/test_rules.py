@@ -30,7 +30,7 @@ def test_auto_decides_by_the_kernels_it_measured(tmp_path, monkeypatch):
 @pytest.mark.parametrize("loss", [[], ["train.loss=binary_crossentropy", "model.num_classes=1",
                                          "data.num_classes=2", "model.output_activation=sigmoid"]])
 def test_the_loss_is_told_whether_the_model_emits_logits(loss):
-    from mptrain.training.losses import build_loss
+    from mptrain.training import build_loss
 
     config = validate(tiny_raw(*loss), "<test>")
     assert build_loss(config, "logits").get_config()["from_logits"] is True

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from mptrain.model.flops import Peak
-from mptrain.runs.meter import MemoryStats
+from mptrain.model.size import MemoryStats
 from mptrain.runs.summary import (
     LossScaleStats,
     RunSummary,
