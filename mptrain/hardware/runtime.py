@@ -13,6 +13,29 @@ import os
 import sys
 import tempfile
 import warnings
+from contextlib import contextmanager
+
+# Keras imports these at its own import when they are installed (mlflow brings all three):
+# scikit-learn for its wrappers, matplotlib for `keras.visualization`, pandas to accept
+# DataFrames in `fit`. mptrain calls none of that (it feeds tf.data and NumPy), and they were
+# 2.0 s of the 5.9 s of CPU a TensorFlow process took to start on the AMX Xeon (median of 7
+# runs each way), paid by every run, compare variant and plan trial. Keras takes them as
+# absent (its own `try: import ... except ImportError`); they import normally afterwards.
+KERAS_OPTIONAL = ("sklearn", "matplotlib", "pandas")
+
+
+@contextmanager
+def _without(modules: tuple[str, ...]):
+    """`modules` unimportable while the block runs (unless imported already), then importable."""
+    blocked = [name for name in modules if name not in sys.modules]
+    for name in blocked:
+        sys.modules[name] = None  # the import system's own "not there": ImportError
+    try:
+        yield
+    finally:
+        for name in blocked:
+            if sys.modules.get(name, 0) is None:
+                del sys.modules[name]
 
 
 def import_tensorflow(verbose: bool = False, environment: dict[str, str] | None = None):
@@ -30,7 +53,9 @@ def import_tensorflow(verbose: bool = False, environment: dict[str, str] | None 
         return sys.modules["tensorflow"]
     os.environ.update(environment)
     if verbose:
-        import tensorflow as tf
+        with _without(KERAS_OPTIONAL):
+            import keras  # noqa: F401
+            import tensorflow as tf
 
         return tf
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -40,8 +65,9 @@ def import_tensorflow(verbose: bool = False, environment: dict[str, str] | None 
     with tempfile.TemporaryFile(mode="w+b") as sink:
         os.dup2(sink.fileno(), 2)
         try:
-            import keras  # noqa: F401  (its own import-time chatter goes to the sink too)
-            import tensorflow as tf
+            with _without(KERAS_OPTIONAL):
+                import keras  # noqa: F401  (its own import-time chatter goes to the sink too)
+                import tensorflow as tf
 
             # Device discovery (CUDA probing on GPU-less hosts) logs on first use: do it now.
             tf.config.list_physical_devices()

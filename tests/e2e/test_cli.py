@@ -167,3 +167,19 @@ def test_check_gpu_says_whether_it_measured_now_or_read_the_cache(tmp_path):
     if not report["machine"]["gpus"]:  # TF32 is a GPU mode: not "enabled" on a CPU
         assert report["machine"]["tf32_enabled"] is None
         assert "TF32 execution" not in first.stdout or "n/a" in first.stdout
+
+
+def test_tensorflow_starts_without_kerass_optional_imports_which_import_after(tmp_path):
+    """Keras imports scikit-learn, matplotlib and pandas when installed (2.0 s of a process's
+    5.9 s start here); mptrain's processes start it without them, and a user's code can still
+    import them."""
+    code = (
+        "import sys\n"
+        "from mptrain.hardware.runtime import import_tensorflow\n"
+        "import_tensorflow()\n"
+        "assert 'keras' in sys.modules\n"
+        "skipped = [m for m in ('sklearn', 'matplotlib', 'pandas') if m in sys.modules]\n"
+        "assert not skipped, skipped\n"
+        "import sklearn, matplotlib.pyplot, pandas\n"
+    )
+    python(code, tmp_path)
