@@ -22,7 +22,8 @@ from mptrain.errors import DataError
 
 
 class Record(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # built on first use, not at import: `validate` and `--help` import records they never make
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
 
 class FrozenRecord(Record):
