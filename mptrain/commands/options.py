@@ -92,6 +92,8 @@ def user_errors(interrupted: str = "interrupted", verbose: bool = False,
     --verbose, the traceback of the user's own code that caused it); Ctrl-C → 130. An
     `unsaid` error ends with its exit code alone: someone else says it (a local worker's lost
     peer is said once, by `run --workers`)."""
+    from rich.markup import escape
+
     from mptrain.report.console import say, stderr
     from mptrain.signals import RunAbandoned
 
@@ -108,8 +110,9 @@ def user_errors(interrupted: str = "interrupted", verbose: bool = False,
             say_error(str(exc))
         raise typer.Exit(exc.exit_code) from None
     except RunAbandoned as exc:  # a second Ctrl-C: the run folder is known
-        say(f"interrupted: {exc.run_dir} keeps its last checkpoint; continue with\n"
-            f"  mptrain run --resume {exc.run_dir}")
+        folder = escape(str(exc.run_dir))
+        say(f"interrupted: {folder} keeps its last checkpoint; continue with\n"
+            f"  mptrain run --resume {folder}")
         raise typer.Exit(130) from None
     except KeyboardInterrupt:
         say(interrupted)
@@ -151,5 +154,5 @@ def end_measuring(result, json_out: bool, render, kind: str, kept: str) -> None:
         say(f"[yellow]note:[/] {escape(note)}")
     if result.record.status == "interrupted":
         say(f"[yellow]{kind} interrupted[/]: finished {kept} are kept. Continue with:\n"
-            f"  mptrain {kind} --resume {result.folder}")
+            f"  mptrain {kind} --resume {escape(str(result.folder))}")
         raise typer.Exit(exit_code(result.signal))

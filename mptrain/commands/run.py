@@ -49,6 +49,8 @@ def run(
     worker stops them all (exit 4, with the --resume command) unless --max-restarts allows
     restarting them.
     """
+    from rich.markup import escape
+
     from mptrain.errors import AlreadyFinished, WorkerLost
     from mptrain.report.console import say
     from mptrain.report.progress import ConsoleTelling, LiveProgress
@@ -66,7 +68,7 @@ def run(
             with LiveProgress() as progress:
                 result = launch(config, options, ConsoleTelling(), listeners=[progress])
         except AlreadyFinished as done:
-            say(f"nothing to do: {done}")
+            say(f"nothing to do: {escape(str(done))}")
             raise typer.Exit(0) from None
     if isinstance(result, WorkersResult):  # the chief's summary, then why a lost worker stopped it
         typer.echo(result.stdout, nl=False)
@@ -78,6 +80,8 @@ def run(
 
 def _finish(result, json_out: bool) -> None:
     """The summary, then what the run's end asks of the user, and its exit code."""
+    from rich.markup import escape
+
     from mptrain.report.console import say
     from mptrain.report.tables import summary_table
     from mptrain.signals import DIVERGED_EXIT_CODE, exit_code, ignoring_interrupts
@@ -88,11 +92,11 @@ def _finish(result, json_out: bool) -> None:
     with ignoring_interrupts() if summary.status == "interrupted" else contextlib.nullcontext():
         emit(summary, json_out, summary_table)
         if summary.status == "interrupted":
-            say(f"[yellow]{summary.stop_reason}[/]: checkpoint saved. Continue with:\n"
-                f"  mptrain run --resume {result.run_dir}")
+            say(f"[yellow]{escape(summary.stop_reason or '')}[/]: checkpoint saved. Continue with:\n"
+                f"  mptrain run --resume {escape(str(result.run_dir))}")
     if summary.status == "interrupted":
         raise typer.Exit(exit_code(result.signal))
     if summary.status == "diverged":
-        say(f"[red]diverged[/]: {summary.stop_reason or 'the loss became NaN/inf'}; the last "
-            f"good checkpoint is in {result.run_dir}/checkpoints")
+        say(f"[red]diverged[/]: {escape(summary.stop_reason or 'the loss became NaN/inf')}; the last "
+            f"good checkpoint is in {escape(str(result.run_dir))}/checkpoints")
         raise typer.Exit(DIVERGED_EXIT_CODE)

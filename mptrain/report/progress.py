@@ -59,7 +59,7 @@ class LiveProgress(TrainingListener):
         say(f"epoch {record.epoch}: {steps}  {metrics}{extra}")
 
     def notice(self, text: str) -> None:
-        say(f"[yellow]warning:[/] {text}")
+        say(f"[yellow]warning:[/] {escape(text)}")
 
 
 COLOURS = {"plan": "cyan", "restart": "yellow"}

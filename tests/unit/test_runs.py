@@ -237,3 +237,17 @@ def test_a_run_whose_summary_is_damaged_is_listed_as_such_not_left_out(runs):
     (runs / "c-failed" / "summary.json").write_text("{half a summ")
     row = next(r for r in list_runs(runs).runs if r.name == "c-failed")
     assert row.status == "failed" and "summary.json cannot be read" in row.reason and row.resumable
+
+
+def test_a_run_folder_with_brackets_is_printed_as_it_is(capsys):
+    """Rich reads `[...]` as markup: a folder named after a sweep's point (`exp[lr=0.1]`) must
+    reach the user whole, or the resume command it prints is wrong."""
+    import typer
+
+    from mptrain.commands.options import user_errors
+    from mptrain.signals import RunAbandoned
+
+    folder = Path("/runs/exp[lr=0.1]-20261202")
+    with pytest.raises(typer.Exit), user_errors():
+        raise RunAbandoned(folder)
+    assert f"mptrain run --resume {folder}" in capsys.readouterr().err
