@@ -13,7 +13,7 @@ from mptrain.config import ExperimentConfig, load_config, validate
 from mptrain.config.loading import apply_overrides, parsed_changes, resolve_paths
 from mptrain.config.loading import variant as config_variant
 from mptrain.errors import RunInterrupted
-from mptrain.telling import Telling
+from mptrain.telling import QUIET
 
 if TYPE_CHECKING:
     from mptrain.measure.compare import CompareRecord
@@ -66,7 +66,7 @@ def run(experiment: ExperimentConfig, *, resume: str | Path | None = None, progr
     from mptrain.runs.launch import RunOptions, launch
     from mptrain.runs.runner import Start
 
-    options = RunOptions(verbose=verbose, start=Start(resume=Path(resume) if resume else None))
+    options = RunOptions(verbose=verbose, start=Start(resume=_path(resume or None)))
     with _live(progress) as (telling, listeners):
         result = launch(experiment, options, telling, listeners)
     if result.summary.status == "interrupted":
@@ -129,7 +129,7 @@ def _live(progress: bool):
     """What a call says as it goes, and its live training progress: on stderr as in a
     terminal, or nothing (`progress=False`)."""
     if not progress:
-        yield Telling(), []
+        yield QUIET, []
         return
     from mptrain.report.progress import ConsoleTelling, LiveProgress
 

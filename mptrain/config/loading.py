@@ -234,9 +234,12 @@ def validate(raw: dict[str, Any], source: str, overrides: Changes | None = None)
         raise ConfigError(head + "\n" + "\n".join(lines)) from None
 
 
-def load_config(ref: str | Path, overrides: Changes | None = None) -> ExperimentConfig:
+def load_config(ref: str | Path | ExperimentConfig, overrides: Changes | None = None) -> ExperimentConfig:
     """Read, override and validate an experiment; the one way configs enter the program.
-    `name` defaults to the file's name; relative paths are resolved (`resolve_paths`)."""
+    `name` defaults to the file's name; relative paths are resolved (`resolve_paths`). An
+    experiment given already loaded (from Python) gets the overrides as a `variant`."""
+    if isinstance(ref, ExperimentConfig):
+        return variant(ref, overrides) if overrides else ref
     path = find_config(ref)
     raw = apply_overrides(read_yaml(path), overrides or [])
     raw.setdefault("name", path.name.removesuffix(".yaml").replace(" ", "_"))

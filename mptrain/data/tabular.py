@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from mptrain.config.schema import CsvData
-from mptrain.data.dataset import Dataset, InputSpec, Split, check_learnable, hash_fraction, split_sizes
+from mptrain.data.dataset import Dataset, InputSpec, Split, check_learnable, split_keys, split_sizes
 from mptrain.errors import DataError
 
 ENCODING = "utf-8-sig"  # UTF-8, without the byte-order mark spreadsheets put first
@@ -144,8 +144,8 @@ def read_table(cfg: CsvData) -> Table:
     class_id = {name: int(name) if numeric else i for i, name in enumerate(classes)}
     n = len(train_labels)
     if test_labels is None:
-        is_test = np.array([hash_fraction(str(i), "test") < cfg.test_split for i in range(n)])
-        train_rows, test_rows = np.flatnonzero(~is_test), np.flatnonzero(is_test)
+        kept, taken = split_keys([str(i) for i in range(n)], cfg.test_split, "test")
+        train_rows, test_rows = np.array(kept, dtype=int), np.array(taken, dtype=int)
     else:
         train_rows, test_rows = np.arange(n), np.arange(len(test_labels))
     n_train, cut, n_test = split_sizes(cfg, len(train_rows), len(test_rows))

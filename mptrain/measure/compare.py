@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from mptrain.config import ExperimentConfig, load_config, variant
+from mptrain.config import ExperimentConfig, load_config
 from mptrain.errors import ConfigError, DataError
 from mptrain.measure.engine import (
     Entry,
@@ -21,15 +21,15 @@ from mptrain.measure.engine import (
     load_record,
     measure,
     stage,
+    steps_of,
     to_run,
     turn_steps,
     write_record,
 )
 from mptrain.measure.memory import too_big_together
 from mptrain.measure.verdicts import Measured, Rules, Steps, judge
-from mptrain.precision.candidates import candidate
+from mptrain.precision.candidates import candidate, file_label
 from mptrain.record import Record
-from mptrain.runs.folder import RunFolder
 from mptrain.telling import QUIET, Telling
 from mptrain.training.turns import planned_steps
 
@@ -45,7 +45,7 @@ class Variant:
 
     @property
     def label(self) -> str:
-        base = f"{self.policy.replace('+', '-')}-{self.loop}"  # names folders and runs
+        base = f"{file_label(self.policy)}-{self.loop}"  # names folders and runs
         return base if self.strategy == "none" else f"{base}-{self.strategy}"
 
     @property
@@ -127,8 +127,7 @@ def compare(experiment: str | ExperimentConfig | None, settings: CompareSettings
             raise ConfigError(f"--resume {resume}: every variant has ended; nothing to resume")
         return _run(record, telling, verbose, as_text)
     try:
-        config = (variant(experiment, settings.overrides) if isinstance(experiment, ExperimentConfig)
-                  else load_config(experiment or DEFAULT_EXPERIMENT, settings.overrides))
+        config = load_config(experiment or DEFAULT_EXPERIMENT, settings.overrides)
         policies = settings.policies or default_policies(config, verbose, telling.status)
         variants = plan_variants(config, policies, settings.loops, settings.strategies)
         return _run(start_compare(config, variants, telling, verbose), telling, verbose, as_text)
@@ -257,11 +256,11 @@ def judged(record: CompareRecord, same_start: bool = True) -> CompareRecord:
     turns and, when they started from the same weights on the same batches (`same_start`),
     the losses of their runs (read from their steps.jsonl)."""
     base = next((r for r in record.variants if r.label == record.baseline), None)
-    base_steps = _steps(base) if same_start else []
+    base_steps = steps_of(base) if same_start else []
     rules = Rules(turn_steps=record.turn_steps, input_ms=record.input_ms_per_batch)
     rows = []
     for row in record.variants:
-        steps = Steps(base_steps, _steps(row)) if base_steps and row.summary else None
+        steps = Steps(base_steps, steps_of(row)) if base_steps and row.summary else None
         verdict = judge(row, base, steps, rules)
         memory = None
         if base is not None and base.summary and row.summary and "diverged" not in (
@@ -270,12 +269,6 @@ def judged(record: CompareRecord, same_start: bool = True) -> CompareRecord:
             memory = mine / theirs if mine is not None and theirs else None
         rows.append(row.model_copy(update={"verdict": verdict, "memory_ratio": memory}))
     return record.model_copy(update={"variants": rows})
-
-
-def _steps(row: Measured | None) -> list:
-    if row is None or row.summary is None or row.run_dir is None:
-        return []
-    return RunFolder(Path(row.run_dir)).read_steps()
 
 
 def explain_missing_default(error: DataError) -> DataError:

@@ -1,10 +1,8 @@
 """The measuring engine: the variants of one experiment, run in turns, for compare and plan.
 
 A shared machine's speed drifts (2x within a session was measured here), so variants timed
-one after another meet different machines, and their ratio measures the drift as much as the
-variants: two plans in a row once picked different winners, and a pick's speed-up did not
-survive a check. Benchmark tools solved this by interleaving (Google Benchmark's random
-interleaving, asv's interleaved processes, ReBench's randomised order). So here:
+one after another measure the drift as much as themselves: two plans in a row once picked
+different winners. Benchmark tools interleave (Google Benchmark, asv, ReBench); so here:
 
 - every variant is its own `mptrain run` child (Keras' global policy, traced graphs, the XLA
   and oneDNN caches and some math switches are per process), started one at a time, each
@@ -20,14 +18,12 @@ interleaving, asv's interleaved processes, ReBench's randomised order). So here:
 Signals: a Ctrl-C or SIGTERM reaches the parent (children run in their own session), which
 passes it on to every child (`ForwardSignals`) and then lets each in turn take its last
 step, save its checkpoint and write its summary, so an interrupted compare or plan resumes
-like a run. A child's live progress would garble the terminal while others run, so its
-stderr goes to a log file beside its run folder (shown when it fails); the engine reports
-each turn instead.
+like a run. A child's live progress would garble the terminal, so its stderr
+goes to a log file beside its run folder (shown when it fails); the engine reports turns.
 
-Both commands keep their folder the same way, here: the shared initial weights and the
-prepared experiment (`stage`), each variant's own experiment file and run folder (`Entry`,
-`measure`), the record file rewritten as things end (`Ledger`, `load_record` for `--resume`)
-and, with `output.mlflow`, one parent run with every variant's run nested in it.
+Both commands keep their folder here: the shared initial weights and experiment (`stage`),
+each variant's experiment file and run folder (`Entry`, `measure`), the record rewritten as
+things end (`Ledger`; `load_record` for `--resume`); with `output.mlflow`, one parent run.
 """
 
 from __future__ import annotations
@@ -49,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from mptrain.errors import ConfigError
+from mptrain.precision.candidates import file_label
 from mptrain.record import to_json, write_atomic
 from mptrain.runs.folder import RunFolder, resumable, unique_folder
 from mptrain.runs.summary import RunSummary
@@ -116,9 +113,6 @@ class Entry:
         run_dir = Path(row.run_dir)
         return cls(row.label, variant(staged, {"name": run_dir.name, **row.settings}), run_dir, row)
 
-    @property
-    def file_label(self) -> str:
-        return self.label.replace("+", "-")
 
 
 @dataclass(frozen=True)
@@ -217,7 +211,7 @@ def pairs(entries: list[Entry], baseline: str) -> list[list[Entry]]:
         if index == 0:
             return base
         return replace(base, label=f"{base.label} with {entry.label}",
-                       run_dir=base.run_dir.with_name(f"{base.run_dir.name}-with-{entry.file_label}"))
+                       run_dir=base.run_dir.with_name(f"{base.run_dir.name}-with-{file_label(entry.label)}"))
 
     return [[baseline_for(i, e), e] for i, e in enumerate(others)]
 
@@ -229,7 +223,7 @@ def command_for(folder: Path, entry: Entry, verbose: bool) -> list[str]:
     if resumable(entry.run_dir):
         return resume_command(entry.run_dir, verbose)
     shutil.rmtree(entry.run_dir, ignore_errors=True)  # started, but with nothing to resume
-    experiment = folder / "variants" / f"{entry.file_label}.yaml"
+    experiment = folder / "variants" / f"{file_label(entry.label)}.yaml"
     experiment.parent.mkdir(exist_ok=True)
     write_atomic(experiment, yaml.safe_dump(entry.experiment.to_yaml_dict(), sort_keys=False))
     return run_command(experiment, run_dir=entry.run_dir,
@@ -279,6 +273,13 @@ def load_record(folder: Path, kind: str, record_type: type[Record]):
         return record_type.model_validate_json((folder / f"{kind}.json").read_text())
     except (OSError, ValueError) as exc:
         raise ConfigError(f"--resume {folder}: not a {kind} folder ({exc})") from None
+
+
+def steps_of(row: Measured | None) -> list:
+    """The step records of the run a row measured; none when it has not run."""
+    if row is None or row.summary is None or row.run_dir is None:
+        return []
+    return RunFolder(Path(row.run_dir)).read_steps()
 
 
 def to_run(rows: list[Measured]) -> list[Measured]:
@@ -361,7 +362,7 @@ def run_in_turns(commands: list[tuple[Entry, list[str]]], ledger: Ledger, turns:
 def _start(entry: Entry, command: list[str], ledger: Ledger, steps_per_turn: int,
            signals: ForwardSignals) -> _Child:
     read_end, write_end = os.pipe()
-    path = ledger.folder / "logs" / f"{entry.file_label}.log"
+    path = ledger.folder / "logs" / f"{file_label(entry.label)}.log"
     path.parent.mkdir(parents=True, exist_ok=True)
     log = open(path, "w")  # noqa: SIM115  (closed in _finish)
     process = start([*command, *TurnLink(steps_per_turn, write_end).option()], ledger.env, log=log,

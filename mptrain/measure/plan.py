@@ -50,6 +50,7 @@ from mptrain.measure.engine import (
     measure,
     past,
     stage,
+    steps_of,
     to_run,
     turn_steps,
     write_record,
@@ -58,10 +59,9 @@ from mptrain.measure.islands import LayerTiming, islands, layer_timings
 from mptrain.measure.memory import too_big_together
 from mptrain.measure.trials import TWIN, RunLength, Trial, choose, judge_trials
 from mptrain.measure.verdicts import DEFAULT_TOLERANCE_PCT, Rules
-from mptrain.precision.candidates import Candidate, candidate, candidates, select
+from mptrain.precision.candidates import Candidate, candidate, candidates, file_label, select
 from mptrain.precision.planned import stamp
 from mptrain.record import Record, write_atomic
-from mptrain.runs.folder import RunFolder
 from mptrain.telling import QUIET, Telling
 from mptrain.training.turns import planned_steps
 
@@ -154,7 +154,7 @@ def plan(experiment: str | ExperimentConfig | None, settings: PlanSettings = Pla
     elif experiment is None:
         raise ConfigError("mptrain plan: give an experiment (CONFIG) or --resume PLAN_DIR")
     else:
-        config = experiment if isinstance(experiment, ExperimentConfig) else load_config(experiment)
+        config = load_config(experiment)
         if settings.out is None:
             with contextlib.suppress(ConfigError):  # beside the experiment's file, when it has one
                 settings = replace(settings, out=plan_file_for(config.source))
@@ -217,7 +217,7 @@ def _trials(folder: Path, name: str, tried: list[Candidate]) -> list[Trial]:
 
 def _trial(folder: Path, name: str, label: str, option: Candidate) -> Trial:
     """A trial to run, with the run folder it will have: FOLDER/NAME-LABEL."""
-    return Trial(label=label, candidate=option, run_dir=str(folder / f"{name}-{label.replace('+', '-')}"))
+    return Trial(label=label, candidate=option, run_dir=str(folder / f"{name}-{file_label(label)}"))
 
 
 def eval_batches(prepared) -> int:
@@ -316,8 +316,7 @@ def judged(record: PlanRecord) -> PlanRecord:
     tolerance, and the experiment's length for the whole-run estimate, the process's start
     and exit taken as the median over the trials' processes (the same program for each: one
     trial's exit once took 46 s longer)."""
-    steps = {t.label: RunFolder(Path(t.run_dir)).read_steps() for t in record.trials
-             if t.summary is not None}
+    steps = {t.label: steps_of(t) for t in record.trials if t.summary is not None}
     overheads = [t.overhead_s for t in record.trials if t.overhead_s is not None]
     length = RunLength(record.experiment_steps, record.experiment_eval_batches,
                        record.experiment_checkpoints,

@@ -67,8 +67,7 @@ def plot_compare(record, path: Path) -> None:
                 if ex:
                     ax_epoch.plot(ex, ey, marker=marker, color=colour, linestyle=style, alpha=alpha,
                                   label=row.label if key == "loss" else None)
-            excluded = row.summary.step_time.warmup_steps_excluded if row.summary.step_time else 0
-            times.append([r.seconds * 1000 for r in timed_steps(steps, excluded)] or [math.nan])
+            times.append(_timed_ms(row, steps))
             scales = [(s.step, s.loss_scale) for s in steps if s.loss_scale is not None]
             if scales:
                 scaled = True
@@ -113,6 +112,12 @@ def _loss_scale_axis(ax_scale, scaled: bool, plain) -> None:
         ax_scale.axis("off")
         ax_scale.text(0.5, 0.5, "no variant scales its loss\n(loss scaling is for mixed_float16)",
                       ha="center", va="center", color="0.4")
+
+
+def _timed_ms(row, steps: list) -> list[float]:
+    """A row's timed steps in ms, its warm-up left out as its summary did; [NaN] for none."""
+    excluded = row.summary.step_time.warmup_steps_excluded if row.summary.step_time else 0
+    return [r.seconds * 1000 for r in timed_steps(steps, excluded)] or [math.nan]
 
 
 def _finite_prefix(xs: list, ys: list) -> tuple[list, list]:
@@ -185,8 +190,7 @@ def plot_plan(record, path: Path) -> None:
             xs, ys = _finite_prefix([s.step for s in steps], [s.loss for s in steps])
             ax_loss.plot(xs, ys, color=f"C{index % 10}", linestyle=STYLES[index % len(STYLES)],
                          label=trial.label, linewidth=1.4, alpha=0.85)
-            excluded = trial.summary.step_time.warmup_steps_excluded if trial.summary.step_time else 0
-            times.append([r.seconds * 1000 for r in timed_steps(steps, excluded)] or [math.nan])
+            times.append(_timed_ms(trial, steps))
             labels.append(trial.label)
         ax_loss.set(title="Training loss per step (same weights, same batches)", xlabel="step",
                     ylabel="loss")

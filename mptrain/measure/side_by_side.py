@@ -6,10 +6,12 @@ losses: they need not have started from the same weights)."""
 
 from __future__ import annotations
 
+from contextlib import suppress
 from pathlib import Path
 
 from mptrain.errors import ConfigError
 from mptrain.measure.compare import CompareRecord, CompareRow, judged
+from mptrain.measure.engine import load_record
 from mptrain.runs.folder import RunFolder
 from mptrain.runs.listing import DEFAULT_FOLDER, is_run_folder, run_config, run_state_status
 from mptrain.runs.summary import RunSummary
@@ -61,10 +63,9 @@ def compare_runs(refs: list[str], folder: Path = DEFAULT_FOLDER) -> CompareRecor
 
 def _compare_record(folder: Path) -> CompareRecord | None:
     """The compare that made the runs in `folder`, when it is a compare folder."""
-    try:
-        return CompareRecord.model_validate_json((folder / "compare.json").read_text())
-    except (OSError, ValueError):
-        return None
+    with suppress(ConfigError):
+        return load_record(folder, "compare", CompareRecord)
+    return None
 
 
 def _row(path: Path, state, folder: Path, compare: CompareRecord | None) -> CompareRow:

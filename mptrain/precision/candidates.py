@@ -81,6 +81,12 @@ CPU_XLA = ("on a CPU, XLA's code uses no bfloat16 matrix units (AMX, AVX512_BF16
            "oneDNN's bfloat16 ran 1.1-2.8x (bench/NOTES.md); --candidates {name} tries it")
 
 
+def file_label(name: str) -> str:
+    """A candidate's name (or a label made of one) as a folder, file or run name: "+" becomes
+    "-", one spelling for compare's and plan's folders, logs and variant files."""
+    return name.replace("+", "-")
+
+
 def candidate(name: str, why_not: str | None = None) -> Candidate:
     """The candidate a name means: `POLICY[+xla][+MATH_MODE]`."""
     policy, *parts = name.split("+")

@@ -3,7 +3,7 @@ to), XLA or not, loss scaling or not, and why.
 
 Keras applies the *global* policy to layers as they are built, so `apply_policy` must run
 before the model is constructed. The rest are pure decisions over the machine's facts
-(`hardware.Machine`), each returned with the reason a user will see. XLA helps one 16-bit type
+(`hardware.machine.Machine`), each returned with the reason a user will see. XLA helps one 16-bit type
 and hurts the other on the same CPU (`CPU_FLOAT16`, `CPU_BFLOAT16`); only mixed_float16 gets
 dynamic loss scaling (`PolicyChoice.loss_scaling`; `training/loss_scale.py` wraps the optimizer).
 """

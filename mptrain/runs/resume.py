@@ -34,12 +34,6 @@ def experiment_to_run(experiment: str | ExperimentConfig | None, overrides: list
         return resume_config(resume, experiment, overrides)
     if experiment is None:
         raise ConfigError("mptrain run: give an experiment (CONFIG) or --resume RUN_DIR")
-    return _wanted(experiment, overrides)
-
-
-def _wanted(experiment: str | ExperimentConfig, overrides: list[str]) -> ExperimentConfig:
-    if isinstance(experiment, ExperimentConfig):
-        return variant(experiment, overrides) if overrides else experiment
     return load_config(experiment, overrides)
 
 
@@ -62,7 +56,7 @@ def resume_config(run_dir: Path, experiment: str | ExperimentConfig | None,
     stored = validate(stored_raw, str(stored_path))
     folder.read_steps(), folder.read_epochs()  # a damaged record is refused here, untouched
     if experiment is not None:
-        wanted = _wanted(experiment, overrides)
+        wanted = load_config(experiment, overrides)
     else:
         wanted = validate(apply_overrides(stored_raw, overrides), str(stored_path), overrides)
     # `policy: auto` may have followed a plan: what a plan chooses is what auto resolved

@@ -405,7 +405,7 @@ def test_one_trials_slow_exit_does_not_move_the_whole_run_estimates(monkeypatch)
     seen = {}
     monkeypatch.setattr(planning, "judge_trials",
                         lambda trials, steps, rules, length: seen.setdefault("length", length) and trials)
-    monkeypatch.setattr(planning.RunFolder, "read_steps", lambda self: [])
+    monkeypatch.setattr(planning, "steps_of", lambda row: [])
     planning.judged(record)
     assert seen["length"] == RunLength(87, 20, 4, pytest.approx(1.1))
 
