@@ -109,7 +109,7 @@ class Verdict(FrozenRecord):
         else:
             parts = [f"not timed: {self.speed.unknown}"] if self.speed.unknown else []
         if self.training is not None and self.training.behind:
-            made = (f"{self.training.share:.0%} of its progress" if self.training.share is not None
+            made = (f"{self.training.share:.0%} of float32's progress" if self.training.share is not None
                     else f"{self.training.shortfall:+.3g}")
             parts.append(f"loss behind float32's ({made})")
         if accuracy and not self.baseline and self.accuracy_word:

@@ -68,6 +68,8 @@ def launch(experiment: str | ExperimentConfig | None, options: RunOptions = RunO
                           "(or --resume of a run on local workers)")
     source = experiment.source if isinstance(experiment, ExperimentConfig) else experiment
     if resume is None and source is not None and (beside := plan_beside(source)) is not None:
+        if chosen.policy != "auto":  # only `policy: auto` follows a plan: else it reads as followed
+            beside += f" (not followed: this experiment's policy is {chosen.policy}, not auto)"
         telling.say("plan", beside)
     return run_experiment(chosen, options.start, listeners=listeners,
                           verbose=options.verbose, on_start=telling.started, status=telling.status)

@@ -46,10 +46,15 @@ def test_a_run_trains_here_with_its_overrides_and_names_the_plan_beside_it(exper
         def say(self, kind: str, line: str) -> None:
             told.append((kind, line))
 
-    launch(str(experiment), RunOptions(overrides=["train.epochs=1"]), Told())
+    launch(str(experiment), RunOptions(overrides=["train.epochs=1", "policy=auto"]), Told())
     config, _, _ = trained["here"]
     assert config.train.epochs == 1 and "workers" not in trained
-    assert told == [("plan", f"{experiment.parent / 'exp.plan.yaml'}: mptrain plan for tiny: float32.")]
+    beside = f"{experiment.parent / 'exp.plan.yaml'}: mptrain plan for tiny: float32."
+    assert told == [("plan", beside)]
+    told.clear()  # under a policy of its own, the plan is named as not followed
+    launch(str(experiment), RunOptions(overrides=["policy=mixed_bfloat16"]), Told())
+    not_followed = " (not followed: this experiment's policy is mixed_bfloat16, not auto)"
+    assert told == [("plan", beside + not_followed)]
 
 
 def test_workers_n_trains_on_local_workers_which_are_told_what_it_means(experiment, trained):

@@ -134,7 +134,7 @@ def test_the_loss_guard_holds_a_candidate_to_float32s_progress_not_its_final_los
                     ("mixed_float16+xla", "mixed_float16", 600.0, {"start": 3.5, "end": 0.6}))
     assert [t.verdict.training.behind for t in trials[1:]] == [False, False, False, True]
     assert trials[1].verdict.training.share == pytest.approx(0.997, abs=0.002)
-    assert "loss behind float32's (84% of its progress)" in trials[4].verdict.words()
+    assert "loss behind float32's (84% of float32's progress)" in trials[4].verdict.words()
     assert not trials[4].counts and trials[1].counts
     assert choose(trials)[0] == "mixed_bfloat16"
     stuck = judged(("float32", "float32", 300.0, {"start": 2.3, "end": 2.2}),
