@@ -34,7 +34,8 @@ class LiveProgress(TrainingListener):
         return self
 
     def __exit__(self, *exc) -> None:
-        self.progress.stop()
+        if self.progress.live.is_started:  # stopping one never started prints an empty line
+            self.progress.stop()
 
     def epoch_started(self, epoch: int, epochs: int, steps: int) -> None:
         # the live display starts with training: until then (set-up, or a run whose local

@@ -58,7 +58,7 @@ def test_table_output_names_the_measurements(tmp_path):
 def test_invalid_config_exits_2_without_traceback_or_folder(tmp_path):
     config = experiment(tmp_path)
     done = mptrain("run", str(config), "--set", "train.batch_size=zero", cwd=tmp_path)
-    assert done.returncode == 2
+    assert done.returncode == 2 and done.stderr.startswith("error: ")  # the first line, no blank above
     assert "exp.yaml" in done.stderr and "train.batch_size = 'zero'" in done.stderr
     assert "Traceback" not in done.stderr and done.stdout == ""
     assert not (tmp_path / "runs").exists()
