@@ -174,6 +174,18 @@ def choose_xla_optimizer_update(requested: bool | None, jit_compile: bool,
     return False, "TensorFlow's default on accelerators"
 
 
+def pure_policy_note(choice: PolicyChoice) -> str | None:
+    """A pure 16-bit policy (`float16`, `bfloat16`) keeps the weights in 16 bits too: an
+    update smaller than a weight's last bit is lost, so training stalls or drifts where the
+    guide's mixed policy (float32 variables) trains as float32 does. Valid to measure; said,
+    because its lower accuracy otherwise looks like 16-bit math's fault."""
+    if choice.variable_dtype == "float32":
+        return None
+    return (f"{choice.name}: the weights and their updates are {choice.variable_dtype} too, so an "
+            "update smaller than a weight's last bit is lost; "
+            f"mixed_{choice.variable_dtype} keeps them in float32 (the guide's choice)")
+
+
 def unlike_plain_keras(choice, deterministic: bool) -> list[str]:
     """What in this run computes other ops than a plain Keras script of the same experiment
     (compile, fit), so its numbers differ in the last digits (and, over a long float32 run,

@@ -23,7 +23,14 @@ from mptrain.model.checks import fit_to_data
 from mptrain.model.outputs import OutputKind
 from mptrain.model.size import MemoryMeter
 from mptrain.precision.planned import Planned, planned
-from mptrain.precision.policy import PolicyChoice, apply_math_mode, apply_policy, choose_policy, speed_warning
+from mptrain.precision.policy import (
+    PolicyChoice,
+    apply_math_mode,
+    apply_policy,
+    choose_policy,
+    pure_policy_note,
+    speed_warning,
+)
 from mptrain.runs.preflight import check_experiment
 from mptrain.training import TrainingLoop, make_loop
 from mptrain.training.distribute import (
@@ -89,6 +96,8 @@ def prepare(config: ExperimentConfig, *, policy: str | None = None, verbose: boo
                            kernels=kernels)
     if plan is not None and requested != "auto":  # auto, resolved by the plan
         choice = replace(choice, requested="auto", reason=f"auto: {said}")
+    if (pure := pure_policy_note(choice)) is not None:
+        notes.append(pure)
     apply_math_mode(tf, config.train.math_mode)
     # set before the data: its one layer (text_folder's TextVectorization) gives integer
     # token ids under any policy, and every layer the model creates follows it

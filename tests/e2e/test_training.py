@@ -342,3 +342,13 @@ def test_float32_is_a_plain_keras_script_bit_for_bit_or_the_summary_says_why_not
         assert not same and named and "train.xla_optimizer_update: false" in named[0]
     else:
         assert same and not named
+
+
+def test_a_pure_16bit_policy_trains_and_says_its_weights_are_16bit(tiny_config):
+    """Pure bfloat16 is a valid thing to measure, but its lower accuracy must not read as
+    16-bit math's fault: the run's notes say the weights are bfloat16 too."""
+    s = run_experiment(tiny_config("policy=bfloat16", "train.epochs=1")).summary
+    assert s.status == "finished" and s.variable_dtype == "bfloat16"
+    assert any(n.startswith("bfloat16: the weights and their updates are bfloat16") for n in s.notes), s.notes
+    mixed = run_experiment(tiny_config("policy=mixed_bfloat16", "train.epochs=1")).summary
+    assert not any("the weights and their updates" in n for n in mixed.notes)
