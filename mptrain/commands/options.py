@@ -92,7 +92,6 @@ def user_errors(interrupted: str = "interrupted", verbose: bool = False,
     --verbose, the traceback of the user's own code that caused it); Ctrl-C → 130. An
     `unsaid` error ends with its exit code alone: someone else says it (a local worker's lost
     peer is said once, by `run --workers`)."""
-    from rich.markup import escape
 
     from mptrain.report.console import say, stderr
     from mptrain.signals import RunAbandoned
@@ -110,9 +109,8 @@ def user_errors(interrupted: str = "interrupted", verbose: bool = False,
             say_error(str(exc))
         raise typer.Exit(exc.exit_code) from None
     except RunAbandoned as exc:  # a second Ctrl-C: the run folder is known
-        folder = escape(str(exc.run_dir))
-        say(f"interrupted: {folder} keeps its last checkpoint; continue with\n"
-            f"  mptrain run --resume {folder}")
+        say(f"{exc.run_dir} keeps its last checkpoint; continue with\n"
+            f"  mptrain run --resume {exc.run_dir}", "interrupted")
         raise typer.Exit(130) from None
     except KeyboardInterrupt:
         say(interrupted)
@@ -120,12 +118,9 @@ def user_errors(interrupted: str = "interrupted", verbose: bool = False,
 
 
 def say_error(message: str) -> None:
-    from rich.markup import escape
-
     from mptrain.report.console import say
 
-    # escaped: a message may hold brackets Rich would read as markup ('mptrain[mlflow]')
-    say(f"[bold red]error:[/] {escape(message)}")
+    say(message, "error", "bold red")
 
 
 def emit(data, json_out: bool, render) -> None:
@@ -144,15 +139,14 @@ def emit(data, json_out: bool, render) -> None:
 def end_measuring(result, json_out: bool, render, kind: str, kept: str) -> None:
     """How compare and plan end: the record (JSON or tables), what MLflow could not log, and
     after an interrupt the command that resumes it, with the signal's exit code."""
-    from rich.markup import escape
 
     from mptrain.report.console import say
     from mptrain.signals import exit_code
 
     emit(result.record, json_out, render)
     for note in result.notes:
-        say(f"[yellow]note:[/] {escape(note)}")
+        say(note, "note", "yellow")
     if result.record.status == "interrupted":
-        say(f"[yellow]{kind} interrupted[/]: finished {kept} are kept. Continue with:\n"
-            f"  mptrain {kind} --resume {escape(str(result.folder))}")
+        say(f"finished {kept} are kept. Continue with:\n  mptrain {kind} --resume {result.folder}",
+            f"{kind} interrupted", "yellow")
         raise typer.Exit(exit_code(result.signal))

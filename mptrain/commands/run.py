@@ -49,7 +49,6 @@ def run(
     worker stops them all (exit 4, with the --resume command) unless --max-restarts allows
     restarting them.
     """
-    from rich.markup import escape
 
     from mptrain.errors import AlreadyFinished, WorkerLost
     from mptrain.report.console import say
@@ -68,7 +67,7 @@ def run(
             with LiveProgress() as progress:
                 result = launch(config, options, ConsoleTelling(), listeners=[progress])
         except AlreadyFinished as done:
-            say(f"nothing to do: {escape(str(done))}")
+            say(str(done), "nothing to do")
             raise typer.Exit(0) from None
     if isinstance(result, WorkersResult):  # the chief's summary, then why a lost worker stopped it
         typer.echo(result.stdout, nl=False)
@@ -80,7 +79,6 @@ def run(
 
 def _finish(result, json_out: bool) -> None:
     """The summary, then what the run's end asks of the user, and its exit code."""
-    from rich.markup import escape
 
     from mptrain.report.console import say
     from mptrain.report.tables import summary_table
@@ -92,11 +90,11 @@ def _finish(result, json_out: bool) -> None:
     with ignoring_interrupts() if summary.status == "interrupted" else contextlib.nullcontext():
         emit(summary, json_out, summary_table)
         if summary.status == "interrupted":
-            say(f"[yellow]{escape(summary.stop_reason or '')}[/]: checkpoint saved. Continue with:\n"
-                f"  mptrain run --resume {escape(str(result.run_dir))}")
+            say(f"checkpoint saved. Continue with:\n  mptrain run --resume {result.run_dir}",
+                summary.stop_reason or "", "yellow")
     if summary.status == "interrupted":
         raise typer.Exit(exit_code(result.signal))
     if summary.status == "diverged":
-        say(f"[red]diverged[/]: {escape(summary.stop_reason or 'the loss became NaN/inf')}; the last "
-            f"good checkpoint is in {escape(str(result.run_dir))}/checkpoints")
+        say(f"{summary.stop_reason or 'the loss became NaN/inf'}; the last good checkpoint is in "
+            f"{result.run_dir}/checkpoints", "diverged", "red")
         raise typer.Exit(DIVERGED_EXIT_CODE)

@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 from rich.console import Console
+from rich.text import Text
 
 stderr = Console(stderr=True)
 
 
-def say(markup) -> None:
-    """One line (or a few, or a renderable) on stderr, Rich markup allowed, never wrapped."""
-    stderr.print(markup, soft_wrap=True, highlight=False)
+def say(text, label: str | None = None, style: str | None = None) -> None:
+    """One line (or a few) on stderr, never wrapped: `label:` in `style`, then `text` as
+    written. Never read as Rich markup: a path or a message may hold brackets
+    (`runs/exp[lr=0.1]`, `mptrain[mlflow]`) that Rich would take for styles and drop. A Rich
+    `Text` (the run's header) is printed as it is styled."""
+    line = text if isinstance(text, Text) else Text(text)
+    if label is not None:
+        line = Text.assemble((f"{label}:", style or ""), " ", line)
+    stderr.print(line, soft_wrap=True, highlight=False)
 
 
 def stdout_console() -> Console:

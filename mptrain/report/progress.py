@@ -3,7 +3,6 @@ what run, compare and plan say as they go (`ConsoleTelling`)."""
 
 from __future__ import annotations
 
-from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from mptrain.report.console import say, stderr
@@ -60,7 +59,7 @@ class LiveProgress(TrainingListener):
         say(f"epoch {record.epoch}: {steps}  {metrics}{extra}")
 
     def notice(self, text: str) -> None:
-        say(f"[yellow]warning:[/] {escape(text)}")
+        say(text, "warning", "yellow")
 
 
 COLOURS = {"plan": "cyan", "restart": "yellow"}
@@ -72,7 +71,7 @@ class ConsoleTelling(Telling):
 
     def say(self, kind: str, line: str) -> None:
         colour = COLOURS.get(kind.split()[0], "yellow")
-        say(f"[{colour}]{escape(kind)}:[/] {escape(line)}")
+        say(line, kind, colour)
 
     def started(self, prepared, notes: list[str]) -> None:
         from mptrain.report.tables import run_header

@@ -10,6 +10,7 @@ from rich import box
 from rich.console import Group
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from mptrain.measure.trials import TWIN
 from mptrain.measure.verdicts import INPUT_BOUND_NOTE, MIN_ROUNDS
@@ -26,17 +27,18 @@ if TYPE_CHECKING:
 
 
 def run_header(experiment: ExperimentConfig, choice: PolicyChoice, warning: str | None,
-               notes: list[str]) -> str:
+               notes: list[str]) -> Text:
     """What is about to run, printed before the first step."""
     policy = choice.name if choice.requested == choice.name else f"{choice.name} (from {choice.requested})"
     xla = "XLA step" if choice.jit_compile else (
         "XLA optimizer update" if choice.xla_optimizer_update else "no XLA")
-    text = (f"mptrain run [bold]{experiment.name}[/]: {policy}, loop {experiment.train.loop}, "
-            f"{experiment.train.epochs} epoch(s), {xla}")
+    text = Text.assemble("mptrain run ", (experiment.name, "bold"),
+                         f": {policy}, loop {experiment.train.loop}, "
+                         f"{experiment.train.epochs} epoch(s), {xla}")
     for note in notes:
-        text += f"\nnote: {note}"
+        text.append(f"\nnote: {note}")
     if warning:
-        text += f"\n[yellow]warning:[/] {warning}"
+        text.append("\n").append("warning:", "yellow").append(f" {warning}")
     return text
 
 
