@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, redirect_stdout
 from typing import Annotated
 
 import typer
@@ -91,13 +91,20 @@ def user_errors(interrupted: str = "interrupted", verbose: bool = False,
     """Errors a user can fix → their message and exit code, never a traceback (with
     --verbose, the traceback of the user's own code that caused it); Ctrl-C → 130. An
     `unsaid` error ends with its exit code alone: someone else says it (a local worker's lost
-    peer is said once, by `run --workers`)."""
+    peer is said once, by `run --workers`).
+
+    While the block runs, what anything prints goes to stderr: a command's results are
+    printed after it, and stdout holds them alone. User code prints (a builder's
+    `model.summary()`, a `print` in a model's `call`), and a summary table in front of `run
+    --json`'s JSON broke every compare and plan variant, which read a run's summary from its
+    stdout."""
 
     from mptrain.report.console import say, stderr
     from mptrain.signals import RunAbandoned
 
     try:
-        yield
+        with redirect_stdout(sys.stderr):
+            yield
     except MptrainError as exc:
         if verbose and exc.__cause__ is not None:
             import traceback

@@ -52,6 +52,10 @@ def import_tensorflow(verbose: bool = False, environment: dict[str, str] | None 
                               "of its own (`mptrain run`)")
         return sys.modules["tensorflow"]
     os.environ.update(environment)
+    # mptrain trains on TensorFlow's backend, whatever a shell or a builder (keras.io's ViT
+    # sets "jax") left in the environment: Keras reads it once, at its import, and this
+    # process's children (compare's and plan's variants, local workers) inherit it.
+    os.environ["KERAS_BACKEND"] = "tensorflow"
     if verbose:
         with _without(KERAS_OPTIONAL):
             import keras  # noqa: F401
