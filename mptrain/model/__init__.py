@@ -45,10 +45,13 @@ def build_model(config: ExperimentConfig, spec: InputSpec,
     """The experiment's model under the current global policy, with a float32 output;
     `initial_weights` (an .npz of `model.get_weights()`, from `save_initial_weights`)
     makes several builds start from the same weights."""
+    import keras
+
     import mptrain.model.fused  # noqa: F401  (registers mptrain's layers for saving/loading)
     import mptrain.model.layers  # noqa: F401
     from mptrain.model.checks import check_inputs
     from mptrain.model.keras_internals import reset_name_counters
+    from mptrain.model.own_step import check_own_step
 
     # Keras' layer-name counters restarted, so every build names its layers alike (`dense`,
     # `dense_1`, ...): the names plan, diagnose, lint and memory show are those
@@ -59,6 +62,7 @@ def build_model(config: ExperimentConfig, spec: InputSpec,
     check_inputs(config, spec)
     module, _, function = BUILDERS[config.model.kind].partition(":")
     model, notes = getattr(importlib.import_module(module), function)(config, spec)
+    notes += check_own_step(config, model, keras.config.dtype_policy().name == "mixed_float16")
     rules = config.model.layer_rules
     if rules:
         from mptrain.model.dtypes import rebuild_with_policies
@@ -114,17 +118,27 @@ def sample_inputs(spec: InputSpec, batch: int = 8, seed: int = 0):
 def output_dtype(model) -> str:
     import keras
 
-    return keras.backend.standardize_dtype(model.outputs[0].dtype)
+    from mptrain.model.own_step import casts_in_place
+
+    return "float32" if casts_in_place(model) else keras.backend.standardize_dtype(model.outputs[0].dtype)
 
 
 def ensure_float32_output(model):
     """The model unchanged when its output is float32; else the model followed by a float32
-    linear `Activation`, and a note saying so."""
+    linear `Activation`, and a note saying so. A model with its own training step is not
+    replaced (`own_step.py`): its own call casts its output."""
     import keras
+
+    from mptrain.model.own_step import cast_output_in_place, own_methods
 
     found = output_dtype(model)
     if found == "float32":
         return model, []
+    if own_methods(model):
+        cast_output_in_place(model)
+        return model, [f"the model's output was {found}; mptrain casts it to float32 at the end of "
+                       f"the model's own call, keeping {type(model).__name__} and its training "
+                       "step (the guide's rule)"]
     outputs = keras.layers.Activation("linear", dtype="float32", name="float32_output")(model.outputs[0])
     wrapped = keras.Model(model.inputs, outputs, name=model.name)
     return wrapped, [f"the model's output was {found}; mptrain appended a float32 linear Activation "

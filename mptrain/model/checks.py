@@ -60,6 +60,64 @@ def fit_to_data(config: ExperimentConfig, data: Dataset) -> ExperimentConfig:
     return config
 
 
+def check_built(config: ExperimentConfig, model, spec: InputSpec, classes: int) -> list[str]:
+    """The built model against its data and loss, before a step runs: it takes one input of
+    the data's shape, and its outputs are what the loss needs for the `classes` its labels
+    hold. Refused (naming the layer and the fix) where training would fail after set-up, or
+    train with exit 0 on something that cannot learn: a softmax over one unit is 1.0 for
+    every input (keras.io's `make_model(num_classes)` builds one when given 1). Said, not
+    refused: more outputs than classes (a builder may reserve some)."""
+    from mptrain.model.outputs import read_output
+
+    _check_model_inputs(model, spec)
+    units = model.outputs[0].shape[-1]
+    reading = read_output(model)
+    if reading.softmax and units == 1:
+        raise ConfigError(
+            f"model: {reading.evidence} over 1 unit, which outputs 1.0 for every input: nothing "
+            "can be learned. For two classes, end in Dense(1, activation='sigmoid') with "
+            "train.loss: binary_crossentropy (a builder's num_classes is then 2), or in a "
+            "softmax over 2 units")
+    if config.train.loss == "binary_crossentropy":
+        if units != 1:
+            raise ConfigError(f"train.loss binary_crossentropy takes one output, the probability "
+                              f"of class 1, and the model has {units}; end it in Dense(1), or use "
+                              "train.loss: sparse_categorical_crossentropy with one output per class")
+        if classes > 2:
+            raise ConfigError(f"train.loss binary_crossentropy takes labels 0 and 1, and the data "
+                              f"holds {classes} classes; use sparse_categorical_crossentropy")
+        return []
+    if units == 1:
+        raise ConfigError(
+            f"train.loss {config.train.loss} needs one output per class and the model has 1 (for "
+            f"the data's {classes} classes); with one sigmoid output for two classes, use "
+            "train.loss: binary_crossentropy")
+    if units < classes:
+        raise ConfigError(f"the labels go up to {classes - 1} and the model has {units} outputs; "
+                          f"give it {classes} (model.num_classes, or what its builder takes)")
+    if units > classes:
+        return [f"the model has {units} outputs and the data {classes} classes: outputs "
+                f"{classes}..{units - 1} are never a label"]
+    return []
+
+
+def _check_model_inputs(model, spec: InputSpec) -> None:
+    """One input, of the data's shape (a dimension the model leaves open takes any size)."""
+    if isinstance(model.input, dict) or len(model.inputs) != 1:
+        names = [getattr(t, "name", "?") for t in model.inputs]
+        raise ConfigError(f"model: it takes {len(model.inputs)} inputs ({', '.join(names)}) and "
+                          "the data gives each example as one array; give the model one input")
+    declared = tuple(model.inputs[0].shape[1:])
+    if len(declared) != len(spec.shape) or any(
+            want is not None and want != got for want, got in zip(declared, spec.shape, strict=False)):
+        raise ConfigError(f"model: it takes inputs of shape {_shape(declared)} and the data's "
+                          f"examples have shape {_shape(spec.shape)}")
+
+
+def _shape(dims) -> str:
+    return "(" + ", ".join("None" if d is None else str(d) for d in dims) + ")"
+
+
 def check_fits(config: ExperimentConfig, spec: InputSpec | None, train_examples: int | None) -> None:
     """Does the experiment fit its data and this machine, as far as is known (`spec` None:
     the inputs are not known yet)? An error names the key to change. The model's inputs come

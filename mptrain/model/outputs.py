@@ -40,6 +40,7 @@ INPUT_SCALE = 100.0  # the second probe's inputs: large enough that logits leave
 class OutputReading:
     kind: OutputKind | None  # None: cannot tell
     evidence: str
+    softmax: bool = False  # read from a softmax layer or activation
 
 
 def kind_of_activation(activation: str) -> OutputKind:
@@ -77,7 +78,8 @@ def _read_layers(model) -> OutputReading:
         activation = _activation_name(layer)
         if kind == "Softmax" or activation in PROBABILITY_ACTIVATIONS:
             what = activation or "softmax"
-            return OutputReading("probabilities", f"its last layer {layer.name!r} is a {what}")
+            return OutputReading("probabilities", f"its last layer {layer.name!r} is a {what}",
+                                 what == "softmax")
         if kind == "Activation" and activation == "linear" or kind in PASS_THROUGH:
             tensor = inputs_of(tensor)[0] if inputs_of(tensor) else None
             if tensor is None:

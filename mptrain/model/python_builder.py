@@ -6,7 +6,8 @@ output float32 if it is not. It is called with the arguments it declares, as pyt
 test with the fixtures its signature names: `input_shape` (the data's, one example) and
 `num_classes` when it names them, and each key of `model.kwargs` by name, so keras.io's
 `make_model(input_shape, num_classes)`, a script's `build_model(num_classes)` and a plain
-`build_model()` all work as written. A parameter mptrain cannot give is refused by
+`build_model()` all work as written (`num_classes` counts classes as Keras scripts do: 2 for a
+binary task, `classes_of`). A parameter mptrain cannot give is refused by
 `validate`, without running the file. A builder file imports the modules beside it, as
 `python file.py` would.
 
@@ -29,6 +30,7 @@ from mptrain.config.schema import ExperimentConfig, PythonConfig
 from mptrain.data.dataset import InputSpec
 from mptrain.errors import ConfigError
 from mptrain.model.in_process import is_registered
+from mptrain.model.own_step import own_methods
 
 GIVEN = ("input_shape", "num_classes")  # what mptrain offers every builder, beside model.kwargs
 
@@ -210,6 +212,14 @@ def load_builder(cfg: PythonConfig):
     return getattr(module, function)
 
 
+def classes_of(config: ExperimentConfig) -> int | None:
+    """A builder's `num_classes`: the classes, as Keras scripts count them. Under
+    binary_crossentropy that is 2, where mptrain's `model.num_classes` counts the one output
+    unit: keras.io's `make_model(input_shape, num_classes)` ends in Dense(1, sigmoid) for 2,
+    and in a softmax over one unit, which cannot learn, for 1."""
+    return 2 if config.train.loss == "binary_crossentropy" else config.model.num_classes
+
+
 def build_python(config: ExperimentConfig, spec: InputSpec):
     import keras
 
@@ -217,7 +227,7 @@ def build_python(config: ExperimentConfig, spec: InputSpec):
     with beside(cfg):
         build = load_builder(cfg)
         positional, keywords = arguments(cfg, _declared(build), {
-            "input_shape": spec.shape, "num_classes": cfg.num_classes, **cfg.kwargs})
+            "input_shape": spec.shape, "num_classes": classes_of(config), **cfg.kwargs})
         try:
             model = build(*positional, **keywords)
         except Exception as exc:
@@ -234,6 +244,13 @@ def build_python(config: ExperimentConfig, spec: InputSpec):
         functional = bool(model.outputs)
     except (AttributeError, ValueError):
         functional = False
+    if not functional and own_methods(model):
+        raise ConfigError(
+            f"model.builder {cfg.builder!r} returned a subclassed {type(model).__name__} with its "
+            f"own {', '.join(own_methods(model))}: mptrain reads a model's layers as a graph, and "
+            "wrapping this one in a graph would train with Keras' default step instead of yours; "
+            "build it as keras.io does, from inputs and outputs: "
+            f"{type(model).__name__}(inputs, outputs)")
     if not functional or isinstance(model, keras.Sequential):
         # a subclassed model (or a Sequential, which keeps no graph of its own): called on a
         # symbolic input, it becomes one layer of a functional model mptrain can read

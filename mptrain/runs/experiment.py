@@ -15,11 +15,12 @@ from typing import TYPE_CHECKING, Any
 from mptrain.config import ExperimentConfig
 from mptrain.data import Dataset, load_dataset
 from mptrain.data.pipeline import Batches, hold_on_host, make_batches
+from mptrain.errors import ConfigError
 from mptrain.hardware.kernels import measured_kernels
 from mptrain.hardware.machine import Machine, probe
 from mptrain.hardware.runtime import import_tensorflow, seed_everything
 from mptrain.model import build_model
-from mptrain.model.checks import fit_to_data
+from mptrain.model.checks import check_built, fit_to_data
 from mptrain.model.outputs import OutputKind
 from mptrain.model.size import MemoryMeter
 from mptrain.precision.planned import Planned, planned
@@ -110,6 +111,10 @@ def prepare(config: ExperimentConfig, *, policy: str | None = None, verbose: boo
     config = fit_to_data(config, data)  # what the model is built from, checked just before
     with scope(place):  # model, optimizer, metrics (and checkpoints) live on the replicas
         built = build_model(config, data.spec, initial_weights)
+    try:
+        checked = check_built(config, built.model, data.spec, data.num_classes_seen)
+    except ConfigError as exc:
+        raise ConfigError(f"{config.source}: {exc}") from None
     batches = make_batches(held, config, scale_pixels=built.pixel_range == "0-1",
                            replicas=place.replicas)
     with scope(place):
@@ -120,7 +125,7 @@ def prepare(config: ExperimentConfig, *, policy: str | None = None, verbose: boo
         loop = make_loop(config, built.model, built.output, optimizer, choice, place.strategy)
     return Prepared(config, tf, machine, place, choice, speed_warning(choice, machine, kernels), data,
                     batches, memory, built.model, built.output, optimizer, loop,
-                    (*notes, *data.notes, *built.notes))
+                    (*notes, *data.notes, *built.notes, *checked))
 
 
 def plan_math_mode(plan: Planned | None) -> str | None:
