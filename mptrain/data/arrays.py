@@ -55,6 +55,12 @@ def load_arrays(cfg: MnistData | NpzData | SyntheticData | SyntheticTextData, se
     n_train, cut, n_test = split_sizes(cfg, len(x_train), len(x_test))
     x_train, y_train, x_test, y_test = x_train[:n_train], y_train[:n_train], x_test[:n_test], y_test[:n_test]
     x_train, x_test = preprocess(x_train, source), preprocess(x_test, source)
+    notes = []
+    if x_train.dtype == np.uint8 and x_train.ndim == 3:  # (N, H, W): MNIST's grey images
+        x_train, x_test = x_train[..., np.newaxis], x_test[..., np.newaxis]
+        if cfg.dataset == "npz":
+            notes.append(f"{source}: uint8 images of shape {x_train.shape[1:3]} given a channel "
+                         f"axis: {x_train.shape[1:]}, as Conv2D takes them")
     y_train, y_test = labels(y_train, source), labels(y_test, source)
     if x_train.shape[1:] != x_test.shape[1:]:
         raise DataError(f"{source}: training examples have shape {x_train.shape[1:]} but test "
@@ -70,13 +76,15 @@ def load_arrays(cfg: MnistData | NpzData | SyntheticData | SyntheticTextData, se
         spec=spec,
         num_classes_seen=int(max(y_train.max(), y_test.max())) + 1,
         source=source,
+        notes=notes,
     )
 
 
 def preprocess(x: np.ndarray, source: str) -> np.ndarray:
-    """uint8 pixels stay as stored; a lone (N, H, W) image stack gets a channel axis; other
-    integer (N, L) arrays are token ids and stay integers. Non-finite inputs are refused: they
-    would turn the first step's loss into NaN."""
+    """uint8 pixels stay as stored; other integer (N, L) arrays are token ids and stay
+    integers; floats keep the shape they were stored in (an (N, 500, 1) sequence is a Conv1D's
+    input, not an image). Non-finite inputs are refused: they would turn the first step's loss
+    into NaN."""
     if x.dtype == np.uint8:
         pass
     elif np.issubdtype(x.dtype, np.integer):
@@ -94,8 +102,6 @@ def preprocess(x: np.ndarray, source: str) -> np.ndarray:
                             "first (a single one makes the loss NaN)")
     else:
         raise DataError(f"{source}: inputs of type {x.dtype} are not numbers")
-    if x.ndim == 3:
-        x = x[..., np.newaxis]
     return x
 
 

@@ -49,7 +49,23 @@ def read_header(path: Path, delimiter: str) -> list[str]:
     first = next(_lines(path, delimiter), None)
     if first is None:
         raise DataError(f"{path}: empty file; a CSV data set needs a header row and data rows")
-    return [name.strip() for name in first[1]]
+    names = [name.strip() for name in first[1]]
+    if all(_is_number(name) for name in names):
+        shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+        raise DataError(
+            f"{path}: its first row is {len(names)} numbers ({shown}), not column names: a CSV "
+            "data set needs a header row naming its columns (data.label_column is one of them). "
+            "Add one, e.g. label,x1,x2,... (keras.io's timeseries files have none: their first "
+            "column is the label)")
+    return names
+
+
+def _is_number(cell: str) -> bool:
+    try:
+        float(cell)
+    except ValueError:
+        return False
+    return True
 
 
 def columns(cfg: CsvData, header: list[str], path: Path) -> tuple[list[int], int]:

@@ -13,7 +13,7 @@ def lint_experiment(config, target: Target = "auto", verbose: bool = False) -> L
     from mptrain.runs.experiment import prepare
 
     prepared = prepare(config, verbose=verbose)
-    profile = forward_profile(prepared.model)
+    profile = forward_profile(prepared.model, prepared.data.spec.shape)
     return LintReport(experiment=config.name, policy=prepared.choice.name,
                       device=prepared.machine.device_label,
                       alignment_for=alignment_units(prepared.machine, target),

@@ -63,6 +63,7 @@ class ForwardProfile:
     flops_by_layer: dict[str, int]  # by the innermost named layer that ran each op
     ops: int  # operations in the graph: each costs a kernel launch, whatever its size
     layers: tuple  # the model's leaf layers (`walk.leaf_layers`), in the model's order
+    uncounted: tuple[str, ...] = ()  # layers whose matrix ops could not be counted: not in `flops`
 
     @property
     def training_flops(self) -> int:
@@ -71,28 +72,44 @@ class ForwardProfile:
         return 3 * self.flops
 
 
-def one_example_graph(model, training: bool):
+def one_example_graph(model, training: bool, example_shape: tuple[int, ...] | None = None):
     """The model's forward pass on one example, traced as a TensorFlow graph (`training`: as
-    training runs it, dropout and all: the one the memory estimate reads)."""
+    training runs it, dropout and all: the one the memory estimate reads). `example_shape`,
+    the data's, fills the sizes a one-input model leaves open (keras.io's text models take
+    `Input(shape=(None,))`): traced with them open, no convolution has a size to count."""
     import tensorflow as tf
 
-    specs = [tf.TensorSpec((1, *t.shape[1:]), t.dtype) for t in model.inputs]
+    def shape(t) -> tuple:
+        declared = tuple(t.shape[1:])
+        if example_shape is None or len(model.inputs) != 1 or len(example_shape) != len(declared):
+            return declared
+        return tuple(given if want is None else want for want, given in zip(declared, example_shape,
+                                                                             strict=True))
+
+    specs = [tf.TensorSpec((1, *shape(t)), t.dtype) for t in model.inputs]
     return tf.function(lambda *x: model(x[0] if len(x) == 1 else list(x), training=training),
                        autograph=False).get_concrete_function(*specs).graph
 
 
-def forward_profile(model) -> ForwardProfile:
+def forward_profile(model, example_shape: tuple[int, ...] | None = None) -> ForwardProfile:
+    """The forward pass's FLOPs, by layer, on one example of `example_shape` (the data's).
+    A matrix op without static shapes, or one inside a function TensorFlow calls (Keras
+    compiles grouped convolutions with XLA), is not counted: its layer is named in
+    `uncounted`, never silently zero."""
     names = set(layer_names(model))
     by_layer: dict[str, int] = {}
+    uncounted: dict[str, None] = {}
     total, ops = 0, 0
-    for op in one_example_graph(model, training=False).get_operations():
+    for op in one_example_graph(model, False, example_shape).get_operations():
         ops += op.type not in ("Placeholder", "Const", "Identity", "NoOp", "ReadVariableOp")
         flops = _op_flops(op)
-        if flops:
+        if flops is None:
+            uncounted[_layer_of(op.name, names)] = None
+        elif flops:
             total += flops
             layer = _layer_of(op.name, names)
             by_layer[layer] = by_layer.get(layer, 0) + flops
-    return ForwardProfile(total, by_layer, ops, tuple(leaf_layers(model)))
+    return ForwardProfile(total, by_layer, ops, tuple(leaf_layers(model)), tuple(uncounted))
 
 
 def _layer_of(op_name: str, names: set[str]) -> str:
@@ -112,30 +129,43 @@ def _static(shape) -> list[int] | None:
     return None if dims is None or any(d is None for d in dims) else dims
 
 
-def _op_flops(op) -> int:
+CALLS = ("PartitionedCall", "StatefulPartitionedCall")  # a function's ops are in its own graph
+
+
+def _op_flops(op) -> int | None:
+    """2 x the multiply-adds of a matrix op; 0 for any other op; None: a matrix op (or a
+    call that may hold some) whose size the graph does not say."""
     kind = op.type
+    if kind in CALLS:
+        return None
     if kind in ("MatMul", "BatchMatMul", "BatchMatMulV2", "BatchMatMulV3"):
         out = _static(op.outputs[0].shape)
         a = _static(op.inputs[0].shape)
         if out is None or a is None:
-            return 0
+            return None
         transposed = op.get_attr("transpose_a" if kind == "MatMul" else "adj_x")
         inner = a[-2] if transposed else a[-1]
         return 2 * math.prod(out) * inner
+    if kind in ("Conv2DBackpropInput", "Conv3DBackpropInputV2"):  # a transposed convolution
+        inputs = _static(op.inputs[2].shape)  # the layer's input: the gradient this op spreads
+        kernel = _static(op.inputs[1].shape)  # (window..., output channels, input channels)
+        if inputs is None or kernel is None:
+            return None
+        return 2 * math.prod(inputs) * math.prod(kernel[:-1])
     if kind == "Einsum":
         return _einsum_flops(op)
-    if kind in ("Conv2D", "Conv3D", "DepthwiseConv2dNative"):
+    if kind in ("Conv2D", "Conv3D", "DepthwiseConv2dNative"):  # Conv1D: a Conv2D of height 1
         out = _static(op.outputs[0].shape)
         kernel = _static(op.inputs[1].shape)
         if out is None or kernel is None:
-            return 0
+            return None
         if kind == "DepthwiseConv2dNative":  # each output channel sees one input channel
             return 2 * math.prod(out) * math.prod(kernel[:-2])
         return 2 * math.prod(out) * math.prod(kernel[:-1])  # window x input channels per group
     return 0
 
 
-def _einsum_flops(op) -> int:
+def _einsum_flops(op) -> int | None:
     """2 x the product of every index's size: each combination is one multiply-add."""
     equation = op.get_attr("equation").decode()
     inputs = equation.split("->")[0].split(",")
@@ -144,6 +174,6 @@ def _einsum_flops(op) -> int:
         dims = _static(tensor.shape)
         letters = re.sub(r"[^a-zA-Z]", "", subscripts)
         if dims is None or "." in subscripts or len(letters) != len(dims):
-            return 0
+            return None
         sizes.update(zip(letters, dims, strict=True))
     return 2 * math.prod(sizes.values()) if len(inputs) == 2 else 0

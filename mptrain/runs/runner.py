@@ -61,7 +61,7 @@ def run_experiment(config: ExperimentConfig, start: Start = Start(), *,
     """
     started_at = start.started_at if start.started_at is not None else time.perf_counter()
     prepared = prepare(config, verbose=verbose, initial_weights=start.initial_weights, status=status)
-    profile = forward_profile(prepared.model)
+    profile = forward_profile(prepared.model, prepared.data.spec.shape)
     findings = worth_saying(lint(prepared, profile))
     config = prepared.config
     folder, scratch = RunFolder.for_run(prepared.place.chief, config.output.dir, config.name,
@@ -81,7 +81,7 @@ def run_experiment(config: ExperimentConfig, start: Start = Start(), *,
             on_start(prepared, session.notes + [f"lint: {f}" for f in findings])
         trained = session.run_training(prepared, start.turns)
         saved = _save_model(prepared, folder) if trained.status == "finished" else ModelSave()
-        summary = summarize_run(prepared, trained, profile.training_flops, started_at, saved)
+        summary = summarize_run(prepared, trained, profile, started_at, saved)
         folder.flush_steps()
         summary = finish_tracking(tracking, summary, folder.path)  # MLflow's last word: a note
         folder.write_summary(summary)

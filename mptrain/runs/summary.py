@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Literal, NamedTuple
 from pydantic import TypeAdapter
 
 from mptrain.hardware.kernels import percentile
-from mptrain.model.flops import Peak, cpu_peak
+from mptrain.model.flops import ForwardProfile, Peak, cpu_peak
 from mptrain.model.size import MemoryStats
 from mptrain.record import FrozenRecord
 from mptrain.training.records import Status, StepRecord, StopKind
@@ -196,13 +196,17 @@ class ModelSave(NamedTuple):
     note: str | None = None
 
 
-def summarize_run(prepared: Prepared, trained: Trained, flops_per_example: int | None,
+def summarize_run(prepared: Prepared, trained: Trained, profile: ForwardProfile,
                   started_at: float, saved: ModelSave) -> RunSummary:
     """The run's summary, built once at its end, from what was decided (`prepared`), what
-    training measured and how it ended (`trained`) and the model's save. Its wall time is the
-    run's own work: another variant's turns (compare, plan) and the model's save are timed
-    on their own."""
+    training measured and how it ended (`trained`), the model's FLOPs (`profile`) and its
+    save. Its wall time is the run's own work: another variant's turns (compare, plan) and
+    the model's save are timed on their own."""
     config, choice, machine, monitor = prepared.config, prepared.choice, prepared.machine, trained.monitor
+    flops_per_example = profile.training_flops
+    uncounted = ([f"FLOPs per example leave out {', '.join(profile.uncounted)}: TensorFlow's graph "
+                  "does not give their sizes, so the compute figures are a lower bound"]
+                 if profile.uncounted else [])
     test = trained.test
     times = step_times(monitor.steps, config.train.warmup_steps)
     peak = None if machine.accelerated else cpu_peak(machine.cpu, choice.compute_dtype)
@@ -227,7 +231,7 @@ def summarize_run(prepared: Prepared, trained: Trained, flops_per_example: int |
         peak_unit=peak.unit if peak else None,
         mfu=speed.mfu,
         speed_warning=prepared.speed_warning,
-        notes=[*prepared.notes, *trained.notes, *unlike_keras,
+        notes=[*prepared.notes, *trained.notes, *unlike_keras, *uncounted,
                *([saved.note] if saved.note else [])],
         first_step_loss=finite_or_none(monitor.steps[0].loss) if monitor.steps else None,
         non_finite_loss_steps=sum(finite_or_none(r.loss) is None for r in monitor.steps),

@@ -307,6 +307,33 @@ def test_training_flops_of_the_guide_mlp_match_a_hand_count():
     assert forward_profile(conv).training_flops == 3 * 2 * (8 * 8 * 4) * (3 * 3 * 3)
 
 
+def test_flops_of_convolutions_over_open_lengths_and_of_every_kind_are_counted_or_named():
+    """keras.io's text classifier takes Input(shape=(None,)): traced with the data's length,
+    its Conv1D layers are counted (they were 0, and the compute figure read 0% of peak);
+    Conv3D and transposed convolutions are counted; a grouped Conv2D, which Keras runs as an
+    XLA function whose ops the graph does not show, is named, never silently zero."""
+    import keras
+    from keras import layers
+
+    from mptrain.model.flops import forward_profile
+
+    tokens = keras.Input(shape=(None,), dtype="int64")
+    x = layers.Conv1D(8, 7, strides=3, name="conv")(layers.Embedding(50, 4)(tokens))
+    text = keras.Model(tokens, layers.Dense(1)(layers.GlobalMaxPooling1D()(x)))
+    assert forward_profile(text).uncounted == ("conv",)  # lengths open: said, not zero
+    profile = forward_profile(text, (500,))
+    assert profile.flops_by_layer["conv"] == 2 * ((500 - 7) // 3 + 1) * 8 * (7 * 4) and not profile.uncounted
+    images = keras.Input((6, 6, 2))
+    y = layers.Conv2DTranspose(4, 3, name="up")(images)
+    y = layers.Conv2D(4, 3, groups=2, name="grouped")(y)
+    volumes = keras.Input((4, 4, 4, 2))
+    cube = keras.Model(volumes, layers.Conv3D(3, 3, name="cube")(volumes))
+    assert forward_profile(cube).flops_by_layer["cube"] == 2 * (2 * 2 * 2 * 3) * (3 * 3 * 3 * 2)
+    profile = forward_profile(keras.Model(images, y))
+    assert profile.flops_by_layer["up"] == 2 * (6 * 6 * 2) * (3 * 3 * 4)
+    assert profile.uncounted == ("grouped",)
+
+
 @pytest.mark.parametrize("xla_update", [False, True])
 def test_float32_is_a_plain_keras_script_bit_for_bit_or_the_summary_says_why_not(tiny_config,
                                                                                  tmp_path, xla_update):

@@ -167,3 +167,30 @@ def test_validate_checks_what_an_explicit_data_path_holds(tmp_path, dataset, mes
     config = validate({"name": "x", "data": {"dataset": dataset, "path": str(tmp_path)}}, "<test>")
     with pytest.raises(DataError, match=message):
         check_experiment(config)
+
+
+def test_npz_float_sequences_keep_their_shape_and_grey_images_get_a_channel(tmp_path):
+    """(N, 50, 1) float sequences go in as stored: a Conv1D's input, not an image."""
+    path = tmp_path / "seq.npz"
+    np.savez(path, x_train=np.ones((8, 50, 1), np.float32), y_train=np.arange(8) % 2,
+             x_test=np.ones((4, 50, 1), np.float32), y_test=np.arange(4) % 2)
+    data = load_dataset(DataConfig(dataset="npz", path=path), 0)
+    assert data.spec.shape == (50, 1) and xy(data.train)[0].shape[1:] == (50, 1) and not data.notes
+    np.savez(path, x_train=np.ones((8, 6, 5), np.uint8), y_train=np.arange(8) % 2,
+             x_test=np.ones((4, 6, 5), np.uint8), y_test=np.arange(4) % 2)
+    data = load_dataset(DataConfig(dataset="npz", path=path), 0)
+    assert data.spec.shape == (6, 5, 1) and data.spec.pixels
+    assert data.notes == [f"{path}: uint8 images of shape (6, 5) given a channel axis: (6, 5, 1), "
+                          "as Conv2D takes them"]
+
+
+def test_a_csv_whose_first_row_is_numbers_is_refused_as_headerless(tmp_path):
+    from mptrain.data.tabular import read_header
+
+    path = tmp_path / "FordA_TRAIN.tsv"
+    path.write_text("-1\t0.5\t0.25\t1e-3\t7\n1\t0.1\t0.2\t0.3\t0.4\n")
+    with pytest.raises(DataError, match=r"its first row is 5 numbers \(-1, 0.5, 0.25, ...\), not "
+                                        r"column names: a CSV data set needs a header row"):
+        read_header(path, "\t")
+    path.write_text("label,x1\n1,0.5\n")
+    assert read_header(path, ",") == ["label", "x1"]

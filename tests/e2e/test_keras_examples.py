@@ -1,0 +1,239 @@
+"""Real Keras examples, as keras.io writes them (issue 42): the model's own `train_step` is
+the training step under every policy, user code cannot corrupt a measurement, models that
+cannot learn or cannot take the data are refused before training, and sequences keep their
+shape."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mptrain.measure.compare import CompareRecord
+from tests.helpers import experiment, mptrain, refuses, run_json
+
+pytest.importorskip("tensorflow")
+
+# keras.io's "Customizing what happens in fit()": a functional model of a subclass that
+# brings its own step. FrozenModel's never updates the weights, so any training the loss or
+# accuracy shows was done by another step. Its builder prints (keras.io's scripts keep
+# model.summary()) and sets KERAS_BACKEND as the keras.io ViT does.
+CUSTOM_STEP = '''
+import os
+
+import keras
+import tensorflow as tf
+from keras import layers
+
+
+class CustomModel(keras.Model):
+    def train_step(self, data):
+        x, y = data
+        with tf.GradientTape() as tape:
+            y_pred = self(x, training=True)
+            loss = self.compute_loss(y=y, y_pred=y_pred)
+            {scaled}
+        gradients = tape.gradient(loss, self.trainable_variables)
+        self.optimizer.apply(gradients, self.trainable_variables)
+        for metric in self.metrics:
+            if metric.name == "loss":
+                metric.update_state(loss)
+            else:
+                metric.update_state(y, y_pred)
+        return {{m.name: m.result() for m in self.metrics}}
+
+
+class FrozenModel(keras.Model):
+    def train_step(self, data):
+        x, y = data
+        y_pred = self(x, training=False)
+        loss = self.compute_loss(y=y, y_pred=y_pred)
+        for metric in self.metrics:
+            if metric.name == "loss":
+                metric.update_state(loss)
+            else:
+                metric.update_state(y, y_pred)
+        return {{m.name: m.result() for m in self.metrics}}
+
+
+def build(input_shape, num_classes, frozen=False):
+    os.environ["KERAS_BACKEND"] = "jax"
+    inputs = keras.Input(input_shape)
+    x = layers.Dense(32, activation="relu")(inputs)
+    outputs = layers.Dense(num_classes, activation="softmax")(x)
+    model = (FrozenModel if frozen else CustomModel)(inputs, outputs)
+    model.summary()
+    print("built", model.name)
+    return model
+'''
+
+
+def custom_step_experiment(tmp_path: Path, *overrides: str, scaled: bool = False) -> Path:
+    (tmp_path / "custom.py").write_text(CUSTOM_STEP.format(
+        scaled="loss = self.optimizer.scale_loss(loss)" if scaled else "pass"))
+    return experiment(tmp_path, "model={kind: python, builder: 'custom.py:build'}", *overrides)
+
+
+def epoch_losses(summary: dict) -> list[float]:
+    lines = (Path(summary["run_dir"]) / "metrics.jsonl").read_text().splitlines()
+    return [json.loads(line)["metrics"]["loss"] for line in lines]
+
+
+def test_a_frozen_train_step_stays_frozen_under_16_bits_in_a_compare_that_user_prints_cannot_break(
+        tmp_path):
+    """The issue's compare: float32 against mixed_bfloat16 of a model whose train_step never
+    updates its weights. Both variants train with that step (neither learns: the same test
+    accuracy, up to bfloat16's rounding), although the builder prints on stdout and sets
+    KERAS_BACKEND=jax, which Keras in each variant's process would have read."""
+    config = custom_step_experiment(tmp_path, "model.kwargs={frozen: true}", "train.epochs=3")
+    done = mptrain("compare", str(config), "--policies", "float32,mixed_bfloat16", "--json",
+                   cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    record = CompareRecord.model_validate(json.loads(done.stdout))  # stdout: the JSON alone
+    f32, bf16 = (row.summary for row in record.variants)
+    assert f32.status == bf16.status == "finished"
+    assert bf16.compute_dtype == "bfloat16" and bf16.output_dtype == "float32"
+    assert abs(bf16.test_accuracy - f32.test_accuracy) <= 0.03, (f32.test_accuracy, bf16.test_accuracy)
+    for summary in (f32, bf16):
+        losses = epoch_losses(summary.model_dump(mode="json"))
+        assert len(losses) == 3 and max(losses) - min(losses) < 1e-3, losses  # nothing learned
+    assert any("its own FrozenModel.train_step" in note for note in bf16.notes), bf16.notes
+
+
+def test_a_train_step_of_its_own_learns_under_mixed_float16_when_it_scales_the_loss(tmp_path):
+    """keras.io's CustomModel with the loss scaled, as Keras' own step scales it, learns under
+    mixed_float16 with its class kept; `run --json` prints the JSON alone, the builder's
+    model.summary() going to stderr."""
+    config = custom_step_experiment(tmp_path, "policy=mixed_float16", "train.epochs=3", scaled=True)
+    done = mptrain("run", str(config), "--json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert "built" in done.stderr and "Total params" in done.stderr
+    losses = epoch_losses(summary)
+    assert losses[-1] < 0.8 * losses[0], losses
+    assert summary["output_dtype"] == "float32" and summary["test_accuracy"] > 0.5
+    assert any("keeping CustomModel and its training step" in note for note in summary["notes"])
+
+
+@pytest.mark.parametrize("overrides, scaled, message", [
+    (["train.loop=custom"], True, "train.loop custom trains with mptrain's own step, and the "
+                                  "model defines CustomModel.train_step"),
+    (["policy=mixed_float16"], False, "CustomModel.train_step never calls "
+                                      "self.optimizer.scale_loss(loss)"),
+    (["policy=mixed_bfloat16", "model.fused_layers=true"], True, "model.fused_layers rebuilds the "
+                                                                  "model as a plain Keras model"),
+], ids=["custom-loop", "float16-unscaled", "fused"])
+def test_what_would_drop_a_models_own_step_is_refused_before_training(tmp_path, overrides, scaled,
+                                                                       message):
+    config = custom_step_experiment(tmp_path, *overrides, scaled=scaled)
+    refuses(tmp_path, config, message, command="run")
+
+
+HEADS = '''
+import keras
+from keras import layers
+
+
+def make_model(input_shape, num_classes):
+    """keras.io's image classification: its binary branch is num_classes == 2."""
+    inputs = keras.Input(shape=input_shape)
+    x = layers.Dense(32, activation="relu")(inputs)
+    if num_classes == 2:
+        units, activation = 1, "sigmoid"
+    else:
+        units, activation = num_classes, "softmax"
+    return keras.Model(inputs, layers.Dense(units, activation=activation)(x))
+
+
+def softmax_one(input_shape):
+    inputs = keras.Input(shape=input_shape)
+    return keras.Model(inputs, layers.Dense(1, activation="softmax")(inputs))
+
+
+def sigmoid_one(input_shape):
+    inputs = keras.Input(shape=input_shape)
+    return keras.Model(inputs, layers.Dense(1, activation="sigmoid")(inputs))
+
+
+def two_inputs(input_shape):
+    a, b = keras.Input(shape=input_shape, name="a"), keras.Input(shape=input_shape, name="b")
+    merged = layers.Concatenate()([a, b])
+    return keras.Model({"a": a, "b": b}, layers.Dense(2, activation="softmax")(merged))
+'''
+TWO_CLASSES = ["data.num_classes=2", "data.noise=1.0"]
+
+
+def test_keras_ios_make_model_learns_a_binary_task(tmp_path):
+    """make_model is given num_classes 2 under binary_crossentropy, as keras.io calls it, so
+    it builds its sigmoid unit; given 1, it built a softmax over one unit that never learns."""
+    (tmp_path / "heads.py").write_text(HEADS)
+    config = experiment(tmp_path, *TWO_CLASSES, "train.loss=binary_crossentropy",
+                        "model={kind: python, builder: 'heads.py:make_model'}")
+    summary = run_json(tmp_path, config)
+    assert summary["test_accuracy"] >= 0.8, summary
+
+
+@pytest.mark.parametrize("builder, loss, message", [
+    ("softmax_one", "binary_crossentropy", "is a softmax over 1 unit, which outputs 1.0 for every input"),
+    ("sigmoid_one", "sparse_categorical_crossentropy",
+     "needs one output per class and the model has 1 (for the data's 2 classes)"),
+    ("two_inputs", "sparse_categorical_crossentropy", "it takes 2 inputs (a, b)"),
+], ids=["softmax-one-unit", "one-unit-for-two-classes", "dict-inputs"])
+def test_validate_deep_refuses_what_run_could_not_train(tmp_path, builder, loss, message):
+    """What `run` failed on after set-up (or trained with exit 0 into a constant model) is
+    refused by `validate --deep`, and by `run`, naming the file, the layer and the fix."""
+    (tmp_path / "heads.py").write_text(HEADS)
+    config = experiment(tmp_path, *TWO_CLASSES, f"train.loss={loss}",
+                        f"model={{kind: python, builder: 'heads.py:{builder}'}}")
+    done = mptrain("validate", str(config), "--deep", cwd=tmp_path)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert message in " ".join(done.stderr.split()) and str(config.name) in done.stderr
+    refuses(tmp_path, config, message, command="run")
+
+
+CONV1D = '''
+import keras
+from keras import layers
+
+
+def build(input_shape, num_classes):
+    """keras.io's timeseries classification, small: Conv1D over (length, 1) sequences."""
+    inputs = keras.Input(shape=input_shape)
+    x = layers.Conv1D(16, 3, padding="same", activation="relu")(inputs)
+    x = layers.GlobalAveragePooling1D()(x)
+    return keras.Model(inputs, layers.Dense(num_classes, activation="softmax")(x))
+'''
+
+
+def test_float_sequences_reach_a_conv1d_as_stored(tmp_path):
+    """An .npz of (N, 40, 1) float sequences keeps its shape (no image channel added) and a
+    Conv1D model learns on it; its FLOPs count the convolution."""
+    rng = np.random.default_rng(0)
+
+    def draw(n):
+        y = rng.integers(0, 2, n)
+        t = np.linspace(0, 4 * np.pi, 40)
+        x = (0.5 + 2 * y[:, None]) * np.sin(t[None, :]) + 0.3 * rng.normal(size=(n, 40))
+        return x[..., None].astype(np.float32), y
+    (x_train, y_train), (x_test, y_test) = draw(256), draw(64)
+    np.savez(tmp_path / "seq.npz", x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test)
+    (tmp_path / "conv1d.py").write_text(CONV1D)
+    config = experiment(tmp_path, f"data={{dataset: npz, path: {tmp_path / 'seq.npz'}}}",
+                        "model={kind: python, builder: 'conv1d.py:build'}", "train.epochs=8",
+                        "train.batch_size=32")
+    summary = run_json(tmp_path, config)
+    assert summary["test_accuracy"] >= 0.8, summary
+    # the Conv1D alone: 40 positions x 16 filters x (3 x 1) window, a multiply-add each, x3 to train
+    assert summary["flops_per_example"] >= 3 * 2 * 40 * 16 * 3
+
+
+def test_grey_uint8_images_in_an_npz_get_a_channel_axis_and_say_so(tmp_path):
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 256, (96, 12, 12), dtype=np.uint8)
+    y = (x.reshape(96, -1).mean(axis=1) > 127.5).astype(np.int64)
+    np.savez(tmp_path / "grey.npz", x_train=x[:64], y_train=y[:64], x_test=x[64:], y_test=y[64:])
+    config = experiment(tmp_path, f"data={{dataset: npz, path: {tmp_path / 'grey.npz'}}}",
+                        "model={kind: cnn, filters: [4], dense_units: [8]}", "train.epochs=1",
+                        "train.batch_size=32")
+    summary = run_json(tmp_path, config)
+    assert any("given a channel axis: (12, 12, 1)" in note for note in summary["notes"]), summary["notes"]
