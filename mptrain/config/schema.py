@@ -170,6 +170,47 @@ class RecoveryConfig(_Strict):
         "mixed_float16: this many skipped steps in a row is a loss-scale collapse."))
 
 
+MetricName = Literal["accuracy", "top5_accuracy", "precision", "recall", "auc"]
+BINARY_METRICS = ("precision", "recall", "auc")  # of class 1: binary_crossentropy only
+LossName = Literal["sparse_categorical_crossentropy", "categorical_crossentropy",
+                   "binary_crossentropy"]
+
+
+class _EpochRule(_Strict):
+    monitor: str = Field("val_loss", pattern=r"^(val_)?[a-z0-9_]+$", description=(
+        "The epoch's figure it watches: loss or a train.metrics name, val_ first for the "
+        "validation split's (which needs data.validation_split)."))
+    min_delta: float = Field(0.0, ge=0, description="A smaller change is no improvement.")
+
+    def mode(self) -> str:
+        """Keras' `mode="auto"`: larger is better for accuracy, precision, recall, AUC."""
+        return "min" if self.monitor.removeprefix("val_") == "loss" else "max"
+
+
+class EarlyStoppingConfig(_EpochRule):
+    """Keras' EarlyStopping, for both loops: stop once `monitor` has not improved for
+    `patience` epochs."""
+
+    patience: int = Field(3, ge=1, description="Epochs without improvement before it stops.")
+    restore_best_weights: bool = Field(False, description=(
+        "At the end, the weights of the best epoch (kept in RUN_DIR/best.weights.h5: "
+        "train.keep_best, on the same monitor), as Keras restores them."))
+
+
+class ReduceLROnPlateauConfig(_EpochRule):
+    """Keras' ReduceLROnPlateau, for both loops: the learning rate times `factor` once
+    `monitor` has not improved for `patience` epochs (counted again after each reduction)."""
+
+    factor: float = Field(0.1, gt=0, lt=1, description="The learning rate is multiplied by it.")
+    patience: int = Field(2, ge=1, description="Epochs without improvement before a reduction.")
+    min_lr: float = Field(0.0, ge=0, description="It is never lowered below this.")
+
+
+class KeepBestConfig(_EpochRule):
+    """Keras' ModelCheckpoint(save_best_only=True): the weights of the best epoch so far, in
+    RUN_DIR/best.weights.h5 (load them with model.load_weights)."""
+
+
 class TrainConfig(_Strict):
     loop: LoopName = Field("fit", description=(
         "fit: Keras' Model.fit; custom: mptrain's GradientTape loop with the guide's loss "
@@ -178,11 +219,25 @@ class TrainConfig(_Strict):
     batch_size: int = Field(128, ge=1, description="Examples per step (the global batch).")
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig, description=(
         "The optimizer (wrapped in a LossScaleOptimizer under mixed_float16)."))
-    loss: Literal["sparse_categorical_crossentropy", "binary_crossentropy"] = Field(
+    loss: LossName = Field(
         "sparse_categorical_crossentropy", description=(
-            "Integer class labels; binary_crossentropy: labels 0 and 1, one output."))
-    metrics: list[Literal["accuracy", "top5_accuracy"]] = Field(
-        default_factory=lambda: ["accuracy"], description="Reported per epoch and on the test set.")
+            "Class labels, one output per class (categorical_crossentropy: the same loss, for "
+            "labels stored one-hot; mptrain reads them as class ids); binary_crossentropy: "
+            "labels 0 and 1, one output."))
+    metrics: list[MetricName] = Field(
+        default_factory=lambda: ["accuracy"], description=(
+            "Reported per epoch and on the test set; precision, recall and auc (of class 1) "
+            "with binary_crossentropy."))
+    class_weight: dict[int, Annotated[float, Field(gt=0)]] | None = Field(None, description=(
+        "Each class's weight in the training loss, e.g. {0: 1.0, 1: 50.0} for a rare class 1 "
+        "(Keras' fit(class_weight=...)), in both loops; evaluation is unweighted."))
+    early_stopping: EarlyStoppingConfig | None = Field(None, description=(
+        "Stop when an epoch figure stops improving (Keras' EarlyStopping)."))
+    reduce_lr_on_plateau: ReduceLROnPlateauConfig | None = Field(None, description=(
+        "Lower the learning rate when an epoch figure stops improving (Keras' "
+        "ReduceLROnPlateau)."))
+    keep_best: KeepBestConfig | None = Field(None, description=(
+        "Keep the best epoch's weights (Keras' ModelCheckpoint(save_best_only=True))."))
     jit_compile: bool | None = Field(
         None, description="XLA. null: chosen per policy and device (docs/experiment-file.md)."
     )
@@ -207,6 +262,33 @@ class TrainConfig(_Strict):
         "When checkpoints are written (runs resume from them)."))
     recovery: RecoveryConfig = Field(default_factory=RecoveryConfig, description=(
         "What a diverged step does: back to the last good checkpoint, up to max_trials times."))
+
+
+    @model_validator(mode="after")
+    def _epoch_rules_fit(self) -> TrainConfig:
+        for key in ("early_stopping", "reduce_lr_on_plateau", "keep_best"):
+            rule = getattr(self, key)
+            watched = rule.monitor.removeprefix("val_") if rule else "loss"
+            if watched != "loss" and watched not in self.metrics:
+                raise ValueError(f"train.{key}.monitor {rule.monitor}: not an epoch figure; "
+                                 f"allowed: loss, {', '.join(self.metrics)}, each with val_ first")
+        if self.reduce_lr_on_plateau and self.optimizer.schedule is not None:
+            raise ValueError("train.reduce_lr_on_plateau sets the learning rate, and "
+                             "train.optimizer.schedule sets it too: give one of them")
+        stopping, best = self.early_stopping, self.keep_best
+        if stopping and stopping.restore_best_weights and best and best.monitor != stopping.monitor:
+            raise ValueError("train.early_stopping.restore_best_weights restores the weights "
+                             f"train.keep_best keeps: give both one monitor (now "
+                             f"{stopping.monitor} and {best.monitor})")
+        return self
+
+    @property
+    def best_kept(self) -> KeepBestConfig | None:
+        """What keeps the best epoch's weights: keep_best, or what restore_best_weights needs."""
+        stopping = self.early_stopping
+        if self.keep_best is None and stopping is not None and stopping.restore_best_weights:
+            return KeepBestConfig(monitor=stopping.monitor, min_delta=stopping.min_delta)
+        return self.keep_best
 
 
 class DistributeConfig(_Strict):
@@ -319,6 +401,9 @@ class ExperimentConfig(_Strict):
                 )
             if "top5_accuracy" in self.train.metrics:
                 raise ValueError("train.metrics top5_accuracy needs a multi-class loss")
+        elif binary := [m for m in self.train.metrics if m in BINARY_METRICS]:
+            raise ValueError(f"train.metrics {binary[0]} (of class 1) needs train.loss "
+                             "binary_crossentropy")
         elif head == "sigmoid":
             raise ValueError(
                 "model.output_activation sigmoid needs train.loss binary_crossentropy; "
@@ -331,6 +416,16 @@ class ExperimentConfig(_Strict):
         if self.train.math_mode in ("onednn_bf16", "graph_bf16") and self.policy != "float32":
             raise ValueError(f"train.math_mode {self.train.math_mode} changes how float32 math runs: "
                              f"it needs policy: float32 (the experiment has {self.policy})")
+        return self
+
+    @model_validator(mode="after")
+    def _best_weights_on_one_host(self) -> ExperimentConfig:
+        stopping = self.train.early_stopping
+        if stopping and stopping.restore_best_weights and \
+                self.distribute.strategy == "multi_worker_mirrored":
+            raise ValueError("train.early_stopping.restore_best_weights: the best weights are "
+                             "kept by the chief alone, and every worker would have to restore "
+                             "them; leave it out under multi_worker_mirrored")
         return self
 
     @model_validator(mode="after")

@@ -56,6 +56,10 @@ def load_arrays(cfg: MnistData | NpzData | SyntheticData | SyntheticTextData, se
     x_train, y_train, x_test, y_test = x_train[:n_train], y_train[:n_train], x_test[:n_test], y_test[:n_test]
     x_train, x_test = preprocess(x_train, source), preprocess(x_test, source)
     notes = []
+    if np.ndim(y_train) == 2 and np.shape(y_train)[1] > 1:  # keras.utils.to_categorical's
+        y_train, y_test = from_one_hot(y_train, source), from_one_hot(y_test, source)
+        notes.append(f"{source}: one-hot labels read as class ids (the same loss: "
+                     "sparse_categorical_crossentropy on ids is categorical_crossentropy on one-hot)")
     if x_train.dtype == np.uint8 and x_train.ndim == 3:  # (N, H, W): MNIST's grey images
         x_train, x_test = x_train[..., np.newaxis], x_test[..., np.newaxis]
         if cfg.dataset == "npz":
@@ -103,6 +107,15 @@ def preprocess(x: np.ndarray, source: str) -> np.ndarray:
     else:
         raise DataError(f"{source}: inputs of type {x.dtype} are not numbers")
     return x
+
+
+def from_one_hot(y: np.ndarray, source: str) -> np.ndarray:
+    """Class ids from one-hot rows (a single 1 in each); any other 2-D label array is refused."""
+    y = np.asarray(y)
+    if y.ndim != 2 or not (np.isin(y, (0, 1)).all() and (y.sum(axis=1) == 1).all()):
+        raise DataError(f"{source}: labels of shape {y.shape[1:]} are not one-hot rows (a single "
+                        "1 in each); give class ids (N,) or one-hot rows (N, classes)")
+    return y.argmax(axis=1)
 
 
 def labels(y: np.ndarray, source: str) -> np.ndarray:

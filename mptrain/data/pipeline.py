@@ -217,6 +217,13 @@ def in_order(split: Split, batch_size: int, finish, replicas: int = 1):
     return finish(tf, batches, tuned=split.arrays is None)
 
 
+def training_inputs(data: Dataset, batch_size: int):
+    """The training split's inputs, without labels, in batches and in a fixed order, as
+    stored (pixels 0-255): what a builder's `Normalization.adapt` or `TextVectorization.adapt`
+    reads (keras.io adapts to the training rows only; mptrain alone knows which they are)."""
+    return in_order(data.train, batch_size, lambda tf, batches, tuned: batches.map(lambda x, y: x))
+
+
 def first_batch(examples: int, batch_size: int, replicas: int) -> int:
     """The size of an evaluation set's first batch. Keras' Model.fit and evaluate under a
     distribution strategy average the first batch's per-replica inputs to build the model

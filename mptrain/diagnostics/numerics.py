@@ -107,7 +107,7 @@ def diagnose(config, steps: int = 5, verbose: bool = False) -> Diagnosis:
     under_all, _ = fractions(everything)
     under_scaled_all, over_scaled_all = fractions(everything, scale)
     # the prepared experiment: what the data filled in (num_classes, input shape) included
-    errors = _bfloat16_errors(prepared.config, prepared.data.spec, model, x)
+    errors = _bfloat16_errors(prepared.config, prepared.data, model, x)
     numbers = [n.model_copy(update={"bfloat16_error": errors.get(n.layer)}) for n in numbers]
     result = Diagnosis(
         experiment=config.name, steps=warm + 1, loss_scale=scale, layers=numbers,
@@ -164,13 +164,16 @@ def scale_range(gradients: np.ndarray) -> tuple[float, float] | None:
     return (float(low), float(high))
 
 
-def _bfloat16_errors(config, spec, model32, x) -> dict[str, float]:
+def _bfloat16_errors(config, data, model32, x) -> dict[str, float]:
     """Each layer's outputs under mixed_bfloat16 (same weights, same batch) against float32.
     Layers are matched by position: a user's layers are named by Keras' counters, which
     differ between two builds; the float32 output mptrain appends to a 16-bit model has no
     float32 twin and is left out."""
+    from functools import partial
+
     import keras
 
+    from mptrain.data.pipeline import training_inputs
     from mptrain.model import build_model
     from mptrain.precision.policy import apply_policy
 
@@ -182,7 +185,8 @@ def _bfloat16_errors(config, spec, model32, x) -> dict[str, float]:
 
     apply_policy("mixed_bfloat16")
     try:
-        model16 = build_model(config, spec).model
+        model16 = build_model(config, data.spec, train_inputs=partial(
+            training_inputs, data, config.train.batch_size)).model
         model16.set_weights(model32.get_weights())
         outs16, outs32 = outputs(model16), outputs(model32)
     finally:

@@ -10,6 +10,7 @@ reads which range of pixels it takes (`inputs.py`).
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,11 +41,12 @@ class BuiltModel:
     pixel_range: PixelRange | None = None  # pixel data: the range the model takes (`inputs.py`)
 
 
-def build_model(config: ExperimentConfig, spec: InputSpec,
-                initial_weights: Path | None = None) -> BuiltModel:
+def build_model(config: ExperimentConfig, spec: InputSpec, initial_weights: Path | None = None,
+                train_inputs: Callable[[], Any] | None = None) -> BuiltModel:
     """The experiment's model under the current global policy, with a float32 output;
     `initial_weights` (an .npz of `model.get_weights()`, from `save_initial_weights`)
-    makes several builds start from the same weights."""
+    makes several builds start from the same weights; `train_inputs()` gives a `python`
+    builder that declares `train_inputs` the training split's inputs (`python_builder.py`)."""
     import keras
 
     import mptrain.model.fused  # noqa: F401  (registers mptrain's layers for saving/loading)
@@ -61,7 +63,10 @@ def build_model(config: ExperimentConfig, spec: InputSpec,
     reset_name_counters()
     check_inputs(config, spec)
     module, _, function = BUILDERS[config.model.kind].partition(":")
-    model, notes = getattr(importlib.import_module(module), function)(config, spec)
+    build = getattr(importlib.import_module(module), function)
+    # only a user's builder may read the training data (to adapt its preprocessing layers)
+    model, notes = (build(config, spec, train_inputs) if config.model.kind == "python"
+                    else build(config, spec))
     notes += check_own_step(config, model, keras.config.dtype_policy().name == "mixed_float16")
     rules = config.model.layer_rules
     if rules:

@@ -55,6 +55,13 @@ def fit_to_data(config: ExperimentConfig, data: Dataset) -> ExperimentConfig:
                     f"model.num_classes is {wanted}; set model.num_classes to at least "
                     f"{data.num_classes_seen} (or leave it out: the data's classes)")
         check_fits(config, data.spec, data.train.size)
+        if data.val is None:
+            watching = [key for key in ("early_stopping", "reduce_lr_on_plateau", "keep_best")
+                        if (rule := getattr(config.train, key)) and rule.monitor.startswith("val_")]
+            if watching:
+                raise ConfigError(f"train.{watching[0]} watches a validation figure and the data "
+                                  "has no validation split; set data.validation_split (e.g. 0.2) "
+                                  "or watch a training figure (monitor: loss)")
     except MptrainError as exc:
         raise type(exc)(f"{config.source}: {exc}") from exc.__cause__
     return config
@@ -70,6 +77,10 @@ def check_built(config: ExperimentConfig, model, spec: InputSpec, classes: int) 
     from mptrain.model.outputs import read_output
 
     _check_model_inputs(model, spec)
+    named = [c for c in config.train.class_weight or {} if c >= max(classes, 2)]
+    if named:
+        raise ConfigError(f"train.class_weight names class {named[0]}, and the data's labels go "
+                          f"up to {max(classes, 2) - 1}")
     units = model.outputs[0].shape[-1]
     reading = read_output(model)
     if reading.softmax and units == 1:

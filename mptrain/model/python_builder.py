@@ -7,9 +7,10 @@ test with the fixtures its signature names: `input_shape` (the data's, one examp
 `num_classes` when it names them, and each key of `model.kwargs` by name, so keras.io's
 `make_model(input_shape, num_classes)`, a script's `build_model(num_classes)` and a plain
 `build_model()` all work as written (`num_classes` counts classes as Keras scripts do: 2 for a
-binary task, `classes_of`). A parameter mptrain cannot give is refused by
-`validate`, without running the file. A builder file imports the modules beside it, as
-`python file.py` would.
+binary task, `classes_of`); `train_inputs`, the training split's inputs, lets a builder adapt
+its `Normalization` or `TextVectorization` to the training rows alone. A parameter mptrain
+cannot give is refused by `validate`, without running the file. A builder file imports the
+modules beside it, as `python file.py` would.
 
 The builder must return an uncompiled `keras.Model`: mptrain compiles it with the
 experiment's optimizer (a LossScaleOptimizer under mixed_float16), loss and metrics.
@@ -32,7 +33,9 @@ from mptrain.errors import ConfigError
 from mptrain.model.in_process import is_registered
 from mptrain.model.own_step import own_methods
 
-GIVEN = ("input_shape", "num_classes")  # what mptrain offers every builder, beside model.kwargs
+# what mptrain offers every builder, beside model.kwargs; train_inputs: the training split's
+# inputs (a tf.data.Dataset of batches, as stored), for a builder that adapts a layer to them
+GIVEN = ("input_shape", "num_classes", "train_inputs")
 
 
 def split_builder(builder: str) -> tuple[str, str]:
@@ -220,14 +223,22 @@ def classes_of(config: ExperimentConfig) -> int | None:
     return 2 if config.train.loss == "binary_crossentropy" else config.model.num_classes
 
 
-def build_python(config: ExperimentConfig, spec: InputSpec):
+def build_python(config: ExperimentConfig, spec: InputSpec, train_inputs=None):
+    """`train_inputs()`: the training split's inputs, made only for a builder that declares
+    `train_inputs` (None: there is no data here to give, an error for such a builder)."""
     import keras
 
     cfg: PythonConfig = config.model
     with beside(cfg):
         build = load_builder(cfg)
-        positional, keywords = arguments(cfg, _declared(build), {
-            "input_shape": spec.shape, "num_classes": classes_of(config), **cfg.kwargs})
+        declared = _declared(build)
+        offered = {"input_shape": spec.shape, "num_classes": classes_of(config)}
+        if "train_inputs" in declared.names:
+            if train_inputs is None:
+                raise ConfigError(f"model.builder {cfg.builder!r} takes train_inputs, and this "
+                                  "command builds the model without the training data")
+            offered["train_inputs"] = train_inputs()
+        positional, keywords = arguments(cfg, declared, {**offered, **cfg.kwargs})
         try:
             model = build(*positional, **keywords)
         except Exception as exc:

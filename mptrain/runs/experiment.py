@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from mptrain.config import ExperimentConfig
 from mptrain.data import Dataset, load_dataset
-from mptrain.data.pipeline import Batches, hold_on_host, make_batches
+from mptrain.data.pipeline import Batches, hold_on_host, make_batches, training_inputs
 from mptrain.errors import ConfigError
 from mptrain.hardware.kernels import measured_kernels
 from mptrain.hardware.machine import Machine, probe
@@ -110,7 +111,8 @@ def prepare(config: ExperimentConfig, *, policy: str | None = None, verbose: boo
     seed_everything(config.seed)  # the data's order has its own seeds (stateless shuffles)
     config = fit_to_data(config, data)  # what the model is built from, checked just before
     with scope(place):  # model, optimizer, metrics (and checkpoints) live on the replicas
-        built = build_model(config, data.spec, initial_weights)
+        built = build_model(config, data.spec, initial_weights,
+                            train_inputs=partial(training_inputs, held, config.train.batch_size))
     try:
         checked = check_built(config, built.model, data.spec, data.num_classes_seen)
     except ConfigError as exc:

@@ -20,6 +20,7 @@ from mptrain.runs.folder import RunFolder
 from mptrain.runs.summary import Trained
 from mptrain.signals import stop_on_signals
 from mptrain.training.checkpoints import Checkpointer, Position
+from mptrain.training.epoch_rules import EpochRules
 from mptrain.training.guard import DivergenceGuard
 from mptrain.training.loss_scale import scale_variable
 from mptrain.training.monitor import TrainingMonitor
@@ -41,6 +42,7 @@ class TrainingSession:
     start: Position
     tensorboard: TensorBoardWriter
     run_dir: Path
+    rules: EpochRules
     notes: list[str] = field(default_factory=list)  # where a resumed run continues, and why
 
     @classmethod
@@ -79,18 +81,19 @@ class TrainingSession:
             history=history,
         )
         guard = DivergenceGuard(monitor, checkpointer, train.recovery)
+        rules = EpochRules(train, monitor, model, optimizer, folder.path, prepared.place.chief)
         # What is reported is saved: the records and the checkpoint go to disk before a line
         # is printed or logged, so a run killed right after its epoch line resumes after that
         # epoch. The epoch's record precedes its checkpoint (a resume reads the records up to
         # the checkpoint); the guard precedes the checkpointer (a diverged step is never saved
-        # as "good").
-        saving = [folder, guard, *([checkpointer] if train.checkpoint.enabled else [])]
+        # as "good"); so do the epoch rules (a lowered learning rate is checkpointed).
+        saving = [folder, guard, rules, *([checkpointer] if train.checkpoint.enabled else [])]
         monitor.listeners = [*saving, tensorboard, *([tracking] if tracking else []), *listeners]
         if start.start:
             checkpointer.save(start)  # the last good checkpoint recovery can always go back to
         if tracking is not None:
             tracking.catch_up(*history)  # what a resumed run's MLflow run may lack
-        return cls(monitor, checkpointer, guard, start, tensorboard, folder.path, notes)
+        return cls(monitor, checkpointer, guard, start, tensorboard, folder.path, rules, notes)
 
     def position(self) -> Position:
         """Where training stands now (after an interrupt: inside an epoch)."""
@@ -114,8 +117,10 @@ class TrainingSession:
             if turns is not None:
                 turns.finish()
         self._close()
+        restored = self.rules.finish()
         waited_s = turns.waited_s if turns is not None else 0.0
-        ended = dict(monitor=monitor, notes=[*self.notes, *self.guard.recoveries],
+        ended = dict(monitor=monitor, notes=[*self.notes, *self.guard.recoveries,
+                                             *([restored] if restored else [])],
                      checkpoint_save_s=self.checkpointer.save_seconds, run_dir=self.run_dir,
                      waited_s=waited_s)
         if monitor.stop_kind == "signal":

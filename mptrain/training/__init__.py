@@ -5,7 +5,7 @@ stop conditions and per-step listeners live, so a new capability is written once
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 if TYPE_CHECKING:
     from mptrain.config.schema import ExperimentConfig
@@ -32,6 +32,15 @@ class TrainingLoop(Protocol):
         """Loss and metrics over a dataset, keyed like Keras' logs ("loss", "accuracy")."""
 
 
+class Objective(NamedTuple):
+    """What a loop's step minimises and reports: the loss, the metrics, and each class's
+    weight in both (`train.class_weight`, or None)."""
+
+    loss: Any
+    metrics: list[Any]
+    class_weight: dict[int, float] | None = None
+
+
 def make_loop(config, model, output: str, optimizer, choice: PolicyChoice,
               strategy=None) -> TrainingLoop:
     """The experiment's loop (`train.loop`) with its loss and metrics for the model's `output`
@@ -41,8 +50,9 @@ def make_loop(config, model, output: str, optimizer, choice: PolicyChoice,
         from mptrain.training.fit_loop import FitLoop as Loop
     else:
         from mptrain.training.custom_loop import CustomLoop as Loop
-    return Loop(model, optimizer, build_loss(config, output), build_metrics(config, output), choice,
-                strategy)
+    objective = Objective(build_loss(config, output), build_metrics(config, output),
+                          config.train.class_weight)
+    return Loop(model, optimizer, objective, choice, strategy)
 
 
 def build_loss(config: ExperimentConfig, output: OutputKind):
@@ -52,6 +62,8 @@ def build_loss(config: ExperimentConfig, output: OutputKind):
     from_logits = output == "logits"
     if config.train.loss == "binary_crossentropy":
         return keras.losses.BinaryCrossentropy(from_logits=from_logits)
+    # categorical_crossentropy too: on class ids (one-hot labels are read as ids), the sparse
+    # form is the same loss, without a one-hot tensor of every batch
     return keras.losses.SparseCategoricalCrossentropy(from_logits=from_logits)
 
 
@@ -59,13 +71,19 @@ def build_metrics(config: ExperimentConfig, output: OutputKind) -> list[Any]:
     """Metric objects (`train.metrics`) with fixed names, so both loops report the same keys."""
     import keras
 
+    threshold = 0.0 if output == "logits" else 0.5  # a logit of 0 is a probability of 0.5
+    binary = {  # of class 1 (the schema allows them with binary_crossentropy only)
+        "accuracy": lambda: keras.metrics.BinaryAccuracy(name="accuracy", threshold=threshold),
+        "precision": lambda: keras.metrics.Precision(thresholds=threshold, name="precision"),
+        "recall": lambda: keras.metrics.Recall(thresholds=threshold, name="recall"),
+        "auc": lambda: keras.metrics.AUC(from_logits=output == "logits", name="auc"),
+    }
     metrics = []
     for name in config.train.metrics:
         if name == "top5_accuracy":
             metrics.append(keras.metrics.SparseTopKCategoricalAccuracy(k=5, name=name))
         elif config.train.loss == "binary_crossentropy":
-            threshold = 0.0 if output == "logits" else 0.5
-            metrics.append(keras.metrics.BinaryAccuracy(name=name, threshold=threshold))
+            metrics.append(binary[name]())
         else:
             metrics.append(keras.metrics.SparseCategoricalAccuracy(name=name))
     return metrics

@@ -19,10 +19,13 @@ from mptrain.training.optimizer import build_optimizer_state
 
 
 class StepMetrics(NamedTuple):
-    """What a step updates besides the weights: the loss's running mean and the metrics."""
+    """What a step updates besides the weights: the loss's running mean and the metrics; and
+    each class's weight in the loss and the metrics (`train.class_weight` as a vector indexed
+    by class id, as Model.fit applies it), or None."""
 
     loss_tracker: Any
     metrics: list
+    class_weights: Any = None
 
 
 def make_train_step(model, optimizer, loss_fn, tracked: StepMetrics, jit_compile: bool,
@@ -40,15 +43,18 @@ def make_train_step(model, optimizer, loss_fn, tracked: StepMetrics, jit_compile
 
     from mptrain.training.distribute import agree_on_finite
 
-    loss_tracker, metrics = tracked
+    loss_tracker, metrics, class_weights = tracked
     scale = scale_variable(optimizer)
     replicas = strategy.num_replicas_in_sync if strategy is not None else 1
 
     def replica_step(x, y):
+        # each example's class weight, as Model.fit gives it to the loss and the metrics
+        weights = None if class_weights is None else \
+            tf.gather(class_weights, tf.cast(tf.reshape(y, [-1]), tf.int32))
         with tf.GradientTape() as tape:
             predictions = model(x, training=True)
             # under a strategy, Keras losses already divide by the number of replicas
-            loss = loss_fn(y, predictions)
+            loss = loss_fn(y, predictions, sample_weight=weights)
             scaled_loss = optimizer.scale_loss(loss)
         gradients = tape.gradient(scaled_loss, model.trainable_variables)
         if scale is not None:
@@ -57,7 +63,7 @@ def make_train_step(model, optimizer, loss_fn, tracked: StepMetrics, jit_compile
         local_loss = loss * replicas  # this replica's mean loss, for the records
         loss_tracker.update_state(local_loss, sample_weight=tf.shape(x)[0])
         for metric in metrics:
-            metric.update_state(y, predictions)
+            metric.update_state(y, predictions, sample_weight=weights)
         return local_loss
 
     def outputs(loss):
@@ -76,17 +82,19 @@ def make_train_step(model, optimizer, loss_fn, tracked: StepMetrics, jit_compile
 
 
 class CustomLoop:
-    def __init__(self, model, optimizer, loss, metrics, choice: PolicyChoice, strategy=None):
+    def __init__(self, model, optimizer, objective, choice: PolicyChoice, strategy=None):
+        """`objective`: the loss, metrics and class weights (`training.Objective`)."""
         import keras
         import tensorflow as tf
 
+        loss, metrics = objective.loss, objective.metrics
         self.model, self.optimizer, self.loss_fn, self.metrics = model, optimizer, loss, metrics
         self.strategy = strategy
         self.loss_tracker = keras.metrics.Mean(name="loss")
         build_optimizer_state(optimizer, model.trainable_variables, choice.xla_optimizer_update)
-        self.train_step = make_train_step(model, optimizer, loss,
-                                          StepMetrics(self.loss_tracker, metrics),
-                                          choice.jit_compile, strategy)
+        tracked = StepMetrics(self.loss_tracker, metrics,
+                              _weight_per_class(objective.class_weight, model, tf))
+        self.train_step = make_train_step(model, optimizer, loss, tracked, choice.jit_compile, strategy)
 
         replicas = strategy.num_replicas_in_sync if strategy is not None else 1
 
@@ -143,3 +151,12 @@ class CustomLoop:
 
     def _distributed(self, dataset):
         return dataset if self.strategy is None else self.strategy.experimental_distribute_dataset(dataset)
+
+
+def _weight_per_class(class_weight: dict[int, float] | None, model, tf):
+    """`class_weight` as a vector indexed by class id, 1.0 for a class it leaves out (as
+    Keras' fit has it), long enough for every class the model outputs."""
+    if not class_weight:
+        return None
+    classes = max(max(class_weight) + 1, model.outputs[0].shape[-1], 2)
+    return tf.constant([class_weight.get(c, 1.0) for c in range(classes)], tf.float32)

@@ -20,8 +20,10 @@ class FitLoop:
     check that it is the very one, because a silently replaced optimizer would train with
     other loss-scale settings than the experiment says."""
 
-    def __init__(self, model, optimizer, loss, metrics, choice: PolicyChoice, strategy=None):
+    def __init__(self, model, optimizer, objective, choice: PolicyChoice, strategy=None):
+        """`objective`: the loss, metrics and class weights (`training.Objective`)."""
         # Model.fit distributes itself: a model compiled in a strategy's scope trains under it
+        loss, metrics = objective.loss, objective.metrics
         # Keras logs only the epoch's running mean of the loss, which one NaN (a step skipped
         # under loss scaling) turns into NaN for the rest of the epoch. This mean over a single
         # batch (reset before each step) is the step's own loss; a built-in Keras metric, so a
@@ -34,6 +36,7 @@ class FitLoop:
                                f"({type(optimizer).__name__}) by a {type(model.optimizer).__name__}")
         build_optimizer_state(optimizer, model.trainable_variables, choice.xla_optimizer_update)
         self.model, self.optimizer, self.loss_fn = model, optimizer, loss
+        self.class_weight = objective.class_weight  # Keras weighs the loss and the metrics by it
 
     def train(self, batches: Batches, monitor: TrainingMonitor, start_epoch: int = 0,
               start_step: int = 0) -> None:
@@ -47,13 +50,14 @@ class FitLoop:
             self.model.fit(batches.train_from(start_epoch, start_step, start_epoch + 1),
                            initial_epoch=start_epoch, epochs=start_epoch + 1,
                            steps_per_epoch=steps - start_step, validation_data=batches.val,
-                           callbacks=[callback], shuffle=False, verbose=0)
+                           class_weight=self.class_weight, callbacks=[callback], shuffle=False,
+                           verbose=0)
             start_epoch += 1
         if start_epoch < batches.epochs and not monitor.stop_requested:
             self.model.fit(batches.train_from(start_epoch, 0), initial_epoch=start_epoch,
                            epochs=batches.epochs, steps_per_epoch=steps,
-                           validation_data=batches.val, callbacks=[callback], shuffle=False,
-                           verbose=0)
+                           validation_data=batches.val, class_weight=self.class_weight,
+                           callbacks=[callback], shuffle=False, verbose=0)
 
     def evaluate(self, dataset) -> dict[str, float]:
         results = self.model.evaluate(dataset, return_dict=True, verbose=0)

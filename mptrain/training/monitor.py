@@ -22,7 +22,7 @@ from mptrain.training.loss_scale import LossScaleTracker
 from mptrain.training.records import EpochRecord, StepRecord, StopKind, TrainingListener
 
 STOP_STATUS = {"max_steps": "stopped", "max_step_seconds": "stopped", "signal": "interrupted",
-               "divergence": "diverged"}
+               "divergence": "diverged", "early_stopping": "stopped"}
 
 
 @dataclass

@@ -68,6 +68,14 @@ def build(input_shape, num_classes, frozen=False):
 '''
 
 
+@pytest.fixture(autouse=True)
+def _keras_backend_restored(monkeypatch):
+    """CUSTOM_STEP's builder sets KERAS_BACKEND in the process that calls it (this one, for
+    `run` through the CLI in-process): restored after each test, for the processes later
+    tests start."""
+    monkeypatch.setenv("KERAS_BACKEND", "tensorflow")
+
+
 def custom_step_experiment(tmp_path: Path, *overrides: str, scaled: bool = False) -> Path:
     (tmp_path / "custom.py").write_text(CUSTOM_STEP.format(
         scaled="loss = self.optimizer.scale_loss(loss)" if scaled else "pass"))
@@ -237,3 +245,106 @@ def test_grey_uint8_images_in_an_npz_get_a_channel_axis_and_say_so(tmp_path):
                         "train.batch_size=32")
     summary = run_json(tmp_path, config)
     assert any("given a channel axis: (12, 12, 1)" in note for note in summary["notes"]), summary["notes"]
+
+
+# keras.io's "Imbalanced classification: credit card fraud detection", small: a table with
+# a rare class 1 on features of very different scales, a Normalization adapted to the
+# training rows alone (it writes how many rows it saw), a sigmoid output.
+IMBALANCED = '''
+from pathlib import Path
+
+import keras
+from keras import layers
+
+
+def make_model(input_shape, train_inputs):
+    normalizer = layers.Normalization()
+    normalizer.adapt(train_inputs)
+    rows = sum(int(batch.shape[0]) for batch in train_inputs)
+    Path(__file__).with_name("adapted_rows.txt").write_text(str(rows))
+    inputs = keras.Input(shape=input_shape)
+    x = layers.Dense(32, activation="relu")(normalizer(inputs))
+    return keras.Model(inputs, layers.Dense(1, activation="sigmoid")(x))
+'''
+
+
+def fraud_table(path: Path, rows: int = 1000, seed: int = 0) -> Path:
+    """10% frauds, set apart by a faint shift of three features among large-scale ones."""
+    rng = np.random.default_rng(seed)
+    label = (rng.random(rows) < 0.1).astype(int)
+    features = rng.normal(0, 1, (rows, 6)) * [1, 1, 1, 1000, 50, 0.01]
+    features[:, :3] += 0.7 * label[:, None]
+    lines = ["v1,v2,v3,amount,time,tiny,fraud"]
+    lines += [",".join(f"{v:.5g}" for v in row) + f",{y}" for row, y in zip(features, label, strict=True)]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_the_imbalanced_example_adapts_to_the_training_rows_and_class_weight_finds_the_frauds(tmp_path):
+    """class_weight, recall and precision as config keys, alike in both loops: unweighted, the
+    model misses most frauds while its accuracy reads well; weighted as keras.io weighs them,
+    it finds them. The builder's Normalization was adapted to the training rows only."""
+    table = fraud_table(tmp_path / "fraud.csv")
+    (tmp_path / "fraud_model.py").write_text(IMBALANCED)
+    base = ["data={dataset: csv, path: fraud.csv, label_column: fraud, validation_split: 0.2, "
+            "test_split: 0.25}", "model={kind: python, builder: 'fraud_model.py:make_model'}",
+            "train.loss=binary_crossentropy", "train.metrics=[accuracy, precision, recall]",
+            "train.epochs=6", "train.batch_size=32"]
+    assert table.is_file()
+    plain = run_json(tmp_path, experiment(tmp_path, *base, name="plain.yaml"))
+    weighted = [run_json(tmp_path, experiment(tmp_path, *base, f"train.loop={loop}",
+                                              "train.class_weight={0: 1.0, 1: 9.0}", name=f"{loop}.yaml"))
+                for loop in ("fit", "custom")]
+    test_rows = plain["test_examples"]
+    assert int((tmp_path / "adapted_rows.txt").read_text()) == round((1000 - test_rows) * 0.8)
+    assert plain["test_accuracy"] >= 0.85 and plain["test_metrics"]["recall"] <= 0.5, plain["test_metrics"]
+    for summary in weighted:
+        recall = summary["test_metrics"]["recall"]
+        assert recall >= plain["test_metrics"]["recall"] + 0.3, summary["test_metrics"]
+    fit, custom = (s["test_metrics"] for s in weighted)
+    assert custom["recall"] == pytest.approx(fit["recall"], abs=0.1)
+
+
+@pytest.mark.parametrize("loop", ["fit", "custom"])
+def test_early_stopping_lowers_the_rate_on_a_plateau_and_restores_the_best_epoch(tmp_path, loop):
+    """Keras' three epoch callbacks as keys, in both loops: the learning rate halves when
+    val_loss stalls, training stops `patience` epochs after the best epoch, whose weights are
+    kept in best.weights.h5 and restored for the test set."""
+    config = experiment(tmp_path, f"train.loop={loop}", "train.epochs=40", "data.noise=3.0",
+                        "train.optimizer.kwargs.learning_rate=0.05",
+                        "train.early_stopping={patience: 3, restore_best_weights: true}",
+                        "train.reduce_lr_on_plateau={patience: 1, factor: 0.5}")
+    summary = run_json(tmp_path, config)
+    run_dir = Path(summary["run_dir"])
+    epochs = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    val = [e["metrics"]["val_loss"] for e in epochs]
+    best = val.index(min(val))
+    assert summary["stopped_by"] == "early_stopping" and summary["status"] == "finished"
+    assert len(epochs) == best + 1 + 3 < 40, val
+    rates = [e["learning_rate"] for e in epochs]
+    assert rates[0] == pytest.approx(0.05) and rates[-1] < rates[0]
+    assert all(later in (earlier, pytest.approx(earlier / 2))
+               for earlier, later in zip(rates, rates[1:], strict=False))
+    assert (run_dir / "best.weights.h5").is_file()
+    assert f"weights restored from epoch {best + 1}" in " ".join(summary["notes"])
+    # the restored weights are the best epoch's: the test loss is near its validation loss,
+    # not the last epoch's (a fresh run's test set is drawn like its validation set)
+    assert abs(summary["test_loss"] - val[best]) < abs(summary["test_loss"] - val[-1]) + 0.05
+
+
+def test_one_hot_labels_train_with_categorical_crossentropy(tmp_path):
+    """keras.io's MNIST convnet stores to_categorical labels and names categorical_crossentropy:
+    the labels are read as class ids, and it learns."""
+    rng = np.random.default_rng(0)
+    centres = rng.normal(0, 1, (3, 8))
+
+    def draw(n):
+        y = rng.integers(0, 3, n)
+        return (centres[y] + 0.3 * rng.normal(size=(n, 8))).astype(np.float32), np.eye(3)[y]
+    (x_train, y_train), (x_test, y_test) = draw(192), draw(48)
+    np.savez(tmp_path / "onehot.npz", x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test)
+    config = experiment(tmp_path, f"data={{dataset: npz, path: {tmp_path / 'onehot.npz'}}}",
+                        "model.num_classes=3", "train.loss=categorical_crossentropy")
+    summary = run_json(tmp_path, config)
+    assert summary["test_accuracy"] >= 0.9
+    assert any("one-hot labels read as class ids" in note for note in summary["notes"])

@@ -94,6 +94,33 @@ def test_cross_field_rules(tmp_path):
     assert "binary_crossentropy needs model.num_classes: 1" in error_of(tmp_path, raw)
 
 
+@pytest.mark.parametrize(("overrides", "message"), [
+    (["train.keep_best={monitor: val_auc}"],
+     "train.keep_best.monitor val_auc: not an epoch figure; allowed: loss, accuracy, each with val_ first"),
+    (["train.metrics=[accuracy, recall]"], "train.metrics recall (of class 1) needs train.loss "
+                                           "binary_crossentropy"),
+    (["train.reduce_lr_on_plateau={}", "train.optimizer={name: adam, schedule: {kind: cosine, "
+      "learning_rate: 0.01}}"], "train.reduce_lr_on_plateau sets the learning rate, and "
+                                "train.optimizer.schedule sets it too"),
+    (["train.early_stopping={restore_best_weights: true}", "train.keep_best={monitor: loss}"],
+     "give both one monitor (now val_loss and loss)"),
+    (["train.early_stopping={restore_best_weights: true}", "train.loop=custom",
+      "distribute.strategy=multi_worker_mirrored"], "leave it out under multi_worker_mirrored"),
+    (["train.class_weight={0: -1}"], "train.class_weight.0 = -1: Input should be greater than 0"),
+])
+def test_keras_callbacks_metrics_and_weights_are_checked_before_anything_runs(tmp_path, overrides,
+                                                                              message):
+    assert message in " ".join(error_of(tmp_path, TINY, overrides).split())
+
+
+def test_restore_best_weights_keeps_the_best_on_its_own_monitor(tmp_path):
+    config = load_config(write(tmp_path, TINY), ["train.early_stopping={monitor: val_accuracy, "
+                                                 "min_delta: 0.01, restore_best_weights: true}"])
+    kept = config.train.best_kept
+    assert (kept.monitor, kept.min_delta, kept.mode()) == ("val_accuracy", 0.01, "max")
+    assert load_config(write(tmp_path, TINY), ["train.early_stopping={}"]).train.best_kept is None
+
+
 def test_yaml_syntax_error_gives_line(tmp_path):
     message = error_of(tmp_path, "name: x\ntrain: [unclosed\n")
     assert "not valid YAML at line" in message

@@ -48,7 +48,7 @@ def test_a_builder_is_called_with_the_arguments_it_declares(tmp_path, signature,
 @pytest.mark.parametrize("source, kwargs, refused", [
     ("def build(img_size, num_classes):\n    pass\n", {},
      "is build(img_size, num_classes): mptrain cannot give 'img_size' (it gives input_shape, "
-     "num_classes and the keys of model.kwargs, by name); add img_size to model.kwargs"),
+     "num_classes, train_inputs and the keys of model.kwargs, by name); add img_size to model.kwargs"),
     ("def build(num_classes):\n    pass\n", {"width": 8},
      "model.kwargs width: model.builder"),
     ("import keras\n", {}, "defines no function 'build' (functions there: none)"),

@@ -1,0 +1,109 @@
+"""Keras' epoch callbacks as experiment keys, for both loops: `train.early_stopping`,
+`train.reduce_lr_on_plateau` and `train.keep_best` (EarlyStopping, ReduceLROnPlateau and
+ModelCheckpoint(save_best_only=True)).
+
+One listener on the monitor's epoch records, so the custom loop and `Model.fit` behave alike
+(Keras' callbacks exist for `fit` only). Every decision is made from the records of all the
+epochs so far, not from counters kept in memory: a resumed run has the records of the
+epochs before its checkpoint, so it decides as an uninterrupted run would. A learning rate it
+lowered is in the optimizer's checkpoint and in each epoch's record; the best weights are in
+RUN_DIR/best.weights.h5, written (by the chief) whenever an epoch beats every earlier one.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+from mptrain.config.schema import TrainConfig, _EpochRule
+from mptrain.training.records import EpochRecord, TrainingListener
+
+BEST_WEIGHTS = "best.weights.h5"
+
+
+def improves(rule: _EpochRule, value: float, best: float) -> bool:
+    """Whether `value` beats `best` by more than the rule's `min_delta`, as Keras judges."""
+    if rule.mode() == "min":
+        return value < best - rule.min_delta
+    return value > best + rule.min_delta
+
+
+def best_epoch(rule: _EpochRule, values: list[float]) -> int | None:
+    """The index of the epoch whose value last improved on all before it (None: no value)."""
+    best, found = None, None
+    for index, value in enumerate(values):
+        if value is None or not math.isfinite(value):
+            continue
+        if best is None or improves(rule, value, best):
+            best, found = value, index
+    return found
+
+
+def last_reduction(records: list[EpochRecord]) -> int:
+    """The index of the first epoch at today's learning rate (0: never lowered)."""
+    for index in range(len(records) - 1, 0, -1):
+        before, after = records[index - 1].learning_rate, records[index].learning_rate
+        if before is not None and after is not None and after < before:
+            return index
+    return 0
+
+
+class EpochRules(TrainingListener):
+    """Early stopping, the learning rate on a plateau, and the best epoch's weights."""
+
+    def __init__(self, train: TrainConfig, monitor, model, optimizer, run_dir: Path, chief: bool):
+        self.train, self.monitor, self.model, self.optimizer = train, monitor, model, optimizer
+        self.best_path = run_dir / BEST_WEIGHTS
+        self.chief = chief
+
+    def _values(self, rule: _EpochRule) -> list[float | None]:
+        return [record.metrics.get(rule.monitor) for record in self.monitor.epoch_records]
+
+    def epoch_finished(self, record: EpochRecord) -> None:
+        records = self.monitor.epoch_records
+        kept = self.train.best_kept
+        if kept is not None and best_epoch(kept, self._values(kept)) == len(records) - 1 \
+                and self.chief:
+            staged = self.best_path.with_name(f".{BEST_WEIGHTS}.tmp.weights.h5")
+            self.model.save_weights(staged)
+            os.replace(staged, self.best_path)
+        if (rule := self.train.reduce_lr_on_plateau) is not None:
+            self._reduce(rule, records)
+        if (rule := self.train.early_stopping) is not None:
+            values = self._values(rule)
+            best = best_epoch(rule, values)
+            if best is not None and len(records) - 1 - best >= rule.patience:
+                self.monitor.request_stop(
+                    f"early stopping after epoch {record.epoch}: {rule.monitor} has not improved "
+                    f"for {rule.patience} epochs (best {values[best]:.4g} at epoch {best + 1})",
+                    "early_stopping")
+
+    def _reduce(self, rule, records: list[EpochRecord]) -> None:
+        """Lower the rate when the last `patience` epochs at today's rate have not improved
+        on the best before them, as Keras' wait counter (restarted by a reduction) does."""
+        values = self._values(rule)
+        best = best_epoch(rule, values)
+        since = max(best + 1 if best is not None else 0, last_reduction(records))
+        if best is None or len(records) - since < rule.patience:
+            return
+        import keras
+
+        rate = float(keras.ops.convert_to_numpy(self.optimizer.learning_rate))
+        lowered = max(rate * rule.factor, rule.min_lr)
+        if lowered < rate * (1 - 1e-6):
+            self.optimizer.learning_rate.assign(lowered)
+            self.monitor.notify(f"learning rate {rate:.3g} -> {lowered:.3g}: {rule.monitor} has not "
+                                f"improved for {rule.patience} epochs (train.reduce_lr_on_plateau)")
+
+    def finish(self) -> str | None:
+        """After training: the best epoch's weights back, when early stopping restores them
+        (as Keras' does, however training ended); what was done, for the run's notes."""
+        rule = self.train.early_stopping
+        if rule is None or not rule.restore_best_weights or not self.best_path.is_file():
+            return None
+        self.model.load_weights(self.best_path)
+        values = self._values(rule)
+        best = best_epoch(rule, values)
+        return (f"weights restored from epoch {best + 1} ({rule.monitor} {values[best]:.4g}; "
+                "train.early_stopping.restore_best_weights)")
