@@ -135,6 +135,17 @@ class CsvData(_FileData):
     feature_columns: list[str] | None = Field(None, description=(
         "The headers of the inputs' columns; default: every other column."))
     delimiter: str = Field(",", min_length=1, max_length=1, description="The cells' separator.")
+    inputs: Literal["vector", "columns"] = Field("vector", description=(
+        "vector: the feature columns as one input of numbers; columns: one named input per "
+        "column, shape (1,), numbers as float32 and text as strings, for a model of your own "
+        "with one keras.Input per column (keras.io's structured data models)."))
+
+    @model_validator(mode="after")
+    def _columns_are_streamed(self) -> CsvData:
+        if self.inputs == "columns" and self.cache != "none":
+            raise ValueError("data.cache keeps arrays of numbers; with data.inputs: columns leave "
+                             "it out (the table is read as it streams)")
+        return self
 
 
 class TfdsData(_DataBase):

@@ -39,6 +39,8 @@ def _input_spec(data) -> InputSpec | None:
                          pixels=True)
     if kind == "text_folder":
         return InputSpec((data.sequence_length,), "tokens", data.max_tokens)
+    if kind == "csv" and data.inputs == "columns":
+        return None  # which columns hold text, only the whole table says
     if kind == "csv":
         from mptrain.data.tabular import columns, read_header
 

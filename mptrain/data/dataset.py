@@ -24,19 +24,21 @@ from mptrain.errors import DataError
 if TYPE_CHECKING:  # numpy is imported where arrays are made, so `validate` starts fast
     import numpy as np
 
-InputKind = Literal["image", "tokens", "vector"]
+InputKind = Literal["image", "tokens", "vector", "columns"]
 
 
 @dataclass(frozen=True)
 class InputSpec:
     """The shape of one example's input and what it is; `vocab_size` for token inputs;
     `pixels`: uint8 values as stored (0-255), which the pipeline gives the model in the range
-    the model expects (`model.inputs`)."""
+    the model expects (`model.inputs`); `columns`: (name, dtype) of each named input of
+    shape (1,), for a table given column by column (`shape` is then their count)."""
 
     shape: tuple[int, ...]
     kind: InputKind
     vocab_size: int | None = None
     pixels: bool = False
+    columns: tuple[tuple[str, str], ...] = ()
 
     @staticmethod
     def of_array(x: np.ndarray) -> InputSpec:

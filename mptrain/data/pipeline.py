@@ -190,7 +190,8 @@ def _block_shuffled(tf, examples, block: int, seed: int, epoch):
         x, y = rows
         order = tf.random.experimental.stateless_shuffle(
             tf.range(tf.shape(y, out_type=tf.int64)[0]), seed=tf.stack([epoch_seed, number]))
-        return tf.gather(x, order), tf.gather(y, order)
+        # x may be a dict of columns (csv's data.inputs: columns)
+        return tf.nest.map_structure(lambda t: tf.gather(t, order), x), tf.gather(y, order)
 
     return examples.batch(block).enumerate().map(shuffle).unbatch()
 
@@ -275,7 +276,8 @@ def _finish(tf, batches, tuned: bool, target, scale_pixels: bool):
 
     Sharding is set explicitly for tf.distribute's workers: by data (every pipeline reads
     arrays, or files by index, that tf.data cannot split by file)."""
-    pixels = batches.element_spec[0].dtype == tf.uint8
+    inputs_spec = batches.element_spec[0]  # a dict of columns (csv's data.inputs: columns)
+    pixels = isinstance(inputs_spec, tf.TensorSpec) and inputs_spec.dtype == tf.uint8
     if pixels or target is not None:
         def inputs(x):
             return tf.cast(x, tf.float32) / 255.0 if scale_pixels else tf.cast(x, tf.float32)

@@ -102,6 +102,8 @@ class Table:
 
     feature_idx: list[int]
     label_idx: int
+    names: list[str]  # the header
+    dtypes: dict[int, str]  # data.inputs: columns: each feature column's int64, float32 or string
     classes: list[str]
     class_id: dict[str, int]
     numeric: bool  # labels are class ids, not names
@@ -112,8 +114,16 @@ class Table:
     total_rows: int  # in the training file
 
 
-def _scan(path: Path, cfg: CsvData, feature_idx: list[int], label_idx: int) -> list[str]:
-    """Every data row's label (as text), each feature checked to be a finite number."""
+WIDER = {"int64": 0, "float32": 1, "string": 2}
+
+
+def _scan(path: Path, cfg: CsvData, feature_idx: list[int], label_idx: int,
+          dtypes: dict[int, str]) -> list[str]:
+    """Every data row's label (as text), each feature checked to be a finite number; with
+    `data.inputs: columns`, each column's type as pandas would read it (`dtypes`, widened as
+    cells demand): whole numbers int64, other numbers float32, and a column with a cell that
+    is not a number text, as keras.io's structured data models take them (IntegerLookup,
+    Normalization, StringLookup)."""
     labels = []
     width = max(feature_idx + [label_idx]) + 1
     label_name = cfg.label_column
@@ -123,15 +133,25 @@ def _scan(path: Path, cfg: CsvData, feature_idx: list[int], label_idx: int) -> l
         if len(row) < width:
             raise DataError(f"{path}, line {line}: {len(row)} cells, the header has more")
         for i in feature_idx:
+            if dtypes.get(i) == "string":
+                continue
             try:
                 value = float(row[i])
             except ValueError:
+                if cfg.inputs == "columns" and row[i].strip():
+                    dtypes[i] = "string"
+                    continue
                 value = math.nan
+            if cfg.inputs == "columns" and not row[i].strip().lstrip("+-").isdigit():
+                dtypes[i] = max(dtypes.get(i, "int64"), "float32", key=WIDER.get)
             if not math.isfinite(value):
                 what = "an empty cell" if not row[i].strip() else f"{row[i]!r} is not a finite number"
                 name = f" ({header[i].strip()})" if i < len(header) else ""
+                hint = ("" if cfg.inputs == "columns" or not row[i].strip() else
+                        " (a text column: data.inputs: columns gives a model of your own one "
+                        "input per column, text as strings)")
                 raise DataError(f"{path}, line {line}, column {i + 1}{name}: {what}; features "
-                                "must be finite numbers")
+                                f"must be finite numbers{hint}")
         label = row[label_idx].strip()
         if not label or label.lower() in ("nan", "inf", "-inf", "null", "none", "na"):
             what = "an empty label" if not label else f"label {label!r}"
@@ -148,12 +168,13 @@ def read_table(cfg: CsvData) -> Table:
     (a hash of the row number, the same on every machine)."""
     header = read_header(cfg.path, cfg.delimiter)
     feature_idx, label_idx = columns(cfg, header, cfg.path)
-    train_labels = _scan(cfg.path, cfg, feature_idx, label_idx)
+    dtypes: dict[int, str] = {}
+    train_labels = _scan(cfg.path, cfg, feature_idx, label_idx, dtypes)
     test_labels = None
     if cfg.test_path is not None:
         if read_header(cfg.test_path, cfg.delimiter) != header:
             raise DataError(f"{cfg.test_path}: its header differs from {cfg.path}'s")
-        test_labels = _scan(cfg.test_path, cfg, feature_idx, label_idx)
+        test_labels = _scan(cfg.test_path, cfg, feature_idx, label_idx, dtypes)
     every = train_labels + (test_labels or [])
     numeric = all(v.isdigit() for v in every)
     classes = sorted(set(every), key=int if numeric else str)
@@ -170,12 +191,26 @@ def read_table(cfg: CsvData) -> Table:
         raise DataError(f"{cfg.path}: {n} rows are too few for the test and validation splits")
     check_learnable([train_labels[i] for i in train_rows[:cut]],
                     f"{cfg.path} (label column {cfg.label_column!r})")
-    return Table(feature_idx, label_idx, classes, class_id, numeric, train_rows[:cut],
-                 train_rows[cut:], test_rows, cfg.test_path or cfg.path, n)
+    return Table(feature_idx, label_idx, header, {i: dtypes.get(i, "int64") for i in feature_idx},
+                 classes, class_id, numeric,
+                 train_rows[:cut], train_rows[cut:], test_rows, cfg.test_path or cfg.path, n)
+
+
+def column_spec(table: Table) -> tuple[tuple[str, str], ...]:
+    """(name, dtype) of each feature column, as `data.inputs: columns` gives them."""
+    return tuple((table.names[i], table.dtypes[i]) for i in table.feature_idx)
 
 
 def load_csv(cfg: CsvData) -> Dataset:
     table = read_table(cfg)
+    columns = column_spec(table)
+
+    def features(row: list[str]):
+        if cfg.inputs == "vector":
+            return np.array([float(row[i]) for i in table.feature_idx], np.float32)
+        read = {"string": str.strip, "int64": int, "float32": float}
+        return {name: np.array([read[dtype](row[i])], object if dtype == "string" else dtype)
+                for (name, dtype), i in zip(columns, table.feature_idx, strict=True)}
 
     def stream(path: Path, rows: np.ndarray):
         """() → a tf.data stream of (features, label) of those data rows, in file order."""
@@ -188,11 +223,11 @@ def load_csv(cfg: CsvData) -> Dataset:
             next(data, None)  # the header
             for index, (_, row) in enumerate(data):
                 if index in wanted:
-                    yield (np.array([float(row[i]) for i in table.feature_idx], np.float32),
-                           np.int32(table.class_id[row[table.label_idx].strip()]))
+                    yield features(row), np.int32(table.class_id[row[table.label_idx].strip()])
 
-        signature = (tf.TensorSpec((len(table.feature_idx),), tf.float32),
-                     tf.TensorSpec((), tf.int32))
+        inputs = (tf.TensorSpec((len(table.feature_idx),), tf.float32) if cfg.inputs == "vector"
+                  else {name: tf.TensorSpec((1,), dtype) for name, dtype in columns})
+        signature = (inputs, tf.TensorSpec((), tf.int32))
         return lambda: tf.data.Dataset.from_generator(examples, output_signature=signature)
 
     return Dataset(
@@ -200,7 +235,8 @@ def load_csv(cfg: CsvData) -> Dataset:
         val=(Split(len(table.val_rows), stream=stream(cfg.path, table.val_rows))
              if len(table.val_rows) else None),
         test=Split(len(table.test_rows), stream=stream(table.test_path, table.test_rows)),
-        spec=InputSpec((len(table.feature_idx),), "vector"),
+        spec=(InputSpec((len(columns),), "vector") if cfg.inputs == "vector"
+              else InputSpec((len(columns),), "columns", columns=columns)),
         num_classes_seen=max(table.class_id.values()) + 1,
         source=str(cfg.path),
         files={} if table.numeric else {"classes.txt": "\n".join(table.classes) + "\n"},

@@ -115,6 +115,10 @@ def sample_inputs(spec: InputSpec, batch: int = 8, seed: int = 0):
     import numpy as np
 
     rng = np.random.default_rng(seed)
+    if spec.kind == "columns":
+        return {name: np.array([["?"]] * batch) if dtype == "string"
+                else rng.uniform(0.0, 1.0, size=(batch, 1)).astype(np.float32)
+                for name, dtype in spec.columns}
     if spec.kind == "tokens":
         return rng.integers(0, spec.vocab_size or 2, size=(batch, *spec.shape)).astype(np.int32)
     return rng.uniform(0.0, 1.0, size=(batch, *spec.shape)).astype(np.float32)

@@ -113,11 +113,24 @@ def check_built(config: ExperimentConfig, model, spec: InputSpec, classes: int) 
 
 
 def _check_model_inputs(model, spec: InputSpec) -> None:
-    """One input, of the data's shape (a dimension the model leaves open takes any size)."""
+    """One input, of the data's shape (a dimension the model leaves open takes any size); for
+    a table given column by column, one input named for each column."""
+    if spec.kind == "columns":
+        wanted = [name for name, _ in spec.columns]
+        taken = list(model.input) if isinstance(model.input, dict) else \
+            [t.name for t in model.inputs]
+        if sorted(taken) != sorted(wanted):
+            raise ConfigError(
+                f"model: it takes inputs named {', '.join(taken)} and the data gives the columns "
+                f"{', '.join(wanted)} (data.inputs: columns); name one keras.Input per column "
+                "(keras.Input(shape=(1,), name=COLUMN)), or set data.feature_columns to those "
+                "the model takes")
+        return
     if isinstance(model.input, dict) or len(model.inputs) != 1:
         names = [getattr(t, "name", "?") for t in model.inputs]
         raise ConfigError(f"model: it takes {len(model.inputs)} inputs ({', '.join(names)}) and "
-                          "the data gives each example as one array; give the model one input")
+                          "the data gives each example as one array; give the model one input "
+                          "(or, for a CSV, one named input per column with data.inputs: columns)")
     declared = tuple(model.inputs[0].shape[1:])
     if len(declared) != len(spec.shape) or any(
             want is not None and want != got for want, got in zip(declared, spec.shape, strict=False)):
@@ -155,6 +168,10 @@ def check_inputs(config: ExperimentConfig, spec: InputSpec) -> None:
     """Does the data's input suit the model (image size, channels, vocabulary, sequence
     length)? `check_fits` asks, and `build_model` again, whoever builds."""
     kind = config.model.kind
+    if spec.kind == "columns" and kind not in ("python", "saved"):
+        raise ConfigError(f"data.inputs columns gives one named input per column, for a model "
+                          f"of your own (model.kind python) that takes them; model.kind {kind} "
+                          "takes one input: data.inputs: vector")
     if kind == "application":
         from mptrain.model.applications import check_application_fits
 

@@ -77,18 +77,20 @@ def one_example_graph(model, training: bool, example_shape: tuple[int, ...] | No
     training runs it, dropout and all: the one the memory estimate reads). `example_shape`,
     the data's, fills the sizes a one-input model leaves open (keras.io's text models take
     `Input(shape=(None,))`): traced with them open, no convolution has a size to count."""
+    import keras
     import tensorflow as tf
 
-    def shape(t) -> tuple:
+    def spec(t) -> tf.TensorSpec:
         declared = tuple(t.shape[1:])
-        if example_shape is None or len(model.inputs) != 1 or len(example_shape) != len(declared):
-            return declared
-        return tuple(given if want is None else want for want, given in zip(declared, example_shape,
-                                                                             strict=True))
+        if example_shape is not None and len(model.inputs) == 1 and len(example_shape) == len(declared):
+            declared = tuple(given if want is None else want
+                             for want, given in zip(declared, example_shape, strict=True))
+        return tf.TensorSpec((1, *declared), t.dtype)
 
-    specs = [tf.TensorSpec((1, *shape(t)), t.dtype) for t in model.inputs]
-    return tf.function(lambda *x: model(x[0] if len(x) == 1 else list(x), training=training),
-                       autograph=False).get_concrete_function(*specs).graph
+    # the model's own input structure: one tensor, a list, or a dict of named columns
+    specs = keras.tree.map_structure(spec, model.input)
+    return tf.function(lambda x: model(x, training=training),
+                       autograph=False).get_concrete_function(specs).graph
 
 
 def forward_profile(model, example_shape: tuple[int, ...] | None = None) -> ForwardProfile:

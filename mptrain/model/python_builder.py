@@ -265,6 +265,8 @@ def build_python(config: ExperimentConfig, spec: InputSpec, train_inputs=None):
     if not functional or isinstance(model, keras.Sequential):
         # a subclassed model (or a Sequential, which keeps no graph of its own): called on a
         # symbolic input, it becomes one layer of a functional model mptrain can read
-        inputs = keras.Input(shape=spec.shape, dtype="int32" if spec.kind == "tokens" else "float32")
+        inputs = ({name: keras.Input(shape=(1,), name=name, dtype=dtype) for name, dtype in spec.columns}
+                  if spec.kind == "columns" else
+                  keras.Input(shape=spec.shape, dtype="int32" if spec.kind == "tokens" else "float32"))
         model = keras.Model(inputs, model(inputs), name=model.name)
     return model, [f"model from {cfg.builder}"]

@@ -61,7 +61,7 @@ def make_train_step(model, optimizer, loss_fn, tracked: StepMetrics, jit_compile
             gradients = agree_on_finite(gradients, tf)
         optimizer.apply(gradients, model.trainable_variables)
         local_loss = loss * replicas  # this replica's mean loss, for the records
-        loss_tracker.update_state(local_loss, sample_weight=tf.shape(x)[0])
+        loss_tracker.update_state(local_loss, sample_weight=tf.shape(y)[0])
         for metric in metrics:
             metric.update_state(y, predictions, sample_weight=weights)
         return local_loss
@@ -101,7 +101,7 @@ class CustomLoop:
         def test_step(x, y):
             predictions = model(x, training=False)
             self.loss_tracker.update_state(loss(y, predictions) * replicas,
-                                           sample_weight=tf.shape(x)[0])
+                                           sample_weight=tf.shape(y)[0])
             for metric in metrics:
                 metric.update_state(y, predictions)
 

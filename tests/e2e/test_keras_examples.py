@@ -348,3 +348,95 @@ def test_one_hot_labels_train_with_categorical_crossentropy(tmp_path):
     summary = run_json(tmp_path, config)
     assert summary["test_accuracy"] >= 0.9
     assert any("one-hot labels read as class ids" in note for note in summary["notes"])
+
+
+# keras.io's "Structured data classification from scratch" (its Keras-preprocessing-layers
+# version), as written but for its data: one keras.Input per column, integer categories
+# through an IntegerLookup, a text column through a StringLookup, numbers normalised, each
+# adapted to the training rows it is given.
+STRUCTURED = '''
+import keras
+import tensorflow as tf
+from keras import layers
+
+
+def encode_numerical_feature(feature, name, dataset):
+    normalizer = layers.Normalization()
+    feature_ds = dataset.map(lambda x: x[name])
+    normalizer.adapt(feature_ds)
+    return normalizer(feature)
+
+
+def encode_categorical_feature(feature, name, dataset, is_string):
+    lookup_class = layers.StringLookup if is_string else layers.IntegerLookup
+    lookup = lookup_class(output_mode="binary")
+    feature_ds = dataset.map(lambda x: x[name])
+    lookup.adapt(feature_ds)
+    return lookup(feature)
+
+
+def build(train_inputs):
+    sex = keras.Input(shape=(1,), name="sex", dtype="int64")
+    thal = keras.Input(shape=(1,), name="thal", dtype="string")
+    age = keras.Input(shape=(1,), name="age")
+    chol = keras.Input(shape=(1,), name="chol")
+    all_inputs = [sex, thal, age, chol]
+    all_features = layers.concatenate([
+        encode_categorical_feature(sex, "sex", train_inputs, False),
+        encode_categorical_feature(thal, "thal", train_inputs, True),
+        encode_numerical_feature(age, "age", train_inputs),
+        encode_numerical_feature(chol, "chol", train_inputs),
+    ])
+    x = layers.Dense(32, activation="relu")(all_features)
+    x = layers.Dropout(0.5)(x)
+    output = layers.Dense(1, activation="sigmoid")(x)
+    return keras.Model(all_inputs, output)
+'''
+
+
+def heart_table(path: Path, rows: int = 400, seed: int = 0) -> Path:
+    """The heart data's shape: an integer category, a text category, two numbers on their own
+    scales; the target follows the text column and the age."""
+    rng = np.random.default_rng(seed)
+    thal = rng.choice(["fixed", "normal", "reversible"], rows)
+    age = rng.normal(55, 9, rows).round(1)
+    sex = rng.integers(0, 2, rows)
+    chol = rng.normal(240, 50, rows).round()
+    risk = (thal == "reversible") * 2.0 + (age - 55) / 9 + rng.normal(0, 0.7, rows)
+    target = (risk > 0.8).astype(int)
+    lines = ["age,sex,chol,thal,trestbps,target"]  # the model leaves trestbps out
+    lines += [f"{a},{s},{int(c)},{t},{130 + i % 40},{y}"
+              for i, (a, s, c, t, y) in enumerate(zip(age, sex, chol, thal, target, strict=True))]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("loop", ["fit", "custom"])
+def test_keras_ios_structured_data_model_takes_a_csv_column_by_column(tmp_path, loop):
+    """data.inputs: columns gives one named input per column (int64, float32, string as the
+    cells are), which keras.io's per-column preprocessing adapts to the training rows; it
+    learns in both loops, and the FLOPs are counted through its dict of inputs."""
+    heart_table(tmp_path / "heart.csv")
+    (tmp_path / "heart_model.py").write_text(STRUCTURED)
+    config = experiment(tmp_path, "data={dataset: csv, path: heart.csv, label_column: target, "
+                        "inputs: columns, feature_columns: [age, sex, chol, thal]}",
+                        "model={kind: python, builder: 'heart_model.py:build'}",
+                        "train.loss=binary_crossentropy", f"train.loop={loop}", "train.epochs=8",
+                        "train.batch_size=32")
+    summary = run_json(tmp_path, config)
+    assert summary["test_accuracy"] >= 0.8, summary
+    assert summary["flops_per_example"] > 0
+
+
+def test_columns_that_do_not_match_the_models_inputs_are_refused_naming_both(tmp_path):
+    heart_table(tmp_path / "heart.csv")
+    (tmp_path / "heart_model.py").write_text(STRUCTURED)
+    config = experiment(tmp_path, "data={dataset: csv, path: heart.csv, label_column: target, "
+                        "inputs: columns}", "model={kind: python, builder: 'heart_model.py:build'}",
+                        "train.loss=binary_crossentropy")
+    refuses(tmp_path, config, "it takes inputs named sex, thal, age, chol and the data gives the "
+                              "columns age, sex, chol, thal, trestbps", command="run")
+    vector = experiment(tmp_path, "data={dataset: csv, path: heart.csv, label_column: target}",
+                        name="vector.yaml")
+    refuses(tmp_path, vector, "column 4 (thal): 'reversible' is not a finite number; features must be "
+                              "finite numbers (a text column: data.inputs: columns")
