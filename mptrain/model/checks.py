@@ -151,7 +151,9 @@ def check_fits(config: ExperimentConfig, spec: InputSpec | None, train_examples:
     batch = config.train.batch_size
     if train_examples is not None and batch > train_examples:
         raise ConfigError(f"train.batch_size {batch} is larger than the {train_examples} "
-                          f"training examples; lower it to at most {train_examples}")
+                          f"training examples; lower it to at most {train_examples} (Keras would "
+                          f"train on one batch of {train_examples} an epoch: the batch the "
+                          "experiment names would never run, nor could a step be timed at it)")
     if spec is None:
         return
     estimate = training_bytes_lower_bound(config, spec)

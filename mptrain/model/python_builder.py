@@ -223,6 +223,18 @@ def classes_of(config: ExperimentConfig) -> int | None:
     return 2 if config.train.loss == "binary_crossentropy" else config.model.num_classes
 
 
+def _adapt_hint(exc: Exception) -> str:
+    """What to do about a failure Keras 3 itself has: `Normalization.adapt` on a dataset under
+    a 16-bit policy adds its float32 running mean to a 16-bit batch mean (the AddV2 error)."""
+    import keras
+
+    if "AddV2" not in str(exc) or keras.config.dtype_policy().compute_dtype == "float32":
+        return ""
+    return ("; under a 16-bit policy Keras' Normalization.adapt fails on a dataset: create the "
+            "layer in float32, layers.Normalization(dtype='float32'), as the guide keeps such "
+            "layers (raw features in 16 bits lose their digits before the mean is subtracted)")
+
+
 def build_python(config: ExperimentConfig, spec: InputSpec, train_inputs=None):
     """`train_inputs()`: the training split's inputs, made only for a builder that declares
     `train_inputs` (None: there is no data here to give, an error for such a builder)."""
@@ -243,7 +255,7 @@ def build_python(config: ExperimentConfig, spec: InputSpec, train_inputs=None):
             model = build(*positional, **keywords)
         except Exception as exc:
             raise ConfigError(f"model.builder {cfg.builder!r} raised {type(exc).__name__}: {exc} "
-                              "(--verbose shows where)") from exc
+                              f"(--verbose shows where){_adapt_hint(exc)}") from exc
     if not isinstance(model, keras.Model):
         raise ConfigError(f"model.builder {cfg.builder!r} returned {type(model).__name__}, not a "
                           "keras.Model")

@@ -257,8 +257,8 @@ import keras
 from keras import layers
 
 
-def make_model(input_shape, train_inputs):
-    normalizer = layers.Normalization()
+def make_model(input_shape, train_inputs, dtype=None):
+    normalizer = layers.Normalization(dtype=dtype)
     normalizer.adapt(train_inputs)
     rows = sum(int(batch.shape[0]) for batch in train_inputs)
     Path(__file__).with_name("adapted_rows.txt").write_text(str(rows))
@@ -303,6 +303,22 @@ def test_the_imbalanced_example_adapts_to_the_training_rows_and_class_weight_fin
         assert recall >= plain["test_metrics"]["recall"] + 0.3, summary["test_metrics"]
     fit, custom = (s["test_metrics"] for s in weighted)
     assert custom["recall"] == pytest.approx(fit["recall"], abs=0.1)
+
+
+def test_a_normalization_adapted_under_16_bits_is_said_with_keras_fix_and_trains_in_float32(tmp_path):
+    """Keras 3's Normalization.adapt fails on a dataset under mixed_bfloat16; the error says
+    what to change, and with that change the example trains under mixed_bfloat16."""
+    fraud_table(tmp_path / "fraud.csv")
+    (tmp_path / "fraud_model.py").write_text(IMBALANCED)
+    base = ["data={dataset: csv, path: fraud.csv, label_column: fraud}", "policy=mixed_bfloat16",
+            "train.loss=binary_crossentropy", "train.epochs=2", "train.batch_size=32"]
+    as_written = experiment(tmp_path, *base, "model={kind: python, builder: 'fraud_model.py:make_model'}")
+    refuses(tmp_path, as_written, "create the layer in float32, layers.Normalization(dtype='float32')",
+            command="run")
+    fixed = experiment(tmp_path, *base, "model={kind: python, builder: 'fraud_model.py:make_model', "
+                       "kwargs: {dtype: float32}}", name="fixed.yaml")
+    summary = run_json(tmp_path, fixed)
+    assert summary["status"] == "finished" and summary["compute_dtype"] == "bfloat16"
 
 
 @pytest.mark.parametrize("loop", ["fit", "custom"])
