@@ -16,6 +16,7 @@ from mptrain.data.dataset import Dataset, InputSpec
 from mptrain.errors import ConfigError, DataError, MptrainError
 from mptrain.hardware.machine import machine_memory_bytes
 from mptrain.model.size import training_bytes_lower_bound
+from mptrain.model.walk import input_structure
 
 
 def check_model(config: ExperimentConfig) -> None:
@@ -115,10 +116,10 @@ def check_built(config: ExperimentConfig, model, spec: InputSpec, classes: int) 
 def _check_model_inputs(model, spec: InputSpec) -> None:
     """One input, of the data's shape (a dimension the model leaves open takes any size); for
     a table given column by column, one input named for each column."""
+    structure = input_structure(model)
     if spec.kind == "columns":
         wanted = [name for name, _ in spec.columns]
-        taken = list(model.input) if isinstance(model.input, dict) else \
-            [t.name for t in model.inputs]
+        taken = list(structure) if isinstance(structure, dict) else [t.name for t in model.inputs]
         if sorted(taken) != sorted(wanted):
             raise ConfigError(
                 f"model: it takes inputs named {', '.join(taken)} and the data gives the columns "
@@ -126,7 +127,7 @@ def _check_model_inputs(model, spec: InputSpec) -> None:
                 "(keras.Input(shape=(1,), name=COLUMN)), or set data.feature_columns to those "
                 "the model takes")
         return
-    if isinstance(model.input, dict) or len(model.inputs) != 1:
+    if isinstance(structure, dict) or len(model.inputs) != 1:
         names = [getattr(t, "name", "?") for t in model.inputs]
         raise ConfigError(f"model: it takes {len(model.inputs)} inputs ({', '.join(names)}) and "
                           "the data gives each example as one array; give the model one input "

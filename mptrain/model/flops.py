@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 
 from mptrain.hardware.machine import CpuInfo
-from mptrain.model.walk import layer_names, leaf_layers
+from mptrain.model.walk import input_structure, layer_names, leaf_layers
 
 # Dense-matmul FLOP per cycle per physical core. AVX-512 FP32: 2 FMA ports x 16 lanes x 2
 # (multiply, add). AVX2 FP32: 2 x 8 x 2. AVX512_BF16 (VDPBF16PS): 2 ports x 16 lanes x 2 pairs
@@ -88,7 +88,7 @@ def one_example_graph(model, training: bool, example_shape: tuple[int, ...] | No
         return tf.TensorSpec((1, *declared), t.dtype)
 
     # the model's own input structure: one tensor, a list, or a dict of named columns
-    specs = keras.tree.map_structure(spec, model.input)
+    specs = keras.tree.map_structure(spec, input_structure(model))
     return tf.function(lambda x: model(x, training=training),
                        autograph=False).get_concrete_function(specs).graph
 

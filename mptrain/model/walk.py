@@ -28,3 +28,12 @@ def layer_names(model):
         yield layer.name
         if getattr(layer, "layers", None):
             yield from layer_names(layer)
+
+
+def input_structure(model):
+    """The model's inputs as it takes them: one tensor, a list, or a dict of named columns
+    (a Sequential never called has only its list of inputs)."""
+    try:
+        return model.input
+    except (AttributeError, ValueError):
+        return model.inputs[0] if len(model.inputs) == 1 else list(model.inputs)
