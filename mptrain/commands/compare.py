@@ -34,7 +34,8 @@ def compare(
     resume: Annotated[Path | None, typer.Option(
         "--resume", metavar="COMPARE_DIR", show_default=False,
         help="Finish a compare that stopped (Ctrl-C, or killed): run the variants that did "
-             "not finish.")] = None,
+             "not finish, with the experiment and policies it started with (a CONFIG, --set or "
+             "--policies that would change them is refused, by name).")] = None,
     json_out: JsonOpt = False,
     verbose: VerboseOpt = False,
 ) -> None:

@@ -38,7 +38,10 @@ def plan(
     set_: SetOpt = None,
     resume: Annotated[Path | None, typer.Option(
         "--resume", metavar="PLAN_DIR", show_default=False,
-        help="Finish a plan that stopped (Ctrl-C, or out of budget): run the untried trials.")] = None,
+        help="Finish a plan that stopped (Ctrl-C, or out of budget): run the untried trials, "
+             "as the plan set them up (a CONFIG, --set, --steps, --tolerance, --eval or "
+             "--candidates that would change them is refused, by name); --budget and --out "
+             "apply to the resume.")] = None,
     json_out: JsonOpt = False,
     verbose: VerboseOpt = False,
 ) -> None:
@@ -54,7 +57,6 @@ def plan(
     plan.json, plan.png and the trials in OUTPUT_DIR/plan-NAME-TIMESTAMP/, and the plan's
     experiment file (`mptrain run` it). Ctrl-C stops every trial; --resume runs them again.
     """
-    from mptrain.config import load_config
     from mptrain.measure.plan import PlanSettings
     from mptrain.measure.plan import plan as run_plan
     from mptrain.precision.candidates import CANDIDATE_NAMES
@@ -66,8 +68,7 @@ def plan(
         settings = PlanSettings(
             candidates=parse_choices(candidates, CANDIDATE_NAMES, "--candidates") if candidates else None,
             steps=steps, tolerance_pct=tolerance, budget_minutes=budget, evaluate=evaluate,
-            out=out.resolve() if out else None)
-        experiment = load_config(config, set_) if resume is None and config is not None else None
-        result = run_plan(experiment, settings, resume=resume, telling=ConsoleTelling(),
+            out=out.resolve() if out else None, sets=set_ or [])
+        result = run_plan(config, settings, resume=resume, telling=ConsoleTelling(),
                           verbose=verbose, as_text=as_text(plan_tables))
     end_measuring(result, json_out, plan_tables, "plan", "trials")

@@ -27,6 +27,7 @@ from mptrain.measure.engine import (
     write_record,
 )
 from mptrain.measure.memory import too_big_together
+from mptrain.measure.resuming import refuse_changes, refuse_options
 from mptrain.measure.verdicts import Measured, Rules, Steps, judge
 from mptrain.precision.candidates import candidate, file_label
 from mptrain.record import Record
@@ -111,6 +112,19 @@ class CompareSettings:
         return [*self.sets, *(f"{key}={value}" for key, value in shortcuts.items()
                               if value is not None)]
 
+    def check_resumable(self, folder: Path, experiment: str | ExperimentConfig | None) -> None:
+        """What a resume of the compare in `folder` is given changes nothing, or is refused
+        (`measure.resuming`): an experiment named is held to what a new compare of it would
+        stage; without one, the step limit's default is no change (the compare may have been
+        started without a limit)."""
+        refuse_options(folder, "compare", {
+            f"--{key}": ",".join(value) if value else None
+            for key, value in (("policies", self.policies), ("loops", self.loops),
+                               ("strategies", self.strategies))})
+        default = f"train.max_step_seconds={CompareSettings.max_step_seconds}"
+        refuse_changes(folder, "compare", experiment, self.overrides if experiment is not None
+                       else [o for o in self.overrides if o != default])
+
 
 def compare(experiment: str | ExperimentConfig | None, settings: CompareSettings = CompareSettings(),
             *, resume: Path | None = None, telling: Telling = QUIET, verbose: bool = False,
@@ -123,6 +137,7 @@ def compare(experiment: str | ExperimentConfig | None, settings: CompareSettings
     (with `output.mlflow`)."""
     if resume is not None:
         record = load_record(resume, "compare", CompareRecord)
+        settings.check_resumable(resume, experiment)
         if not to_run(record.variants):
             raise ConfigError(f"--resume {resume}: every variant has ended; nothing to resume")
         return _run(record, telling, verbose, as_text)

@@ -30,7 +30,7 @@ import math
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Literal
@@ -57,6 +57,7 @@ from mptrain.measure.engine import (
 )
 from mptrain.measure.islands import LayerTiming, islands, layer_timings
 from mptrain.measure.memory import too_big_together
+from mptrain.measure.resuming import refuse_changes, refuse_options
 from mptrain.measure.trials import TWIN, RunLength, Trial, choose, judge_trials
 from mptrain.measure.verdicts import DEFAULT_TOLERANCE_PCT, Rules
 from mptrain.precision.candidates import Candidate, candidate, candidates, file_label, select
@@ -128,6 +129,32 @@ class PlanSettings:
     budget_minutes: float = DEFAULT_BUDGET_MINUTES
     evaluate: bool = False
     out: Path | None = None
+    sets: list[str] = field(default_factory=list)  # changes to the experiment (`--set`)
+
+    def resumed(self, record: PlanRecord, folder: Path,
+                experiment: str | ExperimentConfig | None) -> tuple[PlanRecord, list[str]]:
+        """The plan in `folder` as this resume runs it, and what it applied: a budget and
+        where plan.yaml goes are this resume's to set; anything that changes what the trials
+        measure (the candidates, their steps, the tolerance, --eval, the experiment) is
+        refused unless it is what the plan has (`measure.resuming`)."""
+        default = PlanSettings()
+        refuse_options(folder, "plan", {
+            "--candidates": ",".join(self.candidates) if self.candidates else None,
+            **{flag: mine for flag, mine, theirs, unset in (
+                ("--steps", self.steps, record.steps, default.steps),
+                ("--tolerance", self.tolerance_pct, record.tolerance_pct, default.tolerance_pct),
+                ("--eval", self.evaluate, record.evaluate, default.evaluate))
+               if mine not in (theirs, unset)}})
+        refuse_changes(folder, "plan", experiment, self.sets)
+        applied, said = {}, []
+        if self.budget_minutes != default.budget_minutes:
+            applied["budget_minutes"] = self.budget_minutes
+            said.append(f"--budget {self.budget_minutes:g}: this resume's budget (the plan "
+                        f"started with {record.budget_minutes:g} minutes)")
+        if self.out is not None and str(self.out) != record.plan_file:
+            applied["plan_file"] = str(self.out)
+            said.append(f"--out {self.out}: the plan's experiment is written there")
+        return record.model_copy(update=applied), said
 
     def check(self) -> None:
         if self.tolerance_pct < 0:
@@ -149,12 +176,15 @@ def plan(experiment: str | ExperimentConfig | None, settings: PlanSettings = Pla
     started = time.monotonic()
     if resume is not None:
         record, folder = load_record(resume, "plan", PlanRecord), resume
+        record, said = settings.resumed(record, folder, experiment)
         if record.status == "finished":
             raise ConfigError(f"--resume {folder}: the plan has finished; nothing to resume")
+        for line in said:
+            telling.say("resume", line)
     elif experiment is None:
         raise ConfigError("mptrain plan: give an experiment (CONFIG) or --resume PLAN_DIR")
     else:
-        config = load_config(experiment)
+        config = load_config(experiment, settings.sets)
         if settings.out is None:
             with contextlib.suppress(ConfigError):  # beside the experiment's file, when it has one
                 settings = replace(settings, out=plan_file_for(config.source))

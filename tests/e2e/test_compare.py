@@ -48,6 +48,17 @@ def test_compare_two_policies_through_the_cli(tmp_path):
         assert Path(row.summary.run_dir).parent == folder
         assert (Path(row.summary.run_dir) / "summary.json").is_file()
     assert_nontrivial_png(folder / "compare.png")
+    # a resume is given nothing it would ignore: a change to the experiment, or another set of
+    # policies, is refused by name, the folder untouched (the experiment as it was: accepted)
+    before = (folder / "compare.json").read_bytes()
+    for extra, said in [(["--set", "train.epochs=3"], "--set changes train.epochs"),
+                        ([str(config), "--epochs", "4"], "the experiment given changes train.epochs"),
+                        (["--policies", "float32"], "--policies float32: a compare resumes")]:
+        refused = mptrain("compare", "--resume", str(folder), *extra, cwd=tmp_path)
+        assert refused.returncode == 2 and said in refused.stderr, refused.stderr
+    same = mptrain("compare", str(config), "--epochs", "2", "--resume", str(folder), cwd=tmp_path)
+    assert same.returncode == 2 and "every variant has ended" in same.stderr, same.stderr
+    assert (folder / "compare.json").read_bytes() == before
 
 
 def assert_nontrivial_png(path: Path):

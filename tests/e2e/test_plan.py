@@ -51,6 +51,14 @@ def test_plan_on_a_built_in_measures_chooses_and_writes_a_runnable_plan(tmp_path
         assert s["steps_run"] == 16 and s["step_time"]["enough"], trial["label"]
         if trial["label"] not in ("float32", "float32-twin"):  # each judged on its loss progress
             assert trial["verdict"]["training"]["share"] is not None
+    folder = Path(record["folder"])
+    before = (folder / "plan.json").read_bytes()
+    for extra, said in [(["--set", "train.batch_size=32"], "--set changes train.batch_size"),
+                        (["--steps", "20"], "--steps 20: a plan resumes with the settings it started"),
+                        (["--candidates", "mixed_bfloat16"], "--candidates mixed_bfloat16")]:
+        refused = mptrain("plan", "--resume", str(folder), *extra, cwd=tmp_path)
+        assert refused.returncode == 2 and said in refused.stderr, refused.stderr
+    assert (folder / "plan.json").read_bytes() == before
     onednn = next(t for t in record["trials"] if t["label"] == "float32+onednn_bf16")
     assert onednn["summary"]["policy"] == "float32"  # oneDNN's bf16 math under a float32 policy
     base = record["trials"][0]["summary"]
