@@ -244,11 +244,12 @@ def store_kernels(machine: Machine, timings: list[KernelTiming], seconds: float,
     return speeds
 
 
-def measured_kernels(tf, machine: Machine, status: Callable[[str], object] | None = None
-                     ) -> KernelSpeeds | None:
+def measured_kernels(tf, machine: Machine, status: Callable[[str], object] | None = None,
+                     said: list[str] | None = None) -> KernelSpeeds | None:
     """This machine's kernel speeds: cached, or measured now (about 10 s) and cached. None
-    when the measurement fails: the caller falls back to rules on the hardware's flags.
-    `status(text)` is a context manager that shows progress while measuring."""
+    when the measurement fails: the caller falls back to rules on the hardware's flags, and
+    `said` is told why. `status(text)` is a context manager that shows progress while
+    measuring."""
     speeds = cached_kernels(machine)
     if speeds is not None or machine.tpu:
         return speeds
@@ -259,6 +260,10 @@ def measured_kernels(tf, machine: Machine, status: Callable[[str], object] | Non
                 timings = measure(tf, [decision_device(machine)], decision_dtypes(machine))
         else:
             timings = measure(tf, [decision_device(machine)], decision_dtypes(machine))
-    except Exception:  # a broken device or kernel: fall back to the rules, never crash a run
+    except Exception as exc:  # a broken device or kernel: fall back to the rules, never crash a run
+        if said is not None:
+            said.append(f"this machine's kernels could not be measured ({type(exc).__name__}: "
+                        f"{str(exc).splitlines()[0][:160] if str(exc) else 'no message'}); the "
+                        "policy is chosen by the hardware's flags instead")
         return None
     return store_kernels(machine, timings, time.perf_counter() - started)

@@ -128,7 +128,7 @@ def check_machine(*, bench: bool = False, no_bench: bool = False, bench_scale: f
     tf = import_tensorflow(verbose)
     machine = probe(tf)
     timings = kernels = None
-    cached = False
+    cached, said = False, []
     if bench:
         started = time.perf_counter()
         with status("benchmarking kernels per dtype…") if status else contextlib.nullcontext():
@@ -137,13 +137,13 @@ def check_machine(*, bench: bool = False, no_bench: bool = False, bench_scale: f
                                 keep=bench_scale == 1.0)
     elif not no_bench:
         cached = cached_kernels(machine) is not None
-        kernels = measured_kernels(tf, machine, status)
+        kernels = measured_kernels(tf, machine, status, said)
     rec = recommend(machine, kernels)
     return CheckReport(
         machine=MachineFacts.of(machine),
         gpu_found=bool(machine.gpus),
         recommendation=RecommendationFacts(policy=rec.policy, reason=rec.reason,
-                                           warnings=rec.warnings, measured=rec.measured),
+                                           warnings=[*rec.warnings, *said], measured=rec.measured),
         compatibility_check=compatibility_check(machine.gpus),
         distribution=distribution_facts(tf),
         kernels=kernels,

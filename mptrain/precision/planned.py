@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from mptrain.config.loading import changed_keys, find_config, load_config, plan_file_for, value_at
+from mptrain.errors import ConfigError
 
 STAMP = "# mptrain-plan: "
 # what a plan decides, and so may differ between the plan and the experiment it was made for
@@ -62,7 +63,7 @@ def planned(config) -> Planned | None:
     try:
         source = find_config(config.source)
         path = plan_file_for(config.source)
-    except Exception:  # noqa: BLE001  (an experiment with no file: a mapping, from Python)
+    except ConfigError:  # an experiment with no file: a mapping, from Python
         return None
     if not path.is_file() or source.resolve() == path.resolve():
         return None
@@ -71,7 +72,7 @@ def planned(config) -> Planned | None:
     try:
         fields = json.loads(line.removeprefix(STAMP)) if line else None
         plan = load_config(path)
-    except Exception as exc:  # noqa: BLE001  (a plan that does not read is not followed, and said)
+    except (ConfigError, ValueError) as exc:  # a plan that does not read is not followed, and said
         return Planned(path, "?", {}, "", f"{path} does not read as a plan ({exc})")
     if not fields:
         return Planned(path, "?", {}, "", f"{path} has no machine stamp (made by an older "

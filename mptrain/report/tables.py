@@ -13,7 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from mptrain.measure.trials import TWIN
-from mptrain.measure.verdicts import INPUT_BOUND_NOTE, MIN_ROUNDS
+from mptrain.measure.verdicts import DEFAULT_TOLERANCE_PCT, INPUT_BOUND_NOTE, MIN_ROUNDS
 from mptrain.report.console import fmt, human_bytes
 from mptrain.report.fitted import Fitted
 from mptrain.runs.summary import RunSummary
@@ -198,7 +198,8 @@ def _compare_footnotes(record: CompareRecord, peaks: dict[str, str]) -> list[str
     notes.append(f"ms/step: median over timed steps (warm-up and short batches left out); {turns} "
                  f"(with fewer than {MIN_ROUNDS} rounds, no speed-up: the verdict says how many "
                  "steps give enough); loss behind float32's: its training loss fell short of "
-                 "float32's progress by more than 3% (docs/choosing-a-precision.md); higher or "
+                 f"float32's progress by more than {DEFAULT_TOLERANCE_PCT:g}% "
+                 "(docs/choosing-a-precision.md); higher or "
                  "lower accuracy only beyond what the test set's size can resolve (a 95% Wilson "
                  "interval). start to 1st step (s): process start, data, model, tracing, "
                  "compiling and the first step itself; whole run: its own wall time, waits for "

@@ -92,7 +92,7 @@ def prepare(config: ExperimentConfig, *, policy: str | None = None, verbose: boo
     if plan is not None:
         config, requested, said = follow_plan(config, plan, machine)
         notes.append(said)
-    kernels = measured_kernels(tf, machine, status) if requested == "auto" else None
+    kernels = measured_kernels(tf, machine, status, notes) if requested == "auto" else None
     choice = choose_policy(requested, config.train.jit_compile, machine,
                            config.train.xla_optimizer_update, replicas=place.replicas,
                            kernels=kernels)

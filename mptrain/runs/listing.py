@@ -130,5 +130,5 @@ def run_config(path: Path):
 
     try:
         return validate(read_yaml(path / "config.yaml"), str(path / "config.yaml"))
-    except Exception:  # a config this version cannot read: the row says less, nothing more
+    except ConfigError:  # a config this version cannot read: the row says less, nothing more
         return None

@@ -76,7 +76,7 @@ class Checkpointer(TrainingListener):
         except tf.errors.OpError as exc:
             full = "no space left" in exc.message.lower()
             raise OSError(errno.ENOSPC if full else errno.EIO,
-                          f"cannot write a checkpoint ({exc.message.splitlines()[0][:160]})",
+                          f"cannot write a checkpoint ({_os_reason(exc.message, full)})",
                           str(self.folder)) from exc
 
     def saved(self) -> list[str]:
@@ -158,3 +158,12 @@ def another_model(path: str, model) -> str:
             only_saved and f"a {list(only_saved[0])} weight there",
             only_here and f"a {list(only_here[0])} weight here"]))
     return said
+
+
+def _os_reason(message: str, full: bool) -> str:
+    """What the system said, without TensorFlow's op text (`[Op:SaveV2]`, `{{function_node
+    ... device:CPU:0}}`) and the temporary file's path, which tell a user nothing."""
+    if full:
+        return "No space left on device"
+    first = re.sub(r"\s*(\{\{.*|\[Op:.*)$", "", message.splitlines()[0])
+    return first.rsplit("; ", 1)[-1][:160] or "an I/O error"

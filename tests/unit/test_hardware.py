@@ -156,3 +156,20 @@ def test_compare_by_default_weighs_float32_against_what_auto_would_pick(machine,
 
     kernels = record_kernels(machine, bfloat16=bfloat16, float16=0.01) if bfloat16 else None
     assert policies_worth_comparing(machine, kernels) == expected
+
+
+def test_a_failed_kernel_measurement_is_said_not_swallowed(tmp_path, monkeypatch):
+    """policy auto falls back to the hardware's flags when the kernels cannot be timed, and
+    says why (the run's notes, check-gpu's warnings)."""
+    from mptrain.hardware import kernels
+
+    monkeypatch.setenv("MPTRAIN_CACHE_DIR", str(tmp_path))  # nothing cached: a measurement
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("the device went away\nmore detail")
+
+    monkeypatch.setattr(kernels, "measure", broken)
+    said: list[str] = []
+    assert kernels.measured_kernels(None, Machine(cpu=cpu(SAPPHIRE)), said=said) is None
+    assert said == ["this machine's kernels could not be measured (RuntimeError: the device went "
+                    "away); the policy is chosen by the hardware's flags instead"]

@@ -156,3 +156,21 @@ def test_fused_layers_compute_what_keras_layers_do(policy):
     assert {type(layer).__module__.split(".")[0] for layer in plain.layers} == {"keras"}
     np.testing.assert_allclose(plain(x).numpy(), fused(x).numpy(), rtol=1e-5, atol=1e-6)
     apply_policy("float32")
+
+
+def test_a_batch_normalization_on_another_axis_computes_what_keras_does_when_fused():
+    """The fused op normalises the last axis only: a BatchNormalization on another one (axis=1,
+    a channels_first habit) keeps Keras' computation, training and inference alike."""
+    import numpy as np
+
+    from mptrain.model.fused import fuse
+
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((8, 6, 3))
+    x = keras.layers.BatchNormalization(axis=1, name="rows")(inputs)
+    model = keras.Model(inputs, keras.layers.Dense(2, dtype="float32")(keras.layers.Flatten()(x)))
+    fused, _ = fuse(model)
+    x = np.random.default_rng(0).normal(3.0, 2.0, (16, 8, 6, 3)).astype(np.float32)
+    for training in (True, False):
+        np.testing.assert_allclose(fused(x, training=training).numpy(),
+                                   model(x, training=training).numpy(), rtol=1e-5, atol=1e-5)
