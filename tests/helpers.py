@@ -42,6 +42,15 @@ TOKENS = ["data.dataset=synthetic_text", "data.sequence_length=16", "data.vocab_
 CNN = ["model.kind=cnn", "model.filters=[8]", "model.dense_units=[16]", "model.num_classes=3"]
 
 
+def epoch_order(n: int, seed: int, epoch: int):
+    """The example indices of one epoch, in training order, as the pipeline computes them."""
+    import tensorflow as tf
+
+    from mptrain.data.pipeline import shuffled_indices
+
+    return shuffled_indices(tf, n, seed, tf.constant(epoch, tf.int64)).numpy()
+
+
 def tiny_raw(*overrides: str) -> dict:
     return apply_overrides(copy.deepcopy(TINY), list(overrides))
 

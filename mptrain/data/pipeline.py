@@ -134,14 +134,9 @@ def _held_on_host(split: Split) -> Split:
         return Split(split.size, arrays=(x if isinstance(x, np.memmap) else hold(x), hold(y)))
 
 
-def epoch_order(n: int, seed: int, epoch: int) -> np.ndarray:
-    """The example indices of one epoch, in training order (what the pipeline computes)."""
-    import tensorflow as tf
-
-    return _shuffled(tf, n, seed, tf.constant(epoch, tf.int64)).numpy()
-
-
-def _shuffled(tf, n: int, seed: int, epoch):
+def shuffled_indices(tf, n: int, seed: int, epoch):
+    """The example indices of one epoch, in training order: a pure function of the seed and
+    the epoch (`epoch` a tensor), so a resume and every variant of a compare see the same."""
     return tf.random.experimental.stateless_shuffle(
         tf.range(n, dtype=tf.int64), seed=tf.stack([tf.constant(seed, tf.int64), epoch]))
 
@@ -165,7 +160,7 @@ def training_stream(batches: Batches, epochs: range, skip_steps: int = 0):
         if split.stream is not None:
             return _block_shuffled(tf, split.stream(), min(shuffle_buffer, split.size), seed,
                                    epoch).batch(batch_size)
-        order = tf.data.Dataset.from_tensor_slices(_shuffled(tf, split.size, seed, epoch))
+        order = tf.data.Dataset.from_tensor_slices(shuffled_indices(tf, split.size, seed, epoch))
         if split.load is not None:  # files, decoded in parallel in order
             return order.map(split.load, num_parallel_calls=tf.data.AUTOTUNE,
                              deterministic=True).batch(batch_size)

@@ -15,7 +15,7 @@ from mptrain.data.dataset import Dataset, InputSpec, Split, split_sizes
 from mptrain.errors import DataError
 
 
-def _import_tfds():
+def import_tfds():
     try:
         import tensorflow_datasets as tfds
     except ImportError:
@@ -41,7 +41,7 @@ def find_prepared(tfds, name: str, data_dir: Path):
 
 
 def load_tfds(cfg: TfdsData) -> Dataset:
-    tfds = _import_tfds()
+    tfds = import_tfds()
     data_dir = Path(cfg.data_dir or _default_data_dir()).expanduser()
     builder = find_prepared(tfds, cfg.name, data_dir)
     if builder is None:

@@ -69,7 +69,7 @@ def plan_memory(config: ExperimentConfig, policies: list[str], measure: bool = T
     if measure:
         plans = [p.model_copy(update={"measured_peak_bytes": _measured(config, p.policy, verbose)})
                  for p in plans]
-    plans = [_with_largest_batch(p, machine_memory_bytes(), examples) for p in plans]
+    plans = [with_largest_batch(p, machine_memory_bytes(), examples) for p in plans]
     first = plans[0]
     # (to a tenth: the optimizer also keeps a few scalars, its iteration count)
     state = round(first.optimizer_bytes / first.weights_bytes, 1) if first.weights_bytes else 0
@@ -78,7 +78,7 @@ def plan_memory(config: ExperimentConfig, policies: list[str], measure: bool = T
                         why=why_not_half(config.train.optimizer.name, state))
 
 
-def _with_largest_batch(plan: MemoryPlan, available: int | None, examples: int) -> MemoryPlan:
+def with_largest_batch(plan: MemoryPlan, available: int | None, examples: int) -> MemoryPlan:
     """The largest batch whose training state fits in 80% of memory, by the estimate; where
     the measured peak exceeds the estimate (allocator overheads, XLA's buffers), every part
     is scaled up by that ratio, so the figure is never more hopeful than the measurement."""

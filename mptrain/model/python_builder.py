@@ -82,7 +82,7 @@ def check_builder(cfg: PythonConfig) -> None:
                               "exists only in the process that passed it (compare and plan run "
                               "each variant in a process of its own); save it in a .py file and "
                               "give model.builder: path/to/file.py:function")
-        arguments(cfg, _declared(found), dict.fromkeys([*GIVEN, *cfg.kwargs]))
+        arguments(cfg, declared_parameters(found), dict.fromkeys([*GIVEN, *cfg.kwargs]))
         return
     source = builder_source(builder)
     if source is None or not source.is_file():
@@ -131,7 +131,7 @@ def _parsed(args: ast.arguments) -> Parameters:
                       tuple(a.arg for a in args.posonlyargs), args.kwarg is not None)
 
 
-def _declared(function) -> Parameters:
+def declared_parameters(function) -> Parameters:
     """A callable's parameters, read by `inspect` (a builder handed over as an object)."""
     kinds = inspect.Parameter
     params = list(inspect.signature(function).parameters.values())
@@ -243,7 +243,7 @@ def build_python(config: ExperimentConfig, spec: InputSpec, train_inputs=None):
     cfg: PythonConfig = config.model
     with beside(cfg):
         build = load_builder(cfg)
-        declared = _declared(build)
+        declared = declared_parameters(build)
         offered = {"input_shape": spec.shape, "num_classes": classes_of(config)}
         if "train_inputs" in declared.names:
             if train_inputs is None:

@@ -329,7 +329,7 @@ def runs_table(report: RunsReport) -> Group:
             fmt(run.epochs, "d", "-"),
             fmt(run.median_step_ms, ".1f", "-"),
             fmt(run.test_accuracy, ".4f", "-"),
-            _ago(datetime.fromisoformat(run.when), now),
+            time_ago(datetime.fromisoformat(run.when), now),
         ]))
         if run.status in ("failed", "killed") and run.reason:
             notes.append(f"[{colour}]{escape(run.name)}[/]: {escape(run.reason)}")
@@ -344,7 +344,7 @@ def runs_table(report: RunsReport) -> Group:
                          rows, text_columns={1}, gap=1), *notes)
 
 
-def _ago(when, now) -> str:
+def time_ago(when, now) -> str:
     """How long ago, in the largest unit that is not 0: "45s ago", "3h ago", "12d ago"."""
     seconds = max((now - when).total_seconds(), 0)
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):

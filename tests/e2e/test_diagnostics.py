@@ -270,8 +270,8 @@ def test_tensorboard_events_hold_the_telemetry(tmp_path):
 def test_injected_overflows_give_exact_skips_in_steps_and_summary(tiny_config, tmp_path):
     """A custom-loop run with non-finite gradients at known steps: steps.jsonl marks exactly
     those as skipped, each halves the scale, and the summary's rate and minimum agree."""
-    from mptrain.data.pipeline import epoch_order
     from mptrain.runs.runner import run_experiment
+    from tests.helpers import epoch_order
 
     rng = np.random.default_rng(0)
     x = rng.normal(size=(128, 16)).astype(np.float32)

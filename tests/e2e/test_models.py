@@ -268,7 +268,7 @@ def test_fine_tuning_recipe_freezes_then_unfreezes(tiny_config, tmp_path):
 def test_missing_extras_say_what_to_install(monkeypatch):
     import sys
 
-    from mptrain.data.tfds_source import _import_tfds
+    from mptrain.data.tfds_source import import_tfds
     from mptrain.errors import MptrainError
     from mptrain.model.hub import import_keras_hub
 
@@ -277,4 +277,4 @@ def test_missing_extras_say_what_to_install(monkeypatch):
     with pytest.raises(MptrainError, match=r"pip install 'mptrain\[hub\]'"):
         import_keras_hub()
     with pytest.raises(MptrainError, match=r"pip install 'mptrain\[tfds\]'"):
-        _import_tfds()
+        import_tfds()

@@ -46,7 +46,7 @@ def test_fit_and_custom_see_the_same_batches_in_every_epoch(tiny_config):
 
 
 def test_epoch_order_is_a_function_of_seed_and_epoch():
-    from mptrain.data.pipeline import epoch_order
+    from tests.helpers import epoch_order
 
     first, second = epoch_order(100, seed=3, epoch=0), epoch_order(100, seed=3, epoch=1)
     assert sorted(first) == list(range(100)) and not np.array_equal(first, second)
@@ -87,7 +87,7 @@ def test_skipped_steps_are_counted_and_halve_the_scale(tiny_config, tmp_path, lo
     assert result.summary.loss_scale.skipped_steps == 3
     assert result.summary.loss_scale.final == 1024 / 2**3
     # the halvings happen exactly at the steps whose batch holds example 17
-    from mptrain.data.pipeline import epoch_order
+    from tests.helpers import epoch_order
 
     expected = [epoch * 4 + int(np.where(epoch_order(256, seed=7, epoch=epoch) == 17)[0][0]) // 64 + 1
                 for epoch in range(3)]

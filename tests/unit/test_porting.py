@@ -39,10 +39,10 @@ def test_a_builder_is_called_with_the_arguments_it_declares(tmp_path, signature,
     check_builder(cfg)  # without running the file
     namespace: dict = {}
     exec(f"def build{signature}:\n    pass\n", namespace)
-    from mptrain.model.python_builder import _declared
+    from mptrain.model.python_builder import declared_parameters
 
     offered = {"input_shape": (16,), "num_classes": 4, **kwargs}
-    assert arguments(cfg, _declared(namespace["build"]), offered) == given
+    assert arguments(cfg, declared_parameters(namespace["build"]), offered) == given
 
 
 @pytest.mark.parametrize("source, kwargs, refused", [

@@ -96,10 +96,10 @@ def test_the_table_fits_80_columns_and_marks_the_resumable(runs):
 def test_when_reads_as_how_long_ago():
     from datetime import datetime, timedelta
 
-    from mptrain.report.tables import _ago
+    from mptrain.report.tables import time_ago
 
     now = datetime(2026, 12, 1, 12, 0, 0)
-    assert [_ago(now - timedelta(seconds=s), now) for s in (5, 125, 7300, 3 * 86400 + 5)] == [
+    assert [time_ago(now - timedelta(seconds=s), now) for s in (5, 125, 7300, 3 * 86400 + 5)] == [
         "5s ago", "2m ago", "2h ago", "3d ago"]
 
 

@@ -67,12 +67,13 @@ def test_runs_names_are_each_on_one_line_as_compare_takes_them():
 def test_compare_tables_keep_numbers_names_and_verdicts_whole():
     """`compare` (policy and loop name a row) and `runs --compare` (run names)."""
     variants = [Variant("float32", "custom", "mirrored"), Variant("mixed_bfloat16", "custom", "mirrored"),
-                Variant("mixed_float16", "custom", "mirrored"), Variant("float16", "custom", "mirrored")]
+                Variant("mixed_float16", "custom", "mirrored"), Variant("float16", "custom", "mirrored"),
+                Variant("bfloat16", "custom", "mirrored")]
     summaries = [make_summary(median=12345.6, accuracy=0.9123, memory=1_234_567_890),
                  make_summary(median=321.9, accuracy=0.7912, memory=61_234_567, policy="mixed_bfloat16"),
                  make_summary(median=14567.8, accuracy=0.9101, memory=70_000_000,
                               scale=(32768.0, 1234), policy="mixed_float16"),
-                 "exit code 3"]
+                 "exit code 3", make_summary(median=1500.0, status="diverged", policy="bfloat16")]
     rows = [CompareRow(label=v.label, policy=v.policy, loop=v.loop, strategy=v.strategy,
                        summary=None if isinstance(s, str) else s,
                        failed=s if isinstance(s, str) else None)
@@ -86,6 +87,7 @@ def test_compare_tables_keep_numbers_names_and_verdicts_whole():
           "verdict", "MFU")
     for row in record.variants:  # the verdicts wrap between words, none dropped
         whole(text, *row.verdict.words().split())
+    assert re.search(r"^bfloat16\b.*diverged", text, re.MULTILINE), text
 
     named = [CompareRow(label=n, policy=s.policy, loop=s.loop, summary=s)
              for n, s in ((RUN, summaries[0]), (NESTED, summaries[1]), (SHORT, summaries[2]))]

@@ -1,7 +1,6 @@
 """Reading numbers side by side: speed-ups, accuracy within noise, compare.json's rows and
 its tables, on recorded summaries (nothing trains)."""
 
-import re
 
 import pytest
 
@@ -80,32 +79,6 @@ def test_failed_variant_is_a_row_not_a_crash():
     assert row.summary is None and row.verdict.words() == "failed (exit code 3)"
 
 
-def test_tables_fit_80_columns_and_never_cut_a_number():
-    from rich.console import Console
-
-    from mptrain.report.tables import compare_tables
-
-    record = record_of(
-        ("float32", make_summary(median=1234.5, accuracy=0.9123, memory=123_456_789)),
-        ("mixed_bfloat16", make_summary(median=321.9, accuracy=0.9101, memory=61_234_567,
-                                        scale=None)),
-        ("mixed_float16", make_summary(median=1456.7, accuracy=0.9110, memory=70_000_000,
-                                       scale=(32768.0, 12))),
-        ("float16", make_summary(median=1500.0, status="diverged")),
-    )
-    console = Console(width=80, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
-    console.print(compare_tables(record))
-    text = console.export_text()
-    assert max(len(line) for line in text.splitlines()) <= 80
-    assert "…" not in text
-    for number in ("1234.5", "321.9", "3.84x", "0.9101 (-0.22)", "32768/12", "0.85x",
-                   "117.7 MiB", "0.50x", "1209.8–1259.2"):
-        assert number in text, number
-    assert re.search(r"^float16 .*diverged \(NaN/inf", text, re.MULTILINE)
-
-
-
-
 def test_accuracy_is_judged_against_what_the_test_set_can_resolve():
     """On 41 test examples one example is 2.44 points: such a difference is noise, not
     'higher/lower'. On 10,000 the same 2.44 points is real."""
@@ -129,52 +102,6 @@ def test_a_small_test_set_makes_a_compare_verdict_say_noise():
     row = record.variants[1]
     assert row.verdict.accuracy_delta_pt == pytest.approx(-2.44) and row.verdict.accuracy_noise_pt > 2.44
     assert row.verdict.words() == "faster, accuracy within noise"
-
-
-def test_memory_tables_fit_80_columns_with_every_number_whole():
-    from rich.console import Console
-
-    from mptrain.measure.memory import MemoryPlan, MemoryReport
-    from mptrain.report.views import memory_view
-
-    plan = {"batch_size": 256, "parameters": 85_000, "weights_bytes": 340_000,
-            "weight_copies_bytes": 170_000, "gradients_bytes": 340_000, "optimizer_bytes": 680_000,
-            "activations_bytes": 277_000, "total_bytes": 1_800_000,
-            "measured_peak_bytes": 1_250_000, "largest_batch": 18_650_123,
-            "largest_batch_basis": "estimate"}
-    report = MemoryReport(experiment="synthetic", batch_size=256, parameters=85_000,
-                          training_examples=4096, why="why",
-                          plans=[MemoryPlan(policy=p, **plan) for p in
-                                 ("float32", "mixed_float16", "mixed_bfloat16")])
-    console = Console(width=80, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
-    console.print(memory_view(report))
-    text = console.export_text()
-    assert max(len(line) for line in text.splitlines()) <= 80 and "…" not in text
-    for cell in ("mixed_float16", "mixed_bfloat16", "18,650,123", "1.7 MiB", "332.0 KiB"):
-        assert cell in text, cell
-
-
-def test_the_largest_batch_is_never_more_hopeful_than_the_measurement():
-    """A measured peak above the estimate (XLA's buffers under mixed_float16 on a CPU: 72 MiB
-    measured where 26 MiB was estimated) scales every part up by that ratio; a batch far
-    beyond the data set is said to be a memory figure only."""
-    from mptrain.measure.memory import MemoryPlan, _with_largest_batch
-
-    mib = 2**20
-    parts = {"policy": "mixed_float16", "batch_size": 100, "parameters": 1000,
-             "weights_bytes": 4 * mib, "weight_copies_bytes": 2 * mib, "gradients_bytes": 4 * mib,
-             "optimizer_bytes": 8 * mib, "activations_bytes": 8 * mib, "total_bytes": 26 * mib}
-    estimated = _with_largest_batch(MemoryPlan(**parts), available=1000 * mib, examples=60_000)
-    measured = _with_largest_batch(MemoryPlan(**parts, measured_peak_bytes=72 * mib),
-                                   available=1000 * mib, examples=60_000)
-    per_example = 8 * mib / 100
-    assert estimated.largest_batch == int((800 * mib - 18 * mib) // per_example)
-    assert estimated.largest_batch_basis == "estimate" and estimated.note is None
-    assert measured.largest_batch == int((800 * mib * 26 / 72 - 18 * mib) // per_example)
-    assert measured.largest_batch_basis == "measured"
-    assert measured.largest_batch < estimated.largest_batch / 2
-    tiny = _with_largest_batch(MemoryPlan(**parts), available=1000 * mib, examples=500)
-    assert "memory figure only" in tiny.note and "500 training examples" in tiny.note
 
 
 def pair(base, other, base_rounds=(), rounds=(), sessions=(1, 1)):
