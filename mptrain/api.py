@@ -9,9 +9,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import mptrain.config.loading
 from mptrain.config import ExperimentConfig, load_config, validate
 from mptrain.config.loading import apply_overrides, parsed_changes, resolve_paths
-from mptrain.config.loading import variant as config_variant
 from mptrain.errors import RunInterrupted
 from mptrain.telling import QUIET
 
@@ -48,7 +48,7 @@ def load_experiment(source: str | Path | Mapping[str, Any], overrides: Overrides
 def variant(experiment: ExperimentConfig, overrides: Overrides) -> ExperimentConfig:
     """A new validated experiment: this one with `overrides` ({"train.batch_size": 256}), as
     `--set` would give them; the original is unchanged."""
-    return config_variant(experiment, overrides or {})
+    return mptrain.config.loading.variant(experiment, overrides or {})
 
 
 def run(experiment: ExperimentConfig, *, resume: str | Path | None = None, progress: bool = True,
@@ -74,24 +74,24 @@ def run(experiment: ExperimentConfig, *, resume: str | Path | None = None, progr
     return result.summary
 
 
-def compare(experiment: ExperimentConfig | None = None, candidates: list[str] | None = None, *,
+def compare(experiment: ExperimentConfig | None = None, policies: list[str] | None = None, *,
             resume: str | Path | None = None, progress: bool = True, verbose: bool = False,
             **settings: Any) -> CompareRecord:
-    """The experiment under several precision candidates (policies, or any name plan
-    prints), in turns, as `mptrain compare`, through the same library call: default
-    candidates float32 and what `policy: auto` picks here; default experiment the guide's.
+    """The experiment under several policies (as `--policies`: a policy, or any candidate
+    name plan prints), in turns, as `mptrain compare`, through the same library call:
+    default policies float32 and what `policy: auto` picks here; default experiment the guide's.
     `settings` are the command's options, `CompareSettings`' fields: `loops`, `strategies`,
     `epochs`, `steps`, `max_step_seconds` (default 60; None: never). `resume`: finish the
     compare in that folder."""
-    from mptrain.measure.compare import CompareSettings
-    from mptrain.measure.compare import compare as compare_in_turns
+    import mptrain.measure.compare
     from mptrain.report.console import as_text
     from mptrain.report.tables import compare_tables
 
-    settings = CompareSettings(policies=candidates, **settings)
+    settings = mptrain.measure.compare.CompareSettings(policies=policies, **settings)
     with _live(progress) as (telling, _):
-        result = compare_in_turns(experiment, settings, resume=_path(resume), telling=telling,
-                                  verbose=verbose, as_text=as_text(compare_tables))
+        result = mptrain.measure.compare.compare(experiment, settings, resume=_path(resume),
+                                                 telling=telling, verbose=verbose,
+                                                 as_text=as_text(compare_tables))
     return result.record
 
 
@@ -103,25 +103,25 @@ def plan(experiment: ExperimentConfig | None = None, *, resume: str | Path | Non
     `evaluate`, and `out`: where to write the runnable plan (default, as the command's:
     EXPERIMENT.plan.yaml beside the experiment's file). `resume`: finish the plan in that
     folder."""
-    from mptrain.measure.plan import PlanSettings
-    from mptrain.measure.plan import plan as plan_in_turns
+    import mptrain.measure.plan
     from mptrain.report.console import as_text
     from mptrain.report.tables import plan_tables
 
     if settings.get("out") is not None:
         settings["out"] = Path(settings["out"]).resolve()
     with _live(progress) as (telling, _):
-        result = plan_in_turns(experiment, PlanSettings(**settings), resume=_path(resume),
-                               telling=telling, verbose=verbose, as_text=as_text(plan_tables))
+        result = mptrain.measure.plan.plan(experiment, mptrain.measure.plan.PlanSettings(**settings),
+                                           resume=_path(resume), telling=telling, verbose=verbose,
+                                           as_text=as_text(plan_tables))
     return result.record
 
 
 def check_machine(*, bench: bool = False, verbose: bool = False) -> CheckReport:
     """This machine's accelerators and CPU, and the policy that will be fast here (measured),
     as `mptrain check-gpu`."""
-    from mptrain.precision.check import check_machine as check
+    import mptrain.precision.check
 
-    return check(bench=bench, verbose=verbose)
+    return mptrain.precision.check.check_machine(bench=bench, verbose=verbose)
 
 
 @contextlib.contextmanager

@@ -49,21 +49,21 @@ def compare(
     run (one-off costs, wall time). Ctrl-C or SIGTERM stops every variant after its current
     step (with a checkpoint); --resume finishes the compare later.
     """
+    import mptrain.measure.compare
     from mptrain.config.schema import LOOPS, STRATEGIES
-    from mptrain.measure.compare import CompareSettings
-    from mptrain.measure.compare import compare as run_compare
     from mptrain.report.console import as_text
     from mptrain.report.progress import ConsoleTelling
     from mptrain.report.tables import compare_tables
 
     with user_errors(verbose=verbose):
-        settings = CompareSettings(
+        settings = mptrain.measure.compare.CompareSettings(
             policies=parse_choices(policies, None, "--policies") if policies is not None else None,
             loops=parse_choices(loops, LOOPS, "--loops") if loops else None,
             strategies=parse_choices(strategies, STRATEGIES, "--strategies") if strategies else None,
             sets=set_ or [], epochs=epochs, steps=steps, max_step_seconds=max_step_seconds or None)
-        result = run_compare(config, settings, resume=resume, telling=ConsoleTelling(),
-                             verbose=verbose, as_text=as_text(compare_tables))
+        result = mptrain.measure.compare.compare(config, settings, resume=resume,
+                                                 telling=ConsoleTelling(), verbose=verbose,
+                                                 as_text=as_text(compare_tables))
     end_measuring(result, json_out, compare_tables, "compare", "variants")
     if any(row.summary is None for row in result.record.variants):
         raise typer.Exit(1)

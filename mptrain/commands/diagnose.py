@@ -22,10 +22,11 @@ def diagnose(
     the loss scale; the loss-scale range that keeps gradients representable; bfloat16's
     relative error per layer; a verdict per policy and a recommendation.
     """
+    import mptrain.diagnostics.numerics
     from mptrain.config import load_config
-    from mptrain.diagnostics.numerics import diagnose as run_diagnosis
     from mptrain.report.views import diagnose_view
 
     with user_errors(verbose=verbose):
-        result = run_diagnosis(load_config(config, set_), steps=steps, verbose=verbose)
+        result = mptrain.diagnostics.numerics.diagnose(load_config(config, set_), steps=steps,
+                                                       verbose=verbose)
     emit(result, json_out, diagnose_view)

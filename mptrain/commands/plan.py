@@ -57,18 +57,17 @@ def plan(
     plan.json, plan.png and the trials in OUTPUT_DIR/plan-NAME-TIMESTAMP/, and the plan's
     experiment file (`mptrain run` it). Ctrl-C stops every trial; --resume runs them again.
     """
-    from mptrain.measure.plan import PlanSettings
-    from mptrain.measure.plan import plan as run_plan
+    import mptrain.measure.plan
     from mptrain.precision.candidates import CANDIDATE_NAMES
     from mptrain.report.console import as_text
     from mptrain.report.progress import ConsoleTelling
     from mptrain.report.tables import plan_tables
 
     with user_errors(verbose=verbose):
-        settings = PlanSettings(
+        settings = mptrain.measure.plan.PlanSettings(
             candidates=parse_choices(candidates, CANDIDATE_NAMES, "--candidates") if candidates else None,
             steps=steps, tolerance_pct=tolerance, budget_minutes=budget, evaluate=evaluate,
             out=out.resolve() if out else None, sets=set_ or [])
-        result = run_plan(config, settings, resume=resume, telling=ConsoleTelling(),
-                          verbose=verbose, as_text=as_text(plan_tables))
+        result = mptrain.measure.plan.plan(config, settings, resume=resume, telling=ConsoleTelling(),
+                                           verbose=verbose, as_text=as_text(plan_tables))
     end_measuring(result, json_out, plan_tables, "plan", "trials")

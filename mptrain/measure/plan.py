@@ -190,7 +190,7 @@ def plan(experiment: str | ExperimentConfig | None, settings: PlanSettings = Pla
                 settings = replace(settings, out=plan_file_for(config.source))
         record, folder = start_plan(config, settings, verbose=verbose, status=telling.status)
     deadline = started + 60 * record.budget_minutes
-    return run_plan(record, folder, deadline, telling=telling, verbose=verbose, as_text=as_text)
+    return run_trials(record, folder, deadline, telling=telling, verbose=verbose, as_text=as_text)
 
 
 def start_plan(config: ExperimentConfig, settings: PlanSettings = PlanSettings(), *,
@@ -298,7 +298,7 @@ def describe_machine(machine: Machine) -> str:
     return f"{what}; TensorFlow {machine.tensorflow_version}"
 
 
-def run_plan(record: PlanRecord, folder: Path, deadline: float, *, telling: Telling = QUIET,
+def run_trials(record: PlanRecord, folder: Path, deadline: float, *, telling: Telling = QUIET,
              verbose: bool = False, as_text: Callable[[PlanRecord], str] | None = None) -> Measurement:
     """Decide the float32 islands, run the trials not yet run in turns (`measure.engine`)
     until the `deadline` (`time.monotonic()`), then judge and choose; resumable.
