@@ -1,7 +1,7 @@
 """`mptrain compare`: one experiment under several policies (and loops), side by side.
 
 The input pipeline's order depends only on the seed, so every variant, from the same initial
-weights (`engine.stage`), also sees the same batches.
+weights (`ledger.stage`), also sees the same batches.
 """
 
 from __future__ import annotations
@@ -13,19 +13,8 @@ from typing import Literal
 
 from mptrain.config import ExperimentConfig, load_config
 from mptrain.errors import ConfigError, DataError
-from mptrain.measure.engine import (
-    Entry,
-    Ledger,
-    Measurement,
-    Turns,
-    load_record,
-    measure,
-    stage,
-    steps_of,
-    to_run,
-    turn_steps,
-    write_record,
-)
+from mptrain.measure.engine import Turns, run_rows, turn_steps
+from mptrain.measure.ledger import Ledger, Measurement, load_record, stage, steps_of, to_run, write_record
 from mptrain.measure.memory import too_big_together
 from mptrain.measure.resuming import refuse_changes, refuse_options
 from mptrain.measure.verdicts import Measured, Rules, Steps, judge
@@ -246,24 +235,20 @@ def _baseline(variants: list[Variant]) -> Variant:
 
 
 def _run(record: CompareRecord, telling: Telling, verbose: bool, as_text) -> Measurement:
-    """The rows still to run (`engine.to_run`), in turns, in one session (`measure.engine`);
+    """The rows still to run (`ledger.to_run`), in turns, in one session (`engine.run_rows`);
     compare.json rewritten as they end, with each variant's per-round step times, so every
     verdict can be recomputed from the record."""
     from mptrain.measure.plot import plot_compare
 
-    folder = Path(record.folder)
-    staged = load_config(folder / "experiment.yaml")
-    entries = [Entry.of(row, staged) for row in to_run(record.variants)]
-    ledger = Ledger(folder, "compare", {"variants": ",".join(r.label for r in record.variants)})
+    ledger = Ledger(Path(record.folder), "compare",
+                    {"variants": ",".join(r.label for r in record.variants)})
     ledger.write(record.model_copy(update={"status": "running"}))
     turns = Turns(record.turn_steps, paired_with=record.baseline if record.pairs else None)
-    ended, signal = measure(ledger, entries, turns, verbose=verbose, on_turn=telling.turn)
-    status = "interrupted" if signal is not None else "finished"
+    variants, signal = run_rows(ledger, record.variants, turns, telling, verbose)
     record = judged(record.model_copy(update={
-        "variants": [ended.get(r.label, r) for r in record.variants], "status": status}))
-    notes = ledger.close(record, status, plot_compare if any(r.summary for r in record.variants)
-                         else None, {"compare.txt": as_text(record)} if as_text else {})
-    return Measurement(record, folder, signal, notes)
+        "variants": variants, "status": "interrupted" if signal is not None else "finished"}))
+    return ledger.close(record, plot_compare if any(r.summary for r in record.variants) else None,
+                        {"compare.txt": as_text(record)} if as_text else {}, signal)
 
 
 def judged(record: CompareRecord, same_start: bool = True) -> CompareRecord:

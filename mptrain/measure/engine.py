@@ -21,9 +21,10 @@ step, save its checkpoint and write its summary, so an interrupted compare or pl
 like a run. A child's live progress would garble the terminal, so its stderr
 goes to a log file beside its run folder (shown when it fails); the engine reports turns.
 
-Both commands keep their folder here: the shared initial weights and experiment (`stage`),
-each variant's experiment file and run folder (`Entry`, `measure`), the record rewritten as
-things end (`Ledger`; `load_record` for `--resume`); with `output.mlflow`, one parent run.
+Compare and plan differ as data given to `run_rows`, the one sequence both run: which rows,
+from which staged experiment, in which turns. Their folder, record and MLflow parent run are
+`ledger.py`'s; each variant's experiment file and run folder are made here (`Entry`,
+`command_for`).
 """
 
 from __future__ import annotations
@@ -35,19 +36,18 @@ import select
 import shutil
 import statistics
 import subprocess
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import yaml
 
-from mptrain.errors import ConfigError
+from mptrain.measure.ledger import Ledger, to_run
 from mptrain.precision.candidates import file_label
-from mptrain.record import to_json, write_atomic
-from mptrain.runs.folder import RunFolder, resumable, unique_folder
+from mptrain.record import write_atomic
+from mptrain.runs.folder import resumable
 from mptrain.runs.summary import RunSummary
 from mptrain.runs.workers import read_child_summary, resume_command, run_command, start
 from mptrain.signals import ForwardSignals
@@ -56,42 +56,11 @@ from mptrain.training.turns import TurnLink
 if TYPE_CHECKING:
     from mptrain.config import ExperimentConfig
     from mptrain.measure.verdicts import Measured
-    from mptrain.record import Record
-    from mptrain.runs.experiment import Prepared
 
 OnTurn = Callable[[int, str, list[float]], None]  # (round, label, its steps' ms)
 MIN_TURN_STEPS = 5  # fewer steps a turn: their median is mostly noise
 MIN_START_LIMIT_S = 60.0  # a start is never stopped sooner (`Turns.first_step_ratio`)
 TARGET_ROUNDS = 10  # rounds a run of the experiment's length is cut into, when it can be
-
-
-def stage(config: ExperimentConfig, kind: str, verbose: bool = False,
-          before_folder: Callable[[Prepared], Any] | None = None) -> tuple[Path, Prepared]:
-    """The folder a compare or plan works in, OUTPUT_DIR/KIND-NAME-TIMESTAMP/, holding the
-    experiment as prepared (experiment.yaml: what the data filled in included) and the
-    initial weights every variant starts from: the model built once under float32 and saved
-    (the guide's `initial_weights = model.get_weights()`). Everything that can fail on bad
-    input, `before_folder(prepared)` included, fails before the folder exists."""
-    if (workers := config.distribute.workers) is not None:
-        raise ConfigError(
-            f"{config.source}: distribute.workers {workers}: {kind} times each variant as one "
-            "process, in turns, and each would start its own local workers; --set "
-            f"distribute.workers=null to {kind} the single-process step, and train on workers "
-            "with `mptrain run`")
-    from mptrain.model import save_initial_weights
-    from mptrain.runs.experiment import prepare
-
-    with tempfile.TemporaryDirectory() as scratch:
-        staged = Path(scratch) / "initial_weights.npz"
-        prepared = prepare(config, policy="float32", verbose=verbose)
-        save_initial_weights(prepared.model, staged)
-        if before_folder is not None:
-            before_folder(prepared)
-        folder = unique_folder(config.output.dir, f"{kind}-{config.name}")
-        shutil.move(staged, folder / "initial_weights.npz")
-    write_atomic(folder / "experiment.yaml",
-                 yaml.safe_dump(prepared.config.to_yaml_dict(), sort_keys=False))
-    return folder, prepared
 
 
 @dataclass(frozen=True)
@@ -148,16 +117,6 @@ class Turns:
     first_step_ratio: float | None = None  # stop one whose start takes this many times the first's
 
 
-@dataclass(frozen=True)
-class Measurement:
-    """What a compare or plan returns."""
-
-    record: Record
-    folder: Path
-    signal: int | None = None  # the signal that interrupted it
-    notes: list[str] = field(default_factory=list)  # what MLflow tracking could not log
-
-
 def measure(ledger: Ledger, entries: list[Entry], turns: Turns, *, verbose: bool = False,
             on_turn: OnTurn | None = None) -> tuple[dict[str, Measured], int | None]:
     """Every entry run to its end in turns (`run_in_turns`), each from the initial weights
@@ -183,12 +142,25 @@ def measure(ledger: Ledger, entries: list[Entry], turns: Turns, *, verbose: bool
     ended = {}
     for entry in entries:  # (a pair's extra baseline run is in `ran` too: not an entry's row)
         if (end := ran.get(entry.label)) is not None:
-            update = {"summary": end.summary, "failed": end.failed, "rounds": end.rounds,
-                      "baseline_rounds": end.baseline_rounds}
-            if "overhead_s" in type(entry.row).model_fields:  # a plan's trial; compare's rows have none
-                update["overhead_s"] = end.overhead_s
-            ended[entry.label] = entry.row.model_copy(update=update)
+            ended[entry.label] = entry.row.model_copy(update={
+                "summary": end.summary, "failed": end.failed, "rounds": end.rounds,
+                "baseline_rounds": end.baseline_rounds, "overhead_s": end.overhead_s})
     return ended, signal
+
+
+def run_rows(ledger: Ledger, rows: list, turns: Turns, telling, verbose: bool = False, *,
+             rerun_failed: bool = True) -> tuple[list, int | None]:
+    """The one sequence compare and plan run: the rows whose runs have not ended (`to_run`;
+    not one that failed, unless `rerun_failed`), each the experiment staged in the ledger's
+    folder (`Ledger.staged`) with its own settings, in turns in one session; every row back
+    in its order, with what its run measured, and the signal that interrupted them."""
+    from mptrain.config import load_config
+
+    staged = load_config(ledger.folder / ledger.staged)
+    todo = [row for row in to_run(rows) if rerun_failed or row.failed is None]
+    ended, signal = measure(ledger, [Entry.of(row, staged) for row in todo], turns,
+                            verbose=verbose, on_turn=telling.turn)
+    return [ended.get(row.label, row) for row in rows], signal
 
 
 def past(deadline: float | None) -> bool:
@@ -228,74 +200,6 @@ def command_for(folder: Path, entry: Entry, verbose: bool) -> list[str]:
     write_atomic(experiment, yaml.safe_dump(entry.experiment.to_yaml_dict(), sort_keys=False))
     return run_command(experiment, run_dir=entry.run_dir,
                        initial_weights=folder / "initial_weights.npz", verbose=verbose)
-
-
-class Ledger:
-    """A compare's or plan's record (KIND.json, rewritten whole as things end) and, with
-    `output.mlflow`, its MLflow parent run: `env` nests each variant's run in it."""
-
-    def __init__(self, folder: Path, kind: str, params: dict[str, str]):
-        from mptrain.runs.tracking import start_parent
-
-        self.folder, self.kind = folder, kind
-        self.tracking = start_parent(folder, kind, params)  # a `Connection`, or None (off)
-
-    @property
-    def env(self) -> dict[str, str]:
-        return self.tracking.env if self.tracking else {}
-
-    def write(self, record: Record) -> None:
-        write_record(self.folder, self.kind, record)
-
-    def close(self, record, status: str, plot: Callable | None, texts: dict[str, str],
-              tags: dict[str, str] | None = None) -> list[str]:
-        """The picture (KIND.png, when `plot` is given), the record, and the parent run
-        ended with both; what MLflow could not log."""
-        picture = self.folder / f"{self.kind}.png"
-        if plot is not None:
-            record.plot = str(picture)
-            plot(record, picture)
-        self.write(record)
-        if self.tracking is None:
-            return []
-        self.tracking.finish(status, [self.folder / f"{self.kind}.json", picture], texts, tags)
-        return self.tracking.notes
-
-
-def write_record(folder: Path, kind: str, record: Record) -> None:
-    """KIND.json, whole or not at all (a reader never sees half a record)."""
-    write_atomic(folder / f"{kind}.json", to_json(record.model_dump(), indent=2) + "\n")
-
-
-def load_record(folder: Path, kind: str, record_type: type[Record]):
-    """The record a `--resume` continues, or an error naming the folder."""
-    try:
-        return record_type.model_validate_json((folder / f"{kind}.json").read_text())
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"--resume {folder}: not a {kind} folder ({exc})") from None
-
-
-def steps_of(row: Measured | None) -> list:
-    """The step records of the run a row measured; none when it has not run."""
-    if row is None or row.summary is None or row.run_dir is None:
-        return []
-    return RunFolder(Path(row.run_dir)).read_steps()
-
-
-def to_run(rows: list[Measured]) -> list[Measured]:
-    """The rows a compare or plan runs now, one way for both, new or resumed: every row whose
-    run has not ended (finished, or diverged), in a new session of turns; a run stopped with
-    a checkpoint continues from it (`command_for`), one never started starts. Rounds pair only
-    within a session, so a row resumed after its baseline ended is judged on the two runs'
-    medians (`verdicts.speed`)."""
-    session = max((r.session for r in rows if r.summary is not None or r.failed is not None),
-                  default=0) + 1
-    return [row.model_copy(update={"session": session}) for row in rows if not _ended(row)]
-
-
-def _ended(row: Measured) -> bool:
-    state = RunFolder(Path(row.run_dir)).state() if row.run_dir else None
-    return isinstance(state, RunSummary) and state.status in ("finished", "diverged")
 
 
 def turn_steps(total_steps: int) -> int:

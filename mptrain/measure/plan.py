@@ -41,21 +41,9 @@ from mptrain.config import ExperimentConfig, load_config, variant
 from mptrain.config.loading import as_file_in, plan_file_for
 from mptrain.errors import ConfigError
 from mptrain.hardware.machine import CPU_FEATURES, Machine
-from mptrain.measure.engine import (
-    Entry,
-    Ledger,
-    Measurement,
-    Turns,
-    load_record,
-    measure,
-    past,
-    stage,
-    steps_of,
-    to_run,
-    turn_steps,
-    write_record,
-)
+from mptrain.measure.engine import Turns, past, run_rows, turn_steps
 from mptrain.measure.islands import LayerTiming, islands, layer_timings
+from mptrain.measure.ledger import Ledger, Measurement, load_record, stage, steps_of, write_record
 from mptrain.measure.memory import too_big_together
 from mptrain.measure.resuming import refuse_changes, refuse_options
 from mptrain.measure.trials import TWIN, RunLength, Trial, choose, judge_trials
@@ -190,7 +178,7 @@ def plan(experiment: str | ExperimentConfig | None, settings: PlanSettings = Pla
                 settings = replace(settings, out=plan_file_for(config.source))
         record, folder = start_plan(config, settings, verbose=verbose, status=telling.status)
     deadline = started + 60 * record.budget_minutes
-    return run_trials(record, folder, deadline, telling=telling, verbose=verbose, as_text=as_text)
+    return run_to_choice(record, folder, deadline, telling=telling, verbose=verbose, as_text=as_text)
 
 
 def start_plan(config: ExperimentConfig, settings: PlanSettings = PlanSettings(), *,
@@ -298,8 +286,8 @@ def describe_machine(machine: Machine) -> str:
     return f"{what}; TensorFlow {machine.tensorflow_version}"
 
 
-def run_trials(record: PlanRecord, folder: Path, deadline: float, *, telling: Telling = QUIET,
-             verbose: bool = False, as_text: Callable[[PlanRecord], str] | None = None) -> Measurement:
+def run_to_choice(record: PlanRecord, folder: Path, deadline: float, *, telling: Telling = QUIET,
+                  verbose: bool = False, as_text: Callable[[PlanRecord], str] | None = None) -> Measurement:
     """Decide the float32 islands, run the trials not yet run in turns (`measure.engine`)
     until the `deadline` (`time.monotonic()`), then judge and choose; resumable.
     `as_text(record)`: the table as text, for MLflow (`output.mlflow`)."""
@@ -307,14 +295,18 @@ def run_trials(record: PlanRecord, folder: Path, deadline: float, *, telling: Te
 
     ledger = Ledger(folder, "plan", {
         "plan.steps": str(record.steps), "plan.tolerance_pct": str(record.tolerance_pct),
-        "plan.budget_minutes": str(record.budget_minutes), "plan.evaluate": str(record.evaluate)})
+        "plan.budget_minutes": str(record.budget_minutes), "plan.evaluate": str(record.evaluate)},
+        staged="trial.yaml")
     if not record.layers and record.untried and not past(deadline):
         seconds = min(LAYERS_SECONDS, LAYERS_SHARE * 60 * record.budget_minutes)
         record = _add_islands(record, folder, seconds, telling.status, verbose)
         ledger.write(record)
     signal = None
-    if record.untried and not past(deadline):
-        record, signal = _run_trials(record, ledger, deadline, telling, verbose)
+    if record.untried and not past(deadline):  # a failed trial stays failed: its row says why
+        turns = Turns(record.turn_steps, SLOWEST_RATIO, "float32" if record.pairs else None,
+                      deadline, FIRST_STEP_RATIO)
+        trials, signal = run_rows(ledger, record.trials, turns, telling, verbose, rerun_failed=False)
+        record = record.model_copy(update={"trials": trials})
     record = judged(record)
     winner, reason = choose(record.trials)
     status = ("interrupted" if signal is not None else
@@ -323,22 +315,8 @@ def run_trials(record: PlanRecord, folder: Path, deadline: float, *, telling: Te
     texts = {"plan.txt": as_text(record)} if as_text else {}
     if record.plan_file and status != "interrupted":
         texts["plan.yaml"] = write_plan_file(record, folder, Path(record.plan_file))
-    notes = ledger.close(record, status, plot_plan if any(t.summary for t in record.trials)
-                         else None, texts, tags={"winner": record.winner or ""})
-    return Measurement(record, folder, signal, notes)
-
-
-def _run_trials(record: PlanRecord, ledger: Ledger, deadline: float, telling: Telling,
-                verbose: bool) -> tuple[PlanRecord, int | None]:
-    """Every untried trial, in turns, in one session (`engine.to_run`); the record with what
-    each measured, and the signal that interrupted them."""
-    todo = [t for t in to_run(record.trials) if t.label in record.untried]
-    trial = load_config(ledger.folder / "trial.yaml")
-    entries = [Entry.of(t, trial) for t in todo]
-    turns = Turns(record.turn_steps, SLOWEST_RATIO, "float32" if record.pairs else None, deadline,
-                  FIRST_STEP_RATIO)
-    ended, signal = measure(ledger, entries, turns, verbose=verbose, on_turn=telling.turn)
-    return record.model_copy(update={"trials": [ended.get(t.label, t) for t in record.trials]}), signal
+    return ledger.close(record, plot_plan if any(t.summary for t in record.trials) else None,
+                        texts, signal, tags={"winner": record.winner or ""})
 
 
 def judged(record: PlanRecord) -> PlanRecord:

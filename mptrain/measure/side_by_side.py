@@ -11,7 +11,7 @@ from pathlib import Path
 
 from mptrain.errors import ConfigError
 from mptrain.measure.compare import CompareRecord, CompareRow, judged
-from mptrain.measure.engine import load_record
+from mptrain.measure.ledger import load_record
 from mptrain.runs.folder import RunFolder
 from mptrain.runs.listing import DEFAULT_FOLDER, is_run_folder, run_config, run_state_status
 from mptrain.runs.summary import RunSummary

@@ -20,7 +20,6 @@ class Trial(Measured):
 
     candidate: Candidate
     whole_run_s: float | None = None  # estimated time to run the experiment as written
-    overhead_s: float | None = None  # its process outside its own clock: interpreter start, exit
 
     @property
     def settings(self) -> dict[str, object]:

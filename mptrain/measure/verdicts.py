@@ -133,6 +133,7 @@ class Measured(Record):
     rounds: list[float | None] = []  # its median step (ms) in each round run in turns
     baseline_rounds: list[float | None] | None = None  # in pairs (memory): its baseline's rounds
     session: int = 1  # which session of turns it ran in (a resume starts another)
+    overhead_s: float | None = None  # its process outside its own clock: interpreter start, exit
     verdict: Verdict = Verdict()
 
     @property

@@ -10,7 +10,8 @@ import pytest
 import yaml
 
 from mptrain.measure import engine
-from mptrain.measure.engine import Entry, Ledger, Turns, run_in_turns
+from mptrain.measure.engine import Entry, Turns, run_in_turns
+from mptrain.measure.ledger import Ledger
 from mptrain.signals import ForwardSignals
 from tests.helpers import tiny_raw
 
