@@ -107,8 +107,6 @@ def plan(experiment: ExperimentConfig | None = None, *, resume: str | Path | Non
     from mptrain.report.console import as_text
     from mptrain.report.tables import plan_tables
 
-    if settings.get("out") is not None:
-        settings["out"] = Path(settings["out"]).resolve()
     with _live(progress) as (telling, _):
         result = mptrain.measure.plan.plan(experiment, mptrain.measure.plan.PlanSettings(**settings),
                                            resume=_path(resume), telling=telling, verbose=verbose,

@@ -67,7 +67,7 @@ def plan(
         settings = mptrain.measure.plan.PlanSettings(
             candidates=parse_choices(candidates, CANDIDATE_NAMES, "--candidates") if candidates else None,
             steps=steps, tolerance_pct=tolerance, budget_minutes=budget, evaluate=evaluate,
-            out=out.resolve() if out else None, sets=set_ or [])
+            out=out, sets=set_ or [])
         result = mptrain.measure.plan.plan(config, settings, resume=resume, telling=ConsoleTelling(),
                                            verbose=verbose, as_text=as_text(plan_tables))
     end_measuring(result, json_out, plan_tables, "plan", "trials")

@@ -162,6 +162,8 @@ def plan(experiment: str | ExperimentConfig | None, settings: PlanSettings = Pla
     with `resume` finish the one in that folder, and run it to its choice within its budget
     (counted from now: staging, layer timings and trials alike)."""
     started = time.monotonic()
+    if settings.out is not None:  # from where it was given, whatever a child's folder is
+        settings = replace(settings, out=Path(settings.out).resolve())
     if resume is not None:
         record, folder = load_record(resume, "plan", PlanRecord), resume
         record, said = settings.resumed(record, folder, experiment)
