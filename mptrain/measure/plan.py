@@ -38,7 +38,7 @@ from typing import Literal
 import yaml
 
 from mptrain.config import ExperimentConfig, load_config, variant
-from mptrain.config.loading import as_file_in, plan_file_for
+from mptrain.config.loading import as_file_in
 from mptrain.errors import ConfigError
 from mptrain.hardware.machine import CPU_FEATURES, Machine
 from mptrain.measure.engine import Turns, past, run_rows, turn_steps
@@ -49,7 +49,7 @@ from mptrain.measure.resuming import refuse_changes, refuse_options
 from mptrain.measure.trials import TWIN, RunLength, Trial, choose, judge_trials
 from mptrain.measure.verdicts import DEFAULT_TOLERANCE_PCT, Rules
 from mptrain.precision.candidates import Candidate, candidate, candidates, file_label, select
-from mptrain.precision.planned import stamp
+from mptrain.precision.planned import plan_file_for, stamp
 from mptrain.record import Record, write_atomic
 from mptrain.telling import QUIET, Telling
 from mptrain.training.turns import planned_steps

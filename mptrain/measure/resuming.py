@@ -13,7 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from mptrain.config import ExperimentConfig, load_config, validate
-from mptrain.config.loading import apply_overrides, changed_keys, read_yaml
+from mptrain.config.diff import changed_keys
+from mptrain.config.loading import apply_overrides, read_yaml
 from mptrain.errors import ConfigError
 
 

@@ -21,7 +21,8 @@ import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from mptrain.config.loading import changed_keys, find_config, load_config, plan_file_for, value_at
+from mptrain.config.diff import changed_keys, value_at
+from mptrain.config.loading import find_config, is_builtin, load_config
 from mptrain.errors import ConfigError
 
 STAMP = "# mptrain-plan: "
@@ -88,3 +89,22 @@ def planned(config) -> Planned | None:
                                       "run `mptrain plan` again for these")
     return found
 
+
+def plan_file_for(source: str) -> Path:
+    """Where plan.yaml goes by default: beside the experiment file (`exp.plan.yaml`), or in
+    the current folder for a built-in experiment."""
+    path = find_config(source)
+    folder = Path.cwd() if is_builtin(path) else path.resolve().parent
+    return folder / f"{path.name.removesuffix('.yaml')}.plan.yaml"
+
+
+def plan_beside(source: str) -> str | None:
+    """The first line of the plan written beside an experiment, if there is one."""
+    if source.endswith(".plan.yaml"):
+        return None
+    try:
+        beside = plan_file_for(source)
+        first = beside.read_text().splitlines()[0] if beside.is_file() else None
+    except (OSError, ConfigError, IndexError):
+        return None
+    return f"{beside}: {first.lstrip('# ')}" if first else None

@@ -13,8 +13,8 @@ from pathlib import Path
 import yaml
 
 from mptrain.config import ExperimentConfig
-from mptrain.config.loading import plan_beside
 from mptrain.errors import ConfigError
+from mptrain.precision.planned import plan_beside
 from mptrain.runs.folder import unique_folder
 from mptrain.runs.resume import experiment_to_run
 from mptrain.runs.runner import RunResult, Start, run_experiment

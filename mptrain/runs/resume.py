@@ -14,7 +14,8 @@ import socket
 from pathlib import Path
 
 from mptrain.config import ExperimentConfig, load_config, validate, variant
-from mptrain.config.loading import apply_overrides, changed_keys, read_yaml, value_at
+from mptrain.config.diff import changed_keys, value_at
+from mptrain.config.loading import apply_overrides, read_yaml
 from mptrain.config.schema import TrainConfig
 from mptrain.errors import AlreadyFinished, ConfigError
 from mptrain.precision.planned import PLANNED_KEYS

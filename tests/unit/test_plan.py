@@ -249,7 +249,7 @@ def test_a_kernel_measurement_is_not_reused_on_another_cpu_or_tensorflow(tmp_pat
 
 
 def test_run_names_the_plan_beside_its_experiment(tmp_path, monkeypatch):
-    from mptrain.config.loading import plan_beside, plan_file_for
+    from mptrain.precision.planned import plan_beside, plan_file_for
 
     experiment = tmp_path / "exp.yaml"
     experiment.write_text("data: {dataset: synthetic}\n")
@@ -282,7 +282,7 @@ def test_a_plan_written_beside_an_experiment_of_this_repository_is_ignored_by_gi
     import fnmatch
     from pathlib import Path
 
-    from mptrain.config.loading import plan_file_for
+    from mptrain.precision.planned import plan_file_for
 
     experiment_file = tmp_path / "x.yaml"
     experiment_file.write_text("name: x\n")
