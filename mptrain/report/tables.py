@@ -64,7 +64,9 @@ def summary_table(s: RunSummary) -> Group:
         ("step time", _step_time(s)),
         ("throughput", f"{fmt(s.examples_per_sec, ',.0f')} examples/s"),
         ("compute", _compute_line(s)),
-        ("test", f"loss {fmt(s.test_loss)}  accuracy {fmt(s.test_accuracy)}"),
+        ("test", "  ".join([f"loss {fmt(s.test_loss)}  accuracy {fmt(s.test_accuracy)}",
+                            *(f"{name} {fmt(value)}" for name, value in s.test_metrics.items()
+                              if name not in ("loss", "accuracy"))])),
     ]
     if s.notes:
         rows.append(("notes", escape("; ".join(s.notes))))

@@ -13,6 +13,7 @@ from typing import Any, NamedTuple
 
 from mptrain.data.pipeline import Batches
 from mptrain.precision.policy import PolicyChoice
+from mptrain.training.class_weights import weight_per_class
 from mptrain.training.loss_scale import scale_variable
 from mptrain.training.monitor import TrainingMonitor
 from mptrain.training.optimizer import build_optimizer_state
@@ -20,8 +21,8 @@ from mptrain.training.optimizer import build_optimizer_state
 
 class StepMetrics(NamedTuple):
     """What a step updates besides the weights: the loss's running mean and the metrics; and
-    each class's weight in the loss and the metrics (`train.class_weight` as a vector indexed
-    by class id, as Model.fit applies it), or None."""
+    each class's weight in the loss (`train.class_weight` as a vector indexed by class id),
+    or None. As in Model.fit, the weights weigh the loss, not the metrics."""
 
     loss_tracker: Any
     metrics: list
@@ -48,7 +49,7 @@ def make_train_step(model, optimizer, loss_fn, tracked: StepMetrics, jit_compile
     replicas = strategy.num_replicas_in_sync if strategy is not None else 1
 
     def replica_step(x, y):
-        # each example's class weight, as Model.fit gives it to the loss and the metrics
+        # each example's class weight, as Model.fit gives it to the loss
         weights = None if class_weights is None else \
             tf.gather(class_weights, tf.cast(tf.reshape(y, [-1]), tf.int32))
         with tf.GradientTape() as tape:
@@ -63,7 +64,7 @@ def make_train_step(model, optimizer, loss_fn, tracked: StepMetrics, jit_compile
         local_loss = loss * replicas  # this replica's mean loss, for the records
         loss_tracker.update_state(local_loss, sample_weight=tf.shape(y)[0])
         for metric in metrics:
-            metric.update_state(y, predictions, sample_weight=weights)
+            metric.update_state(y, predictions)
         return local_loss
 
     def outputs(loss):
@@ -93,7 +94,7 @@ class CustomLoop:
         self.loss_tracker = keras.metrics.Mean(name="loss")
         build_optimizer_state(optimizer, model.trainable_variables, choice.xla_optimizer_update)
         tracked = StepMetrics(self.loss_tracker, metrics,
-                              _weight_per_class(objective.class_weight, model, tf))
+                              weight_per_class(objective.class_weight, model))
         self.train_step = make_train_step(model, optimizer, loss, tracked, choice.jit_compile, strategy)
 
         replicas = strategy.num_replicas_in_sync if strategy is not None else 1
@@ -151,12 +152,3 @@ class CustomLoop:
 
     def _distributed(self, dataset):
         return dataset if self.strategy is None else self.strategy.experimental_distribute_dataset(dataset)
-
-
-def _weight_per_class(class_weight: dict[int, float] | None, model, tf):
-    """`class_weight` as a vector indexed by class id, 1.0 for a class it leaves out (as
-    Keras' fit has it), long enough for every class the model outputs."""
-    if not class_weight:
-        return None
-    classes = max(max(class_weight) + 1, model.outputs[0].shape[-1], 2)
-    return tf.constant([class_weight.get(c, 1.0) for c in range(classes)], tf.float32)

@@ -76,7 +76,7 @@ class EpochRules(TrainingListener):
             if best is not None and len(records) - 1 - best >= rule.patience:
                 self.monitor.request_stop(
                     f"early stopping after epoch {record.epoch}: {rule.monitor} has not improved "
-                    f"for {rule.patience} epochs (best {values[best]:.4g} at epoch {best + 1})",
+                    f"for {_epochs(rule.patience)} (best {values[best]:.4g} at epoch {best + 1})",
                     "early_stopping")
 
     def _reduce(self, rule, records: list[EpochRecord]) -> None:
@@ -94,7 +94,7 @@ class EpochRules(TrainingListener):
         if lowered < rate * (1 - 1e-6):
             self.optimizer.learning_rate.assign(lowered)
             self.monitor.notify(f"learning rate {rate:.3g} -> {lowered:.3g}: {rule.monitor} has not "
-                                f"improved for {rule.patience} epochs (train.reduce_lr_on_plateau)")
+                                f"improved for {_epochs(rule.patience)} (train.reduce_lr_on_plateau)")
 
     def finish(self) -> str | None:
         """After training: the best epoch's weights back, when early stopping restores them
@@ -107,3 +107,7 @@ class EpochRules(TrainingListener):
         best = best_epoch(rule, values)
         return (f"weights restored from epoch {best + 1} ({rule.monitor} {values[best]:.4g}; "
                 "train.early_stopping.restore_best_weights)")
+
+
+def _epochs(n: int) -> str:
+    return "1 epoch" if n == 1 else f"{n} epochs"

@@ -7,6 +7,7 @@ import keras  # this module is imported only when a fit run starts (training.mak
 from mptrain.data.pipeline import Batches
 from mptrain.errors import MptrainError
 from mptrain.precision.policy import PolicyChoice
+from mptrain.training.class_weights import weight_per_class, weighted_loss
 from mptrain.training.loss_scale import scale_variable
 from mptrain.training.monitor import TrainingMonitor
 from mptrain.training.optimizer import build_optimizer_state, value_of
@@ -27,8 +28,11 @@ class FitLoop:
         # Keras logs only the epoch's running mean of the loss, which one NaN (a step skipped
         # under loss scaling) turns into NaN for the rest of the epoch. This mean over a single
         # batch (reset before each step) is the step's own loss; a built-in Keras metric, so a
-        # saved model.keras loads without mptrain.
-        self.batch_loss = keras.metrics.MeanMetricWrapper(loss, name=BATCH_LOSS)
+        # saved model.keras loads without mptrain. Keras gives compiled metrics no class
+        # weights: with them, the metric weighs each example's loss itself, as the loss does.
+        weights = weight_per_class(objective.class_weight, model)
+        self.batch_loss = keras.metrics.MeanMetricWrapper(
+            loss if weights is None else weighted_loss(loss, weights), name=BATCH_LOSS)
         model.compile(optimizer=optimizer, loss=loss, metrics=[*metrics, self.batch_loss],
                       jit_compile=choice.jit_compile)
         if model.optimizer is not optimizer:
@@ -36,7 +40,7 @@ class FitLoop:
                                f"({type(optimizer).__name__}) by a {type(model.optimizer).__name__}")
         build_optimizer_state(optimizer, model.trainable_variables, choice.xla_optimizer_update)
         self.model, self.optimizer, self.loss_fn = model, optimizer, loss
-        self.class_weight = objective.class_weight  # Keras weighs the loss and the metrics by it
+        self.class_weight = objective.class_weight  # Keras weighs the loss by it
 
     def train(self, batches: Batches, monitor: TrainingMonitor, start_epoch: int = 0,
               start_step: int = 0) -> None:

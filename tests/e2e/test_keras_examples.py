@@ -303,6 +303,9 @@ def test_the_imbalanced_example_adapts_to_the_training_rows_and_class_weight_fin
         assert recall >= plain["test_metrics"]["recall"] + 0.3, summary["test_metrics"]
     fit, custom = (s["test_metrics"] for s in weighted)
     assert custom["recall"] == pytest.approx(fit["recall"], abs=0.1)
+    # the loss each loop reports is the weighted one it minimised, as Keras' fit reports it
+    assert weighted[0]["first_step_loss"] > 1.1 * plain["first_step_loss"]
+    assert weighted[0]["final_train_loss"] == pytest.approx(weighted[1]["final_train_loss"], rel=0.02)
 
 
 def test_a_normalization_adapted_under_16_bits_is_said_with_keras_fix_and_trains_in_float32(tmp_path):

@@ -226,3 +226,10 @@ def test_memory_keeps_every_figure_whole():
     whole(text, "1,234,567,890 (m)", "4200.0 GiB", "4300.0 GiB", "2046.0 GiB", "999.0 MiB",
           "123,456,789 parameters", "activations", "optimizer")
 
+
+
+def test_the_summary_shows_every_test_metric_asked_for():
+    summary = make_summary(test_metrics={"loss": 0.5, "accuracy": 0.9, "recall": 0.4321,
+                                         "precision": 0.8765})
+    text = rendered(summary_table(summary))
+    whole(text, "recall 0.4321", "precision 0.8765")

@@ -1,0 +1,26 @@
+"""`train.class_weight`, as both loops apply it and as Model.fit does: each example's loss
+times its class's weight, averaged over the batch (the metrics unweighted)."""
+
+from __future__ import annotations
+
+
+def weight_per_class(class_weight: dict[int, float] | None, model):
+    """`class_weight` as a vector indexed by class id, 1.0 for a class it leaves out (as
+    Keras' fit has it), long enough for every class the model outputs; None without."""
+    if not class_weight:
+        return None
+    import tensorflow as tf
+
+    classes = max(max(class_weight) + 1, model.outputs[0].shape[-1], 2)
+    return tf.constant([class_weight.get(c, 1.0) for c in range(classes)], tf.float32)
+
+
+def weighted_loss(loss, weights):
+    """Each example's loss times its class's weight (`weight_per_class`): averaged over a
+    batch, the loss Model.fit minimises and reports with `class_weight`."""
+    import tensorflow as tf
+
+    def weighted(y_true, y_pred):
+        return loss.call(y_true, y_pred) * tf.gather(weights, tf.cast(tf.reshape(y_true, [-1]), tf.int32))
+
+    return weighted
