@@ -176,7 +176,7 @@ LossName = Literal["sparse_categorical_crossentropy", "categorical_crossentropy"
                    "binary_crossentropy"]
 
 
-class _EpochRule(_Strict):
+class EpochRule(_Strict):
     monitor: str = Field("val_loss", pattern=r"^(val_)?[a-z0-9_]+$", description=(
         "The epoch's figure it watches: loss or a train.metrics name, val_ first for the "
         "validation split's (which needs data.validation_split)."))
@@ -187,7 +187,7 @@ class _EpochRule(_Strict):
         return "min" if self.monitor.removeprefix("val_") == "loss" else "max"
 
 
-class EarlyStoppingConfig(_EpochRule):
+class EarlyStoppingConfig(EpochRule):
     """Keras' EarlyStopping, for both loops: stop once `monitor` has not improved for
     `patience` epochs."""
 
@@ -197,7 +197,7 @@ class EarlyStoppingConfig(_EpochRule):
         "train.keep_best, on the same monitor), as Keras restores them."))
 
 
-class ReduceLROnPlateauConfig(_EpochRule):
+class ReduceLROnPlateauConfig(EpochRule):
     """Keras' ReduceLROnPlateau, for both loops: the learning rate times `factor` once
     `monitor` has not improved for `patience` epochs (counted again after each reduction)."""
 
@@ -206,7 +206,7 @@ class ReduceLROnPlateauConfig(_EpochRule):
     min_lr: float = Field(0.0, ge=0, description="It is never lowered below this.")
 
 
-class KeepBestConfig(_EpochRule):
+class KeepBestConfig(EpochRule):
     """Keras' ModelCheckpoint(save_best_only=True): the weights of the best epoch so far, in
     RUN_DIR/best.weights.h5 (load them with model.load_weights)."""
 

@@ -34,7 +34,7 @@ class TrainingLoop(Protocol):
 
 class Objective(NamedTuple):
     """What a loop's step minimises and reports: the loss, the metrics, and each class's
-    weight in both (`train.class_weight`, or None)."""
+    weight in the loss (`train.class_weight`, or None; the metrics are unweighted, as in fit)."""
 
     loss: Any
     metrics: list[Any]

@@ -15,12 +15,18 @@ def weight_per_class(class_weight: dict[int, float] | None, model):
     return tf.constant([class_weight.get(c, 1.0) for c in range(classes)], tf.float32)
 
 
-def weighted_loss(loss, weights):
-    """Each example's loss times its class's weight (`weight_per_class`): averaged over a
-    batch, the loss Model.fit minimises and reports with `class_weight`."""
+def example_weights(weights, y_true):
+    """Each example's weight: its class's (`weight_per_class`), by its label."""
     import tensorflow as tf
 
+    return tf.gather(weights, tf.cast(tf.reshape(y_true, [-1]), tf.int32))
+
+
+def weighted_loss(loss, weights):
+    """Each example's loss times its class's weight: averaged over a batch, the loss
+    Model.fit minimises and reports with `class_weight`."""
+
     def weighted(y_true, y_pred):
-        return loss.call(y_true, y_pred) * tf.gather(weights, tf.cast(tf.reshape(y_true, [-1]), tf.int32))
+        return loss.call(y_true, y_pred) * example_weights(weights, y_true)
 
     return weighted

@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 
 from mptrain.data.pipeline import Batches
 from mptrain.precision.policy import PolicyChoice
-from mptrain.training.class_weights import weight_per_class
+from mptrain.training.class_weights import example_weights, weight_per_class
 from mptrain.training.loss_scale import scale_variable
 from mptrain.training.monitor import TrainingMonitor
 from mptrain.training.optimizer import build_optimizer_state
@@ -50,8 +50,7 @@ def make_train_step(model, optimizer, loss_fn, tracked: StepMetrics, jit_compile
 
     def replica_step(x, y):
         # each example's class weight, as Model.fit gives it to the loss
-        weights = None if class_weights is None else \
-            tf.gather(class_weights, tf.cast(tf.reshape(y, [-1]), tf.int32))
+        weights = None if class_weights is None else example_weights(class_weights, y)
         with tf.GradientTape() as tape:
             predictions = model(x, training=True)
             # under a strategy, Keras losses already divide by the number of replicas

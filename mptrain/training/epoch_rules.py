@@ -16,20 +16,20 @@ import math
 import os
 from pathlib import Path
 
-from mptrain.config.schema import TrainConfig, _EpochRule
+from mptrain.config.schema import EpochRule, TrainConfig
 from mptrain.training.records import EpochRecord, TrainingListener
 
 BEST_WEIGHTS = "best.weights.h5"
 
 
-def improves(rule: _EpochRule, value: float, best: float) -> bool:
+def improves(rule: EpochRule, value: float, best: float) -> bool:
     """Whether `value` beats `best` by more than the rule's `min_delta`, as Keras judges."""
     if rule.mode() == "min":
         return value < best - rule.min_delta
     return value > best + rule.min_delta
 
 
-def best_epoch(rule: _EpochRule, values: list[float]) -> int | None:
+def best_epoch(rule: EpochRule, values: list[float]) -> int | None:
     """The index of the epoch whose value last improved on all before it (None: no value)."""
     best, found = None, None
     for index, value in enumerate(values):
@@ -57,7 +57,7 @@ class EpochRules(TrainingListener):
         self.best_path = run_dir / BEST_WEIGHTS
         self.chief = chief
 
-    def _values(self, rule: _EpochRule) -> list[float | None]:
+    def _values(self, rule: EpochRule) -> list[float | None]:
         return [record.metrics.get(rule.monitor) for record in self.monitor.epoch_records]
 
     def epoch_finished(self, record: EpochRecord) -> None:
