@@ -13,9 +13,10 @@ from tests.helpers import experiment, mptrain, mptrain_process, record_kernels, 
 tf = pytest.importorskip("tensorflow")
 
 
-def assert_in_turns(stderr: str, labels: list[str]) -> None:
+def assert_in_turns(stderr: str, labels: list[str], cut: dict[str, int] | None = None) -> None:
     """Every variant's first step, then rounds in which each runs one turn before any runs
-    the next: the lines the engine prints as the turns end."""
+    the next: the lines the engine prints as the turns end. `cut`: label → the last round of
+    a variant stopped before its end (plan's too-slow rule)."""
     lines = [line for line in stderr.splitlines() if line.startswith("round ")]
     rounds: dict[int, list[str]] = {}
     for line in lines:
@@ -24,7 +25,9 @@ def assert_in_turns(stderr: str, labels: list[str]) -> None:
     assert len(rounds) >= 3, stderr[-2000:]
     seen = [int(line.removeprefix("round ").split(" · ")[0]) for line in lines]
     assert seen == sorted(seen)  # round r+1 starts only when every variant has run round r
-    assert all(sorted(members) == sorted(labels) for members in rounds.values()), rounds
+    cut = cut or {}
+    assert all(sorted(members) == sorted(x for x in labels if number <= cut.get(x, number))
+               for number, members in rounds.items()), rounds
 
 
 def test_plan_on_a_built_in_measures_chooses_and_writes_a_runnable_plan(tmp_path):
@@ -32,8 +35,17 @@ def test_plan_on_a_built_in_measures_chooses_and_writes_a_runnable_plan(tmp_path
                    "--steps", "16", "--json", cwd=tmp_path, env_extra={"COLUMNS": "80"})
     assert done.returncode == 0, done.stderr[-3000:]
     record = json.loads(done.stdout)
-    assert_in_turns(done.stderr, [t["label"] for t in record["trials"]])
-    for trial in record["trials"]:  # the rounds every speed-up is computed from, in the record
+    # a 16-bit trial may be stopped as too slow to win in a round the loaded host slowed (an
+    # AMX Xeon ran this tiny MLP's bfloat16 turn at 2.7x float32's under the parallel suite):
+    # the rule at work, said in its row and refused; every other trial runs to its end
+    cut = {t["label"]: len(t["rounds"]) for t in record["trials"]
+           if t["summary"]["stop_reason"].startswith("too slow to win")}
+    assert not {"float32", "float32-twin"} & set(cut)
+    assert all("too slow" in " ".join(t["verdict"]["refused"]) for t in record["trials"]
+               if t["label"] in cut)
+    assert_in_turns(done.stderr, [t["label"] for t in record["trials"]], cut)
+    ran = [t for t in record["trials"] if t["label"] not in cut]
+    for trial in ran:  # the rounds every speed-up is computed from, in the record
         assert len(trial["rounds"]) == 3 and trial["summary"]["turn_wait_s"] > 0
         assert trial["summary"]["time_to_first_step_s"] > 0 and trial["whole_run_s"] > 0
         # the whole run counts the evaluations, the saved model (synthetic saves it) and the
@@ -46,7 +58,7 @@ def test_plan_on_a_built_in_measures_chooses_and_writes_a_runnable_plan(tmp_path
         names[:4] == ["float32", "float32-twin", "float32+onednn_bf16", "mixed_bfloat16"]
     twin = record["trials"][1]  # float32 again, in the same rounds: the A/A test
     assert twin["summary"]["policy"] == "float32" and twin["verdict"]["speed"]["interval"]
-    for trial in record["trials"]:
+    for trial in ran:
         s = trial["summary"]
         assert s["steps_run"] == 16 and s["step_time"]["enough"], trial["label"]
         if trial["label"] not in ("float32", "float32-twin"):  # each judged on its loss progress
