@@ -115,6 +115,9 @@ class Turns:
     paired_with: str | None = None  # the baseline each runs with alone, when all do not fit in memory
     deadline: float | None = None  # the `time.monotonic()` after which no round starts (plan's budget)
     first_step_ratio: float | None = None  # stop one whose start takes this many times the first's
+    # never stopped by either ratio: the controls every verdict is read against (plan's A/A
+    # twin, whose spread against the baseline is the noise floor; the baseline itself)
+    controls: frozenset[str] = frozenset()
 
 
 def measure(ledger: Ledger, entries: list[Entry], turns: Turns, *, verbose: bool = False,
@@ -228,8 +231,9 @@ def run_in_turns(commands: list[tuple[Entry, list[str]]], ledger: Ledger, turns:
     """Run every entry's command to its end in turns; `on_turn(round, label, step_ms)` after
     each turn. With `turns.slowest_ratio`, an entry whose turn's median step is that many times
     the first entry's (the baseline's) in the same round is stopped: it cannot win, and
-    finishing it would spend the budget; past `turns.deadline`, every one still training is
-    stopped after its round. Returns each entry's end by label."""
+    finishing it would spend the budget (never one of `turns.controls`: a loaded host slows a
+    control too, and a cut control leaves nothing to judge against); past `turns.deadline`,
+    every one still training is stopped after its round. Returns each entry's end by label."""
     children: list[_Child] = []
     order = random.Random(0)
     try:
@@ -239,7 +243,7 @@ def run_in_turns(commands: list[tuple[Entry, list[str]]], ledger: Ledger, turns:
                 break
             child = _start(entry, command, ledger, turns.steps, signals)
             children.append(child)
-            _first_turn(child, on_turn, limit)
+            _first_turn(child, on_turn, None if entry.label in turns.controls else limit)
             if limit is None and turns.first_step_ratio and child.first_step_done:
                 limit = max(MIN_START_LIMIT_S, turns.first_step_ratio *
                             (time.perf_counter() - child.started))
@@ -253,7 +257,7 @@ def run_in_turns(commands: list[tuple[Entry, list[str]]], ledger: Ledger, turns:
                 if signals.received is not None:
                     break
                 stop = (f"cut by the budget after {len(child.rounds)} rounds" if budget else
-                        _too_slow(child, children[0], turns.slowest_ratio))
+                        too_slow(child, children[0], turns))
                 _take_turn(child, on_turn, round_, stop)
     finally:
         ends = {}
@@ -276,9 +280,12 @@ def _start(entry: Entry, command: list[str], ledger: Ledger, steps_per_turn: int
     return _Child(entry, process, os.fdopen(read_end), log)
 
 
-def _too_slow(child: _Child, base: _Child, ratio: float | None) -> str | None:
-    """Why the child is to stop, when its last turn ran `ratio` times the baseline's."""
-    if ratio is None or child is base or not child.rounds or not base.rounds:
+def too_slow(child: _Child, base: _Child, turns: Turns) -> str | None:
+    """Why the child is to stop, when its last turn ran `turns.slowest_ratio` times the
+    baseline's in the same round; None for the baseline and the other controls."""
+    ratio = turns.slowest_ratio
+    if (ratio is None or child is base or child.entry.label in turns.controls
+            or not child.rounds or not base.rounds):
         return None
     mine, theirs = child.rounds[-1], base.rounds[min(len(child.rounds), len(base.rounds)) - 1]
     if mine is None or theirs is None or mine <= ratio * theirs:

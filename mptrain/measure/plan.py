@@ -306,7 +306,7 @@ def run_to_choice(record: PlanRecord, folder: Path, deadline: float, *, telling:
     signal = None
     if record.untried and not past(deadline):  # a failed trial stays failed: its row says why
         turns = Turns(record.turn_steps, SLOWEST_RATIO, "float32" if record.pairs else None,
-                      deadline, FIRST_STEP_RATIO)
+                      deadline, FIRST_STEP_RATIO, controls=frozenset({"float32", TWIN}))
         trials, signal = run_rows(ledger, record.trials, turns, telling, verbose, rerun_failed=False)
         record = record.model_copy(update={"trials": trials})
     record = judged(record)

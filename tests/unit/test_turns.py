@@ -7,7 +7,7 @@ import os
 import time
 from types import SimpleNamespace
 
-from mptrain.measure.engine import turn_steps
+from mptrain.measure.engine import Turns, too_slow, turn_steps
 from mptrain.training.records import StepRecord
 from mptrain.training.turns import TakeTurns, TurnLink
 
@@ -60,3 +60,18 @@ def test_cut_by_the_budget_stops_it_as_a_step_limit_would(monkeypatch):
 def test_turns_cut_a_run_into_about_ten_rounds_of_at_least_five_steps():
     assert turn_steps(30) == 5 and turn_steps(12) == 5
     assert turn_steps(1001) == 100
+
+
+def test_too_slow_stops_a_candidate_but_never_a_control():
+    """A loaded host slows float32's A/A twin as much as any candidate: cut, it would leave the
+    plan no noise floor to judge against (CI met a cut twin), so the controls always run on."""
+    def child(label, *rounds):
+        return SimpleNamespace(entry=SimpleNamespace(label=label), rounds=list(rounds))
+
+    base = child("float32", 2.5, 2.5)
+    turns = Turns(5, slowest_ratio=2.0, controls=frozenset({"float32", "float32-twin"}))
+    said = too_slow(child("mixed_bfloat16", 3.0, 6.7), base, turns)
+    assert said == "too slow to win: 6.7 ms a step, 2.7x float32's 2.5 ms in the same round"
+    assert too_slow(child("float32-twin", 3.0, 6.7), base, turns) is None
+    assert too_slow(child("mixed_bfloat16", 3.0, 4.9), base, turns) is None  # within 2x
+    assert too_slow(base, base, turns) is None
