@@ -81,7 +81,7 @@ def compare(experiment: ExperimentConfig | None = None, policies: list[str] | No
     name plan prints), in turns, as `mptrain compare`, through the same library call:
     default policies float32 and what `policy: auto` picks here; default experiment the guide's.
     `settings` are the command's options, `CompareSettings`' fields: `loops`, `strategies`,
-    `epochs`, `steps`, `max_step_seconds` (default 60; None: never). `resume`: finish the
+    `batch_sizes`, `epochs`, `steps`, `max_step_seconds` (default 60; None: never). `resume`: finish the
     compare in that folder."""
     import mptrain.measure.compare
     from mptrain.report.console import as_text
@@ -99,7 +99,7 @@ def plan(experiment: ExperimentConfig | None = None, *, resume: str | Path | Non
          progress: bool = True, verbose: bool = False, **settings: Any) -> PlanRecord:
     """The fastest safe precision for the experiment on this machine, as `mptrain plan`,
     through the same library call. `settings` are `PlanSettings`' fields, as the CLI's
-    options: `candidates` (names to try), `steps`, `tolerance_pct`, `budget_minutes`,
+    options: `candidates` (names to try), `batch_sizes`, `steps`, `tolerance_pct`, `budget_minutes`,
     `evaluate`, and `out`: where to write the runnable plan (default, as the command's:
     EXPERIMENT.plan.yaml beside the experiment's file). `resume`: finish the plan in that
     folder."""

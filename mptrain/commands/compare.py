@@ -7,7 +7,16 @@ from typing import Annotated
 
 import typer
 
-from mptrain.commands.options import JsonOpt, SetOpt, VerboseOpt, end_measuring, parse_choices, user_errors
+from mptrain.commands.options import (
+    BatchSizesOpt,
+    JsonOpt,
+    SetOpt,
+    VerboseOpt,
+    end_measuring,
+    parse_batch_sizes,
+    parse_choices,
+    user_errors,
+)
 
 
 def compare(
@@ -25,6 +34,7 @@ def compare(
     strategies: Annotated[str | None, typer.Option(
         help="Comma-separated tf.distribute strategies (none,mirrored,...); default: the "
              "experiment's distribute.strategy.")] = None,
+    batch_sizes: BatchSizesOpt = None,
     epochs: Annotated[int | None, typer.Option(min=1, help="Shortcut for --set train.epochs=N.")] = None,
     steps: Annotated[int | None, typer.Option(
         min=1, help="Stop every variant after N training steps (then evaluate).")] = None,
@@ -35,7 +45,7 @@ def compare(
         "--resume", metavar="COMPARE_DIR", show_default=False,
         help="Finish a compare that stopped (Ctrl-C, or killed): run the variants that did "
              "not finish, with the experiment and policies it started with (a CONFIG, --set or "
-             "--policies that would change them is refused, by name).")] = None,
+             "--policies or --batch-sizes that would change them is refused, by name).")] = None,
     json_out: JsonOpt = False,
     verbose: VerboseOpt = False,
 ) -> None:
@@ -60,7 +70,8 @@ def compare(
             policies=parse_choices(policies, None, "--policies") if policies is not None else None,
             loops=parse_choices(loops, LOOPS, "--loops") if loops else None,
             strategies=parse_choices(strategies, STRATEGIES, "--strategies") if strategies else None,
-            sets=set_ or [], epochs=epochs, steps=steps, max_step_seconds=max_step_seconds or None)
+            batch_sizes=parse_batch_sizes(batch_sizes), sets=set_ or [], epochs=epochs,
+            steps=steps, max_step_seconds=max_step_seconds or None)
         result = mptrain.measure.compare.compare(config, settings, resume=resume,
                                                  telling=ConsoleTelling(), verbose=verbose,
                                                  as_text=as_text(compare_tables))

@@ -74,6 +74,24 @@ def parse_choices(text: str, allowed: tuple[str, ...] | None, option: str) -> li
     return items
 
 
+def parse_batch_sizes(text: str | None) -> list[int] | None:
+    """`--batch-sizes 32,64` → [32, 64]: whole numbers of at least 1, each once."""
+    if text is None:
+        return None
+    items = parse_choices(text, None, "--batch-sizes")
+    if not all(item.isdigit() and int(item) >= 1 for item in items):
+        raise ConfigError(f"--batch-sizes {text!r}: give whole numbers of at least 1, e.g. 32,64")
+    return [int(item) for item in items]
+
+
+BatchSizesOpt = Annotated[str | None, typer.Option(
+    "--batch-sizes", metavar="B,B", show_default=False,
+    help="Comma-separated batch sizes (the guide's second lever: 16 bits halve the memory, so "
+         "a doubled batch may fit): every candidate at each, the learning rate following "
+         "train.lr_scaling (none, linear, sqrt), every cell on the same examples, judged by its "
+         "time to float32's training loss at the experiment's batch.")]
+
+
 @contextmanager
 def stdout_reader_may_stop():
     """A reader that stops early (`mptrain validate x | head -1`) is not an error: exit 0

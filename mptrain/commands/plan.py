@@ -8,7 +8,16 @@ from typing import Annotated
 
 import typer
 
-from mptrain.commands.options import JsonOpt, SetOpt, VerboseOpt, end_measuring, parse_choices, user_errors
+from mptrain.commands.options import (
+    BatchSizesOpt,
+    JsonOpt,
+    SetOpt,
+    VerboseOpt,
+    end_measuring,
+    parse_batch_sizes,
+    parse_choices,
+    user_errors,
+)
 
 
 def plan(
@@ -28,6 +37,7 @@ def plan(
     candidates: Annotated[str | None, typer.Option(
         help="Comma-separated candidates to try (float32 is always tried); default: every one "
              "this machine can run.")] = None,
+    batch_sizes: BatchSizesOpt = None,
     evaluate: Annotated[bool, typer.Option(
         "--eval", metavar="", help="Also judge each candidate's test accuracy (evaluates the "
                                    "whole test set per trial).")] = False,
@@ -40,7 +50,8 @@ def plan(
         "--resume", metavar="PLAN_DIR", show_default=False,
         help="Finish a plan that stopped (Ctrl-C, or out of budget): run the untried trials, "
              "as the plan set them up (a CONFIG, --set, --steps, --tolerance, --eval or "
-             "--candidates that would change them is refused, by name); --budget and --out "
+             "--candidates or --batch-sizes that would change them is refused, by name); --budget "
+             "and --out "
              "apply to the resume.")] = None,
     json_out: JsonOpt = False,
     verbose: VerboseOpt = False,
@@ -52,10 +63,13 @@ def plan(
     where it can be fast; on CPUs float32 with oneDNN's bfloat16 math and with TensorFlow's
     bfloat16 graph rewrite; on GPUs float32 without TF32. Each is a short trial from the same
     initial weights on the same batches, all run in turns, with the most promising 16-bit one
-    also tried with its slow layers kept float32 (measured per layer first). Judged per step
-    and over the whole experiment (one-off costs included). Prints an 80-column table; writes
-    plan.json, plan.png and the trials in OUTPUT_DIR/plan-NAME-TIMESTAMP/, and the plan's
-    experiment file (`mptrain run` it). Ctrl-C stops every trial; --resume runs them again.
+    also tried with its slow layers kept float32 (measured per layer first) and at twice the
+    experiment's batch where that fits in memory (the guide's second lever; --batch-sizes
+    tries every candidate at each size). Judged per example, over the whole experiment
+    (one-off costs included) and, across batch sizes, by the time to float32's loss. Prints
+    an 80-column table; writes plan.json, plan.png and the trials in
+    OUTPUT_DIR/plan-NAME-TIMESTAMP/, and the plan's experiment file (`mptrain run` it).
+    Ctrl-C stops every trial; --resume runs them again.
     """
     import mptrain.measure.plan
     from mptrain.precision.candidates import CANDIDATE_NAMES
@@ -66,8 +80,8 @@ def plan(
     with user_errors(verbose=verbose):
         settings = mptrain.measure.plan.PlanSettings(
             candidates=parse_choices(candidates, CANDIDATE_NAMES, "--candidates") if candidates else None,
-            steps=steps, tolerance_pct=tolerance, budget_minutes=budget, evaluate=evaluate,
-            out=out, sets=set_ or [])
+            batch_sizes=parse_batch_sizes(batch_sizes), steps=steps, tolerance_pct=tolerance,
+            budget_minutes=budget, evaluate=evaluate, out=out, sets=set_ or [])
         result = mptrain.measure.plan.plan(config, settings, resume=resume, telling=ConsoleTelling(),
                                            verbose=verbose, as_text=as_text(plan_tables))
     end_measuring(result, json_out, plan_tables, "plan", "trials")

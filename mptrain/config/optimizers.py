@@ -46,6 +46,12 @@ OPTIMIZERS: dict[str, tuple[str, dict[str, Kind]]] = {
                       "epsilon": "number"}),
 }
 
+# each optimizer's learning rate when kwargs give none (Keras' defaults, checked by a test):
+# what a batch-size change scales (`config.batch_scaling`)
+DEFAULT_LEARNING_RATE = {"rmsprop": 0.001, "adam": 0.001, "adamw": 0.001, "sgd": 0.01,
+                         "nadam": 0.001, "adamax": 0.001, "adagrad": 0.001, "lion": 0.001,
+                         "lamb": 0.001}
+
 MINIMUM = {"gradient_accumulation_steps": 2}  # Keras refuses 1
 
 # Arguments mptrain sets itself: accepting them from YAML would fight the run's own settings.

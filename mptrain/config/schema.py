@@ -64,7 +64,10 @@ from mptrain.config.optimizers import OPTIMIZERS, check_kwargs
 class ConstantSchedule(_Strict):
     kind: Literal["constant"] = Field(description="One learning rate, after an optional warm-up.")
     learning_rate: float = Field(gt=0, description="The learning rate after warm-up.")
-    warmup_steps: int = Field(0, ge=0, description="Steps of linear warm-up from 0.")
+    warmup_steps: int = Field(0, ge=0, description="Steps of linear warm-up from warmup_from.")
+    warmup_from: float = Field(0.0, ge=0, description=(
+        "The learning rate the warm-up starts from (a batch scaled by train.lr_scaling: linear "
+        "warms up from the learning rate of the batch it was set for, as Goyal et al. do)."))
 
 
 class CosineSchedule(_Strict):
@@ -110,6 +113,7 @@ class PiecewiseSchedule(_Strict):
 Schedule = Annotated[ConstantSchedule | CosineSchedule | ExponentialSchedule | PiecewiseSchedule,
                      Field(discriminator="kind")]
 
+LrScaling = Literal["none", "linear", "sqrt"]
 OptimizerName = Literal[tuple(OPTIMIZERS)]  # type: ignore[valid-type]
 
 
@@ -217,6 +221,11 @@ class TrainConfig(_Strict):
         "scaling."))
     epochs: int = Field(5, ge=1, description="Passes over the training examples.")
     batch_size: int = Field(128, ge=1, description="Examples per step (the global batch).")
+    lr_scaling: LrScaling = Field("none", description=(
+        "How the learning rate follows the batch when compare or plan tries another one "
+        "(--batch-sizes): none keeps it; linear multiplies it by new batch / this batch, "
+        "with a warm-up from this batch's rate over 5% of the run (Goyal et al. 2017); sqrt "
+        "by the square root of that ratio. A single run uses its learning rate as written."))
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig, description=(
         "The optimizer (wrapped in a LossScaleOptimizer under mixed_float16)."))
     loss: LossName = Field(

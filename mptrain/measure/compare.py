@@ -12,13 +12,14 @@ from pathlib import Path
 from typing import Literal
 
 from mptrain.config import ExperimentConfig, load_config
+from mptrain.config.batch_scaling import at_batch
 from mptrain.errors import ConfigError, DataError
 from mptrain.measure.engine import Turns, run_rows, turn_steps
 from mptrain.measure.ledger import Ledger, Measurement, load_record, stage, steps_of, to_run, write_record
 from mptrain.measure.memory import too_big_together
 from mptrain.measure.resuming import refuse_changes, refuse_options
 from mptrain.measure.verdicts import Measured, Rules, Steps, judge
-from mptrain.precision.candidates import candidate, file_label
+from mptrain.precision.candidates import candidate, cell_label, file_label
 from mptrain.record import Record
 from mptrain.telling import QUIET, Telling
 from mptrain.training.turns import planned_steps
@@ -32,11 +33,13 @@ class Variant:
     policy: str
     loop: str
     strategy: str = "none"  # distribute.strategy
+    batch_size: int | None = None  # None: the experiment's (no batch axis)
 
     @property
     def label(self) -> str:
         base = f"{file_label(self.policy)}-{self.loop}"  # names folders and runs
-        return base if self.strategy == "none" else f"{base}-{self.strategy}"
+        base = base if self.strategy == "none" else f"{base}-{self.strategy}"
+        return cell_label(base, self.batch_size)
 
     @property
     def settings(self) -> dict[str, object]:
@@ -52,15 +55,16 @@ class CompareRow(Measured):
     policy: str
     loop: str
     strategy: str = "none"
+    batch: dict[str, object] = {}  # at another batch: its changes (`config.batch_scaling`)
     memory_ratio: float | None = None  # training memory / the baseline's
 
     @property
     def variant(self) -> Variant:
-        return Variant(self.policy, self.loop, self.strategy)
+        return Variant(self.policy, self.loop, self.strategy, self.batch.get("train.batch_size"))
 
     @property
     def settings(self) -> dict[str, object]:
-        return self.variant.settings
+        return {**self.variant.settings, **self.batch}
 
 
 class CompareRecord(Record):
@@ -89,6 +93,7 @@ class CompareSettings:
     policies: list[str] | None = None
     loops: list[str] | None = None
     strategies: list[str] | None = None
+    batch_sizes: list[int] | None = None  # None: the experiment's batch alone
     sets: list[str] = field(default_factory=list)
     epochs: int | None = None
     steps: int | None = None
@@ -109,7 +114,8 @@ class CompareSettings:
         refuse_options(folder, "compare", {
             f"--{key}": ",".join(value) if value else None
             for key, value in (("policies", self.policies), ("loops", self.loops),
-                               ("strategies", self.strategies))})
+                               ("strategies", self.strategies),
+                               ("batch-sizes", [str(b) for b in self.batch_sizes or []]))})
         default = f"train.max_step_seconds={CompareSettings.max_step_seconds}"
         refuse_changes(folder, "compare", experiment, self.overrides if experiment is not None
                        else [o for o in self.overrides if o != default])
@@ -133,7 +139,8 @@ def compare(experiment: str | ExperimentConfig | None, settings: CompareSettings
     try:
         config = load_config(experiment or DEFAULT_EXPERIMENT, settings.overrides)
         policies = settings.policies or default_policies(config, verbose, telling.status)
-        variants = plan_variants(config, policies, settings.loops, settings.strategies)
+        variants = plan_variants(config, policies, settings.loops, settings.strategies,
+                                 settings.batch_sizes)
         return _run(start_compare(config, variants, telling, verbose), telling, verbose, as_text)
     except DataError as exc:
         raise (explain_missing_default(exc) if experiment is None else exc) from None
@@ -168,13 +175,15 @@ def policies_worth_comparing(machine, kernels) -> list[str]:
 
 
 def plan_variants(config: ExperimentConfig, policies: list[str], loops: list[str] | None = None,
-                  strategies: list[str] | None = None) -> list[Variant]:
-    """Every policy (a precision candidate's name) under every loop and strategy; a name
-    that is no candidate is an error before anything runs."""
+                  strategies: list[str] | None = None,
+                  batch_sizes: list[int] | None = None) -> list[Variant]:
+    """Every policy (a precision candidate's name) under every loop, strategy and batch size;
+    a name that is no candidate is an error before anything runs."""
     for name in policies:
         candidate(name)
-    return [Variant(p, loop, s) for s in (strategies or [config.distribute.strategy])
-            for loop in (loops or [config.train.loop]) for p in policies]
+    return [Variant(p, loop, s, b) for s in (strategies or [config.distribute.strategy])
+            for loop in (loops or [config.train.loop]) for b in (batch_sizes or [None])
+            for p in policies]
 
 
 def preflight_notes(config: ExperimentConfig, variants: list[Variant], machine) -> dict[str, str]:
@@ -208,30 +217,38 @@ def start_compare(config: ExperimentConfig, variants: list[Variant], telling: Te
     check_builder_travels(config, "compare")
 
     def say_notes(prepared) -> None:  # what is known to be slow here, before anything runs
+        examples = prepared.data.train.size
+        too_big = sorted({v.batch_size for v in variants if (v.batch_size or 0) > examples})
+        if too_big:
+            raise ConfigError(f"--batch-sizes: {', '.join(map(str, too_big))} is more than the "
+                              f"{examples:,} training examples of {config.name}")
         warnings = preflight_notes(config, variants, prepared.machine)
         for warning in dict.fromkeys(warnings.values()):  # once, with every variant it is about
             telling.say(f"note ({', '.join(v for v, w in warnings.items() if w == warning)})", warning)
 
     folder, prepared = stage(config, "compare", verbose, before_folder=say_notes)
     baseline = _baseline(variants)
-    rows = [CompareRow(label=v.label, run_dir=str(folder / f"{config.name}-{v.label}"),
-                       policy=v.policy, loop=v.loop, strategy=v.strategy) for v in variants]
+    run_steps = planned_steps(prepared.config.train, prepared.batches.steps_per_epoch)
+    rows = [CompareRow(label=v.label, run_dir=str(folder / f"{config.name}-{file_label(v.label)}"),
+                       policy=v.policy, loop=v.loop, strategy=v.strategy,
+                       batch=at_batch(prepared.config, v.batch_size, run_steps,
+                                      prepared.data.train.size) if v.batch_size else {})
+            for v in variants]
     record = CompareRecord(
         experiment=config.name, folder=str(folder), status="running", baseline=baseline.label,
         baseline_policy=baseline.policy, variants=rows,
-        turn_steps=turn_steps(planned_steps(prepared.config.train, prepared.batches.steps_per_epoch)),
-        input_ms_per_batch=input_ms_per_batch(prepared.batches),
-        pairs=too_big_together(prepared, {v.label: candidate(v.policy).policy for v in variants},
-                               baseline.label))
+        turn_steps=turn_steps(run_steps), input_ms_per_batch=input_ms_per_batch(prepared.batches),
+        pairs=too_big_together(prepared, {v.label: (candidate(v.policy).policy, v.batch_size)
+                                          for v in variants}, baseline.label))
     write_record(folder, "compare", record)
     return record
 
 
 def _baseline(variants: list[Variant]) -> Variant:
-    """float32 when it is compared, else the first policy listed; of the first loop and
-    strategy: the variant every other is judged against (and, in pairs, runs with)."""
+    """float32 when it is compared, else the first policy listed; of the first loop, strategy
+    and batch size: the variant every other is judged against (and, in pairs, runs with)."""
     policy = "float32" if any(v.policy == "float32" for v in variants) else variants[0].policy
-    return Variant(policy, variants[0].loop, variants[0].strategy)
+    return Variant(policy, variants[0].loop, variants[0].strategy, variants[0].batch_size)
 
 
 def _run(record: CompareRecord, telling: Telling, verbose: bool, as_text) -> Measurement:

@@ -241,7 +241,8 @@ def run_in_turns(commands: list[tuple[Entry, list[str]]], ledger: Ledger, turns:
         for entry, command in commands:  # one at a time: start-up costs are measured alone
             if signals.received is not None or past(turns.deadline):
                 break
-            child = _start(entry, command, ledger, turns.steps, signals)
+            child = _start(entry, command, ledger, same_examples(turns.steps, commands[0][0], entry),
+                           signals)
             children.append(child)
             _first_turn(child, on_turn, None if entry.label in turns.controls else limit)
             if limit is None and turns.first_step_ratio and child.first_step_done:
@@ -265,6 +266,12 @@ def run_in_turns(commands: list[tuple[Entry, list[str]]], ledger: Ledger, turns:
             ends[child.entry.label] = _finish(child)
         signals.children = []
     return ends
+
+
+def same_examples(steps: int, base: Entry, entry: Entry) -> int:
+    """A turn of `steps` of the baseline's batches, in the entry's: a variant at another batch
+    size covers the same examples a turn, so every round times the same work."""
+    return max(1, round(steps * base.experiment.train.batch_size / entry.experiment.train.batch_size))
 
 
 def _start(entry: Entry, command: list[str], ledger: Ledger, steps_per_turn: int,

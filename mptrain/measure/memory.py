@@ -110,21 +110,42 @@ def _measured(config: ExperimentConfig, policy: str, verbose: bool) -> int | Non
     return summary.memory.training_peak_bytes
 
 
-def too_big_together(prepared: Prepared, policies: dict[str, str], baseline: str) -> str | None:
-    """None when every variant's process fits in memory beside the others; else why not, said
-    as the engine then runs them (each with the baseline alone). A variant's process needs
-    what the staging process holds (TensorFlow, the data, the model built once: its peak
-    resident memory) plus its training state under its policy (`model.size.estimate`)."""
+def process_bytes(prepared: Prepared, policy: str | None, batch: int | None) -> int:
+    """A variant's process: what the staging process holds (its peak resident memory) plus,
+    with a policy, its training state under it at `batch` (None: the experiment's)."""
     from mptrain.model.size import estimate, peak_rss_bytes
     from mptrain.precision.policy import DTYPES
 
+    if policy is None:
+        return peak_rss_bytes()
+    return peak_rss_bytes() + estimate(prepared.model, prepared.optimizer, policy, *DTYPES[policy],
+                                       batch or prepared.config.train.batch_size).total_bytes
+
+
+def too_big_alone(prepared: Prepared, policy: str, batch: int) -> str | None:
+    """Why a variant at `batch` would not fit in this machine's memory, with the estimate;
+    None when it fits (or the memory is not known)."""
     available = machine_memory_bytes()
-    if available is None or len(policies) <= 2:  # two variants in pairs are the same two
+    need = process_bytes(prepared, policy, batch)
+    if available is None or need <= USABLE_FRACTION * available:
         return None
-    floor, batch = peak_rss_bytes(), prepared.config.train.batch_size
-    needs = {label: floor + estimate(prepared.model, prepared.optimizer, policy, *DTYPES[policy],
-                                     batch).total_bytes
-             for label, policy in policies.items()}
+    gib = 2.0**30
+    return (f"batch {batch} needs about {need / gib:.1f} GiB by the estimate, more than "
+            f"{USABLE_FRACTION:.0%} of the {available / gib:.1f} GiB here")
+
+
+def too_big_together(prepared: Prepared, cells: dict[str, tuple[str, int | None]],
+                     baseline: str) -> str | None:
+    """None when every variant's process fits in memory beside the others; else why not, said
+    as the engine then runs them (each with the baseline alone). `cells`: label → (policy,
+    batch size; None: the experiment's). A variant's process needs what the staging process
+    holds (TensorFlow, the data, the model built once: its peak resident memory) plus its
+    training state under its policy at its batch (`model.size.estimate`)."""
+    available = machine_memory_bytes()
+    if available is None or len(cells) <= 2:  # two variants in pairs are the same two
+        return None
+    needs = {label: process_bytes(prepared, policy, batch) for label, (policy, batch) in cells.items()}
+    floor = process_bytes(prepared, None, None)
     if sum(needs.values()) <= USABLE_FRACTION * available:
         return None
     gib = 2.0**30

@@ -38,17 +38,18 @@ from typing import Literal
 import yaml
 
 from mptrain.config import ExperimentConfig, load_config, variant
+from mptrain.config.batch_scaling import at_batch
 from mptrain.config.loading import as_file_in
 from mptrain.errors import ConfigError
 from mptrain.hardware.machine import CPU_FEATURES, Machine
 from mptrain.measure.engine import Turns, past, run_rows, turn_steps
 from mptrain.measure.islands import LayerTiming, islands, layer_timings
 from mptrain.measure.ledger import Ledger, Measurement, load_record, stage, steps_of, write_record
-from mptrain.measure.memory import too_big_together
+from mptrain.measure.memory import too_big_alone, too_big_together
 from mptrain.measure.resuming import refuse_changes, refuse_options
 from mptrain.measure.trials import TWIN, RunLength, Trial, choose, judge_trials
 from mptrain.measure.verdicts import DEFAULT_TOLERANCE_PCT, Rules
-from mptrain.precision.candidates import Candidate, candidate, candidates, file_label, select
+from mptrain.precision.candidates import Candidate, candidate, candidates, cell_label, file_label, select
 from mptrain.precision.planned import plan_file_for, stamp
 from mptrain.record import Record, write_atomic
 from mptrain.telling import QUIET, Telling
@@ -76,12 +77,15 @@ class PlanRecord(Record):
     evaluate: bool
     budget_minutes: float
     experiment_steps: int = 0  # the experiment's own length, for the whole-run estimates
+    train_examples: int = 0  # an epoch's, for a step limit at another batch (`at_batch`)
     experiment_eval_batches: int = 0  # its validation batches over its epochs, and its test's
     experiment_checkpoints: int = 0  # the checkpoints it saves
     pairs: str | None = None  # why the trials ran two by two with float32 (memory)
     input_ms_per_batch: float | None = None  # the input pipeline alone, measured before the trials
     turn_steps: int = 0  # steps each trial ran per turn
     candidates: list[Candidate]  # in the order tried; skipped ones carry why_not
+    batch_sizes: list[int] | None = None  # --batch-sizes (None: the experiment's, and 2x for one)
+    cells_not_tried: list[str] = []  # candidates at a batch size that was not tried, and why
     trials: list[Trial] = []  # float32, its A/A twin, then each candidate tried, in that order
     layers: list[LayerTiming] = []
     island_layers: list[str] = []
@@ -112,6 +116,7 @@ class PlanSettings:
     built-in's in the current folder; nowhere for an experiment from a mapping)."""
 
     candidates: list[str] | None = None
+    batch_sizes: list[int] | None = None  # None: the experiment's, and twice it for one 16-bit candidate
     steps: int = DEFAULT_STEPS
     tolerance_pct: float = DEFAULT_TOLERANCE_PCT
     budget_minutes: float = DEFAULT_BUDGET_MINUTES
@@ -128,6 +133,7 @@ class PlanSettings:
         default = PlanSettings()
         refuse_options(folder, "plan", {
             "--candidates": ",".join(self.candidates) if self.candidates else None,
+            "--batch-sizes": ",".join(map(str, self.batch_sizes)) if self.batch_sizes else None,
             **{flag: mine for flag, mine, theirs, unset in (
                 ("--steps", self.steps, record.steps, default.steps),
                 ("--tolerance", self.tolerance_pct, record.tolerance_pct, default.tolerance_pct),
@@ -196,6 +202,8 @@ def start_plan(config: ExperimentConfig, settings: PlanSettings = PlanSettings()
     settings.check()
     names, steps, evaluate = settings.candidates, settings.steps, settings.evaluate
     found: list[Candidate] = []
+    cells: list[Cell] = []
+    not_tried: list[str] = []
 
     def choose_candidates(prepared) -> None:  # an unknown --candidates name fails here, too
         from mptrain.model.fused import fusable
@@ -203,41 +211,79 @@ def start_plan(config: ExperimentConfig, settings: PlanSettings = PlanSettings()
         kernels = measured_kernels(prepared.tf, prepared.machine, status)
         found.extend(select(candidates(prepared.machine, kernels, fusable=fusable(prepared.model)),
                             names))
+        tried = [c for c in found if c.why_not is None]
+        cells.extend(batch_cells(prepared, tried, settings.batch_sizes, not_tried))
 
     folder, prepared = stage(config, "plan", verbose, before_folder=choose_candidates)
     machine, config = prepared.machine, prepared.config
     per_epoch = prepared.batches.steps_per_epoch
-    write_atomic(folder / "trial.yaml", yaml.safe_dump(
-        trial_experiment(config, steps, per_epoch, evaluate).to_yaml_dict(), sort_keys=False))
-    tried = [c for c in found if c.why_not is None]
+    trial = trial_experiment(config, steps, per_epoch, evaluate)
+    write_atomic(folder / "trial.yaml", yaml.safe_dump(trial.to_yaml_dict(), sort_keys=False))
+    run_steps = planned_steps(config.train, per_epoch)
     record = PlanRecord(
         experiment=config.name, folder=str(folder), machine=describe_machine(machine),
         machine_key=machine_key(machine), measured_at=datetime.now().isoformat(timespec="seconds"),
         steps=steps, tolerance_pct=settings.tolerance_pct, evaluate=evaluate,
         budget_minutes=settings.budget_minutes,
-        experiment_steps=planned_steps(config.train, per_epoch),
+        experiment_steps=run_steps, train_examples=prepared.data.train.size,
+        batch_sizes=settings.batch_sizes, cells_not_tried=not_tried,
         experiment_eval_batches=eval_batches(prepared),
         experiment_checkpoints=checkpoint_saves(config.train, per_epoch), turn_steps=turn_steps(steps),
-        pairs=too_big_together(prepared, {c.name: c.policy for c in tried}, "float32"),
+        pairs=too_big_together(prepared, {cell_label(c.name, b): (c.policy, b) for c, b in cells},
+                               "float32"),
         input_ms_per_batch=input_ms_per_batch(prepared.batches), candidates=found,
-        trials=_trials(folder, config.name, tried), plan_file=str(settings.out) if settings.out else None)
+        trials=_trials(folder, config.name, cells,
+                       lambda b: at_batch(trial, b, run_steps, prepared.data.train.size)),
+        plan_file=str(settings.out) if settings.out else None)
     write_record(folder, "plan", record)
     return record, folder
 
 
-def _trials(folder: Path, name: str, tried: list[Candidate]) -> list[Trial]:
+Cell = tuple[Candidate, int | None]  # a candidate at a batch size (None: the experiment's)
+
+
+def batch_cells(prepared, tried: list[Candidate], batch_sizes: list[int] | None,
+                not_tried: list[str]) -> list[Cell]:
+    """Each candidate tried at each batch size: by default the experiment's, and the guide's
+    double for the most promising 16-bit policy (16-bit tensors take half the memory); with
+    --batch-sizes every candidate at each size, and float32 at the experiment's batch (every
+    cell is judged against it). A size beyond the training examples, or one the memory
+    estimate says would not fit, is named in `not_tried` with why, and not run."""
+    own, examples = prepared.config.train.batch_size, prepared.data.train.size
+    if batch_sizes is None:
+        best = next((c for c in tried if c.policy != "float32"), None)
+        wanted = [(c, own) for c in tried] + ([(best, 2 * own)] if best is not None else [])
+    else:
+        wanted = [(c, b) for b in batch_sizes for c in tried]
+        if not any(c.name == "float32" and b == own for c, b in wanted):
+            wanted.insert(0, (candidate("float32"), own))
+    cells = []
+    for option, batch in wanted:
+        why = (f"batch {batch} is more than the {examples:,} training examples" if batch > examples
+               else too_big_alone(prepared, option.policy, batch) if batch != own else None)
+        if why:
+            not_tried.append(f"{cell_label(option.name, batch)}: {why}")
+        else:
+            cells.append((option, None if batch == own else batch))
+    return cells
+
+
+def _trials(folder: Path, name: str, cells: list[Cell],
+            batch_changes: Callable[[int], dict[str, object]]) -> list[Trial]:
     """The trials to run: float32, its A/A twin when there is a candidate to judge, then
-    each candidate, each with the run folder it will have."""
-    labels = [("float32", candidate("float32"))]
-    if len(tried) > 1:
-        labels.append((TWIN, candidate("float32")))
-    labels += [(c.name, c) for c in tried if c.name != "float32"]
-    return [_trial(folder, name, label, c) for label, c in labels]
+    each cell (`batch_changes(b)`: a trial's changes at batch b), each with its run folder."""
+    rows = [("float32", candidate("float32"), None)]
+    if len(cells) > 1:
+        rows.append((TWIN, candidate("float32"), None))
+    rows += [(cell_label(c.name, b), c, b) for c, b in cells if (c.name, b) != ("float32", None)]
+    return [_trial(folder, name, label, c, batch_changes(b) if b else {}) for label, c, b in rows]
 
 
-def _trial(folder: Path, name: str, label: str, option: Candidate) -> Trial:
+def _trial(folder: Path, name: str, label: str, option: Candidate,
+           batch: dict[str, object] | None = None) -> Trial:
     """A trial to run, with the run folder it will have: FOLDER/NAME-LABEL."""
-    return Trial(label=label, candidate=option, run_dir=str(folder / f"{name}-{file_label(label)}"))
+    return Trial(label=label, candidate=option, batch=batch or {},
+                 run_dir=str(folder / f"{name}-{file_label(label)}"))
 
 
 def eval_batches(prepared) -> int:
@@ -367,8 +413,11 @@ def write_plan_file(record: PlanRecord, folder: Path, path: Path) -> str:
     """The experiment as plan chose to run it (the winner's settings in ordinary keys), with a
     header saying what was measured, and the stamp `policy: auto` reads (`precision.planned`);
     returns what was written."""
-    winner = next(c for c in record.candidates if c.name == record.winner)
-    chosen = variant(load_config(folder / "experiment.yaml"), winner.settings)
+    winner = next(t for t in record.trials if t.label == record.winner)
+    experiment = load_config(folder / "experiment.yaml")
+    batch = winner.batch.get("train.batch_size")
+    changes = at_batch(experiment, batch, record.experiment_steps, record.train_examples) if batch else {}
+    chosen = variant(experiment, {**winner.candidate.settings, **changes})
     lines = [f"# mptrain plan for {record.experiment}: {record.winner} ({record.reason}).",
              f"# Measured {record.measured_at} on {record.machine}:",
              f"# {record.steps}-step trials from the same initial weights, in turns, tolerance "
@@ -377,11 +426,13 @@ def write_plan_file(record: PlanRecord, folder: Path, path: Path) -> str:
         speed = f"{t.speedup:.2f}x" if t.speedup is not None else "-"
         lines.append(f"#   {t.label}: {speed}, {t.verdict.words()}")
     lines += [f"#   {c.name}: not tried ({c.why_not})" for c in record.candidates if c.why_not]
+    lines += [f"#   {cell}" for cell in record.cells_not_tried]
     lines += [f"#   {label}: not tried (the budget was spent)" for label in record.untried]
     lines.append(f"# The plan's folder: {folder}")
     lines.append("# `policy: auto` runs this plan's pick on the machine it was measured on; "
                  "another machine may choose differently: run `mptrain plan` there.")
-    lines.append(stamp(record.machine_key, winner.name))
+    lines.append(stamp(record.machine_key, winner.label,
+                       experiment.train.batch_size if batch else None))
     text = "\n".join(lines) + "\n" + yaml.safe_dump(as_file_in(chosen, path.parent), sort_keys=False)
     try:
         write_atomic(path, text)

@@ -6,7 +6,7 @@ Pure functions of what the trials recorded, so every rule is tested on recorded 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from mptrain.measure.verdicts import Measured, Rules, Steps, judge, speed
 from mptrain.precision.candidates import Candidate
@@ -19,11 +19,12 @@ class Trial(Measured):
     """One candidate's trial: the measured row (`verdicts.Measured`) and what plan adds."""
 
     candidate: Candidate
+    batch: dict[str, object] = {}  # at another batch: the trial's changes (`config.batch_scaling`)
     whole_run_s: float | None = None  # estimated time to run the experiment as written
 
     @property
     def settings(self) -> dict[str, object]:
-        return self.candidate.settings
+        return {**self.candidate.settings, **self.batch}
 
     @property
     def counts(self) -> bool:
@@ -61,12 +62,24 @@ def judge_trials(trials: list[Trial], steps: dict[str, list], rules: Rules,
         losses = (Steps(base_steps, steps[t.label], twin_steps)
                   if base_steps and t.label in steps and t.label != TWIN else None)
         verdict = judge(t, base, losses, rules, None if t.label == TWIN else floor)
-        whole = whole_run_estimate(t, length)
+        whole = whole_run_estimate(t, at_its_batch(length, base, t))
         if (verdict.speed.word == "faster" and whole is not None and base_whole is not None
                 and whole > base_whole):
             verdict = verdict.model_copy(update={"slower_over_run": True})
         judged.append(t.model_copy(update={"verdict": verdict, "whole_run_s": whole}))
     return judged
+
+
+def at_its_batch(length: RunLength, base: Trial | None, trial: Trial) -> RunLength:
+    """The experiment's length in the trial's batches: at batch 2b, half the steps and
+    evaluation batches (the same examples)."""
+    if base is None or base.summary is None or trial.summary is None:
+        return length
+    ratio = base.summary.batch_size / trial.summary.batch_size
+    if ratio == 1:
+        return length
+    return replace(length, steps=math.ceil(length.steps * ratio),
+                   eval_batches=math.ceil(length.eval_batches * ratio))
 
 
 def whole_run_estimate(trial: Trial, length: RunLength) -> float | None:
@@ -91,19 +104,35 @@ def whole_run_estimate(trial: Trial, length: RunLength) -> float | None:
     return estimate + length.overhead_s
 
 
+def gain(trial: Trial) -> float | None:
+    """What a trial gains over float32: at the experiment's batch, its speed-up (its loss was
+    held to float32's step by step, on the same batches, so it reaches float32's loss as
+    soon); at another batch, its time-to-target speed-up (`measure.to_target`), since a
+    larger batch may need more examples to get as far."""
+    if not trial.batch:
+        return trial.speedup
+    target = trial.verdict.to_target
+    return target.speedup if target is not None else None
+
+
 def choose(trials: list[Trial]) -> tuple[str, str]:
-    """The fastest counted candidate that is faster than float32 beyond the noise (its
-    speed-up's 95% interval above 1 and above float32's A/A twin's: `Verdict.faster`), and by
-    at least PRACTICAL_GAIN, a gain too small to be worth a change of precision otherwise.
-    Among candidates within PRACTICAL_GAIN of the fastest, the simplest (the first listed).
-    float32 when none is, with the reason read from the verdicts."""
+    """The counted trial with the largest gain over float32 (`gain`) that is faster than
+    float32 beyond the noise (its speed-up's 95% interval above 1 and above float32's A/A
+    twin's: `Verdict.faster`), and by at least PRACTICAL_GAIN, a gain too small to be worth a
+    change of precision otherwise. Among trials within PRACTICAL_GAIN of the best, the
+    simplest (the first listed: the experiment's batch before another). float32 when none
+    is, with the reason read from the verdicts. Returns the pick's label and why."""
     candidates = [t for t in trials if t.label not in ("float32", TWIN)]
-    faster = [t for t in candidates if t.counts and t.verdict.faster and t.speedup >= PRACTICAL_GAIN]
+    faster = [t for t in candidates if t.counts and t.verdict.faster and (gain(t) or 0) >= PRACTICAL_GAIN]
     if faster:
-        fastest = max(t.speedup for t in faster)
-        best = next(t for t in faster if t.speedup * PRACTICAL_GAIN >= fastest)
+        best_gain = max(gain(t) for t in faster)
+        best = next(t for t in faster if gain(t) * PRACTICAL_GAIN >= best_gain)
         low, high = best.speedup_range
-        return best.candidate.name, f"{best.speedup:.2f}x float32 (95% interval {low:.2f}-{high:.2f}x)"
+        why = f"{best.speedup:.2f}x float32 (95% interval {low:.2f}-{high:.2f}x)"
+        if best.batch:
+            why = (f"{gain(best):.2f}x float32's time to its loss at batch "
+                   f"{best.batch['train.batch_size']}, {why.replace('x float32', 'x per example', 1)}")
+        return best.label, why
     if any(t.counts and t.verdict.speed.word == "faster" and t.verdict.slower_over_run
            for t in candidates):
         return "float32", ("a candidate was faster per step but not over the experiment's length "
@@ -111,5 +140,5 @@ def choose(trials: list[Trial]) -> tuple[str, str]:
     ran = [t for t in candidates if t.summary is not None]
     if ran and not any(t.counts for t in ran):
         return "float32", "every 16-bit candidate was refused (" + "; ".join(
-            f"{t.candidate.name}: {', '.join(t.verdict.refused) or t.verdict.words()}" for t in ran) + ")"
+            f"{t.label}: {', '.join(t.verdict.refused) or t.verdict.words()}" for t in ran) + ")"
     return "float32", "no candidate was faster than float32 beyond the noise"

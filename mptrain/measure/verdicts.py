@@ -39,6 +39,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
+from mptrain.measure.to_target import ToTarget, to_target
 from mptrain.record import FrozenRecord, Record
 from mptrain.runs.summary import MIN_TIMED_STEPS, RunSummary
 
@@ -76,6 +77,7 @@ class Verdict(FrozenRecord):
     baseline: bool = False
     speed: Speed = Speed()
     slower_over_run: bool = False  # faster per step, but not over the experiment (plan)
+    to_target: ToTarget | None = None  # its way to float32's loss over the examples seen
     training: Training | None = None
     accuracy_delta_pt: float | None = None
     accuracy_noise_pt: float | None = None  # what the test set's size cannot resolve
@@ -184,13 +186,15 @@ def judge(row: Measured, base: Measured | None, steps: Steps | None = None,
     elif s.status == "interrupted":
         refused.append("interrupted: not finished")
     training = None
+    other_batch = b is not None and s.batch_size != b.batch_size
     if not is_base and steps is not None and s.status != "diverged":
         unexplained = sum(1 for r in steps.variant if not math.isfinite(r.loss) and not r.skipped)
         if unexplained:
             refused.append(f"{unexplained} NaN/inf loss(es) no loss scaler explains")
-        training = training_against([r.loss for r in steps.base], [r.loss for r in steps.variant],
-                                    rules.tolerance_pct,
-                                    [r.loss for r in steps.twin] if steps.twin else None)
+        if not other_batch:  # step by step, the same batches: at another batch, time to target
+            training = training_against([r.loss for r in steps.base], [r.loss for r in steps.variant],
+                                        rules.tolerance_pct,
+                                        [r.loss for r in steps.twin] if steps.twin else None)
         if training is not None and training.behind:
             refused.append("loss behind float32's")
     accuracy = noise = None
@@ -202,13 +206,28 @@ def judge(row: Measured, base: Measured | None, steps: Steps | None = None,
                 rules.tolerance_pct, noise or 0.0):
             refused.append(f"accuracy {accuracy:+.2f} pt")
     step_ms = s.step_time.median_ms if s.step_time else None
+    pace = (Speed() if is_base or b is None or s.status == "diverged" else
+            speed(row, base, rules.turn_steps, floor))
+    target = None
+    if steps is not None and steps.base and s.status != "diverged":
+        target = to_target(steps.base, steps.variant, _allowance(steps, rules.tolerance_pct),
+                           1.0 if is_base else pace.ratio)
+        if other_batch and target is not None and not target.reached:
+            refused.append(f"did not reach float32's loss in its {target.seen:,} examples")
     return Verdict(
-        baseline=is_base,
-        speed=Speed() if is_base or b is None or s.status == "diverged" else
-        speed(row, base, rules.turn_steps, floor),
+        baseline=is_base, speed=pace, to_target=target,
         training=training, accuracy_delta_pt=accuracy, accuracy_noise_pt=noise, refused=refused,
         input_bound=input_bound(step_ms, rules.input_ms),
         stopped_early=s.stop_reason if s.stopped_by in ("max_steps", "signal") else None)
+
+
+def _allowance(steps: Steps, tolerance_pct: float) -> float:
+    """What the loss tolerance allows float32's own curve (`training_against` of it with
+    itself): the margin a time to target gives its target."""
+    losses = [r.loss for r in steps.base]
+    training = training_against(losses, losses, tolerance_pct,
+                                [r.loss for r in steps.twin] if steps.twin else None)
+    return training.allowance if training is not None else 0.0
 
 
 # --- speed --------------------------------------------------------------------------------
@@ -217,7 +236,9 @@ def judge(row: Measured, base: Measured | None, steps: Steps | None = None,
 def speed(row: Measured, base: Measured, turn_steps: int = 0,
           floor: tuple[float, float] | None = None) -> Speed:
     """The one rule for a speed-up: from the rounds both ran in turns (in the same session),
-    else from the two runs' own medians; with the reason when there is none."""
+    else from the two runs' own medians; with the reason when there is none. Per example: at
+    another batch size a step does more work, so its step time is weighed by its batch."""
+    per_example = row.summary.batch_size / base.summary.batch_size  # 1 at the same batch
     together = row.session == base.session and row.rounds and (
         row.baseline_rounds is not None or base.rounds)
     if together:
@@ -227,13 +248,13 @@ def speed(row: Measured, base: Measured, turn_steps: int = 0,
             steps = 1 + MIN_ROUNDS * turn_steps if turn_steps else None
             more = f": --steps {steps} gives {MIN_ROUNDS}" if steps else ""
             return Speed(unknown=f"{len(paired)} round(s) in turns, {MIN_ROUNDS} needed{more}")
-        ratios = sorted(b / v for b, v in paired)
+        ratios = sorted(per_example * b / v for b, v in paired)
         return _worded(statistics.median(ratios), median_interval(ratios), True, floor)
     a, b = base.summary.step_time, row.summary.step_time
     if a is None or b is None or not a.enough or not b.enough:
         timed = min(t.timed_steps if t else 0 for t in (a, b))
         return Speed(unknown=f"too few steps timed ({timed}, {MIN_TIMED_STEPS} needed)")
-    ratio = a.median_ms / b.median_ms
+    ratio = per_example * a.median_ms / b.median_ms
     margin = math.exp(Z95 * math.hypot(_relative_error(a), _relative_error(b)))
     return _worded(ratio, (ratio / margin, ratio * margin), False, floor)
 

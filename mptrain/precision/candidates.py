@@ -82,9 +82,15 @@ CPU_XLA = ("on a CPU, XLA's code uses no bfloat16 matrix units (AMX, AVX512_BF16
 
 
 def file_label(name: str) -> str:
-    """A candidate's name (or a label made of one) as a folder, file or run name: "+" becomes
-    "-", one spelling for compare's and plan's folders, logs and variant files."""
-    return name.replace("+", "-")
+    """A candidate's name (or a label made of one) as a folder, file or run name: "+" and "@"
+    become "-", one spelling for compare's and plan's folders, logs and variant files."""
+    return name.replace("+", "-").replace("@", "-")
+
+
+def cell_label(label: str, batch_size: int | None) -> str:
+    """A candidate (or compare's variant) at another batch size: `mixed_bfloat16@b256`; the
+    label alone at the experiment's batch."""
+    return label if batch_size is None else f"{label}@b{batch_size}"
 
 
 def candidate(name: str, why_not: str | None = None) -> Candidate:

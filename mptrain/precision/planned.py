@@ -11,8 +11,9 @@ A plan applies when:
 - its stamp (the last comment line of EXPERIMENT.plan.yaml, written by `measure.plan`) names
   this machine: the same CPU and flags, GPUs, TensorFlow and oneDNN (`machine_key`);
 - it is no older than the experiment's file (an edited experiment is another experiment);
-- its experiment is this one, but for the keys a plan chooses (`PLANNED_KEYS`) and the run's
-  name and output folder.
+- its experiment is this one, but for the keys a plan chooses (`PLANNED_KEYS`; with a pick at
+  another batch size, `BATCH_KEYS`, and the experiment's batch must be the one it was made
+  from) and the run's name and output folder.
 """
 
 from __future__ import annotations
@@ -32,9 +33,17 @@ PLANNED_KEYS = ("policy", "train.jit_compile", "train.math_mode", "model.fused_l
 IGNORED = ("name", "output")
 
 
-def stamp(machine_key: str, winner: str) -> str:
-    """The plan file's machine-readable last comment line."""
-    return STAMP + json.dumps({"machine_key": machine_key, "pick": winner})
+# what a plan whose pick runs at another batch size decides too (`config.batch_scaling`)
+BATCH_KEYS = ("train.batch_size", "train.optimizer", "train.max_steps")
+
+
+def stamp(machine_key: str, winner: str, batch_from: int | None = None) -> str:
+    """The plan file's machine-readable last comment line; `batch_from`: the experiment's
+    batch, when the pick runs at another (the plan applies to that experiment only)."""
+    fields = {"machine_key": machine_key, "pick": winner}
+    if batch_from is not None:
+        fields["batch_from"] = batch_from
+    return STAMP + json.dumps(fields)
 
 
 @dataclass(frozen=True)
@@ -78,12 +87,18 @@ def planned(config) -> Planned | None:
     if not fields:
         return Planned(path, "?", {}, "", f"{path} has no machine stamp (made by an older "
                                           "mptrain): run `mptrain plan` again")
-    settings = {key: value_at(plan.to_yaml_dict(), key) for key in PLANNED_KEYS}
+    batch_from = fields.get("batch_from")
+    keys = PLANNED_KEYS + (BATCH_KEYS if batch_from is not None else ())
+    settings = {key: value_at(plan.to_yaml_dict(), key) for key in keys}
     found = Planned(path, fields["pick"], settings, fields["machine_key"])
     if path.stat().st_mtime < source.stat().st_mtime:
         return replace(found, why_not=f"{path} is older than {source}: run `mptrain plan` again")
+    if batch_from is not None and config.train.batch_size != batch_from:
+        return replace(found, why_not=f"{path} was made for train.batch_size {batch_from} (its pick "
+                                      f"runs at {plan.train.batch_size}), not "
+                                      f"{config.train.batch_size}: run `mptrain plan` again")
     differ = [key for key in changed_keys(plan.to_yaml_dict(), config.to_yaml_dict())
-              if not key.startswith(PLANNED_KEYS + IGNORED)]
+              if not key.startswith(keys + IGNORED)]
     if differ:
         return replace(found, why_not=f"{path} was made for other settings ({', '.join(differ[:4])}); "
                                       "run `mptrain plan` again for these")

@@ -132,7 +132,42 @@ def compare_tables(record: CompareRecord) -> Group:
                     time_rows)
     notes += _compare_footnotes(record, peaks)
     notes.append(f"folder: {record.folder}")
-    return Group(results, "", details, "", times, "", *notes)
+    batches = [batch_table(record.variants, record.baseline), ""] if _has_batch_axis(record.variants) else []
+    return Group(results, "", details, "", times, "", *batches, *notes)
+
+
+def _has_batch_axis(rows) -> bool:
+    return any(row.batch for row in rows)
+
+
+def batch_table(rows, baseline: str) -> Fitted:
+    """Across batch sizes (compare's and plan's --batch-sizes): each row's batch and learning
+    rate, examples a second, and its way to the baseline's training loss (`measure.to_target`)."""
+    lines = []
+    for row in rows:
+        s, target = row.summary, row.verdict.to_target
+        if s is None:
+            continue
+        rate = _rate(row)
+        lines.append((row.label, [
+            "", str(s.batch_size), "as set" if rate is None else f"{rate:.3g}",
+            fmt(s.examples_per_sec, ",.0f", "-"),
+            "-" if target is None else f"{target.examples:,}" if target.reached else
+            f"not in {target.seen:,}",
+            "-" if target is None or target.speedup is None else f"{target.speedup:.2f}x"]))
+    return Fitted(f"batch sizes: the way to {baseline}'s training loss",
+                  ["cell", "batch", "learning\nrate", "examples\n/s", "examples\nto target",
+                   "time to\ntarget ×"], lines)
+
+
+def _rate(row) -> float | None:
+    """The learning rate a cell at another batch runs with (its changes say), else None (the
+    experiment's, as set)."""
+    optimizer = row.batch.get("train.optimizer")
+    if not optimizer:
+        return None
+    schedule = optimizer.get("schedule") or {}
+    return schedule.get("learning_rate") or optimizer["kwargs"].get("learning_rate")
 
 
 def _compare_rows(record: CompareRecord):
@@ -142,7 +177,8 @@ def _compare_rows(record: CompareRecord):
     peaks: dict[str, str] = {}
     for row in record.variants:
         s, verdict = row.summary, row.verdict
-        where = "" if row.strategy == "none" else f" {row.strategy}"
+        where = ("" if row.strategy == "none" else f" {row.strategy}") + (
+            f" b{row.batch['train.batch_size']}" if row.batch else "")
         name, what = None, f"{row.policy}\n{row.loop}{where}"
         if row.label != row.variant.label:  # runs --compare: the run's own name
             name, what = row.label, f"{row.policy} {row.loop}{where}"
@@ -175,7 +211,7 @@ def _compare_rows(record: CompareRecord):
                                  _duration(s.wall_time_s), _duration(s.turn_wait_s)]))
         if s.peak_unit:
             peaks[s.compute_dtype] = f"{s.compute_dtype}: {s.peak_unit} {s.peak_tflops:.2f}"
-        label = f"{row.policy} {row.loop}" + ("" if row.strategy == "none" else f" {row.strategy}")
+        label = f"{row.policy} {row.loop}{where}"
         if s.speed_warning:
             warnings.setdefault(s.speed_warning, []).append(label)
         if s.stop_reason:
@@ -205,7 +241,8 @@ def _compare_footnotes(record: CompareRecord, peaks: dict[str, str]) -> list[str
                  "lower accuracy only beyond what the test set's size can resolve (a 95% Wilson "
                  "interval). start to 1st step (s): process start, data, model, tracing, "
                  "compiling and the first step itself; whole run: its own wall time, waits for "
-                 "the others' turns left out.")
+                 "the others' turns left out" + (BATCH_NOTE if _has_batch_axis(record.variants)
+                                                 else "") + ".")
     if peaks:
         notes.append("MFU: achieved TFLOP/s over the peak of the unit that runs each dtype's "
                      f"matmuls ({'; '.join(peaks.values())} TFLOP/s).")
@@ -227,6 +264,8 @@ def plan_tables(record: PlanRecord) -> Group:
                                 ["trial", "ms/step", "speed-up", "whole\nrun", "loss\nprogress",
                                  "verdict"], _plan_rows(record), text_columns={5})]
     parts += _plan_notes(record)
+    if _has_batch_axis(record.trials):
+        parts += ["", batch_table(record.trials, "float32")]
     if record.layers:
         slow = sorted(record.layers, key=lambda t: t.ms_float32 / t.ms_16bit)[:8]
         layers = Fitted("layers (forward + backward), slowest in 16 bits first",
@@ -274,6 +313,7 @@ def _plan_notes(record: PlanRecord) -> list[str]:
     """What was skipped, failed, cut or left untried, and the input-bound note."""
     notes = [f"[dim]{escape(option.name)}: skipped, {escape(option.why_not)}[/]"
              for option in record.candidates if option.why_not]
+    notes += [f"[dim]{escape(cell)}: not tried[/]" for cell in record.cells_not_tried]
     notes += [f"[yellow]{escape(t.label)}[/]: {escape(t.failed)}" for t in record.trials if t.failed]
     if record.untried or record.cut:
         what = "; ".join(filter(None, [
@@ -298,7 +338,15 @@ def _plan_footnote(record: PlanRecord) -> str:
             "checkpoints and the process's start and exit as measured); loss progress: the "
             "share of float32's fall in training loss the trial made over the same batches "
             f"(behind: short by more than {record.tolerance_pct:g}% of float32's progress, "
-            "or of its loss where it barely moved)")
+            "or of its loss where it barely moved)" + (BATCH_NOTE if _has_batch_axis(record.trials)
+                                                       else ""))
+
+
+BATCH_NOTE = ("; at another batch size, speed-up is per example (a step of 2b does twice the "
+              "work), and the cell is judged by its time to float32's training loss over the same "
+              "examples: examples to target (its loss averaged over half float32's examples, at "
+              "or below float32's final loss plus the tolerance) times its time per example; "
+              "time to target x: float32's / its own")
 
 
 def _duration(seconds: float | None) -> str:

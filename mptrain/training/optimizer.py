@@ -69,7 +69,8 @@ def learning_rate_schedule(schedule, total_steps: int):
         if not warmup:
             return schedule.learning_rate
         # CosineDecay with alpha=1 decays to itself: a linear warm-up, then constant
-        return schedules.CosineDecay(0.0, 1, alpha=1.0, warmup_target=schedule.learning_rate,
+        return schedules.CosineDecay(schedule.warmup_from, 1, alpha=1.0,
+                                     warmup_target=schedule.learning_rate,
                                      warmup_steps=warmup)
     decay_steps = schedule.decay_steps or max(1, total_steps - warmup)
     if not warmup:

@@ -4,9 +4,12 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from mptrain.measure.compare import CompareRecord
 from mptrain.measure.verdicts import Measured, speed
+from mptrain.report.console import as_text
+from mptrain.report.tables import compare_tables
 from tests.e2e.test_plan import assert_in_turns
 from tests.helpers import experiment, mptrain
 
@@ -139,10 +142,15 @@ def test_compare_takes_a_candidate_plan_prints(tmp_path):
     assert bad.returncode == 2 and "'fast' is not +xla, +fused or a math mode" in bad.stderr
 
 
-def test_bad_policies_through_cli_run_nothing(tmp_path):
+@pytest.mark.parametrize(("args", "said"), [
+    (["--policies", "float32,float32"], "more than once"),
+    (["--batch-sizes", "64,0"], "--batch-sizes '64,0': give whole numbers of at least 1"),
+    (["--batch-sizes", "64,4096"], "--batch-sizes: 4096 is more than the 384 training examples"),
+])
+def test_bad_policies_or_batch_sizes_through_cli_run_nothing(tmp_path, args, said):
     config = experiment(tmp_path)
-    done = mptrain("compare", str(config), "--policies", "float32,float32", cwd=tmp_path)
-    assert done.returncode == 2 and "more than once" in done.stderr
+    done = mptrain("compare", str(config), *args, cwd=tmp_path)
+    assert done.returncode == 2 and said in " ".join(done.stderr.split()), done.stderr
     assert "Traceback" not in done.stderr and not (tmp_path / "runs").exists()
 
 
@@ -164,3 +172,43 @@ def test_compare_without_config_explains_the_default(tmp_path):
     assert done.returncode == 2, done.stderr
     assert "No CONFIG was given" in done.stderr and "mnist_mixed" in done.stderr
     assert "mptrain compare synthetic" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_compare_across_batch_sizes_judges_each_cell_by_its_time_to_float32s_loss(tmp_path):
+    """The guide's second lever: every policy at each batch, the learning rate by the declared
+    rule, every cell on the same examples; compare.json holds each cell's way to the
+    baseline's loss."""
+    config = experiment(tmp_path, "train.epochs=4", "train.lr_scaling=linear")
+    done = mptrain("compare", str(config), "--policies", "float32,mixed_bfloat16",
+                   "--batch-sizes", "64,128", "--json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    record = CompareRecord.model_validate(json.loads(done.stdout))
+    rows = {row.label: row for row in record.variants}
+    assert list(rows) == ["float32-fit@b64", "mixed_bfloat16-fit@b64", "float32-fit@b128",
+                          "mixed_bfloat16-fit@b128"]
+    assert record.baseline == "float32-fit@b64"
+    for label, row in rows.items():
+        batch = 128 if label.endswith("@b128") else 64
+        s = row.summary
+        assert s.batch_size == batch and s.steps_run == 4 * 384 // batch  # the same examples
+        ran = yaml.safe_load((Path(s.run_dir) / "config.yaml").read_text())["train"]
+        if batch == 128:  # linear: twice tiny's 0.01, warmed up from it (written as plain keys)
+            assert ran["optimizer"]["schedule"]["learning_rate"] == pytest.approx(0.02)
+            assert ran["optimizer"]["schedule"]["warmup_from"] == pytest.approx(0.01)
+            assert row.verdict.training is None  # other batches: judged over examples instead
+        else:
+            assert ran["optimizer"]["kwargs"]["learning_rate"] == pytest.approx(0.01)
+        target = row.verdict.to_target
+        assert target is not None and target.seen == 4 * 384, label
+        assert target.target_loss > 0 and (target.reached or "did not reach" in " ".join(
+            row.verdict.refused))
+    base = rows["float32-fit@b64"].verdict.to_target
+    assert base.reached and base.speedup == pytest.approx(1.0)
+    # the per-example speed-up is what a step of twice the work is weighed by
+    cell = rows["float32-fit@b128"]
+    assert cell.speedup == pytest.approx(speed(cell, rows["float32-fit@b64"]).ratio)
+    text = as_text(compare_tables)(record)
+    assert "batch sizes: the way to float32-fit@b64's training loss" in text
+    assert "speed-up is per example" in text
+    refused = mptrain("compare", "--resume", record.folder, "--batch-sizes", "64", cwd=tmp_path)
+    assert refused.returncode == 2 and "--batch-sizes 64: a compare resumes" in refused.stderr

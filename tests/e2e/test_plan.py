@@ -131,7 +131,7 @@ def test_ctrl_c_stops_the_trials_in_turn_and_resume_runs_them(tmp_path):
     final = json.loads(resumed.stdout)
     assert final["status"] == "finished"
     assert {t["label"] for t in final["trials"] if t["summary"]["status"] == "finished"} == {
-        "float32", "float32-twin", "mixed_bfloat16"}
+        "float32", "float32-twin", "mixed_bfloat16", "mixed_bfloat16@b16"}  # and the guide's 2x batch
     assert all(t["session"] == 2 for t in final["trials"])
     assert (tmp_path / "exp.plan.yaml").is_file()
 
@@ -205,6 +205,37 @@ def test_the_budget_holds_trials_stop_at_it_and_are_judged_on_what_they_measured
                                                                    "mixed_bfloat16"}
     cut = [t for t in record["trials"] if t["summary"] and t["summary"]["steps_run"] < 20000]
     assert cut and all(t["summary"]["stop_reason"].startswith("cut by the budget") for t in cut)
-    assert {t["label"] for t in cut} <= set(record["trials"][i]["label"] for i in range(3))
+    assert {t["label"] for t in cut} <= {"float32", "float32-twin", "mixed_bfloat16",
+                                         "mixed_bfloat16@b16"}
     assert all(t["rounds"] for t in cut)  # judged on the rounds they ran
     assert took < 15 + 60, took  # the budget, and the staging, starts and last round after it
+
+
+def test_plan_across_batch_sizes_runs_each_cell_on_the_same_examples_and_writes_a_runnable_pick(tmp_path):
+    config = experiment(tmp_path, "train.lr_scaling=sqrt")
+    done = mptrain("plan", str(config), "--candidates", "mixed_bfloat16", "--batch-sizes", "64,128",
+                   "--steps", "16", "--json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    record = json.loads(done.stdout)
+    trials = {t["label"]: t for t in record["trials"]}
+    assert list(trials) == ["float32", "float32-twin", "mixed_bfloat16", "float32@b128",
+                            "mixed_bfloat16@b128"]
+    for label in ("float32@b128", "mixed_bfloat16@b128"):
+        s = trials[label]["summary"]
+        assert s["batch_size"] == 128 and s["steps_run"] == 8  # 16 steps of 64: the same examples
+        target = trials[label]["verdict"]["to_target"]
+        assert target["seen"] == 16 * 64 and target["target_loss"] > 0
+        assert trials[label]["verdict"]["training"] is None
+        ran = yaml.safe_load((Path(s["run_dir"]) / "config.yaml").read_text())["train"]
+        assert ran["optimizer"]["kwargs"]["learning_rate"] == pytest.approx(0.01 * 2 ** 0.5)
+    assert trials["float32"]["verdict"]["to_target"]["speedup"] == pytest.approx(1.0)
+    assert record["batch_sizes"] == [64, 128] and record["status"] == "finished"
+    plan_file = tmp_path / "exp.plan.yaml"
+    planned = yaml.safe_load(plan_file.read_text())
+    winner = trials[record["winner"]]
+    assert planned["train"]["batch_size"] == winner["summary"]["batch_size"]
+    run = mptrain("run", str(plan_file), "--json", "--set", "train.max_steps=2", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert json.loads(run.stdout)["batch_size"] == winner["summary"]["batch_size"]
+    refused = mptrain("plan", "--resume", record["folder"], "--batch-sizes", "64", cwd=tmp_path)
+    assert refused.returncode == 2 and "--batch-sizes 64: a plan resumes" in refused.stderr

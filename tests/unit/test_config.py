@@ -204,12 +204,14 @@ def test_optimizer_table_matches_the_installed_keras():
     import inspect
 
     keras = pytest.importorskip("keras")
-    from mptrain.config.optimizers import COMMON, OPTIMIZERS, RESERVED
+    from mptrain.config.optimizers import COMMON, DEFAULT_LEARNING_RATE, OPTIMIZERS, RESERVED
 
+    assert set(DEFAULT_LEARNING_RATE) == set(OPTIMIZERS)
     for name, (cls, own) in OPTIMIZERS.items():
-        params = set(inspect.signature(getattr(keras.optimizers, cls).__init__).parameters)
-        params -= {"self", "kwargs"}
+        signature = inspect.signature(getattr(keras.optimizers, cls).__init__)
+        params = set(signature.parameters) - {"self", "kwargs"}
         assert params == set(own) | set(COMMON) | set(RESERVED), name
+        assert signature.parameters["learning_rate"].default == DEFAULT_LEARNING_RATE[name], name
 
 
 def test_set_null_removes_a_key_and_kind_switch_drops_old_keys(tmp_path):
