@@ -56,6 +56,15 @@ def examples_to(points: list[tuple[int, float]], target: float, window: int) -> 
     return None
 
 
+def target_of(base: list[tuple[int, float]], allowance: float) -> tuple[float, int]:
+    """The baseline's loss at its end (its mean over the second half of its examples) plus
+    `allowance`, and the window (half its examples) every loss curve is averaged over."""
+    total = base[-1][0]
+    window = max(1, total // 2)
+    second_half = [loss for seen, loss in base if seen > total - window]
+    return sum(second_half) / len(second_half) + allowance, window
+
+
 def to_target(base_records, records, allowance: float,
               speedup_per_example: float | None) -> ToTarget | None:
     """The variant's examples to the baseline's loss (plus `allowance`), and its time-to-target
@@ -64,10 +73,7 @@ def to_target(base_records, records, allowance: float,
     base, mine = loss_over_examples(base_records), loss_over_examples(records)
     if not base or not mine:
         return None
-    total = base[-1][0]
-    window = max(1, total // 2)
-    second_half = [loss for seen, loss in base if seen > total - window]
-    target = sum(second_half) / len(second_half) + allowance
+    target, window = target_of(base, allowance)
     base_examples, examples = examples_to(base, target, window), examples_to(mine, target, window)
     speedup = None
     if examples is not None and base_examples is not None and speedup_per_example is not None:

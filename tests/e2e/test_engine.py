@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from mptrain.config import validate
 from mptrain.measure import engine
 from mptrain.measure.engine import Entry, Turns, run_in_turns
 from mptrain.measure.ledger import Ledger
@@ -49,7 +50,8 @@ def children(tmp_path: Path, **speeds) -> list:
     """label → (step ms, steps, start s): an entry and its fake command each."""
     script = tmp_path / "fake_child.py"
     script.write_text(FAKE)
-    return [(Entry(label, None, tmp_path / label), [sys.executable, str(script), *map(str, spec)])
+    same_batch = validate(tiny_raw(), "tiny.yaml")  # a turn's steps follow the entry's batch
+    return [(Entry(label, same_batch, tmp_path / label), [sys.executable, str(script), *map(str, spec)])
             for label, spec in speeds.items()]
 
 

@@ -45,6 +45,11 @@ NOT_RUN = {
     "mptrain check-gpu": "times kernels in TensorFlow: tests/e2e/test_cli.py",
     "mptrain check-gpu --bench": "times every dtype (~15 s): tests/unit/test_hardware.py",
     "mptrain plan configs/fashion_mnist_mixed.yaml": "trials (minutes): tests/e2e/test_plan.py",
+    "mptrain plan exp.yaml": "trials, with the default 2x-batch cell: tests/e2e/test_plan.py (a built-in)",
+    "mptrain plan exp.yaml --batch-sizes 128,256":
+        "trials at two batch sizes: tests/e2e/test_plan.py (across batch sizes)",
+    "mptrain compare exp.yaml --policies float32,mixed_bfloat16 --batch-sizes 128,256":
+        "trains four variants: tests/e2e/test_compare.py (across batch sizes)",
     "mptrain run synthetic": "trains: tests/e2e/test_cli.py, tests/e2e/test_training.py",
     "mptrain plan synthetic": "trials: tests/e2e/test_plan.py",
     "mptrain run fashion_mnist_mixed": "trains on Fashion-MNIST: tests/e2e/test_bring_your_own.py",

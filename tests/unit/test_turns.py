@@ -7,7 +7,7 @@ import os
 import time
 from types import SimpleNamespace
 
-from mptrain.measure.engine import Turns, too_slow, turn_steps
+from mptrain.measure.engine import Turns, same_examples, too_slow, turn_steps
 from mptrain.training.records import StepRecord
 from mptrain.training.turns import TakeTurns, TurnLink
 
@@ -75,3 +75,12 @@ def test_too_slow_stops_a_candidate_but_never_a_control():
     assert too_slow(child("float32-twin", 3.0, 6.7), base, turns) is None
     assert too_slow(child("mixed_bfloat16", 3.0, 4.9), base, turns) is None  # within 2x
     assert too_slow(base, base, turns) is None
+
+
+def test_a_turn_at_another_batch_covers_the_same_examples():
+    def entry(batch):
+        return SimpleNamespace(experiment=SimpleNamespace(train=SimpleNamespace(batch_size=batch)))
+
+    assert same_examples(10, entry(64), entry(128)) == 5  # 640 examples a turn either way
+    assert same_examples(10, entry(64), entry(32)) == 20
+    assert same_examples(10, entry(64), entry(64)) == 10 and same_examples(1, entry(8), entry(64)) == 1
