@@ -136,10 +136,17 @@ def main(only: list[str] | None = None) -> str:
             honest = bool(reached) and len(reached) == len(verified) and abs(
                 gains[0] / statistics.median(reached) - 1) <= 0.15
             rows.append([name, first.winner, second.winner, f"{gains[0]:.2f}x",
-                         spread(reached, 2) + "x" if reached else "never reached",
+                         spread(reached, 2).replace(" (", "x (").replace(")", "x)")
+                         if reached else "never reached",
                          f"{seconds:.0f}", "met" if same else "NOT met", "met" if honest else "NOT met"])
-            lines.append(f"- {name}: cells not tried: {'; '.join(first.cells_not_tried) or 'none'}; "
-                         f"first plan's reason: {first.reason}")
+            cells = "; ".join(
+                f"{t.label} {t.verdict.speed.ratio or float('nan'):.2f}x per example, "
+                + (f"time to target {t.verdict.to_target.speedup:.2f}x"
+                   if t.verdict.to_target and t.verdict.to_target.speedup else
+                   "did not reach float32's loss" if t.verdict.to_target else "no loss")
+                for t in first.trials if t.summary and not t.verdict.baseline and t.label != "float32-twin")
+            lines.append(f"- {name}: plan 1's cells: {cells}; not tried: "
+                         f"{'; '.join(first.cells_not_tried) or 'none'}; its reason: {first.reason}")
     headers = ["experiment", "plan 1", "plan 2", "claimed time-to-target x", "verified (per round)",
                "plan s", "reproducible", "honest (+-15%)"]
     return "\n".join([table(rows, headers), "", *lines])
