@@ -125,7 +125,7 @@ def main(only: list[str] | None = None) -> str:
             ref = experiment_file(name, spec, folder)
             print(f"-- {name}", file=sys.stderr, flush=True)
             record, seconds, plan_file = plan(name, ref, overrides, steps, folder)
-            counted = [t for t in record.trials if t.counts]
+            counted = [t for t in record.trials if t.verdict.eligible]
             fastest = min(counted, key=lambda t: t.summary.step_time.median_ms)
             pick = next(t for t in record.trials if t.candidate.name == record.winner)
             pick_vs_fastest = pick.summary.step_time.median_ms / fastest.summary.step_time.median_ms

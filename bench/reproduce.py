@@ -128,8 +128,8 @@ def main(only: list[str]) -> str:
                                         first.winner.removesuffix("+islands"), steps, folder))
             one_answer = compared is not None and low <= compared <= high
             wall = whole_run(plan_file, folder)
-            estimate = pick.whole_run_s
-            base_estimate = trial_of(first, "float32").whole_run_s
+            estimate = pick.verdict.whole_run_s
+            base_estimate = trial_of(first, "float32").verdict.whole_run_s
             predicted = estimate is not None and abs(wall / estimate - 1) <= 0.10
             rows.append([name, first.winner, second.winner,
                          f"{speedup:.2f}x ({low:.2f}–{high:.2f})",

@@ -1,4 +1,6 @@
-"""The keyword arguments each Keras optimizer accepts, checked without importing Keras.
+"""The experiment's optimizer (`train.optimizer`: its name, its arguments, a learning-rate
+schedule), and the keyword arguments each Keras optimizer accepts, checked without importing
+Keras.
 
 `mptrain validate` must answer in well under a second, and importing Keras imports TensorFlow
 (seconds). So the optimizers' signatures are written down here, and a test compares this table
@@ -8,8 +10,11 @@ fails instead of users meeting a confusing optimizer error after the data has lo
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
+from pydantic import Field, ValidationInfo, field_validator, model_validator
+
+from mptrain.config.names import Positive, _Strict
 from mptrain.errors import did_you_mean
 
 Kind = Literal["number", "bool", "int"]
@@ -95,3 +100,86 @@ def _is_kind(value: Any, kind: Kind) -> bool:
         return isinstance(value, int)
     return False
 
+
+# --- train.optimizer ------------------------------------------------------------------------
+
+
+class ConstantSchedule(_Strict):
+    kind: Literal["constant"] = Field(description="One learning rate, after an optional warm-up.")
+    learning_rate: float = Field(gt=0, description="The learning rate after warm-up.")
+    warmup_steps: int = Field(0, ge=0, description="Steps of linear warm-up from warmup_from.")
+    warmup_from: float = Field(0.0, ge=0, description=(
+        "The learning rate the warm-up starts from (a batch scaled by train.lr_scaling: linear "
+        "warms up from the learning rate of the batch it was set for, as Goyal et al. do)."))
+
+
+class CosineSchedule(_Strict):
+    """Linear warm-up to `learning_rate`, then cosine decay to `alpha` x it."""
+
+    kind: Literal["cosine"] = Field(description="Cosine decay (Keras' CosineDecay).")
+    learning_rate: float = Field(gt=0, description="The peak learning rate, after warm-up.")
+    warmup_steps: int = Field(0, ge=0, description="Steps of linear warm-up from 0.")
+    decay_steps: int | None = Field(None, ge=1, description="Default: every step after warm-up.")
+    alpha: float = Field(0.0, ge=0.0, le=1.0, description=(
+        "The final learning rate, as a fraction of learning_rate."))
+
+
+class ExponentialSchedule(_Strict):
+    kind: Literal["exponential"] = Field(description="Exponential decay (Keras' ExponentialDecay).")
+    learning_rate: float = Field(gt=0, description="The learning rate at step 0.")
+    decay_steps: int = Field(ge=1, description="Steps over which it is multiplied by decay_rate.")
+    decay_rate: float = Field(gt=0, description=(
+        "learning_rate x decay_rate ^ (step / decay_steps)."))
+    staircase: bool = Field(False, description=(
+        "Decay at whole multiples of decay_steps (a staircase), not smoothly."))
+
+
+class PiecewiseSchedule(_Strict):
+    kind: Literal["piecewise"] = Field(description=(
+        "Constant between step boundaries (Keras' PiecewiseConstantDecay)."))
+    boundaries: list[Positive] = Field(min_length=1, description=(
+        "The steps at which the learning rate changes, increasing."))
+    values: list[Annotated[float, Field(gt=0)]] = Field(description=(
+        "The learning rate before the first boundary, then after each: one more than "
+        "boundaries."))
+
+    @model_validator(mode="after")
+    def _one_more_value(self) -> PiecewiseSchedule:
+        if len(self.values) != len(self.boundaries) + 1:
+            raise ValueError(f"piecewise: {len(self.boundaries)} boundaries need "
+                             f"{len(self.boundaries) + 1} values, got {len(self.values)}")
+        if self.boundaries != sorted(set(self.boundaries)):
+            raise ValueError("piecewise: boundaries must increase")
+        return self
+
+
+Schedule = Annotated[ConstantSchedule | CosineSchedule | ExponentialSchedule | PiecewiseSchedule,
+                     Field(discriminator="kind")]
+
+LrScaling = Literal["none", "linear", "sqrt"]
+OptimizerName = Literal[tuple(OPTIMIZERS)]  # type: ignore[valid-type]
+
+
+class OptimizerConfig(_Strict):
+    name: OptimizerName = Field("rmsprop", description="The Keras optimizer (the guide's: rmsprop).")
+    kwargs: dict[str, Any] = Field(default_factory=dict, description=(
+        "The optimizer's arguments, e.g. {learning_rate: 0.001, weight_decay: 0.01}; checked "
+        "against its Keras signature."))
+    schedule: Schedule | None = Field(None, description=(
+        "A learning-rate schedule, in place of kwargs.learning_rate."))
+
+    @field_validator("kwargs")
+    @classmethod
+    def _keras_accepts_kwargs(cls, kwargs: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        if "name" in info.data:  # else the name itself was invalid, and said so
+            problems = check_kwargs(info.data["name"], kwargs)
+            if problems:
+                raise ValueError("; ".join(problems))
+        return kwargs
+
+    @model_validator(mode="after")
+    def _one_learning_rate(self) -> OptimizerConfig:
+        if self.schedule is not None and "learning_rate" in self.kwargs:
+            raise ValueError("train.optimizer: give the learning rate in kwargs or a schedule, "
+                             "not both")
+        return self

@@ -15,7 +15,6 @@ from typing import Annotated, Any, Literal
 from pydantic import (
     Field,
     PrivateAttr,
-    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -56,90 +55,17 @@ from mptrain.config.names import (  # noqa: F401
     StrategyName,
     _Strict,
 )
-from mptrain.config.optimizers import OPTIMIZERS, check_kwargs
+from mptrain.config.optimizers import (  # noqa: F401
+    ConstantSchedule,
+    CosineSchedule,
+    ExponentialSchedule,
+    LrScaling,
+    OptimizerConfig,
+    PiecewiseSchedule,
+    Schedule,
+)
 
 # --- training -----------------------------------------------------------------------------
-
-
-class ConstantSchedule(_Strict):
-    kind: Literal["constant"] = Field(description="One learning rate, after an optional warm-up.")
-    learning_rate: float = Field(gt=0, description="The learning rate after warm-up.")
-    warmup_steps: int = Field(0, ge=0, description="Steps of linear warm-up from warmup_from.")
-    warmup_from: float = Field(0.0, ge=0, description=(
-        "The learning rate the warm-up starts from (a batch scaled by train.lr_scaling: linear "
-        "warms up from the learning rate of the batch it was set for, as Goyal et al. do)."))
-
-
-class CosineSchedule(_Strict):
-    """Linear warm-up to `learning_rate`, then cosine decay to `alpha` x it."""
-
-    kind: Literal["cosine"] = Field(description="Cosine decay (Keras' CosineDecay).")
-    learning_rate: float = Field(gt=0, description="The peak learning rate, after warm-up.")
-    warmup_steps: int = Field(0, ge=0, description="Steps of linear warm-up from 0.")
-    decay_steps: int | None = Field(None, ge=1, description="Default: every step after warm-up.")
-    alpha: float = Field(0.0, ge=0.0, le=1.0, description=(
-        "The final learning rate, as a fraction of learning_rate."))
-
-
-class ExponentialSchedule(_Strict):
-    kind: Literal["exponential"] = Field(description="Exponential decay (Keras' ExponentialDecay).")
-    learning_rate: float = Field(gt=0, description="The learning rate at step 0.")
-    decay_steps: int = Field(ge=1, description="Steps over which it is multiplied by decay_rate.")
-    decay_rate: float = Field(gt=0, description=(
-        "learning_rate x decay_rate ^ (step / decay_steps)."))
-    staircase: bool = Field(False, description=(
-        "Decay at whole multiples of decay_steps (a staircase), not smoothly."))
-
-
-class PiecewiseSchedule(_Strict):
-    kind: Literal["piecewise"] = Field(description=(
-        "Constant between step boundaries (Keras' PiecewiseConstantDecay)."))
-    boundaries: list[Positive] = Field(min_length=1, description=(
-        "The steps at which the learning rate changes, increasing."))
-    values: list[Annotated[float, Field(gt=0)]] = Field(description=(
-        "The learning rate before the first boundary, then after each: one more than "
-        "boundaries."))
-
-    @model_validator(mode="after")
-    def _one_more_value(self) -> PiecewiseSchedule:
-        if len(self.values) != len(self.boundaries) + 1:
-            raise ValueError(f"piecewise: {len(self.boundaries)} boundaries need "
-                             f"{len(self.boundaries) + 1} values, got {len(self.values)}")
-        if self.boundaries != sorted(set(self.boundaries)):
-            raise ValueError("piecewise: boundaries must increase")
-        return self
-
-
-Schedule = Annotated[ConstantSchedule | CosineSchedule | ExponentialSchedule | PiecewiseSchedule,
-                     Field(discriminator="kind")]
-
-LrScaling = Literal["none", "linear", "sqrt"]
-OptimizerName = Literal[tuple(OPTIMIZERS)]  # type: ignore[valid-type]
-
-
-class OptimizerConfig(_Strict):
-    name: OptimizerName = Field("rmsprop", description="The Keras optimizer (the guide's: rmsprop).")
-    kwargs: dict[str, Any] = Field(default_factory=dict, description=(
-        "The optimizer's arguments, e.g. {learning_rate: 0.001, weight_decay: 0.01}; checked "
-        "against its Keras signature."))
-    schedule: Schedule | None = Field(None, description=(
-        "A learning-rate schedule, in place of kwargs.learning_rate."))
-
-    @field_validator("kwargs")
-    @classmethod
-    def _keras_accepts_kwargs(cls, kwargs: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
-        if "name" in info.data:  # else the name itself was invalid, and said so
-            problems = check_kwargs(info.data["name"], kwargs)
-            if problems:
-                raise ValueError("; ".join(problems))
-        return kwargs
-
-    @model_validator(mode="after")
-    def _one_learning_rate(self) -> OptimizerConfig:
-        if self.schedule is not None and "learning_rate" in self.kwargs:
-            raise ValueError("train.optimizer: give the learning rate in kwargs or a schedule, "
-                             "not both")
-        return self
 
 
 class LossScaleConfig(_Strict):
@@ -313,6 +239,9 @@ class DistributeConfig(_Strict):
         "multi_worker_mirrored on this machine: N local worker processes (`run --workers N`); "
         "kept in the run's config.yaml so `run --resume` restarts as many. Where $TF_CONFIG "
         "is set, each process is one worker of that cluster instead."))
+    join_timeout_s: float = Field(120.0, gt=0, description=(
+        "multi_worker_mirrored: how long a worker waits for every other to join the cluster "
+        "before it stops, naming those whose port does not answer."))
 
     @model_validator(mode="after")
     def _workers_are_multi_worker(self) -> DistributeConfig:

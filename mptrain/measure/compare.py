@@ -56,7 +56,6 @@ class CompareRow(Measured):
     loop: str
     strategy: str = "none"
     batch: dict[str, object] = {}  # at another batch: its changes (`config.batch_scaling`)
-    memory_ratio: float | None = None  # training memory / the baseline's
 
     @property
     def variant(self) -> Variant:
@@ -278,13 +277,7 @@ def judged(record: CompareRecord, same_start: bool = True) -> CompareRecord:
     rows = []
     for row in record.variants:
         steps = Steps(base_steps, steps_of(row)) if base_steps and row.summary else None
-        verdict = judge(row, base, steps, rules)
-        memory = None
-        if base is not None and base.summary and row.summary and "diverged" not in (
-                row.summary.status, base.summary.status):
-            mine, theirs = row.summary.memory.training_peak_bytes, base.summary.memory.training_peak_bytes
-            memory = mine / theirs if mine is not None and theirs else None
-        rows.append(row.model_copy(update={"verdict": verdict, "memory_ratio": memory}))
+        rows.append(row.model_copy(update={"verdict": judge(row, base, steps, rules)}))
     return record.model_copy(update={"variants": rows})
 
 

@@ -295,10 +295,16 @@ def too_slow(child: _Child, base: _Child, turns: Turns) -> str | None:
             or not child.rounds or not base.rounds):
         return None
     mine, theirs = child.rounds[-1], base.rounds[min(len(child.rounds), len(base.rounds)) - 1]
-    if mine is None or theirs is None or mine <= ratio * theirs:
+    if mine is None or theirs is None:
         return None
-    return (f"too slow to win: {mine:.1f} ms a step, {mine / theirs:.1f}x "
-            f"{base.entry.label}'s {theirs:.1f} ms in the same round")
+    # per example: a step of twice the batch does twice the work
+    slower = (mine / child.entry.experiment.train.batch_size) / (
+        theirs / base.entry.experiment.train.batch_size)
+    if slower <= ratio:
+        return None
+    per = "" if slower == mine / theirs else " per example"
+    return (f"too slow to win: {mine:.1f} ms a step, {slower:.1f}x {base.entry.label}'s "
+            f"{theirs:.1f} ms{per} in the same round")
 
 
 def _first_turn(child: _Child, on_turn, limit: float | None) -> None:

@@ -47,8 +47,9 @@ from mptrain.measure.islands import LayerTiming, islands, layer_timings
 from mptrain.measure.ledger import Ledger, Measurement, load_record, stage, steps_of, write_record
 from mptrain.measure.memory import too_big_alone, too_big_together
 from mptrain.measure.resuming import refuse_changes, refuse_options
-from mptrain.measure.trials import TWIN, RunLength, Trial, choose, judge_trials
+from mptrain.measure.trials import TWIN, Trial, choose, judge_trials
 from mptrain.measure.verdicts import DEFAULT_TOLERANCE_PCT, Rules
+from mptrain.measure.whole_run import RunLength
 from mptrain.precision.candidates import Candidate, candidate, candidates, cell_label, file_label, select
 from mptrain.precision.planned import plan_file_for, stamp
 from mptrain.record import Record, write_atomic
@@ -377,8 +378,9 @@ def judged(record: PlanRecord) -> PlanRecord:
     length = RunLength(record.experiment_steps, record.experiment_eval_batches,
                        record.experiment_checkpoints,
                        statistics.median(overheads) if overheads else 0.0)
-    rules = Rules(record.tolerance_pct, record.evaluate, record.turn_steps, record.input_ms_per_batch)
-    return record.model_copy(update={"trials": judge_trials(record.trials, steps, rules, length)})
+    rules = Rules(record.tolerance_pct, record.evaluate, record.turn_steps, record.input_ms_per_batch,
+                  length)
+    return record.model_copy(update={"trials": judge_trials(record.trials, steps, rules)})
 
 
 def _add_islands(record: PlanRecord, folder: Path, seconds: float, on_layers,

@@ -39,7 +39,10 @@ import statistics
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
+from pydantic import model_validator
+
 from mptrain.measure.to_target import ToTarget, to_target
+from mptrain.measure.whole_run import RunLength, in_batches_of, whole_run_estimate
 from mptrain.record import FrozenRecord, Record
 from mptrain.runs.summary import MIN_TIMED_STEPS, RunSummary
 
@@ -77,13 +80,20 @@ class Verdict(FrozenRecord):
     baseline: bool = False
     speed: Speed = Speed()
     slower_over_run: bool = False  # faster per step, but not over the experiment (plan)
+    whole_run_s: float | None = None  # the experiment as written, estimated (plan: `whole_run`)
     to_target: ToTarget | None = None  # its way to float32's loss over the examples seen
+    memory_ratio: float | None = None  # its training memory peak / the baseline's
     training: Training | None = None
     accuracy_delta_pt: float | None = None
     accuracy_noise_pt: float | None = None  # what the test set's size cannot resolve
     refused: list[str] = []  # why it cannot be picked: diverged, behind, failed, too slow...
     input_bound: bool = False  # its step is no slower than the input pipeline alone
     stopped_early: str | None = None  # why it stopped before its planned end
+
+    @property
+    def eligible(self) -> bool:
+        """It can be picked: timed, not the baseline, nothing refused (trained as well)."""
+        return self.speed.word is not None and not self.refused and not self.baseline
 
     @property
     def faster(self) -> bool:
@@ -138,6 +148,16 @@ class Measured(Record):
     overhead_s: float | None = None  # its process outside its own clock: interpreter start, exit
     verdict: Verdict = Verdict()
 
+    @model_validator(mode="before")
+    @classmethod
+    def _verdict_holds_its_figures(cls, data):
+        """compare.json and plan.json before 2026-12-03 kept the memory ratio and the
+        whole-run estimate beside the verdict; they are the verdict's now, and a resume
+        judges every row again, so the old copies are dropped."""
+        if isinstance(data, dict) and ("memory_ratio" in data or "whole_run_s" in data):
+            data = {k: v for k, v in data.items() if k not in ("memory_ratio", "whole_run_s")}
+        return data
+
     @property
     def speedup(self) -> float | None:
         return self.verdict.speed.ratio
@@ -151,12 +171,14 @@ class Measured(Record):
 class Rules:
     """How a variant is judged: the loss tolerance (% of float32's progress), whether its
     test accuracy counts against it, the steps a turn (to say how many would give enough
-    rounds), and the input pipeline's own time a batch (None: not measured)."""
+    rounds), the input pipeline's own time a batch (None: not measured), and the experiment's
+    length when a trial stands for it (None: a compare's rows are whole runs)."""
 
     tolerance_pct: float = DEFAULT_TOLERANCE_PCT
     accuracy_counts: bool = False
     turn_steps: int = 0
     input_ms: float | None = None
+    length: RunLength | None = None  # the experiment as written (plan), for whole-run estimates
 
 
 class Steps(NamedTuple):
@@ -170,34 +192,24 @@ class Steps(NamedTuple):
 
 def judge(row: Measured, base: Measured | None, steps: Steps | None = None,
           rules: Rules = Rules(), floor: tuple[float, float] | None = None) -> Verdict:
-    """The variant against the baseline: speed (`speed`), training (`training_against`, on
-    the runs' step records), test accuracy, and what refuses it. `floor`: the speed-up
-    interval the machine's noise alone produced (an A/A twin's), or None."""
+    """The variant against the baseline, complete: speed (`speed`), training
+    (`training_against`, on the runs' step records; at another batch, the time to target),
+    test accuracy, training memory, the whole-run estimate, and what refuses it. `floor`:
+    the speed-up interval the machine's noise alone produced (an A/A twin's), or None."""
     s = row.summary
     if s is None:
         return Verdict(refused=[f"failed ({row.failed})" if row.failed else "not run"])
     is_base = base is not None and row.label == base.label
     b = base.summary if base is not None else None
-    refused = []
-    if s.status == "diverged":
-        refused.append("diverged (NaN/inf loss)")
-    elif s.stopped_by == "max_step_seconds":
-        refused.append(s.stop_reason or "too slow")
-    elif s.status == "interrupted":
-        refused.append("interrupted: not finished")
-    training = None
-    other_batch = b is not None and s.batch_size != b.batch_size
-    if not is_base and steps is not None and s.status != "diverged":
-        unexplained = sum(1 for r in steps.variant if not math.isfinite(r.loss) and not r.skipped)
-        if unexplained:
-            refused.append(f"{unexplained} NaN/inf loss(es) no loss scaler explains")
-        if not other_batch:  # step by step, the same batches: at another batch, time to target
-            training = training_against([r.loss for r in steps.base], [r.loss for r in steps.variant],
-                                        rules.tolerance_pct,
-                                        [r.loss for r in steps.twin] if steps.twin else None)
-        if training is not None and training.behind:
-            refused.append("loss behind float32's")
-    accuracy = noise = None
+    refused = _stopped(s)
+    pace = (Speed() if is_base or b is None or s.status == "diverged" else
+            speed(row, base, rules.turn_steps, floor))
+    training = target = None
+    if steps is not None and s.status != "diverged":
+        training, target, said = _losses(steps, rules, is_base, s.batch_size != b.batch_size,
+                                         1.0 if is_base else pace.ratio)
+        refused += said
+    accuracy = noise = memory = None
     if b is not None and not is_base and "diverged" not in (s.status, b.status):
         accuracy = (100.0 * (s.test_accuracy - b.test_accuracy)
                     if s.test_accuracy is not None and b.test_accuracy is not None else None)
@@ -205,20 +217,54 @@ def judge(row: Measured, base: Measured | None, steps: Steps | None = None,
         if rules.accuracy_counts and accuracy is not None and accuracy < -max(
                 rules.tolerance_pct, noise or 0.0):
             refused.append(f"accuracy {accuracy:+.2f} pt")
-    step_ms = s.step_time.median_ms if s.step_time else None
-    pace = (Speed() if is_base or b is None or s.status == "diverged" else
-            speed(row, base, rules.turn_steps, floor))
-    target = None
-    if steps is not None and steps.base and s.status != "diverged":
-        target = to_target(steps.base, steps.variant, _allowance(steps, rules.tolerance_pct),
-                           1.0 if is_base else pace.ratio)
-        if other_batch and target is not None and not target.reached:
-            refused.append(f"did not reach float32's loss in its {target.seen:,} examples")
+        mine, theirs = s.memory.training_peak_bytes, b.memory.training_peak_bytes
+        memory = mine / theirs if mine is not None and theirs else None
+    whole = base_whole = None
+    if rules.length is not None and b is not None:
+        whole = whole_run_estimate(s, in_batches_of(rules.length, b.batch_size, s.batch_size))
+        base_whole = whole_run_estimate(b, rules.length)
     return Verdict(
-        baseline=is_base, speed=pace, to_target=target,
-        training=training, accuracy_delta_pt=accuracy, accuracy_noise_pt=noise, refused=refused,
-        input_bound=input_bound(step_ms, rules.input_ms),
+        baseline=is_base, speed=pace, whole_run_s=whole, to_target=target, training=training,
+        slower_over_run=(pace.word == "faster" and whole is not None and base_whole is not None
+                         and whole > base_whole),
+        accuracy_delta_pt=accuracy, accuracy_noise_pt=noise, memory_ratio=1.0 if is_base else memory,
+        refused=refused, input_bound=input_bound(s.step_time.median_ms if s.step_time else None,
+                                                 rules.input_ms),
         stopped_early=s.stop_reason if s.stopped_by in ("max_steps", "signal") else None)
+
+
+def _stopped(s: RunSummary) -> list[str]:
+    """What the way its run ended refuses."""
+    if s.status == "diverged":
+        return ["diverged (NaN/inf loss)"]
+    if s.stopped_by == "max_step_seconds":
+        return [s.stop_reason or "too slow"]
+    if s.status == "interrupted":
+        return ["interrupted: not finished"]
+    return []
+
+
+def _losses(steps: Steps, rules: Rules, is_base: bool, other_batch: bool,
+            speedup: float | None) -> tuple[Training | None, ToTarget | None, list[str]]:
+    """Its losses against the baseline's: step by step on the same batches (`training_against`),
+    over the examples seen at another batch; its time to target (`to_target`); and what they
+    refuse."""
+    refused, training = [], None
+    if not is_base:
+        unexplained = sum(1 for r in steps.variant if not math.isfinite(r.loss) and not r.skipped)
+        if unexplained:
+            refused.append(f"{unexplained} NaN/inf loss(es) no loss scaler explains")
+        if not other_batch:
+            training = training_against([r.loss for r in steps.base], [r.loss for r in steps.variant],
+                                        rules.tolerance_pct,
+                                        [r.loss for r in steps.twin] if steps.twin else None)
+        if training is not None and training.behind:
+            refused.append("loss behind float32's")
+    target = (to_target(steps.base, steps.variant, _allowance(steps, rules.tolerance_pct), speedup)
+              if steps.base else None)
+    if other_batch and target is not None and not target.reached:
+        refused.append(f"did not reach float32's loss in its {target.seen:,} examples")
+    return training, target, refused
 
 
 def _allowance(steps: Steps, tolerance_pct: float) -> float:

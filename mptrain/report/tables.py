@@ -205,7 +205,7 @@ def _compare_rows(record: CompareRecord):
             fmt(s.examples_per_sec, ",.0f") if t else "-",
             f"{s.achieved_tflops:.2f}" if t and s.achieved_tflops is not None else "-",
             f"{s.mfu:.0%}" if t and s.mfu is not None else "-",
-            f"{human_bytes(s.memory.training_peak_bytes)} {fmt(row.memory_ratio, '.2f', '-')}x",
+            f"{human_bytes(s.memory.training_peak_bytes)} {fmt(row.verdict.memory_ratio, '.2f', '-')}x",
         ]))
         time_rows.append((name, [what, fmt(s.time_to_first_step_s, ".1f", "-"),
                                  _duration(s.wall_time_s), _duration(s.turn_wait_s)]))
@@ -297,13 +297,13 @@ def _plan_rows(record: PlanRecord) -> list:
         else:
             words = verdict.words(accuracy=record.evaluate)
             colour = ("green" if trial.label == record.winner else
-                      "" if trial.counts or verdict.baseline else "yellow")
+                      "" if verdict.eligible or verdict.baseline else "yellow")
         share = verdict.training.share if verdict.training else None
         rows.append((trial.label, [
             "",
             f"{t.median_ms:.1f}" if t else "-",
             f"{trial.speedup:.2f}x" if trial.speedup is not None else "-",
-            _duration(trial.whole_run_s),
+            _duration(verdict.whole_run_s),
             f"{share:.1%}" if share is not None else "-",
             f"[{colour}]{escape(words)}[/]" if colour else escape(words)]))
     return rows

@@ -41,7 +41,7 @@ def test_compare_two_policies_through_the_cli(tmp_path):
     assert bf16.verdict.accuracy_delta_pt == pytest.approx(
         100 * (bf16.summary.test_accuracy - f32.summary.test_accuracy))
     assert f32.summary.memory.training_peak_bytes and bf16.summary.memory.training_peak_bytes
-    assert bf16.memory_ratio == pytest.approx(
+    assert bf16.verdict.memory_ratio == pytest.approx(
         bf16.summary.memory.training_peak_bytes / f32.summary.memory.training_peak_bytes)
     # files: compare.json, the weights every variant loaded, each variant's run folder, the plot
     on_disk = CompareRecord.model_validate_json((folder / "compare.json").read_text())

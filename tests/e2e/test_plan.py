@@ -47,7 +47,7 @@ def test_plan_on_a_built_in_measures_chooses_and_writes_a_runnable_plan(tmp_path
     ran = [t for t in record["trials"] if t["label"] not in cut]
     for trial in ran:  # the rounds every speed-up is computed from, in the record
         assert len(trial["rounds"]) == 3 and trial["summary"]["turn_wait_s"] > 0
-        assert trial["summary"]["time_to_first_step_s"] > 0 and trial["whole_run_s"] > 0
+        assert trial["summary"]["time_to_first_step_s"] > 0 and trial["verdict"]["whole_run_s"] > 0
         # the whole run counts the evaluations, the saved model (synthetic saves it) and the
         # process outside mptrain's clock
         assert trial["summary"]["evaluation_s"] > 0 and trial["overhead_s"] > 0

@@ -10,8 +10,9 @@ from mptrain.errors import ConfigError
 from mptrain.hardware.kernels import cached_kernels
 from mptrain.hardware.machine import Machine, gpu_from_details, parse_cpuinfo
 from mptrain.measure.islands import LayerTiming, islands
-from mptrain.measure.trials import TWIN, RunLength, Trial, choose, judge_trials
+from mptrain.measure.trials import TWIN, Trial, choose, judge_trials
 from mptrain.measure.verdicts import Rules
+from mptrain.measure.whole_run import RunLength, whole_run_estimate
 from mptrain.precision.candidates import CANDIDATE_NAMES, Candidate, candidate_name, candidates, select
 from mptrain.precision.policy import recommend
 from tests.helpers import make_summary, record_kernels, tiny_raw
@@ -102,14 +103,14 @@ def trial(name, policy, median, spread=0.02, end=0.5, status="finished", nan=0, 
 def judged(*specs, tolerance=3.0, evaluate=False, experiment_steps=0):
     made = [trial(*spec[:3], **(spec[3] if len(spec) > 3 else {})) for spec in specs]
     steps = {t.label: records for t, records in made}
-    return judge_trials([t for t, _ in made], steps, Rules(tolerance, evaluate),
-                        RunLength(experiment_steps))
+    return judge_trials([t for t, _ in made], steps,
+                        Rules(tolerance, evaluate, length=RunLength(experiment_steps)))
 
 
 def test_where_bf16_wins_plan_picks_it():
     trials = judged(("float32", "float32", 300.0), ("mixed_bfloat16", "mixed_bfloat16", 100.0),
                     ("mixed_bfloat16+xla", "mixed_bfloat16", 280.0))
-    assert [t.counts for t in trials] == [False, True, True]  # float32 is the baseline
+    assert [t.verdict.eligible for t in trials] == [False, True, True]  # float32 is the baseline
     winner, reason = choose(trials)
     assert winner == "mixed_bfloat16" and reason.startswith("3.00x float32")
 
@@ -135,7 +136,7 @@ def test_the_loss_guard_holds_a_candidate_to_float32s_progress_not_its_final_los
     assert [t.verdict.training.behind for t in trials[1:]] == [False, False, False, True]
     assert trials[1].verdict.training.share == pytest.approx(0.997, abs=0.002)
     assert "loss behind float32's (84% of float32's progress)" in trials[4].verdict.words()
-    assert not trials[4].counts and trials[1].counts
+    assert not trials[4].verdict.eligible and trials[1].verdict.eligible
     assert choose(trials)[0] == "mixed_bfloat16"
     stuck = judged(("float32", "float32", 300.0, {"start": 2.3, "end": 2.2}),
                    ("mixed_bfloat16", "mixed_bfloat16", 100.0, {"start": 2.3, "end": 2.3}))
@@ -175,7 +176,7 @@ def test_a_trial_cut_short_by_the_step_limit_is_too_slow_not_inaccurate():
         "stopped_by": "max_step_seconds", "stop_reason": stop})})
     judged_ = judge_trials([base_trial, cut], {"float32": base_steps,
                                                "mixed_bfloat16": base_steps[:2]}, Rules())
-    assert not judged_[1].counts and stop in judged_[1].verdict.words()
+    assert not judged_[1].verdict.eligible and stop in judged_[1].verdict.words()
     assert "loss" not in judged_[1].verdict.words()
 
 
@@ -200,7 +201,7 @@ def test_among_candidates_within_each_others_noise_the_simplest_wins():
 def test_with_eval_a_lower_test_accuracy_beyond_noise_fails_the_guard():
     trials = judged(("float32", "float32", 300.0, {"accuracy": 0.90}),
                     ("mixed_bfloat16", "mixed_bfloat16", 100.0, {"accuracy": 0.85}), evaluate=True)
-    assert not trials[1].counts and "accuracy -5.00 pt" in trials[1].verdict.words()
+    assert not trials[1].verdict.eligible and "accuracy -5.00 pt" in trials[1].verdict.words()
 
 
 def test_one_slow_layer_becomes_a_float32_island():
@@ -299,24 +300,21 @@ def test_a_candidate_faster_per_step_but_slower_over_the_whole_run_is_not_picked
                    experiment_steps=500)
     slow = short[1]
     assert slow.speedup > 1.05 and slow.verdict.slower_over_run and not slow.verdict.faster
-    assert slow.whole_run_s == pytest.approx(25.0 + 499 * 0.09)
+    assert slow.verdict.whole_run_s == pytest.approx(25.0 + 499 * 0.09)
     assert slow.verdict.words(accuracy=False) == "faster, but slower over the run"
     winner, reason = choose(short)
     assert winner == "float32" and "not over the experiment's length" in reason
     longer = judged(("float32", "float32", 100.0),
                     ("mixed_bfloat16+xla", "mixed_bfloat16", 90.0, {"first_step_s": 25.0}),
                     experiment_steps=50_000)  # over a long run the same compile pays off
-    assert longer[1].counts and choose(longer)[0] == "mixed_bfloat16+xla"
+    assert longer[1].verdict.eligible and choose(longer)[0] == "mixed_bfloat16+xla"
 
 
 def test_the_whole_run_estimate_counts_evaluation_and_the_process_start_and_exit():
     """Predicted against the run's own wall time, the estimate once left out the per-epoch
     validation, the test evaluation and the process's exit (11-32% short)."""
-    from mptrain.measure.trials import whole_run_estimate
-
-    trial_ = trial("float32", "float32", 30.0, first_step_s=4.0)[0]
-    summary = trial_.summary.model_copy(update={"evaluation_s": 0.5, "test_examples": 128})
-    timed = trial_.model_copy(update={"summary": summary})
+    trial_ = trial("float32", "float32", 30.0, first_step_s=4.0)[0].summary
+    timed = trial_.model_copy(update={"evaluation_s": 0.5, "test_examples": 128})
     # 4 s to the first step's end, 99 more steps at 30 ms, the trial's own 2-batch evaluation
     # (0.5 s), 18 more evaluation batches at a third of a step, 1.5 s outside mptrain's clock
     assert whole_run_estimate(timed, RunLength(steps=100, eval_batches=20, overhead_s=1.5)) \
@@ -361,21 +359,18 @@ def test_every_candidate_plan_prints_is_a_name_compare_takes():
 def test_the_whole_run_estimate_counts_the_experiments_checkpoints():
     from mptrain.config import validate
     from mptrain.measure.plan import checkpoint_saves
-    from mptrain.measure.trials import whole_run_estimate
     from tests.helpers import tiny_raw
 
     train = validate(tiny_raw("train.epochs=5"), "<t>").train
     assert checkpoint_saves(train, per_epoch=20) == 5 + 1  # each epoch's, and where it stops
     every = validate(tiny_raw("train.epochs=2", "train.checkpoint.every_steps=8"), "<t>").train
     assert checkpoint_saves(every, per_epoch=20) == 2 + 4 + 1  # steps 8, 16, 28, 36 (not 40: an epoch's end)
-    trial_ = trial("float32", "float32", 100.0, first_step_s=4.0)[0]
-    saving = trial_.model_copy(update={"summary": trial_.summary.model_copy(
-        update={"checkpoint_save_s": 2.0})})
+    saving = trial("float32", "float32", 100.0, first_step_s=4.0)[0].summary.model_copy(
+        update={"checkpoint_save_s": 2.0})
     assert whole_run_estimate(saving, RunLength(steps=100, checkpoints=6)) == \
         pytest.approx(4.0 + 99 * 0.1 + 6 * 2.0)
     # the saved model: timed on its own, after the summary's clock, and counted once
-    model = saving.model_copy(update={"summary": saving.summary.model_copy(
-        update={"model_save_s": 3.0})})
+    model = saving.model_copy(update={"model_save_s": 3.0})
     assert whole_run_estimate(model, RunLength(steps=100, checkpoints=6)) == \
         pytest.approx(4.0 + 99 * 0.1 + 6 * 2.0 + 3.0)
 
@@ -404,7 +399,7 @@ def test_one_trials_slow_exit_does_not_move_the_whole_run_estimates(monkeypatch)
                         experiment_checkpoints=4)
     seen = {}
     monkeypatch.setattr(planning, "judge_trials",
-                        lambda trials, steps, rules, length: seen.setdefault("length", length) and trials)
+                        lambda trials, steps, rules: seen.setdefault("length", rules.length) and trials)
     monkeypatch.setattr(planning, "steps_of", lambda row: [])
     planning.judged(record)
     assert seen["length"] == RunLength(87, 20, 4, pytest.approx(1.1))

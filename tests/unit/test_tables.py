@@ -104,8 +104,8 @@ def test_plan_tables_keep_candidates_layers_and_numbers_whole():
     names = ("float32", "mixed_bfloat16+xla", "float32+onednn_bf16", "mixed_float16+xla")
     found = [Candidate(name=n, policy=n.split("+")[0]) for n in names]
     trials = [Trial(label=c.name, candidate=c, run_dir="/tmp/x",
-                    summary=make_summary(median=12345.6 / (i + 1)), whole_run_s=5400.0 / (i + 1),
-                    verdict=Verdict(baseline=i == 0, speed=Speed(
+                    summary=make_summary(median=12345.6 / (i + 1)),
+                    verdict=Verdict(baseline=i == 0, whole_run_s=5400.0 / (i + 1), speed=Speed(
                         ratio=float(i + 1), interval=(i + 0.9, i + 1.1), word="faster"),
                         training=Training(share=1 - 0.123 * i, shortfall=0.1, allowance=0.2,
                                           behind=False)))

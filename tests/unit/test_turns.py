@@ -65,8 +65,10 @@ def test_turns_cut_a_run_into_about_ten_rounds_of_at_least_five_steps():
 def test_too_slow_stops_a_candidate_but_never_a_control():
     """A loaded host slows float32's A/A twin as much as any candidate: cut, it would leave the
     plan no noise floor to judge against (CI met a cut twin), so the controls always run on."""
-    def child(label, *rounds):
-        return SimpleNamespace(entry=SimpleNamespace(label=label), rounds=list(rounds))
+    def child(label, *rounds, batch=64):
+        experiment = SimpleNamespace(train=SimpleNamespace(batch_size=batch))
+        return SimpleNamespace(entry=SimpleNamespace(label=label, experiment=experiment),
+                               rounds=list(rounds))
 
     base = child("float32", 2.5, 2.5)
     turns = Turns(5, slowest_ratio=2.0, controls=frozenset({"float32", "float32-twin"}))
@@ -75,6 +77,10 @@ def test_too_slow_stops_a_candidate_but_never_a_control():
     assert too_slow(child("float32-twin", 3.0, 6.7), base, turns) is None
     assert too_slow(child("mixed_bfloat16", 3.0, 4.9), base, turns) is None  # within 2x
     assert too_slow(base, base, turns) is None
+    # at twice the batch a step does twice the work: 6.7 ms is 1.3x float32's per example
+    assert too_slow(child("mixed_bfloat16@b128", 3.0, 6.7, batch=128), base, turns) is None
+    said = too_slow(child("mixed_bfloat16@b128", 3.0, 13.0, batch=128), base, turns)
+    assert said == "too slow to win: 13.0 ms a step, 2.6x float32's 2.5 ms per example in the same round"
 
 
 def test_a_turn_at_another_batch_covers_the_same_examples():

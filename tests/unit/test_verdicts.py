@@ -1,6 +1,7 @@
 """Reading numbers side by side: speed-ups, accuracy within noise, compare.json's rows and
 its tables, on recorded summaries (nothing trains)."""
 
+import json
 
 import pytest
 
@@ -44,7 +45,7 @@ def test_ratios_and_verdicts_come_from_the_numbers():
     record = record_of(("float32", make_summary(median=100.0, accuracy=0.90, memory=1000)),
                        ("mixed_bfloat16", make_summary(median=50.0, accuracy=0.8988, memory=600)))
     bf16 = record.variants[1]
-    assert bf16.speedup == 2.0 and bf16.memory_ratio == 0.6
+    assert bf16.speedup == 2.0 and bf16.verdict.memory_ratio == 0.6
     assert bf16.verdict.accuracy_delta_pt == pytest.approx(-0.12)
     assert bf16.verdict.speed.word == "faster" and not bf16.verdict.speed.paired
     assert bf16.verdict.words() == "faster, accuracy within noise"  # 10,000 test examples
@@ -59,6 +60,16 @@ def test_ratios_and_verdicts_come_from_the_numbers():
     # without float32 the first policy listed is the baseline
     no_f32 = record_of(("mixed_bfloat16", make_summary()))
     assert no_f32.baseline_policy == "mixed_bfloat16" and no_f32.variants[0].verdict.words() == "baseline"
+
+
+def test_a_compare_json_from_before_the_verdict_held_its_memory_ratio_still_loads_and_rejudges():
+    record = record_of(("float32", make_summary(memory=1000)), ("mixed_bfloat16", make_summary(memory=600)))
+    old = json.loads(record.model_dump_json())
+    for row in old["variants"]:  # as compare.json kept it beside the verdict until 2026-12-03
+        row["memory_ratio"] = row["verdict"].pop("memory_ratio")
+    loaded = CompareRecord.model_validate(old)
+    assert loaded.variants[1].verdict.memory_ratio is None  # the old copy dropped...
+    assert judged(loaded).variants[1].verdict.memory_ratio == 0.6  # ...and judged again
 
 
 def test_only_the_baseline_variant_is_called_baseline_across_strategies():
