@@ -28,6 +28,16 @@ def run(
         help="Try multi-worker training on this machine: N worker processes on 127.0.0.1 "
              "(distribute.strategy multi_worker_mirrored); the chief prints the summary. "
              "With --resume: continue that run on N workers.")] = None,
+    hosts: Annotated[str | None, typer.Option(
+        metavar="HOST:PORT,...", show_default=False,
+        help="Train on several hosts (distribute.strategy multi_worker_mirrored): every "
+             "worker's address:port, the same list on every host, worker 0 the chief; with "
+             "--host-index, this host's entry. Makes $TF_CONFIG (one a scheduler set wins); "
+             "checks this host's address and port before starting, and that every host runs "
+             "the same experiment before step 1.")] = None,
+    host_index: Annotated[int | None, typer.Option(
+        min=0, metavar="I", show_default=False,
+        help="With --hosts: which entry this host is (0 to N-1).")] = None,
     max_restarts: Annotated[int, typer.Option(
         min=0, metavar="K",
         help="With local workers: when one is lost (killed, or stopped by a signal), restart "
@@ -50,19 +60,24 @@ def run(
     restarting them.
     """
 
-    from mptrain.errors import AlreadyFinished, WorkerLost
+    from mptrain.errors import AlreadyFinished, ConfigError, WorkerLost
     from mptrain.report.console import say
     from mptrain.report.progress import ConsoleTelling, LiveProgress
+    from mptrain.runs.cluster import parse_hosts
     from mptrain.runs.launch import RunOptions, launch
     from mptrain.runs.runner import Start
     from mptrain.runs.workers import WorkersResult
     from mptrain.training.turns import TurnLink
 
-    options = RunOptions(set_ or [], workers, max_restarts, json_out, verbose, supervised,
-                         Start(resume=resume, initial_weights=initial_weights, run_dir=run_dir,
-                               started_at=STARTED_AT, turns=TurnLink.parse(turns) if turns else None))
     with user_errors("interrupted (a run folder, if one was made, keeps its last checkpoint)",
                      verbose, unsaid=WorkerLost if supervised else None):
+        cluster = parse_hosts(hosts, host_index) if hosts is not None else None
+        if cluster is None and host_index is not None:
+            raise ConfigError("--host-index names this host's entry of --hosts: give --hosts too")
+        options = RunOptions(set_ or [], workers, max_restarts, json_out, verbose, supervised,
+                             cluster, Start(resume=resume, initial_weights=initial_weights,
+                                            run_dir=run_dir, started_at=STARTED_AT,
+                                            turns=TurnLink.parse(turns) if turns else None))
         try:
             with LiveProgress() as progress:
                 result = launch(config, options, ConsoleTelling(), listeners=[progress])

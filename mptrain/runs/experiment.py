@@ -33,11 +33,13 @@ from mptrain.precision.policy import (
     pure_policy_note,
     speed_warning,
 )
+from mptrain.runs.cluster import check_same_experiment, rendezvous
 from mptrain.runs.preflight import check_experiment
 from mptrain.training import TrainingLoop, make_loop
 from mptrain.training.distribute import (
     Placement,
     check_batch_split,
+    placed,
     placement,
     prepare_devices,
     scope,
@@ -69,6 +71,17 @@ class Prepared:
     notes: tuple[str, ...] = ()  # what mptrain did to the model
 
 
+def _placed(config: ExperimentConfig, tf) -> Placement:
+    """The run's strategy, before any other op (collective ops require it); in a cluster,
+    formed within its join timeout, and with every worker on this experiment."""
+    if config.distribute.strategy == "multi_worker_mirrored" and not placed(config.distribute):
+        rendezvous(config.distribute.join_timeout_s)
+    place = placement(config.distribute, tf)
+    if place.task is not None:
+        check_same_experiment(config, place.strategy, tf)
+    return place
+
+
 def prepare(config: ExperimentConfig, *, policy: str | None = None, verbose: bool = False,
             initial_weights: Path | None = None,
             status: Callable[[str], Any] | None = None) -> Prepared:
@@ -83,7 +96,7 @@ def prepare(config: ExperimentConfig, *, policy: str | None = None, verbose: boo
     mode = plan_math_mode(plan) or config.train.math_mode  # read once, as TensorFlow starts
     tf = import_tensorflow(verbose, environment=math_environment(mode))
     prepare_devices(config.distribute, tf)
-    place = placement(config.distribute, tf)  # before any other op: collective ops require it
+    place = _placed(config, tf)
     check_batch_split(config, place.replicas)
     if config.deterministic:
         tf.config.experimental.enable_op_determinism()

@@ -15,6 +15,7 @@ import yaml
 from mptrain.config import ExperimentConfig
 from mptrain.errors import ConfigError
 from mptrain.precision.planned import plan_beside
+from mptrain.runs.cluster import Hosts, apply_hosts
 from mptrain.runs.folder import unique_folder
 from mptrain.runs.resume import experiment_to_run
 from mptrain.runs.runner import RunResult, Start, run_experiment
@@ -39,6 +40,7 @@ class RunOptions:
     json_out: bool = False  # relayed to local workers: the chief prints the summary
     verbose: bool = False
     supervised: bool = False  # this process is one of `--workers`' workers
+    hosts: Hosts | None = None  # --hosts, --host-index: this process is one worker of a cluster
     start: Start = Start()  # where the run starts: `start.resume`, the run folder to continue
 
 
@@ -52,6 +54,13 @@ def launch(experiment: str | ExperimentConfig | None, options: RunOptions = RunO
     raises `AlreadyFinished`."""
     overrides = [*options.overrides,
                  *(worker_overrides(options.workers) if options.workers is not None else [])]
+    if options.hosts is not None:  # $TF_CONFIG for this process, before TensorFlow starts
+        if options.workers is not None:
+            raise ConfigError("--hosts starts this host's one worker of a cluster; --workers N "
+                              "starts N on this machine: give one of them")
+        if (said := apply_hosts(options.hosts)) is not None:
+            telling.say("cluster", said)
+        overrides.append("distribute.strategy=multi_worker_mirrored")
     resume = options.start.resume
     chosen = experiment_to_run(experiment, overrides, resume)
     count = local_worker_count(chosen.distribute.workers, options.workers, options.supervised,

@@ -19,8 +19,10 @@ worker is said by `worker_lost`, and cured by restarting them all (`runs/workers
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,10 +56,19 @@ def prepare_devices(cfg, tf) -> None:
 def placement(cfg, tf) -> Placement:
     """The strategy for `distribute.strategy`, created once per process and reused: several
     strategies in one process would hand out clashing collective-op keys."""
-    key = (cfg.strategy, tuple(cfg.devices or ()), cfg.tpu)
+    key = _key(cfg)
     if key not in _PLACEMENTS:
         _PLACEMENTS[key] = _new_placement(cfg, tf)
     return _PLACEMENTS[key]
+
+
+def placed(cfg) -> bool:
+    """Whether this process has its strategy for `cfg` already (a cluster formed once)."""
+    return _key(cfg) in _PLACEMENTS
+
+
+def _key(cfg) -> tuple:
+    return (cfg.strategy, tuple(cfg.devices or ()), cfg.tpu)
 
 
 _PLACEMENTS: dict[tuple, Placement] = {}
@@ -125,8 +136,21 @@ def worker_lost(exc: BaseException, place: Placement, tf, run_dir: Path | None) 
                 tf.errors.AbortedError, tf.errors.DeadlineExceededError)
     if place.task is None or not isinstance(exc, failures) or not collective_failure(exc.message):
         return None
-    return WorkerLost(lost_peer_message(peer_named(exc.message, place.task), type(exc).__name__,
-                                        run_dir))
+    return WorkerLost(lost_peer_message(with_address(peer_named(exc.message, place.task)),
+                                        type(exc).__name__, run_dir))
+
+
+def with_address(peer: str | None) -> str | None:
+    """The lost worker with its address in $TF_CONFIG ("worker 1 (10.0.0.2:2222)"); when
+    TensorFlow's error names none (a worker whose own link was cut learns only that its
+    collectives timed out), the workers whose port does not answer now."""
+    others = dict(peers())
+    if peer is not None:
+        job, _, task = peer.partition(" ")
+        address = others.get(int(task)) if job == "worker" and task.isdigit() else None
+        return f"{peer} ({address})" if address else peer
+    down = unreachable(list(others.items()))
+    return ", ".join(f"worker {i} ({address})" for i, address in down) or None
 
 
 _TASK = re.compile(r"/job:(\w+)/(?:replica:\d+/)?task:(\d+)")
@@ -149,13 +173,37 @@ def peer_named(message: str, own: tuple[str, int]) -> str | None:
     return None
 
 
+def peers() -> list[tuple[int, str]]:
+    """The other workers in $TF_CONFIG, (index, HOST:PORT) each; none outside a cluster."""
+    try:
+        spec = json.loads(os.environ.get("TF_CONFIG", "{}"))
+        own = spec["task"]["index"]
+        return [(i, address) for i, address in enumerate(spec["cluster"]["worker"]) if i != own]
+    except (ValueError, KeyError, TypeError):
+        return []
+
+
+def unreachable(addresses: list[tuple[int, str]], timeout_s: float = 2.0) -> list[tuple[int, str]]:
+    """The workers whose port does not accept a connection within `timeout_s` (never started,
+    or cut off)."""
+    down = []
+    for index, address in addresses:
+        host, _, port = address.rpartition(":")
+        try:
+            socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+        except OSError:
+            down.append((index, address))
+    return down
+
+
 def lost_peer_message(peer: str | None, error: str, run_dir: Path | None) -> str:
     """The one line a worker says when another is lost (without `run --workers`, which says
     it for them): who, that the checkpoint is intact, and the command that continues."""
     folder = run_dir if run_dir is not None else "RUN_DIR (the chief's run folder)"
     return (f"{peer or 'another worker'} was lost (TensorFlow's collective ops failed with "
             f"{error}; --verbose shows it): training stopped, and the last checkpoint is intact. "
-            f"Restart every worker, each with its TF_CONFIG: mptrain run --resume {folder}")
+            "Restart every worker (each with its --host-index, or its TF_CONFIG): mptrain run "
+            f"--resume {folder}")
 
 
 def scope(place: Placement):

@@ -167,9 +167,10 @@ def test_a_cluster_worker_whose_peer_dies_says_so_and_the_cluster_resumes(tmp_pa
     assert chief.returncode == 4 and stdout == "" and took < 30, stderr[-3000:]
     run_dir = one_run(tmp_path)
     (line,) = [line for line in stderr.splitlines() if line.startswith("error:")]
-    assert line.startswith("error: worker 1 was lost (TensorFlow's collective ops failed")
+    assert re.match(r"error: worker 1 \(127\.0\.0\.1:\d+\) was lost \(TensorFlow's collective ops failed",
+                    line), line
     assert "the last checkpoint is intact" in line
-    assert line.endswith(f"each with its TF_CONFIG: mptrain run --resume {run_dir}")
+    assert line.endswith(f"(each with its --host-index, or its TF_CONFIG): mptrain run --resume {run_dir}")
     assert "Traceback" not in stderr, stderr[-3000:]
 
     resumed = cluster_workers(tmp_path, "--resume", str(run_dir), "--json")

@@ -46,6 +46,11 @@ NOT_RUN = {
     "mptrain check-gpu --bench": "times every dtype (~15 s): tests/unit/test_hardware.py",
     "mptrain plan configs/fashion_mnist_mixed.yaml": "trials (minutes): tests/e2e/test_plan.py",
     "mptrain plan exp.yaml": "trials, with the default 2x-batch cell: tests/e2e/test_plan.py (a built-in)",
+    **{f"mptrain run exp.yaml --hosts 10.0.0.1:12345,10.0.0.2:12345 --host-index {i} --set "
+       "train.loop=custom": "two hosts: tests/e2e/test_hosts.py runs them in network namespaces"
+       for i in (0, 1)},
+    "mptrain run --resume RUN_DIR --hosts 10.0.0.1:12345,10.0.0.2:12345 --host-index I":
+        "every host resumed: tests/e2e/test_hosts.py (after a cut link)",
     "mptrain plan exp.yaml --batch-sizes 128,256":
         "trials at two batch sizes: tests/e2e/test_plan.py (across batch sizes)",
     "mptrain compare exp.yaml --policies float32,mixed_bfloat16 --batch-sizes 128,256":

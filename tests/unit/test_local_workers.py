@@ -118,9 +118,29 @@ def test_tensorflows_error_names_the_peer_that_was_lost():
     assert peer_named("Collective ops is aborted by: timeout", ("worker", 0)) is None
     line = lost_peer_message("worker 1", "UnavailableError", Path("/runs/tiny-1"))
     assert line.startswith("worker 1 was lost (TensorFlow's collective ops failed with Unavail")
-    assert line.endswith("the last checkpoint is intact. Restart every worker, each with its "
-                         "TF_CONFIG: mptrain run --resume /runs/tiny-1")
+    assert line.endswith("the last checkpoint is intact. Restart every worker (each with its "
+                         "--host-index, or its TF_CONFIG): mptrain run --resume /runs/tiny-1")
     assert "--resume RUN_DIR (the chief's run folder)" in lost_peer_message(None, "X", None)
+
+
+def test_a_lost_peer_is_named_with_its_address_or_found_by_its_silent_port(monkeypatch):
+    """A worker whose own link was cut learns only that its collectives timed out: the
+    workers whose port no longer answers are the ones it lost."""
+    import socket
+
+    from mptrain.runs.cluster import Hosts
+    from mptrain.training.distribute import with_address
+
+    with socket.socket() as listening, socket.socket() as silent:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        silent.bind(("127.0.0.1", 0))
+        up, down = (f"127.0.0.1:{s.getsockname()[1]}" for s in (listening, silent))
+        monkeypatch.setenv("TF_CONFIG", Hosts(("127.0.0.1:1", up, down), 0).tf_config())
+        assert with_address("worker 2") == f"worker 2 ({down})"
+        assert with_address(None) == f"worker 2 ({down})"
+    monkeypatch.delenv("TF_CONFIG")
+    assert with_address("worker 1") == "worker 1" and with_address(None) is None
 
 
 def test_the_last_checkpoint_is_the_newest_whole_one(tmp_path):

@@ -1,0 +1,188 @@
+"""Workers on separate hosts: `mptrain run exp.yaml --hosts A:PORT,B:PORT --host-index I`.
+
+TensorFlow's MultiWorkerMirroredStrategy reads its cluster from `$TF_CONFIG`, a JSON a user
+would otherwise write by hand on every host, where a typo in one host's index or address is
+caught by nothing. So `--hosts` and `--host-index` make it, after checking what can be checked
+on this host before TensorFlow starts:
+- the list: HOST:PORT entries, at least two, none twice; the index within it;
+- this host's own entry: its address is one of this machine's (two hosts started with the same
+  index fail here: the address is the other host's), and its port is free.
+A `$TF_CONFIG` set by a scheduler still works, and wins (said, when --hosts is given too).
+
+What cannot be checked alone is checked once the cluster has formed (`training.distribute`):
+every host runs the same experiment, and a host that never joins is named after
+`distribute.join_timeout_s`.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import socket
+import time
+from dataclasses import dataclass
+
+from mptrain.errors import ConfigError, WorkerLost
+from mptrain.training.distribute import peers, unreachable
+
+
+@dataclass(frozen=True)
+class Hosts:
+    """The cluster's workers, HOST:PORT each (worker 0 is the chief), and which one is this."""
+
+    addresses: tuple[str, ...]
+    index: int
+
+    @property
+    def own(self) -> str:
+        return self.addresses[self.index]
+
+    def tf_config(self) -> str:
+        """The $TF_CONFIG TensorFlow reads: every worker, and this one's task."""
+        return json.dumps({"cluster": {"worker": list(self.addresses)},
+                           "task": {"type": "worker", "index": self.index}})
+
+
+def parse_hosts(text: str, index: int | None) -> Hosts:
+    """`--hosts` and `--host-index`, checked: a `ConfigError` names the entry and the fix."""
+    if index is None:
+        raise ConfigError("--hosts needs --host-index I: which entry of --hosts this host is "
+                          "(0 is the chief), the same list on every host")
+    entries = [entry.strip() for entry in text.split(",")]
+    for entry in entries:
+        host, _, port = entry.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ConfigError(f"--hosts {text!r}: {entry!r} is not HOST:PORT (e.g. "
+                              "10.0.0.1:12345, a port from 1 to 65535)")
+    if len(entries) < 2:
+        raise ConfigError(f"--hosts {text!r}: a cluster needs two hosts or more (one host: "
+                          "`mptrain run` alone, or --workers N on it)")
+    twice = sorted({entry for entry in entries if entries.count(entry) > 1})
+    if twice:
+        raise ConfigError(f"--hosts: {', '.join(twice)} listed twice; each worker needs an "
+                          "address:port of its own")
+    if not 0 <= index < len(entries):
+        raise ConfigError(f"--host-index {index}: out of range for {len(entries)} hosts (0 to "
+                          f"{len(entries) - 1}; 0 is the chief)")
+    return Hosts(tuple(entries), index)
+
+
+def check_own_address(hosts: Hosts) -> None:
+    """This host's entry, before TensorFlow binds it: an address of this machine, a free port."""
+    host, _, port = hosts.own.rpartition(":")
+    try:
+        with _listener(host) as probe:
+            probe.bind((host.strip("[]"), int(port)))
+    except socket.gaierror:
+        raise ConfigError(f"--hosts {hosts.own}: {host} does not resolve on this host") from None
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            raise ConfigError(f"--hosts {hosts.own} (--host-index {hosts.index}): port {port} is "
+                              f"already in use on {host}; stop what holds it, or give this "
+                              "host another port in --hosts on every host") from None
+        if exc.errno == errno.EADDRNOTAVAIL:
+            raise ConfigError(f"--host-index {hosts.index}: {hosts.own} is not an address of "
+                              "this machine; give this host's own entry of --hosts (two hosts "
+                              "started with the same index end here)") from None
+        raise ConfigError(f"--hosts {hosts.own}: cannot use it here ({exc.strerror})") from None
+
+
+def _listener(host: str) -> socket.socket:
+    """A socket that binds as TensorFlow's gRPC server does (SO_REUSEADDR): a port whose last
+    run's connections linger (TIME_WAIT) is free, one a program listens on is not."""
+    listener = socket.socket(socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    return listener
+
+
+def apply_hosts(hosts: Hosts) -> str | None:
+    """$TF_CONFIG made from `hosts` for this process (its own entry checked first); a
+    $TF_CONFIG already set wins: then what is said about it."""
+    if "TF_CONFIG" in os.environ:
+        return "$TF_CONFIG is set (a scheduler's?): it wins over --hosts and --host-index"
+    check_own_address(hosts)
+    os.environ["TF_CONFIG"] = hosts.tf_config()
+    return None
+
+
+def rendezvous(timeout_s: float) -> None:
+    """Every worker in $TF_CONFIG is up before TensorFlow forms the cluster, or a `WorkerLost`
+    names those that did not come within `timeout_s`. TensorFlow itself waits for a missing
+    worker without end, inside one call that holds Python's lock (no watchdog thread runs)
+    and catches SIGTERM. So each worker first listens on its own port (never accepting: the
+    kernel completes a peer's connect) while it connects to every other's, until each one
+    answers, its listener or its TensorFlow server; then it closes its listener for
+    TensorFlow to bind."""
+    own, others = _own_address(), peers()
+    if own is None or not others:
+        return
+    host, _, port = own.rpartition(":")
+    waiting = dict(others)
+    deadline = time.monotonic() + timeout_s
+    with _listener(host) as listener:
+        try:
+            listener.bind((host.strip("[]"), int(port)))
+        except OSError as exc:
+            raise ConfigError(f"$TF_CONFIG: this worker's {own} cannot be listened on here "
+                              f"({exc.strerror}): is the port in use, or the address another "
+                              "host's?") from None
+        listener.listen(64)
+        while waiting and time.monotonic() < deadline:
+            waiting = dict(unreachable(list(waiting.items()), timeout_s=1.0))
+            if waiting:
+                time.sleep(0.5)
+    if waiting:
+        named = ", ".join(f"worker {i} ({address})" for i, address in sorted(waiting.items()))
+        raise WorkerLost(f"{named} did not join the cluster within distribute.join_timeout_s "
+                         f"({timeout_s:g} s): start `mptrain run` on every host with the same "
+                         "--hosts and its own --host-index (or $TF_CONFIG), or raise "
+                         "distribute.join_timeout_s")
+
+
+def _own_address() -> str | None:
+    """This worker's HOST:PORT in $TF_CONFIG."""
+    try:
+        spec = json.loads(os.environ.get("TF_CONFIG", "{}"))
+        return spec["cluster"]["worker"][spec["task"]["index"]]
+    except (ValueError, KeyError, TypeError, IndexError):
+        return None
+
+
+# what may differ between the hosts of one run: where each one's runs go
+HOST_KEYS = ("output.dir",)
+
+
+def check_same_experiment(config, strategy, tf) -> None:
+    """Every worker runs this experiment, or each one refuses before step 1, naming the keys
+    that differ: different batch sizes or policies would hang the collectives, or train
+    something neither host's file says. The resolved experiments themselves are exchanged
+    (a few kilobytes, over the cluster's own collectives), so a difference is named, not only
+    found."""
+    import numpy as np
+    import yaml
+
+    from mptrain.config.diff import changed_keys
+
+    mine = config.to_yaml_dict()
+    # int32: the collectives gather no 8-bit integers
+    text = np.frombuffer(yaml.safe_dump(mine, sort_keys=True).encode(), np.uint8).astype(np.int32)
+    lengths = _all_gather(strategy, tf, np.array([len(text)], np.int32))
+    longest = int(lengths.max())
+    padded = np.zeros(longest, np.int32)
+    padded[: len(text)] = text
+    everyone = _all_gather(strategy, tf, padded).reshape(len(lengths), longest)
+    for index, (row, length) in enumerate(zip(everyone, lengths, strict=True)):
+        theirs = yaml.safe_load(row[:length].astype(np.uint8).tobytes().decode())
+        differ = [key for key in changed_keys(mine, theirs) if not key.startswith(HOST_KEYS)]
+        if differ:
+            raise ConfigError(f"worker {index} runs another experiment: {', '.join(differ[:6])} "
+                              "differ from this host's; start every host with the same "
+                              "experiment file and --set options")
+
+
+def _all_gather(strategy, tf, value):
+    """`value` from every worker (one replica each), concatenated in worker order."""
+    gathered = strategy.run(lambda x: tf.distribute.get_replica_context().all_gather(x, axis=0),
+                            args=(tf.constant(value),))
+    return strategy.experimental_local_results(gathered)[0].numpy()
