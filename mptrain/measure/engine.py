@@ -30,6 +30,7 @@ from which staged experiment, in which turns. Their folder, record and MLflow pa
 from __future__ import annotations
 
 import json
+import math
 import os
 import random
 import select
@@ -271,7 +272,8 @@ def run_in_turns(commands: list[tuple[Entry, list[str]]], ledger: Ledger, turns:
 def same_examples(steps: int, base: Entry, entry: Entry) -> int:
     """A turn of `steps` of the baseline's batches, in the entry's: a variant at another batch
     size covers the same examples a turn, so every round times the same work."""
-    return max(1, round(steps * base.experiment.train.batch_size / entry.experiment.train.batch_size))
+    # rounded up: a cell's last turn then ends in the baseline's last round, not one after it
+    return max(1, math.ceil(steps * base.experiment.train.batch_size / entry.experiment.train.batch_size))
 
 
 def _start(entry: Entry, command: list[str], ledger: Ledger, steps_per_turn: int,

@@ -178,7 +178,7 @@ def test_compare_across_batch_sizes_judges_each_cell_by_its_time_to_float32s_los
     """The guide's second lever: every policy at each batch, the learning rate by the declared
     rule, every cell on the same examples; compare.json holds each cell's way to the
     baseline's loss."""
-    config = experiment(tmp_path, "train.epochs=4", "train.lr_scaling=linear")
+    config = experiment(tmp_path, "train.epochs=3", "train.lr_scaling=linear")
     done = mptrain("compare", str(config), "--policies", "float32,mixed_bfloat16",
                    "--batch-sizes", "64,128", "--json", cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -190,7 +190,7 @@ def test_compare_across_batch_sizes_judges_each_cell_by_its_time_to_float32s_los
     for label, row in rows.items():
         batch = 128 if label.endswith("@b128") else 64
         s = row.summary
-        assert s.batch_size == batch and s.steps_run == 4 * 384 // batch  # the same examples
+        assert s.batch_size == batch and s.steps_run == 3 * 384 // batch  # the same examples
         ran = yaml.safe_load((Path(s.run_dir) / "config.yaml").read_text())["train"]
         if batch == 128:  # linear: twice tiny's 0.01, warmed up from it (written as plain keys)
             assert ran["optimizer"]["schedule"]["learning_rate"] == pytest.approx(0.02)
@@ -199,7 +199,7 @@ def test_compare_across_batch_sizes_judges_each_cell_by_its_time_to_float32s_los
         else:
             assert ran["optimizer"]["kwargs"]["learning_rate"] == pytest.approx(0.01)
         target = row.verdict.to_target
-        assert target is not None and target.seen == 4 * 384, label
+        assert target is not None and target.seen == 3 * 384, label
         assert target.target_loss > 0 and (target.reached or "did not reach" in " ".join(
             row.verdict.refused))
     base = rows["float32-fit@b64"].verdict.to_target

@@ -88,5 +88,6 @@ def test_a_turn_at_another_batch_covers_the_same_examples():
         return SimpleNamespace(experiment=SimpleNamespace(train=SimpleNamespace(batch_size=batch)))
 
     assert same_examples(10, entry(64), entry(128)) == 5  # 640 examples a turn either way
+    assert same_examples(5, entry(256), entry(512)) == 3  # 2.5, up: no round of its own at the end
     assert same_examples(10, entry(64), entry(32)) == 20
     assert same_examples(10, entry(64), entry(64)) == 10 and same_examples(1, entry(8), entry(64)) == 1
