@@ -185,7 +185,7 @@ def test_compare_across_batch_sizes_judges_each_cell_by_its_time_to_float32s_los
     record = CompareRecord.model_validate(json.loads(done.stdout))
     rows = {row.label: row for row in record.variants}
     assert list(rows) == ["float32-fit@b64", "mixed_bfloat16-fit@b64", "float32-fit@b128",
-                          "mixed_bfloat16-fit@b128"]
+                          "mixed_bfloat16-fit@b128"]  # every policy at each batch
     assert record.baseline == "float32-fit@b64"
     for label, row in rows.items():
         batch = 128 if label.endswith("@b128") else 64

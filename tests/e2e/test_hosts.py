@@ -16,10 +16,10 @@ pytest.importorskip("tensorflow")
 why_not = NetnsCluster.usable()
 needs_namespaces = pytest.mark.skipif(why_not is not None, reason=f"no network namespaces: {why_not}")
 
-# 1536 training examples in batches of 64: 24 steps an epoch, a checkpoint every 5
-HOSTS = ("train.loop=custom", "train.epochs=3", "data.train_size=2048",
+# 768 training examples in batches of 64: 12 steps an epoch, a checkpoint every 5
+HOSTS = ("train.loop=custom", "train.epochs=2", "data.train_size=1024",
          "train.checkpoint.every_steps=5", "distribute.join_timeout_s=60")
-STEPS = 3 * 24
+STEPS = 2 * 12
 
 
 def start_all(cluster: NetnsCluster, tmp_path: Path, *args: str) -> list:
