@@ -74,9 +74,10 @@ def test_compare_plan_and_check_machine_from_python(tmp_path):
     assert isinstance(record, CompareRecord) and record.status == "finished"
     assert [row.policy for row in record.variants] == ["float32", "mixed_bfloat16"]
     assert all(row.summary.status == "finished" for row in record.variants)
-    planned = mptrain.plan(config, candidates=["mixed_bfloat16"], steps=8, progress=False)
+    planned = mptrain.plan(config, candidates=["mixed_bfloat16"], batch_sizes=[16], steps=8,
+                           progress=False)  # the experiment's batch alone: no 2x cell
     assert isinstance(planned, PlanRecord) and planned.status == "finished" and planned.winner
-    assert [t.label for t in planned.trials][:2] == ["float32", "float32-twin"]
+    assert [t.label for t in planned.trials] == ["float32", "float32-twin", "mixed_bfloat16"]
     report = mptrain.check_machine()
     assert isinstance(report, CheckReport) and report.recommendation.policy in (
         "float32", "mixed_bfloat16", "mixed_float16")

@@ -179,13 +179,12 @@ def test_compare_across_batch_sizes_judges_each_cell_by_its_time_to_float32s_los
     rule, every cell on the same examples; compare.json holds each cell's way to the
     baseline's loss."""
     config = experiment(tmp_path, "train.epochs=3", "train.lr_scaling=linear")
-    done = mptrain("compare", str(config), "--policies", "float32,mixed_bfloat16",
-                   "--batch-sizes", "64,128", "--json", cwd=tmp_path)
+    done = mptrain("compare", str(config), "--policies", "float32", "--batch-sizes", "64,128",
+                   "--json", cwd=tmp_path)  # every policy at each size: test_verdicts.py
     assert done.returncode == 0, done.stderr[-3000:]
     record = CompareRecord.model_validate(json.loads(done.stdout))
     rows = {row.label: row for row in record.variants}
-    assert list(rows) == ["float32-fit@b64", "mixed_bfloat16-fit@b64", "float32-fit@b128",
-                          "mixed_bfloat16-fit@b128"]  # every policy at each batch
+    assert list(rows) == ["float32-fit@b64", "float32-fit@b128"]
     assert record.baseline == "float32-fit@b64"
     for label, row in rows.items():
         batch = 128 if label.endswith("@b128") else 64

@@ -200,3 +200,16 @@ def test_rounds_pair_only_within_one_session_of_turns():
     assert together.variants[1].speedup == pytest.approx(1.0)
     apart = record_of(*outcomes, rounds=rounds, sessions={"mixed_bfloat16-fit": 2})
     assert apart.variants[1].speedup == pytest.approx(2.0) and apart.variants[1].session == 2
+
+
+def test_every_policy_runs_at_every_batch_size_the_experiments_batch_first():
+    from mptrain.config import validate
+    from mptrain.measure.compare import plan_variants
+    from tests.helpers import tiny_raw
+
+    config = validate(tiny_raw(), "tiny.yaml")
+    labels = [v.label for v in plan_variants(config, ["float32", "mixed_bfloat16+fused"],
+                                             batch_sizes=[64, 128])]
+    assert labels == ["float32-fit@b64", "mixed_bfloat16-fused-fit@b64", "float32-fit@b128",
+                      "mixed_bfloat16-fused-fit@b128"]
+    assert [v.label for v in plan_variants(config, ["float32"])] == ["float32-fit"]
