@@ -8,16 +8,8 @@ from typing import Annotated
 
 import typer
 
-from mptrain.commands.options import (
-    BatchSizesOpt,
-    JsonOpt,
-    SetOpt,
-    VerboseOpt,
-    end_measuring,
-    parse_batch_sizes,
-    parse_choices,
-    user_errors,
-)
+from mptrain.commands import options
+from mptrain.commands.options import BatchSizesOpt, JsonOpt, SetOpt, VerboseOpt
 
 
 def plan(
@@ -77,11 +69,12 @@ def plan(
     from mptrain.report.progress import ConsoleTelling
     from mptrain.report.tables import plan_tables
 
-    with user_errors(verbose=verbose):
+    with options.user_errors(verbose=verbose):
         settings = mptrain.measure.plan.PlanSettings(
-            candidates=parse_choices(candidates, CANDIDATE_NAMES, "--candidates") if candidates else None,
-            batch_sizes=parse_batch_sizes(batch_sizes), steps=steps, tolerance_pct=tolerance,
+            candidates=(options.parse_choices(candidates, CANDIDATE_NAMES, "--candidates")
+                        if candidates else None),
+            batch_sizes=options.parse_batch_sizes(batch_sizes), steps=steps, tolerance_pct=tolerance,
             budget_minutes=budget, evaluate=evaluate, out=out, sets=set_ or [])
         result = mptrain.measure.plan.plan(config, settings, resume=resume, telling=ConsoleTelling(),
                                            verbose=verbose, as_text=as_text(plan_tables))
-    end_measuring(result, json_out, plan_tables, "plan", "trials")
+    options.end_measuring(result, json_out, plan_tables, "plan", "trials")
