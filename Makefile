@@ -15,6 +15,11 @@ install:
 		($$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq dataset-fashion-mnist) \
 		|| echo "note: could not install dataset-fashion-mnist; see docs/data.md"; \
 	fi
+	@# iproute2's `ip netns`, for the multi-host tests' network namespaces (they skip without it).
+	@if ! command -v ip >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+		(apt-get update -qq && apt-get install -y -qq iproute2) \
+		|| echo "note: could not install iproute2; the multi-host tests will skip"; \
+	fi
 
 test:
 	$(BIN)/ruff check mptrain tests bench docs
