@@ -88,12 +88,3 @@ def scaled_optimizer(optimizer: dict, factor: float, warmup: int) -> dict:
     else:
         optimizer["kwargs"]["learning_rate"] = old * factor
     return optimizer
-
-
-def learning_rate_of(config: ExperimentConfig) -> float | None:
-    """The experiment's learning rate after any warm-up (None: a piecewise schedule, which has
-    several): what a table shows beside a cell's batch."""
-    optimizer = config.train.optimizer
-    if optimizer.schedule is None:
-        return optimizer.kwargs.get("learning_rate") or DEFAULT_LEARNING_RATE[optimizer.name]
-    return getattr(optimizer.schedule, "learning_rate", None)

@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass
 
 from mptrain.errors import ConfigError, WorkerLost
-from mptrain.training.distribute import peers, unreachable
+from mptrain.training.distribute import peers, unreachable, workers_in_tf_config
 
 
 @dataclass(frozen=True)
@@ -114,9 +114,10 @@ def rendezvous(timeout_s: float) -> None:
     kernel completes a peer's connect) while it connects to every other's, until each one
     answers, its listener or its TensorFlow server; then it closes its listener for
     TensorFlow to bind."""
-    own, others = _own_address(), peers()
-    if own is None or not others:
+    found, others = workers_in_tf_config(), peers()
+    if found is None or not others:
         return
+    own = found[0][found[1]]
     host, _, port = own.rpartition(":")
     waiting = dict(others)
     deadline = time.monotonic() + timeout_s
@@ -138,15 +139,6 @@ def rendezvous(timeout_s: float) -> None:
                          f"({timeout_s:g} s): start `mptrain run` on every host with the same "
                          "--hosts and its own --host-index (or $TF_CONFIG), or raise "
                          "distribute.join_timeout_s")
-
-
-def _own_address() -> str | None:
-    """This worker's HOST:PORT in $TF_CONFIG."""
-    try:
-        spec = json.loads(os.environ.get("TF_CONFIG", "{}"))
-        return spec["cluster"]["worker"][spec["task"]["index"]]
-    except (ValueError, KeyError, TypeError, IndexError):
-        return None
 
 
 # what may differ between the hosts of one run: where each one's runs go

@@ -173,14 +173,23 @@ def peer_named(message: str, own: tuple[str, int]) -> str | None:
     return None
 
 
-def peers() -> list[tuple[int, str]]:
-    """The other workers in $TF_CONFIG, (index, HOST:PORT) each; none outside a cluster."""
+def workers_in_tf_config() -> tuple[list[str], int] | None:
+    """$TF_CONFIG's workers (HOST:PORT each) and this one's index; None outside a cluster."""
     try:
         spec = json.loads(os.environ.get("TF_CONFIG", "{}"))
-        own = spec["task"]["index"]
-        return [(i, address) for i, address in enumerate(spec["cluster"]["worker"]) if i != own]
+        workers, own = list(spec["cluster"]["worker"]), int(spec["task"]["index"])
     except (ValueError, KeyError, TypeError):
+        return None
+    return (workers, own) if 0 <= own < len(workers) else None
+
+
+def peers() -> list[tuple[int, str]]:
+    """The other workers in $TF_CONFIG, (index, HOST:PORT) each; none outside a cluster."""
+    found = workers_in_tf_config()
+    if found is None:
         return []
+    workers, own = found
+    return [(i, address) for i, address in enumerate(workers) if i != own]
 
 
 def unreachable(addresses: list[tuple[int, str]], timeout_s: float = 2.0) -> list[tuple[int, str]]:
