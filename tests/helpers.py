@@ -210,3 +210,13 @@ def record_kernels(machine, bfloat16: float, float16: float | None = None, devic
                                         ms_p10=ms * 0.95, ms_p90=ms * 1.05, tflops=1.0 * ratio,
                                         calls=20, cut_short=False, ratio_to_float32=ratio))
     return store_kernels(machine, timings, seconds=1.0)
+
+
+def compare_row(policy: str, loop: str = "fit", strategy: str = "none", **fields):
+    """A compare variant as `compare.plan_variants` makes it, with `fields` (summary,
+    rounds, even its label) set."""
+    from mptrain.measure.variant import Variant, compare_label
+    from mptrain.precision.candidates import candidate
+
+    return Variant(**{"label": compare_label(policy, loop, strategy), "candidate": candidate(policy),
+                      "loop": loop, "strategy": strategy, **fields})

@@ -18,52 +18,15 @@ from mptrain.measure.engine import Turns, run_rows, turn_steps
 from mptrain.measure.ledger import Ledger, Measurement, load_record, stage, steps_of, to_run, write_record
 from mptrain.measure.memory import too_big_together
 from mptrain.measure.resuming import refuse_changes, refuse_options
-from mptrain.measure.verdicts import Measured, Rules, Steps, judge
-from mptrain.precision.candidates import candidate, cell_label, file_label
+from mptrain.measure.variant import Variant, compare_label
+from mptrain.measure.verdicts import Rules, Steps, judge
+from mptrain.precision.candidates import candidate, file_label
 from mptrain.record import Record
 from mptrain.telling import QUIET, Telling
 from mptrain.training.turns import planned_steps
 
 DEFAULT_EXPERIMENT = "mnist_mixed"  # the guide's experiment
 OFFLINE_EXPERIMENTS = ("synthetic", "fashion_mnist_mixed")
-
-
-@dataclass(frozen=True)
-class Variant:
-    policy: str
-    loop: str
-    strategy: str = "none"  # distribute.strategy
-    batch_size: int | None = None  # None: the experiment's (no batch axis)
-
-    @property
-    def label(self) -> str:
-        base = f"{file_label(self.policy)}-{self.loop}"  # names folders and runs
-        base = base if self.strategy == "none" else f"{base}-{self.strategy}"
-        return cell_label(base, self.batch_size)
-
-    @property
-    def settings(self) -> dict[str, object]:
-        """`policy` is a precision candidate's name (`mixed_bfloat16+xla`), as plan prints it."""
-        return {**candidate(self.policy).settings, "train.loop": self.loop,
-                "distribute.strategy": self.strategy}
-
-
-class CompareRow(Measured):
-    """One variant of compare.json: the measured row (`verdicts.Measured`: its run, summary,
-    rounds and verdict) and which variant it is."""
-
-    policy: str
-    loop: str
-    strategy: str = "none"
-    batch: dict[str, object] = {}  # at another batch: its changes (`config.batch_scaling`)
-
-    @property
-    def variant(self) -> Variant:
-        return Variant(self.policy, self.loop, self.strategy, self.batch.get("train.batch_size"))
-
-    @property
-    def settings(self) -> dict[str, object]:
-        return {**self.variant.settings, **self.batch}
 
 
 class CompareRecord(Record):
@@ -77,7 +40,7 @@ class CompareRecord(Record):
     turn_steps: int = 0  # steps each variant ran per turn (0: not run in turns)
     input_ms_per_batch: float | None = None  # the input pipeline alone, measured before the runs
     pairs: str | None = None  # why the variants ran two by two with the baseline (memory)
-    variants: list[CompareRow]
+    variants: list[Variant]
     plot: str | None = None
 
 
@@ -176,13 +139,15 @@ def policies_worth_comparing(machine, kernels) -> list[str]:
 def plan_variants(config: ExperimentConfig, policies: list[str], loops: list[str] | None = None,
                   strategies: list[str] | None = None,
                   batch_sizes: list[int] | None = None) -> list[Variant]:
-    """Every policy (a precision candidate's name) under every loop, strategy and batch size;
-    a name that is no candidate is an error before anything runs."""
-    for name in policies:
-        candidate(name)
-    return [Variant(p, loop, s, b) for s in (strategies or [config.distribute.strategy])
+    """Every policy (a precision candidate's name) under every loop, strategy and batch size,
+    the policies innermost (the first float32 is of the first loop, strategy and batch: the
+    baseline); a name that is no candidate is an error before anything runs."""
+    options = [candidate(name) for name in policies]
+    return [Variant(label=compare_label(c.name, loop, s, b), candidate=c, loop=loop, strategy=s,
+                    batch={"train.batch_size": b} if b else {})
+            for s in (strategies or [config.distribute.strategy])
             for loop in (loops or [config.train.loop]) for b in (batch_sizes or [None])
-            for p in policies]
+            for c in options]
 
 
 def preflight_notes(config: ExperimentConfig, variants: list[Variant], machine) -> dict[str, str]:
@@ -196,7 +161,7 @@ def preflight_notes(config: ExperimentConfig, variants: list[Variant], machine) 
     notes = {}
     for v in variants:
         replicas = replicas_for(v.strategy, config.distribute.devices, machine)
-        option = candidate(v.policy)
+        option = v.candidate
         jit = option.jit_compile if option.jit_compile is not None else config.train.jit_compile
         choice = choose_policy(option.policy, jit, machine, config.train.xla_optimizer_update,
                                replicas, kernels)
@@ -209,7 +174,8 @@ def preflight_notes(config: ExperimentConfig, variants: list[Variant], machine) 
 def start_compare(config: ExperimentConfig, variants: list[Variant], telling: Telling = QUIET,
                   verbose: bool = False) -> CompareRecord:
     """A new compare: what is known to be slow here said, the folder staged (shared initial
-    weights), and its record written with every variant still to run."""
+    weights), and its record written with every variant still to run, each with its run
+    folder and, at another batch, its changes (`config.batch_scaling`)."""
     from mptrain.data.pipeline import input_ms_per_batch
     from mptrain.model.python_builder import check_builder_travels
 
@@ -226,28 +192,20 @@ def start_compare(config: ExperimentConfig, variants: list[Variant], telling: Te
             telling.say(f"note ({', '.join(v for v, w in warnings.items() if w == warning)})", warning)
 
     folder, prepared = stage(config, "compare", verbose, before_folder=say_notes)
-    baseline = _baseline(variants)
+    baseline = next((v for v in variants if v.candidate.name == "float32"), variants[0])
     run_steps = planned_steps(prepared.config.train, prepared.batches.steps_per_epoch)
-    rows = [CompareRow(label=v.label, run_dir=str(folder / f"{config.name}-{file_label(v.label)}"),
-                       policy=v.policy, loop=v.loop, strategy=v.strategy,
-                       batch=at_batch(prepared.config, v.batch_size, run_steps,
-                                      prepared.data.train.size) if v.batch_size else {})
-            for v in variants]
+    rows = [v.model_copy(update={
+        "run_dir": str(folder / f"{config.name}-{file_label(v.label)}"),
+        "batch": at_batch(prepared.config, v.batch_size, run_steps, prepared.data.train.size)
+        if v.batch_size else {}}) for v in variants]
     record = CompareRecord(
         experiment=config.name, folder=str(folder), status="running", baseline=baseline.label,
-        baseline_policy=baseline.policy, variants=rows,
+        baseline_policy=baseline.candidate.name, variants=rows,
         turn_steps=turn_steps(run_steps), input_ms_per_batch=input_ms_per_batch(prepared.batches),
-        pairs=too_big_together(prepared, {v.label: (candidate(v.policy).policy, v.batch_size)
+        pairs=too_big_together(prepared, {v.label: (v.candidate.policy, v.batch_size)
                                           for v in variants}, baseline.label))
     write_record(folder, "compare", record)
     return record
-
-
-def _baseline(variants: list[Variant]) -> Variant:
-    """float32 when it is compared, else the first policy listed; of the first loop, strategy
-    and batch size: the variant every other is judged against (and, in pairs, runs with)."""
-    policy = "float32" if any(v.policy == "float32" for v in variants) else variants[0].policy
-    return Variant(policy, variants[0].loop, variants[0].strategy, variants[0].batch_size)
 
 
 def _run(record: CompareRecord, telling: Telling, verbose: bool, as_text) -> Measurement:

@@ -26,7 +26,7 @@ from mptrain.runs.summary import RunSummary
 
 if TYPE_CHECKING:
     from mptrain.config import ExperimentConfig
-    from mptrain.measure.verdicts import Measured
+    from mptrain.measure.variant import Variant
     from mptrain.record import Record
     from mptrain.runs.experiment import Prepared
 
@@ -121,14 +121,14 @@ def load_record(folder: Path, kind: str, record_type: type[Record]):
         raise ConfigError(f"--resume {folder}: not a {kind} folder ({exc})") from None
 
 
-def steps_of(row: Measured | None) -> list:
+def steps_of(row: Variant | None) -> list:
     """The step records of the run a row measured; none when it has not run."""
     if row is None or row.summary is None or row.run_dir is None:
         return []
     return RunFolder(Path(row.run_dir)).read_steps()
 
 
-def to_run(rows: list[Measured]) -> list[Measured]:
+def to_run(rows: list[Variant]) -> list[Variant]:
     """The rows a compare or plan runs now, one way for both, new or resumed: every row whose
     run has not ended (finished, or diverged), in a new session of turns; a run stopped with
     a checkpoint continues from it (`command_for`), one never started starts. Rounds pair only
@@ -139,6 +139,6 @@ def to_run(rows: list[Measured]) -> list[Measured]:
     return [row.model_copy(update={"session": session}) for row in rows if not _ended(row)]
 
 
-def _ended(row: Measured) -> bool:
+def _ended(row: Variant) -> bool:
     state = RunFolder(Path(row.run_dir)).state() if row.run_dir else None
     return isinstance(state, RunSummary) and state.status in ("finished", "diverged")

@@ -47,7 +47,8 @@ from mptrain.measure.islands import LayerTiming, islands, layer_timings
 from mptrain.measure.ledger import Ledger, Measurement, load_record, stage, steps_of, write_record
 from mptrain.measure.memory import too_big_alone, too_big_together
 from mptrain.measure.resuming import refuse_changes, refuse_options
-from mptrain.measure.trials import TWIN, Trial, choose, judge_trials
+from mptrain.measure.trials import TWIN, choose, judge_trials
+from mptrain.measure.variant import Variant
 from mptrain.measure.verdicts import DEFAULT_TOLERANCE_PCT, Rules
 from mptrain.measure.whole_run import RunLength
 from mptrain.precision.candidates import Candidate, candidate, candidates, cell_label, file_label, select
@@ -87,7 +88,7 @@ class PlanRecord(Record):
     candidates: list[Candidate]  # in the order tried; skipped ones carry why_not
     batch_sizes: list[int] | None = None  # --batch-sizes (None: the experiment's, and 2x for one)
     cells_not_tried: list[str] = []  # candidates at a batch size that was not tried, and why
-    trials: list[Trial] = []  # float32, its A/A twin, then each candidate tried, in that order
+    trials: list[Variant] = []  # float32, its A/A twin, then each candidate tried, in that order
     layers: list[LayerTiming] = []
     island_layers: list[str] = []
     winner: str | None = None
@@ -270,7 +271,7 @@ def batch_cells(prepared, tried: list[Candidate], batch_sizes: list[int] | None,
 
 
 def _trials(folder: Path, name: str, cells: list[Cell],
-            batch_changes: Callable[[int], dict[str, object]]) -> list[Trial]:
+            batch_changes: Callable[[int], dict[str, object]]) -> list[Variant]:
     """The trials to run: float32, its A/A twin when there is a candidate to judge, then
     each cell (`batch_changes(b)`: a trial's changes at batch b), each with its run folder."""
     rows = [("float32", candidate("float32"), None)]
@@ -281,9 +282,9 @@ def _trials(folder: Path, name: str, cells: list[Cell],
 
 
 def _trial(folder: Path, name: str, label: str, option: Candidate,
-           batch: dict[str, object] | None = None) -> Trial:
+           batch: dict[str, object] | None = None) -> Variant:
     """A trial to run, with the run folder it will have: FOLDER/NAME-LABEL."""
-    return Trial(label=label, candidate=option, batch=batch or {},
+    return Variant(label=label, candidate=option, batch=batch or {},
                  run_dir=str(folder / f"{name}-{file_label(label)}"))
 
 
@@ -417,7 +418,7 @@ def write_plan_file(record: PlanRecord, folder: Path, path: Path) -> str:
     returns what was written."""
     winner = next(t for t in record.trials if t.label == record.winner)
     experiment = load_config(folder / "experiment.yaml")
-    batch = winner.batch.get("train.batch_size")
+    batch = winner.batch_size
     changes = at_batch(experiment, batch, record.experiment_steps, record.train_examples) if batch else {}
     chosen = variant(experiment, {**winner.candidate.settings, **changes})
     lines = [f"# mptrain plan for {record.experiment}: {record.winner} ({record.reason}).",

@@ -10,8 +10,10 @@ from contextlib import suppress
 from pathlib import Path
 
 from mptrain.errors import ConfigError
-from mptrain.measure.compare import CompareRecord, CompareRow, judged
+from mptrain.measure.compare import CompareRecord, judged
 from mptrain.measure.ledger import load_record
+from mptrain.measure.variant import Variant
+from mptrain.precision.candidates import Candidate
 from mptrain.runs.folder import RunFolder
 from mptrain.runs.listing import DEFAULT_FOLDER, is_run_folder, run_config, run_state_status
 from mptrain.runs.summary import RunSummary
@@ -68,7 +70,7 @@ def _compare_record(folder: Path) -> CompareRecord | None:
     return None
 
 
-def _row(path: Path, state, folder: Path, compare: CompareRecord | None) -> CompareRow:
+def _row(path: Path, state, folder: Path, compare: CompareRecord | None) -> Variant:
     """A run as a compare row, with its rounds in turns when its compare kept them."""
     name = _name(path, folder)
     made = next((r for r in compare.variants if r.run_dir and Path(r.run_dir).resolve()
@@ -76,12 +78,13 @@ def _row(path: Path, state, folder: Path, compare: CompareRecord | None) -> Comp
     turns = {"rounds": made.rounds, "baseline_rounds": made.baseline_rounds,
              "session": made.session} if made else {}
     if isinstance(state, RunSummary):
-        return CompareRow(label=name, run_dir=str(path), summary=state, policy=state.policy,
-                          loop=state.loop, **turns)
+        return Variant(label=name, run_dir=str(path), summary=state, loop=state.loop,
+                       candidate=Candidate(name=state.policy, policy=state.policy), **turns)
     config = run_config(path)
-    return CompareRow(label=name, run_dir=str(path), policy=config.policy if config else "?",
-                      loop=config.train.loop if config else "?",
-                      failed=f"no summary ({run_state_status(state)})")
+    policy = config.policy if config else "?"
+    return Variant(label=name, run_dir=str(path), candidate=Candidate(name=policy, policy=policy),
+                   loop=config.train.loop if config else "?",
+                   failed=f"no summary ({run_state_status(state)})")
 
 
 def _name(path: Path, folder: Path) -> str:

@@ -5,25 +5,14 @@ Pure functions of what the trials recorded, so every rule is tested on recorded 
 
 from __future__ import annotations
 
-from mptrain.measure.verdicts import Measured, Rules, Steps, judge, speed
-from mptrain.precision.candidates import Candidate
+from mptrain.measure.variant import Variant
+from mptrain.measure.verdicts import Rules, Steps, judge, speed
 
 PRACTICAL_GAIN = 1.05  # less than this between two candidates is not worth a change of precision
 TWIN = "float32-twin"  # float32 run again in the same turns: the A/A test of the machine's noise
 
 
-class Trial(Measured):
-    """One candidate's trial: the measured row (`verdicts.Measured`) and what plan adds."""
-
-    candidate: Candidate
-    batch: dict[str, object] = {}  # at another batch: the trial's changes (`config.batch_scaling`)
-
-    @property
-    def settings(self) -> dict[str, object]:
-        return {**self.candidate.settings, **self.batch}
-
-
-def judge_trials(trials: list[Trial], steps: dict[str, list], rules: Rules) -> list[Trial]:
+def judge_trials(trials: list[Variant], steps: dict[str, list], rules: Rules) -> list[Variant]:
     """Every trial against float32's (`verdicts.judge`), on the losses of their runs
     (`steps`: label → step records), with float32's A/A twin as the noise floor of speed-ups
     and of loss differences."""
@@ -42,7 +31,7 @@ def judge_trials(trials: list[Trial], steps: dict[str, list], rules: Rules) -> l
     return judged
 
 
-def gain(trial: Trial) -> float | None:
+def gain(trial: Variant) -> float | None:
     """What a trial gains over float32: at the experiment's batch, its speed-up (its loss was
     held to float32's step by step, on the same batches, so it reaches float32's loss as
     soon); at another batch, its time-to-target speed-up (`measure.to_target`), since a
@@ -53,7 +42,7 @@ def gain(trial: Trial) -> float | None:
     return target.speedup if target is not None else None
 
 
-def choose(trials: list[Trial]) -> tuple[str, str]:
+def choose(trials: list[Variant]) -> tuple[str, str]:
     """The counted trial with the largest gain over float32 (`gain`) that is faster than
     float32 beyond the noise (its speed-up's 95% interval above 1 and above float32's A/A
     twin's: `Verdict.faster`), and by at least PRACTICAL_GAIN, a gain too small to be worth a
@@ -69,7 +58,7 @@ def choose(trials: list[Trial]) -> tuple[str, str]:
         why = f"{best.speedup:.2f}x float32 (95% interval {low:.2f}-{high:.2f}x)"
         if best.batch:
             why = (f"{gain(best):.2f}x float32's time to its loss at batch "
-                   f"{best.batch['train.batch_size']}, {why.replace('x float32', 'x per example', 1)}")
+                   f"{best.batch_size}, {why.replace('x float32', 'x per example', 1)}")
         return best.label, why
     if any(t.verdict.eligible and t.verdict.speed.word == "faster" and t.verdict.slower_over_run
            for t in candidates):

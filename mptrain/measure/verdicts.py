@@ -37,13 +37,11 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass
-from typing import Literal, NamedTuple
-
-from pydantic import model_validator
+from typing import NamedTuple
 
 from mptrain.measure.to_target import ToTarget, to_target
+from mptrain.measure.variant import Speed, SpeedWord, Training, Variant, Verdict
 from mptrain.measure.whole_run import RunLength, in_batches_of, whole_run_estimate
-from mptrain.record import FrozenRecord, Record
 from mptrain.runs.summary import MIN_TIMED_STEPS, RunSummary
 
 Z95 = 1.96
@@ -51,121 +49,6 @@ MIN_ROUNDS = 3  # fewer paired rounds are no measurement of a ratio
 TWIN_FACTOR = 2.0  # a candidate's loss may trail float32's by twice float32's own A/A difference
 INPUT_BOUND_MARGIN = 1.2  # a step within this of the input pipeline's time waits for data
 DEFAULT_TOLERANCE_PCT = 3.0
-
-SpeedWord = Literal["faster", "same speed", "slower"]
-
-
-class Speed(FrozenRecord):
-    """A variant's speed-up over its baseline, with its 95% interval; or why there is none."""
-
-    ratio: float | None = None  # the baseline's step time / this one's: above 1 is faster
-    interval: tuple[float, float] | None = None
-    paired: bool = False  # from rounds run in turns (else from the two runs' medians)
-    word: SpeedWord | None = None
-    unknown: str | None = None  # why there is no ratio
-
-
-class Training(FrozenRecord):
-    """How a variant's loss kept up with float32's over the steps both ran."""
-
-    share: float | None  # of float32's loss progress it made (None: the loss barely moved)
-    shortfall: float  # its loss minus float32's, over the second half of the common steps
-    allowance: float  # the largest shortfall the rule allows
-    behind: bool
-
-
-class Verdict(FrozenRecord):
-    """What a variant is worth against the baseline, as data."""
-
-    baseline: bool = False
-    speed: Speed = Speed()
-    slower_over_run: bool = False  # faster per step, but not over the experiment (plan)
-    whole_run_s: float | None = None  # the experiment as written, estimated (plan: `whole_run`)
-    to_target: ToTarget | None = None  # its way to float32's loss over the examples seen
-    memory_ratio: float | None = None  # its training memory peak / the baseline's
-    training: Training | None = None
-    accuracy_delta_pt: float | None = None
-    accuracy_noise_pt: float | None = None  # what the test set's size cannot resolve
-    refused: list[str] = []  # why it cannot be picked: diverged, behind, failed, too slow...
-    input_bound: bool = False  # its step is no slower than the input pipeline alone
-    stopped_early: str | None = None  # why it stopped before its planned end
-
-    @property
-    def eligible(self) -> bool:
-        """It can be picked: timed, not the baseline, nothing refused (trained as well)."""
-        return self.speed.word is not None and not self.refused and not self.baseline
-
-    @property
-    def faster(self) -> bool:
-        return self.speed.word == "faster" and not self.slower_over_run and not self.refused
-
-    @property
-    def accuracy_word(self) -> str | None:
-        """Judged on the rounded figure the table shows, so a -0.00 is 'same accuracy'."""
-        delta = self.accuracy_delta_pt
-        if delta is None:
-            return None
-        shown = round(delta, 2)
-        if shown == 0:
-            return "same accuracy"
-        if self.accuracy_noise_pt is not None and abs(delta) <= self.accuracy_noise_pt:
-            return "accuracy within noise"
-        return "accuracy lower" if shown < 0 else "accuracy higher"
-
-    def words(self, accuracy: bool = True) -> str:
-        """The verdict in a few words: what a table's verdict column shows."""
-        if self.baseline:
-            parts = ["baseline"]
-        elif self.speed.word is not None:
-            parts = [self.speed.word + (", but slower over the run" if self.slower_over_run else "")]
-        else:
-            parts = [f"not timed: {self.speed.unknown}"] if self.speed.unknown else []
-        if self.training is not None and self.training.behind:
-            made = (f"{self.training.share:.0%} of float32's progress" if self.training.share is not None
-                    else f"{self.training.shortfall:+.3g}")
-            parts.append(f"loss behind float32's ({made})")
-        if accuracy and not self.baseline and self.accuracy_word:
-            parts.append(self.accuracy_word)
-        parts += [reason for reason in self.refused if not reason.startswith("loss behind")]
-        if self.input_bound:
-            parts.append("input-bound")
-        text = ", ".join(parts) or "n/a"
-        return f"{text} (stopped early)" if self.stopped_early and not self.refused else text
-
-
-class Measured(Record):
-    """One variant as compare and plan keep it: where its run is, what it measured (its
-    summary, or why there is none), its median step in each round it ran in turns, and the
-    verdict against the baseline."""
-
-    label: str
-    run_dir: str | None = None
-    summary: RunSummary | None = None
-    failed: str | None = None  # why there is no summary
-    rounds: list[float | None] = []  # its median step (ms) in each round run in turns
-    baseline_rounds: list[float | None] | None = None  # in pairs (memory): its baseline's rounds
-    session: int = 1  # which session of turns it ran in (a resume starts another)
-    overhead_s: float | None = None  # its process outside its own clock: interpreter start, exit
-    verdict: Verdict = Verdict()
-
-    @model_validator(mode="before")
-    @classmethod
-    def _verdict_holds_its_figures(cls, data):
-        """compare.json and plan.json before 2026-12-03 kept the memory ratio and the
-        whole-run estimate beside the verdict; they are the verdict's now, and a resume
-        judges every row again, so the old copies are dropped."""
-        if isinstance(data, dict) and ("memory_ratio" in data or "whole_run_s" in data):
-            data = {k: v for k, v in data.items() if k not in ("memory_ratio", "whole_run_s")}
-        return data
-
-    @property
-    def speedup(self) -> float | None:
-        return self.verdict.speed.ratio
-
-    @property
-    def speedup_range(self) -> tuple[float, float] | None:
-        return self.verdict.speed.interval
-
 
 @dataclass(frozen=True)
 class Rules:
@@ -190,7 +73,7 @@ class Steps(NamedTuple):
     twin: list | None = None
 
 
-def judge(row: Measured, base: Measured | None, steps: Steps | None = None,
+def judge(row: Variant, base: Variant | None, steps: Steps | None = None,
           rules: Rules = Rules(), floor: tuple[float, float] | None = None) -> Verdict:
     """The variant against the baseline, complete: speed (`speed`), training
     (`training_against`, on the runs' step records; at another batch, the time to target),
@@ -279,7 +162,7 @@ def _allowance(steps: Steps, tolerance_pct: float) -> float:
 # --- speed --------------------------------------------------------------------------------
 
 
-def speed(row: Measured, base: Measured, turn_steps: int = 0,
+def speed(row: Variant, base: Variant, turn_steps: int = 0,
           floor: tuple[float, float] | None = None) -> Speed:
     """The one rule for a speed-up: from the rounds both ran in turns (in the same session),
     else from the two runs' own medians; with the reason when there is none. Per example: at

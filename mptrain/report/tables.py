@@ -13,6 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from mptrain.measure.trials import TWIN
+from mptrain.measure.variant import compare_label
 from mptrain.measure.verdicts import DEFAULT_TOLERANCE_PCT, INPUT_BOUND_NOTE, MIN_ROUNDS
 from mptrain.report.console import fmt, human_bytes
 from mptrain.report.fitted import Fitted
@@ -177,11 +178,12 @@ def _compare_rows(record: CompareRecord):
     peaks: dict[str, str] = {}
     for row in record.variants:
         s, verdict = row.summary, row.verdict
-        where = ("" if row.strategy == "none" else f" {row.strategy}") + (
-            f" b{row.batch['train.batch_size']}" if row.batch else "")
-        name, what = None, f"{row.policy}\n{row.loop}{where}"
-        if row.label != row.variant.label:  # runs --compare: the run's own name
-            name, what = row.label, f"{row.policy} {row.loop}{where}"
+        policy = row.candidate.name
+        where = ("" if row.strategy in (None, "none") else f" {row.strategy}") + (
+            f" b{row.batch_size}" if row.batch_size else "")
+        name, what = None, f"{policy}\n{row.loop}{where}"
+        if row.label != compare_label(policy, row.loop, row.strategy or "none", row.batch_size):
+            name, what = row.label, f"{policy} {row.loop}{where}"  # runs --compare: the run's name
         if s is None:
             said = (f"failed ({row.failed})" if row.failed else "waiting" if record.status == "running"
                     else "not run: compare --resume runs it")
@@ -211,7 +213,7 @@ def _compare_rows(record: CompareRecord):
                                  _duration(s.wall_time_s), _duration(s.turn_wait_s)]))
         if s.peak_unit:
             peaks[s.compute_dtype] = f"{s.compute_dtype}: {s.peak_unit} {s.peak_tflops:.2f}"
-        label = f"{row.policy} {row.loop}{where}"
+        label = f"{policy} {row.loop}{where}"
         if s.speed_warning:
             warnings.setdefault(s.speed_warning, []).append(label)
         if s.stop_reason:

@@ -72,7 +72,7 @@ def test_compare_plan_and_check_machine_from_python(tmp_path):
     config = tiny(tmp_path, **{"train.batch_size": 16})
     record = mptrain.compare(config, ["float32", "mixed_bfloat16"], progress=False)
     assert isinstance(record, CompareRecord) and record.status == "finished"
-    assert [row.policy for row in record.variants] == ["float32", "mixed_bfloat16"]
+    assert [row.candidate.name for row in record.variants] == ["float32", "mixed_bfloat16"]
     assert all(row.summary.status == "finished" for row in record.variants)
     planned = mptrain.plan(config, candidates=["mixed_bfloat16"], batch_sizes=[16], steps=8,
                            progress=False)  # the experiment's batch alone: no 2x cell

@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from mptrain.measure.compare import CompareRecord
-from mptrain.measure.verdicts import Measured, speed
+from mptrain.measure.verdicts import speed
 from mptrain.report.console import as_text
 from mptrain.report.tables import compare_tables
 from tests.e2e.test_plan import assert_in_turns
@@ -25,7 +25,7 @@ def test_compare_two_policies_through_the_cli(tmp_path):
     folder = Path(record.folder)
     assert folder.parent == tmp_path / "runs" and folder.name.startswith("compare-tiny-")
     f32, bf16 = record.variants
-    assert (f32.policy, bf16.policy) == ("float32", "mixed_bfloat16")
+    assert (f32.candidate.name, bf16.candidate.name) == ("float32", "mixed_bfloat16")
     assert bf16.summary.compute_dtype == "bfloat16" and bf16.summary.output_dtype == "float32"
     # same initial weights and data: the first losses agree up to bfloat16 rounding
     assert bf16.summary.first_step_loss == pytest.approx(f32.summary.first_step_loss, rel=2e-2)
@@ -100,7 +100,7 @@ def test_diverging_variant_is_shown_not_crashed_on_and_variants_pair_when_memory
     assert bf16.baseline_rounds != record.variants[0].rounds  # its own pair's float32, not the first's
     copy = Path(record.folder) / f"{record.experiment}-float32-fit-with-mixed_bfloat16-fit"
     assert (copy / "summary.json").is_file()
-    paired = Measured(label="x", summary=bf16.summary, rounds=bf16.baseline_rounds)
+    paired = bf16.model_copy(update={"label": "x", "rounds": bf16.baseline_rounds})
     assert bf16.speedup == pytest.approx(speed(bf16.model_copy(update={"baseline_rounds": None}),
                                                paired).ratio)
 
@@ -133,7 +133,7 @@ def test_compare_takes_a_candidate_plan_prints(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     record = CompareRecord.model_validate_json(done.stdout)
     pick = record.variants[1]
-    assert pick.policy == "mixed_bfloat16+xla" and pick.summary.policy == "mixed_bfloat16"
+    assert pick.candidate.name == "mixed_bfloat16+xla" and pick.summary.policy == "mixed_bfloat16"
     assert pick.summary.jit_compile is True and pick.summary.compute_dtype == "bfloat16"
     assert [row.summary.candidate for row in record.variants] == ["float32", "mixed_bfloat16+xla"]
     listed = mptrain("runs", str(tmp_path / "runs"), cwd=tmp_path)  # runs names the candidate too

@@ -9,12 +9,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mptrain.config import validate
 from mptrain.measure import engine
-from mptrain.measure.engine import Entry, Turns, run_in_turns
+from mptrain.measure.engine import Turns, run_in_turns
 from mptrain.measure.ledger import Ledger
 from mptrain.signals import ForwardSignals
-from tests.helpers import tiny_raw
+from tests.helpers import compare_row, tiny_raw
 
 # A child: `STEP_MS TOTAL_STEPS [START_S]`, then the engine's `--turns STEPS:FD`.
 FAKE = '''
@@ -47,12 +46,11 @@ def ledger(tmp_path):
 
 
 def children(tmp_path: Path, **speeds) -> list:
-    """label → (step ms, steps, start s): an entry and its fake command each."""
+    """label → (step ms, steps, start s): a variant, its batch and its fake command each."""
     script = tmp_path / "fake_child.py"
     script.write_text(FAKE)
-    same_batch = validate(tiny_raw(), "tiny.yaml")  # a turn's steps follow the entry's batch
-    return [(Entry(label, same_batch, tmp_path / label), [sys.executable, str(script), *map(str, spec)])
-            for label, spec in speeds.items()]
+    return [(compare_row("float32", label=label, run_dir=str(tmp_path / label)), 8,
+             [sys.executable, str(script), *map(str, spec)]) for label, spec in speeds.items()]
 
 
 def in_turns(tmp_path, ledger, turns: Turns, **speeds):

@@ -9,7 +9,8 @@ import pytest
 from mptrain.config import validate, variant
 from mptrain.config.batch_scaling import at_batch, examples_in
 from mptrain.measure.to_target import examples_to, loss_over_examples
-from mptrain.measure.trials import Trial, choose, judge_trials
+from mptrain.measure.trials import choose, judge_trials
+from mptrain.measure.variant import Variant
 from mptrain.measure.verdicts import Rules
 from mptrain.precision.candidates import candidate
 from mptrain.training.records import StepRecord
@@ -90,7 +91,7 @@ def cell(label: str, batch: int, step_ms: float, records, policy="mixed_bfloat16
     rounds = [step_ms] * 6
     changes = {} if batch == 64 else {"train.batch_size": batch}
     option = candidate(policy)
-    return Trial(label=label, candidate=option, batch=changes, run_dir="/tmp/x", summary=summary,
+    return Variant(label=label, candidate=option, batch=changes, run_dir="/tmp/x", summary=summary,
                  rounds=rounds), records
 
 

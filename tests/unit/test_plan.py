@@ -10,7 +10,8 @@ from mptrain.errors import ConfigError
 from mptrain.hardware.kernels import cached_kernels
 from mptrain.hardware.machine import Machine, gpu_from_details, parse_cpuinfo
 from mptrain.measure.islands import LayerTiming, islands
-from mptrain.measure.trials import TWIN, Trial, choose, judge_trials
+from mptrain.measure.trials import TWIN, choose, judge_trials
+from mptrain.measure.variant import Variant
 from mptrain.measure.verdicts import Rules
 from mptrain.measure.whole_run import RunLength, whole_run_estimate
 from mptrain.precision.candidates import CANDIDATE_NAMES, Candidate, candidate_name, candidates, select
@@ -94,7 +95,7 @@ def trial(name, policy, median, spread=0.02, end=0.5, status="finished", nan=0, 
     """A trial as plan records it, and its step records (float32's loss falls 2.3 → 0.5)."""
     summary = make_summary(median=median, spread=spread, status=status, accuracy=accuracy,
                            time_to_first_step_s=first_step_s)
-    made = Trial(label=name, candidate=Candidate(name=name.replace(TWIN, "float32"), policy=policy),
+    made = Variant(label=name, candidate=Candidate(name=name.replace(TWIN, "float32"), policy=policy),
                  run_dir="/tmp/x", summary=summary,
                  rounds=rounds if rounds is not None else rounds_of(median, spread, seed=name))
     return made, losses(start, end, nan=nan)
@@ -272,9 +273,9 @@ def test_a_trial_that_failed_is_a_result_one_that_was_interrupted_is_still_to_tr
     record = PlanRecord(experiment="x", folder="/tmp/x", machine="m", measured_at="t", steps=30,
                         tolerance_pct=3.0, evaluate=False, budget_minutes=20.0, candidates=found,
                         trials=[trial("float32", "float32", 100.0)[0],
-                                Trial(label=found[1].name, candidate=found[1], failed="exit code 1"),
-                                Trial(label=found[2].name, candidate=found[2], summary=interrupted),
-                                Trial(label=found[3].name, candidate=found[3])])
+                                Variant(label=found[1].name, candidate=found[1], failed="exit code 1"),
+                                Variant(label=found[2].name, candidate=found[2], summary=interrupted),
+                                Variant(label=found[3].name, candidate=found[3])])
     assert record.untried == [found[2].name, found[3].name]
 
 
@@ -376,12 +377,12 @@ def test_the_whole_run_estimate_counts_the_experiments_checkpoints():
 
 
 def test_a_variants_process_overhead_leaves_out_its_waits_and_its_model_save():
-    from mptrain.measure.engine import Ran
+    from mptrain.measure.engine import overhead
 
     summary = trial("float32", "float32", 100.0, first_step_s=4.0)[0].summary.model_copy(
         update={"wall_time_s": 20.0, "turn_wait_s": 5.0, "model_save_s": 1.5})
-    assert Ran(summary, None, [], lifetime_s=30.0).overhead_s == pytest.approx(30.0 - 20.0 - 5.0 - 1.5)
-    assert Ran(summary, None, [], lifetime_s=None).overhead_s is None
+    assert overhead(summary, lifetime_s=30.0) == pytest.approx(30.0 - 20.0 - 5.0 - 1.5)
+    assert overhead(summary, lifetime_s=20.0) == 0.0
 
 
 def test_one_trials_slow_exit_does_not_move_the_whole_run_estimates(monkeypatch):

@@ -10,9 +10,9 @@ import pytest
 
 from mptrain.config import validate
 from mptrain.hardware.machine import Machine, parse_cpuinfo
-from mptrain.measure.engine import Entry, command_for
+from mptrain.measure.engine import command_for
 from mptrain.precision.policy import choose_policy
-from tests.helpers import record_kernels, tiny_raw
+from tests.helpers import compare_row, record_kernels, tiny_raw
 
 AVX512_BF16 = Machine(cpu=parse_cpuinfo("model name : Xeon\nflags : avx512f avx512_bf16"),
                       tensorflow_version="2.21.0")
@@ -41,7 +41,8 @@ def test_every_variant_starts_from_the_staged_initial_weights(tmp_path):
     """A fresh variant runs its own experiment file from the folder's initial weights; one
     that stopped with a checkpoint resumes from it instead (its weights are in it)."""
     config = validate(tiny_raw(), "<test>")
-    fresh = command_for(tmp_path, Entry("mixed_bfloat16", config, tmp_path / "run-a"), verbose=False)
+    fresh = command_for(tmp_path, compare_row("mixed_bfloat16", label="mixed_bfloat16",
+                                              run_dir=str(tmp_path / "run-a")), config, verbose=False)
     at = fresh.index("--initial-weights")
     assert Path(fresh[at + 1]) == tmp_path / "initial_weights.npz"
     assert Path(fresh[fresh.index("--run-dir") + 1]) == tmp_path / "run-a"
@@ -53,30 +54,29 @@ def test_every_variant_starts_from_the_staged_initial_weights(tmp_path):
     (stopped / "config.yaml").write_text("name: tiny\n")
     (stopped / "summary.json").write_text('{"status": "running", "name": "tiny", "pid": 1, '
                                           '"host": "elsewhere", "started": "2026-01-01T00:00:00"}')
-    resumed = command_for(tmp_path, Entry("float32", config, stopped), verbose=False)
+    resumed = command_for(tmp_path, compare_row("float32", run_dir=str(stopped)), config, verbose=False)
     assert resumed[resumed.index("--resume") + 1] == str(stopped) and "--initial-weights" not in resumed
 
 
 def test_variants_that_do_not_fit_together_pair_with_the_baseline_each(tmp_path):
     from mptrain.measure.engine import pairs
 
-    config = validate(tiny_raw(), "<test>")
-    entries = [Entry(name, config, tmp_path / name) for name in ("float32", "bf16", "f16+xla")]
+    entries = [compare_row("float32", label=name, run_dir=str(tmp_path / name))
+               for name in ("float32", "bf16", "f16+xla")]
     grouped = pairs(entries, "float32")
     assert [[e.label for e in group] for group in grouped] == [
         ["float32", "bf16"], ["float32 with f16+xla", "f16+xla"]]
-    assert grouped[1][0].run_dir == tmp_path / "float32-with-f16-xla"  # its own run folder
+    assert grouped[1][0].run_dir == str(tmp_path / "float32-with-f16-xla")  # its own run folder
     assert [[e.label for e in g] for g in pairs(entries[1:], "float32")] == [["bf16"], ["f16+xla"]]
 
 
 def test_a_paired_variant_is_judged_against_its_own_pairs_baseline():
     """Rounds pair only within the turns they ran in: with pairs, that is the variant's own."""
-    from mptrain.measure.compare import CompareRecord, CompareRow, judged
-    from tests.helpers import make_summary
+    from mptrain.measure.compare import CompareRecord, judged
+    from tests.helpers import compare_row, make_summary
 
     def row(policy, rounds, paired=None):
-        return CompareRow(label=f"{policy}-fit", policy=policy, loop="fit", summary=make_summary(),
-                          rounds=rounds, baseline_rounds=paired)
+        return compare_row(policy, summary=make_summary(), rounds=rounds, baseline_rounds=paired)
 
     record = judged(CompareRecord(
         experiment="x", folder="/tmp/x", baseline="float32-fit", baseline_policy="float32",

@@ -7,16 +7,15 @@ import re
 
 from rich.console import Console
 
-from mptrain.measure.compare import CompareRecord, CompareRow, Variant, judged
+from mptrain.measure.compare import CompareRecord, judged
 from mptrain.measure.islands import LayerTiming
 from mptrain.measure.plan import PlanRecord
-from mptrain.measure.trials import Trial
-from mptrain.measure.verdicts import Speed, Training, Verdict
+from mptrain.measure.variant import Speed, Training, Variant, Verdict
 from mptrain.precision.candidates import Candidate
 from mptrain.report.tables import compare_tables, plan_tables, runs_table, summary_table
 from mptrain.report.views import check_gpu_view, diagnose_view, lint_view, memory_view
 from mptrain.runs.listing import RunRow, RunsReport
-from tests.helpers import make_summary
+from tests.helpers import compare_row, make_summary
 
 RUN = "synthetic-mixed_float16-custom-20261201-120000"
 NESTED = "compare-synthetic-20261201-120000/synthetic-mixed_bfloat16-fit"  # 62 columns
@@ -66,19 +65,16 @@ def test_runs_names_are_each_on_one_line_as_compare_takes_them():
 
 def test_compare_tables_keep_numbers_names_and_verdicts_whole():
     """`compare` (policy and loop name a row) and `runs --compare` (run names)."""
-    variants = [Variant("float32", "custom", "mirrored"), Variant("mixed_bfloat16", "custom", "mirrored"),
-                Variant("mixed_float16", "custom", "mirrored"), Variant("float16", "custom", "mirrored"),
-                Variant("bfloat16", "custom", "mirrored")]
+    policies = ["float32", "mixed_bfloat16", "mixed_float16", "float16", "bfloat16"]
     summaries = [make_summary(median=12345.6, accuracy=0.9123, memory=1_234_567_890),
                  make_summary(median=321.9, accuracy=0.7912, memory=61_234_567, policy="mixed_bfloat16"),
                  make_summary(median=14567.8, accuracy=0.9101, memory=70_000_000,
                               scale=(32768.0, 1234), policy="mixed_float16"),
                  "exit code 3", make_summary(median=1500.0, status="diverged", policy="bfloat16")]
-    rows = [CompareRow(label=v.label, policy=v.policy, loop=v.loop, strategy=v.strategy,
-                       summary=None if isinstance(s, str) else s,
-                       failed=s if isinstance(s, str) else None)
-            for v, s in zip(variants, summaries, strict=True)]
-    record = judged(CompareRecord(experiment="synthetic", folder="/tmp/x", baseline=variants[0].label,
+    rows = [compare_row(p, "custom", "mirrored", summary=None if isinstance(s, str) else s,
+                        failed=s if isinstance(s, str) else None)
+            for p, s in zip(policies, summaries, strict=True)]
+    record = judged(CompareRecord(experiment="synthetic", folder="/tmp/x", baseline=rows[0].label,
                                   baseline_policy="float32", variants=rows))
     text = rendered(compare_tables(record))
     whole(text, "12345.6", "321.9", "38.35x", "0.7912 (-12.11)", "0.9101 (-0.22)", "32768/1234",
@@ -89,7 +85,7 @@ def test_compare_tables_keep_numbers_names_and_verdicts_whole():
         whole(text, *row.verdict.words().split())
     assert re.search(r"^bfloat16\b.*diverged", text, re.MULTILINE), text
 
-    named = [CompareRow(label=n, policy=s.policy, loop=s.loop, summary=s)
+    named = [compare_row(s.policy, s.loop, label=n, summary=s)
              for n, s in ((RUN, summaries[0]), (NESTED, summaries[1]), (SHORT, summaries[2]))]
     record = judged(record.model_copy(update={"variants": named, "baseline": RUN}))
     text = rendered(compare_tables(record))
@@ -103,7 +99,7 @@ def test_compare_tables_keep_numbers_names_and_verdicts_whole():
 def test_plan_tables_keep_candidates_layers_and_numbers_whole():
     names = ("float32", "mixed_bfloat16+xla", "float32+onednn_bf16", "mixed_float16+xla")
     found = [Candidate(name=n, policy=n.split("+")[0]) for n in names]
-    trials = [Trial(label=c.name, candidate=c, run_dir="/tmp/x",
+    trials = [Variant(label=c.name, candidate=c, run_dir="/tmp/x",
                     summary=make_summary(median=12345.6 / (i + 1)),
                     verdict=Verdict(baseline=i == 0, whole_run_s=5400.0 / (i + 1), speed=Speed(
                         ratio=float(i + 1), interval=(i + 0.9, i + 1.1), word="faster"),

@@ -66,9 +66,7 @@ def test_too_slow_stops_a_candidate_but_never_a_control():
     """A loaded host slows float32's A/A twin as much as any candidate: cut, it would leave the
     plan no noise floor to judge against (CI met a cut twin), so the controls always run on."""
     def child(label, *rounds, batch=64):
-        experiment = SimpleNamespace(train=SimpleNamespace(batch_size=batch))
-        return SimpleNamespace(entry=SimpleNamespace(label=label, experiment=experiment),
-                               rounds=list(rounds))
+        return SimpleNamespace(row=SimpleNamespace(label=label), batch_size=batch, rounds=list(rounds))
 
     base = child("float32", 2.5, 2.5)
     turns = Turns(5, slowest_ratio=2.0, controls=frozenset({"float32", "float32-twin"}))
@@ -84,10 +82,7 @@ def test_too_slow_stops_a_candidate_but_never_a_control():
 
 
 def test_a_turn_at_another_batch_covers_the_same_examples():
-    def entry(batch):
-        return SimpleNamespace(experiment=SimpleNamespace(train=SimpleNamespace(batch_size=batch)))
-
-    assert same_examples(10, entry(64), entry(128)) == 5  # 640 examples a turn either way
-    assert same_examples(5, entry(256), entry(512)) == 3  # 2.5, up: no round of its own at the end
-    assert same_examples(10, entry(64), entry(32)) == 20
-    assert same_examples(10, entry(64), entry(64)) == 10 and same_examples(1, entry(8), entry(64)) == 1
+    assert same_examples(10, 64, 128) == 5  # 640 examples a turn either way
+    assert same_examples(5, 256, 512) == 3  # 2.5, up: no round of its own at the end
+    assert same_examples(10, 64, 32) == 20
+    assert same_examples(10, 64, 64) == 10 and same_examples(1, 8, 64) == 1

@@ -8,9 +8,10 @@ import pytest
 from mptrain.commands.options import parse_choices
 from mptrain.config.schema import POLICIES
 from mptrain.errors import ConfigError
-from mptrain.measure.compare import CompareRecord, CompareRow, Variant, judged
-from mptrain.measure.verdicts import Measured, Verdict, accuracy_noise_pt, speed, wilson_half_width
-from tests.helpers import make_summary
+from mptrain.measure.compare import CompareRecord, judged
+from mptrain.measure.variant import Verdict
+from mptrain.measure.verdicts import accuracy_noise_pt, speed, wilson_half_width
+from tests.helpers import compare_row, make_summary
 
 
 @pytest.mark.parametrize(("policies", "message"), [
@@ -27,18 +28,17 @@ def test_bad_policies(policies, message):
 def record_of(*rows, strategy="none", rounds=None, sessions=None):
     """compare.json's record of (policy, summary or why it failed) rows, judged (the first
     float32 row is the baseline)."""
-    variants = [Variant(policy, "fit", strategy) for policy, _ in rows]
     built = []
-    for v, (_, s) in zip(variants, rows, strict=True):
-        built.append(CompareRow(label=v.label, run_dir=f"/nonexistent/{v.label}", policy=v.policy,
-                                loop=v.loop, strategy=v.strategy,
-                                summary=None if isinstance(s, str) else s,
-                                failed=s if isinstance(s, str) else None,
-                                rounds=(rounds or {}).get(v.label, []),
-                                session=(sessions or {}).get(v.label, 1)))
-    base = next((v for v in variants if v.policy == "float32"), variants[0])
+    for policy, s in rows:
+        label = compare_row(policy, strategy=strategy).label
+        built.append(compare_row(policy, strategy=strategy, run_dir=f"/nonexistent/{label}",
+                                 summary=None if isinstance(s, str) else s,
+                                 failed=s if isinstance(s, str) else None,
+                                 rounds=(rounds or {}).get(label, []),
+                                 session=(sessions or {}).get(label, 1)))
+    base = next((v for v in built if v.candidate.name == "float32"), built[0])
     return judged(CompareRecord(experiment="x", folder="/tmp/x", baseline=base.label,
-                                baseline_policy=base.policy, variants=built))
+                                baseline_policy=base.candidate.name, variants=built))
 
 
 def test_ratios_and_verdicts_come_from_the_numbers():
@@ -62,22 +62,22 @@ def test_ratios_and_verdicts_come_from_the_numbers():
     assert no_f32.baseline_policy == "mixed_bfloat16" and no_f32.variants[0].verdict.words() == "baseline"
 
 
-def test_a_compare_json_from_before_the_verdict_held_its_memory_ratio_still_loads_and_rejudges():
+def test_a_compare_json_from_before_the_one_variant_type_still_loads_and_rejudges():
     record = record_of(("float32", make_summary(memory=1000)), ("mixed_bfloat16", make_summary(memory=600)))
     old = json.loads(record.model_dump_json())
-    for row in old["variants"]:  # as compare.json kept it beside the verdict until 2026-12-03
-        row["memory_ratio"] = row["verdict"].pop("memory_ratio")
+    for row in old["variants"]:  # as compare.json kept them until 2026-12-03: the memory ratio
+        row["memory_ratio"] = row["verdict"].pop("memory_ratio")  # beside the verdict, and
+        row["policy"] = row.pop("candidate")["name"]  # the candidate by its name alone
     loaded = CompareRecord.model_validate(old)
+    assert loaded.variants[1].candidate == record.variants[1].candidate
     assert loaded.variants[1].verdict.memory_ratio is None  # the old copy dropped...
     assert judged(loaded).variants[1].verdict.memory_ratio == 0.6  # ...and judged again
 
 
 def test_only_the_baseline_variant_is_called_baseline_across_strategies():
-    variants = [Variant("float32", "fit", "none"), Variant("float32", "fit", "mirrored")]
-    rows = [CompareRow(label=v.label, policy=v.policy, loop=v.loop, strategy=v.strategy,
-                       summary=make_summary(median=m)) for v, m in zip(variants, (100.0, 400.0),
-                                                                          strict=True)]
-    record = judged(CompareRecord(experiment="x", folder="/tmp/x", baseline=variants[0].label,
+    rows = [compare_row("float32", "fit", s, summary=make_summary(median=m))
+            for s, m in (("none", 100.0), ("mirrored", 400.0))]
+    record = judged(CompareRecord(experiment="x", folder="/tmp/x", baseline=rows[0].label,
                                   baseline_policy="float32", variants=rows))
     single, mirrored = record.variants
     assert single.verdict.baseline and not mirrored.verdict.baseline
@@ -115,10 +115,14 @@ def test_a_small_test_set_makes_a_compare_verdict_say_noise():
     assert row.verdict.words() == "faster, accuracy within noise"
 
 
+def measured(label, **fields):
+    return compare_row("float32", label=label, **fields)
+
+
 def pair(base, other, base_rounds=(), rounds=(), sessions=(1, 1)):
     """The speed of `other` against `base` (summaries), with their rounds in turns."""
-    return speed(Measured(label="b", summary=other, rounds=list(rounds), session=sessions[1]),
-                 Measured(label="a", summary=base, rounds=list(base_rounds), session=sessions[0]))
+    return speed(measured("b", summary=other, rounds=list(rounds), session=sessions[1]),
+                 measured("a", summary=base, rounds=list(base_rounds), session=sessions[0]))
 
 
 def test_a_speed_up_is_judged_on_the_medians_uncertainty():
@@ -154,8 +158,8 @@ def test_rounds_in_turns_see_through_a_drift_the_old_rule_called_a_speed_up():
 def test_too_few_rounds_say_so_and_how_many_steps_give_enough():
     """compare, plan and `runs --compare` give the same two runs the same answer: from their
     rounds in turns, or none, and why (the one rule: `verdicts.speed`)."""
-    two = speed(Measured(label="b", summary=make_summary(median=50.0), rounds=[50.0, 50.0]),
-                Measured(label="a", summary=make_summary(median=100.0), rounds=[100.0, 100.0]), 5)
+    two = speed(measured("b", summary=make_summary(median=50.0), rounds=[50.0, 50.0]),
+                measured("a", summary=make_summary(median=100.0), rounds=[100.0, 100.0]), 5)
     assert two.ratio is None and two.unknown == "2 round(s) in turns, 3 needed: --steps 16 gives 3"
     record = record_of(("float32", make_summary(median=100.0)), ("mixed_bfloat16", make_summary(median=50.0)),
                        rounds={"float32-fit": [100.0, 100.0], "mixed_bfloat16-fit": [50.0, 50.0]})
@@ -167,8 +171,8 @@ def test_a_twin_sets_the_noise_floor_of_faster():
     """float32 run twice in the same turns: its twin's interval is what noise alone makes; a
     candidate whose interval clears 1 but not the twin's is the same speed."""
     rounds = [100.0, 100.0, 100.0, 100.0, 100.0, 100.0]
-    quick = Measured(label="c", summary=make_summary(), rounds=[95.0, 96.0, 95.5, 95.0, 96.0, 95.2])
-    base = Measured(label="a", summary=make_summary(), rounds=rounds)
+    quick = measured("c", summary=make_summary(), rounds=[95.0, 96.0, 95.5, 95.0, 96.0, 95.2])
+    base = measured("a", summary=make_summary(), rounds=rounds)
     assert speed(quick, base).word == "faster"
     assert speed(quick, base, floor=(0.93, 1.08)).word == "same speed"
 
