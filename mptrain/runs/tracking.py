@@ -190,13 +190,11 @@ def start_tracking(config: ExperimentConfig, folder: Path, choice: PolicyChoice,
     # a compare's or plan's child is named after its folder (the variant), whatever run_name
     name = folder.name if os.environ.get(PARENT_ENV) else (settings.run_name or folder.name)
     connection, tags = _connect("run", config, folder, name, machine_tags(machine))
-    if connection.failure is not None:
-        return MlflowLogger(connection)
     params = run_params(config, choice, replicas)
     if not resumed:
         connection.log("the start", params=params, tags=tags)
         return MlflowLogger(connection)
-    client, run_id = connection.client, connection.run.run_id
+    client, run_id = connection.client, connection.run.run_id  # the stored run's, failed or not
     logged = connection.call("the resume", lambda: (
         _last_step(client, run_id, "step/loss"), _last_step(client, run_id, "loss"),
         client.get_run(run_id).data.params))
@@ -262,7 +260,5 @@ def start_parent(folder: Path, kind: str, params: dict[str, str] | None = None) 
         return None
     connection, tags = _connect(kind, config, folder, config.output.mlflow.run_name or folder.name,
                                 {"mptrain_command": kind, "mptrain_version": __version__})
-    if connection.failure is None:
-        connection.log("the start", params={**flatten(config.to_yaml_dict()), **(params or {})},
-                       tags=tags)
+    connection.log("the start", params={**flatten(config.to_yaml_dict()), **(params or {})}, tags=tags)
     return connection
