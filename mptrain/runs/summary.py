@@ -204,11 +204,12 @@ def summarize_run(prepared: Prepared, trained: Trained, profile: ForwardProfile,
     times = step_times(monitor.steps, config.train.warmup_steps)
     peak = None if machine.accelerated else cpu_peak(machine.cpu, choice.compute_dtype)
     last_epoch = monitor.epoch_records[-1] if monitor.epoch_records else None
-    decided, unlike_keras = _decided(prepared)
+    from mptrain.precision.policy import unlike_plain_keras
+
     return RunSummary(
         name=config.name,
         status=trained.status,
-        **decided,
+        **_decided(prepared),
         batch_size=config.train.batch_size,
         epochs_run=len(monitor.epoch_records), steps_run=len(monitor.steps),
         stop_reason=monitor.stop_reason,
@@ -219,7 +220,7 @@ def summarize_run(prepared: Prepared, trained: Trained, profile: ForwardProfile,
         peak_tflops=peak.flops_per_second / 1e12 if peak else None,
         peak_unit=peak.unit if peak else None,
         speed_warning=prepared.speed_warning,
-        notes=[*prepared.notes, *trained.notes, *unlike_keras, *uncounted,
+        notes=[*prepared.notes, *trained.notes, *unlike_plain_keras(choice, config.deterministic), *uncounted,
                *([saved.note] if saved.note else [])],
         first_step_loss=finite_or_none(monitor.steps[0].loss) if monitor.steps else None,
         non_finite_loss_steps=sum(finite_or_none(r.loss) is None for r in monitor.steps),
@@ -238,15 +239,12 @@ def summarize_run(prepared: Prepared, trained: Trained, profile: ForwardProfile,
     )
 
 
-def _decided(prepared: Prepared) -> tuple[dict, list[str]]:
-    """What the run was set up as: its policy and candidate, dtypes, loop, XLA, device; and
-    what mptrain does that plain Keras would not (notes)."""
+def _decided(prepared: Prepared) -> dict:
+    """What the run was set up as: its policy and candidate, dtypes, loop, XLA, device."""
     from mptrain.model import output_dtype
     from mptrain.precision.candidates import candidate_name
-    from mptrain.precision.policy import unlike_plain_keras
 
     config, choice, machine = prepared.config, prepared.choice, prepared.machine
-    unlike_keras = unlike_plain_keras(choice, config.deterministic)
     return dict(
         policy=choice.name, policy_requested=choice.requested,
         candidate=candidate_name(config, choice.name),
@@ -262,7 +260,7 @@ def _decided(prepared: Prepared) -> tuple[dict, list[str]]:
         distribution=prepared.place.description,
         replicas=prepared.place.replicas,
         dataset=prepared.data.source,
-    ), unlike_keras
+    )
 
 
 def loss_scale_stats(monitor: TrainingMonitor) -> LossScaleStats | None:
