@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import errno
 import json
-import os
 import socket
 import time
 from dataclasses import dataclass
@@ -91,16 +90,6 @@ def _listener(host: str) -> socket.socket:
     listener = socket.socket(socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     return listener
-
-
-def apply_hosts(hosts: Hosts) -> str | None:
-    """$TF_CONFIG made from `hosts` for this process (its own entry checked first); a
-    $TF_CONFIG already set wins: then what is said about it."""
-    if "TF_CONFIG" in os.environ:
-        return "$TF_CONFIG is set (a scheduler's?): it wins over --hosts and --host-index"
-    check_own_address(hosts)
-    os.environ["TF_CONFIG"] = hosts.tf_config()
-    return None
 
 
 def rendezvous(timeout_s: float) -> None:
