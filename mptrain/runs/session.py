@@ -50,9 +50,8 @@ class TrainingSession:
              tracking: MlflowLogger | None = None) -> TrainingSession:
         """The session for `prepared` (its config, model, optimizer and batches), writing into
         `folder`; `resume`: from its latest checkpoint."""
-        config, model, optimizer, batches = (prepared.config, prepared.model, prepared.optimizer,
-                                             prepared.batches)
-        train = config.train
+        train, model, optimizer, batches = (prepared.config.train, prepared.model, prepared.optimizer,
+                                            prepared.batches)
         total_steps = train.epochs * batches.steps_per_epoch
         tensorboard = TensorBoardWriter(folder.path / "tensorboard",
                                         learning_rate_at(optimizer, train.optimizer, total_steps))
