@@ -3,22 +3,18 @@
 TensorFlow's MultiWorkerMirroredStrategy reads its cluster from `$TF_CONFIG`, a JSON a user
 would otherwise write by hand on every host, where a typo in one host's index or address is
 caught by nothing. So `--hosts` and `--host-index` make it, after checking what can be checked
-on this host before TensorFlow starts:
-- the list: HOST:PORT entries, at least two, none twice; the index within it;
-- this host's own entry: its address is one of this machine's (two hosts started with the same
-  index fail here: the address is the other host's), and its port is free.
-A `$TF_CONFIG` set by a scheduler still works, and wins (said, when --hosts is given too).
+on this host before TensorFlow starts (`parse_hosts`, `check_own_address`). A `$TF_CONFIG` set
+by a scheduler still works, and wins (said, when --hosts is given too).
 
-What cannot be checked alone is checked once the cluster has formed (`training.distribute`):
-every host runs the same experiment, and a host that never joins is named after
-`distribute.join_timeout_s`.
+What cannot be checked alone is checked as the cluster forms: a host that never joins is
+named after `distribute.join_timeout_s` (`rendezvous`), and every host runs the same
+experiment (`check_same_experiment`).
 """
 
 from __future__ import annotations
 
 import errno
 import json
-import os
 import socket
 import time
 from dataclasses import dataclass
@@ -94,16 +90,6 @@ def _listener(host: str) -> socket.socket:
     listener = socket.socket(socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     return listener
-
-
-def apply_hosts(hosts: Hosts) -> str | None:
-    """$TF_CONFIG made from `hosts` for this process (its own entry checked first); a
-    $TF_CONFIG already set wins: then what is said about it."""
-    if "TF_CONFIG" in os.environ:
-        return "$TF_CONFIG is set (a scheduler's?): it wins over --hosts and --host-index"
-    check_own_address(hosts)
-    os.environ["TF_CONFIG"] = hosts.tf_config()
-    return None
 
 
 def rendezvous(timeout_s: float) -> None:

@@ -53,9 +53,16 @@ class RunFolder(TrainingListener):
                 return cls.create_at(run_dir), None
             return cls(unique_folder(parent, name)), None
         scratch = Path(tempfile.mkdtemp())
-        if resume is not None:
-            return cls.worker_copy(resume, scratch), scratch
-        return cls(unique_folder(scratch, name)), scratch
+        if resume is None:
+            return cls(unique_folder(scratch, name)), scratch
+        # a resumed run's checkpoints and records, copied: the same state restored, the same
+        # decisions taken, while only the chief writes the run folder
+        copy = scratch / resume.name
+        shutil.copytree(resume / "checkpoints", copy / "checkpoints")
+        for record in ("steps.jsonl", "metrics.jsonl"):
+            if (resume / record).exists():
+                shutil.copy2(resume / record, copy / record)
+        return cls(copy), scratch
 
     @classmethod
     def create_at(cls, path: Path) -> RunFolder:
@@ -66,18 +73,6 @@ class RunFolder(TrainingListener):
         if any(path.iterdir()):
             raise FileExistsError(f"{path}: a run folder must start empty")
         return cls(path)
-
-    @classmethod
-    def worker_copy(cls, run_dir: Path, scratch: Path) -> RunFolder:
-        """A non-chief worker's copy of the run it resumes, in its scratch folder: the chief's
-        checkpoints and records, so it restores the same state and takes the same decisions,
-        while only the chief writes the run folder."""
-        copy = scratch / run_dir.name
-        shutil.copytree(run_dir / "checkpoints", copy / "checkpoints")
-        for name in ("steps.jsonl", "metrics.jsonl"):
-            if (run_dir / name).exists():
-                shutil.copy2(run_dir / name, copy / name)
-        return cls(copy)
 
     # --- files ---------------------------------------------------------------------------
 
@@ -101,8 +96,7 @@ class RunFolder(TrainingListener):
             write_atomic(self.path / name, text)
 
     def mark_running(self, config_name: str) -> None:
-        """summary.json says `running` until the run ends one way or another; with the
-        process id, a folder whose process died (SIGKILL, power cut) is recognisable."""
+        """summary.json says `running`, with the process id, until the run ends."""
         state = RunState(status="running", name=config_name, pid=os.getpid(),
                          host=socket.gethostname(), started=_now())
         self.write_summary(state)

@@ -15,7 +15,7 @@ import yaml
 from mptrain.config import ExperimentConfig
 from mptrain.errors import ConfigError
 from mptrain.precision.planned import plan_beside
-from mptrain.runs.cluster import Hosts, apply_hosts
+from mptrain.runs.cluster import Hosts, check_own_address
 from mptrain.runs.folder import unique_folder
 from mptrain.runs.resume import experiment_to_run
 from mptrain.runs.runner import RunResult, Start, run_experiment
@@ -58,8 +58,12 @@ def launch(experiment: str | ExperimentConfig | None, options: RunOptions = RunO
         if options.workers is not None:
             raise ConfigError("--hosts starts this host's one worker of a cluster; --workers N "
                               "starts N on this machine: give one of them")
-        if (said := apply_hosts(options.hosts)) is not None:
-            telling.say("cluster", said)
+        if "TF_CONFIG" in os.environ:
+            telling.say("cluster", "$TF_CONFIG is set (a scheduler's?): it wins over --hosts and "
+                        "--host-index")
+        else:
+            check_own_address(options.hosts)
+            os.environ["TF_CONFIG"] = options.hosts.tf_config()
         overrides.append("distribute.strategy=multi_worker_mirrored")
     resume = options.start.resume
     chosen = experiment_to_run(experiment, overrides, resume)

@@ -78,31 +78,31 @@ def list_runs(folder: Path = DEFAULT_FOLDER) -> RunsReport:
 def run_row(path: Path, root: Path) -> RunRow:
     run = RunFolder(path)
     state = run.state()
-    when = datetime.fromtimestamp((path / "summary.json").stat().st_mtime).isoformat(timespec="seconds")
-    name = str(path.relative_to(root))
+    mtime = (path / "summary.json").stat().st_mtime
+    where = dict(name=str(path.relative_to(root)), path=str(path),
+                 when=datetime.fromtimestamp(mtime).isoformat(timespec="seconds"))
     if state is None:  # its summary.json does not read: listed as such, not left out
-        return RunRow(name=name, path=str(path), status="failed",
+        return RunRow(**where, status="failed",
                       resumable=any((path / "checkpoints").glob("ckpt-*.index")),
                       reason="summary.json cannot be read (damaged); --resume continues from "
-                             "the last checkpoint", epochs=_epochs_recorded(run), when=when)
+                             "the last checkpoint", epochs=_epochs_recorded(run))
     if isinstance(state, RunSummary):
         times = state.step_time
-        return RunRow(name=name, path=str(path), status=state.status,
-                      resumable=state.status == "interrupted" and resumable(path),
+        return RunRow(**where, status=state.status, resumable=resumable(path),
                       reason=state.stop_reason, policy=state.policy, loop=state.loop,
                       candidate=state.candidate or state.policy,
                       epochs=state.epochs_run, median_step_ms=times.median_ms if times else None,
-                      test_accuracy=state.test_accuracy, when=when)
+                      test_accuracy=state.test_accuracy)
     status = run_state_status(state)
     config = run_config(path)
-    return RunRow(name=name, path=str(path), status=status,
+    return RunRow(**where, status=status,
                   resumable=status != "running" and resumable(path),
                   reason=state.reason if status != "killed" else
                   f"process {state.pid} on {state.host} is gone",
                   policy=config.policy if config else None,
                   candidate=candidate_name(config) if config else None,
                   loop=config.train.loop if config else None,
-                  epochs=_epochs_recorded(run), when=when)
+                  epochs=_epochs_recorded(run))
 
 
 def _epochs_recorded(run: RunFolder) -> int | None:

@@ -83,27 +83,20 @@ class Connection:
         self.run: TrackedRun | None = None
         self.failure: str | None = None
 
-    def call(self, where: str, action: Callable[[], object]) -> bool:
-        """Do `action` unless an earlier call failed; a failure is remembered, never raised:
-        tracking must not stop what it tracks."""
+    def call(self, where: str, action: Callable[[], Any]) -> Any:
+        """`action()`'s value, unless it (or an earlier call) failed: then None. A failure is
+        remembered, never raised: tracking must not stop what it tracks."""
         if self.failure is not None:
-            return False
+            return None
         try:
-            action()
+            return action()
         except Exception as exc:
             self.failure = (f"MLflow: nothing logged to {self.uri} from {where} on (the "
                             f"{self.what} folder has it all): {one_line_reason(exc)}")
-            return False
-        return True
-
-    def fetch(self, where: str, read: Callable[[], Any]) -> Any:
-        """`read()`'s value, or None when it (or an earlier call) failed."""
-        values = []
-        self.call(where, lambda: values.append(read()))
-        return values[0] if values else None
+            return None
 
     def open(self, folder: Path, uri: str = "", experiment: str = "", run_name: str = "",
-             tags: dict[str, str] | None = None, artifacts: Path | None = None) -> bool:
+             tags: dict[str, str] | None = None, artifacts: Path | None = None) -> None:
         """Continue the run named in `folder`'s mlflow.json, or start one (the other
         arguments say how) and write it there."""
         stored = read_tracked(folder)
@@ -126,10 +119,10 @@ class Connection:
                                   run_id=created.info.run_id)
             write_atomic(folder / RUN_FILE, self.run.model_dump_json(indent=2) + "\n")
 
-        return self.call("the start", start)
+        self.call("the start", start)
 
     def log(self, where: str, metrics: list | None = None, params: dict[str, str] | None = None,
-            tags: dict[str, str] | None = None) -> bool:
+            tags: dict[str, str] | None = None) -> None:
         from mlflow.entities import Metric, Param, RunTag
 
         def send() -> None:
@@ -141,9 +134,9 @@ class Connection:
             for chunk in metrics or []:
                 self.client.log_batch(run_id, metrics=[Metric(k, v, ms, step) for k, v, ms, step in chunk])
 
-        return self.call(where, send)
+        self.call(where, send)
 
-    def files(self, where: str, paths: Iterable[Path], texts: dict[str, str]) -> bool:
+    def files(self, where: str, paths: Iterable[Path], texts: dict[str, str]) -> None:
         def send() -> None:
             for path in paths:
                 if path.is_file():
@@ -151,10 +144,10 @@ class Connection:
             for name, text in texts.items():
                 self.client.log_text(self.run.run_id, text, name)
 
-        return self.call(where, send)
+        self.call(where, send)
 
-    def end(self, status: str) -> bool:
-        return self.call("the end", lambda: self.client.set_terminated(self.run.run_id, status))
+    def end(self, status: str) -> None:
+        self.call("the end", lambda: self.client.set_terminated(self.run.run_id, status))
 
     @property
     def env(self) -> dict[str, str]:

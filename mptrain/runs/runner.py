@@ -8,7 +8,7 @@ import errno
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from mptrain.config import ExperimentConfig
@@ -29,9 +29,9 @@ from mptrain.training.turns import TurnLink
 @dataclass
 class RunResult:
     summary: RunSummary
-    steps: list[StepRecord] = field(default_factory=list)
-    epochs: list[EpochRecord] = field(default_factory=list)
-    signal: int | None = None  # the signal that interrupted the run
+    steps: list[StepRecord]
+    epochs: list[EpochRecord]
+    signal: int | None  # the signal that interrupted the run
 
     @property
     def run_dir(self) -> Path:
@@ -141,5 +141,5 @@ def _failed(exc: BaseException, prepared: Prepared, folder: RunFolder, tracking,
 
 
 # A full disk (or quota), an I/O error, a read-only file system: the run folder cannot take
-# what training writes. Said cleanly, with the way to continue.
+# what training writes.
 DISK_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS)

@@ -50,9 +50,8 @@ class TrainingSession:
              tracking: MlflowLogger | None = None) -> TrainingSession:
         """The session for `prepared` (its config, model, optimizer and batches), writing into
         `folder`; `resume`: from its latest checkpoint."""
-        config, model, optimizer, batches = (prepared.config, prepared.model, prepared.optimizer,
-                                             prepared.batches)
-        train = config.train
+        train, model, optimizer, batches = (prepared.config.train, prepared.model, prepared.optimizer,
+                                            prepared.batches)
         total_steps = train.epochs * batches.steps_per_epoch
         tensorboard = TensorBoardWriter(folder.path / "tensorboard",
                                         learning_rate_at(optimizer, train.optimizer, total_steps))
@@ -95,13 +94,6 @@ class TrainingSession:
             tracking.catch_up(*history)  # what a resumed run's MLflow run may lack
         return cls(monitor, checkpointer, guard, start, tensorboard, folder.path, rules, notes)
 
-    def position(self) -> Position:
-        """Where training stands now (after an interrupt: inside an epoch)."""
-        m = self.monitor
-        if m.epoch_complete:
-            return Position(m.epoch, 0, len(m.steps))
-        return Position(max(m.epoch - 1, 0), m.step_in_epoch, len(m.steps))
-
     def run_training(self, prepared: Prepared, turns_link: TurnLink | None = None) -> Trained:
         """Training to its end, from where the session starts (in turns with other variants,
         given `turns_link`: `TakeTurns`), a checkpoint where it stopped, then the test set's
@@ -131,9 +123,14 @@ class TrainingSession:
                        status=run_status(monitor.steps, test.get("loss"), monitor.stop_status))
 
     def _close(self) -> None:
-        """After training, however it ended: a checkpoint where the run stopped (unless it
-        diverged: its last good checkpoint stays the latest), telemetry flushed."""
-        if self.monitor.stop_kind != "divergence" and self.monitor.steps:
-            self.checkpointer.save(self.position())
+        """After training, however it ended: a checkpoint where the run stopped (after an
+        interrupt: inside an epoch; none after a divergence: its last good checkpoint stays
+        the latest), telemetry flushed."""
+        m = self.monitor
+        if m.stop_kind != "divergence" and m.steps:
+            if m.epoch_complete:
+                self.checkpointer.save(Position(m.epoch, 0, len(m.steps)))
+            else:
+                self.checkpointer.save(Position(max(m.epoch - 1, 0), m.step_in_epoch, len(m.steps)))
         self.tensorboard.flush()
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, NamedTuple
 
@@ -149,26 +148,20 @@ class RunSummary(FrozenRecord):
     run_dir: str
 
 
-@dataclass(frozen=True)
-class Throughput:
-    examples_per_sec: float | None
-    achieved_tflops: float | None
-    mfu: float | None
-
-
 def throughput(times: StepTimes | None, batch_size: int, flops_per_example: int | None,
-               peak: Peak | None) -> Throughput:
-    """Steady state: a full batch per median step. A mean over all steps would let one
-    recompilation dominate. MFU = achieved FLOP/s over the peak of the unit that runs the
-    policy's matmuls (`peak`), so each policy is measured against its own ceiling."""
-    if times is None or times.median_ms <= 0:
-        return Throughput(None, None, None)
-    examples_per_sec = batch_size / times.median_ms * 1e3
-    if not flops_per_example:
-        return Throughput(examples_per_sec, None, None)
-    achieved = flops_per_example * examples_per_sec
-    mfu = achieved / peak.flops_per_second if peak else None
-    return Throughput(examples_per_sec, achieved / 1e12, mfu)
+               peak: Peak | None) -> dict[str, float | None]:
+    """The summary's speed keys. Steady state: a full batch per median step. A mean over all
+    steps would let one recompilation dominate. MFU = achieved FLOP/s over the peak of the
+    unit that runs the policy's matmuls (`peak`), so each policy is measured against its own
+    ceiling."""
+    speed = dict(examples_per_sec=None, achieved_tflops=None, mfu=None)
+    if times is not None and times.median_ms > 0:
+        speed["examples_per_sec"] = batch_size / times.median_ms * 1e3
+        if flops_per_example:
+            achieved = flops_per_example * speed["examples_per_sec"]
+            speed["achieved_tflops"] = achieved / 1e12
+            speed["mfu"] = achieved / peak.flops_per_second if peak else None
+    return speed
 
 
 def finite_or_none(value: float | None) -> float | None:
@@ -210,28 +203,24 @@ def summarize_run(prepared: Prepared, trained: Trained, profile: ForwardProfile,
     test = trained.test
     times = step_times(monitor.steps, config.train.warmup_steps)
     peak = None if machine.accelerated else cpu_peak(machine.cpu, choice.compute_dtype)
-    speed = throughput(times, config.train.batch_size, flops_per_example, peak)
     last_epoch = monitor.epoch_records[-1] if monitor.epoch_records else None
-    loss_scale = loss_scale_stats(monitor)
-    first_step_s = time_to_first_step(monitor, started_at)
-    decided, unlike_keras = _decided(prepared)
+    from mptrain.precision.policy import unlike_plain_keras
+
     return RunSummary(
         name=config.name,
         status=trained.status,
-        **decided,
+        **_decided(prepared),
         batch_size=config.train.batch_size,
         epochs_run=len(monitor.epoch_records), steps_run=len(monitor.steps),
         stop_reason=monitor.stop_reason,
         stopped_by=monitor.stop_kind,
         step_time=times,
-        examples_per_sec=speed.examples_per_sec,
+        **throughput(times, config.train.batch_size, flops_per_example, peak),
         flops_per_example=flops_per_example,
-        achieved_tflops=speed.achieved_tflops,
         peak_tflops=peak.flops_per_second / 1e12 if peak else None,
         peak_unit=peak.unit if peak else None,
-        mfu=speed.mfu,
         speed_warning=prepared.speed_warning,
-        notes=[*prepared.notes, *trained.notes, *unlike_keras, *uncounted,
+        notes=[*prepared.notes, *trained.notes, *unlike_plain_keras(choice, config.deterministic), *uncounted,
                *([saved.note] if saved.note else [])],
         first_step_loss=finite_or_none(monitor.steps[0].loss) if monitor.steps else None,
         non_finite_loss_steps=sum(finite_or_none(r.loss) is None for r in monitor.steps),
@@ -240,25 +229,22 @@ def summarize_run(prepared: Prepared, trained: Trained, profile: ForwardProfile,
         test_loss=finite_or_none(test.get("loss")), test_accuracy=finite_or_none(test.get("accuracy")),
         test_metrics={k: finite_or_none(v) for k, v in test.items()},
         test_examples=prepared.data.test.size if test else None,
-        loss_scale=loss_scale, memory=prepared.memory.stats(),
+        loss_scale=loss_scale_stats(monitor), memory=prepared.memory.stats(),
         checkpoint_save_s=statistics.fmean(trained.checkpoint_save_s) if trained.checkpoint_save_s else None,
         wall_time_s=time.perf_counter() - started_at - trained.waited_s - (saved.seconds or 0.0),
         turn_wait_s=trained.waited_s, evaluation_s=trained.evaluation_s, model_save_s=saved.seconds,
-        time_to_first_step_s=first_step_s,
+        time_to_first_step_s=time_to_first_step(monitor, started_at),
         tensorflow_version=machine.tensorflow_version, keras_version=machine.keras_version,
         seed=config.seed, run_dir=str(trained.run_dir),
     )
 
 
-def _decided(prepared: Prepared) -> tuple[dict, list[str]]:
-    """What the run was set up as: its policy and candidate, dtypes, loop, XLA, device; and
-    what mptrain does that plain Keras would not (notes)."""
+def _decided(prepared: Prepared) -> dict:
+    """What the run was set up as: its policy and candidate, dtypes, loop, XLA, device."""
     from mptrain.model import output_dtype
     from mptrain.precision.candidates import candidate_name
-    from mptrain.precision.policy import unlike_plain_keras
 
     config, choice, machine = prepared.config, prepared.choice, prepared.machine
-    unlike_keras = unlike_plain_keras(choice, config.deterministic)
     return dict(
         policy=choice.name, policy_requested=choice.requested,
         candidate=candidate_name(config, choice.name),
@@ -274,7 +260,7 @@ def _decided(prepared: Prepared) -> tuple[dict, list[str]]:
         distribution=prepared.place.description,
         replicas=prepared.place.replicas,
         dataset=prepared.data.source,
-    ), unlike_keras
+    )
 
 
 def loss_scale_stats(monitor: TrainingMonitor) -> LossScaleStats | None:

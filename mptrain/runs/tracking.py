@@ -8,17 +8,13 @@ user's); and config.yaml, summary.json and the model as artifacts. compare and p
 parent run whose id their children read from `MPTRAIN_MLFLOW_PARENT`, so each variant or
 trial is nested under it.
 
-The run folder stays the record; MLflow is a copy for browsing. So:
-- steps are sent in batches (`log_batch`), at most every `FLUSH_SECONDS` and at each
-  epoch's end, never one call per value per step;
-- a store that is down or refuses a write never stops training: the first failure ends the
-  logging (HTTP retries and timeouts are kept short), and the run summary's notes say what
-  was not logged and why;
-- `mlflow.json` in the run folder names the MLflow run, so `run --resume` continues the same
-  run; what it already holds is not logged again (a resume redoes the steps after its
-  checkpoint), so each metric's history has one value per step or epoch run.
-
-mlflow is imported here only, and only when tracking is on (it takes a second or two).
+The run folder stays the record; MLflow is a copy for browsing. So steps are sent in
+batches (`log_batch`), at most every `FLUSH_SECONDS` and at each epoch's end, never one call
+per value per step; a store that is down or refuses a write never stops training
+(`mlflow_client.Connection`: the summary's notes say what was not logged and why); and
+`mlflow.json` in the run folder names the MLflow run, so `run --resume` continues it without
+logging again what it holds (a resume redoes the steps after its checkpoint): each metric's
+history has one value per step or epoch run.
 """
 
 from __future__ import annotations
@@ -194,14 +190,12 @@ def start_tracking(config: ExperimentConfig, folder: Path, choice: PolicyChoice,
     # a compare's or plan's child is named after its folder (the variant), whatever run_name
     name = folder.name if os.environ.get(PARENT_ENV) else (settings.run_name or folder.name)
     connection, tags = _connect("run", config, folder, name, machine_tags(machine))
-    if connection.failure is not None:
-        return MlflowLogger(connection)
     params = run_params(config, choice, replicas)
     if not resumed:
         connection.log("the start", params=params, tags=tags)
         return MlflowLogger(connection)
-    client, run_id = connection.client, connection.run.run_id
-    logged = connection.fetch("the resume", lambda: (
+    client, run_id = connection.client, connection.run.run_id  # the stored run's, failed or not
+    logged = connection.call("the resume", lambda: (
         _last_step(client, run_id, "step/loss"), _last_step(client, run_id, "loss"),
         client.get_run(run_id).data.params))
     if logged is None:
@@ -230,14 +224,12 @@ def finish_tracking(logger: MlflowLogger | None, summary: RunSummary, folder: Pa
                    tags={"status": summary.status})
     connection.files("the artifacts", [folder / "config.yaml", folder / "model.keras",
                                        folder / "model.weights.h5"], {})
-
-    def noted() -> RunSummary:  # with the failure, if any: one note, as a connection fails once
-        return summary if connection.failure is None else \
-            summary.model_copy(update={"notes": [*summary.notes, connection.failure]})
-
-    connection.files("summary.json", [], {"summary.json": record_text(noted())})
+    # sent only while nothing has failed, so this copy never lacks a note the folder's has
+    connection.files("summary.json", [], {"summary.json": record_text(summary)})
     connection.end(RUN_STATUS[summary.status])
-    return noted()
+    if connection.failure is None:
+        return summary
+    return summary.model_copy(update={"notes": [*summary.notes, connection.failure]})
 
 
 def end_tracking(logger: MlflowLogger | None, status: str) -> None:
@@ -268,7 +260,5 @@ def start_parent(folder: Path, kind: str, params: dict[str, str] | None = None) 
         return None
     connection, tags = _connect(kind, config, folder, config.output.mlflow.run_name or folder.name,
                                 {"mptrain_command": kind, "mptrain_version": __version__})
-    if connection.failure is None:
-        connection.log("the start", params={**flatten(config.to_yaml_dict()), **(params or {})},
-                       tags=tags)
+    connection.log("the start", params={**flatten(config.to_yaml_dict()), **(params or {})}, tags=tags)
     return connection

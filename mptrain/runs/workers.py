@@ -30,6 +30,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from mptrain.errors import WorkerLost
+from mptrain.runs.cluster import Hosts
 from mptrain.runs.folder import RunFolder, last_checkpoint
 from mptrain.runs.summary import RunState, RunSummary
 from mptrain.signals import ForwardSignals, die_with_parent, exit_code
@@ -220,8 +221,8 @@ class WorkersResult:
     message: str | None  # the line a lost worker ended the run with (None: it ended by itself)
 
 
-def run_local_workers(run: LocalRun, max_restarts: int = 0,
-                      on_restart: Callable[[str], None] = lambda line: None) -> WorkersResult:
+def run_local_workers(run: LocalRun, max_restarts: int,
+                      on_restart: Callable[[str], None]) -> WorkersResult:
     """Train `run` on its local workers, as Ray Train's `FailureConfig(max_failures)` does:
     when a worker is lost, stop them all and restart them all from the last checkpoint, up to
     `max_restarts` times; then give up, saying which worker was lost and how to continue.
@@ -259,11 +260,9 @@ def run_workers(command: list[str], count: int, signals: ForwardSignals,
     end), and the chief's stdout. Worker 0, the chief, shows its progress; the others are
     quiet. TensorFlow's C++ error lines about aborted collectives are hidden unless
     `verbose`: the loss is said once, in mptrain's own line."""
-    cluster = {"worker": [f"127.0.0.1:{port}" for port in free_ports(count)]}
+    addresses = tuple(f"127.0.0.1:{port}" for port in free_ports(count))
     quiet_tf = {} if verbose else {"TF_CPP_MIN_LOG_LEVEL": "3"}
-    workers = [start(command, {"TF_CONFIG": json.dumps({"cluster": cluster,
-                                                        "task": {"type": "worker", "index": i}}),
-                               **quiet_tf}, quiet=i > 0)
+    workers = [start(command, {"TF_CONFIG": Hosts(addresses, i).tf_config(), **quiet_tf}, quiet=i > 0)
                for i in range(count)]
     signals.children = workers
     chief_stdout: list[str] = []
