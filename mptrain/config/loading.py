@@ -13,20 +13,13 @@ import re
 from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from mptrain.config.schema import (
-    DATA_KINDS,
-    MODEL_KINDS,
-    ConstantSchedule,
-    CosineSchedule,
-    ExperimentConfig,
-    ExponentialSchedule,
-    PiecewiseSchedule,
-)
+from mptrain.config.optimizers import Schedule
+from mptrain.config.schema import DataConfig, ExperimentConfig, ModelConfig
 from mptrain.errors import ConfigError, did_you_mean
 
 # A resolved experiment has ~50 values; anything far larger is a mistake or an attack
@@ -145,14 +138,20 @@ def read_yaml(path: Path) -> dict[str, Any]:
 
 # --- --set overrides ----------------------------------------------------------------------
 
+
+def _members(union: Any, tag: str) -> dict[str, type[BaseModel]]:
+    """Each value of a tagged union's `tag` → the member class that has it."""
+    return {name: member for member in get_args(get_args(union)[0])
+            for name in get_args(member.model_fields[tag].annotation)}
+
+
+MODEL_KINDS = _members(ModelConfig, "kind")
+DATA_KINDS = _members(DataConfig, "dataset")
 # Keys that pick a kind, the classes of the kinds, and the default kind: changing a kind
 # with --set drops the keys only the old kind had.
 _KIND_KEYS = {("model", "kind"): (MODEL_KINDS, "mlp"), ("data", "dataset"): (DATA_KINDS, "synthetic")}
 # Pydantic names the chosen member of a tagged union in error locations (model.cnn.filters).
-_UNION_TAGS: dict[str, type[BaseModel]] = {
-    **MODEL_KINDS, **DATA_KINDS, "constant": ConstantSchedule, "cosine": CosineSchedule,
-    "exponential": ExponentialSchedule, "piecewise": PiecewiseSchedule,
-}
+_UNION_TAGS = {**MODEL_KINDS, **DATA_KINDS, **_members(Schedule, "kind")}
 
 
 KEY_PATH = r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*"

@@ -20,8 +20,6 @@ from pydantic import (
 )
 
 from mptrain.config.kinds import (  # noqa: F401
-    DATA_KINDS,
-    MODEL_KINDS,
     OWN_MODELS,
     ApplicationConfig,
     CNNConfig,
