@@ -23,6 +23,7 @@ import os
 import statistics
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -65,9 +66,7 @@ class KernelSpeeds(FrozenRecord):
         """Geometric mean over the kernels of `dtype`'s speed relative to float32."""
         ratios = [t.ratio_to_float32 for t in self.timings
                   if t.device == device and t.dtype == dtype and t.ratio_to_float32]
-        if not ratios:
-            return None
-        return math.exp(sum(math.log(r) for r in ratios) / len(ratios))
+        return statistics.geometric_mean(ratios) if ratios else None
 
     def describe(self, dtype: str, device: str) -> str:
         """'bfloat16 kernels run 0.80x float32 on CPU:0 (matmul 0.80x, dense 0.78x, conv 0.54x)'."""
@@ -254,11 +253,9 @@ def measured_kernels(tf, machine: Machine, status: Callable[[str], object] | Non
     if speeds is not None or machine.tpu:
         return speeds
     started = time.perf_counter()
+    saying = "measuring this machine's float32 and 16-bit kernels (once; cached)…"
     try:
-        if status is not None:
-            with status("measuring this machine's float32 and 16-bit kernels (once; cached)…"):
-                timings = measure(tf, [decision_device(machine)], decision_dtypes(machine))
-        else:
+        with status(saying) if status is not None else nullcontext():
             timings = measure(tf, [decision_device(machine)], decision_dtypes(machine))
     except Exception as exc:  # a broken device or kernel: fall back to the rules, never crash a run
         if said is not None:

@@ -13,6 +13,7 @@ import os
 import platform
 import shutil
 import subprocess
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -130,10 +131,8 @@ def parse_cpuinfo(text: str, allowed_cpus: set[int] | None = None) -> CpuInfo:
         model = model or fields.get("model name") or fields.get("cpu model") or fields.get("hardware", "")
         flags = flags or frozenset((fields.get("flags") or fields.get("features") or "").split())
         if mhz is None and fields.get("cpu mhz"):
-            try:
+            with suppress(ValueError):
                 mhz = float(fields["cpu mhz"])
-            except ValueError:
-                mhz = None
     fallback = len(allowed_cpus) if allowed_cpus else (os.cpu_count() or 1)
     return CpuInfo(
         model=model or platform.processor() or "unknown CPU",
