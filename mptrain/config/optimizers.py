@@ -92,13 +92,9 @@ _KIND_TEXT = {"number": "a number (e.g. 0.001 or 1e-3)", "bool": "true or false"
 
 
 def _is_kind(value: Any, kind: Kind) -> bool:
-    if isinstance(value, bool):
+    if isinstance(value, bool):  # an int to Python, not to an optimizer
         return kind == "bool"
-    if kind == "number":
-        return isinstance(value, int | float)
-    if kind == "int":
-        return isinstance(value, int)
-    return False
+    return isinstance(value, {"number": int | float, "int": int}.get(kind, ()))
 
 
 # --- train.optimizer ------------------------------------------------------------------------
