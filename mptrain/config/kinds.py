@@ -3,6 +3,7 @@ each with only the keys that mean something for it."""
 
 from __future__ import annotations
 
+import codecs
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -14,6 +15,7 @@ from pydantic import (
 )
 
 from mptrain.config.names import POLICIES, Activation, Positive, _Strict
+from mptrain.errors import did_you_mean
 
 # --- data ---------------------------------------------------------------------------------
 
@@ -113,8 +115,6 @@ class TextFolderData(_FileData):
     @field_validator("encoding")
     @classmethod
     def _known_encoding(cls, encoding: str) -> str:
-        import codecs
-
         try:
             return codecs.lookup(encoding).name
         except LookupError:
@@ -280,8 +280,6 @@ class ApplicationConfig(_HeadConfig):
     @classmethod
     def _known_application(cls, name: str) -> str:
         if name not in APPLICATIONS:
-            from mptrain.errors import did_you_mean
-
             raise ValueError(f"{name!r} is not in keras.applications{did_you_mean(name, APPLICATIONS)}; "
                              f"choose from {', '.join(sorted(APPLICATIONS))}")
         return name

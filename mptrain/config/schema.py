@@ -9,6 +9,7 @@ is the schema's one namespace: it holds every section.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -246,8 +247,6 @@ class DistributeConfig(_Strict):
     @field_validator("devices")
     @classmethod
     def _device_names(cls, devices: list[str] | None) -> list[str] | None:
-        import re
-
         pattern = r"/?(job:\w+/(replica:\d+/)?(task:\d+/)?)?(device:)?(cpu|gpu|tpu):\d+"
         for device in devices or []:
             if not re.fullmatch(pattern, device, flags=re.IGNORECASE):
