@@ -77,21 +77,10 @@ class KernelSpeeds(FrozenRecord):
 
 
 def _kernels(tf, scale: float):
-    """(name, FLOPs per call, inputs factory, function) for each benchmark kernel."""
+    """(name, FLOPs per call, its inputs' shapes, function) for each benchmark kernel."""
     n = max(8, int(1024 * scale))
     d = max(8, int(512 * scale))
     batch, hw, ch = max(1, int(16 * scale)), max(4, int(56 * scale)), max(4, int(64 * scale))
-
-    def matmul_inputs(dtype):
-        return (tf.cast(tf.random.normal((n, n)), dtype),) * 2
-
-    def dense_inputs(dtype):
-        return (tf.cast(tf.random.normal((d, d)), dtype), tf.cast(tf.random.normal((d, d)), dtype),
-                tf.cast(tf.random.normal((d,)), dtype))
-
-    def conv_inputs(dtype):
-        return (tf.cast(tf.random.normal((batch, hw, hw, ch)), dtype),
-                tf.cast(tf.random.normal((3, 3, ch, ch)), dtype))
 
     # Each returns one element so that fetching it waits for the device but copies ~nothing.
     def matmul(a, b):
@@ -104,9 +93,10 @@ def _kernels(tf, scale: float):
         return tf.nn.conv2d(x, w, 1, "SAME")[0, 0, 0, 0]
 
     return [
-        (f"matmul {n}²", 2 * n**3, matmul_inputs, matmul),
-        (f"dense {d}² fused", 2 * d**3, dense_inputs, dense),
-        (f"conv3x3 {batch}×{hw}²×{ch}", 2 * batch * hw * hw * ch * ch * 9, conv_inputs, conv),
+        (f"matmul {n}²", 2 * n**3, [(n, n), (n, n)], matmul),
+        (f"dense {d}² fused", 2 * d**3, [(d, d), (d, d), (d,)], dense),
+        (f"conv3x3 {batch}×{hw}²×{ch}", 2 * batch * hw * hw * ch * ch * 9,
+         [(batch, hw, hw, ch), (3, 3, ch, ch)], conv),
     ]
 
 
@@ -115,11 +105,11 @@ def measure(tf, devices: list[str], dtypes: tuple[str, ...] = DTYPES, scale: flo
     """Time every kernel in every dtype on every device, the dtypes interleaved."""
     timings: list[KernelTiming] = []
     for device in devices:
-        for name, flops, make_inputs, fn in _kernels(tf, scale):
+        for name, flops, shapes, fn in _kernels(tf, scale):
             calls: dict[str, tuple[Callable, tuple]] = {}
             with tf.device(device):
                 for dtype in dtypes:
-                    inputs = make_inputs(getattr(tf, dtype))
+                    inputs = tuple(tf.cast(tf.random.normal(shape), dtype) for shape in shapes)
                     compiled = tf.function(fn, autograph=False)
                     compiled.get_concrete_function(*inputs)  # trace outside the timing
                     calls[dtype] = (compiled, inputs)
