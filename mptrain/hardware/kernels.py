@@ -2,10 +2,9 @@
 
 Three kernels per dtype: a plain matmul, a fused dense layer (MatMul+BiasAdd+ReLU, the op that
 collapses for float16 on oneDNN CPUs) and a 3x3 convolution. The dtypes of a kernel are timed
-in interleaved rounds (float32, bfloat16, float32, bfloat16, ...) so that a machine whose speed
-drifts slows every side alike, and each timing keeps its median and p10-p90 spread. A dtype
-whose single call exceeds the budget is timed once and marked cut short, so a pathological
-dtype (float16 on a CPU without XLA) costs one call, not minutes.
+in interleaved rounds so that a machine whose speed drifts slows every side alike. A dtype
+whose call takes over `CUT_SHORT_S` is not repeated (cut short), so a pathological dtype
+(float16 on a CPU without XLA) costs one call, not minutes.
 
 CPU flags do not say which policy is fast: on a Xeon with AMX-BF16, oneDNN's bfloat16
 matmuls run several times float32; with AVX512_BF16 alone they were measured 0.8x. So
