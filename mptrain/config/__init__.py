@@ -4,18 +4,12 @@ validated `ExperimentConfig` (`loading.py`), and the optimizers' accepted argume
 from mptrain.config.loading import (
     apply_overrides,
     builtin_configs,
-    find_config,
     load_config,
     parse_override,
-    parse_yaml,
-    read_yaml,
     validate,
     variant,
 )
-from mptrain.config.schema import DATA_KINDS, MODEL_KINDS, POLICIES, ExperimentConfig
+from mptrain.config.schema import ExperimentConfig
 
-__all__ = [
-    "DATA_KINDS", "MODEL_KINDS", "POLICIES", "ExperimentConfig", "apply_overrides",
-    "builtin_configs", "find_config", "load_config", "parse_override", "parse_yaml", "read_yaml",
-    "validate", "variant",
-]
+__all__ = ["ExperimentConfig", "apply_overrides", "builtin_configs", "load_config", "parse_override",
+           "validate", "variant"]

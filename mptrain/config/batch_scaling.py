@@ -27,12 +27,6 @@ from mptrain.config.schema import ExperimentConfig
 WARMUP_SHARE = 0.05  # of the run's steps, for the linear rule's warm-up (Goyal et al.: 5 of 90 epochs)
 
 
-def lr_factor(rule: str, old_batch: int, new_batch: int) -> float:
-    """What the learning rate is multiplied by when the batch goes from old to new."""
-    k = new_batch / old_batch
-    return {"none": 1.0, "linear": k, "sqrt": math.sqrt(k)}[rule]
-
-
 def at_batch(config: ExperimentConfig, batch: int, run_steps: int,
              train_examples: int) -> dict[str, object]:
     """The changes that run `config` at `batch` (its `train.lr_scaling` applied): the batch,
@@ -49,7 +43,8 @@ def at_batch(config: ExperimentConfig, batch: int, run_steps: int,
         while examples_in(steps, batch, train_examples) < wanted:
             steps += 1
         changes["train.max_steps"] = steps
-    factor = lr_factor(train.lr_scaling, train.batch_size, batch)
+    k = batch / train.batch_size
+    factor = {"none": 1.0, "linear": k, "sqrt": math.sqrt(k)}[train.lr_scaling]
     if factor != 1.0:
         warmup = 0
         if train.lr_scaling == "linear" and factor > 1 and train.reduce_lr_on_plateau is None:

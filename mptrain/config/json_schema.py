@@ -1,11 +1,10 @@
 """The experiment file's JSON Schema, for editors: completion and checking as you type.
 
 Built from the same pydantic models `validate` uses (`ExperimentConfig.model_json_schema`,
-each key's type, default, limits and description), so it cannot drift from them. What a
-schema cannot say is left to `mptrain validate`: rules across keys (a math mode that needs a
-float32 policy), optimizer arguments per optimizer, files on disk. Two differences from
-pydantic's own export make it describe the *file*: `name` is not required (it defaults to the
-file's name), and the schema names its draft and itself.
+each key's type, default, limits and description), so it cannot drift from them; what a
+schema cannot say is left to `mptrain validate` (its description says what). Two differences
+from pydantic's own export make it describe the *file*: `name` is not required (it defaults
+to the file's name), and the schema names its draft and itself.
 """
 
 from __future__ import annotations

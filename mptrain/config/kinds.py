@@ -3,18 +3,19 @@ each with only the keys that mean something for it."""
 
 from __future__ import annotations
 
+import codecs
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import (
-    BaseModel,
     Field,
     field_validator,
     model_validator,
 )
 
 from mptrain.config.names import POLICIES, Activation, Positive, _Strict
+from mptrain.errors import did_you_mean
 
 # --- data ---------------------------------------------------------------------------------
 
@@ -71,13 +72,9 @@ class SyntheticTextData(_DataBase):
     num_classes: int = Field(4, ge=2, description="Classes: one marker token each.")
 
 
-Cache = Literal["none", "memory"] | Path
-
-
 class _FileData(_DataBase):
     """Data on disk, streamed through tf.data: decoded in parallel as it is needed, so a
-    data set larger than memory trains. `cache: memory` decodes it once and keeps it; a file
-    path keeps the decoded examples in that file (memory-mapped) for the next runs."""
+    data set larger than memory trains."""
 
     path: Path = Field(description=(
         "image_folder, text_folder: a folder with one sub-folder of files per class; csv: the "
@@ -86,7 +83,7 @@ class _FileData(_DataBase):
     test_split: float = Field(0.2, gt=0.0, lt=1.0, description=(
         "Without test_path: the fraction of the examples kept for testing, chosen by a hash "
         "of each file's path (or row number), the same on every machine."))
-    cache: Cache = Field("none", description=(
+    cache: Literal["none", "memory"] | Path = Field("none", description=(
         "none: decode every epoch (a set larger than memory trains); memory: decode once and "
         "keep it; a path: keep the decoded examples in memory-mapped files there, reused by "
         "the next run with the same data settings."))
@@ -118,8 +115,6 @@ class TextFolderData(_FileData):
     @field_validator("encoding")
     @classmethod
     def _known_encoding(cls, encoding: str) -> str:
-        import codecs
-
         try:
             return codecs.lookup(encoding).name
         except LookupError:
@@ -169,11 +164,6 @@ DataConfig = Annotated[
     | CsvData | TfdsData,
     Field(discriminator="dataset"),
 ]
-DATA_KINDS: dict[str, type[BaseModel]] = {
-    "mnist": MnistData, "fashion_mnist": MnistData, "npz": NpzData, "synthetic": SyntheticData,
-    "synthetic_text": SyntheticTextData, "image_folder": ImageFolderData,
-    "text_folder": TextFolderData, "csv": CsvData, "tfds": TfdsData,
-}
 
 
 # --- model --------------------------------------------------------------------------------
@@ -182,14 +172,11 @@ DATA_KINDS: dict[str, type[BaseModel]] = {
 LayerPolicy = Literal[tuple(p for p in POLICIES if p != "auto")]  # type: ignore[valid-type]
 
 
-OutputActivation = Literal["softmax", "linear", "sigmoid"]
-
-
 class _ModelBase(_Strict):
     num_classes: int | None = Field(None, ge=1, description=(
         "Outputs of the classifier; default: the classes the data has (1 with "
         "binary_crossentropy)."))
-    output_activation: OutputActivation | None = Field(None, description=(
+    output_activation: Literal["softmax", "linear", "sigmoid"] | None = Field(None, description=(
         "mptrain's models: the head's activation (default softmax; sigmoid with "
         "binary_crossentropy). Your own model (python, saved): what its output is (softmax or "
         "sigmoid: probabilities; linear: logits); default: read from its last layer."))
@@ -293,8 +280,6 @@ class ApplicationConfig(_HeadConfig):
     @classmethod
     def _known_application(cls, name: str) -> str:
         if name not in APPLICATIONS:
-            from mptrain.errors import did_you_mean
-
             raise ValueError(f"{name!r} is not in keras.applications{did_you_mean(name, APPLICATIONS)}; "
                              f"choose from {', '.join(sorted(APPLICATIONS))}")
         return name
@@ -372,10 +357,5 @@ ModelConfig = Annotated[
 # Models mptrain did not write: what their output is (probabilities or logits) is read from
 # the model, not decided by a head of mptrain's.
 OWN_MODELS = ("python", "saved")
-MODEL_KINDS: dict[str, type[BaseModel]] = {
-    "mlp": MLPConfig, "cnn": CNNConfig, "application": ApplicationConfig,
-    "transformer": TransformerConfig, "keras_hub": KerasHubConfig, "python": PythonConfig,
-    "saved": SavedConfig,
-}
 
 

@@ -13,20 +13,13 @@ import re
 from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from mptrain.config.schema import (
-    DATA_KINDS,
-    MODEL_KINDS,
-    ConstantSchedule,
-    CosineSchedule,
-    ExperimentConfig,
-    ExponentialSchedule,
-    PiecewiseSchedule,
-)
+from mptrain.config.optimizers import Schedule
+from mptrain.config.schema import DataConfig, ExperimentConfig, ModelConfig
 from mptrain.errors import ConfigError, did_you_mean
 
 # A resolved experiment has ~50 values; anything far larger is a mistake or an attack
@@ -145,14 +138,20 @@ def read_yaml(path: Path) -> dict[str, Any]:
 
 # --- --set overrides ----------------------------------------------------------------------
 
+
+def _members(union: Any, tag: str) -> dict[str, type[BaseModel]]:
+    """Each value of a tagged union's `tag` → the member class that has it."""
+    return {name: member for member in get_args(get_args(union)[0])
+            for name in get_args(member.model_fields[tag].annotation)}
+
+
+MODEL_KINDS = _members(ModelConfig, "kind")
+DATA_KINDS = _members(DataConfig, "dataset")
 # Keys that pick a kind, the classes of the kinds, and the default kind: changing a kind
 # with --set drops the keys only the old kind had.
 _KIND_KEYS = {("model", "kind"): (MODEL_KINDS, "mlp"), ("data", "dataset"): (DATA_KINDS, "synthetic")}
 # Pydantic names the chosen member of a tagged union in error locations (model.cnn.filters).
-_UNION_TAGS: dict[str, type[BaseModel]] = {
-    **MODEL_KINDS, **DATA_KINDS, "constant": ConstantSchedule, "cosine": CosineSchedule,
-    "exponential": ExponentialSchedule, "piecewise": PiecewiseSchedule,
-}
+_UNION_TAGS = {**MODEL_KINDS, **DATA_KINDS, **_members(Schedule, "kind")}
 
 
 KEY_PATH = r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*"
@@ -241,11 +240,10 @@ def load_config(ref: str | Path | ExperimentConfig, overrides: Changes | None = 
     if isinstance(ref, ExperimentConfig):
         return variant(ref, overrides) if overrides else ref
     path = find_config(ref)
-    raw = apply_overrides(read_yaml(path), overrides or [])
+    raw = apply_overrides(read_yaml(path), overrides)
     raw.setdefault("name", path.name.removesuffix(".yaml").replace(" ", "_"))
-    config = validate(raw, str(ref), overrides)
     from_cli = {tuple(keys) for keys, _, _ in parsed_changes(overrides)}
-    config = resolve_paths(config, path.resolve().parent, from_cli,
+    config = resolve_paths(validate(raw, str(ref), overrides), path.resolve().parent, from_cli,
                            output_base=Path.cwd() if is_builtin(path) else None)
     config._source = str(ref)
     return config
@@ -258,8 +256,7 @@ def variant(config: ExperimentConfig, changes: Changes) -> ExperimentConfig:
     here. Paths given in the changes are relative to the current folder, as on the command
     line; the others were resolved already."""
     raw = apply_overrides(config.to_yaml_dict(), changes)
-    changed = validate(raw, config.source, changes)
-    changed = resolve_paths(changed, Path.cwd(), {tuple(keys) for keys, _, _ in parsed_changes(changes)})
+    changed = resolve_paths(validate(raw, config.source, changes), Path.cwd())
     changed._source = config.source
     return changed
 
@@ -267,6 +264,7 @@ def variant(config: ExperimentConfig, changes: Changes) -> ExperimentConfig:
 # Every key that holds a path (section, key); a python builder holds one before its ":".
 PATH_KEYS = (("data", "path"), ("data", "test_path"), ("data", "data_dir"), ("data", "cache"),
              ("model", "path"), ("model", "weights"), ("model", "builder"), ("output", "dir"))
+NOT_PATHS = {"weights": ("imagenet",), "cache": ("none", "memory")}  # names these keys take
 
 
 def resolve_paths(config: ExperimentConfig, base: Path,
@@ -311,26 +309,20 @@ def _relative(key: str, value: str, folder: Path) -> str:
     if key == "builder":
         target, _, function = value.rpartition(":")
         return f"{_relative('path', target, folder)}:{function}" if target.endswith(".py") else value
-    if value in ("imagenet", "none", "memory") or not Path(value).is_absolute():
-        return value
-    if os.path.commonpath([value, folder]) == os.path.sep:
-        return value
+    if not Path(value).is_absolute() or os.path.commonpath([value, folder]) == os.path.sep:
+        return value  # relative already, or a name (imagenet, memory), or elsewhere
     return os.path.relpath(value, folder)
 
 
 def _absolute(key: str, value, root: Path):
     if key == "builder":
         target, _, function = value.rpartition(":")
-        if target.endswith(".py") and not Path(target).expanduser().is_absolute():
-            return f"{(root / Path(target).expanduser()).resolve()}:{function}"
-        return value
-    if key == "weights":  # null, imagenet, or a file
-        if value == "imagenet" or Path(value).expanduser().is_absolute():
-            return value
-        return str((root / Path(value).expanduser()).resolve())
-    if key == "cache" and value in ("none", "memory"):
+        return f"{_absolute('weights', target, root)}:{function}" if target.endswith(".py") else value
+    if value in NOT_PATHS.get(key, ()):
         return value
     path = Path(value).expanduser()
+    if isinstance(value, str):  # weights (and a builder's file): kept as written when absolute
+        return value if path.is_absolute() else str((root / path).resolve())
     return path if path.is_absolute() else (root / path).resolve()
 
 
@@ -360,7 +352,7 @@ def _describe(err: dict[str, Any], set_keys: dict[tuple[str, ...], str]) -> str:
         where = f"{key}: " if loc else ""
         return f"  {origin}{where}{err['msg'].removeprefix('Value error, ')}"
     shown = repr(value) if not isinstance(value, dict) else "{…}"
-    if kind in ("literal_error", "enum"):  # a name from a fixed list: say the list, and the nearest
+    if kind == "literal_error":  # a name from a fixed list: say the list, and the nearest
         choices = re.findall(r"'([^']*)'", str(err.get("ctx", {}).get("expected", "")))
         hint = did_you_mean(str(value), choices) if isinstance(value, str) else ""
         return f"  {origin}{key} = {shown}: not one of {', '.join(choices)}{hint}"

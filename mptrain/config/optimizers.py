@@ -68,7 +68,7 @@ RESERVED = {
 
 def check_kwargs(optimizer: str, kwargs: dict[str, Any]) -> list[str]:
     """Problems with `kwargs` for `optimizer`, one sentence each (empty when all is well)."""
-    _, own = OPTIMIZERS[optimizer]
+    keras_name, own = OPTIMIZERS[optimizer]
     accepted = {**own, **COMMON}
     problems = []
     for key, value in kwargs.items():
@@ -76,7 +76,7 @@ def check_kwargs(optimizer: str, kwargs: dict[str, Any]) -> list[str]:
             problems.append(f"{key}: not allowed here ({RESERVED[key]})")
         elif key not in accepted:
             hint = did_you_mean(key, accepted)
-            problems.append(f"{key}: {OPTIMIZERS[optimizer][0]} has no such argument{hint}; "
+            problems.append(f"{key}: {keras_name} has no such argument{hint}; "
                             f"it accepts {', '.join(sorted(accepted))}")
         elif value is not None and not _is_kind(value, accepted[key]):
             problems.append(f"{key} = {value!r}: expected {_KIND_TEXT[accepted[key]]}")
@@ -92,13 +92,9 @@ _KIND_TEXT = {"number": "a number (e.g. 0.001 or 1e-3)", "bool": "true or false"
 
 
 def _is_kind(value: Any, kind: Kind) -> bool:
-    if isinstance(value, bool):
+    if isinstance(value, bool):  # an int to Python, not to an optimizer
         return kind == "bool"
-    if kind == "number":
-        return isinstance(value, int | float)
-    if kind == "int":
-        return isinstance(value, int)
-    return False
+    return isinstance(value, {"number": int | float, "int": int}.get(kind, ()))
 
 
 # --- train.optimizer ------------------------------------------------------------------------

@@ -9,6 +9,7 @@ is the schema's one namespace: it holds every section.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -19,10 +20,7 @@ from pydantic import (
     model_validator,
 )
 
-# the kinds and names, re-exported: the schema is one namespace (`from mptrain.config.schema import CsvData`)
 from mptrain.config.kinds import (  # noqa: F401
-    DATA_KINDS,
-    MODEL_KINDS,
     OWN_MODELS,
     ApplicationConfig,
     CNNConfig,
@@ -47,11 +45,9 @@ from mptrain.config.names import (  # noqa: F401
     MATH_MODES,
     POLICIES,
     STRATEGIES,
-    Activation,
     LoopName,
     MathMode,
     PolicyName,
-    Positive,
     StrategyName,
     _Strict,
 )
@@ -62,7 +58,6 @@ from mptrain.config.optimizers import (  # noqa: F401
     LrScaling,
     OptimizerConfig,
     PiecewiseSchedule,
-    Schedule,
 )
 
 # --- training -----------------------------------------------------------------------------
@@ -198,7 +193,6 @@ class TrainConfig(_Strict):
     recovery: RecoveryConfig = Field(default_factory=RecoveryConfig, description=(
         "What a diverged step does: back to the last good checkpoint, up to max_trials times."))
 
-
     @model_validator(mode="after")
     def _epoch_rules_fit(self) -> TrainConfig:
         for key in ("early_stopping", "reduce_lr_on_plateau", "keep_best"):
@@ -253,8 +247,6 @@ class DistributeConfig(_Strict):
     @field_validator("devices")
     @classmethod
     def _device_names(cls, devices: list[str] | None) -> list[str] | None:
-        import re
-
         pattern = r"/?(job:\w+/(replica:\d+/)?(task:\d+/)?)?(device:)?(cpu|gpu|tpu):\d+"
         for device in devices or []:
             if not re.fullmatch(pattern, device, flags=re.IGNORECASE):
@@ -357,18 +349,15 @@ class ExperimentConfig(_Strict):
         return self
 
     @model_validator(mode="after")
-    def _best_weights_on_one_host(self) -> ExperimentConfig:
+    def _multi_worker_rules(self) -> ExperimentConfig:
+        if self.distribute.strategy != "multi_worker_mirrored":
+            return self
         stopping = self.train.early_stopping
-        if stopping and stopping.restore_best_weights and \
-                self.distribute.strategy == "multi_worker_mirrored":
+        if stopping and stopping.restore_best_weights:
             raise ValueError("train.early_stopping.restore_best_weights: the best weights are "
                              "kept by the chief alone, and every worker would have to restore "
                              "them; leave it out under multi_worker_mirrored")
-        return self
-
-    @model_validator(mode="after")
-    def _fit_runs_under_the_strategy(self) -> ExperimentConfig:
-        if self.distribute.strategy == "multi_worker_mirrored" and self.train.loop == "fit":
+        if self.train.loop == "fit":
             raise ValueError("distribute.strategy multi_worker_mirrored needs train.loop: custom "
                              "(Keras 3's Model.fit does not run under MultiWorkerMirroredStrategy: "
                              "keras-team/keras#20585)")

@@ -2,10 +2,9 @@
 
 Three kernels per dtype: a plain matmul, a fused dense layer (MatMul+BiasAdd+ReLU, the op that
 collapses for float16 on oneDNN CPUs) and a 3x3 convolution. The dtypes of a kernel are timed
-in interleaved rounds (float32, bfloat16, float32, bfloat16, ...) so that a machine whose speed
-drifts slows every side alike, and each timing keeps its median and p10-p90 spread. A dtype
-whose single call exceeds the budget is timed once and marked cut short, so a pathological
-dtype (float16 on a CPU without XLA) costs one call, not minutes.
+in interleaved rounds so that a machine whose speed drifts slows every side alike. A dtype
+whose call takes over `CUT_SHORT_S` is not repeated (cut short), so a pathological dtype
+(float16 on a CPU without XLA) costs one call, not minutes.
 
 CPU flags do not say which policy is fast: on a Xeon with AMX-BF16, oneDNN's bfloat16
 matmuls run several times float32; with AVX512_BF16 alone they were measured 0.8x. So
@@ -23,6 +22,7 @@ import os
 import statistics
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -65,9 +65,7 @@ class KernelSpeeds(FrozenRecord):
         """Geometric mean over the kernels of `dtype`'s speed relative to float32."""
         ratios = [t.ratio_to_float32 for t in self.timings
                   if t.device == device and t.dtype == dtype and t.ratio_to_float32]
-        if not ratios:
-            return None
-        return math.exp(sum(math.log(r) for r in ratios) / len(ratios))
+        return statistics.geometric_mean(ratios) if ratios else None
 
     def describe(self, dtype: str, device: str) -> str:
         """'bfloat16 kernels run 0.80x float32 on CPU:0 (matmul 0.80x, dense 0.78x, conv 0.54x)'."""
@@ -78,21 +76,10 @@ class KernelSpeeds(FrozenRecord):
 
 
 def _kernels(tf, scale: float):
-    """(name, FLOPs per call, inputs factory, function) for each benchmark kernel."""
+    """(name, FLOPs per call, its inputs' shapes, function) for each benchmark kernel."""
     n = max(8, int(1024 * scale))
     d = max(8, int(512 * scale))
     batch, hw, ch = max(1, int(16 * scale)), max(4, int(56 * scale)), max(4, int(64 * scale))
-
-    def matmul_inputs(dtype):
-        return (tf.cast(tf.random.normal((n, n)), dtype),) * 2
-
-    def dense_inputs(dtype):
-        return (tf.cast(tf.random.normal((d, d)), dtype), tf.cast(tf.random.normal((d, d)), dtype),
-                tf.cast(tf.random.normal((d,)), dtype))
-
-    def conv_inputs(dtype):
-        return (tf.cast(tf.random.normal((batch, hw, hw, ch)), dtype),
-                tf.cast(tf.random.normal((3, 3, ch, ch)), dtype))
 
     # Each returns one element so that fetching it waits for the device but copies ~nothing.
     def matmul(a, b):
@@ -105,9 +92,10 @@ def _kernels(tf, scale: float):
         return tf.nn.conv2d(x, w, 1, "SAME")[0, 0, 0, 0]
 
     return [
-        (f"matmul {n}²", 2 * n**3, matmul_inputs, matmul),
-        (f"dense {d}² fused", 2 * d**3, dense_inputs, dense),
-        (f"conv3x3 {batch}×{hw}²×{ch}", 2 * batch * hw * hw * ch * ch * 9, conv_inputs, conv),
+        (f"matmul {n}²", 2 * n**3, [(n, n), (n, n)], matmul),
+        (f"dense {d}² fused", 2 * d**3, [(d, d), (d, d), (d,)], dense),
+        (f"conv3x3 {batch}×{hw}²×{ch}", 2 * batch * hw * hw * ch * ch * 9,
+         [(batch, hw, hw, ch), (3, 3, ch, ch)], conv),
     ]
 
 
@@ -116,11 +104,11 @@ def measure(tf, devices: list[str], dtypes: tuple[str, ...] = DTYPES, scale: flo
     """Time every kernel in every dtype on every device, the dtypes interleaved."""
     timings: list[KernelTiming] = []
     for device in devices:
-        for name, flops, make_inputs, fn in _kernels(tf, scale):
+        for name, flops, shapes, fn in _kernels(tf, scale):
             calls: dict[str, tuple[Callable, tuple]] = {}
             with tf.device(device):
                 for dtype in dtypes:
-                    inputs = make_inputs(getattr(tf, dtype))
+                    inputs = tuple(tf.cast(tf.random.normal(shape), dtype) for shape in shapes)
                     compiled = tf.function(fn, autograph=False)
                     compiled.get_concrete_function(*inputs)  # trace outside the timing
                     calls[dtype] = (compiled, inputs)
@@ -254,11 +242,9 @@ def measured_kernels(tf, machine: Machine, status: Callable[[str], object] | Non
     if speeds is not None or machine.tpu:
         return speeds
     started = time.perf_counter()
+    saying = "measuring this machine's float32 and 16-bit kernels (once; cached)…"
     try:
-        if status is not None:
-            with status("measuring this machine's float32 and 16-bit kernels (once; cached)…"):
-                timings = measure(tf, [decision_device(machine)], decision_dtypes(machine))
-        else:
+        with status(saying) if status is not None else nullcontext():
             timings = measure(tf, [decision_device(machine)], decision_dtypes(machine))
     except Exception as exc:  # a broken device or kernel: fall back to the rules, never crash a run
         if said is not None:

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import os
 import platform
-import shutil
 import subprocess
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -130,10 +130,8 @@ def parse_cpuinfo(text: str, allowed_cpus: set[int] | None = None) -> CpuInfo:
         model = model or fields.get("model name") or fields.get("cpu model") or fields.get("hardware", "")
         flags = flags or frozenset((fields.get("flags") or fields.get("features") or "").split())
         if mhz is None and fields.get("cpu mhz"):
-            try:
+            with suppress(ValueError):
                 mhz = float(fields["cpu mhz"])
-            except ValueError:
-                mhz = None
     fallback = len(allowed_cpus) if allowed_cpus else (os.cpu_count() or 1)
     return CpuInfo(
         model=model or platform.processor() or "unknown CPU",
@@ -198,9 +196,7 @@ def _xla_works(tf) -> bool:
 
 
 def _nvidia_smi_memory() -> list[int]:
-    if shutil.which("nvidia-smi") is None:
-        return []
-    try:
+    try:  # no nvidia-smi is an OSError too
         out = subprocess.run(
             ["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
             capture_output=True, text=True, timeout=10, check=True,
