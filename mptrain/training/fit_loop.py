@@ -48,20 +48,17 @@ class FitLoop:
         set, Keras keeps the iterator across epochs; shuffle=False, the stream is in order. A
         run resumed inside an epoch first finishes that epoch with its remaining steps."""
         callback = _MonitorCallback(monitor, batches, scale_variable(self.optimizer), self.batch_loss)
-        steps = batches.steps_per_epoch
+        same = dict(validation_data=batches.val, class_weight=self.class_weight, callbacks=[callback],
+                    shuffle=False, verbose=0)
         if start_step:
             callback.first_step = start_step
             self.model.fit(batches.train_from(start_epoch, start_step, start_epoch + 1),
                            initial_epoch=start_epoch, epochs=start_epoch + 1,
-                           steps_per_epoch=steps - start_step, validation_data=batches.val,
-                           class_weight=self.class_weight, callbacks=[callback], shuffle=False,
-                           verbose=0)
+                           steps_per_epoch=batches.steps_per_epoch - start_step, **same)
             start_epoch += 1
         if start_epoch < batches.epochs and not monitor.stop_requested:
             self.model.fit(batches.train_from(start_epoch, 0), initial_epoch=start_epoch,
-                           epochs=batches.epochs, steps_per_epoch=steps,
-                           validation_data=batches.val, class_weight=self.class_weight,
-                           callbacks=[callback], shuffle=False, verbose=0)
+                           epochs=batches.epochs, steps_per_epoch=batches.steps_per_epoch, **same)
 
     def evaluate(self, dataset) -> dict[str, float]:
         results = self.model.evaluate(dataset, return_dict=True, verbose=0)

@@ -46,13 +46,9 @@ def value_of(variable) -> float:
 
 def learning_rate_at(optimizer, cfg: OptimizerConfig, total_steps: int):
     """step → the learning rate at that step (for telemetry), without touching the optimizer."""
-    if cfg.schedule is None:
-        constant = value_of(optimizer.learning_rate)
-        return lambda step: constant
-    schedule = learning_rate_schedule(cfg.schedule, total_steps)
-    if isinstance(schedule, float):
-        return lambda step: schedule
-    return lambda step: float(schedule(step))
+    rate = (value_of(optimizer.learning_rate) if cfg.schedule is None
+            else learning_rate_schedule(cfg.schedule, total_steps))
+    return (lambda step: float(rate(step))) if callable(rate) else (lambda step: rate)
 
 
 def learning_rate_schedule(schedule, total_steps: int):
