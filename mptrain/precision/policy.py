@@ -11,6 +11,7 @@ dynamic loss scaling (`PolicyChoice.loss_scaling`; `training/loss_scale.py` wrap
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import groupby
 
 from mptrain.hardware.kernels import KernelSpeeds, decision_device, decision_dtypes
 from mptrain.hardware.machine import GpuInfo, Machine
@@ -265,7 +266,9 @@ def compatibility_check(gpus: tuple[GpuInfo, ...] | list[GpuInfo]) -> str:
         else:
             head = ("Your GPUs may run slowly with dtype policy mixed_float16 because they do not "
                     "have compute capability of at least 7.0. Your GPUs:")
-        listed = "\n".join(f"  {d}" for d in _dedup(supported + unsupported))
+        # consecutive duplicates as 'name (xN)', like TensorFlow's check
+        listed = "\n".join(f"  {name} (x{n})" if (n := len(list(same))) > 1 else f"  {name}"
+                           for name, same in groupby(supported + unsupported))
         return (f"{prefix}WARNING\n{head}\n{listed}\nSee https://developer.nvidia.com/cuda-gpus "
                 f"for a list of GPUs and their compute capabilities.\n{suffix}")
     if not supported:
@@ -277,19 +280,6 @@ def compatibility_check(gpus: tuple[GpuInfo, ...] | list[GpuInfo]) -> str:
                 f"it has compute capability of at least 7.0. Your GPU: {supported[0]}")
     return (f"{prefix}OK\nYour GPUs will likely run quickly with dtype policy mixed_float16 as "
             "they all have compute capability of at least 7.0")
-
-
-def _dedup(items: list[str]) -> list[str]:
-    """Consecutive duplicates as 'name (xN)', like TensorFlow's check."""
-    out: list[str] = []
-    counts: list[int] = []
-    for item in items:
-        if out and out[-1] == item:
-            counts[-1] += 1
-        else:
-            out.append(item)
-            counts.append(1)
-    return [f"{item} (x{n})" if n > 1 else item for item, n in zip(out, counts, strict=True)]
 
 
 def apply_policy(name: str) -> None:
