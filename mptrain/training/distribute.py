@@ -92,12 +92,13 @@ def _new_placement(cfg, tf) -> Placement:
                               "on one machine with `mptrain run --workers N` (a stopped run: "
                               "`mptrain run --resume RUN_DIR --workers N`)")
         strategy = tf.distribute.MultiWorkerMirroredStrategy()
-        resolver = strategy.cluster_resolver
-        chief = is_chief(resolver.task_type, resolver.task_id, resolver.cluster_spec().as_dict())
+        task = strategy.cluster_resolver.task_type, strategy.cluster_resolver.task_id
+        cluster = strategy.cluster_resolver.cluster_spec().as_dict()
+        # the chief task, or worker 0 when the cluster has no chief (TensorFlow's convention)
+        chief = task[0] in (None, "chief") or (task == ("worker", 0) and "chief" not in cluster)
         return Placement(strategy, strategy.num_replicas_in_sync, chief,
                          f"{strategy.num_replicas_in_sync} replicas on "
-                         f"{len(resolver.cluster_spec().as_dict().get('worker', []))} workers",
-                         (resolver.task_type, resolver.task_id))
+                         f"{len(cluster.get('worker', []))} workers", task)
     resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=cfg.tpu or "")
     tf.config.experimental_connect_to_cluster(resolver)
     tf.tpu.experimental.initialize_tpu_system(resolver)
@@ -118,13 +119,6 @@ def check_batch_split(config, replicas: int) -> None:
                           f"{replicas} replicas, which Keras' Model.fit needs (each replica takes "
                           f"an equal share); use a multiple of {replicas}, e.g. {even}, or "
                           "train.loop: custom")
-
-
-def is_chief(task_type: str | None, task_id: int | None, cluster: dict) -> bool:
-    """The chief task, or worker 0 when the cluster has no chief (TensorFlow's convention)."""
-    if task_type in (None, "chief"):
-        return True
-    return task_type == "worker" and task_id == 0 and "chief" not in cluster
 
 
 def worker_lost(exc: BaseException, place: Placement, tf, run_dir: Path | None) -> WorkerLost | None:
