@@ -17,6 +17,7 @@ import os
 from pathlib import Path
 
 from mptrain.config.schema import EpochRule, TrainConfig
+from mptrain.training.optimizer import value_of
 from mptrain.training.records import EpochRecord, TrainingListener
 
 BEST_WEIGHTS = "best.weights.h5"
@@ -87,9 +88,7 @@ class EpochRules(TrainingListener):
         since = max(best + 1 if best is not None else 0, last_reduction(records))
         if best is None or len(records) - since < rule.patience:
             return
-        import keras
-
-        rate = float(keras.ops.convert_to_numpy(self.optimizer.learning_rate))
+        rate = value_of(self.optimizer.learning_rate)
         lowered = max(rate * rule.factor, rule.min_lr)
         if lowered < rate * (1 - 1e-6):
             self.optimizer.learning_rate.assign(lowered)

@@ -91,13 +91,12 @@ def build_optimizer_state(optimizer, variables, xla_update: bool) -> None:
     import tensorflow as tf
 
     unbound_apply = type(optimizer).apply
+    ids = list(map(id, variables))
     compiled = tf.function(lambda grads: unbound_apply(optimizer, grads, variables),
                            jit_compile=True, autograph=False)
 
     def apply(grads, trainable_variables=None):
-        if trainable_variables is not None and [id(v) for v in trainable_variables] != [
-            id(v) for v in variables
-        ]:
+        if trainable_variables is not None and list(map(id, trainable_variables)) != ids:
             raise ValueError("the XLA optimizer update was built for a different variable list")
         return compiled(list(grads))
 
