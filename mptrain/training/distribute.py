@@ -1,10 +1,8 @@
 """Training on several devices or machines with TensorFlow's own `tf.distribute`.
 
-One function turns `distribute.strategy` into a strategy (as TF Model Garden's
-`distribute_utils` does); the runner creates the model, the optimizer (with its
-LossScaleOptimizer), the metrics and the checkpoint inside its scope; `Model.fit` runs under
-it as it is, and the custom loop runs its step per replica through `strategy.run`
-(`custom_loop.py`). `train.batch_size` is the global batch, split across replicas.
+`placement` turns `distribute.strategy` into a strategy (as TF Model Garden's
+`distribute_utils` does), in whose scope the runner builds the model, optimizer, metrics and
+checkpoint. `train.batch_size` is the global batch, split across replicas.
 
 Loss scaling across replicas: every replica must skip the same steps. Keras'
 LossScaleOptimizer decides per replica from that replica's own gradients, so a non-finite
@@ -115,10 +113,9 @@ def check_batch_split(config, replicas: int) -> None:
     if replicas > 1 and train.loop == "fit" and train.batch_size % replicas:
         even = train.batch_size - train.batch_size % replicas or replicas
         raise ConfigError(f"{config.source}: train.batch_size {train.batch_size} does not split "
-                          f"evenly over the "
-                          f"{replicas} replicas, which Keras' Model.fit needs (each replica takes "
-                          f"an equal share); use a multiple of {replicas}, e.g. {even}, or "
-                          "train.loop: custom")
+                          f"evenly over the {replicas} replicas, which Keras' Model.fit needs (each "
+                          f"replica takes an equal share); use a multiple of {replicas}, e.g. "
+                          f"{even}, or train.loop: custom")
 
 
 def worker_lost(exc: BaseException, place: Placement, tf, run_dir: Path | None) -> WorkerLost | None:

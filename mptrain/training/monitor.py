@@ -2,8 +2,8 @@
 
 Loops call `epoch_begin`, `step_begin`, `step_end`, `epoch_end`; the monitor times steps,
 follows the loss scale (`loss_scale.LossScaleTracker`), decides when a bounded run must stop,
-and forwards records to listeners (live progress, the run folder's files, checkpoints, the
-divergence guard). A new capability is a listener, written once, not a change to each loop.
+and forwards records to listeners (`records.TrainingListener`), so a new capability is
+written once, not per loop.
 
 A run resumed inside an epoch restarts the loop's metrics at the resume; the monitor carries
 the epoch's earlier steps (from their records) into every running metric, so the resumed
