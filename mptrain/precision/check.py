@@ -98,12 +98,9 @@ def distribution_facts(tf) -> DistributionFacts:
 
 def check_machine(*, bench: bool = False, no_bench: bool = False, bench_scale: float = 1.0,
                   verbose: bool = False, status: Callable[[str], Any] | None = None) -> CheckReport:
-    """`mptrain check-gpu`: this machine's facts and the policy that will be fast here.
-
-    The kernels the recommendation rests on are the cached measurement, or measured now on
-    first use; `bench` measures every dtype afresh (cached only at the standard scale, so
-    another scale is shown, not kept); `no_bench` decides by the hardware's rules alone.
-    `status(text)` is a context manager that shows progress while measuring."""
+    """The report (see the module's docstring). A `bench` at another than the standard scale
+    is shown, not cached; `status(text)` is a context manager that shows progress while
+    measuring."""
     import time
 
     from mptrain.hardware.kernels import (
