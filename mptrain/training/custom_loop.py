@@ -100,14 +100,11 @@ class CustomLoop:
             self.test_step = tf.function(lambda x, y: strategy.run(test_step, args=(x, y)))
 
     def _reset(self) -> None:
-        self.loss_tracker.reset_state()
-        for metric in self.metrics:
+        for metric in [self.loss_tracker, *self.metrics]:
             metric.reset_state()
 
     def _results(self, prefix: str = "") -> dict[str, float]:
-        out = {f"{prefix}loss": float(self.loss_tracker.result())}
-        out.update({f"{prefix}{m.name}": float(m.result()) for m in self.metrics})
-        return out
+        return {f"{prefix}{m.name}": float(m.result()) for m in [self.loss_tracker, *self.metrics]}
 
     def train(self, batches: Batches, monitor: TrainingMonitor, start_epoch: int = 0,
               start_step: int = 0) -> None:
