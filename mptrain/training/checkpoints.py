@@ -43,7 +43,7 @@ class Checkpointer(TrainingListener):
     """Saves when the configuration says, and restores on demand."""
 
     def __init__(self, folder: Path, model, optimizer, cfg: CheckpointConfig, steps_per_epoch: int,
-                 on_save: Callable[[], None] = lambda: None):
+                 on_save: Callable[[], None]):
         import tensorflow as tf
 
         self.folder, self.optimizer = folder, optimizer
