@@ -151,8 +151,7 @@ class TrainingMonitor:
         """`metrics` as the loop computed them. The training `loss` is replaced by the mean
         over this epoch's steps with a finite loss, weighted by their examples: a skipped
         step (NaN loss, normal under loss scaling) would make Keras' running mean NaN."""
-        steps = [r for r in self.steps if r.epoch == self.epoch]
-        finite = [r for r in steps if math.isfinite(r.loss)]
+        finite = [r for r in self.steps if r.epoch == self.epoch and math.isfinite(r.loss)]
         loss = (sum(r.loss * r.examples for r in finite) / sum(r.examples for r in finite)
                 if finite else math.nan)
         values = {k: float(v) for k, v in metrics.items()}
