@@ -16,7 +16,7 @@ from typing import Any
 from mptrain.errors import ConfigError
 from mptrain.hardware.kernels import KernelSpeeds, KernelTiming
 from mptrain.hardware.machine import Machine
-from mptrain.precision.policy import compatibility_check, recommend
+from mptrain.precision.policy import Recommendation, compatibility_check, recommend
 from mptrain.record import FrozenRecord
 
 
@@ -70,17 +70,10 @@ class DistributionFacts(FrozenRecord):
     note: str
 
 
-class RecommendationFacts(FrozenRecord):
-    policy: str
-    reason: str
-    warnings: list[str]
-    measured: bool  # decided on measured kernel speeds (else on the hardware's flags)
-
-
 class CheckReport(FrozenRecord):
     machine: MachineFacts
     gpu_found: bool
-    recommendation: RecommendationFacts
+    recommendation: Recommendation
     compatibility_check: str
     distribution: DistributionFacts | None
     kernels: KernelSpeeds | None  # the measurement the recommendation cites
@@ -105,12 +98,9 @@ def distribution_facts(tf) -> DistributionFacts:
 
 def check_machine(*, bench: bool = False, no_bench: bool = False, bench_scale: float = 1.0,
                   verbose: bool = False, status: Callable[[str], Any] | None = None) -> CheckReport:
-    """`mptrain check-gpu`: this machine's facts and the policy that will be fast here.
-
-    The kernels the recommendation rests on are the cached measurement, or measured now on
-    first use; `bench` measures every dtype afresh (cached only at the standard scale, so
-    another scale is shown, not kept); `no_bench` decides by the hardware's rules alone.
-    `status(text)` is a context manager that shows progress while measuring."""
+    """The report (see the module's docstring). A `bench` at another than the standard scale
+    is shown, not cached; `status(text)` is a context manager that shows progress while
+    measuring."""
     import time
 
     from mptrain.hardware.kernels import (
@@ -142,8 +132,7 @@ def check_machine(*, bench: bool = False, no_bench: bool = False, bench_scale: f
     return CheckReport(
         machine=MachineFacts.of(machine),
         gpu_found=bool(machine.gpus),
-        recommendation=RecommendationFacts(policy=rec.policy, reason=rec.reason,
-                                           warnings=[*rec.warnings, *said], measured=rec.measured),
+        recommendation=rec.model_copy(update={"warnings": [*rec.warnings, *said]}),
         compatibility_check=compatibility_check(machine.gpus),
         distribution=distribution_facts(tf),
         kernels=kernels,

@@ -82,11 +82,9 @@ def lint(prepared, profile: ForwardProfile, target: Target = "auto") -> list[Fin
     """Every finding for this model, experiment and machine (`prepared`: the experiment as
     `runs.experiment.prepare` set it up), warnings first, then by the layer's share of the
     FLOPs."""
-    total = max(profile.flops, 1)
     config, machine = prepared.config, prepared.machine
     units = alignment_units(machine, target)
-    findings = [*(_alignment(profile.layers, config, profile.flops_by_layer, total, units)
-                  if units else []),
+    findings = [*(_alignment(profile, config, units) if units else []),
                 *_small_model(config, profile, machine),
                 *_numerics(profile.layers, prepared.choice, prepared.notes, prepared.output)]
     return sorted(findings, key=lambda f: (f.severity != "warning", -(f.flops_share or 0)))
@@ -111,17 +109,16 @@ def isinstance_name(layer, name: str) -> bool:
     return any(cls.__name__ == name for cls in type(layer).__mro__)
 
 
-def _alignment(layers, config, flops_by_layer, total, units: str) -> list[Finding]:
+def _alignment(profile: ForwardProfile, config, units: str) -> list[Finding]:
     findings = []
-    sized = [(layer, dims) for layer in layers if (dims := _dimensions(layer))]
-    first_layer = True
-    for layer, dims in sized:
-        share = flops_by_layer.get(layer.name, 0) / total
+    sized = [(layer, dims) for layer in profile.layers if (dims := _dimensions(layer))]
+    for index, (layer, dims) in enumerate(sized):
+        share = profile.flops_by_layer.get(layer.name, 0) / max(profile.flops, 1)
         for what, size in dims:
             # fixed by the data (the first layer's inputs, RGB) or the task (the output layer's
             # units are the classes, whoever wrote the model)
-            fixed = ((first_layer and what in ("input features", "input channels"))
-                     or (layer is sized[-1][0] and what == "units"))
+            fixed = ((index == 0 and what in ("input features", "input channels"))
+                     or (index == len(sized) - 1 and what == "units"))
             message = _misaligned(size, units)
             if message is None:
                 continue
@@ -135,7 +132,6 @@ def _alignment(layers, config, flops_by_layer, total, units: str) -> list[Findin
                 fix = _yaml_hint(layer.name, what, config)
             findings.append(_finding("alignment", severity, layer.name,
                                     f"{layer.name}: {what} {size} {message}; {fix}", share))
-        first_layer = False
     batch = config.train.batch_size
     message = _misaligned(batch, units)
     if message is not None:

@@ -30,11 +30,9 @@ STAMP = "# mptrain-plan: "
 # what a plan decides, and so may differ between the plan and the experiment it was made for
 PLANNED_KEYS = ("policy", "train.jit_compile", "train.math_mode", "model.fused_layers",
                 "model.float32_layers")
-IGNORED = ("name", "output")
-
-
 # what a plan whose pick runs at another batch size decides too (`config.batch_scaling`)
 BATCH_KEYS = ("train.batch_size", "train.optimizer", "train.max_steps")
+IGNORED = ("name", "output")  # the run's name and output folder: never a reason to re-plan
 
 
 def stamp(machine_key: str, winner: str, batch_from: int | None = None) -> str:

@@ -10,10 +10,12 @@ dynamic loss scaling (`PolicyChoice.loss_scaling`; `training/loss_scale.py` wrap
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from itertools import groupby
 
 from mptrain.hardware.kernels import KernelSpeeds, decision_device, decision_dtypes
 from mptrain.hardware.machine import GpuInfo, Machine
+from mptrain.record import FrozenRecord
 
 # policy → (compute dtype, variable dtype)
 DTYPES = {
@@ -37,11 +39,12 @@ CPU_BFLOAT16 = ("oneDNN runs bfloat16 matmuls and convolutions on the CPU's AMX-
 MIN_GAIN = 1.1
 
 
-@dataclass(frozen=True)
-class Recommendation:
+class Recommendation(FrozenRecord):
+    """The policy `auto` resolves to, and why (also the check-gpu report's)."""
+
     policy: str
     reason: str
-    warnings: list[str] = field(default_factory=list)
+    warnings: list[str] = []
     measured: bool = False  # decided on this machine's measured kernels (else on its flags)
 
 
@@ -51,8 +54,8 @@ def recommend(machine: Machine, kernels: KernelSpeeds | None = None) -> Recommen
     else by rules on the hardware (the guide's GPU logic, TPUs, CPU flags)."""
     if machine.tpu:
         return Recommendation(
-            "mixed_bfloat16", "TPUs compute in bfloat16 natively; bfloat16 needs no loss scaling"
-        )
+            policy="mixed_bfloat16",
+            reason="TPUs compute in bfloat16 natively; bfloat16 needs no loss scaling")
     if kernels is not None:
         return _measured(machine, kernels)
     return _by_rule(machine)
@@ -74,11 +77,13 @@ def _measured(machine: Machine, kernels: KernelSpeeds) -> Recommendation:
     measured = "; ".join(kernels.describe(dtype, device) for dtype in gains)
     if gains[best] >= MIN_GAIN:
         policy = "mixed_bfloat16" if best == "bfloat16" else "mixed_float16"
-        return Recommendation(policy, f"measured on {where}: {measured}{plan}", warnings, True)
+        return Recommendation(policy=policy, reason=f"measured on {where}: {measured}{plan}",
+                              warnings=warnings, measured=True)
     return Recommendation(
-        "float32", f"measured on {where}: {measured}, not faster than float32 by the "
-        f"{MIN_GAIN:g}x it takes to pay off{plan}",
-        [*warnings, "16-bit policies measured no faster than float32 on this machine"], True)
+        policy="float32", reason=f"measured on {where}: {measured}, not faster than float32 by "
+        f"the {MIN_GAIN:g}x it takes to pay off{plan}",
+        warnings=[*warnings, "16-bit policies measured no faster than float32 on this machine"],
+        measured=True)
 
 
 def _by_rule(machine: Machine) -> Recommendation:
@@ -86,35 +91,31 @@ def _by_rule(machine: Machine) -> Recommendation:
         weakest = min(machine.gpus, key=lambda g: g.compute_capability or (0, 0))
         if weakest.fast_bfloat16:
             return Recommendation(
-                "mixed_bfloat16",
-                f"{weakest.describe()}: Tensor Cores run bfloat16 as fast as float16 (CC >= 8.0), "
-                "and bfloat16 needs no loss scaling; mixed_float16 is equally fast",
-            )
+                policy="mixed_bfloat16",
+                reason=f"{weakest.describe()}: Tensor Cores run bfloat16 as fast as float16 "
+                "(CC >= 8.0), and bfloat16 needs no loss scaling; mixed_float16 is equally fast")
         if weakest.float16_tensor_cores:
             return Recommendation(
-                "mixed_float16",
-                f"{weakest.describe()}: float16 Tensor Cores (CC >= 7.0), the guide's up-to-3x case",
-            )
+                policy="mixed_float16",
+                reason=f"{weakest.describe()}: float16 Tensor Cores (CC >= 7.0), the guide's "
+                "up-to-3x case")
         return Recommendation(
-            "float32",
-            f"{weakest.describe()}: no Tensor Cores (CC < 7.0), so 16-bit math is not faster",
-            ["16-bit policies save memory here but will not run faster than float32"],
-        )
+            policy="float32",
+            reason=f"{weakest.describe()}: no Tensor Cores (CC < 7.0), so 16-bit math is not faster",
+            warnings=["16-bit policies save memory here but will not run faster than float32"])
     cpu = machine.cpu
     if "amx_bf16" in cpu.flags:
         return Recommendation(
-            "mixed_bfloat16",
-            f"CPU with AMX-BF16 (not measured: a rule on the CPU's flags): {CPU_BFLOAT16}",
-            [f"mixed_float16 on a CPU: {CPU_FLOAT16}"],
-        )
+            policy="mixed_bfloat16",
+            reason=f"CPU with AMX-BF16 (not measured: a rule on the CPU's flags): {CPU_BFLOAT16}",
+            warnings=[f"mixed_float16 on a CPU: {CPU_FLOAT16}"])
     units = ("AVX512_BF16 without AMX-BF16: its bfloat16 kernels can be slower than float32"
              if "avx512_bf16" in cpu.flags else "no bfloat16 matrix units (AMX-BF16)")
     return Recommendation(
-        "float32",
-        f"no GPU, no TPU, and the CPU has {units} (not measured: a rule on the CPU's flags)",
-        ["16-bit policies may run slower than float32 on this machine",
-         f"mixed_float16 on a CPU: {CPU_FLOAT16}"],
-    )
+        policy="float32",
+        reason=f"no GPU, no TPU, and the CPU has {units} (not measured: a rule on the CPU's flags)",
+        warnings=["16-bit policies may run slower than float32 on this machine",
+                  f"mixed_float16 on a CPU: {CPU_FLOAT16}"])
 
 
 @dataclass(frozen=True)
@@ -265,7 +266,9 @@ def compatibility_check(gpus: tuple[GpuInfo, ...] | list[GpuInfo]) -> str:
         else:
             head = ("Your GPUs may run slowly with dtype policy mixed_float16 because they do not "
                     "have compute capability of at least 7.0. Your GPUs:")
-        listed = "\n".join(f"  {d}" for d in _dedup(supported + unsupported))
+        # consecutive duplicates as 'name (xN)', like TensorFlow's check
+        listed = "\n".join(f"  {name} (x{n})" if (n := len(list(same))) > 1 else f"  {name}"
+                           for name, same in groupby(supported + unsupported))
         return (f"{prefix}WARNING\n{head}\n{listed}\nSee https://developer.nvidia.com/cuda-gpus "
                 f"for a list of GPUs and their compute capabilities.\n{suffix}")
     if not supported:
@@ -277,19 +280,6 @@ def compatibility_check(gpus: tuple[GpuInfo, ...] | list[GpuInfo]) -> str:
                 f"it has compute capability of at least 7.0. Your GPU: {supported[0]}")
     return (f"{prefix}OK\nYour GPUs will likely run quickly with dtype policy mixed_float16 as "
             "they all have compute capability of at least 7.0")
-
-
-def _dedup(items: list[str]) -> list[str]:
-    """Consecutive duplicates as 'name (xN)', like TensorFlow's check."""
-    out: list[str] = []
-    counts: list[int] = []
-    for item in items:
-        if out and out[-1] == item:
-            counts[-1] += 1
-        else:
-            out.append(item)
-            counts.append(1)
-    return [f"{item} (x{n})" if n > 1 else item for item, n in zip(out, counts, strict=True)]
 
 
 def apply_policy(name: str) -> None:

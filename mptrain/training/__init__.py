@@ -1,7 +1,5 @@
 """Training loops behind one interface: `Model.fit` (`fit_loop`) and the guide's custom loop
-(`custom_loop`). Both report every step to a `monitor.TrainingMonitor`, which is where timing,
-stop conditions and per-step listeners live, so a new capability is written once, not per loop.
-"""
+(`custom_loop`), both reporting every step to a `monitor.TrainingMonitor`."""
 
 from __future__ import annotations
 

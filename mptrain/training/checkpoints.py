@@ -1,16 +1,13 @@
 """Checkpoints: TensorFlow's own `tf.train.Checkpoint` + `CheckpointManager`, in
 RUN_DIR/checkpoints/.
 
-A checkpoint holds everything a resumed run needs to continue as if never stopped:
-- the model's variables, including the random-generator state of layers that draw
-  (dropout, augmentation), which Keras keeps as variables;
-- the optimizer's variables: its slots, its step counter and, under mixed_float16, the
-  LossScaleOptimizer's current scale and its count of good steps since the last change;
-- the data position (epoch, steps done in it, steps done in all): the data order is a
-  function of the seed and the epoch (`data/pipeline.py`), so a position is all it takes to
-  continue with the very next batch.
-The manager writes its index file atomically and keeps the last `keep` checkpoints. Records
-(steps.jsonl, metrics.jsonl) are flushed at each checkpoint, so they never lag behind it.
+A checkpoint holds everything a resumed run needs to continue as if never stopped: the
+model's variables (with the random-generator state of dropout and augmentation layers, which
+Keras keeps as variables), the optimizer's (slots, step counter and, under mixed_float16, the
+loss scale and its count of good steps), and the data position (epoch, steps done in it and
+in all): the data order is a function of the seed and the epoch (`data/pipeline.py`), so a
+position is all it takes to continue with the very next batch. Records (steps.jsonl,
+metrics.jsonl) are flushed at each checkpoint, so they never lag behind it.
 
 A damaged folder still resumes: checkpoints are found by their files when the index is
 missing, and a checkpoint that does not read (truncated by a full disk or a kill) is passed
@@ -46,7 +43,7 @@ class Checkpointer(TrainingListener):
     """Saves when the configuration says, and restores on demand."""
 
     def __init__(self, folder: Path, model, optimizer, cfg: CheckpointConfig, steps_per_epoch: int,
-                 on_save: Callable[[], None] = lambda: None):
+                 on_save: Callable[[], None]):
         import tensorflow as tf
 
         self.folder, self.optimizer = folder, optimizer

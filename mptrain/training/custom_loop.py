@@ -9,7 +9,6 @@ every policy.
 from __future__ import annotations
 
 import math
-from typing import Any, NamedTuple
 
 from mptrain.data.pipeline import Batches
 from mptrain.precision.policy import PolicyChoice
@@ -19,19 +18,9 @@ from mptrain.training.monitor import TrainingMonitor
 from mptrain.training.optimizer import build_optimizer_state
 
 
-class StepMetrics(NamedTuple):
-    """What a step updates besides the weights: the loss's running mean and the metrics; and
-    each class's weight in the loss (`train.class_weight` as a vector indexed by class id),
-    or None. As in Model.fit, the weights weigh the loss, not the metrics."""
-
-    loss_tracker: Any
-    metrics: list
-    class_weights: Any = None
-
-
-def make_train_step(model, optimizer, loss_fn, tracked: StepMetrics, jit_compile: bool,
-                    strategy=None):
-    """One compiled training step: forward, scaled loss, gradients, apply, metrics.
+def make_train_step(model, optimizer, objective, loss_tracker, jit_compile: bool, strategy=None):
+    """One compiled training step: forward, scaled loss, gradients, apply, and the updates of
+    `loss_tracker` (the loss's running mean) and the metrics of `objective` (`training.Objective`).
 
     Returns a float32 vector [loss, loss scale (NaN without scaling), *running metric values],
     so the loop fetches every per-step value in one device-to-host transfer (one sync per
@@ -44,12 +33,13 @@ def make_train_step(model, optimizer, loss_fn, tracked: StepMetrics, jit_compile
 
     from mptrain.training.distribute import agree_on_finite
 
-    loss_tracker, metrics, class_weights = tracked
+    loss_fn, metrics = objective.loss, objective.metrics
+    class_weights = weight_per_class(objective.class_weight, model)
     scale = scale_variable(optimizer)
     replicas = strategy.num_replicas_in_sync if strategy is not None else 1
 
     def replica_step(x, y):
-        # each example's class weight, as Model.fit gives it to the loss
+        # each example's class weight, as Model.fit gives it to the loss (not to the metrics)
         weights = None if class_weights is None else example_weights(class_weights, y)
         with tf.GradientTape() as tape:
             predictions = model(x, training=True)
@@ -92,9 +82,8 @@ class CustomLoop:
         self.strategy = strategy
         self.loss_tracker = keras.metrics.Mean(name="loss")
         build_optimizer_state(optimizer, model.trainable_variables, choice.xla_optimizer_update)
-        tracked = StepMetrics(self.loss_tracker, metrics,
-                              weight_per_class(objective.class_weight, model))
-        self.train_step = make_train_step(model, optimizer, loss, tracked, choice.jit_compile, strategy)
+        self.train_step = make_train_step(model, optimizer, objective, self.loss_tracker,
+                                          choice.jit_compile, strategy)
 
         replicas = strategy.num_replicas_in_sync if strategy is not None else 1
 
@@ -111,14 +100,11 @@ class CustomLoop:
             self.test_step = tf.function(lambda x, y: strategy.run(test_step, args=(x, y)))
 
     def _reset(self) -> None:
-        self.loss_tracker.reset_state()
-        for metric in self.metrics:
+        for metric in [self.loss_tracker, *self.metrics]:
             metric.reset_state()
 
     def _results(self, prefix: str = "") -> dict[str, float]:
-        out = {f"{prefix}loss": float(self.loss_tracker.result())}
-        out.update({f"{prefix}{m.name}": float(m.result()) for m in self.metrics})
-        return out
+        return {f"{prefix}{m.name}": float(m.result()) for m in [self.loss_tracker, *self.metrics]}
 
     def train(self, batches: Batches, monitor: TrainingMonitor, start_epoch: int = 0,
               start_step: int = 0) -> None:

@@ -1,10 +1,8 @@
 """Training on several devices or machines with TensorFlow's own `tf.distribute`.
 
-One function turns `distribute.strategy` into a strategy (as TF Model Garden's
-`distribute_utils` does); the runner creates the model, the optimizer (with its
-LossScaleOptimizer), the metrics and the checkpoint inside its scope; `Model.fit` runs under
-it as it is, and the custom loop runs its step per replica through `strategy.run`
-(`custom_loop.py`). `train.batch_size` is the global batch, split across replicas.
+`placement` turns `distribute.strategy` into a strategy (as TF Model Garden's
+`distribute_utils` does), in whose scope the runner builds the model, optimizer, metrics and
+checkpoint. `train.batch_size` is the global batch, split across replicas.
 
 Loss scaling across replicas: every replica must skip the same steps. Keras'
 LossScaleOptimizer decides per replica from that replica's own gradients, so a non-finite
@@ -92,12 +90,13 @@ def _new_placement(cfg, tf) -> Placement:
                               "on one machine with `mptrain run --workers N` (a stopped run: "
                               "`mptrain run --resume RUN_DIR --workers N`)")
         strategy = tf.distribute.MultiWorkerMirroredStrategy()
-        resolver = strategy.cluster_resolver
-        chief = is_chief(resolver.task_type, resolver.task_id, resolver.cluster_spec().as_dict())
+        task = strategy.cluster_resolver.task_type, strategy.cluster_resolver.task_id
+        cluster = strategy.cluster_resolver.cluster_spec().as_dict()
+        # the chief task, or worker 0 when the cluster has no chief (TensorFlow's convention)
+        chief = task[0] in (None, "chief") or (task == ("worker", 0) and "chief" not in cluster)
         return Placement(strategy, strategy.num_replicas_in_sync, chief,
                          f"{strategy.num_replicas_in_sync} replicas on "
-                         f"{len(resolver.cluster_spec().as_dict().get('worker', []))} workers",
-                         (resolver.task_type, resolver.task_id))
+                         f"{len(cluster.get('worker', []))} workers", task)
     resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=cfg.tpu or "")
     tf.config.experimental_connect_to_cluster(resolver)
     tf.tpu.experimental.initialize_tpu_system(resolver)
@@ -114,17 +113,9 @@ def check_batch_split(config, replicas: int) -> None:
     if replicas > 1 and train.loop == "fit" and train.batch_size % replicas:
         even = train.batch_size - train.batch_size % replicas or replicas
         raise ConfigError(f"{config.source}: train.batch_size {train.batch_size} does not split "
-                          f"evenly over the "
-                          f"{replicas} replicas, which Keras' Model.fit needs (each replica takes "
-                          f"an equal share); use a multiple of {replicas}, e.g. {even}, or "
-                          "train.loop: custom")
-
-
-def is_chief(task_type: str | None, task_id: int | None, cluster: dict) -> bool:
-    """The chief task, or worker 0 when the cluster has no chief (TensorFlow's convention)."""
-    if task_type in (None, "chief"):
-        return True
-    return task_type == "worker" and task_id == 0 and "chief" not in cluster
+                          f"evenly over the {replicas} replicas, which Keras' Model.fit needs (each "
+                          f"replica takes an equal share); use a multiple of {replicas}, e.g. "
+                          f"{even}, or train.loop: custom")
 
 
 def worker_lost(exc: BaseException, place: Placement, tf, run_dir: Path | None) -> WorkerLost | None:

@@ -17,25 +17,21 @@ import os
 from pathlib import Path
 
 from mptrain.config.schema import EpochRule, TrainConfig
+from mptrain.training.optimizer import value_of
 from mptrain.training.records import EpochRecord, TrainingListener
 
 BEST_WEIGHTS = "best.weights.h5"
 
 
-def improves(rule: EpochRule, value: float, best: float) -> bool:
-    """Whether `value` beats `best` by more than the rule's `min_delta`, as Keras judges."""
-    if rule.mode() == "min":
-        return value < best - rule.min_delta
-    return value > best + rule.min_delta
-
-
 def best_epoch(rule: EpochRule, values: list[float]) -> int | None:
-    """The index of the epoch whose value last improved on all before it (None: no value)."""
+    """The index of the epoch whose value last improved on all before it by more than the
+    rule's `min_delta`, as Keras judges (None: no value)."""
+    lower = rule.mode() == "min"
     best, found = None, None
     for index, value in enumerate(values):
         if value is None or not math.isfinite(value):
             continue
-        if best is None or improves(rule, value, best):
+        if best is None or (value < best - rule.min_delta if lower else value > best + rule.min_delta):
             best, found = value, index
     return found
 
@@ -87,9 +83,7 @@ class EpochRules(TrainingListener):
         since = max(best + 1 if best is not None else 0, last_reduction(records))
         if best is None or len(records) - since < rule.patience:
             return
-        import keras
-
-        rate = float(keras.ops.convert_to_numpy(self.optimizer.learning_rate))
+        rate = value_of(self.optimizer.learning_rate)
         lowered = max(rate * rule.factor, rule.min_lr)
         if lowered < rate * (1 - 1e-6):
             self.optimizer.learning_rate.assign(lowered)

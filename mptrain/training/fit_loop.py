@@ -48,20 +48,17 @@ class FitLoop:
         set, Keras keeps the iterator across epochs; shuffle=False, the stream is in order. A
         run resumed inside an epoch first finishes that epoch with its remaining steps."""
         callback = _MonitorCallback(monitor, batches, scale_variable(self.optimizer), self.batch_loss)
-        steps = batches.steps_per_epoch
+        same = dict(validation_data=batches.val, class_weight=self.class_weight, callbacks=[callback],
+                    shuffle=False, verbose=0)
         if start_step:
             callback.first_step = start_step
             self.model.fit(batches.train_from(start_epoch, start_step, start_epoch + 1),
                            initial_epoch=start_epoch, epochs=start_epoch + 1,
-                           steps_per_epoch=steps - start_step, validation_data=batches.val,
-                           class_weight=self.class_weight, callbacks=[callback], shuffle=False,
-                           verbose=0)
+                           steps_per_epoch=batches.steps_per_epoch - start_step, **same)
             start_epoch += 1
         if start_epoch < batches.epochs and not monitor.stop_requested:
             self.model.fit(batches.train_from(start_epoch, 0), initial_epoch=start_epoch,
-                           epochs=batches.epochs, steps_per_epoch=steps,
-                           validation_data=batches.val, class_weight=self.class_weight,
-                           callbacks=[callback], shuffle=False, verbose=0)
+                           epochs=batches.epochs, steps_per_epoch=batches.steps_per_epoch, **same)
 
     def evaluate(self, dataset) -> dict[str, float]:
         results = self.model.evaluate(dataset, return_dict=True, verbose=0)
@@ -76,10 +73,6 @@ class _MonitorCallback(keras.callbacks.Callback):
         self.monitor, self.batches, self.loss_scale = monitor, batches, loss_scale
         self.batch_loss = batch_loss
         self.first_step = 0  # > 0 while finishing an epoch a resumed run started inside
-        self.replicas = 1
-
-    def on_train_begin(self, logs=None):
-        self.replicas = self.model.distribute_strategy.num_replicas_in_sync
 
     def on_epoch_begin(self, epoch, logs=None):
         self.monitor.epoch_begin(epoch, self.first_step)
@@ -93,7 +86,8 @@ class _MonitorCallback(keras.callbacks.Callback):
         metrics = {k: float(v) for k, v in logs.items() if k not in ("loss", BATCH_LOSS)}
         scale = None if self.loss_scale is None else value_of(self.loss_scale)
         # under a strategy, Keras' loss (so this metric) is divided by the number of replicas
-        self.monitor.step_end(float(logs[BATCH_LOSS]) * self.replicas,
+        replicas = self.model.distribute_strategy.num_replicas_in_sync
+        self.monitor.step_end(float(logs[BATCH_LOSS]) * replicas,
                               self.batches.batch_size_at(self.monitor.step_in_epoch), metrics, scale)
         if self.monitor.stop_requested:
             self.model.stop_training = True

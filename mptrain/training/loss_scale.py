@@ -1,11 +1,10 @@
 """Dynamic loss scaling, in one place: the optimizer that does it, and what its scale tells us.
 
-Under mixed_float16 small gradients underflow float16, so the loss is multiplied by a scale
-before the backward pass and the gradients are divided by it before the update. Keras 3's
-`LossScaleOptimizer` does it dynamically: `scale_loss(loss)` multiplies, `apply` divides, skips
-the update when a gradient is inf/NaN and halves the scale, and doubles the scale after
+Under mixed_float16 small gradients underflow float16, so Keras 3's `LossScaleOptimizer`
+multiplies the loss by a scale (`scale_loss`) and divides the gradients by it (`apply`),
+skipping the update and halving the scale when a gradient is inf/NaN, and doubling it after
 `dynamic_growth_steps` finite steps in a row. Keras keeps no count of skipped steps, so it is
-read from the scale itself: the scale goes down exactly when a step was skipped (its
+read from the scale: it goes down exactly when a step was skipped (the optimizer's
 `iterations` cannot tell: with gradient accumulation Keras divides them).
 
 What a skip means for the run:

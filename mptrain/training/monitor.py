@@ -2,8 +2,8 @@
 
 Loops call `epoch_begin`, `step_begin`, `step_end`, `epoch_end`; the monitor times steps,
 follows the loss scale (`loss_scale.LossScaleTracker`), decides when a bounded run must stop,
-and forwards records to listeners (live progress, the run folder's files, checkpoints, the
-divergence guard). A new capability is a listener, written once, not a change to each loop.
+and forwards records to listeners (`records.TrainingListener`), so a new capability is
+written once, not per loop.
 
 A run resumed inside an epoch restarts the loop's metrics at the resume; the monitor carries
 the epoch's earlier steps (from their records) into every running metric, so the resumed
@@ -151,8 +151,7 @@ class TrainingMonitor:
         """`metrics` as the loop computed them. The training `loss` is replaced by the mean
         over this epoch's steps with a finite loss, weighted by their examples: a skipped
         step (NaN loss, normal under loss scaling) would make Keras' running mean NaN."""
-        steps = [r for r in self.steps if r.epoch == self.epoch]
-        finite = [r for r in steps if math.isfinite(r.loss)]
+        finite = [r for r in self.steps if r.epoch == self.epoch and math.isfinite(r.loss)]
         loss = (sum(r.loss * r.examples for r in finite) / sum(r.examples for r in finite)
                 if finite else math.nan)
         values = {k: float(v) for k, v in metrics.items()}

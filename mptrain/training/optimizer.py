@@ -46,13 +46,9 @@ def value_of(variable) -> float:
 
 def learning_rate_at(optimizer, cfg: OptimizerConfig, total_steps: int):
     """step → the learning rate at that step (for telemetry), without touching the optimizer."""
-    if cfg.schedule is None:
-        constant = value_of(optimizer.learning_rate)
-        return lambda step: constant
-    schedule = learning_rate_schedule(cfg.schedule, total_steps)
-    if isinstance(schedule, float):
-        return lambda step: schedule
-    return lambda step: float(schedule(step))
+    rate = (value_of(optimizer.learning_rate) if cfg.schedule is None
+            else learning_rate_schedule(cfg.schedule, total_steps))
+    return (lambda step: float(rate(step))) if callable(rate) else (lambda step: rate)
 
 
 def learning_rate_schedule(schedule, total_steps: int):
@@ -95,13 +91,12 @@ def build_optimizer_state(optimizer, variables, xla_update: bool) -> None:
     import tensorflow as tf
 
     unbound_apply = type(optimizer).apply
+    ids = list(map(id, variables))
     compiled = tf.function(lambda grads: unbound_apply(optimizer, grads, variables),
                            jit_compile=True, autograph=False)
 
     def apply(grads, trainable_variables=None):
-        if trainable_variables is not None and [id(v) for v in trainable_variables] != [
-            id(v) for v in variables
-        ]:
+        if trainable_variables is not None and list(map(id, trainable_variables)) != ids:
             raise ValueError("the XLA optimizer update was built for a different variable list")
         return compiled(list(grads))
 

@@ -2,8 +2,7 @@
 
 A `StepRecord` is one line of steps.jsonl, an `EpochRecord` one line of metrics.jsonl. Every
 consumer (live progress, the run folder, TensorBoard, the divergence guard, checkpoints, the
-summary, the plot) reads these, never a loop's own structures, so a new listener is written
-once for both loops.
+summary, the plot) reads these, never a loop's own structures.
 """
 
 from __future__ import annotations
@@ -45,10 +44,7 @@ class EpochRecord:
 
 
 class TrainingListener:
-    """Told about training as it happens; override what you need (the rest do nothing).
-
-    `notice` carries advice that arises during training (a loss scale that keeps skipping
-    steps) to whoever shows it: domain rules decide, renderers only render."""
+    """Told about training as it happens; override what you need (the rest do nothing)."""
 
     def epoch_started(self, epoch: int, epochs: int, steps: int) -> None:
         """`epoch` is 1-based; `steps` the steps an epoch has."""
@@ -60,7 +56,8 @@ class TrainingListener:
         """After an epoch, its validation included."""
 
     def notice(self, text: str) -> None:
-        """Advice about the run in progress, said once."""
+        """Advice that arises during training (a loss scale that keeps skipping steps), said
+        once: the training rules decide it, whoever shows it only renders it."""
 
 
 def run_status(steps: list[StepRecord], test_loss: float | None, stopped: str | None) -> Status:

@@ -29,30 +29,27 @@ class TensorBoardWriter(TrainingListener):
         self.pending.append(record)
 
     def epoch_finished(self, record: EpochRecord) -> None:
+        self.flush(record)
+
+    def flush(self, epoch: EpochRecord | None = None) -> None:
+        """The buffered steps, then the finished epoch's metrics (when there is one)."""
         scalar = self.tf.summary.scalar
         with self.writer.as_default():
-            self._write_steps()
-            for key, value in record.metrics.items():
-                scalar(f"epoch/{key}", value, step=record.epoch)
-            if record.learning_rate is not None:
-                scalar("epoch/learning_rate", record.learning_rate, step=record.epoch)
-        self.writer.flush()
-
-    def flush(self) -> None:
-        with self.writer.as_default():
-            self._write_steps()
-        self.writer.flush()
-
-    def _write_steps(self) -> None:
-        scalar = self.tf.summary.scalar
-        for r in self.pending:
-            scalar("step/loss", r.loss, step=r.step)
-            for key, value in r.metrics.items():
-                scalar(f"step/{key}", value, step=r.step)
-            scalar("step/learning_rate", self.learning_rate_at(r.step), step=r.step)
-            scalar("step/seconds", r.seconds, step=r.step)
-            scalar("step/examples_per_sec", r.examples / r.seconds if r.seconds else 0.0, step=r.step)
-            if r.loss_scale is not None:
-                scalar("step/loss_scale", r.loss_scale, step=r.step)
-                scalar("step/skipped", float(bool(r.skipped)), step=r.step)
+            for r in self.pending:
+                scalar("step/loss", r.loss, step=r.step)
+                for key, value in r.metrics.items():
+                    scalar(f"step/{key}", value, step=r.step)
+                scalar("step/learning_rate", self.learning_rate_at(r.step), step=r.step)
+                scalar("step/seconds", r.seconds, step=r.step)
+                scalar("step/examples_per_sec", r.examples / r.seconds if r.seconds else 0.0,
+                       step=r.step)
+                if r.loss_scale is not None:
+                    scalar("step/loss_scale", r.loss_scale, step=r.step)
+                    scalar("step/skipped", float(bool(r.skipped)), step=r.step)
+            if epoch is not None:
+                for key, value in epoch.metrics.items():
+                    scalar(f"epoch/{key}", value, step=epoch.epoch)
+                if epoch.learning_rate is not None:
+                    scalar("epoch/learning_rate", epoch.learning_rate, step=epoch.epoch)
         self.pending.clear()
+        self.writer.flush()

@@ -65,7 +65,8 @@ sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r})
 import numpy as np, tensorflow as tf, keras
 tf.config.set_logical_device_configuration(tf.config.list_physical_devices("CPU")[0],
                                            [tf.config.LogicalDeviceConfiguration()] * 2)
-from mptrain.training.custom_loop import StepMetrics, make_train_step
+from mptrain.training import Objective
+from mptrain.training.custom_loop import make_train_step
 keras.mixed_precision.set_global_policy("mixed_float16")
 strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
 with strategy.scope():
@@ -73,8 +74,8 @@ with strategy.scope():
                               keras.layers.Activation("softmax", dtype="float32")])
     optimizer = keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.1), initial_scale=256)
     optimizer.build(model.trainable_variables)
-    step = make_train_step(model, optimizer, keras.losses.SparseCategoricalCrossentropy(),
-                           StepMetrics(keras.metrics.Mean(), []), False, strategy)
+    step = make_train_step(model, optimizer, Objective(keras.losses.SparseCategoricalCrossentropy(), []),
+                           keras.metrics.Mean(), False, strategy)
 before = [w.copy() for w in model.get_weights()]
 x = np.ones((8, 4), np.float32)
 y = np.zeros(8, np.int64)

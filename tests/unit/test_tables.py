@@ -134,13 +134,8 @@ def test_summary_keeps_its_run_folder_on_one_line():
 
 def test_check_gpu_panel_keeps_every_measurement_whole():
     from mptrain.hardware.kernels import KernelTiming
-    from mptrain.precision.check import (
-        CheckReport,
-        CpuFacts,
-        GpuFacts,
-        MachineFacts,
-        RecommendationFacts,
-    )
+    from mptrain.precision.check import CheckReport, CpuFacts, GpuFacts, MachineFacts
+    from mptrain.precision.policy import Recommendation
 
     gpu = GpuFacts(name="NVIDIA GeForce RTX 4090 Laptop GPU", compute_capability=(8, 9),
                    memory_bytes=85_000_000_000, float16_tensor_cores=True, fast_bfloat16=True,
@@ -154,8 +149,8 @@ def test_check_gpu_panel_keeps_every_measurement_whole():
                           ratio_to_float32=0.803)
              for kernel in ("matmul 1024²", "conv3x3 16×56²×64") for dtype in ("float32", "bfloat16")]
     report = CheckReport(machine=machine, gpu_found=True, compatibility_check="ok",
-                         recommendation=RecommendationFacts(policy="mixed_bfloat16", reason="why",
-                                                            warnings=[], measured=True),
+                         recommendation=Recommendation(policy="mixed_bfloat16", reason="why",
+                                                       warnings=[], measured=True),
                          distribution=None, kernels=None, bench=bench)
     text = rendered(check_gpu_view(report))
     whole(text, "8.9", "79.2 GiB", "1234.56*", "1200.01–1300.99", "123.456", "0.803", "bfloat16",
