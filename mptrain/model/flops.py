@@ -6,7 +6,7 @@ says how close a run is to the hardware's limit, which seconds alone cannot.
 FLOPs are counted from the model's own TensorFlow graph (every MatMul, batched MatMul, Einsum
 and convolution, with their static shapes), so the count covers any model mptrain can build,
 including attention and models from outside mptrain. Training is counted as 3x the forward
-pass (backward ≈ 2x forward), the rule nanoGPT and the scaling-law papers use.
+pass, the rule nanoGPT and the scaling-law papers use.
 """
 
 from __future__ import annotations
@@ -67,8 +67,8 @@ class ForwardProfile:
 
     @property
     def training_flops(self) -> int:
-        """FLOPs to train on one example: the forward pass, and twice it for the backward
-        (the gradients of the inputs and of the weights)."""
+        """FLOPs to train on one example: the backward pass (gradients of the inputs and of the
+        weights) is twice the forward."""
         return 3 * self.flops
 
 
