@@ -148,9 +148,8 @@ def _attention_bytes(layer) -> int:
         return 0
     tq, tk = int(math.prod(query.shape[1:-1])), int(math.prod(key.shape[1:-1]))
     item, heads = _itemsize(layer.compute_dtype), layer.num_heads
-    # queries and attended values (tq), keys and values (tk)
-    projections = heads * item * (tq * (layer.key_dim + layer.value_dim)
-                                  + tk * (layer.key_dim + layer.value_dim))
+    # queries and attended values (tq of each), keys and values (tk of each)
+    projections = heads * item * (tq + tk) * (layer.key_dim + layer.value_dim)
     scores = heads * tq * tk * (item + 4 + ((item + 1) if layer.dropout else 0))
     return projections + scores
 
