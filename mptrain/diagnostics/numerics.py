@@ -76,14 +76,15 @@ def diagnose(config, steps: int = 5, verbose: bool = False) -> Diagnosis:
                                   max_steps=warm)
         prepared.loop.train(batches, monitor)
     x, y = next(iter(batches.train_from(0, warm)))
-    loss_fn = prepared.loop.loss_fn
     layers, probe = layer_probe(model)
     with tf.GradientTape() as tape:
         *outputs, prediction = probe(x, training=True)
-        loss = loss_fn(y, prediction)
+        loss = prepared.loop.loss_fn(y, prediction)
     activation_grads, weight_grads = tape.gradient(loss, (outputs, model.trainable_variables))
+    # the prepared experiment: what the data filled in (num_classes, input shape) included
+    errors = _bfloat16_errors(prepared.config, prepared.data, model, x)
     scale = config.train.loss_scale.initial_scale
-    owner = _variable_owners(layers)
+    owner = {id(v): layer.name for layer in layers for v in layer.trainable_weights}
     numbers, all_grads = [], []
     for layer, output, activation_grad in zip(layers, outputs, activation_grads, strict=True):
         acts = np.asarray(output, np.float64)
@@ -102,13 +103,10 @@ def diagnose(config, steps: int = 5, verbose: bool = False) -> Diagnosis:
             gradient_max=float(nonzero.max()) if nonzero.size else 0.0,
             gradient_min_nonzero=float(nonzero.min()) if nonzero.size else None,
             gradient_underflow=under, gradient_underflow_scaled=under_scaled,
-            gradient_overflow_scaled=over_scaled))
+            gradient_overflow_scaled=over_scaled, bfloat16_error=errors.get(layer.name)))
     everything = np.concatenate(all_grads) if all_grads else np.zeros(0)
     under_all, _ = fractions(everything)
     under_scaled_all, over_scaled_all = fractions(everything, scale)
-    # the prepared experiment: what the data filled in (num_classes, input shape) included
-    errors = _bfloat16_errors(prepared.config, prepared.data, model, x)
-    numbers = [n.model_copy(update={"bfloat16_error": errors.get(n.layer)}) for n in numbers]
     result = Diagnosis(
         experiment=config.name, steps=warm + 1, loss_scale=scale, layers=numbers,
         gradient_underflow=under_all, gradient_underflow_scaled=under_scaled_all,
@@ -141,15 +139,6 @@ def _dense(gradient) -> np.ndarray:
     import tensorflow as tf
 
     return np.asarray(tf.convert_to_tensor(gradient))
-
-
-def _variable_owners(layers) -> dict[int, str]:
-    """Variable → the (top-level) layer that holds it."""
-    owner = {}
-    for layer in layers:
-        for v in layer.trainable_weights:
-            owner[id(v)] = layer.name
-    return owner
 
 
 def scale_range(gradients: np.ndarray) -> tuple[float, float] | None:

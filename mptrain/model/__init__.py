@@ -1,10 +1,8 @@
-"""Models, one builder per `model.kind`, all ending in a float32 output.
+"""Models, one builder per `model.kind`, all ending in a float32 output (the guide's rule).
 
 Builders run after `policy.apply_policy`, so every layer they create follows the global
 policy; each returns the model and notes on what mptrain did to it (shown before training and
-kept in the summary). Whatever a builder returns, `build_model` makes sure the model's output
-is float32 (the guide's rule), appending a float32 `Activation("linear")` when it is not, and
-reads which range of pixels it takes (`inputs.py`).
+kept in the summary).
 """
 
 from __future__ import annotations
@@ -23,8 +21,8 @@ from mptrain.model.outputs import OutputKind, kind_of_activation, read_output
 
 # model.kind → "module:function(config, spec) -> (keras.Model, notes)", imported when used
 BUILDERS = {
-    "mlp": "mptrain.model.basic:build_mlp",
-    "cnn": "mptrain.model.basic:build_cnn",
+    "mlp": "mptrain.model.basic:build_basic",
+    "cnn": "mptrain.model.basic:build_basic",
     "application": "mptrain.model.applications:build_application",
     "transformer": "mptrain.model.transformer:build_transformer",
     "keras_hub": "mptrain.model.hub:build_hub",
@@ -44,9 +42,9 @@ class BuiltModel:
 def build_model(config: ExperimentConfig, spec: InputSpec, initial_weights: Path | None = None,
                 train_inputs: Callable[[], Any] | None = None) -> BuiltModel:
     """The experiment's model under the current global policy, with a float32 output;
-    `initial_weights` (an .npz of `model.get_weights()`, from `save_initial_weights`)
-    makes several builds start from the same weights; `train_inputs()` gives a `python`
-    builder that declares `train_inputs` the training split's inputs (`python_builder.py`)."""
+    `initial_weights` (from `save_initial_weights`) makes several builds start from the same
+    weights; `train_inputs()`: the training split's inputs, for a `python` builder that
+    declares them."""
     import keras
 
     import mptrain.model.fused  # noqa: F401  (registers mptrain's layers for saving/loading)
@@ -55,11 +53,10 @@ def build_model(config: ExperimentConfig, spec: InputSpec, initial_weights: Path
     from mptrain.model.keras_internals import reset_name_counters
     from mptrain.model.own_step import check_own_step
 
-    # Keras' layer-name counters restarted, so every build names its layers alike (`dense`,
-    # `dense_1`, ...): the names plan, diagnose, lint and memory show are those
-    # `model.float32_layers` matches when `run` builds the model, however many models the
-    # process built before. (`keras.backend.clear_session()` would also reset the global dtype
-    # policy and every traced graph.)
+    # every build names its layers alike (`dense`, `dense_1`...), however many models the
+    # process built before: the names plan, diagnose, lint and memory show are those
+    # `model.float32_layers` matches in `run`. (`keras.backend.clear_session()` would also
+    # reset the global dtype policy and every traced graph.)
     reset_name_counters()
     check_inputs(config, spec)
     module, _, function = BUILDERS[config.model.kind].partition(":")
@@ -98,8 +95,7 @@ def _output_kind(config: ExperimentConfig, model, spec: InputSpec) -> tuple[Outp
     declared = config.model.output_activation
     if declared is not None:
         return kind_of_activation(declared), []
-    sample = sample_inputs(spec)
-    reading = read_output(model, sample)
+    reading = read_output(model, _sample_inputs(spec))
     if reading.kind is None:
         raise ConfigError(
             f"model: cannot tell whether the model's output is probabilities or logits "
@@ -110,11 +106,12 @@ def _output_kind(config: ExperimentConfig, model, spec: InputSpec) -> tuple[Outp
                           f"is computed {loss}"]
 
 
-def sample_inputs(spec: InputSpec, batch: int = 8, seed: int = 0):
+def _sample_inputs(spec: InputSpec):
     """A few inputs of the data's shape and type, to call a model on."""
     import numpy as np
 
-    rng = np.random.default_rng(seed)
+    batch = 8
+    rng = np.random.default_rng(0)
     if spec.kind == "columns":
         return {name: np.array([["?"]] * batch) if dtype == "string"
                 else rng.uniform(0.0, 1.0, size=(batch, 1)).astype(np.float32)
@@ -134,8 +131,8 @@ def output_dtype(model) -> str:
 
 def ensure_float32_output(model):
     """The model unchanged when its output is float32; else the model followed by a float32
-    linear `Activation`, and a note saying so. A model with its own training step is not
-    replaced (`own_step.py`): its own call casts its output."""
+    linear `Activation`, and a note saying so. A model with its own training step is kept
+    (`own_step.py`): its own call casts its output."""
     import keras
 
     from mptrain.model.own_step import cast_output_in_place, own_methods
@@ -155,16 +152,16 @@ def ensure_float32_output(model):
 
 
 def save_initial_weights(model, path: Path) -> None:
-    """The model's weights as an .npz of `model.get_weights()` (the guide's `initial_weights`),
-    for several builds (compare's and plan's variants, under any policy) to start from."""
+    """The model's weights as an .npz of `model.get_weights()`, for several builds (compare's
+    and plan's variants, under any policy) to start from."""
     import numpy as np
 
     np.savez(path, *model.get_weights())
 
 
 def _load_initial_weights(model, path: Path) -> None:
-    """Weights saved as an .npz of `model.get_weights()`, cast to this model's variables:
-    its policy may differ."""
+    """Weights from `save_initial_weights`, cast to this model's variables: its policy may
+    differ."""
     import numpy as np
 
     with np.load(path) as archive:

@@ -12,20 +12,14 @@ from mptrain.config.schema import CNNConfig, ExperimentConfig, MLPConfig
 from mptrain.data.dataset import InputSpec
 
 
-def build_mlp(config: ExperimentConfig, spec: InputSpec):
-    return _build(config.model, spec, config.data), []
-
-
-def build_cnn(config: ExperimentConfig, spec: InputSpec):
-    return _build(config.model, spec, config.data), []
-
-
-def _build(cfg: MLPConfig | CNNConfig, spec: InputSpec, data_cfg):
+def build_basic(config: ExperimentConfig, spec: InputSpec):
+    """`mlp` and `cnn`: a cnn's convolutions, then both kinds' Dense stack and head."""
     import keras
     from keras import layers
 
+    cfg: MLPConfig | CNNConfig = config.model
     inputs = keras.Input(shape=spec.shape, name="inputs")
-    x = augmentation(inputs, data_cfg) if len(spec.shape) == 3 else inputs
+    x = augmentation(inputs, config.data) if len(spec.shape) == 3 else inputs
     if cfg.kind == "cnn":
         for i, filters in enumerate(cfg.filters, start=1):
             x = layers.Conv2D(filters, cfg.kernel_size, padding="same",
@@ -40,7 +34,7 @@ def _build(cfg: MLPConfig | CNNConfig, spec: InputSpec, data_cfg):
         x = layers.Flatten(name="flatten")(x)
     for i, units in enumerate(hidden, start=1):
         x = layers.Dense(units, activation=cfg.activation, name=f"dense_{i}")(x)
-    return keras.Model(inputs=inputs, outputs=classification_head(x, cfg), name=cfg.kind)
+    return keras.Model(inputs=inputs, outputs=classification_head(x, cfg), name=cfg.kind), []
 
 
 def augmentation(x, data_cfg):

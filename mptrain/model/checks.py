@@ -15,6 +15,7 @@ from mptrain.config.schema import ExperimentConfig
 from mptrain.data.dataset import Dataset, InputSpec
 from mptrain.errors import ConfigError, DataError, MptrainError
 from mptrain.hardware.machine import machine_memory_bytes
+from mptrain.model.dtypes import objects
 from mptrain.model.size import training_bytes_lower_bound
 from mptrain.model.walk import input_structure
 
@@ -197,26 +198,13 @@ def _check_saved_layers(path: Path) -> None:
             saved = json.loads(archive.read("config.json"))
     except (OSError, KeyError, ValueError, zipfile.BadZipFile) as exc:
         raise ConfigError(f"model.path {path}: not a readable .keras file ({exc})") from None
-    missing = sorted({name for name, module in _classes(saved) if not _importable(module)})
+    missing = sorted({node.get("registered_name") or node["class_name"] for node in objects(saved)
+                      if "class_name" in node and "module" in node and not _importable(node["module"])})
     if missing:
         raise ConfigError(
             f"model.path {path}: the model uses {', '.join(missing)}, which cannot be loaded "
             "here: a custom layer must be registered (keras.saving.register_keras_serializable) "
             "in a module this Python can import, e.g. the package of your builder")
-
-
-def _classes(node) -> list[tuple[str, str | None]]:
-    """(class name, module) of every object in a saved model's config."""
-    found = []
-    if isinstance(node, dict):
-        if "class_name" in node and "module" in node:
-            found.append((node.get("registered_name") or node["class_name"], node["module"]))
-        for value in node.values():
-            found += _classes(value)
-    elif isinstance(node, list):
-        for value in node:
-            found += _classes(value)
-    return found
 
 
 def _importable(module: str | None) -> bool:

@@ -16,18 +16,24 @@ from typing import Any
 from mptrain.errors import ConfigError, did_you_mean
 
 
+def objects(serialized: Any):
+    """Every dict in a serialized Keras object (a saved model's config), nested ones included,
+    each before those inside it."""
+    if isinstance(serialized, dict):
+        yield serialized
+        serialized = list(serialized.values())
+    if isinstance(serialized, list):
+        for value in serialized:
+            yield from objects(value)
+
+
 def layer_configs(serialized: Any):
     """Every layer config in a serialized model, nested ones included (not the inputs: an
     InputLayer's `dtype` is its tensor's type, not a policy)."""
-    if isinstance(serialized, dict):
-        inner = serialized.get("config")
-        if isinstance(inner, dict) and "dtype" in inner and serialized.get("class_name") != "InputLayer":
-            yield serialized
-        for value in serialized.values():
-            yield from layer_configs(value)
-    elif isinstance(serialized, list):
-        for value in serialized:
-            yield from layer_configs(value)
+    for node in objects(serialized):
+        inner = node.get("config")
+        if isinstance(inner, dict) and "dtype" in inner and node.get("class_name") != "InputLayer":
+            yield node
 
 
 def policy_name(value: Any) -> str | None:

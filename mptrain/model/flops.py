@@ -6,7 +6,7 @@ says how close a run is to the hardware's limit, which seconds alone cannot.
 FLOPs are counted from the model's own TensorFlow graph (every MatMul, batched MatMul, Einsum
 and convolution, with their static shapes), so the count covers any model mptrain can build,
 including attention and models from outside mptrain. Training is counted as 3x the forward
-pass (backward ≈ 2x forward), the rule nanoGPT and the scaling-law papers use.
+pass, the rule nanoGPT and the scaling-law papers use.
 """
 
 from __future__ import annotations
@@ -67,8 +67,8 @@ class ForwardProfile:
 
     @property
     def training_flops(self) -> int:
-        """FLOPs to train on one example: the forward pass, and twice it for the backward
-        (the gradients of the inputs and of the weights)."""
+        """FLOPs to train on one example: the backward pass (gradients of the inputs and of the
+        weights) is twice the forward."""
         return 3 * self.flops
 
 
@@ -126,7 +126,8 @@ def _layer_of(op_name: str, names: set[str]) -> str:
     return "?"
 
 
-def _static(shape) -> list[int] | None:
+def static_shape(shape) -> list[int] | None:
+    """A TensorFlow shape's dimensions; None when any is not known."""
     dims = shape.as_list() if shape.rank is not None else None
     return None if dims is None or any(d is None for d in dims) else dims
 
@@ -141,24 +142,24 @@ def _op_flops(op) -> int | None:
     if kind in CALLS:
         return None
     if kind in ("MatMul", "BatchMatMul", "BatchMatMulV2", "BatchMatMulV3"):
-        out = _static(op.outputs[0].shape)
-        a = _static(op.inputs[0].shape)
+        out = static_shape(op.outputs[0].shape)
+        a = static_shape(op.inputs[0].shape)
         if out is None or a is None:
             return None
         transposed = op.get_attr("transpose_a" if kind == "MatMul" else "adj_x")
         inner = a[-2] if transposed else a[-1]
         return 2 * math.prod(out) * inner
     if kind in ("Conv2DBackpropInput", "Conv3DBackpropInputV2"):  # a transposed convolution
-        inputs = _static(op.inputs[2].shape)  # the layer's input: the gradient this op spreads
-        kernel = _static(op.inputs[1].shape)  # (window..., output channels, input channels)
+        inputs = static_shape(op.inputs[2].shape)  # the layer's input: the gradient this op spreads
+        kernel = static_shape(op.inputs[1].shape)  # (window..., output channels, input channels)
         if inputs is None or kernel is None:
             return None
         return 2 * math.prod(inputs) * math.prod(kernel[:-1])
     if kind == "Einsum":
         return _einsum_flops(op)
     if kind in ("Conv2D", "Conv3D", "DepthwiseConv2dNative"):  # Conv1D: a Conv2D of height 1
-        out = _static(op.outputs[0].shape)
-        kernel = _static(op.inputs[1].shape)
+        out = static_shape(op.outputs[0].shape)
+        kernel = static_shape(op.inputs[1].shape)
         if out is None or kernel is None:
             return None
         if kind == "DepthwiseConv2dNative":  # each output channel sees one input channel
@@ -173,7 +174,7 @@ def _einsum_flops(op) -> int | None:
     inputs = equation.split("->")[0].split(",")
     sizes: dict[str, int] = {}
     for subscripts, tensor in zip(inputs, op.inputs, strict=False):
-        dims = _static(tensor.shape)
+        dims = static_shape(tensor.shape)
         letters = re.sub(r"[^a-zA-Z]", "", subscripts)
         if dims is None or "." in subscripts or len(letters) != len(dims):
             return None

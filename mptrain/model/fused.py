@@ -28,10 +28,9 @@ FUSED = {"BatchNormalization": "FusedBatchNormalization", "Conv2D": "Float32Grad
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
 class FusedBatchNormalization(keras.layers.BatchNormalization):
-    """Keras' BatchNormalization as one TensorFlow op: activations in the compute dtype,
-    scale, offset and statistics in float32 (its variables' own; Keras reads them uncast).
-    One difference: the op updates the moving variance with the batch's unbiased variance
-    (n/(n-1) of Keras'), as Keras 2's `fused=True` did."""
+    """Keras' BatchNormalization as one `FusedBatchNormV3` (its float32 variables read uncast,
+    as Keras reads them). One difference: the op updates the moving variance with the batch's
+    unbiased variance (n/(n-1) of Keras'), as Keras 2's `fused=True` did."""
 
     def call(self, inputs, training=None, mask=None):
         import tensorflow as tf
@@ -40,8 +39,7 @@ class FusedBatchNormalization(keras.layers.BatchNormalization):
                 or len(inputs.shape) != 4:
             return super().call(inputs, training=training, mask=mask)  # what the op cannot do
         x = tf.cast(inputs, self.compute_dtype)
-        ones = tf.ones_like(self.moving_mean)
-        scale = self.gamma if self.scale else ones
+        scale = self.gamma if self.scale else tf.ones_like(self.moving_mean)
         offset = self.beta if self.center else tf.zeros_like(self.moving_mean)
         learning = bool(training) and self.trainable
         y, mean, variance, *_ = tf.raw_ops.FusedBatchNormV3(
@@ -56,8 +54,7 @@ class FusedBatchNormalization(keras.layers.BatchNormalization):
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
 class Float32GradConv2D(keras.layers.Conv2D):
-    """Keras' Conv2D, its weight gradient computed in float32 (its input gradient and the
-    convolution itself in the compute dtype)."""
+    """Keras' Conv2D, its weight gradient computed in float32 (the module docstring says why)."""
 
     def __init__(self, **kwargs):
         kwargs["autocast"] = False  # the float32 kernel reaches the op, cast inside it
@@ -98,8 +95,7 @@ class Float32GradConv2D(keras.layers.Conv2D):
 
 
 def _swappable(layer: dict) -> bool:
-    """A Keras layer `fuse` swaps: a BatchNormalization, or a Conv2D the custom gradient takes
-    (channels_last, not grouped)."""
+    """A Keras layer `fuse` swaps (a Conv2D only if channels_last and not grouped)."""
     config = layer.get("config", {})
     return layer.get("module") == "keras.layers" and layer.get("class_name") in FUSED and \
         config.get("data_format", "channels_last") == "channels_last" and config.get("groups", 1) == 1

@@ -22,16 +22,12 @@ def import_keras_hub():
     return keras_hub
 
 
-def backbone_names(keras_hub) -> list[str]:
-    return sorted(n for n in dir(keras_hub.models) if n.endswith("Backbone") and n != "Backbone"
-                  and n != "FeaturePyramidBackbone")
-
-
 def build_backbone(cfg: KerasHubConfig):
     from mptrain.errors import did_you_mean
 
     keras_hub = import_keras_hub()
-    names = backbone_names(keras_hub)
+    names = sorted(n for n in dir(keras_hub.models) if n.endswith("Backbone")
+                   and n not in ("Backbone", "FeaturePyramidBackbone"))
     if cfg.backbone not in names:
         raise ConfigError(f"model.backbone {cfg.backbone!r} is not a KerasHub backbone"
                           f"{did_you_mean(cfg.backbone, names)}; choose from {', '.join(names)}")

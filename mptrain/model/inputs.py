@@ -33,21 +33,21 @@ SMALL = 5.0  # a Rescaling that maps 255 to at most this expects pixels as store
 
 class Reading(NamedTuple):
     range: PixelRange | None  # None: the layer does not say
-    layer: str  # the layer that decided, "name (Class)"
     evidence: str
 
 
 def read_pixel_range(model) -> Reading:
-    """The range the model's first layers expect (nested models looked into)."""
-    for layer in _leading_layers(model):
-        name = f"{layer.name!r} ({type(layer).__name__})"
-        kind = type(layer).__name__
-        if kind == "Rescaling":
-            return _rescaling(layer, name)
-        if kind == "Normalization":
-            return _normalization(layer, name)
-        return Reading("0-1", name, f"it has no Rescaling or Normalization before {name}")
-    return Reading("0-1", "", "no layer reads the input")
+    """The range the model's first layer that computes expects (nested models looked into)."""
+    layer = next(_leading_layers(model), None)
+    if layer is None:
+        return Reading("0-1", "no layer reads the input")
+    kind = type(layer).__name__
+    name = f"{layer.name!r} ({kind})"
+    if kind == "Rescaling":
+        return _rescaling(layer, name)
+    if kind == "Normalization":
+        return _normalization(layer, name)
+    return Reading("0-1", f"it has no Rescaling or Normalization before {name}")
 
 
 def _leading_layers(model):
@@ -63,10 +63,10 @@ def _rescaling(layer, name: str) -> Reading:
 
     top = float(np.max(np.abs(np.asarray(layer.scale, dtype="float64")))) * 255
     if top <= SMALL:
-        return Reading("0-255", name, f"its {name} scales them down to at most {top:.3g}")
+        return Reading("0-255", f"its {name} scales them down to at most {top:.3g}")
     if top >= 255 * 20:
-        return Reading("0-1", name, f"its {name} scales them up by {top / 255:g}")
-    return Reading(None, name, f"{name} scales by {top / 255:g}, which says neither 0-255 nor 0-1")
+        return Reading("0-1", f"its {name} scales them up by {top / 255:g}")
+    return Reading(None, f"{name} scales by {top / 255:g}, which says neither 0-255 nor 0-1")
 
 
 def _normalization(layer, name: str) -> Reading:
@@ -75,13 +75,13 @@ def _normalization(layer, name: str) -> Reading:
     mean = getattr(layer, "mean", None)
     variance = getattr(layer, "variance", None)
     if mean is None or variance is None:
-        return Reading(None, name, f"{name} has no statistics yet (adapt it, or give mean and variance)")
+        return Reading(None, f"{name} has no statistics yet (adapt it, or give mean and variance)")
     mean = np.asarray(mean, dtype="float64")
     variance = np.asarray(variance, dtype="float64")
     if not mean.any() and np.all(variance == 1):
-        return Reading(None, name, f"{name} was never adapted (mean 0, variance 1)")
+        return Reading(None, f"{name} was never adapted (mean 0, variance 1)")
     top = float(np.max(np.abs(mean)))
-    return Reading("0-255" if top > 2 else "0-1", name,
+    return Reading("0-255" if top > 2 else "0-1",
                    f"its {name} was adapted to data whose mean reaches {top:.3g}")
 
 

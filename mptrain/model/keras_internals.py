@@ -5,8 +5,7 @@ calls each one on a small model and fails, naming it, when one is gone or change
 - A functional model's graph: which layer call produced a symbolic tensor, and from what
   (`_keras_history`, `_inbound_nodes`); the calls of this model's own graph
   (`_nodes_by_depth`: `layer.output` is a nested model's first call, in its own graph).
-- Keras' layer-name counters (`global_state`'s `object_name_uids`): reset so every build of
-  an experiment names its layers alike, without `clear_session`'s other resets.
+- Keras' layer-name counters (`global_state`'s `object_name_uids`), reset by `build_model`.
 - `MultiHeadAttention`'s softmax layer and attention dropout (`_softmax`, `_dropout`; its
   `_build_attention` and `_masked_softmax` are overridden by `layers.Float32SoftmaxAttention`).
 - Where a TensorFlow checkpoint of a Keras optimizer keeps the trainable weights it updates

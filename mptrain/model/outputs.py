@@ -1,20 +1,16 @@
 """What a model's output is: probabilities or logits. Read from the model, not assumed.
 
-mptrain's own heads end in a known activation. A model the user wrote (`python`, `saved`) may
-end in a softmax or sigmoid (probabilities) or in a plain Dense layer (logits), and the loss
-must know which: logits treated as probabilities train with a wrong loss and no error. So the
-model's final layer is read, walking back past layers that only cast or reshape:
-- a Softmax layer, or an activation softmax/sigmoid (an `Activation` layer, or a Dense or
-  convolution's own `activation`): probabilities;
-- a Dense, EinsumDense or convolution without activation (linear): logits.
-A model whose last layer says nothing (a subclassed model, a custom layer) is called on a few
-inputs, and on the same inputs scaled up (logits grow with their inputs, probabilities stay in
-[0, 1]): values outside [0, 1] are logits; rows of non-negative values that sum to 1 are
-probabilities, and so is a single column that stays in [0, 1] at every scale (a sigmoid).
-"Sum to 1" is judged in the precision the model computes in: a bfloat16 softmax keeps about 3
-significant digits, so its rows sum to 1 only within a few of bfloat16's steps (2^-7), and a
-float32 tolerance would call mptrain's own recommended policy's softmax "cannot tell".
-Anything else cannot be told, and `model.output_activation` must say.
+A model the user wrote (`python`, `saved`) may end in a softmax or sigmoid (probabilities) or
+in a plain Dense layer (logits), and logits treated as probabilities train with a wrong loss
+and no error. So the final layer is read, walking back past layers that only cast or reshape:
+a softmax or sigmoid (a layer, or a layer's activation) says probabilities; a Dense, EinsumDense
+or convolution without activation, logits. A model whose last layer says nothing (a subclassed
+model, a custom layer) is called on a few inputs, and on them scaled up (logits grow with their
+inputs, probabilities stay in [0, 1]). "Sum to 1" is judged in the precision the model computes
+in: a bfloat16 softmax keeps about 3 significant digits, so its rows sum to 1 only within a few
+of bfloat16's steps (2^-7), and a float32 tolerance would call mptrain's own recommended
+policy's softmax "cannot tell". Anything else cannot be told, and `model.output_activation`
+must say.
 """
 
 from __future__ import annotations
@@ -28,8 +24,7 @@ OutputKind = Literal["probabilities", "logits"]
 PROBABILITY_ACTIVATIONS = ("softmax", "sigmoid")
 PASS_THROUGH = ("Reshape", "Flatten", "Identity", "Dropout", "Permute")
 MAX_DEPTH = 20
-# The spacing of numbers near 1 in each compute dtype: a row of probabilities computed in it
-# sums to 1 within a few of these.
+# the spacing of numbers near 1 in each compute dtype
 EPSILON = {"float32": 2.0**-23, "float16": 2.0**-10, "bfloat16": 2.0**-7}
 SUM_STEPS = 4  # measured: Keras' softmax rows in bfloat16 and float16 miss 1 by under 2 steps
 MIN_SUM_TOLERANCE = 1e-3
@@ -59,8 +54,7 @@ def read_output(model, sample=None) -> OutputReading:
 
 def _activation_name(layer) -> str | None:
     activation = getattr(layer, "activation", None)
-    name = getattr(activation, "__name__", None) or (activation if isinstance(activation, str) else None)
-    return name
+    return getattr(activation, "__name__", None) or (activation if isinstance(activation, str) else None)
 
 
 def _read_layers(model) -> OutputReading:

@@ -5,9 +5,7 @@ That step *is* the training algorithm, under every policy: a comparison of float
 mixed_bfloat16 must compare the same algorithm. So mptrain never replaces such a model by
 another one: its output is made float32 inside its own `call` (`cast_output_in_place`), not by
 a wrapping model, which would train with Keras' default step; and what cannot keep the step is
-refused before anything runs (`check_own_step`), naming why and what to do: mptrain's custom
-loop (its own step), the rebuilds behind `model.float32_layers` and `model.fused_layers`, and
-a step that skips the loss scale under mixed_float16.
+refused before anything runs (`check_own_step`).
 """
 
 from __future__ import annotations

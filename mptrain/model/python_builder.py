@@ -1,16 +1,12 @@
 """`python`: the user's own Keras model, from a function mptrain calls.
 
 `builder: "package.module:function"` or `"path/to/file.py:function"` is called *after* the
-global dtype policy is set, so the layers it creates follow the policy; mptrain then makes the
-output float32 if it is not. It is called with the arguments it declares, as pytest calls a
-test with the fixtures its signature names: `input_shape` (the data's, one example) and
-`num_classes` when it names them, and each key of `model.kwargs` by name, so keras.io's
-`make_model(input_shape, num_classes)`, a script's `build_model(num_classes)` and a plain
-`build_model()` all work as written (`num_classes` counts classes as Keras scripts do: 2 for a
-binary task, `classes_of`); `train_inputs`, the training split's inputs, lets a builder adapt
-its `Normalization` or `TextVectorization` to the training rows alone. A parameter mptrain
-cannot give is refused by `validate`, without running the file. A builder file imports the
-modules beside it, as `python file.py` would.
+global dtype policy is set, so the layers it creates follow the policy. It is called with the
+arguments it declares (of `GIVEN` and the keys of `model.kwargs`, by name), as pytest calls a
+test with the fixtures its signature names, so keras.io's `make_model(input_shape,
+num_classes)`, a script's `build_model(num_classes)` and a plain `build_model()` all work as
+written. A parameter mptrain cannot give is refused by `validate`, without running the file.
+A builder file imports the modules beside it, as `python file.py` would.
 
 The builder must return an uncompiled `keras.Model`: mptrain compiles it with the
 experiment's optimizer (a LossScaleOptimizer under mixed_float16), loss and metrics.
@@ -33,8 +29,9 @@ from mptrain.errors import ConfigError
 from mptrain.model.in_process import is_registered
 from mptrain.model.own_step import own_methods
 
-# what mptrain offers every builder, beside model.kwargs; train_inputs: the training split's
-# inputs (a tf.data.Dataset of batches, as stored), for a builder that adapts a layer to them
+# what mptrain offers every builder, beside model.kwargs: the data's shape of one example,
+# the classes (`classes_of`), and the training split's inputs (a tf.data.Dataset of batches,
+# as stored), for a builder that adapts its Normalization or TextVectorization to them alone
 GIVEN = ("input_shape", "num_classes", "train_inputs")
 
 
@@ -82,13 +79,13 @@ def check_builder(cfg: PythonConfig) -> None:
                               "exists only in the process that passed it (compare and plan run "
                               "each variant in a process of its own); save it in a .py file and "
                               "give model.builder: path/to/file.py:function")
-        arguments(cfg, declared_parameters(found), dict.fromkeys([*GIVEN, *cfg.kwargs]))
-        return
-    source = builder_source(builder)
-    if source is None or not source.is_file():
-        what = "no such file" if target.endswith(".py") else "no such module on the Python path"
-        raise ConfigError(f"model.builder {builder!r}: {target}: {what}")
-    declared = _declared_in(source, function, builder)
+        declared = declared_parameters(found)
+    else:
+        source = builder_source(builder)
+        if source is None or not source.is_file():
+            what = "no such file" if target.endswith(".py") else "no such module on the Python path"
+            raise ConfigError(f"model.builder {builder!r}: {target}: {what}")
+        declared = _declared_in(source, function, builder)
     if declared is not None:
         arguments(cfg, declared, dict.fromkeys([*GIVEN, *cfg.kwargs]))
 

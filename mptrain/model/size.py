@@ -3,10 +3,8 @@
 Two estimates, for two moments:
 - `training_bytes_lower_bound`, from the experiment alone, before anything is built: `validate`
   and `run` refuse an experiment that cannot fit before TensorFlow allocates it;
-- `estimate`, from the model and optimizer as built: the parts of the training state
-  (variables, the 16-bit copies of the weights a mixed step makes, gradients, optimizer slots,
-  and the activations one example keeps for the backward pass), by which `memory` finds the
-  largest batch and compare and plan decide whether their variants fit side by side.
+- `estimate`, from the model and optimizer as built, part by part (`MemoryPlan`): by it
+  `memory` finds the largest batch, and compare and plan whether their variants fit side by side.
 A run's own measurement is `MemoryMeter`'s (`MemoryStats` says what it can tell).
 """
 
@@ -19,7 +17,7 @@ import sys
 
 from mptrain.config.schema import ExperimentConfig
 from mptrain.data.dataset import InputSpec
-from mptrain.model.flops import one_example_graph
+from mptrain.model.flops import one_example_graph, static_shape
 from mptrain.model.walk import leaf_layers
 from mptrain.record import FrozenRecord, Record
 
@@ -109,8 +107,8 @@ def _graph_activation_bytes(model) -> int:
         if op.type in VIEW_OPS or (op.type == "Cast" and op.inputs[0].op.type == "ReadVariableOp"):
             continue
         for out in op.outputs:
-            dims = out.shape.as_list() if out.shape.rank is not None else None
-            if out.dtype.is_floating and dims and None not in dims:
+            dims = static_shape(out.shape)
+            if out.dtype.is_floating and dims:
                 total += math.prod(dims) * out.dtype.size
     return total
 
@@ -150,9 +148,8 @@ def _attention_bytes(layer) -> int:
         return 0
     tq, tk = int(math.prod(query.shape[1:-1])), int(math.prod(key.shape[1:-1]))
     item, heads = _itemsize(layer.compute_dtype), layer.num_heads
-    # queries and attended values (tq), keys and values (tk)
-    projections = heads * item * (tq * (layer.key_dim + layer.value_dim)
-                                  + tk * (layer.key_dim + layer.value_dim))
+    # queries and attended values (tq of each), keys and values (tk of each)
+    projections = heads * item * (tq + tk) * (layer.key_dim + layer.value_dim)
     scores = heads * tq * tk * (item + 4 + ((item + 1) if layer.dropout else 0))
     return projections + scores
 
@@ -165,13 +162,8 @@ def _output_bytes(layer) -> int | None:
     except (AttributeError, ValueError):
         return None
     outputs = outputs if isinstance(outputs, list | tuple) else [outputs]
-    total = 0
-    for out in outputs:
-        dims = [d for d in out.shape[1:]]
-        if any(d is None for d in dims):
-            continue
-        total += int(math.prod(dims)) * _itemsize(out.dtype)
-    return total
+    return sum(int(math.prod(out.shape[1:])) * _itemsize(out.dtype)
+               for out in outputs if None not in out.shape[1:])
 
 
 class MemoryStats(FrozenRecord):

@@ -1,10 +1,9 @@
 """The one walk over a model's layers, nested models (an application's backbone, a hub
 backbone) included, in the model's order.
 
-Its names are those `model.float32_layers` and `model.layer_policies` accept: Keras names a
-nested model's layers by their own names, and `model.dtypes.rebuild_with_policies` finds them
-there. plan's per-layer timings, memory's estimate, lint's findings and the FLOP count all
-walk a model through here, so what they name a user can paste into the experiment.
+plan's per-layer timings, memory's estimate, lint's findings and the FLOP count all walk a
+model through here, so what they name a user can paste into `model.float32_layers` or
+`model.layer_policies` (`dtypes.rebuild_with_policies` finds a nested model's layers there).
 """
 
 from __future__ import annotations
