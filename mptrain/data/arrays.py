@@ -70,14 +70,13 @@ def load_arrays(cfg: MnistData | NpzData | SyntheticData | SyntheticTextData, se
         raise DataError(f"{source}: training examples have shape {x_train.shape[1:]} but test "
                         f"examples {x_test.shape[1:]}")
     check_learnable(np.unique(y_train[:cut]), source)
-    spec = InputSpec.of_array(x_train)
-    if spec.kind == "tokens":
-        spec = InputSpec(spec.shape, "tokens", int(max(x_train.max(), x_test.max())) + 1)
+    tokens = x_train.dtype == np.int32  # `preprocess`'s token ids
+    vocab_size = int(max(x_train.max(), x_test.max())) + 1 if tokens else None
     return Dataset(
         train=Split(cut, arrays=(x_train[:cut], y_train[:cut])),
         val=Split(len(x_train) - cut, arrays=(x_train[cut:], y_train[cut:])) if cut < len(x_train) else None,
         test=Split(len(x_test), arrays=(x_test, y_test)),
-        spec=spec,
+        spec=InputSpec.of(x_train.shape[1:], x_train.dtype, vocab_size),
         num_classes_seen=int(max(y_train.max(), y_test.max())) + 1,
         source=source,
         notes=notes,

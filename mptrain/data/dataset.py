@@ -41,13 +41,14 @@ class InputSpec:
     columns: tuple[tuple[str, str], ...] = ()
 
     @staticmethod
-    def of_array(x: np.ndarray) -> InputSpec:
+    def of(shape: tuple[int, ...], dtype: np.dtype, vocab_size: int | None = None) -> InputSpec:
+        """Examples of `shape` and `dtype`: uint8 pixels, other integer (length,) token ids,
+        else images (3-D) or vectors."""
         import numpy as np
 
-        shape = tuple(int(d) for d in x.shape[1:])
-        pixels = x.dtype == np.uint8
-        if np.issubdtype(x.dtype, np.integer) and len(shape) == 1 and not pixels:
-            return InputSpec(shape, "tokens", int(x.max()) + 1 if x.size else None)
+        pixels = dtype == np.uint8
+        if np.issubdtype(dtype, np.integer) and len(shape) == 1 and not pixels:
+            return InputSpec(shape, "tokens", vocab_size)
         return InputSpec(shape, "image" if len(shape) == 3 else "vector", pixels=pixels)
 
 
