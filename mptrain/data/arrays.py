@@ -33,7 +33,15 @@ FASHION_FILES = (
     "t10k-images-idx3-ubyte.gz",
     "t10k-labels-idx1-ubyte.gz",
 )
+NPZ_ARRAYS = ("x_train", "y_train", "x_test", "y_test")  # Keras' mnist.npz layout
 MNIST_URL = "https://storage.googleapis.com/tensorflow/tf-keras-datasets/mnist.npz"
+OFFLINE_FIXES = {  # the data set's title, and how to get it when Keras' download fails
+    "mnist": ("MNIST", f"fetch {MNIST_URL} on a connected machine and put it in one of those "
+                       f"places, set data.path to the file, or set ${DATA_DIR_ENV} to its folder."),
+    "fashion_mnist": ("Fashion-MNIST", "`apt-get install dataset-fashion-mnist` (Debian/Ubuntu), or "
+                                       "put the four IDX .gz files in a folder and set data.path or "
+                                       f"${DATA_DIR_ENV} to it."),
+}
 
 
 def load_arrays(cfg: MnistData | NpzData | SyntheticData | SyntheticTextData, seed: int) -> Dataset:
@@ -47,10 +55,8 @@ def load_arrays(cfg: MnistData | NpzData | SyntheticData | SyntheticTextData, se
     elif cfg.dataset == "npz":
         (x_train, y_train), (x_test, y_test) = read_npz(cfg.path)
         source = str(cfg.path)
-    elif cfg.dataset == "mnist":
-        (x_train, y_train), (x_test, y_test), source = load_mnist(cfg.path)
     else:
-        (x_train, y_train), (x_test, y_test), source = load_fashion_mnist(cfg.path)
+        (x_train, y_train), (x_test, y_test), source = load_mnist_family(cfg.dataset, cfg.path)
 
     n_train, cut, n_test = split_sizes(cfg, len(x_train), len(x_test))
     x_train, y_train, x_test, y_test = x_train[:n_train], y_train[:n_train], x_test[:n_test], y_test[:n_test]
@@ -214,16 +220,8 @@ def read_npz(path: Path):
     """Arrays `x_train, y_train, x_test, y_test` from a NumPy archive (Keras' mnist.npz layout)."""
     try:
         with np.load(path, allow_pickle=False) as archive:
-            missing = [k for k in ("x_train", "y_train", "x_test", "y_test") if k not in archive]
-            if missing:
-                raise DataError(
-                    f"{path}: missing arrays {', '.join(missing)} "
-                    f"(found: {', '.join(archive.files) or 'none'}); "
-                    "an npz dataset needs x_train, y_train, x_test, y_test"
-                )
-            arrays = {k: archive[k] for k in ("x_train", "y_train", "x_test", "y_test")}
-    except DataError:
-        raise
+            found = archive.files
+            arrays = {k: archive[k] for k in NPZ_ARRAYS if k in archive}
     except FileNotFoundError:
         raise DataError(f"{path}: no such file") from None
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
@@ -231,6 +229,10 @@ def read_npz(path: Path):
         reason = "not a zip archive" if "pickled" in str(exc) else str(exc) or type(exc).__name__
         raise DataError(f"{path}: not a readable .npz archive ({reason}); write one with "
                         "numpy.savez(path, x_train=..., y_train=..., x_test=..., y_test=...)") from None
+    missing = [k for k in NPZ_ARRAYS if k not in arrays]
+    if missing:
+        raise DataError(f"{path}: missing arrays {', '.join(missing)} (found: {', '.join(found) or 'none'}); "
+                        "an npz dataset needs x_train, y_train, x_test, y_test")
     for split in ("train", "test"):
         if len(arrays[f"x_{split}"]) != len(arrays[f"y_{split}"]):
             raise DataError(f"{path}: x_{split} and y_{split} have different lengths")
@@ -257,69 +259,44 @@ def read_idx(path: Path) -> np.ndarray:
     return np.frombuffer(raw, dtype=np.uint8, offset=header).reshape(dims)
 
 
-def keras_cache_dir() -> Path:
-    return Path(os.environ.get("KERAS_HOME", Path.home() / ".keras")) / "datasets"
-
-
-def _env_dir() -> Path | None:
-    value = os.environ.get(DATA_DIR_ENV)
-    return Path(value) if value else None
-
-
 def _candidates(dataset: str, path: Path | None) -> list[Path]:
     """Where `mnist` (its mnist.npz) or `fashion_mnist` (a folder of its four files) is
     looked for, in order."""
-    env = _env_dir()
+    value = os.environ.get(DATA_DIR_ENV)
+    env = Path(value) if value else None
+    keras_cache = Path(os.environ.get("KERAS_HOME", Path.home() / ".keras")) / "datasets"
     if dataset == "mnist":
         return [base if base.suffix == ".npz" else base / "mnist.npz"
-                for base in (path, env, keras_cache_dir()) if base is not None]
+                for base in (path, env, keras_cache) if base is not None]
     folders = [d for d in (path, env, env / "fashion-mnist" if env else None) if d is not None]
-    return folders + [DEBIAN_FASHION_MNIST, keras_cache_dir() / "fashion-mnist"]
-
-
-def _present(dataset: str, candidate: Path) -> bool:
-    return candidate.is_file() if dataset == "mnist" else _has_fashion_files(candidate)
+    return folders + [DEBIAN_FASHION_MNIST, keras_cache / "fashion-mnist"]
 
 
 def local_copy(dataset: str, path: Path | None = None) -> Path | None:
     """The first place that holds the data set, or None: then only a download can get it."""
-    return next((c for c in _candidates(dataset, path) if _present(dataset, c)), None)
+    present = Path.is_file if dataset == "mnist" else _has_fashion_files
+    return next((c for c in _candidates(dataset, path) if present(c)), None)
 
 
 def looked_in(dataset: str, path: Path | None = None) -> str:
     return ", ".join(str(c) for c in _candidates(dataset, path))
 
 
-def load_mnist(path: Path | None):
-    """mnist.npz from `path`, `$MPTRAIN_DATA_DIR`, Keras' cache, else Keras' download."""
+def load_mnist_family(dataset: str, path: Path | None):
+    """`mnist` (mnist.npz) or `fashion_mnist` (the four IDX .gz files) from the first of
+    `_candidates` that holds it, else Keras' download: ((x, y) train, (x, y) test, source)."""
     if path is not None:
-        check_given_path("mnist", path)
-    found = local_copy("mnist", path)
-    if found is not None:
+        check_given_path(dataset, path)
+    found = local_copy(dataset, path)
+    if found is None:
+        return _keras_download(dataset, path)
+    if dataset == "mnist":
         return (*read_npz(found), str(found))
-    return _keras_download(
-        "mnist", "MNIST", _candidates("mnist", path),
-        f"fetch {MNIST_URL} on a connected machine and put it in one of those places, "
-        f"set data.path to the file, or set ${DATA_DIR_ENV} to its folder.",
-    )
+    x_train, y_train, x_test, y_test = (read_idx(found / name) for name in FASHION_FILES)
+    return (x_train, y_train), (x_test, y_test), str(found)
 
 
-def load_fashion_mnist(path: Path | None):
-    """The four IDX .gz files from `path`, `$MPTRAIN_DATA_DIR`, Debian's package, Keras' cache."""
-    if path is not None:
-        check_given_path("fashion_mnist", path)
-    folder = local_copy("fashion_mnist", path)
-    if folder is not None:
-        x_train, y_train, x_test, y_test = (read_idx(folder / name) for name in FASHION_FILES)
-        return (x_train, y_train), (x_test, y_test), str(folder)
-    return _keras_download(
-        "fashion_mnist", "Fashion-MNIST", _candidates("fashion_mnist", path),
-        "`apt-get install dataset-fashion-mnist` (Debian/Ubuntu), or put the four IDX .gz "
-        f"files in a folder and set data.path or ${DATA_DIR_ENV} to it.",
-    )
-
-
-def _keras_download(module: str, title: str, looked: list[Path], fix: str):
+def _keras_download(dataset: str, path: Path | None):
     """Last resort: Keras' own downloader. Any failure (offline, proxy, bad hash) becomes an
     error that lists where we looked and how to fix it."""
     import importlib
@@ -328,14 +305,14 @@ def _keras_download(module: str, title: str, looked: list[Path], fix: str):
 
     try:
         import_tensorflow()
-        loader = importlib.import_module(f"keras.datasets.{module}")
+        loader = importlib.import_module(f"keras.datasets.{dataset}")
         with contextlib.redirect_stdout(sys.stderr):  # keep stdout for --json
             train, test = loader.load_data()
     except Exception as exc:
-        where = ", ".join(str(p) for p in looked)
+        title, fix = OFFLINE_FIXES[dataset]
         raise DataError(
-            f"{title} not found locally (looked in: {where}) and the download failed ({exc}).\n"
-            f"Fix: {fix}"
+            f"{title} not found locally (looked in: {looked_in(dataset, path)}) and the download "
+            f"failed ({exc}).\nFix: {fix}"
         ) from None
     return train, test, "keras download"
 
