@@ -91,13 +91,11 @@ def _check_files(data) -> list[str]:
             return [f"{kind} is not on this machine (looked in {looked_in(kind)}); `run` will "
                     "try Keras' download, which needs the internet (docs/data.md)"]
     if kind in ("image_folder", "text_folder"):
-        from mptrain.data.folders import IMAGE_EXTENSIONS, TEXT_EXTENSIONS, list_classes
+        from mptrain.data.folders import list_classes
 
-        images = kind == "image_folder"
-        extensions, what = (IMAGE_EXTENSIONS, "image") if images else (TEXT_EXTENSIONS, "text")
-        classes = list_classes(path, extensions, what, key="data.path").classes
+        classes = list_classes(path, kind).classes
         if data.test_path is not None:
-            list_classes(data.test_path, extensions, what, classes, key="data.test_path")
+            list_classes(data.test_path, kind, classes, key="data.test_path")
     if kind == "csv":
         for key, csv_path in (("data.path", path), ("data.test_path", data.test_path)):
             if csv_path is not None and not csv_path.is_file():
