@@ -1,9 +1,7 @@
 """In-memory data sets: mnist, fashion_mnist, npz, synthetic, synthetic_text.
 
-Pixels (uint8) stay uint8 here, a quarter of float32's memory; the pipeline gives them to the
-model in float32, divided by 255 when the model expects that (the guide's x/255 on the host:
-the model's first layer casts to the compute dtype, and a CPU does float16 arithmetic slower
-than float32).
+Pixels (uint8) stay uint8 here, a quarter of float32's memory; the pipeline makes them float32
+(`pipeline._finish`).
 
 Every loader looks in local places first (the experiment's `path`, `$MPTRAIN_DATA_DIR`, system
 packages, Keras' cache) and downloads only as a last resort, so runs and tests work offline.
@@ -95,22 +93,21 @@ def preprocess(x: np.ndarray, source: str) -> np.ndarray:
     input, not an image). Non-finite inputs are refused: they would turn the first step's loss
     into NaN."""
     if x.dtype == np.uint8:
-        pass
-    elif np.issubdtype(x.dtype, np.integer):
+        return x
+    if np.issubdtype(x.dtype, np.integer):
         if x.ndim != 2:
             raise DataError(f"{source}: integer inputs of shape {x.shape[1:]}: use uint8 for "
                             "images or (N, length) integers for token ids")
         if x.size and x.min() < 0:
             raise DataError(f"{source}: token ids must be >= 0, found {int(x.min())}")
         return x.astype(np.int32)
-    elif np.issubdtype(x.dtype, np.floating):
-        x = x.astype(np.float32, copy=False)
-        if not np.isfinite(x).all():
-            bad = int(np.count_nonzero(~np.isfinite(x)))
-            raise DataError(f"{source}: {bad} input values are NaN or infinite; clean the data "
-                            "first (a single one makes the loss NaN)")
-    else:
+    if not np.issubdtype(x.dtype, np.floating):
         raise DataError(f"{source}: inputs of type {x.dtype} are not numbers")
+    x = x.astype(np.float32, copy=False)
+    if not np.isfinite(x).all():
+        bad = int(np.count_nonzero(~np.isfinite(x)))
+        raise DataError(f"{source}: {bad} input values are NaN or infinite; clean the data "
+                        "first (a single one makes the loss NaN)")
     return x
 
 

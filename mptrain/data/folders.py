@@ -1,17 +1,14 @@
 """Folders of files, one sub-folder per class: `image_folder` and `text_folder`.
 
 Files are listed once (cheap), then decoded in the tf.data pipeline as batches need them, in
-parallel, so a folder larger than memory trains. The order of the files, and which go to the
-test and validation splits, come from a hash of each file's path relative to the folder: the
-same on every machine and every run, and independent of how the file system lists them.
+parallel, so a folder larger than memory trains. Their order and splits hash each file's path
+relative to the folder (`dataset.split_keys`).
 
 A broken file must cost its owner one clear line, not a traceback an hour into training, so
-every image is decoded once before the first step (in parallel, with progress for large
-folders) and the verdict is cached by file size and modification time, so the next run does
-not pay again. A broken image is an error naming it, or, with `data.skip_bad_files`, left out
-and listed in the run folder. Text files are decoded with `data.encoding` (UTF-8 by default);
-a byte that is not valid in it becomes U+FFFD, so one stray byte never stops training, and an
-empty file is a valid (empty) example.
+every image is decoded once before the first step, and the verdict is cached by file size and
+modification time, so the next run does not pay again (`check_images`). Text files are decoded
+with `data.encoding`; a byte not valid in it becomes U+FFFD, so one stray byte never stops
+training, and an empty file is a valid (empty) example.
 
 Not `keras.utils.image_dataset_from_directory`: its shuffle order depends on how many
 iterators were made before, so fit and the custom loop (and a resumed run) would see
@@ -26,6 +23,7 @@ import os
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -96,7 +94,7 @@ class FolderSplits:
     test: Files
     classes: list[str]
     skipped: list[str] = field(default_factory=list)  # broken files left out, with why
-    sizes: Counter = field(default_factory=Counter)  # images: (height, width) → how many
+    sizes: Counter = field(default_factory=Counter)  # images: (height, width) → how many, from check_images
 
 
 def split_files(cfg: ImageFolderData | TextFolderData) -> FolderSplits:
@@ -130,9 +128,9 @@ def split_files(cfg: ImageFolderData | TextFolderData) -> FolderSplits:
 
 def check_images(splits: FolderSplits, skip_bad: bool,
                  status: Callable[[str], object] | None = None) -> FolderSplits:
-    """Every image decoded once (the verdict cached by size and mtime, with its size): an
-    error naming the first broken one, or, with `skip_bad`, the splits without them and the
-    list of what was left out; the sizes of the images kept."""
+    """Every image decoded (in parallel, with progress for large folders) or its verdict
+    read from the cache: an error naming the first broken one, or, with `skip_bad`, the
+    splits without them and the list of what was left out; the sizes of the images kept."""
     files = splits.train[0] + splits.val[0] + splits.test[0]
     cache_path, cached = _read_verdicts(files)
     stamps = {f: [(stat := os.stat(f)).st_size, stat.st_mtime_ns] for f in files}
@@ -140,10 +138,8 @@ def check_images(splits: FolderSplits, skip_bad: bool,
              if f in stamps and len(entry) == 5 and entry[:2] == stamps[f]}  # or kept with no size
     unknown = [f for f in files if f not in known]
     if unknown:
-        if status is not None and len(unknown) >= PROGRESS_FROM:
-            with status(f"checking {len(unknown):,} images (once; cached)…"):
-                known.update(_decode_all(unknown))
-        else:
+        shown = status is not None and len(unknown) >= PROGRESS_FROM
+        with status(f"checking {len(unknown):,} images (once; cached)…") if shown else nullcontext():
             known.update(_decode_all(unknown))
         cached.update({f: [*stamps[f], known[f][0], *known[f][1]] for f in unknown})
         _write_verdicts(cache_path, cached)
@@ -153,9 +149,6 @@ def check_images(splits: FolderSplits, skip_bad: bool,
         more = f" ({len(bad) - 1} more broken)" if len(bad) > 1 else ""
         raise DataError(f"{first}: {problem}{more}; remove or replace it, or set "
                         "data.skip_bad_files: true to train without broken files")
-    sizes = Counter(known[f][1] for f in files if f not in bad)
-    if not bad:
-        return replace(splits, sizes=sizes)
 
     def keep(part: Files) -> Files:
         kept = [(f, y) for f, y in zip(*part, strict=True) if f not in bad]
@@ -165,7 +158,8 @@ def check_images(splits: FolderSplits, skip_bad: bool,
     if not train[0]:
         raise DataError("every training image is broken; nothing to train on")
     return FolderSplits(train, keep(splits.val), keep(splits.test), splits.classes,
-                        [f"{path}: {problem}" for path, problem in bad.items()], sizes)
+                        [f"{path}: {problem}" for path, problem in bad.items()],
+                        Counter(known[f][1] for f in files if f not in bad))
 
 
 def image_size(cfg: ImageFolderData, sizes: Counter) -> tuple[tuple[int, int], list[str]]:

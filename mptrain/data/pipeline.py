@@ -30,8 +30,7 @@ STREAM_SHUFFLE_BUFFER = 10_000
 
 @dataclass
 class Batches:
-    """Every split as batches. The training stream can start at any (epoch, step): a resumed
-    run continues with exactly the batches the interrupted one would have seen."""
+    """Every split as batches."""
 
     split: Split
     val: object | None
@@ -106,8 +105,8 @@ def input_ms_per_batch(batches: Batches, count: int = 20) -> float | None:
 def make_batches(data: Dataset, config: ExperimentConfig, scale_pixels: bool = True,
                  replicas: int = 1) -> Batches:
     """Every split of `data` (held on the host: `hold_on_host`) as the experiment's batches;
-    `scale_pixels`: pixels (uint8) divided by 255, for a model that does not rescale them
-    itself (`model.inputs.pixel_range`); `replicas`: how many the batches are split over."""
+    `scale_pixels`: the model does not rescale pixels itself (`model.inputs.pixel_range`);
+    `replicas`: how many the batches are split over."""
     batch_size = config.train.batch_size
     finish = partial(_finish, binary=config.train.loss == "binary_crossentropy", scale_pixels=scale_pixels)
     return Batches(
@@ -149,8 +148,7 @@ def hold_on_host(data: Dataset) -> Dataset:
 
 
 def shuffled_indices(tf, n: int, seed: int, epoch):
-    """The example indices of one epoch, in training order: a pure function of the seed and
-    the epoch (`epoch` a tensor), so a resume and every variant of a compare see the same."""
+    """The example indices of one epoch (a tensor), in training order (the module says why)."""
     return tf.random.experimental.stateless_shuffle(
         tf.range(n, dtype=tf.int64), seed=tf.stack([tf.constant(seed, tf.int64), epoch]))
 
@@ -251,8 +249,10 @@ def _gather(tf, index_batches, arrays):
 
 def _finish(tf, batches, tuned: bool, binary: bool, scale_pixels: bool):
     """uint8 pixels (decoded or cached images, arrays: a quarter of the space) become float32
-    here, on the host, as the guide advises: divided by 255 for a model that does not rescale
-    them itself, as stored for one that does; binary labels become float columns.
+    here, on the host, as the guide advises (the model's first layer casts to the compute
+    dtype, and a CPU does float16 arithmetic slower than float32): divided by 255 for a model
+    that does not rescale them itself, as stored for one that does; binary labels become
+    float columns.
 
     `tuned`: tf.data's autotuning sizes the parallel decoding of files and the prefetch
     buffer. Batches gathered from arrays in memory have nothing to tune: they get a fixed
