@@ -188,12 +188,14 @@ def make_synthetic_text(cfg: SyntheticTextData, seed: int):
     return draw(cfg.train_size), draw(cfg.test_size)
 
 
-def check_npz_labels(cfg) -> None:
-    """`validate`'s look at an .npz's training labels (only `y_train` is read): the classes
-    `run` would train on, after `max_train_examples` and the validation split."""
+def npz_training_examples(cfg) -> int:
+    """`validate`'s look at an .npz (only x_train's header and y_train are read): the examples
+    `run` would train on, after `max_train_examples` and the validation split, and their classes."""
+    total = npz_length(cfg.path, "x_train")
     with np.load(cfg.path, allow_pickle=False) as archive:
         y = archive["y_train"]
     check_learnable(np.unique(y[: split_sizes(cfg, len(y))[1]]), str(cfg.path))
+    return split_sizes(cfg, total)[1]
 
 
 def npz_length(path: Path, key: str) -> int:
@@ -208,8 +210,7 @@ def npz_length(path: Path, key: str) -> int:
         read_npz(path)  # says which arrays are missing
         raise
     except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
-        raise DataError(f"{path}: not a readable .npz archive ({exc}); write one with "
-                        "numpy.savez(path, x_train=..., y_train=..., x_test=..., y_test=...)") from None
+        raise _not_npz(path, str(exc)) from None
     return int(shape[0]) if shape else 0
 
 
@@ -224,8 +225,7 @@ def read_npz(path: Path):
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
         # NumPy takes any file that is not a zip or .npy for a pickle, and says so
         reason = "not a zip archive" if "pickled" in str(exc) else str(exc) or type(exc).__name__
-        raise DataError(f"{path}: not a readable .npz archive ({reason}); write one with "
-                        "numpy.savez(path, x_train=..., y_train=..., x_test=..., y_test=...)") from None
+        raise _not_npz(path, reason) from None
     missing = [k for k in NPZ_ARRAYS if k not in arrays]
     if missing:
         raise DataError(f"{path}: missing arrays {', '.join(missing)} (found: {', '.join(found) or 'none'}); "
@@ -236,6 +236,11 @@ def read_npz(path: Path):
     if len(arrays["x_train"]) == 0 or len(arrays["x_test"]) == 0:
         raise DataError(f"{path}: x_train and x_test must not be empty")
     return (arrays["x_train"], arrays["y_train"]), (arrays["x_test"], arrays["y_test"])
+
+
+def _not_npz(path: Path, reason: str) -> DataError:
+    return DataError(f"{path}: not a readable .npz archive ({reason}); write one with "
+                     "numpy.savez(path, x_train=..., y_train=..., x_test=..., y_test=...)")
 
 
 def read_idx(path: Path) -> np.ndarray:

@@ -58,10 +58,9 @@ def _training_examples(data, thorough: bool) -> int | None:
     elif kind in ("mnist", "fashion_mnist"):
         total = MNIST_TRAIN_EXAMPLES
     elif kind == "npz" and thorough:
-        from mptrain.data.arrays import check_npz_labels, npz_length
+        from mptrain.data.arrays import npz_training_examples
 
-        total = npz_length(data.path, "x_train")
-        check_npz_labels(data)
+        return npz_training_examples(data)
     elif kind in ("image_folder", "text_folder") and thorough:
         from mptrain.data.folders import split_files
 
