@@ -227,7 +227,7 @@ def first_batch(examples: int, batch_size: int, replicas: int) -> int:
 
 def _gather(tf, index_batches, arrays):
     """Batches of example indices → batches of (x, y) from in-memory or memory-mapped arrays."""
-    xs, ys = arrays  # host variables (`_held_on_host`); x may be a memory-mapped cache
+    xs, ys = arrays  # host variables (`hold_on_host`); x may be a memory-mapped cache
     if isinstance(xs, np.memmap):
         # a cache file: NumPy reads the batch's rows, so only those are paged in
         def read(index_batch):
