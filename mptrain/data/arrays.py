@@ -1,9 +1,7 @@
 """In-memory data sets: mnist, fashion_mnist, npz, synthetic, synthetic_text.
 
-Pixels (uint8) stay uint8 here, a quarter of float32's memory; the pipeline gives them to the
-model in float32, divided by 255 when the model expects that (the guide's x/255 on the host:
-the model's first layer casts to the compute dtype, and a CPU does float16 arithmetic slower
-than float32).
+Pixels (uint8) stay uint8 here, a quarter of float32's memory; the pipeline makes them float32
+(`pipeline._finish`).
 
 Every loader looks in local places first (the experiment's `path`, `$MPTRAIN_DATA_DIR`, system
 packages, Keras' cache) and downloads only as a last resort, so runs and tests work offline.
@@ -33,7 +31,15 @@ FASHION_FILES = (
     "t10k-images-idx3-ubyte.gz",
     "t10k-labels-idx1-ubyte.gz",
 )
+NPZ_ARRAYS = ("x_train", "y_train", "x_test", "y_test")  # Keras' mnist.npz layout
 MNIST_URL = "https://storage.googleapis.com/tensorflow/tf-keras-datasets/mnist.npz"
+OFFLINE_FIXES = {  # the data set's title, and how to get it when Keras' download fails
+    "mnist": ("MNIST", f"fetch {MNIST_URL} on a connected machine and put it in one of those "
+                       f"places, set data.path to the file, or set ${DATA_DIR_ENV} to its folder."),
+    "fashion_mnist": ("Fashion-MNIST", "`apt-get install dataset-fashion-mnist` (Debian/Ubuntu), or "
+                                       "put the four IDX .gz files in a folder and set data.path or "
+                                       f"${DATA_DIR_ENV} to it."),
+}
 
 
 def load_arrays(cfg: MnistData | NpzData | SyntheticData | SyntheticTextData, seed: int) -> Dataset:
@@ -47,10 +53,8 @@ def load_arrays(cfg: MnistData | NpzData | SyntheticData | SyntheticTextData, se
     elif cfg.dataset == "npz":
         (x_train, y_train), (x_test, y_test) = read_npz(cfg.path)
         source = str(cfg.path)
-    elif cfg.dataset == "mnist":
-        (x_train, y_train), (x_test, y_test), source = load_mnist(cfg.path)
     else:
-        (x_train, y_train), (x_test, y_test), source = load_fashion_mnist(cfg.path)
+        (x_train, y_train), (x_test, y_test), source = load_mnist_family(cfg.dataset, cfg.path)
 
     n_train, cut, n_test = split_sizes(cfg, len(x_train), len(x_test))
     x_train, y_train, x_test, y_test = x_train[:n_train], y_train[:n_train], x_test[:n_test], y_test[:n_test]
@@ -70,14 +74,13 @@ def load_arrays(cfg: MnistData | NpzData | SyntheticData | SyntheticTextData, se
         raise DataError(f"{source}: training examples have shape {x_train.shape[1:]} but test "
                         f"examples {x_test.shape[1:]}")
     check_learnable(np.unique(y_train[:cut]), source)
-    spec = InputSpec.of_array(x_train)
-    if spec.kind == "tokens":
-        spec = InputSpec(spec.shape, "tokens", int(max(x_train.max(), x_test.max())) + 1)
+    tokens = x_train.dtype == np.int32  # `preprocess`'s token ids
+    vocab_size = int(max(x_train.max(), x_test.max())) + 1 if tokens else None
     return Dataset(
         train=Split(cut, arrays=(x_train[:cut], y_train[:cut])),
         val=Split(len(x_train) - cut, arrays=(x_train[cut:], y_train[cut:])) if cut < len(x_train) else None,
         test=Split(len(x_test), arrays=(x_test, y_test)),
-        spec=spec,
+        spec=InputSpec.of(x_train.shape[1:], x_train.dtype, vocab_size),
         num_classes_seen=int(max(y_train.max(), y_test.max())) + 1,
         source=source,
         notes=notes,
@@ -90,22 +93,21 @@ def preprocess(x: np.ndarray, source: str) -> np.ndarray:
     input, not an image). Non-finite inputs are refused: they would turn the first step's loss
     into NaN."""
     if x.dtype == np.uint8:
-        pass
-    elif np.issubdtype(x.dtype, np.integer):
+        return x
+    if np.issubdtype(x.dtype, np.integer):
         if x.ndim != 2:
             raise DataError(f"{source}: integer inputs of shape {x.shape[1:]}: use uint8 for "
                             "images or (N, length) integers for token ids")
         if x.size and x.min() < 0:
             raise DataError(f"{source}: token ids must be >= 0, found {int(x.min())}")
         return x.astype(np.int32)
-    elif np.issubdtype(x.dtype, np.floating):
-        x = x.astype(np.float32, copy=False)
-        if not np.isfinite(x).all():
-            bad = int(np.count_nonzero(~np.isfinite(x)))
-            raise DataError(f"{source}: {bad} input values are NaN or infinite; clean the data "
-                            "first (a single one makes the loss NaN)")
-    else:
+    if not np.issubdtype(x.dtype, np.floating):
         raise DataError(f"{source}: inputs of type {x.dtype} are not numbers")
+    x = x.astype(np.float32, copy=False)
+    if not np.isfinite(x).all():
+        bad = int(np.count_nonzero(~np.isfinite(x)))
+        raise DataError(f"{source}: {bad} input values are NaN or infinite; clean the data "
+                        "first (a single one makes the loss NaN)")
     return x
 
 
@@ -186,12 +188,14 @@ def make_synthetic_text(cfg: SyntheticTextData, seed: int):
     return draw(cfg.train_size), draw(cfg.test_size)
 
 
-def check_npz_labels(cfg) -> None:
-    """`validate`'s look at an .npz's training labels (only `y_train` is read): the classes
-    `run` would train on, after `max_train_examples` and the validation split."""
+def npz_training_examples(cfg) -> int:
+    """`validate`'s look at an .npz (only x_train's header and y_train are read): the examples
+    `run` would train on, after `max_train_examples` and the validation split, and their classes."""
+    total = npz_length(cfg.path, "x_train")
     with np.load(cfg.path, allow_pickle=False) as archive:
         y = archive["y_train"]
     check_learnable(np.unique(y[: split_sizes(cfg, len(y))[1]]), str(cfg.path))
+    return split_sizes(cfg, total)[1]
 
 
 def npz_length(path: Path, key: str) -> int:
@@ -206,8 +210,7 @@ def npz_length(path: Path, key: str) -> int:
         read_npz(path)  # says which arrays are missing
         raise
     except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
-        raise DataError(f"{path}: not a readable .npz archive ({exc}); write one with "
-                        "numpy.savez(path, x_train=..., y_train=..., x_test=..., y_test=...)") from None
+        raise _not_npz(path, str(exc)) from None
     return int(shape[0]) if shape else 0
 
 
@@ -215,29 +218,29 @@ def read_npz(path: Path):
     """Arrays `x_train, y_train, x_test, y_test` from a NumPy archive (Keras' mnist.npz layout)."""
     try:
         with np.load(path, allow_pickle=False) as archive:
-            missing = [k for k in ("x_train", "y_train", "x_test", "y_test") if k not in archive]
-            if missing:
-                raise DataError(
-                    f"{path}: missing arrays {', '.join(missing)} "
-                    f"(found: {', '.join(archive.files) or 'none'}); "
-                    "an npz dataset needs x_train, y_train, x_test, y_test"
-                )
-            arrays = {k: archive[k] for k in ("x_train", "y_train", "x_test", "y_test")}
-    except DataError:
-        raise
+            found = archive.files
+            arrays = {k: archive[k] for k in NPZ_ARRAYS if k in archive}
     except FileNotFoundError:
         raise DataError(f"{path}: no such file") from None
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
         # NumPy takes any file that is not a zip or .npy for a pickle, and says so
         reason = "not a zip archive" if "pickled" in str(exc) else str(exc) or type(exc).__name__
-        raise DataError(f"{path}: not a readable .npz archive ({reason}); write one with "
-                        "numpy.savez(path, x_train=..., y_train=..., x_test=..., y_test=...)") from None
+        raise _not_npz(path, reason) from None
+    missing = [k for k in NPZ_ARRAYS if k not in arrays]
+    if missing:
+        raise DataError(f"{path}: missing arrays {', '.join(missing)} (found: {', '.join(found) or 'none'}); "
+                        "an npz dataset needs x_train, y_train, x_test, y_test")
     for split in ("train", "test"):
         if len(arrays[f"x_{split}"]) != len(arrays[f"y_{split}"]):
             raise DataError(f"{path}: x_{split} and y_{split} have different lengths")
     if len(arrays["x_train"]) == 0 or len(arrays["x_test"]) == 0:
         raise DataError(f"{path}: x_train and x_test must not be empty")
     return (arrays["x_train"], arrays["y_train"]), (arrays["x_test"], arrays["y_test"])
+
+
+def _not_npz(path: Path, reason: str) -> DataError:
+    return DataError(f"{path}: not a readable .npz archive ({reason}); write one with "
+                     "numpy.savez(path, x_train=..., y_train=..., x_test=..., y_test=...)")
 
 
 def read_idx(path: Path) -> np.ndarray:
@@ -258,69 +261,44 @@ def read_idx(path: Path) -> np.ndarray:
     return np.frombuffer(raw, dtype=np.uint8, offset=header).reshape(dims)
 
 
-def keras_cache_dir() -> Path:
-    return Path(os.environ.get("KERAS_HOME", Path.home() / ".keras")) / "datasets"
-
-
-def _env_dir() -> Path | None:
-    value = os.environ.get(DATA_DIR_ENV)
-    return Path(value) if value else None
-
-
 def _candidates(dataset: str, path: Path | None) -> list[Path]:
     """Where `mnist` (its mnist.npz) or `fashion_mnist` (a folder of its four files) is
     looked for, in order."""
-    env = _env_dir()
+    value = os.environ.get(DATA_DIR_ENV)
+    env = Path(value) if value else None
+    keras_cache = Path(os.environ.get("KERAS_HOME", Path.home() / ".keras")) / "datasets"
     if dataset == "mnist":
         return [base if base.suffix == ".npz" else base / "mnist.npz"
-                for base in (path, env, keras_cache_dir()) if base is not None]
+                for base in (path, env, keras_cache) if base is not None]
     folders = [d for d in (path, env, env / "fashion-mnist" if env else None) if d is not None]
-    return folders + [DEBIAN_FASHION_MNIST, keras_cache_dir() / "fashion-mnist"]
-
-
-def _present(dataset: str, candidate: Path) -> bool:
-    return candidate.is_file() if dataset == "mnist" else _has_fashion_files(candidate)
+    return folders + [DEBIAN_FASHION_MNIST, keras_cache / "fashion-mnist"]
 
 
 def local_copy(dataset: str, path: Path | None = None) -> Path | None:
     """The first place that holds the data set, or None: then only a download can get it."""
-    return next((c for c in _candidates(dataset, path) if _present(dataset, c)), None)
+    present = Path.is_file if dataset == "mnist" else _has_fashion_files
+    return next((c for c in _candidates(dataset, path) if present(c)), None)
 
 
 def looked_in(dataset: str, path: Path | None = None) -> str:
     return ", ".join(str(c) for c in _candidates(dataset, path))
 
 
-def load_mnist(path: Path | None):
-    """mnist.npz from `path`, `$MPTRAIN_DATA_DIR`, Keras' cache, else Keras' download."""
+def load_mnist_family(dataset: str, path: Path | None):
+    """`mnist` (mnist.npz) or `fashion_mnist` (the four IDX .gz files) from the first of
+    `_candidates` that holds it, else Keras' download: ((x, y) train, (x, y) test, source)."""
     if path is not None:
-        check_given_path("mnist", path)
-    found = local_copy("mnist", path)
-    if found is not None:
+        check_given_path(dataset, path)
+    found = local_copy(dataset, path)
+    if found is None:
+        return _keras_download(dataset, path)
+    if dataset == "mnist":
         return (*read_npz(found), str(found))
-    return _keras_download(
-        "mnist", "MNIST", _candidates("mnist", path),
-        f"fetch {MNIST_URL} on a connected machine and put it in one of those places, "
-        f"set data.path to the file, or set ${DATA_DIR_ENV} to its folder.",
-    )
+    x_train, y_train, x_test, y_test = (read_idx(found / name) for name in FASHION_FILES)
+    return (x_train, y_train), (x_test, y_test), str(found)
 
 
-def load_fashion_mnist(path: Path | None):
-    """The four IDX .gz files from `path`, `$MPTRAIN_DATA_DIR`, Debian's package, Keras' cache."""
-    if path is not None:
-        check_given_path("fashion_mnist", path)
-    folder = local_copy("fashion_mnist", path)
-    if folder is not None:
-        x_train, y_train, x_test, y_test = (read_idx(folder / name) for name in FASHION_FILES)
-        return (x_train, y_train), (x_test, y_test), str(folder)
-    return _keras_download(
-        "fashion_mnist", "Fashion-MNIST", _candidates("fashion_mnist", path),
-        "`apt-get install dataset-fashion-mnist` (Debian/Ubuntu), or put the four IDX .gz "
-        f"files in a folder and set data.path or ${DATA_DIR_ENV} to it.",
-    )
-
-
-def _keras_download(module: str, title: str, looked: list[Path], fix: str):
+def _keras_download(dataset: str, path: Path | None):
     """Last resort: Keras' own downloader. Any failure (offline, proxy, bad hash) becomes an
     error that lists where we looked and how to fix it."""
     import importlib
@@ -329,14 +307,14 @@ def _keras_download(module: str, title: str, looked: list[Path], fix: str):
 
     try:
         import_tensorflow()
-        loader = importlib.import_module(f"keras.datasets.{module}")
+        loader = importlib.import_module(f"keras.datasets.{dataset}")
         with contextlib.redirect_stdout(sys.stderr):  # keep stdout for --json
             train, test = loader.load_data()
     except Exception as exc:
-        where = ", ".join(str(p) for p in looked)
+        title, fix = OFFLINE_FIXES[dataset]
         raise DataError(
-            f"{title} not found locally (looked in: {where}) and the download failed ({exc}).\n"
-            f"Fix: {fix}"
+            f"{title} not found locally (looked in: {looked_in(dataset, path)}) and the download "
+            f"failed ({exc}).\nFix: {fix}"
         ) from None
     return train, test, "keras download"
 

@@ -12,21 +12,20 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 from mptrain.data.dataset import Dataset, Split
+from mptrain.data.pipeline import examples
 
 
 def cached(data: Dataset, cfg) -> Dataset:
     fingerprint = _fingerprint(data, cfg)
-    splits = {name: split for name, split in (("train", data.train), ("val", data.val),
-                                              ("test", data.test)) if split is not None}
-    done = {name: _materialize(split, cfg.cache, name, fingerprint) for name, split in splits.items()}
-    return Dataset(train=done["train"], val=done.get("val"), test=done["test"], spec=data.spec,
-                   num_classes_seen=data.num_classes_seen, source=data.source, files=data.files,
-                   notes=data.notes)
+    return replace(data, train=_materialize(data.train, cfg.cache, "train", fingerprint),
+                   val=_materialize(data.val, cfg.cache, "val", fingerprint),
+                   test=_materialize(data.test, cfg.cache, "test", fingerprint))
 
 
 def _fingerprint(data: Dataset, cfg) -> str:
@@ -36,40 +35,33 @@ def _fingerprint(data: Dataset, cfg) -> str:
                           .encode()).hexdigest()[:16]
 
 
-def _examples(split: Split):
-    import tensorflow as tf
-
-    if split.stream is not None:
-        return split.stream()
-    return tf.data.Dataset.range(split.size).map(split.load, num_parallel_calls=tf.data.AUTOTUNE,
-                                                 deterministic=True)
-
-
-def _materialize(split: Split, cache, name: str, fingerprint: str) -> Split:
-    if split.arrays is not None:
+def _materialize(split: Split | None, cache, name: str, fingerprint: str) -> Split | None:
+    if split is None or split.arrays is not None:
         return split
-    examples = _examples(split).batch(512)
+    batches = examples(split).batch(512)
     if cache == "memory":
-        xs, ys = zip(*examples.as_numpy_iterator(), strict=True)
+        xs, ys = zip(*batches.as_numpy_iterator(), strict=True)
         return Split(split.size, arrays=(np.concatenate(xs), np.concatenate(ys)))
     base = Path(f"{cache}.{name}")
-    meta_path = base.with_suffix(base.suffix + ".json")
-    x_path, y_path = Path(f"{base}.x.npy"), Path(f"{base}.y.npy")
+    meta_path, x_path, y_path = Path(f"{base}.json"), Path(f"{base}.x.npy"), Path(f"{base}.y.npy")
     expected = {"fingerprint": fingerprint, "size": split.size}
+
+    def mapped() -> Split:
+        return Split(split.size, arrays=(np.load(x_path, mmap_mode="r"), np.load(y_path)))
+
     if meta_path.is_file() and x_path.is_file() and y_path.is_file():
         try:
             if json.loads(meta_path.read_text()) == expected:
-                return Split(split.size, arrays=(np.load(x_path, mmap_mode="r"), np.load(y_path)))
+                return mapped()
         except (ValueError, OSError):
             pass  # unreadable: rebuilt below
     base.parent.mkdir(parents=True, exist_ok=True)
-    spec = examples.element_spec[0]
-    x_dtype = np.dtype(spec.dtype.as_numpy_dtype)
+    spec = batches.element_spec[0]
     tmp_x = Path(f"{x_path}.tmp")
-    rows = np.lib.format.open_memmap(tmp_x, mode="w+", dtype=x_dtype,
+    rows = np.lib.format.open_memmap(tmp_x, mode="w+", dtype=np.dtype(spec.dtype.as_numpy_dtype),
                                      shape=(split.size, *spec.shape[1:]))
     labels, filled = [], 0
-    for x, y in examples.as_numpy_iterator():
+    for x, y in batches.as_numpy_iterator():
         rows[filled:filled + len(x)] = x
         labels.append(y)
         filled += len(x)
@@ -78,4 +70,4 @@ def _materialize(split: Split, cache, name: str, fingerprint: str) -> Split:
     os.replace(tmp_x, x_path)
     np.save(y_path, np.concatenate(labels))
     meta_path.write_text(json.dumps(expected))  # last: a half-written cache is never matched
-    return Split(split.size, arrays=(np.load(x_path, mmap_mode="r"), np.load(y_path)))
+    return mapped()

@@ -58,10 +58,9 @@ def _training_examples(data, thorough: bool) -> int | None:
     elif kind in ("mnist", "fashion_mnist"):
         total = MNIST_TRAIN_EXAMPLES
     elif kind == "npz" and thorough:
-        from mptrain.data.arrays import check_npz_labels, npz_length
+        from mptrain.data.arrays import npz_training_examples
 
-        total = npz_length(data.path, "x_train")
-        check_npz_labels(data)
+        return npz_training_examples(data)
     elif kind in ("image_folder", "text_folder") and thorough:
         from mptrain.data.folders import split_files
 
@@ -91,13 +90,11 @@ def _check_files(data) -> list[str]:
             return [f"{kind} is not on this machine (looked in {looked_in(kind)}); `run` will "
                     "try Keras' download, which needs the internet (docs/data.md)"]
     if kind in ("image_folder", "text_folder"):
-        from mptrain.data.folders import IMAGE_EXTENSIONS, TEXT_EXTENSIONS, list_classes
+        from mptrain.data.folders import list_classes
 
-        images = kind == "image_folder"
-        extensions, what = (IMAGE_EXTENSIONS, "image") if images else (TEXT_EXTENSIONS, "text")
-        classes = list_classes(path, extensions, what, key="data.path").classes
+        classes = list_classes(path, kind).classes
         if data.test_path is not None:
-            list_classes(data.test_path, extensions, what, classes, key="data.test_path")
+            list_classes(data.test_path, kind, classes, key="data.test_path")
     if kind == "csv":
         for key, csv_path in (("data.path", path), ("data.test_path", data.test_path)):
             if csv_path is not None and not csv_path.is_file():

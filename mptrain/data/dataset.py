@@ -1,11 +1,6 @@
-"""What every data source hands to the pipeline: splits of examples, and what the inputs are.
-
-A split is one of three things, whichever the source can offer cheaply:
-- `arrays`: x and y in memory (or memory-mapped from a cache file), gathered a batch at a time;
-- `load`: examples addressable by index (one file each), decoded in parallel as needed;
-- `stream`: examples that can only be read in order (a CSV file, a TFDS split).
-The pipeline (`pipeline.py`) turns any of them into batches whose order depends only on the
-seed and the epoch. Nothing here imports TensorFlow.
+"""What every data source hands to the pipeline: splits of examples (`Split`), and what the
+inputs are (`InputSpec`). The pipeline (`pipeline.py`) turns any split into batches whose order
+depends only on the seed and the epoch. Nothing here imports TensorFlow.
 
 A source that divides its examples into training, validation and test itself does it by a hash
 of each example's key (`split_keys`), so the split is the same on every machine and run,
@@ -30,8 +25,7 @@ InputKind = Literal["image", "tokens", "vector", "columns"]
 @dataclass(frozen=True)
 class InputSpec:
     """The shape of one example's input and what it is; `vocab_size` for token inputs;
-    `pixels`: uint8 values as stored (0-255), which the pipeline gives the model in the range
-    the model expects (`model.inputs`); `columns`: (name, dtype) of each named input of
+    `pixels`: uint8 values as stored (0-255); `columns`: (name, dtype) of each named input of
     shape (1,), for a table given column by column (`shape` is then their count)."""
 
     shape: tuple[int, ...]
@@ -41,22 +35,25 @@ class InputSpec:
     columns: tuple[tuple[str, str], ...] = ()
 
     @staticmethod
-    def of_array(x: np.ndarray) -> InputSpec:
+    def of(shape: tuple[int, ...], dtype: np.dtype, vocab_size: int | None = None) -> InputSpec:
+        """Examples of `shape` and `dtype`: uint8 pixels, other integer (length,) token ids,
+        else images (3-D) or vectors."""
         import numpy as np
 
-        shape = tuple(int(d) for d in x.shape[1:])
-        pixels = x.dtype == np.uint8
-        if np.issubdtype(x.dtype, np.integer) and len(shape) == 1 and not pixels:
-            return InputSpec(shape, "tokens", int(x.max()) + 1 if x.size else None)
+        pixels = dtype == np.uint8
+        if np.issubdtype(dtype, np.integer) and len(shape) == 1 and not pixels:
+            return InputSpec(shape, "tokens", vocab_size)
         return InputSpec(shape, "image" if len(shape) == 3 else "vector", pixels=pixels)
 
 
 @dataclass
 class Split:
+    """Exactly one of `arrays`, `load`, `stream`: whichever the source can offer cheaply."""
+
     size: int
-    arrays: tuple[np.ndarray, np.ndarray] | None = None  # the pipeline holds them as host variables
-    load: Callable[[Any], tuple[Any, Any]] | None = None  # tf index → (x, y), traced by tf.data
-    stream: Callable[[], Any] | None = None  # () → tf.data.Dataset of (x, y) in a fixed order
+    arrays: tuple[np.ndarray, np.ndarray] | None = None  # in memory, or memory-mapped from a cache
+    load: Callable[[Any], tuple[Any, Any]] | None = None  # tf index → (x, y): a file, decoded by tf.data
+    stream: Callable[[], Any] | None = None  # () → tf.data.Dataset of (x, y), read in order (CSV, TFDS)
 
     def __post_init__(self) -> None:
         if sum(part is not None for part in (self.arrays, self.load, self.stream)) != 1:

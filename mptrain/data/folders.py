@@ -1,17 +1,14 @@
 """Folders of files, one sub-folder per class: `image_folder` and `text_folder`.
 
 Files are listed once (cheap), then decoded in the tf.data pipeline as batches need them, in
-parallel, so a folder larger than memory trains. The order of the files, and which go to the
-test and validation splits, come from a hash of each file's path relative to the folder: the
-same on every machine and every run, and independent of how the file system lists them.
+parallel, so a folder larger than memory trains. Their order and splits hash each file's path
+relative to the folder (`dataset.split_keys`).
 
 A broken file must cost its owner one clear line, not a traceback an hour into training, so
-every image is decoded once before the first step (in parallel, with progress for large
-folders) and the verdict is cached by file size and modification time, so the next run does
-not pay again. A broken image is an error naming it, or, with `data.skip_bad_files`, left out
-and listed in the run folder. Text files are decoded with `data.encoding` (UTF-8 by default);
-a byte that is not valid in it becomes U+FFFD, so one stray byte never stops training, and an
-empty file is a valid (empty) example.
+every image is decoded once before the first step, and the verdict is cached by file size and
+modification time, so the next run does not pay again (`check_images`). Text files are decoded
+with `data.encoding`; a byte not valid in it becomes U+FFFD, so one stray byte never stops
+training, and an empty file is a valid (empty) example.
 
 Not `keras.utils.image_dataset_from_directory`: its shuffle order depends on how many
 iterators were made before, so fit and the custom loop (and a resumed run) would see
@@ -26,6 +23,7 @@ import os
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -41,23 +39,26 @@ from mptrain.data.dataset import (
 )
 from mptrain.errors import DataError
 
-IMAGE_EXTENSIONS = {".png", ".jpg", ".jpeg", ".gif", ".bmp"}
-TEXT_EXTENSIONS = {".txt"}
+FILES = {  # data.dataset → the files it reads (extensions) and what they are called
+    "image_folder": ({".png", ".jpg", ".jpeg", ".gif", ".bmp"}, "image"),
+    "text_folder": ({".txt"}, "text"),
+}
 PROGRESS_FROM = 500  # files: below this, checking is too quick to show
 
 
 @dataclass(frozen=True)
 class Listing:
     files: list[str]  # absolute paths, in the canonical (hashed) order
+    keys: list[str]  # the same, relative to the folder: what the order and the splits hash
     labels: list[int]
     classes: list[str]
-    root: Path
 
 
-def list_classes(root: Path, extensions: set[str], what: str, classes: list[str] | None = None,
+def list_classes(root: Path, dataset: str, classes: list[str] | None = None,
                  key: str = "data.path") -> Listing:
-    """Every file with one of `extensions` under root/<class>/ (recursively). `classes` fixes
-    the class list (a test folder must use the training folder's classes)."""
+    """Every file `dataset` reads under root/<class>/ (recursively). `classes` fixes the class
+    list (a test folder must use the training folder's classes)."""
+    extensions, what = FILES[dataset]
     if not root.is_dir():
         raise DataError(f"{key} {root}: no such folder")
     found = sorted(d.name for d in root.iterdir() if d.is_dir() and not d.name.startswith("."))
@@ -80,7 +81,7 @@ def list_classes(root: Path, extensions: set[str], what: str, classes: list[str]
     if training:
         check_learnable([e[2] for e in entries], f"{key} {root}", classes)
     entries.sort(key=lambda e: (hash_fraction(e[0], "order"), e[0]))
-    return Listing([e[1] for e in entries], [e[2] for e in entries], classes, root)
+    return Listing([e[1] for e in entries], [e[0] for e in entries], [e[2] for e in entries], classes)
 
 
 Files = tuple[list[str], list[int]]
@@ -93,25 +94,21 @@ class FolderSplits:
     test: Files
     classes: list[str]
     skipped: list[str] = field(default_factory=list)  # broken files left out, with why
-    sizes: Counter = field(default_factory=Counter)  # images: (height, width) → how many
+    sizes: Counter = field(default_factory=Counter)  # images: (height, width) → how many, from check_images
 
 
 def split_files(cfg: ImageFolderData | TextFolderData) -> FolderSplits:
     """Training, validation and test files (and labels) of a folder data set; a test file
     never comes from the training folder's training part."""
-    images = cfg.dataset == "image_folder"
-    extensions, what = (IMAGE_EXTENSIONS, "image") if images else (TEXT_EXTENSIONS, "text")
-    listing = list_classes(cfg.path, extensions, what)
-    keys = [str(Path(f).relative_to(listing.root)) for f in listing.files]
+    listing = list_classes(cfg.path, cfg.dataset)
     if cfg.test_path is not None:
-        test_listing = list_classes(cfg.test_path, extensions, what, listing.classes,
-                                    key="data.test_path")
-        train_idx, test_idx = list(range(len(keys))), list(range(len(test_listing.files)))
+        test_listing = list_classes(cfg.test_path, cfg.dataset, listing.classes, key="data.test_path")
+        train_idx, test_idx = list(range(len(listing.files))), list(range(len(test_listing.files)))
     else:
-        train_idx, test_idx = split_keys(keys, cfg.test_split, "test")
+        train_idx, test_idx = split_keys(listing.keys, cfg.test_split, "test")
         test_listing = listing
         if not test_idx:
-            raise DataError(f"data.path {cfg.path}: {len(keys)} files are too few for a test "
+            raise DataError(f"data.path {cfg.path}: {len(listing.files)} files are too few for a test "
                             f"split of {cfg.test_split:g}; add files or set data.test_path")
     n_train, cut, n_test = split_sizes(cfg, len(train_idx), len(test_idx))
     train_idx, test_idx = train_idx[:n_train], test_idx[:n_test]
@@ -131,31 +128,27 @@ def split_files(cfg: ImageFolderData | TextFolderData) -> FolderSplits:
 
 def check_images(splits: FolderSplits, skip_bad: bool,
                  status: Callable[[str], object] | None = None) -> FolderSplits:
-    """Every image decoded once (cached by size and mtime, with its size): an error naming the
-    first broken one, or, with `skip_bad`, the splits without them and the list of what was
-    left out; the sizes of the images kept."""
+    """Every image decoded (in parallel, with progress for large folders) or its verdict
+    read from the cache: an error naming the first broken one, or, with `skip_bad`, the
+    splits without them and the list of what was left out; the sizes of the images kept."""
     files = splits.train[0] + splits.val[0] + splits.test[0]
-    cache = _VerdictCache(files)
-    unknown = [f for f in files if cache.get(f) is None]
+    cache_path, cached = _read_verdicts(files)
+    stamps = {f: [(stat := os.stat(f)).st_size, stat.st_mtime_ns] for f in files}
+    known = {f: (entry[2], (entry[3], entry[4])) for f, entry in cached.items()  # unless changed,
+             if f in stamps and len(entry) == 5 and entry[:2] == stamps[f]}  # or kept with no size
+    unknown = [f for f in files if f not in known]
     if unknown:
-        if status is not None and len(unknown) >= PROGRESS_FROM:
-            with status(f"checking {len(unknown):,} images (once; cached)…"):
-                verdicts = _decode_all(unknown)
-        else:
-            verdicts = _decode_all(unknown)
-        for path, (problem, size) in verdicts.items():
-            cache.put(path, problem, size)
-        cache.save()
-    found = {f: cache.get(f) for f in files}
-    bad = {f: problem for f, (problem, _) in found.items() if problem}
+        shown = status is not None and len(unknown) >= PROGRESS_FROM
+        with status(f"checking {len(unknown):,} images (once; cached)…") if shown else nullcontext():
+            known.update(_decode_all(unknown))
+        cached.update({f: [*stamps[f], known[f][0], *known[f][1]] for f in unknown})
+        _write_verdicts(cache_path, cached)
+    bad = {f: known[f][0] for f in files if known[f][0]}
     if bad and not skip_bad:
         first, problem = next(iter(bad.items()))
         more = f" ({len(bad) - 1} more broken)" if len(bad) > 1 else ""
         raise DataError(f"{first}: {problem}{more}; remove or replace it, or set "
                         "data.skip_bad_files: true to train without broken files")
-    sizes = Counter(tuple(size) for f, (_, size) in found.items() if f not in bad)
-    if not bad:
-        return replace(splits, sizes=sizes)
 
     def keep(part: Files) -> Files:
         kept = [(f, y) for f, y in zip(*part, strict=True) if f not in bad]
@@ -165,7 +158,8 @@ def check_images(splits: FolderSplits, skip_bad: bool,
     if not train[0]:
         raise DataError("every training image is broken; nothing to train on")
     return FolderSplits(train, keep(splits.val), keep(splits.test), splits.classes,
-                        [f"{path}: {problem}" for path, problem in bad.items()], sizes)
+                        [f"{path}: {problem}" for path, problem in bad.items()],
+                        Counter(known[f][1] for f in files if f not in bad))
 
 
 def image_size(cfg: ImageFolderData, sizes: Counter) -> tuple[tuple[int, int], list[str]]:
@@ -204,65 +198,44 @@ def _decode_all(paths: list[str]) -> dict[str, tuple[str, tuple[int, int]]]:
         return dict(zip(paths, pool.map(verdict, paths), strict=True))
 
 
-class _VerdictCache:
-    """Decoding verdicts and sizes per file, valid while its size and mtime are unchanged;
-    one file per data folder in the user's cache folder."""
+def _read_verdicts(files: list[str]) -> tuple[Path, dict[str, list]]:
+    """The verdict cache of these files' data folder: one file per folder in the user's cache
+    folder, path → [size, mtime, problem, height, width]."""
+    from mptrain.hardware.kernels import cache_dir
 
-    def __init__(self, files: list[str]):
-        from mptrain.hardware.kernels import cache_dir
+    roots = sorted({str(Path(f).parent.parent) for f in files})
+    digest = hashlib.sha256("\n".join(roots).encode()).hexdigest()[:16]
+    path = cache_dir() / f"images-{digest}.json"
+    try:
+        return path, json.loads(path.read_text())
+    except (OSError, ValueError):
+        return path, {}
 
-        roots = sorted({str(Path(f).parent.parent) for f in files})
-        digest = hashlib.sha256("\n".join(roots).encode()).hexdigest()[:16]
-        self.path = cache_dir() / f"images-{digest}.json"
-        try:
-            self.entries: dict[str, list] = json.loads(self.path.read_text())
-        except (OSError, ValueError):
-            self.entries = {}
 
-    @staticmethod
-    def _stamp(path: str) -> list:
-        stat = os.stat(path)
-        return [stat.st_size, stat.st_mtime_ns]
-
-    def get(self, path: str) -> tuple[str, tuple[int, int]] | None:
-        entry = self.entries.get(path)
-        if not entry or len(entry) != 5 or entry[:2] != self._stamp(path):
-            return None  # unknown, changed, or cached by a version that kept no size
-        return entry[2], (entry[3], entry[4])
-
-    def put(self, path: str, problem: str, size: tuple[int, int]) -> None:
-        self.entries[path] = [*self._stamp(path), problem, *size]
-
-    def save(self) -> None:
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(self.entries))
-            os.replace(tmp, self.path)
-        except OSError:
-            pass  # an unwritable cache costs a check next time, nothing more
+def _write_verdicts(path: Path, entries: dict[str, list]) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(entries))
+        os.replace(tmp, path)
+    except OSError:
+        pass  # an unwritable cache costs a check next time, nothing more
 
 
 def load_image_folder(cfg: ImageFolderData, status: Callable[[str], object] | None = None) -> Dataset:
+    import tensorflow as tf
+
     splits = check_images(split_files(cfg), cfg.skip_bad_files, status)
     channels = 3 if cfg.color_mode == "rgb" else 1
     (height, width), resized = image_size(cfg, splits.sizes)
 
-    def decoder(files, labels):
-        import tensorflow as tf
+    def decode(path):
+        image = tf.io.decode_image(tf.io.read_file(path), channels=channels, expand_animations=False)
+        image = tf.image.resize(image, (height, width), antialias=True)
+        # uint8, as stored in a cache file: the same pixels whether cached or not
+        return tf.cast(tf.clip_by_value(tf.round(image), 0, 255), tf.uint8)
 
-        paths, ys = tf.constant(files), tf.constant(labels, tf.int32)
-
-        def load(index):
-            image = tf.io.decode_image(tf.io.read_file(paths[index]), channels=channels,
-                                       expand_animations=False)
-            image = tf.image.resize(image, (height, width), antialias=True)
-            # uint8, as stored in a cache file: the same pixels whether cached or not
-            return tf.cast(tf.clip_by_value(tf.round(image), 0, 255), tf.uint8), ys[index]
-
-        return load
-
-    data = _dataset(cfg, splits, decoder, InputSpec((height, width, channels), "image", pixels=True), {})
+    data = _dataset(cfg, splits, decode, InputSpec((height, width, channels), "image", pixels=True), {})
     return replace(data, notes=data.notes + resized)
 
 
@@ -288,27 +261,29 @@ def load_text_folder(cfg: TextFolderData) -> Dataset:
         raise DataError(f"data.path {cfg.path}: cannot read the training texts ({exc.message})") from None
     vocabulary = vectorize.get_vocabulary()
 
-    def decoder(files, labels):
-        paths, ys = tf.constant(files), tf.constant(labels, tf.int32)
-
-        def load(index):
-            # as a batch of one: a lone empty text would give 0 tokens, not sequence_length
-            return vectorize(read(paths[index])[None])[0], ys[index]
-
-        return load
+    def decode(path):
+        # as a batch of one: a lone empty text would give 0 tokens, not sequence_length
+        return vectorize(read(path)[None])[0]
 
     spec = InputSpec((cfg.sequence_length,), "tokens", len(vocabulary))
-    return _dataset(cfg, splits, decoder, spec, {"vocabulary.txt": "\n".join(vocabulary) + "\n"})
+    return _dataset(cfg, splits, decode, spec, {"vocabulary.txt": "\n".join(vocabulary) + "\n"})
 
 
-def _dataset(cfg, splits: FolderSplits, decoder, spec: InputSpec, files: dict[str, str]) -> Dataset:
+def _dataset(cfg, splits: FolderSplits, decode, spec: InputSpec, files: dict[str, str]) -> Dataset:
+    """The splits as `Split.load`s: example index → (decode(its path), its label)."""
+    import tensorflow as tf
+
+    def split(part: Files) -> Split:
+        paths, labels = tf.constant(part[0]), tf.constant(part[1], tf.int32)
+        return Split(len(part[0]), load=lambda index: (decode(paths[index]), labels[index]))
+
     kept = {"classes.txt": "\n".join(splits.classes) + "\n", **files}
     if splits.skipped:
         kept["skipped_files.txt"] = "\n".join(splits.skipped) + "\n"
     return Dataset(
-        train=Split(len(splits.train[0]), load=decoder(*splits.train)),
-        val=Split(len(splits.val[0]), load=decoder(*splits.val)) if splits.val[0] else None,
-        test=Split(len(splits.test[0]), load=decoder(*splits.test)),
+        train=split(splits.train),
+        val=split(splits.val) if splits.val[0] else None,
+        test=split(splits.test),
         spec=spec,
         num_classes_seen=len(splits.classes),
         source=str(cfg.path),

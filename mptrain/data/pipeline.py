@@ -30,8 +30,7 @@ STREAM_SHUFFLE_BUFFER = 10_000
 
 @dataclass
 class Batches:
-    """Every split as batches. The training stream can start at any (epoch, step): a resumed
-    run continues with exactly the batches the interrupted one would have seen."""
+    """Every split as batches."""
 
     split: Split
     val: object | None
@@ -39,8 +38,8 @@ class Batches:
     batch_size: int
     epochs: int
     seed: int
-    finish: Callable = None  # the last stages every split's batches share (`_finish`)
-    shuffle_buffer: int = STREAM_SHUFFLE_BUFFER
+    finish: Callable  # the last stages every split's batches share (`_finish`)
+    shuffle_buffer: int  # examples a stream is shuffled by at a time (`_block_shuffled`)
 
     @property
     def train_examples(self) -> int:
@@ -59,9 +58,28 @@ class Batches:
         return self.train_from(0, 0)
 
     def train_from(self, epoch: int, step: int, until_epoch: int | None = None):
-        """The batches of epochs [epoch, until_epoch), the first `step` of them left out."""
-        epochs = range(epoch, self.epochs if until_epoch is None else until_epoch)
-        return training_stream(self, epochs, step)
+        """The batches of epochs [epoch, until_epoch), each epoch in its own seeded order, the
+        first `step` of them left out (a resumed run continues inside an epoch)."""
+        import tensorflow as tf
+
+        split, batch_size, seed = self.split, self.batch_size, self.seed
+
+        def one_epoch(number):
+            # batched within the epoch: the last batch of an epoch is short, never mixed with the next
+            if split.stream is not None:
+                return _block_shuffled(tf, split.stream(), min(self.shuffle_buffer, split.size), seed,
+                                       number).batch(batch_size)
+            order = tf.data.Dataset.from_tensor_slices(shuffled_indices(tf, split.size, seed, number))
+            if split.load is not None:  # files, decoded in parallel in order
+                return order.map(split.load, num_parallel_calls=tf.data.AUTOTUNE,
+                                 deterministic=True).batch(batch_size)
+            return order.batch(batch_size)  # indices, gathered below once the skipped are gone
+
+        epochs = tf.data.Dataset.range(epoch, self.epochs if until_epoch is None else until_epoch)
+        stream = epochs.flat_map(one_epoch).skip(step)
+        if split.arrays is not None:
+            stream = _gather(tf, stream, split.arrays)
+        return self.finish(tf, stream, tuned=split.arrays is None)
 
 
 def input_ms_per_batch(batches: Batches, count: int = 20) -> float | None:
@@ -84,22 +102,13 @@ def input_ms_per_batch(batches: Batches, count: int = 20) -> float | None:
     return statistics.median(times)
 
 
-def hold_on_host(data: Dataset) -> Dataset:
-    """The data set with its in-memory arrays held as host-memory variables, once, before
-    training (and its memory meter) starts (`_held_on_host`)."""
-    return replace(data, train=_held_on_host(data.train),
-                   val=_held_on_host(data.val) if data.val is not None else None,
-                   test=_held_on_host(data.test))
-
-
 def make_batches(data: Dataset, config: ExperimentConfig, scale_pixels: bool = True,
                  replicas: int = 1) -> Batches:
     """Every split of `data` (held on the host: `hold_on_host`) as the experiment's batches;
-    `scale_pixels`: pixels (uint8) divided by 255, for a model that does not rescale them
-    itself (`model.inputs.pixel_range`); `replicas`: how many the batches are split over."""
+    `scale_pixels`: the model does not rescale pixels itself (`model.inputs.pixel_range`);
+    `replicas`: how many the batches are split over."""
     batch_size = config.train.batch_size
-    target = _binary_targets if config.train.loss == "binary_crossentropy" else None
-    finish = partial(_finish, target=target, scale_pixels=scale_pixels)
+    finish = partial(_finish, binary=config.train.loss == "binary_crossentropy", scale_pixels=scale_pixels)
     return Batches(
         split=data.train,
         val=in_order(data.val, batch_size, finish, replicas) if data.val is not None else None,
@@ -112,8 +121,9 @@ def make_batches(data: Dataset, config: ExperimentConfig, scale_pixels: bool = T
     )
 
 
-def _held_on_host(split: Split) -> Split:
-    """In-memory arrays become host-memory variables, once, before training starts.
+def hold_on_host(data: Dataset) -> Dataset:
+    """The data set with its in-memory arrays held as host-memory variables, once, before
+    training (and its memory meter) starts.
 
     A tf.data function that captures a constant copies it into its graph every time an
     iterator is made (each epoch's validation, each resume): a transient second copy of the
@@ -122,54 +132,25 @@ def _held_on_host(split: Split) -> Split:
     made from an aligned NumPy array may share the array's memory, which the allocator does
     not count until a later copy, in the middle of training. A memory-mapped cache stays on
     disk (read a batch at a time)."""
-    if split.arrays is None:
-        return split
     import tensorflow as tf
 
     def hold(array):
         return tf.Variable(tf.raw_ops.DeepCopy(x=array), trainable=False)
 
-    x, y = split.arrays
-    with tf.device("CPU:0"):
-        return Split(split.size, arrays=(x if isinstance(x, np.memmap) else hold(x), hold(y)))
+    def held(split: Split | None) -> Split | None:
+        if split is None or split.arrays is None:
+            return split
+        x, y = split.arrays
+        with tf.device("CPU:0"):
+            return Split(split.size, arrays=(x if isinstance(x, np.memmap) else hold(x), hold(y)))
+
+    return replace(data, train=held(data.train), val=held(data.val), test=held(data.test))
 
 
 def shuffled_indices(tf, n: int, seed: int, epoch):
-    """The example indices of one epoch, in training order: a pure function of the seed and
-    the epoch (`epoch` a tensor), so a resume and every variant of a compare see the same."""
+    """The example indices of one epoch (a tensor), in training order (the module says why)."""
     return tf.random.experimental.stateless_shuffle(
         tf.range(n, dtype=tf.int64), seed=tf.stack([tf.constant(seed, tf.int64), epoch]))
-
-
-def _binary_targets(y):
-    import tensorflow as tf
-
-    return tf.expand_dims(tf.cast(y, tf.float32), -1)
-
-
-def training_stream(batches: Batches, epochs: range, skip_steps: int = 0):
-    """The training batches of `epochs`, each epoch in its own seeded order, the first
-    `skip_steps` left out (a resumed run continues inside an epoch)."""
-    import tensorflow as tf
-
-    split, batch_size, seed = batches.split, batches.batch_size, batches.seed
-    shuffle_buffer = batches.shuffle_buffer
-
-    def one_epoch(epoch):
-        # batched within the epoch: the last batch of an epoch is short, never mixed with the next
-        if split.stream is not None:
-            return _block_shuffled(tf, split.stream(), min(shuffle_buffer, split.size), seed,
-                                   epoch).batch(batch_size)
-        order = tf.data.Dataset.from_tensor_slices(shuffled_indices(tf, split.size, seed, epoch))
-        if split.load is not None:  # files, decoded in parallel in order
-            return order.map(split.load, num_parallel_calls=tf.data.AUTOTUNE,
-                             deterministic=True).batch(batch_size)
-        return order.batch(batch_size)  # indices, gathered below once the skipped are gone
-
-    stream = tf.data.Dataset.range(epochs.start, epochs.stop).flat_map(one_epoch).skip(skip_steps)
-    if split.arrays is not None:
-        stream = _gather(tf, stream, split.arrays)
-    return batches.finish(tf, stream, tuned=split.arrays is None)
 
 
 def _block_shuffled(tf, examples, block: int, seed: int, epoch):
@@ -203,14 +184,22 @@ def in_order(split: Split, batch_size: int, finish, replicas: int = 1):
             return examples.batch(batch_size)
         return examples.take(first).batch(first).concatenate(examples.skip(first).batch(batch_size))
 
-    if split.stream is not None:
-        batches = batched(split.stream())
-    elif split.load is not None:
-        batches = batched(tf.data.Dataset.range(split.size).map(
-            split.load, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True))
+    if split.arrays is None:
+        batches = batched(examples(split))
     else:
         batches = _gather(tf, batched(tf.data.Dataset.range(split.size)), split.arrays)
     return finish(tf, batches, tuned=split.arrays is None)
+
+
+def examples(split: Split):
+    """A stream's or files' examples one at a time, in their fixed order (files decoded in
+    parallel, the order kept)."""
+    import tensorflow as tf
+
+    if split.stream is not None:
+        return split.stream()
+    return tf.data.Dataset.range(split.size).map(split.load, num_parallel_calls=tf.data.AUTOTUNE,
+                                                 deterministic=True)
 
 
 def training_inputs(data: Dataset, batch_size: int):
@@ -238,7 +227,7 @@ def first_batch(examples: int, batch_size: int, replicas: int) -> int:
 
 def _gather(tf, index_batches, arrays):
     """Batches of example indices → batches of (x, y) from in-memory or memory-mapped arrays."""
-    xs, ys = arrays  # host variables (`_held_on_host`); x may be a memory-mapped cache
+    xs, ys = arrays  # host variables (`hold_on_host`); x may be a memory-mapped cache
     if isinstance(xs, np.memmap):
         # a cache file: NumPy reads the batch's rows, so only those are paged in
         def read(index_batch):
@@ -258,10 +247,12 @@ def _gather(tf, index_batches, arrays):
     return index_batches.map(gather)
 
 
-def _finish(tf, batches, tuned: bool, target, scale_pixels: bool):
+def _finish(tf, batches, tuned: bool, binary: bool, scale_pixels: bool):
     """uint8 pixels (decoded or cached images, arrays: a quarter of the space) become float32
-    here, on the host, as the guide advises: divided by 255 for a model that does not rescale
-    them itself, as stored for one that does; binary labels become float columns.
+    here, on the host, as the guide advises (the model's first layer casts to the compute
+    dtype, and a CPU does float16 arithmetic slower than float32): divided by 255 for a model
+    that does not rescale them itself, as stored for one that does; binary labels become
+    float columns.
 
     `tuned`: tf.data's autotuning sizes the parallel decoding of files and the prefetch
     buffer. Batches gathered from arrays in memory have nothing to tune: they get a fixed
@@ -273,12 +264,14 @@ def _finish(tf, batches, tuned: bool, target, scale_pixels: bool):
     arrays, or files by index, that tf.data cannot split by file)."""
     inputs_spec = batches.element_spec[0]  # a dict of columns (csv's data.inputs: columns)
     pixels = isinstance(inputs_spec, tf.TensorSpec) and inputs_spec.dtype == tf.uint8
-    if pixels or target is not None:
-        def inputs(x):
-            return tf.cast(x, tf.float32) / 255.0 if scale_pixels else tf.cast(x, tf.float32)
 
-        batches = batches.map(lambda x, y: (inputs(x) if pixels else x,
-                                            target(y) if target is not None else y))
+    def convert(x, y):
+        if pixels:
+            x = tf.cast(x, tf.float32) / 255.0 if scale_pixels else tf.cast(x, tf.float32)
+        return x, tf.expand_dims(tf.cast(y, tf.float32), -1) if binary else y
+
+    if pixels or binary:
+        batches = batches.map(convert)
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
     options.autotune.enabled = tuned

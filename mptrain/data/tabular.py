@@ -102,16 +102,13 @@ class Table:
 
     feature_idx: list[int]
     label_idx: int
-    names: list[str]  # the header
-    dtypes: dict[int, str]  # data.inputs: columns: each feature column's int64, float32 or string
+    columns: tuple[tuple[str, str], ...]  # each feature's (name, int64 | float32 | string)
     classes: list[str]
     class_id: dict[str, int]
     numeric: bool  # labels are class ids, not names
     train_rows: np.ndarray  # data-row numbers in the training file, training split
     val_rows: np.ndarray
     test_rows: np.ndarray  # data-row numbers in the test file (the training file without test_path)
-    test_path: Path
-    total_rows: int  # in the training file
 
 
 WIDER = {"int64": 0, "float32": 1, "string": 2}
@@ -126,7 +123,6 @@ def _scan(path: Path, cfg: CsvData, feature_idx: list[int], label_idx: int,
     Normalization, StringLookup)."""
     labels = []
     width = max(feature_idx + [label_idx]) + 1
-    label_name = cfg.label_column
     rows = _lines(path, cfg.delimiter)
     _, header = next(rows, (0, []))
     for line, row in rows:
@@ -155,7 +151,7 @@ def _scan(path: Path, cfg: CsvData, feature_idx: list[int], label_idx: int,
         label = row[label_idx].strip()
         if not label or label.lower() in ("nan", "inf", "-inf", "null", "none", "na"):
             what = "an empty label" if not label else f"label {label!r}"
-            raise DataError(f"{path}, line {line}, column {label_idx + 1} ({label_name}): {what}; "
+            raise DataError(f"{path}, line {line}, column {label_idx + 1} ({cfg.label_column}): {what}; "
                             "every row needs its class")
         labels.append(label)
     if not labels:
@@ -191,26 +187,19 @@ def read_table(cfg: CsvData) -> Table:
         raise DataError(f"{cfg.path}: {n} rows are too few for the test and validation splits")
     check_learnable([train_labels[i] for i in train_rows[:cut]],
                     f"{cfg.path} (label column {cfg.label_column!r})")
-    return Table(feature_idx, label_idx, header, {i: dtypes.get(i, "int64") for i in feature_idx},
-                 classes, class_id, numeric,
-                 train_rows[:cut], train_rows[cut:], test_rows, cfg.test_path or cfg.path, n)
-
-
-def column_spec(table: Table) -> tuple[tuple[str, str], ...]:
-    """(name, dtype) of each feature column, as `data.inputs: columns` gives them."""
-    return tuple((table.names[i], table.dtypes[i]) for i in table.feature_idx)
+    return Table(feature_idx, label_idx, tuple((header[i], dtypes.get(i, "int64")) for i in feature_idx),
+                 classes, class_id, numeric, train_rows[:cut], train_rows[cut:], test_rows)
 
 
 def load_csv(cfg: CsvData) -> Dataset:
     table = read_table(cfg)
-    columns = column_spec(table)
 
     def features(row: list[str]):
         if cfg.inputs == "vector":
             return np.array([float(row[i]) for i in table.feature_idx], np.float32)
         read = {"string": str.strip, "int64": int, "float32": float}
         return {name: np.array([read[dtype](row[i])], object if dtype == "string" else dtype)
-                for (name, dtype), i in zip(columns, table.feature_idx, strict=True)}
+                for (name, dtype), i in zip(table.columns, table.feature_idx, strict=True)}
 
     def stream(path: Path, rows: np.ndarray):
         """() → a tf.data stream of (features, label) of those data rows, in file order."""
@@ -226,7 +215,7 @@ def load_csv(cfg: CsvData) -> Dataset:
                     yield features(row), np.int32(table.class_id[row[table.label_idx].strip()])
 
         inputs = (tf.TensorSpec((len(table.feature_idx),), tf.float32) if cfg.inputs == "vector"
-                  else {name: tf.TensorSpec((1,), dtype) for name, dtype in columns})
+                  else {name: tf.TensorSpec((1,), dtype) for name, dtype in table.columns})
         signature = (inputs, tf.TensorSpec((), tf.int32))
         return lambda: tf.data.Dataset.from_generator(examples, output_signature=signature)
 
@@ -234,9 +223,9 @@ def load_csv(cfg: CsvData) -> Dataset:
         train=Split(len(table.train_rows), stream=stream(cfg.path, table.train_rows)),
         val=(Split(len(table.val_rows), stream=stream(cfg.path, table.val_rows))
              if len(table.val_rows) else None),
-        test=Split(len(table.test_rows), stream=stream(table.test_path, table.test_rows)),
-        spec=(InputSpec((len(columns),), "vector") if cfg.inputs == "vector"
-              else InputSpec((len(columns),), "columns", columns=columns)),
+        test=Split(len(table.test_rows), stream=stream(cfg.test_path or cfg.path, table.test_rows)),
+        spec=(InputSpec((len(table.columns),), "vector") if cfg.inputs == "vector"
+              else InputSpec((len(table.columns),), "columns", columns=table.columns)),
         num_classes_seen=max(table.class_id.values()) + 1,
         source=str(cfg.path),
         files={} if table.numeric else {"classes.txt": "\n".join(table.classes) + "\n"},

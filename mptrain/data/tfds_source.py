@@ -8,6 +8,7 @@ Needs the optional extra: `pip install mptrain[tfds]`.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from mptrain.config.schema import TfdsData
@@ -42,7 +43,8 @@ def find_prepared(tfds, name: str, data_dir: Path):
 
 def load_tfds(cfg: TfdsData) -> Dataset:
     tfds = import_tfds()
-    data_dir = Path(cfg.data_dir or _default_data_dir()).expanduser()
+    data_dir = Path(cfg.data_dir or os.environ.get("TFDS_DATA_DIR", Path.home() / "tensorflow_datasets"))
+    data_dir = data_dir.expanduser()
     builder = find_prepared(tfds, cfg.name, data_dir)
     if builder is None:
         raise DataError(
@@ -75,21 +77,12 @@ def load_tfds(cfg: TfdsData) -> Dataset:
 
     n_train, cut, n_test = split_sizes(cfg, info.splits[cfg.train_split].num_examples,
                                        info.splits[cfg.test_split].num_examples)
-    pixels = getattr(info.features[x_key].dtype, "name", "") == "uint8"
-    kind = "image" if len(shape) == 3 else "tokens" if info.features[x_key].dtype.is_integer and \
-        len(shape) == 1 and not pixels else "vector"
     return Dataset(
         train=Split(cut, stream=stream_of(cfg.train_split, take=cut)),
         val=Split(n_train - cut, stream=stream_of(cfg.train_split, skip=cut, take=n_train - cut))
         if cut < n_train else None,
         test=Split(n_test, stream=stream_of(cfg.test_split, take=n_test)),
-        spec=InputSpec(shape, kind, pixels=pixels),
+        spec=InputSpec.of(shape, info.features[x_key].dtype.as_numpy_dtype),
         num_classes_seen=num_classes,
         source=f"tfds:{cfg.name} ({data_dir})",
     )
-
-
-def _default_data_dir() -> str:
-    import os
-
-    return os.environ.get("TFDS_DATA_DIR", str(Path.home() / "tensorflow_datasets"))

@@ -30,7 +30,8 @@ def test_spreadsheet_exports_read_as_written(tmp_path):
     """Excel's "CSV UTF-8" (a byte-order mark), quoted cells, CRLF line ends, blank lines."""
     rows = "".join(f'"{i % 2}","{i}.5",{i}\r\n' for i in range(40))
     table = read_table(csv_config(write(tmp_path / "t.csv", "\ufeffy,a,b\r\n" + rows + "\r\n\r\n")))
-    assert table.total_rows == 40 and table.classes == ["0", "1"] and table.numeric
+    assert len(table.train_rows) + len(table.val_rows) + len(table.test_rows) == 40
+    assert table.classes == ["0", "1"] and table.numeric
     assert table.feature_idx == [1, 2] and table.label_idx == 0
 
 
