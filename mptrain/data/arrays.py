@@ -219,15 +219,15 @@ def read_npz(path: Path):
     try:
         with np.load(path, allow_pickle=False) as archive:
             found = archive.files
-            arrays = {k: archive[k] for k in NPZ_ARRAYS if k in archive}
+            missing = [k for k in NPZ_ARRAYS if k not in found]
+            arrays = {} if missing else {k: archive[k] for k in NPZ_ARRAYS}
     except FileNotFoundError:
         raise DataError(f"{path}: no such file") from None
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
         # NumPy takes any file that is not a zip or .npy for a pickle, and says so
         reason = "not a zip archive" if "pickled" in str(exc) else str(exc) or type(exc).__name__
         raise _not_npz(path, reason) from None
-    missing = [k for k in NPZ_ARRAYS if k not in arrays]
-    if missing:
+    if missing:  # said before anything is loaded
         raise DataError(f"{path}: missing arrays {', '.join(missing)} (found: {', '.join(found) or 'none'}); "
                         "an npz dataset needs x_train, y_train, x_test, y_test")
     for split in ("train", "test"):

@@ -131,7 +131,8 @@ def check_images(splits: FolderSplits, skip_bad: bool,
     """Every image decoded (in parallel, with progress for large folders) or its verdict
     read from the cache: an error naming the first broken one, or, with `skip_bad`, the
     splits without them and the list of what was left out; the sizes of the images kept."""
-    files = splits.train[0] + splits.val[0] + splits.test[0]
+    # each once: with test_path the same folder as path, a file is in two splits
+    files = list(dict.fromkeys(splits.train[0] + splits.val[0] + splits.test[0]))
     cache_path, cached = _read_verdicts(files)
     stamps = {f: [(stat := os.stat(f)).st_size, stat.st_mtime_ns] for f in files}
     known = {f: (entry[2], (entry[3], entry[4])) for f, entry in cached.items()  # unless changed,

@@ -1,4 +1,5 @@
-"""Models, one builder per `model.kind`, all ending in a float32 output (the guide's rule).
+"""Models, a builder for each `model.kind` (mlp and cnn share one), all ending in a float32
+output (the guide's rule).
 
 Builders run after `policy.apply_policy`, so every layer they create follows the global
 policy; each returns the model and notes on what mptrain did to it (shown before training and

@@ -73,6 +73,12 @@ class _MonitorCallback(keras.callbacks.Callback):
         self.monitor, self.batches, self.loss_scale = monitor, batches, loss_scale
         self.batch_loss = batch_loss
         self.first_step = 0  # > 0 while finishing an epoch a resumed run started inside
+        self.replicas = 1
+
+    def on_train_begin(self, logs=None):
+        # read once, outside the timed steps: under a strategy, Keras' loss (so this metric)
+        # is divided by the number of replicas
+        self.replicas = self.model.distribute_strategy.num_replicas_in_sync
 
     def on_epoch_begin(self, epoch, logs=None):
         self.monitor.epoch_begin(epoch, self.first_step)
@@ -85,9 +91,7 @@ class _MonitorCallback(keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
         metrics = {k: float(v) for k, v in logs.items() if k not in ("loss", BATCH_LOSS)}
         scale = None if self.loss_scale is None else value_of(self.loss_scale)
-        # under a strategy, Keras' loss (so this metric) is divided by the number of replicas
-        replicas = self.model.distribute_strategy.num_replicas_in_sync
-        self.monitor.step_end(float(logs[BATCH_LOSS]) * replicas,
+        self.monitor.step_end(float(logs[BATCH_LOSS]) * self.replicas,
                               self.batches.batch_size_at(self.monitor.step_in_epoch), metrics, scale)
         if self.monitor.stop_requested:
             self.model.stop_training = True

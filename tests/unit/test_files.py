@@ -171,3 +171,14 @@ def test_a_write_that_fails_halfway_leaves_the_old_file(tmp_path, monkeypatch):
         write_atomic(path, "a new summary, longer than the old one")
     monkeypatch.undo()
     assert path.read_text() == "the old summary"
+
+
+def test_a_file_in_two_splits_is_checked_and_counted_once(tmp_path):
+    """data.test_path may be data.path itself: its files are then in training and test."""
+    cfg = broken_images(tmp_path)
+    splits = split_files(cfg)
+    both = splits.__class__(splits.train, splits.val, splits.train, splits.classes)
+    checked = check_images(both, skip_bad=True)
+    kept = set(checked.train[0] + checked.val[0] + checked.test[0])
+    assert checked.test == checked.train and sum(checked.sizes.values()) == len(kept)
+    assert len(checked.skipped) == len(set(splits.train[0] + splits.val[0]) - kept)
