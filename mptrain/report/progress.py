@@ -58,8 +58,8 @@ class LiveProgress(TrainingListener):
         steps = f"{record.steps} step" + ("" if record.steps == 1 else "s")
         say(f"epoch {record.epoch}: {steps}  {metrics}{extra}")
 
-    def notice(self, text: str) -> None:
-        say(text, "warning", "yellow")
+    def notice(self, text: str, label: str = "warning") -> None:
+        say(text, label, "yellow" if label == "warning" else "cyan")
 
 
 COLOURS = {"plan": "cyan", "restart": "yellow"}

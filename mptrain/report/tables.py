@@ -76,17 +76,27 @@ def summary_table(s: RunSummary) -> Group:
     if s.loss_scale is not None:
         rows.append(("loss scale", f"final {fmt(s.loss_scale.final, 'g')}, "
                                    f"skipped steps {s.loss_scale.skipped_steps}"))
-    m = s.memory
     rows += [
-        ("memory", f"training {human_bytes(m.training_peak_bytes)} (peak on {m.device} above the "
-                   f"{human_bytes(m.data_bytes)} data set); "
-                   f"process peak {human_bytes(m.process_peak_bytes)}"),
+        ("memory", _memory_line(s.memory)),
         ("wall time", f"{s.wall_time_s:.1f} s "
                       f"(first step after {fmt(s.time_to_first_step_s, '.1f')} s)"),
     ]
     for key, value in rows:
         table.add_row(key, value)
     return Group(table, f"run folder: {escape(s.run_dir)}")
+
+
+def _memory_line(m) -> str:
+    """Training memory as the allocator saw it, or why it has no figure (a CPU's allocator
+    keeps none for small tensors, and a data set streamed from files holds nothing there)."""
+    if m.training_peak_bytes is None:
+        training = f"training not measured (TensorFlow's allocator on {m.device} kept no statistics)"
+    elif m.data_bytes:
+        training = (f"training {human_bytes(m.training_peak_bytes)} (peak on {m.device} above the "
+                    f"{human_bytes(m.data_bytes)} data set)")
+    else:
+        training = f"training {human_bytes(m.training_peak_bytes)} (peak on {m.device})"
+    return f"{training}; process peak {human_bytes(m.process_peak_bytes)}"
 
 
 def _status(s: RunSummary) -> str:

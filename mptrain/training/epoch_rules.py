@@ -88,7 +88,8 @@ class EpochRules(TrainingListener):
         if lowered < rate * (1 - 1e-6):
             self.optimizer.learning_rate.assign(lowered)
             self.monitor.notify(f"learning rate {rate:.3g} -> {lowered:.3g}: {rule.monitor} has not "
-                                f"improved for {_epochs(rule.patience)} (train.reduce_lr_on_plateau)")
+                                f"improved for {_epochs(rule.patience)} (train.reduce_lr_on_plateau)",
+                                "note")
 
     def finish(self) -> str | None:
         """After training: the best epoch's weights back, when early stopping restores them

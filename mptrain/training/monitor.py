@@ -90,9 +90,11 @@ class TrainingMonitor:
         if self.stop_reason is None:
             self.stop_reason, self.stop_kind = reason, kind
 
-    def notify(self, text: str) -> None:
+    def notify(self, text: str, label: str = "warning") -> None:
+        """`label`: "warning" for advice (a loss scale that keeps skipping steps), "note"
+        for what a rule did (a learning rate lowered)."""
         for listener in self.listeners:
-            listener.notice(text)
+            listener.notice(text, label)
 
     def epoch_begin(self, epoch: int, first_step: int = 0) -> None:
         """`epoch` 0-based; `first_step` > 0 when a resumed run continues inside it."""

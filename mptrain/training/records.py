@@ -55,9 +55,10 @@ class TrainingListener:
     def epoch_finished(self, record: EpochRecord) -> None:
         """After an epoch, its validation included."""
 
-    def notice(self, text: str) -> None:
-        """Advice that arises during training (a loss scale that keeps skipping steps), said
-        once: the training rules decide it, whoever shows it only renders it."""
+    def notice(self, text: str, label: str = "warning") -> None:
+        """Advice that arises during training (a loss scale that keeps skipping steps; a
+        "note": what a rule did), said once: the training rules decide it, whoever shows it
+        only renders it."""
 
 
 def run_status(steps: list[StepRecord], test_loss: float | None, stopped: str | None) -> Status:

@@ -333,7 +333,11 @@ def test_early_stopping_lowers_the_rate_on_a_plateau_and_restores_the_best_epoch
                         "train.optimizer.kwargs.learning_rate=0.05",
                         "train.early_stopping={patience: 3, restore_best_weights: true}",
                         "train.reduce_lr_on_plateau={patience: 1, factor: 0.5}")
-    summary = run_json(tmp_path, config)
+    done = mptrain("run", str(config), "--json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    # what a rule did is a note, not a warning
+    assert "note: learning rate 0.05 -> 0.025" in done.stderr and "warning" not in done.stderr
     run_dir = Path(summary["run_dir"])
     epochs = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     val = [e["metrics"]["val_loss"] for e in epochs]

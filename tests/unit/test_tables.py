@@ -132,6 +132,20 @@ def test_summary_keeps_its_run_folder_on_one_line():
     whole(rendered(summary_table(xla)), "candidate mixed_bfloat16+xla")  # as plan and compare name it
 
 
+def test_the_memory_line_says_what_the_allocator_saw_or_that_it_saw_nothing():
+    def memory_line(**memory) -> str:
+        summary = make_summary(memory=2048)
+        summary = summary.model_copy(update={"memory": summary.memory.model_copy(update=memory)})
+        words = " ".join(rendered(summary_table(summary)).split())  # the cell, unwrapped
+        return words.split("memory ", 1)[1].split(" wall time")[0]
+
+    assert memory_line().startswith("training 2.0 KiB (peak on CPU:0 above the 10 B data set);")
+    assert memory_line(data_bytes=0).startswith("training 2.0 KiB (peak on CPU:0);")  # streamed
+    unseen = memory_line(data_bytes=0, training_peak_bytes=None, device_peak_bytes=None)
+    assert unseen.startswith("training not measured (TensorFlow's allocator on CPU:0 kept no "
+                             "statistics);") and "n/a" not in unseen
+
+
 def test_check_gpu_panel_keeps_every_measurement_whole():
     from mptrain.hardware.kernels import KernelTiming
     from mptrain.precision.check import CheckReport, CpuFacts, GpuFacts, MachineFacts
