@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import mptrain.config.loading
 from mptrain.config import ExperimentConfig, load_config, validate
 from mptrain.config.loading import apply_overrides, parsed_changes, resolve_paths
-from mptrain.errors import RunInterrupted
+from mptrain.errors import RunInterrupted, WorkerLost
 from mptrain.telling import QUIET
 
 if TYPE_CHECKING:
@@ -51,8 +51,8 @@ def variant(experiment: ExperimentConfig, overrides: Overrides) -> ExperimentCon
     return mptrain.config.loading.variant(experiment, overrides or {})
 
 
-def run(experiment: ExperimentConfig, *, resume: str | Path | None = None, progress: bool = True,
-        verbose: bool = False) -> RunSummary:
+def run(experiment: ExperimentConfig, *, resume: str | Path | None = None, workers: int | None = None,
+        max_restarts: int = 0, progress: bool = True, verbose: bool = False) -> RunSummary:
     """Train and evaluate one experiment, as `mptrain run`, through the same library call
     (`runs.launch.launch`) and so with the same checks; its run folder is written as the
     CLI writes it. `resume`: a run folder to continue from its last checkpoint; the experiment
@@ -62,16 +62,29 @@ def run(experiment: ExperimentConfig, *, resume: str | Path | None = None, progr
 
     Ctrl-C (or SIGTERM) stops training after its current step, saves a checkpoint and the
     run's summary, then raises `RunInterrupted` (a `KeyboardInterrupt`, so a script stops as
-    it would on Ctrl-C), which carries that summary and the run folder to resume."""
+    it would on Ctrl-C), which carries that summary and the run folder to resume.
+
+    `workers` (or the experiment's `distribute.workers`): train on that many local worker
+    processes, as `--workers`, restarting them all up to `max_restarts` times when one is lost;
+    the chief's summary is returned, and a lost worker raises `WorkerLost` with the line the
+    command would print. Several hosts are the command's alone (`mptrain run --hosts`): each
+    is a process of its own, and TensorFlow's collectives must be set up before anything in
+    that process touches TensorFlow."""
     from mptrain.runs.launch import RunOptions, launch
     from mptrain.runs.runner import Start
+    from mptrain.runs.workers import WorkersResult, read_child_summary
 
-    options = RunOptions(verbose=verbose, start=Start(resume=_path(resume or None)))
+    options = RunOptions(workers=workers, max_restarts=max_restarts, json_out=True,
+                         verbose=verbose, start=Start(resume=_path(resume or None)))
     with _live(progress) as (telling, listeners):
         result = launch(experiment, options, telling, listeners)
-    if result.summary.status == "interrupted":
-        raise RunInterrupted(result.summary)
-    return result.summary
+    summary = result.summary if not isinstance(result, WorkersResult) else (
+        read_child_summary(result.code, result.stdout))
+    if isinstance(result, WorkersResult) and (result.message is not None or isinstance(summary, str)):
+        raise WorkerLost(result.message or f"the local workers ended without a summary ({summary})")
+    if summary.status == "interrupted":
+        raise RunInterrupted(summary)
+    return summary
 
 
 def compare(experiment: ExperimentConfig | None = None, policies: list[str] | None = None, *,

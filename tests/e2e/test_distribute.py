@@ -99,13 +99,14 @@ print(shares, float(scale), unchanged, float(scale2), moved)
 
 
 def test_two_local_workers_train_one_run_written_by_the_chief(tmp_path):
+    """From Python (`mptrain.run(..., workers=2)`: the chief's summary, as `run --workers 2
+    --json` prints it; the command itself: test_bring_your_own, test_lost_workers)."""
+    import mptrain
+
     config = tmp_path / "exp.yaml"
     config.write_text(yaml.safe_dump(tiny_raw(f"output.dir={tmp_path / 'runs'}", "train.epochs=2",
                                               "train.loop=custom", "train.xla_optimizer_update=false")))
-    done = subprocess.run([sys.executable, "-m", "mptrain", "run", str(config), "--workers", "2",
-                           "--json"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    summary = json.loads(done.stdout)
+    summary = mptrain.run(mptrain.load_experiment(config), workers=2, progress=False).model_dump()
     assert summary["replicas"] == 2 and summary["status"] == "finished"
     assert "2 replicas on 2 workers" in summary["distribution"]
     assert [p.name for p in (tmp_path / "runs").iterdir()] == [Path(summary["run_dir"]).name]
