@@ -54,14 +54,7 @@ def plot_compare(record, path: Path) -> None:
             marker = MARKERS[index % len(MARKERS)]
             folder = RunFolder(Path(row.summary.run_dir))
             steps, epochs = folder.read_steps(), folder.read_epochs()
-            xs, ys = _finite_prefix([s.step for s in steps], [s.loss for s in steps])
-            # Variants from the same weights often overlap: distinct dashes keep every line visible.
-            ax_step.plot(xs, ys, color=colour, label=row.label, linewidth=1.4, alpha=0.85, linestyle=dash)
-            if len(xs) < len(steps):
-                stop_x, stop_y = (xs[-1], ys[-1]) if xs else (steps[0].step, 0.0)
-                ax_step.plot([stop_x], [stop_y], marker="x", markersize=12, color=colour, mew=3)
-                ax_step.annotate(f"{row.label}: NaN/inf", (stop_x, stop_y), textcoords="offset points",
-                                 xytext=(6, 6), color=colour, fontsize=8)
+            _loss_line(ax_step, row.label, index, steps)
             for key, style, alpha in (("loss", "-", 0.9), ("val_loss", "--", 0.6)):
                 ex, ey = _finite_prefix([e.epoch for e in epochs], [e.metrics.get(key) for e in epochs])
                 if ex:
@@ -112,6 +105,21 @@ def _loss_scale_axis(ax_scale, scaled: bool, plain) -> None:
         ax_scale.axis("off")
         ax_scale.text(0.5, 0.5, "no variant scales its loss\n(loss scaling is for mixed_float16)",
                       ha="center", va="center", color="0.4")
+
+
+def _loss_line(ax, label: str, index: int, steps: list) -> None:
+    """A variant's training loss per step, up to its last finite loss; one that diverged ends
+    in an x marked NaN/inf. Variants from the same weights often overlap: a dash of its own
+    keeps every line visible."""
+    colour = f"C{index % 10}"
+    xs, ys = _finite_prefix([s.step for s in steps], [s.loss for s in steps])
+    ax.plot(xs, ys, color=colour, label=label, linewidth=1.4, alpha=0.85,
+            linestyle=STYLES[index % len(STYLES)])
+    if len(xs) < len(steps):
+        stop_x, stop_y = (xs[-1], ys[-1]) if xs else (steps[0].step, 0.0)
+        ax.plot([stop_x], [stop_y], marker="x", markersize=12, color=colour, mew=3)
+        ax.annotate(f"{label}: NaN/inf", (stop_x, stop_y), textcoords="offset points",
+                    xytext=(6, 6), color=colour, fontsize=8)
 
 
 def _timed_ms(row, steps: list) -> list[float]:
@@ -187,9 +195,7 @@ def plot_plan(record, path: Path) -> None:
         times, labels = [], []
         for index, trial in enumerate(trials):
             steps = RunFolder(Path(trial.run_dir)).read_steps()
-            xs, ys = _finite_prefix([s.step for s in steps], [s.loss for s in steps])
-            ax_loss.plot(xs, ys, color=f"C{index % 10}", linestyle=STYLES[index % len(STYLES)],
-                         label=trial.label, linewidth=1.4, alpha=0.85)
+            _loss_line(ax_loss, trial.label, index, steps)
             times.append(_timed_ms(trial, steps))
             labels.append(trial.label)
         ax_loss.set(title="Training loss per step (same weights, same batches)", xlabel="step",
