@@ -17,7 +17,7 @@ from mptrain.training.records import EpochRecord, StepRecord, TrainingListener
 
 class Recorder(TrainingListener):
     def __init__(self):
-        self.steps, self.epochs, self.notices = [], [], []
+        self.steps, self.epochs, self.notices, self.labels = [], [], [], []
 
     def step_finished(self, record, step_in_epoch):
         self.steps.append(record)
@@ -25,8 +25,9 @@ class Recorder(TrainingListener):
     def epoch_finished(self, record):
         self.epochs.append(record)
 
-    def notice(self, text):
+    def notice(self, text, label="warning"):
         self.notices.append(text)
+        self.labels.append(label)
 
 
 def step(monitor: TrainingMonitor, loss=1.0, examples=10, metrics=None, scale=None):
@@ -56,6 +57,7 @@ def test_the_skip_rate_notice_reaches_listeners_once():
         scale = scale / 2 if i % 2 else scale  # every other step skipped: 50%
         step(monitor, loss=math.nan if i % 2 else 1.0, scale=scale)
     assert len(recorder.notices) == 1 and "of the last" in recorder.notices[0]
+    assert recorder.labels == ["warning"]  # advice, where a rule's doing is a "note"
     assert [r.skipped for r in recorder.steps[:4]] == [False, True, False, True]
 
 
