@@ -115,6 +115,7 @@ def test_verdict_needs_enough_rounds_and_says_how_many_steps_give_them(tmp_path)
     record = CompareRecord.model_validate_json(done.stdout)
     f32, bf16 = record.variants
     assert all(row.summary.steps_run == 8 and row.summary.stop_reason for row in record.variants)
+    assert [row.summary.loop for row in record.variants] == ["custom", "custom"]  # --loops applied
     assert bf16.speedup is None and len(bf16.rounds) == 2
     words = bf16.verdict.words()
     assert words.startswith("not timed: 2 round(s) in turns, 3 needed: --steps 16 gives 3"), words
