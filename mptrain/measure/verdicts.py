@@ -93,15 +93,17 @@ def judge(row: Variant, base: Variant | None, steps: Steps | None = None,
                                          1.0 if is_base else pace.ratio)
         refused += said
     accuracy = noise = memory = None
-    if b is not None and not is_base and "diverged" not in (s.status, b.status):
+    comparable = b is not None and "diverged" not in (s.status, b.status)
+    if comparable:  # the baseline's own ratio is 1, or None when the allocator kept no figure
+        mine, theirs = s.memory.training_peak_bytes, b.memory.training_peak_bytes
+        memory = mine / theirs if mine is not None and theirs else None
+    if comparable and not is_base:
         accuracy = (100.0 * (s.test_accuracy - b.test_accuracy)
                     if s.test_accuracy is not None and b.test_accuracy is not None else None)
         noise = accuracy_noise_pt(s.test_accuracy, s.test_examples)
         if rules.accuracy_counts and accuracy is not None and accuracy < -max(
                 rules.tolerance_pct, noise or 0.0):
             refused.append(f"accuracy {accuracy:+.2f} pt")
-        mine, theirs = s.memory.training_peak_bytes, b.memory.training_peak_bytes
-        memory = mine / theirs if mine is not None and theirs else None
     whole = base_whole = None
     if rules.length is not None and b is not None:
         whole = whole_run_estimate(s, in_batches_of(rules.length, b.batch_size, s.batch_size))
@@ -110,7 +112,7 @@ def judge(row: Variant, base: Variant | None, steps: Steps | None = None,
         baseline=is_base, speed=pace, whole_run_s=whole, to_target=target, training=training,
         slower_over_run=(pace.word == "faster" and whole is not None and base_whole is not None
                          and whole > base_whole),
-        accuracy_delta_pt=accuracy, accuracy_noise_pt=noise, memory_ratio=1.0 if is_base else memory,
+        accuracy_delta_pt=accuracy, accuracy_noise_pt=noise, memory_ratio=memory,
         refused=refused, input_bound=input_bound(s.step_time.median_ms if s.step_time else None,
                                                  rules.input_ms),
         stopped_early=s.stop_reason if s.stopped_by in ("max_steps", "signal") else None)

@@ -46,6 +46,12 @@ def test_ratios_and_verdicts_come_from_the_numbers():
                        ("mixed_bfloat16", make_summary(median=50.0, accuracy=0.8988, memory=600)))
     bf16 = record.variants[1]
     assert bf16.speedup == 2.0 and bf16.verdict.memory_ratio == 0.6
+    assert record.variants[0].verdict.memory_ratio == 1.0  # the baseline's own
+    unseen = make_summary()
+    unseen = unseen.model_copy(update={"memory": unseen.memory.model_copy(
+        update={"training_peak_bytes": None, "device_peak_bytes": None})})
+    no_figure = record_of(("float32", unseen), ("mixed_bfloat16", make_summary(memory=600)))
+    assert [r.verdict.memory_ratio for r in no_figure.variants] == [None, None]  # not "1.00x"
     assert bf16.verdict.accuracy_delta_pt == pytest.approx(-0.12)
     assert bf16.verdict.speed.word == "faster" and not bf16.verdict.speed.paired
     assert bf16.verdict.words() == "faster, accuracy within noise"  # 10,000 test examples
