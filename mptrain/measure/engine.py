@@ -262,7 +262,7 @@ def too_slow(child: _Child, base: _Child, turns: Turns) -> str | None:
     slower = (mine / child.batch_size) / (theirs / base.batch_size)
     if slower <= ratio:
         return None
-    per = "" if slower == mine / theirs else " per example"
+    per = "" if child.batch_size == base.batch_size else " per example"
     return (f"too slow to win: {mine:.1f} ms a step, {slower:.1f}x {base.row.label}'s "
             f"{theirs:.1f} ms{per} in the same round")
 

@@ -220,6 +220,11 @@ class WorkersResult:
     stdout: str  # the chief's: its summary, when the run ended by itself
     message: str | None  # the line a lost worker ended the run with (None: it ended by itself)
 
+    @property
+    def summary(self) -> RunSummary | str:
+        """The chief's summary (printed with --json), or why there is none."""
+        return read_child_summary(self.code, self.stdout)
+
 
 def run_local_workers(run: LocalRun, max_restarts: int,
                       on_restart: Callable[[str], None]) -> WorkersResult:
