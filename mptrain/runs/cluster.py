@@ -14,30 +14,11 @@ experiment (`check_same_experiment`).
 from __future__ import annotations
 
 import errno
-import json
 import socket
 import time
-from dataclasses import dataclass
 
 from mptrain.errors import ConfigError, WorkerLost
-from mptrain.training.distribute import peers, unreachable, workers_in_tf_config
-
-
-@dataclass(frozen=True)
-class Hosts:
-    """The cluster's workers, HOST:PORT each (worker 0 is the chief), and which one is this."""
-
-    addresses: tuple[str, ...]
-    index: int
-
-    @property
-    def own(self) -> str:
-        return self.addresses[self.index]
-
-    def tf_config(self) -> str:
-        """The $TF_CONFIG TensorFlow reads: every worker, and this one's task."""
-        return json.dumps({"cluster": {"worker": list(self.addresses)},
-                           "task": {"type": "worker", "index": self.index}})
+from mptrain.training.distribute import Hosts, host_and_port, unreachable
 
 
 def parse_hosts(text: str, index: int | None) -> Hosts:
@@ -66,10 +47,9 @@ def parse_hosts(text: str, index: int | None) -> Hosts:
 
 def check_own_address(hosts: Hosts) -> None:
     """This host's entry, before TensorFlow binds it: an address of this machine, a free port."""
-    host, _, port = hosts.own.rpartition(":")
+    host, _, port = hosts.own.rpartition(":")  # as written, for the messages
     try:
-        with _listener(host) as probe:
-            probe.bind((host.strip("[]"), int(port)))
+        _bound(hosts.own).close()
     except socket.gaierror:
         raise ConfigError(f"--hosts {hosts.own}: {host} does not resolve on this host") from None
     except OSError as exc:
@@ -84,11 +64,17 @@ def check_own_address(hosts: Hosts) -> None:
         raise ConfigError(f"--hosts {hosts.own}: cannot use it here ({exc.strerror})") from None
 
 
-def _listener(host: str) -> socket.socket:
-    """A socket that binds as TensorFlow's gRPC server does (SO_REUSEADDR): a port whose last
-    run's connections linger (TIME_WAIT) is free, one a program listens on is not."""
-    listener = socket.socket(socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET)
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+def _bound(address: str) -> socket.socket:
+    """A socket bound to HOST:PORT as TensorFlow's gRPC server binds (SO_REUSEADDR): a port
+    whose last run's connections linger (TIME_WAIT) is free, one a program listens on is not."""
+    host, port = host_and_port(address)
+    listener = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    try:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind((host, port))
+    except OSError:
+        listener.close()
+        raise
     return listener
 
 
@@ -100,20 +86,18 @@ def rendezvous(timeout_s: float) -> None:
     kernel completes a peer's connect) while it connects to every other's, until each one
     answers, its listener or its TensorFlow server; then it closes its listener for
     TensorFlow to bind."""
-    found, others = workers_in_tf_config(), peers()
-    if found is None or not others:
+    hosts = Hosts.from_env()
+    if hosts is None or not hosts.peers:
         return
-    own = found[0][found[1]]
-    host, _, port = own.rpartition(":")
-    waiting = dict(others)
+    waiting = dict(hosts.peers)
     deadline = time.monotonic() + timeout_s
-    with _listener(host) as listener:
-        try:
-            listener.bind((host.strip("[]"), int(port)))
-        except OSError as exc:
-            raise ConfigError(f"$TF_CONFIG: this worker's {own} cannot be listened on here "
-                              f"({exc.strerror}): is the port in use, or the address another "
-                              "host's?") from None
+    try:
+        listener = _bound(hosts.own)
+    except OSError as exc:
+        raise ConfigError(f"$TF_CONFIG: this worker's {hosts.own} cannot be listened on here "
+                          f"({exc.strerror}): is the port in use, or the address another "
+                          "host's?") from None
+    with listener:
         listener.listen(64)
         while waiting and time.monotonic() < deadline:
             waiting = dict(unreachable(list(waiting.items()), timeout_s=1.0))

@@ -15,7 +15,7 @@ import yaml
 from mptrain.config import ExperimentConfig
 from mptrain.errors import ConfigError
 from mptrain.precision.planned import plan_beside
-from mptrain.runs.cluster import Hosts, check_own_address
+from mptrain.runs.cluster import check_own_address
 from mptrain.runs.folder import unique_folder
 from mptrain.runs.resume import experiment_to_run
 from mptrain.runs.runner import RunResult, Start, run_experiment
@@ -27,6 +27,7 @@ from mptrain.runs.workers import (
     worker_overrides,
 )
 from mptrain.telling import QUIET, Telling
+from mptrain.training.distribute import Hosts
 from mptrain.training.records import TrainingListener
 
 

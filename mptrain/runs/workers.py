@@ -30,10 +30,10 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from mptrain.errors import WorkerLost
-from mptrain.runs.cluster import Hosts
 from mptrain.runs.folder import RunFolder, last_checkpoint
 from mptrain.runs.summary import RunState, RunSummary
 from mptrain.signals import ForwardSignals, die_with_parent, exit_code
+from mptrain.training.distribute import Hosts
 
 
 def mptrain_command(*arguments: str) -> list[str]:

@@ -164,23 +164,50 @@ def peer_named(message: str, own: tuple[str, int]) -> str | None:
     return None
 
 
-def workers_in_tf_config() -> tuple[list[str], int] | None:
-    """$TF_CONFIG's workers (HOST:PORT each) and this one's index; None outside a cluster."""
-    try:
-        spec = json.loads(os.environ.get("TF_CONFIG", "{}"))
-        workers, own = list(spec["cluster"]["worker"]), int(spec["task"]["index"])
-    except (ValueError, KeyError, TypeError):
-        return None
-    return (workers, own) if 0 <= own < len(workers) else None
+@dataclass(frozen=True)
+class Hosts:
+    """The cluster's workers, HOST:PORT each (worker 0 is the chief), and which one is this:
+    what `--hosts` makes into $TF_CONFIG (`tf_config`) and what is read back from it
+    (`from_env`)."""
+
+    addresses: tuple[str, ...]
+    index: int
+
+    @property
+    def own(self) -> str:
+        return self.addresses[self.index]
+
+    @property
+    def peers(self) -> list[tuple[int, str]]:
+        """The other workers, (index, HOST:PORT) each."""
+        return [(i, address) for i, address in enumerate(self.addresses) if i != self.index]
+
+    def tf_config(self) -> str:
+        """The $TF_CONFIG TensorFlow reads: every worker, and this one's task."""
+        return json.dumps({"cluster": {"worker": list(self.addresses)},
+                           "task": {"type": "worker", "index": self.index}})
+
+    @classmethod
+    def from_env(cls) -> Hosts | None:
+        """$TF_CONFIG's workers and this one's index; None outside a cluster."""
+        try:
+            spec = json.loads(os.environ.get("TF_CONFIG", "{}"))
+            workers, own = tuple(spec["cluster"]["worker"]), int(spec["task"]["index"])
+        except (ValueError, KeyError, TypeError):
+            return None
+        return cls(workers, own) if 0 <= own < len(workers) else None
 
 
 def peers() -> list[tuple[int, str]]:
     """The other workers in $TF_CONFIG, (index, HOST:PORT) each; none outside a cluster."""
-    found = workers_in_tf_config()
-    if found is None:
-        return []
-    workers, own = found
-    return [(i, address) for i, address in enumerate(workers) if i != own]
+    hosts = Hosts.from_env()
+    return hosts.peers if hosts is not None else []
+
+
+def host_and_port(address: str) -> tuple[str, int]:
+    """HOST:PORT (an IPv6 host in brackets) as a socket takes it."""
+    host, _, port = address.rpartition(":")
+    return host.strip("[]"), int(port)
 
 
 def unreachable(addresses: list[tuple[int, str]], timeout_s: float = 2.0) -> list[tuple[int, str]]:
@@ -188,9 +215,8 @@ def unreachable(addresses: list[tuple[int, str]], timeout_s: float = 2.0) -> lis
     or cut off)."""
     down = []
     for index, address in addresses:
-        host, _, port = address.rpartition(":")
         try:
-            socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+            socket.create_connection(host_and_port(address), timeout=timeout_s).close()
         except OSError:
             down.append((index, address))
     return down

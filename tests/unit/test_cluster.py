@@ -7,7 +7,8 @@ import socket
 import pytest
 
 from mptrain.errors import ConfigError
-from mptrain.runs.cluster import Hosts, check_own_address, parse_hosts, peers, unreachable
+from mptrain.runs.cluster import check_own_address, parse_hosts
+from mptrain.training.distribute import Hosts, peers, unreachable
 
 
 def test_hosts_make_the_tf_config_tensorflow_reads():

@@ -128,8 +128,7 @@ def test_a_lost_peer_is_named_with_its_address_or_found_by_its_silent_port(monke
     workers whose port no longer answers are the ones it lost."""
     import socket
 
-    from mptrain.runs.cluster import Hosts
-    from mptrain.training.distribute import with_address
+    from mptrain.training.distribute import Hosts, with_address
 
     with socket.socket() as listening, socket.socket() as silent:
         listening.bind(("127.0.0.1", 0))
