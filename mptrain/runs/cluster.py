@@ -7,7 +7,7 @@ on this host before TensorFlow starts (`parse_hosts`, `check_own_address`). A `$
 by a scheduler still works, and wins (said, when --hosts is given too).
 
 What cannot be checked alone is checked as the cluster forms: a host that never joins is
-named after `distribute.join_timeout_s` (`rendezvous`), and every host runs the same
+named after `distribute.join_timeout_s` (`training.distribute.rendezvous`), and every host runs the same
 experiment (`check_same_experiment`).
 """
 
@@ -15,10 +15,9 @@ from __future__ import annotations
 
 import errno
 import socket
-import time
 
-from mptrain.errors import ConfigError, WorkerLost
-from mptrain.training.distribute import Hosts, host_and_port, unreachable
+from mptrain.errors import ConfigError
+from mptrain.training.distribute import Hosts, bound_as_tensorflow_binds
 
 
 def parse_hosts(text: str, index: int | None) -> Hosts:
@@ -49,7 +48,7 @@ def check_own_address(hosts: Hosts) -> None:
     """This host's entry, before TensorFlow binds it: an address of this machine, a free port."""
     host, _, port = hosts.own.rpartition(":")  # as written, for the messages
     try:
-        _bound(hosts.own).close()
+        bound_as_tensorflow_binds(hosts.own).close()
     except socket.gaierror:
         raise ConfigError(f"--hosts {hosts.own}: {host} does not resolve on this host") from None
     except OSError as exc:
@@ -62,53 +61,6 @@ def check_own_address(hosts: Hosts) -> None:
                               "this machine; give this host's own entry of --hosts (two hosts "
                               "started with the same index end here)") from None
         raise ConfigError(f"--hosts {hosts.own}: cannot use it here ({exc.strerror})") from None
-
-
-def _bound(address: str) -> socket.socket:
-    """A socket bound to HOST:PORT as TensorFlow's gRPC server binds (SO_REUSEADDR): a port
-    whose last run's connections linger (TIME_WAIT) is free, one a program listens on is not."""
-    host, port = host_and_port(address)
-    listener = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
-    try:
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind((host, port))
-    except OSError:
-        listener.close()
-        raise
-    return listener
-
-
-def rendezvous(timeout_s: float) -> None:
-    """Every worker in $TF_CONFIG is up before TensorFlow forms the cluster, or a `WorkerLost`
-    names those that did not come within `timeout_s`. TensorFlow itself waits for a missing
-    worker without end, inside one call that holds Python's lock (no watchdog thread runs)
-    and catches SIGTERM. So each worker first listens on its own port (never accepting: the
-    kernel completes a peer's connect) while it connects to every other's, until each one
-    answers, its listener or its TensorFlow server; then it closes its listener for
-    TensorFlow to bind."""
-    hosts = Hosts.from_env()
-    if hosts is None or not hosts.peers:
-        return
-    waiting = dict(hosts.peers)
-    deadline = time.monotonic() + timeout_s
-    try:
-        listener = _bound(hosts.own)
-    except OSError as exc:
-        raise ConfigError(f"$TF_CONFIG: this worker's {hosts.own} cannot be listened on here "
-                          f"({exc.strerror}): is the port in use, or the address another "
-                          "host's?") from None
-    with listener:
-        listener.listen(64)
-        while waiting and time.monotonic() < deadline:
-            waiting = dict(unreachable(list(waiting.items()), timeout_s=1.0))
-            if waiting:
-                time.sleep(0.5)
-    if waiting:
-        named = ", ".join(f"worker {i} ({address})" for i, address in sorted(waiting.items()))
-        raise WorkerLost(f"{named} did not join the cluster within distribute.join_timeout_s "
-                         f"({timeout_s:g} s): start `mptrain run` on every host with the same "
-                         "--hosts and its own --host-index (or $TF_CONFIG), or raise "
-                         "distribute.join_timeout_s")
 
 
 # what may differ between the hosts of one run: where each one's runs go

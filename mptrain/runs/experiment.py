@@ -33,13 +33,12 @@ from mptrain.precision.policy import (
     pure_policy_note,
     speed_warning,
 )
-from mptrain.runs.cluster import check_same_experiment, rendezvous
+from mptrain.runs.cluster import check_same_experiment
 from mptrain.runs.preflight import check_experiment
 from mptrain.training import TrainingLoop, make_loop
 from mptrain.training.distribute import (
     Placement,
     check_batch_split,
-    placed,
     placement,
     prepare_devices,
     scope,
@@ -73,9 +72,8 @@ class Prepared:
 
 def _placed(config: ExperimentConfig, tf) -> Placement:
     """The run's strategy, before any other op (collective ops require it); in a cluster,
-    formed within its join timeout, and with every worker on this experiment."""
-    if config.distribute.strategy == "multi_worker_mirrored" and not placed(config.distribute):
-        rendezvous(config.distribute.join_timeout_s)
+    formed within its join timeout (`distribute.rendezvous`), and with every worker on this
+    experiment."""
     place = placement(config.distribute, tf)
     if place.task is not None:
         check_same_experiment(config, place.strategy, tf)

@@ -2,7 +2,9 @@
 
 `placement` turns `distribute.strategy` into a strategy (as TF Model Garden's
 `distribute_utils` does), in whose scope the runner builds the model, optimizer, metrics and
-checkpoint. `train.batch_size` is the global batch, split across replicas.
+checkpoint. `train.batch_size` is the global batch, split across replicas. In a cluster it
+first waits, within `distribute.join_timeout_s`, for every worker in $TF_CONFIG (`Hosts`) to be
+up (`rendezvous`): TensorFlow itself would wait for a missing one without end.
 
 Loss scaling across replicas: every replica must skip the same steps. Keras'
 LossScaleOptimizer decides per replica from that replica's own gradients, so a non-finite
@@ -21,6 +23,7 @@ import json
 import os
 import re
 import socket
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -60,11 +63,6 @@ def placement(cfg, tf) -> Placement:
     return _PLACEMENTS[key]
 
 
-def placed(cfg) -> bool:
-    """Whether this process has its strategy for `cfg` already (a cluster formed once)."""
-    return _key(cfg) in _PLACEMENTS
-
-
 def _key(cfg) -> tuple:
     return (cfg.strategy, tuple(cfg.devices or ()), cfg.tpu)
 
@@ -89,6 +87,7 @@ def _new_placement(cfg, tf) -> Placement:
                               "$TF_CONFIG; set it on every worker (docs/scale-out.md), or try it "
                               "on one machine with `mptrain run --workers N` (a stopped run: "
                               "`mptrain run --resume RUN_DIR --workers N`)")
+        rendezvous(cfg.join_timeout_s)  # every worker up, before TensorFlow waits without end
         strategy = tf.distribute.MultiWorkerMirroredStrategy()
         task = strategy.cluster_resolver.task_type, strategy.cluster_resolver.task_id
         cluster = strategy.cluster_resolver.cluster_spec().as_dict()
@@ -208,6 +207,53 @@ def host_and_port(address: str) -> tuple[str, int]:
     """HOST:PORT (an IPv6 host in brackets) as a socket takes it."""
     host, _, port = address.rpartition(":")
     return host.strip("[]"), int(port)
+
+
+def bound_as_tensorflow_binds(address: str) -> socket.socket:
+    """A socket bound to HOST:PORT as TensorFlow's gRPC server binds (SO_REUSEADDR): a port
+    whose last run's connections linger (TIME_WAIT) is free, one a program listens on is not."""
+    host, port = host_and_port(address)
+    listener = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    try:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind((host, port))
+    except OSError:
+        listener.close()
+        raise
+    return listener
+
+
+def rendezvous(timeout_s: float) -> None:
+    """Every worker in $TF_CONFIG is up before TensorFlow forms the cluster, or a `WorkerLost`
+    names those that did not come within `timeout_s`. TensorFlow itself waits for a missing
+    worker without end, inside one call that holds Python's lock (no watchdog thread runs)
+    and catches SIGTERM. So each worker first listens on its own port (never accepting: the
+    kernel completes a peer's connect) while it connects to every other's, until each one
+    answers, its listener or its TensorFlow server; then it closes its listener for
+    TensorFlow to bind."""
+    hosts = Hosts.from_env()
+    if hosts is None or not hosts.peers:
+        return
+    waiting = dict(hosts.peers)
+    deadline = time.monotonic() + timeout_s
+    try:
+        listener = bound_as_tensorflow_binds(hosts.own)
+    except OSError as exc:
+        raise ConfigError(f"$TF_CONFIG: this worker's {hosts.own} cannot be listened on here "
+                          f"({exc.strerror}): is the port in use, or the address another "
+                          "host's?") from None
+    with listener:
+        listener.listen(64)
+        while waiting and time.monotonic() < deadline:
+            waiting = dict(unreachable(list(waiting.items()), timeout_s=1.0))
+            if waiting:
+                time.sleep(0.5)
+    if waiting:
+        named = ", ".join(f"worker {i} ({address})" for i, address in sorted(waiting.items()))
+        raise WorkerLost(f"{named} did not join the cluster within distribute.join_timeout_s "
+                         f"({timeout_s:g} s): start `mptrain run` on every host with the same "
+                         "--hosts and its own --host-index (or $TF_CONFIG), or raise "
+                         "distribute.join_timeout_s")
 
 
 def unreachable(addresses: list[tuple[int, str]], timeout_s: float = 2.0) -> list[tuple[int, str]]:
