@@ -15,8 +15,6 @@ import yaml
 from tests import datafiles
 from tests.helpers import experiment, mptrain, refuses, run_json
 
-tf = pytest.importorskip("tensorflow")
-
 
 def write_yaml(path: Path, data: dict) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -217,7 +215,7 @@ def test_diagnose_and_memory_work_on_every_model_kind(tiny_config, tmp_path, kin
     from mptrain.measure.memory import plan_memory
 
     if kind == "keras_hub":
-        pytest.importorskip("keras_hub")
+        import keras_hub  # noqa: F401  (a broken install fails here, never skips)
     models = datafiles.user_models(tmp_path)
     saved = tmp_path / "saved.keras"
     if kind == "saved":

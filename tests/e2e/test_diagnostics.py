@@ -6,10 +6,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from tests.helpers import IMAGES, TOKENS, experiment, mptrain, run_json
-
-tf = pytest.importorskip("tensorflow")
 
 
 def lint_json(tmp_path: Path, *overrides: str, name="exp.yaml", target="gpu"):

@@ -6,9 +6,7 @@ import math
 import numpy as np
 import pytest
 
-tf = pytest.importorskip("tensorflow")
-
-from mptrain.runs.runner import Start, run_experiment  # noqa: E402
+from mptrain.runs.runner import Start, run_experiment
 
 
 def trained_weights(result):

@@ -8,11 +8,11 @@ import time
 from pathlib import Path
 
 import pytest
+import tensorflow  # noqa: F401  (a broken install fails here, never skips)
 
 from tests.helpers import experiment, mptrain, wait_for
 from tests.netns import NetnsCluster
 
-pytest.importorskip("tensorflow")
 why_not = NetnsCluster.usable()
 needs_namespaces = pytest.mark.skipif(why_not is not None, reason=f"no network namespaces: {why_not}")
 

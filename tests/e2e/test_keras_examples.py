@@ -8,11 +8,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import tensorflow  # noqa: F401  (a broken install fails here, never skips)
 
 from mptrain.measure.compare import CompareRecord
 from tests.helpers import experiment, mptrain, refuses, run_json
-
-pytest.importorskip("tensorflow")
 
 # keras.io's "Customizing what happens in fit()": a functional model of a subclass that
 # brings its own step. FrozenModel's never updates the weights, so any training the loss or

@@ -15,12 +15,11 @@ import time
 from pathlib import Path
 
 import pytest
+import tensorflow  # noqa: F401  (a broken install fails here, never skips)
 
 from mptrain.runs.workers import LOST_GRACE_SECONDS, LostWorker, WorkerEnd, first_lost, run_workers
 from mptrain.signals import ForwardSignals
 from tests.helpers import experiment, local_worker, mptrain, mptrain_process, wait_for
-
-pytest.importorskip("tensorflow")
 
 # 1536 training examples in batches of 64: 24 steps an epoch, a checkpoint every 5
 WORKERS = ("train.loop=custom", "train.epochs=3", "data.train_size=2048",

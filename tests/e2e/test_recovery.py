@@ -14,14 +14,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from mptrain.errors import AlreadyFinished, MptrainError
+from mptrain.runs.resume import resume_config
+from mptrain.runs.runner import Start, run_experiment
 from tests import datafiles
 from tests.helpers import experiment, mptrain, mptrain_process, run_json, wait_for
-
-tf = pytest.importorskip("tensorflow")
-
-from mptrain.errors import AlreadyFinished, MptrainError  # noqa: E402
-from mptrain.runs.resume import resume_config  # noqa: E402
-from mptrain.runs.runner import Start, run_experiment  # noqa: E402
 
 # 384 training examples in batches of 32: 12 steps an epoch; bit-identical reruns
 SAME = ("deterministic=true", "train.batch_size=32", "train.epochs=2")

@@ -13,11 +13,8 @@ import numpy as np
 import pytest
 import yaml
 
+from mptrain.runs.runner import Start, run_experiment
 from tests.helpers import mptrain_process, tiny_raw, wait_for
-
-tf = pytest.importorskip("tensorflow")
-
-from mptrain.runs.runner import Start, run_experiment  # noqa: E402
 
 # 384 training examples in batches of 32: 12 steps an epoch
 DETERMINISTIC = ("deterministic=true", "train.batch_size=32", "output.save_model=true",

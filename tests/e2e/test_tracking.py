@@ -15,18 +15,16 @@ import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
 
+import mlflow  # noqa: F401  (a broken install fails here, never skips)
 import pytest
+import tensorflow as tf
 
+from mptrain.runs.mlflow_client import HTTP_SETTINGS
+from mptrain.runs.resume import resume_config
+from mptrain.runs.runner import Start, run_experiment
+from mptrain.runs.workers import free_ports
 from mptrain.training.records import TrainingListener
 from tests.helpers import experiment, mptrain
-
-tf = pytest.importorskip("tensorflow")
-pytest.importorskip("mlflow")
-
-from mptrain.runs.mlflow_client import HTTP_SETTINGS  # noqa: E402
-from mptrain.runs.resume import resume_config  # noqa: E402
-from mptrain.runs.runner import Start, run_experiment  # noqa: E402
-from mptrain.runs.workers import free_ports  # noqa: E402
 
 STEPS, EPOCHS = 18, 3  # the tiny experiment: 6 steps an epoch
 

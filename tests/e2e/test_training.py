@@ -5,10 +5,9 @@ import math
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
-tf = pytest.importorskip("tensorflow")
-
-from mptrain.runs.runner import Start, run_experiment  # noqa: E402
+from mptrain.runs.runner import Start, run_experiment
 
 
 def epoch_losses(result):

@@ -9,12 +9,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import tensorflow  # noqa: F401  (a broken install fails here, never skips)
 
 import mptrain
 from tests.helpers import TINY, experiment
 from tests.helpers import mptrain as mptrain_cli
-
-pytest.importorskip("tensorflow")
 
 COLOURS = {"blue": (50, 60, 200), "green": (40, 180, 60), "red": (200, 40, 40)}
 

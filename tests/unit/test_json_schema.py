@@ -4,6 +4,7 @@ validator, on every built-in experiment and on good and bad files, against `vali
 import copy
 import json
 
+import jsonschema
 import pytest
 
 from mptrain.config import builtin_configs, load_config
@@ -11,8 +12,6 @@ from mptrain.config.json_schema import experiment_schema
 from mptrain.config.loading import find_config, parse_yaml
 from mptrain.errors import ConfigError
 from tests.helpers import TINY
-
-jsonschema = pytest.importorskip("jsonschema")
 
 
 def schema_errors(document: dict) -> list[str]:

@@ -1,11 +1,10 @@
 """The Keras internals mptrain reads (`model.keras_internals`), each called on a small model:
 when a Keras release renames one, the test that fails names it."""
 
+import keras
 import pytest
 
-keras = pytest.importorskip("keras")
-
-from mptrain.model import keras_internals as internals  # noqa: E402
+from mptrain.model import keras_internals as internals
 
 
 def small_model():

@@ -4,16 +4,16 @@ Each model is wrapped the way mptrain wraps a user's model (`python` builder: a 
 or Sequential model called on a symbolic input; then the float32 output), so what is read
 here is what `run`, `diagnose`, `memory` and `plan` read."""
 
+import keras
 import numpy as np
 import pytest
 
+from mptrain.model import ensure_float32_output
 from mptrain.model.outputs import read_output, sum_tolerance
-from mptrain.precision.policy import DTYPES
-
-keras = pytest.importorskip("keras")
-
-from mptrain.model import ensure_float32_output  # noqa: E402
-from mptrain.precision.policy import apply_policy  # noqa: E402
+from mptrain.precision.policy import (
+    DTYPES,
+    apply_policy,
+)
 
 HEADS = {"softmax": (10, "probabilities"), "sigmoid": (1, "probabilities"), "linear": (10, "logits")}
 
