@@ -8,13 +8,17 @@ from pathlib import Path
 import pytest
 
 from mptrain.config import validate
+from mptrain.hardware.runtime import ALLOCATOR
 from tests.helpers import tiny_raw
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# what mptrain's own processes set before TensorFlow starts: this process imports TensorFlow
+# (test modules do) before any mptrain call could
+for _name, _value in ALLOCATOR.items():
+    os.environ.setdefault(_name, _value)
 # Rich reads COLUMNS when a console is made: the shared stderr console must read it at each
 # print, so that `mptrain(..., env_extra={"COLUMNS": ...})` in this process is obeyed.
 os.environ.pop("COLUMNS", None)
-import mptrain.report.console  # noqa: E402,F401
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -1,16 +1,21 @@
 """How fast each dtype really is on this machine: kernels timed, cached, and summarised.
 
 Three kernels per dtype: a plain matmul, a fused dense layer (MatMul+BiasAdd+ReLU, the op that
-collapses for float16 on oneDNN CPUs) and a 3x3 convolution. The dtypes of a kernel are timed
-in interleaved rounds so that a machine whose speed drifts slows every side alike. A dtype
-whose call takes over `CUT_SHORT_S` is not repeated (cut short), so a pathological dtype
-(float16 on a CPU without XLA) costs one call, not minutes.
+collapses for float16 on oneDNN CPUs) and a 3x3 convolution. On a CPU each is timed twice per
+dtype, as TensorFlow runs it and compiled with XLA: XLA and precision are two axes, and each
+16-bit figure is read against float32 in the same mode (its control), so XLA's own gain is
+never credited to a precision. The settings of a kernel are timed in interleaved rounds so
+that a machine whose speed drifts slows every side alike. One whose call takes over
+`CUT_SHORT_S` is not repeated (cut short), so a pathological one (float16 through oneDNN's
+reference kernel) costs one call, not minutes.
 
 CPU flags do not say which policy is fast: on a Xeon with AMX-BF16, oneDNN's bfloat16
-matmuls run several times float32; with AVX512_BF16 alone they were measured 0.8x. So
-`policy: auto` and `check-gpu` decide on this measurement (`policy.recommend`). It is made once
-per machine and cached (`measured_kernels`), keyed by the CPU, its flags, the GPUs and the
-TensorFlow version: a measurement never outlives the machine or the TensorFlow it describes.
+matmuls run several times float32; with AVX512_BF16 alone they were measured 0.5-0.8x; on an
+AVX2-only CPU TensorFlow leaves oneDNN off and float16 without XLA ran at float32's speed. So
+`policy: auto`, whether float16 needs XLA, plan's candidates and `check-gpu` decide on this
+measurement (`policy.recommend`). It is made once per machine and cached (`measured_kernels`),
+keyed by the CPU, its flags, the GPUs, TensorFlow and oneDNN: a measurement never outlives the
+machine or the TensorFlow it describes.
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ if TYPE_CHECKING:
 
 DTYPES = ("float32", "float16", "bfloat16")
 CACHE_ENV = "MPTRAIN_CACHE_DIR"
-ROUND_BUDGET_S = 0.6  # per kernel, all its dtypes together
+ROUND_BUDGET_S = 1.5  # per kernel, all its settings together (6 on a CPU: about 7 rounds)
 CUT_SHORT_S = 0.5  # a single call slower than this is not repeated
 
 
@@ -44,13 +49,19 @@ class KernelTiming(FrozenRecord):
     device: str
     kernel: str
     dtype: str
+    xla: bool = False  # compiled with XLA (`tf.function(jit_compile=True)`)
     ms_per_call: float  # median over the calls
     ms_p10: float
     ms_p90: float
     tflops: float
     calls: int
     cut_short: bool
-    ratio_to_float32: float | None  # float32's median / this median: > 1 is faster
+    ratio_to_float32: float | None  # float32's median in the same XLA mode / this one's: > 1 is faster
+
+    @property
+    def setting(self) -> str:
+        """The dtype as a candidate spells its XLA: `bfloat16+xla`."""
+        return self.dtype + ("+xla" if self.xla else "")
 
 
 class KernelSpeeds(FrozenRecord):
@@ -61,18 +72,41 @@ class KernelSpeeds(FrozenRecord):
     seconds: float
     timings: list[KernelTiming]
 
-    def speedup(self, dtype: str, device: str) -> float | None:
-        """Geometric mean over the kernels of `dtype`'s speed relative to float32."""
-        ratios = [t.ratio_to_float32 for t in self.timings
-                  if t.device == device and t.dtype == dtype and t.ratio_to_float32]
+    def speedup(self, dtype: str, device: str, xla: bool = False) -> float | None:
+        """Geometric mean over the kernels of `dtype`'s speed relative to float32 in the same
+        XLA mode (its control): the precision's own effect."""
+        ratios = [t.ratio_to_float32 for t in self._of(dtype, device, xla) if t.ratio_to_float32]
         return statistics.geometric_mean(ratios) if ratios else None
 
-    def describe(self, dtype: str, device: str) -> str:
-        """'bfloat16 kernels run 0.80x float32 on CPU:0 (matmul 0.80x, dense 0.78x, conv 0.54x)'."""
-        parts = [f"{t.kernel.split()[0]} {t.ratio_to_float32:.2f}x" for t in self.timings
-                 if t.device == device and t.dtype == dtype and t.ratio_to_float32]
-        return (f"{dtype} kernels run {self.speedup(dtype, device):.2f}x float32 on "
-                f"{device.strip('/')} ({', '.join(parts)})")
+    def xla_gain(self, dtype: str, device: str) -> float | None:
+        """Geometric mean over the kernels of XLA's effect on `dtype`: its median without XLA
+        over its median with."""
+        plain = {t.kernel: t.ms_per_call for t in self._of(dtype, device, False)}
+        ratios = [plain[t.kernel] / t.ms_per_call for t in self._of(dtype, device, True)
+                  if t.kernel in plain]
+        return statistics.geometric_mean(ratios) if ratios else None
+
+    def describe(self, dtype: str, device: str, xla: bool = False) -> str:
+        """'bfloat16 kernels run 0.80x float32 on CPU:0 (matmul 0.80x, dense 0.78x, conv
+        0.54x)'; with `xla`, both sides compiled with XLA."""
+        parts = [f"{t.kernel.split()[0]} {times(t.ratio_to_float32)}"
+                 for t in self._of(dtype, device, xla) if t.ratio_to_float32]
+        mode = " with XLA" if xla else ""
+        return (f"{dtype} kernels{mode} run {times(self.speedup(dtype, device, xla))} float32{mode} "
+                f"on {device.strip('/')} ({', '.join(parts)})")
+
+    def slowest(self, dtype: str, device: str, xla: bool = False) -> KernelTiming | None:
+        """`dtype`'s kernel slowest against float32 (in the same XLA mode), if measured."""
+        timed = [t for t in self._of(dtype, device, xla) if t.ratio_to_float32]
+        return min(timed, key=lambda t: t.ratio_to_float32) if timed else None
+
+    def _of(self, dtype: str, device: str, xla: bool) -> list[KernelTiming]:
+        return [t for t in self.timings if (t.device, t.dtype, t.xla) == (device, dtype, xla)]
+
+
+def times(ratio: float) -> str:
+    """A ratio as said: 0.80x, and a collapse in its own digits (0.0012x, never 0.00x)."""
+    return f"{ratio:.2f}x" if ratio >= 0.1 else f"{ratio:.2g}x"
 
 
 def _kernels(tf, scale: float):
@@ -100,50 +134,60 @@ def _kernels(tf, scale: float):
 
 
 def measure(tf, devices: list[str], dtypes: tuple[str, ...] = DTYPES, scale: float = 1.0,
-            budget_s: float = ROUND_BUDGET_S) -> list[KernelTiming]:
-    """Time every kernel in every dtype on every device, the dtypes interleaved."""
+            budget_s: float = ROUND_BUDGET_S,
+            xla_modes: tuple[bool, ...] = (False,)) -> list[KernelTiming]:
+    """Time every kernel in every dtype (and XLA mode) on every device, interleaved; each
+    ratio is against float32 in the same XLA mode."""
     timings: list[KernelTiming] = []
+    settings = [(dtype, xla) for xla in xla_modes for dtype in dtypes]
     for device in devices:
         for name, flops, shapes, fn in _kernels(tf, scale):
-            calls: dict[str, tuple[Callable, tuple]] = {}
+            calls: dict[tuple[str, bool], tuple[Callable, tuple]] = {}
             with tf.device(device):
-                for dtype in dtypes:
+                for dtype, xla in settings:
                     inputs = tuple(tf.cast(tf.random.normal(shape), dtype) for shape in shapes)
-                    compiled = tf.function(fn, autograph=False)
+                    compiled = tf.function(fn, autograph=False, jit_compile=xla)
                     compiled.get_concrete_function(*inputs)  # trace outside the timing
-                    calls[dtype] = (compiled, inputs)
+                    if xla:
+                        compiled(*inputs).numpy()  # and compile: the warm-up then times a call
+                    calls[dtype, xla] = (compiled, inputs)
                 seconds = interleaved(calls, budget_s)
-            medians = {dtype: statistics.median(s) for dtype, s in seconds.items()}
-            for dtype, samples in seconds.items():
+            medians = {setting: statistics.median(s) for setting, s in seconds.items()}
+            for (dtype, xla), samples in seconds.items():
                 ms = sorted(1e3 * s for s in samples)
+                control = medians.get(("float32", xla))
                 timings.append(KernelTiming(
-                    device=device, kernel=name, dtype=dtype, ms_per_call=statistics.median(ms),
-                    ms_p10=percentile(ms, 10), ms_p90=percentile(ms, 90),
-                    tflops=flops / medians[dtype] / 1e12, calls=len(ms),
-                    cut_short=len(ms) == 1,
-                    ratio_to_float32=(medians["float32"] / medians[dtype]
-                                      if "float32" in medians else None)))
+                    device=device, kernel=name, dtype=dtype, xla=xla,
+                    ms_per_call=statistics.median(ms), ms_p10=percentile(ms, 10),
+                    ms_p90=percentile(ms, 90), tflops=flops / medians[dtype, xla] / 1e12,
+                    calls=len(ms), cut_short=len(ms) == 1,
+                    ratio_to_float32=control / medians[dtype, xla] if control else None))
     return timings
 
 
-def interleaved(calls: dict[str, tuple[Callable, tuple]], budget_s: float) -> dict[str, list[float]]:
-    """Seconds per call of each dtype, in rounds that visit every dtype in turn (rotating
-    which goes first), until the budget is spent; a dtype too slow to repeat stops early."""
-    samples: dict[str, list[float]] = {dtype: [] for dtype in calls}
-    for fn, inputs in calls.values():  # warm-up: first allocations, oneDNN primitive creation
-        fn(*inputs).numpy()
+def interleaved(calls: dict, budget_s: float) -> dict:
+    """Seconds per call of each setting, in rounds that visit every setting in turn
+    (rotating which goes first), until the budget is spent; one too slow to repeat stops
+    early."""
+    samples: dict = {setting: [] for setting in calls}
     active = list(calls)
+    for setting, (fn, inputs) in calls.items():  # warm-up: allocations, primitives, XLA compiling
+        began = time.perf_counter()
+        fn(*inputs).numpy()
+        if time.perf_counter() - began > 4 * CUT_SHORT_S:  # a collapse (0.001x): its one call
+            samples[setting].append(time.perf_counter() - began)
+            active.remove(setting)
     start = time.perf_counter()
     rounds = 0
     while active and (rounds < 3 or time.perf_counter() - start < budget_s):
         order = active[rounds % len(active):] + active[:rounds % len(active)]
-        for dtype in order:
-            fn, inputs = calls[dtype]
+        for setting in order:
+            fn, inputs = calls[setting]
             began = time.perf_counter()
             fn(*inputs).numpy()
-            samples[dtype].append(time.perf_counter() - began)
-            if samples[dtype][-1] > CUT_SHORT_S:
-                active.remove(dtype)
+            samples[setting].append(time.perf_counter() - began)
+            if samples[setting][-1] > CUT_SHORT_S:
+                active.remove(setting)
         rounds += 1
     return samples
 
@@ -185,12 +229,20 @@ def cache_path(machine: Machine) -> Path:
 
 
 def decision_dtypes(machine: Machine) -> tuple[str, ...]:
-    """The dtypes that can win on the device that would train: a CPU runs float16 no faster
-    than float32 (at best, with XLA), so only bfloat16 is measured against float32 there."""
+    """The dtypes measured on the device that would train: on a GPU the ones it has fast
+    units for; on a CPU all three (float16 too: whether it needs XLA is measured, not
+    assumed)."""
     if not machine.gpus:
-        return ("float32", "bfloat16")
+        return DTYPES
     gpu = machine.gpus[0]
     return ("float32", "float16") + (("bfloat16",) if gpu.fast_bfloat16 else ())
+
+
+def decision_xla_modes(machine: Machine) -> tuple[bool, ...]:
+    """On a CPU, each dtype with and without XLA: XLA's CPU code was measured both faster
+    (an AVX2-only CPU, fusing elementwise ops) and far slower (bfloat16 without oneDNN's
+    matrix units) than TensorFlow's kernels. On an accelerator, as TensorFlow runs it."""
+    return (False,) if machine.gpus else (False, True)
 
 
 def decision_device(machine: Machine) -> str:
@@ -207,7 +259,8 @@ def cached_kernels(machine: Machine) -> KernelSpeeds | None:
     if speeds.machine_key != machine_key(machine):
         return None
     device = decision_device(machine)
-    if not all(speeds.speedup(d, device) for d in decision_dtypes(machine) if d != "float32"):
+    if not all(speeds.speedup(d, device, xla) for d in decision_dtypes(machine)
+               for xla in decision_xla_modes(machine)):
         return None
     return speeds
 
@@ -234,7 +287,7 @@ def store_kernels(machine: Machine, timings: list[KernelTiming], seconds: float,
 
 def measured_kernels(tf, machine: Machine, status: Callable[[str], object] | None = None,
                      said: list[str] | None = None) -> KernelSpeeds | None:
-    """This machine's kernel speeds: cached, or measured now (about 10 s) and cached. None
+    """This machine's kernel speeds: cached, or measured now (10-30 s) and cached. None
     when the measurement fails: the caller falls back to rules on the hardware's flags, and
     `said` is told why. `status(text)` is a context manager that shows progress while
     measuring."""
@@ -245,7 +298,8 @@ def measured_kernels(tf, machine: Machine, status: Callable[[str], object] | Non
     saying = "measuring this machine's float32 and 16-bit kernels (once; cached)…"
     try:
         with status(saying) if status is not None else nullcontext():
-            timings = measure(tf, [decision_device(machine)], decision_dtypes(machine))
+            timings = measure(tf, [decision_device(machine)], decision_dtypes(machine),
+                              xla_modes=decision_xla_modes(machine))
     except Exception as exc:  # a broken device or kernel: fall back to the rules, never crash a run
         if said is not None:
             said.append(f"this machine's kernels could not be measured ({type(exc).__name__}: "

@@ -160,9 +160,20 @@ def probe_cpu() -> CpuInfo:
     return parse_cpuinfo(text, allowed)
 
 
-def onednn_enabled() -> bool:
-    """oneDNN is on by default in TensorFlow for x86 Linux unless TF_ENABLE_ONEDNN_OPTS=0."""
-    return os.environ.get("TF_ENABLE_ONEDNN_OPTS", "1").strip().lower() not in ("0", "false")
+# TensorFlow turns oneDNN on by default on Linux for CPUs with any of these (its
+# `DefaultOneDnnPolicy`, tensorflow/core/util/util.cc): an AVX2-only CPU (AMD Zen 3) runs
+# without it, and its bfloat16 goes through Eigen.
+ONEDNN_DEFAULT_FLAGS = frozenset({"avx512_vnni", "avx512_bf16", "avx_vnni", "amx_tile", "amx_int8",
+                                  "amx_bf16"})
+
+
+def onednn_enabled(flags: frozenset[str]) -> bool:
+    """Whether TensorFlow runs oneDNN on this CPU, known before it starts: its own rule,
+    TF_ENABLE_ONEDNN_OPTS (0/false/1/true) over the default its CPU flags give."""
+    setting = os.environ.get("TF_ENABLE_ONEDNN_OPTS", "").strip().lower()
+    if setting in ("0", "false", "1", "true"):
+        return setting in ("1", "true")
+    return platform.system() == "Linux" and bool(ONEDNN_DEFAULT_FLAGS & flags)
 
 
 def probe(tf, check_xla: bool = True) -> Machine:
@@ -174,13 +185,14 @@ def probe(tf, check_xla: bool = True) -> Machine:
     for index, device in enumerate(tf.config.list_physical_devices("GPU")):
         details = tf.config.experimental.get_device_details(device)
         gpus.append(gpu_from_details(details, memory[index] if index < len(memory) else None))
+    cpu = probe_cpu()
     return Machine(
-        cpu=probe_cpu(),
+        cpu=cpu,
         gpus=tuple(gpus),
         tpu=bool(tf.config.list_physical_devices("TPU")),
         tensorflow_version=tf.__version__,
         keras_version=keras.__version__,
-        onednn=onednn_enabled(),
+        onednn=onednn_enabled(cpu.flags),
         xla=_xla_works(tf) if check_xla else None,
         # TF32 is a GPU math mode (Ampere and later): on a machine without one it is n/a,
         # whatever TensorFlow's switch says

@@ -185,7 +185,8 @@ class MemoryStats(FrozenRecord):
 
 class MemoryMeter:
     """`start()` once the data is on the device and before the model is built; `stats()` after
-    training. Allocators that keep no statistics (a CPU with oneDNN off) report None."""
+    training. An allocator that keeps no statistics reports None (TensorFlow's default CPU
+    allocator where oneDNN is off: `hardware.runtime.ALLOCATOR` asks for the one that does)."""
 
     def __init__(self, tf, device: str):
         self.tf, self.device = tf, device

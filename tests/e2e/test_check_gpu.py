@@ -10,7 +10,8 @@ import pytest
 
 
 def test_microbench_tiny_sizes_give_positive_rates():
-    tf = pytest.importorskip("tensorflow")
+    import tensorflow as tf
+
     from mptrain.hardware.kernels import measure
 
     results = measure(tf, ["/CPU:0"], scale=0.03, budget_s=0.02)
@@ -19,6 +20,30 @@ def test_microbench_tiny_sizes_give_positive_rates():
     assert all(r.tflops > 0 and r.calls >= 3 and r.ms_p10 <= r.ms_per_call <= r.ms_p90
                for r in results)
     assert all(r.ratio_to_float32 == 1.0 for r in results if r.dtype == "float32")
+
+
+def test_bench_and_its_warnings_agree_and_onednn_is_what_tensorflow_says(tmp_path, monkeypatch):
+    """`check-gpu --bench`'s recommendation and warnings quote the figures its own table
+    shows (issue 49: a warning said "orders of magnitude slower" above a float16 row of
+    0.957x), and the oneDNN it reports is the one TensorFlow runs (it is off on AVX2-only
+    CPUs without TF_ENABLE_ONEDNN_OPTS saying so)."""
+    from tensorflow.python.util import _pywrap_util_port
+
+    from mptrain.hardware.kernels import KernelSpeeds, times
+    from mptrain.precision.check import check_machine
+
+    monkeypatch.setenv("MPTRAIN_CACHE_DIR", str(tmp_path))
+    report = check_machine(bench=True, bench_scale=0.1)
+    assert report.machine.onednn == _pywrap_util_port.IsMklEnabled()
+    assert {(r.dtype, r.xla) for r in report.bench} == {
+        (d, x) for d in ("float32", "float16", "bfloat16") for x in (False, True)}
+    if report.gpu_found:
+        pytest.skip("a GPU is here: the CPU's float16 warning is not given")
+    measured = KernelSpeeds(machine_key="", measured_at="", seconds=0, timings=report.bench)
+    worst = measured.slowest("float16", "/CPU:0")
+    warning = next(w for w in report.recommendation.warnings if w.startswith("mixed_float16 on this CPU"))
+    assert times(worst.ratio_to_float32) in warning and "not measured" not in warning
+    assert f"{measured.speedup('bfloat16', '/CPU:0'):.2f}x float32" in report.recommendation.reason
 
 
 def test_check_gpu_command_json_on_this_machine(tmp_path):
@@ -52,6 +77,6 @@ def test_check_gpu_bench_through_the_cli(tmp_path):
                           capture_output=True, text=True, cwd=tmp_path, timeout=600)
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
-    assert len(report["bench"]) == 9 * (1 + len(report["machine"]["gpus"]))
+    assert len(report["bench"]) == 18 * (1 + len(report["machine"]["gpus"]))  # with and without XLA
     assert all(r["tflops"] > 0 for r in report["bench"])
     assert "measured on" in report["recommendation"]["reason"]

@@ -2,6 +2,7 @@
 the process is the subject: start-up logs, what validate imports)."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,13 +13,22 @@ from tests.helpers import experiment, mptrain
 
 
 def test_full_run_through_the_cli_prints_only_json(tmp_path):
-    config = experiment(tmp_path, "policy=mixed_float16", "train.loop=custom")
-    done = mptrain("run", str(config), "--json", "--set", "train.epochs=2", cwd=tmp_path,
-                   process=True)
+    """A real process on the path an AVX2-only CPU takes (oneDNN off), as a user starts it:
+    TensorFlow's allocator still keeps the memory peak (mptrain asks for the allocator that
+    keeps one), and `--steps` bounds the run."""
+    config = experiment(tmp_path, "policy=mixed_float16", "train.loop=custom",
+                        "data.input_shape=[256]", "model.hidden_units=[512, 512]")
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPU_ALLOCATOR_USE_BFC"}
+    done = subprocess.run([sys.executable, "-m", "mptrain", "run", str(config), "--json",
+                           "--set", "train.epochs=2", "--steps", "10"], cwd=tmp_path, text=True,
+                          capture_output=True, timeout=600,
+                          env={**env, "TF_ENABLE_ONEDNN_OPTS": "0", "COLUMNS": "120"})
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout)  # stdout holds exactly one JSON document
     assert summary["policy"] == "mixed_float16" and summary["loop"] == "custom"
-    assert summary["epochs_run"] == 2 and summary["output_dtype"] == "float32"
+    assert summary["steps_run"] == 10 and summary["epochs_run"] == 2
+    assert summary["output_dtype"] == "float32"
+    assert summary["memory"]["training_peak_bytes"] > 0
     assert summary["loss_scale"]["final"] > 0 and summary["status"] == "finished"
     assert summary["step_time"]["median_ms"] > 0 and summary["examples_per_sec"] > 0
     run_dir = Path(summary["run_dir"])

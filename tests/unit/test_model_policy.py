@@ -1,14 +1,16 @@
+import math
+
+import keras
 import pytest
 
 from mptrain.config import validate
 from mptrain.data.dataset import InputSpec
-from mptrain.precision.policy import DTYPES
+from mptrain.model import build_model, output_dtype
+from mptrain.precision.policy import (
+    DTYPES,
+    apply_policy,
+)
 from tests.helpers import tiny_raw
-
-keras = pytest.importorskip("keras")
-
-from mptrain.model import build_model, output_dtype  # noqa: E402
-from mptrain.precision.policy import apply_policy  # noqa: E402
 
 POLICIES = list(DTYPES)
 
@@ -114,6 +116,18 @@ def fusable_model():
     return keras.Model(inputs, keras.layers.Dense(3, dtype="float32", name="logits")(x))
 
 
+def bfloat16_gradient_tolerance(terms: int) -> float:
+    """How far Keras' bfloat16 weight gradient may be from the fused layers' float32 one, as a
+    share of the gradient's scale, by the kernel path that computes it: oneDNN accumulates in
+    float32, a few of bfloat16's rounding steps off (u = 2^-8; 0.003 measured); TensorFlow's
+    own kernels, where oneDNN is off (AVX2-only CPUs, TF_ENABLE_ONEDNN_OPTS=0), keep the
+    running sum in bfloat16, whose error grows as sqrt(terms) u (0.11 measured at 1,024)."""
+    from mptrain.hardware.machine import onednn_enabled, probe_cpu
+
+    u = 2.0**-8
+    return 5 * u if onednn_enabled(probe_cpu().flags) else 2 * math.sqrt(terms) * u
+
+
 @pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16"])
 def test_fused_layers_compute_what_keras_layers_do(policy):
     """`model.fused_layers` swaps what the fused ops take and nothing else, keeps the weights,
@@ -141,7 +155,7 @@ def test_fused_layers_compute_what_keras_layers_do(policy):
                                                                                from_logits=True))
         return tape.gradient(loss, m.trainable_variables), m.non_trainable_variables
 
-    close = 1e-5 if policy == "float32" else 2e-2
+    close = 1e-5 if policy == "float32" else bfloat16_gradient_tolerance(terms=16 * 8 * 8)
     for (keras_grad, fused_grad, variable) in zip(*(trained_step(model)[0], trained_step(fused)[0]),
                                                   model.trainable_variables, strict=True):
         assert fused_grad.dtype == tf.float32  # float32 variables get float32 gradients
@@ -151,7 +165,8 @@ def test_fused_layers_compute_what_keras_layers_do(policy):
                                       strict=True):  # the moving mean and variance were updated alike
         np.testing.assert_allclose(keras_stat.numpy(), fused_stat.numpy(), rtol=1e-3, atol=1e-5)
     assert not np.allclose(fused.get_layer("bn").moving_mean.numpy(), 0)
-    np.testing.assert_allclose(model(x).numpy(), fused(x).numpy(), rtol=close, atol=close)
+    same = 1e-5 if policy == "float32" else 2e-2  # one forward pass: a few bfloat16 roundings
+    np.testing.assert_allclose(model(x).numpy(), fused(x).numpy(), rtol=same, atol=same)
     plain = unfused(fused)
     assert {type(layer).__module__.split(".")[0] for layer in plain.layers} == {"keras"}
     np.testing.assert_allclose(plain(x).numpy(), fused(x).numpy(), rtol=1e-5, atol=1e-6)
