@@ -13,7 +13,7 @@ import mptrain.config.loading
 from mptrain.config import ExperimentConfig, load_config, validate
 from mptrain.config.loading import apply_overrides, parsed_changes, resolve_paths
 from mptrain.errors import RunInterrupted, WorkerLost
-from mptrain.telling import QUIET
+from mptrain.telling import LOGGED
 
 if TYPE_CHECKING:
     from mptrain.measure.compare import CompareRecord
@@ -139,7 +139,7 @@ def _live(progress: bool):
     """What a call says as it goes, and its live training progress: on stderr as in a
     terminal, or nothing (`progress=False`)."""
     if not progress:
-        yield QUIET, []
+        yield LOGGED, []
         return
     from mptrain.report.progress import ConsoleTelling, LiveProgress
 

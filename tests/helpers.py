@@ -195,20 +195,33 @@ def step_records(*seconds_and_sizes, epoch: int = 1) -> list[StepRecord]:
     return [StepRecord(i + 1, epoch, 1.0, s, n) for i, (s, n) in enumerate(seconds_and_sizes)]
 
 
-def record_kernels(machine, bfloat16: float, float16: float | None = None, device: str = "/CPU:0"):
+def record_kernels(machine, bfloat16: float, float16: float | None = 1.0, device: str = "/CPU:0",
+                   xla_bfloat16: float | None = None, xla_float16: float | None = None,
+                   xla_gain: float = 1.0):
     """A kernel measurement of `machine` in its cache, as if measured: each 16-bit dtype at
-    the given speed relative to float32 on every kernel."""
+    the given speed relative to float32 on every kernel; on a CPU also with XLA (`xla_*`:
+    against float32 with XLA, default the same as without, and float16 1.0 where it
+    collapsed without; `xla_gain`: float32 with XLA against float32 without)."""
     from mptrain.hardware.kernels import KernelTiming, store_kernels
 
+    plain = {"float32": 1.0, "bfloat16": bfloat16, "float16": float16}
+    modes = {False: (10.0, plain)}
+    if device == "/CPU:0":
+        collapsed = float16 is not None and float16 < 0.25
+        modes[True] = (10.0 / xla_gain, {
+            "float32": 1.0, "bfloat16": xla_bfloat16 if xla_bfloat16 is not None else bfloat16,
+            "float16": xla_float16 if xla_float16 is not None else 1.0 if collapsed else float16})
     timings = []
     for kernel in ("matmul 1024²", "dense 512² fused", "conv3x3 16×56²×64"):
-        for dtype, ratio in (("float32", 1.0), ("bfloat16", bfloat16), ("float16", float16)):
-            if ratio is None:
-                continue
-            ms = 10.0 / ratio
-            timings.append(KernelTiming(device=device, kernel=kernel, dtype=dtype, ms_per_call=ms,
-                                        ms_p10=ms * 0.95, ms_p90=ms * 1.05, tflops=1.0 * ratio,
-                                        calls=20, cut_short=False, ratio_to_float32=ratio))
+        for xla, (float32_ms, ratios) in modes.items():
+            for dtype, ratio in ratios.items():
+                if ratio is None:
+                    continue
+                ms = float32_ms / ratio
+                timings.append(KernelTiming(device=device, kernel=kernel, dtype=dtype, xla=xla,
+                                            ms_per_call=ms, ms_p10=ms * 0.95, ms_p90=ms * 1.05,
+                                            tflops=1.0 * ratio, calls=20, cut_short=False,
+                                            ratio_to_float32=ratio))
     return store_kernels(machine, timings, seconds=1.0)
 
 

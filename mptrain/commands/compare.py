@@ -9,8 +9,10 @@ import typer
 
 from mptrain.commands.options import (
     BatchSizesOpt,
+    EpochsOpt,
     JsonOpt,
     SetOpt,
+    StepsOpt,
     VerboseOpt,
     end_measuring,
     parse_batch_sizes,
@@ -35,9 +37,8 @@ def compare(
         help="Comma-separated tf.distribute strategies (none,mirrored,...); default: the "
              "experiment's distribute.strategy.")] = None,
     batch_sizes: BatchSizesOpt = None,
-    epochs: Annotated[int | None, typer.Option(min=1, help="Shortcut for --set train.epochs=N.")] = None,
-    steps: Annotated[int | None, typer.Option(
-        min=1, help="Stop every variant after N training steps (then evaluate).")] = None,
+    epochs: EpochsOpt = None,
+    steps: StepsOpt = None,
     max_step_seconds: Annotated[float | None, typer.Option(
         min=0.0, help="Stop a variant once one of its steps takes longer than this (0: never).")] = 60.0,
     set_: SetOpt = None,

@@ -84,6 +84,19 @@ def parse_batch_sizes(text: str | None) -> list[int] | None:
     return [int(item) for item in items]
 
 
+EpochsOpt = Annotated[int | None, typer.Option(
+    min=1, show_default=False, help="Shortcut for --set train.epochs=N.")]
+StepsOpt = Annotated[int | None, typer.Option(
+    min=1, show_default=False,
+    help="Stop training after N steps (then evaluate): shortcut for --set train.max_steps=N.")]
+
+
+def length_overrides(epochs: int | None, steps: int | None) -> list[str]:
+    """--epochs and --steps as the --set strings they stand for."""
+    return [f"{key}={value}" for key, value in (("train.epochs", epochs), ("train.max_steps", steps))
+            if value is not None]
+
+
 BatchSizesOpt = Annotated[str | None, typer.Option(
     "--batch-sizes", metavar="B,B", show_default=False,
     help="Comma-separated batch sizes (the guide's second lever: 16 bits halve the memory, so "

@@ -8,7 +8,18 @@ from typing import Annotated
 
 import typer
 
-from mptrain.commands.options import STARTED_AT, JsonOpt, SetOpt, VerboseOpt, emit, say_error, user_errors
+from mptrain.commands.options import (
+    STARTED_AT,
+    EpochsOpt,
+    JsonOpt,
+    SetOpt,
+    StepsOpt,
+    VerboseOpt,
+    emit,
+    length_overrides,
+    say_error,
+    user_errors,
+)
 
 
 def run(
@@ -17,6 +28,8 @@ def run(
         help="Experiment YAML file, or the name of a built-in one (see `mptrain configs`). "
              "With --resume: optional, checked against the run's own config.")] = None,
     set_: SetOpt = None,
+    epochs: EpochsOpt = None,
+    steps: StepsOpt = None,
     resume: Annotated[Path | None, typer.Option(
         "--resume", metavar="RUN_DIR", show_default=False,
         help="Continue the interrupted, killed or failed run in RUN_DIR from its last "
@@ -74,10 +87,11 @@ def run(
         cluster = parse_hosts(hosts, host_index) if hosts is not None else None
         if cluster is None and host_index is not None:
             raise ConfigError("--host-index names this host's entry of --hosts: give --hosts too")
-        options = RunOptions(set_ or [], workers, max_restarts, json_out, verbose, supervised,
-                             cluster, Start(resume=resume, initial_weights=initial_weights,
-                                            run_dir=run_dir, started_at=STARTED_AT,
-                                            turns=TurnLink.parse(turns) if turns else None))
+        options = RunOptions([*(set_ or []), *length_overrides(epochs, steps)], workers,
+                             max_restarts, json_out, verbose, supervised, cluster,
+                             Start(resume=resume, initial_weights=initial_weights,
+                                   run_dir=run_dir, started_at=STARTED_AT,
+                                   turns=TurnLink.parse(turns) if turns else None))
         try:
             with LiveProgress() as progress:
                 result = launch(config, options, ConsoleTelling(), listeners=[progress])

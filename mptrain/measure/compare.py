@@ -2,6 +2,13 @@
 
 The input pipeline's order depends only on the seed, so every variant, from the same initial
 weights (`ledger.stage`), also sees the same batches.
+
+XLA is an axis of its own. A row that will run XLA (named so, or by mptrain's choice for its
+policy here: float16 on a CPU whose float16 kernels collapse without it) is named with
+`+xla`, and when the baseline runs without XLA, `float32+xla` runs beside it in the same turns
+as its control: on an AVX2-only CPU XLA alone made float32 1.33x faster, and a
+mixed_float16 row that ran XLA read 1.22x faster than float32 while its precision was 0.87x
+float32 with XLA. Each such row's verdict carries both figures (`verdicts.control_of`).
 """
 
 from __future__ import annotations
@@ -19,10 +26,10 @@ from mptrain.measure.ledger import Ledger, Measurement, load_record, stage, step
 from mptrain.measure.memory import too_big_together
 from mptrain.measure.resuming import refuse_changes, refuse_options
 from mptrain.measure.variant import Variant, compare_label
-from mptrain.measure.verdicts import Rules, Steps, judge
+from mptrain.measure.verdicts import Rules, Steps, control_of, judge
 from mptrain.precision.candidates import candidate, file_label
 from mptrain.record import Record
-from mptrain.telling import QUIET, Telling
+from mptrain.telling import LOGGED, Telling
 from mptrain.training.turns import planned_steps
 
 DEFAULT_EXPERIMENT = "mnist_mixed"  # the guide's experiment
@@ -41,6 +48,7 @@ class CompareRecord(Record):
     input_ms_per_batch: float | None = None  # the input pipeline alone, measured before the runs
     pairs: str | None = None  # why the variants ran two by two with the baseline (memory)
     variants: list[Variant]
+    notes: list[str] = []  # what was said before the runs: XLA's rows, known-slow variants
     plot: str | None = None
 
 
@@ -84,7 +92,7 @@ class CompareSettings:
 
 
 def compare(experiment: str | ExperimentConfig | None, settings: CompareSettings = CompareSettings(),
-            *, resume: Path | None = None, telling: Telling = QUIET, verbose: bool = False,
+            *, resume: Path | None = None, telling: Telling = LOGGED, verbose: bool = False,
             as_text: Callable[[CompareRecord], str] | None = None) -> Measurement:
     """`mptrain compare` and `mptrain.compare`: the experiment named or given (default: the
     guide's) under each candidate, loop and strategy, every variant in a process of its own
@@ -150,48 +158,101 @@ def plan_variants(config: ExperimentConfig, policies: list[str], loops: list[str
             for c in options]
 
 
-def preflight_notes(config: ExperimentConfig, variants: list[Variant], machine) -> dict[str, str]:
-    """Variant label → why it is known to be slow on this machine, said before anything runs,
-    with each variant's own number of replicas (XLA is off with several)."""
-    from mptrain.hardware.kernels import cached_kernels
-    from mptrain.precision.policy import choose_policy, speed_warning
+def _choice(config: ExperimentConfig, row: Variant, machine, kernels):
+    """What the row's run will choose here (`policy.choose_policy`), with its own number of
+    replicas (XLA is off with several)."""
+    from mptrain.precision.policy import choose_policy
     from mptrain.training.distribute import replicas_for
 
-    kernels = cached_kernels(machine)
+    option = row.candidate
+    jit = option.jit_compile if option.jit_compile is not None else config.train.jit_compile
+    return choose_policy(option.policy, jit, machine, config.train.xla_optimizer_update,
+                         replicas_for(row.strategy, config.distribute.devices, machine), kernels)
+
+
+def with_xla_axis(config: ExperimentConfig, variants: list[Variant], machine,
+                  kernels) -> tuple[list[Variant], list[str]]:
+    """The rows as they will run here, and what to say about them: a row whose run chooses
+    XLA is named `+xla` (its XLA made explicit), and when the baseline runs without XLA,
+    each loop, strategy and batch with such a row gets a `float32+xla` control, so the
+    precision's own effect is measured against float32 with XLA in the same turns."""
+    rows, said = [], []
+    for row in variants:
+        choice = _choice(config, row, machine, kernels)
+        if choice.jit_compile and not row.candidate.jit_compile:
+            policy, *rest = row.candidate.name.split("+")
+            named = candidate("+".join([policy, "xla", *rest]))
+            said.append(f"{row.candidate.name} runs with XLA here ({choice.jit_reason}): its "
+                        f"rows are named {named.name}")
+            row = row.model_copy(update={"candidate": named, "label": compare_label(
+                named.name, row.loop, row.strategy or "none", row.batch_size)})
+        rows.append(row)
+    base = next((r for r in rows if r.candidate.policy == "float32"), rows[0])
+    if base.candidate.jit_compile:
+        return rows, list(dict.fromkeys(said))
+    for row in list(rows):
+        axes = (row.loop, row.strategy, row.batch_size)
+        if row.candidate.jit_compile and not any(
+                r.candidate.name == "float32+xla" and (r.loop, r.strategy, r.batch_size) == axes
+                for r in rows):
+            control = candidate("float32+xla")
+            rows.append(row.model_copy(update={"candidate": control, "label": compare_label(
+                control.name, row.loop, row.strategy or "none", row.batch_size)}))
+            said.append(f"{control.name} runs beside {row.label} as its control: the speed-up "
+                        "of a row with XLA is also given against float32 with XLA, the "
+                        "precision's own effect")
+    return rows, list(dict.fromkeys(said))
+
+
+def preflight_notes(config: ExperimentConfig, variants: list[Variant], machine,
+                    kernels) -> dict[str, str]:
+    """Variant label → why it is known to be slow on this machine (quoting its measured
+    kernels), said before anything runs."""
+    from mptrain.precision.policy import speed_warning
+
     notes = {}
-    for v in variants:
-        replicas = replicas_for(v.strategy, config.distribute.devices, machine)
-        option = v.candidate
-        jit = option.jit_compile if option.jit_compile is not None else config.train.jit_compile
-        choice = choose_policy(option.policy, jit, machine, config.train.xla_optimizer_update,
-                               replicas, kernels)
-        warning = speed_warning(choice, machine, kernels)
+    for row in variants:
+        warning = speed_warning(_choice(config, row, machine, kernels), machine, kernels)
         if warning:
-            notes[v.label] = warning
+            notes[row.label] = warning
     return notes
 
 
-def start_compare(config: ExperimentConfig, variants: list[Variant], telling: Telling = QUIET,
+def start_compare(config: ExperimentConfig, variants: list[Variant], telling: Telling = LOGGED,
                   verbose: bool = False) -> CompareRecord:
-    """A new compare: what is known to be slow here said, the folder staged (shared initial
-    weights), and its record written with every variant still to run, each with its run
-    folder and, at another batch, its changes (`config.batch_scaling`)."""
+    """A new compare: its rows as they will run here (`with_xla_axis`), what is known to be
+    slow here said, the folder staged (shared initial weights), and its record written with
+    every variant still to run, each with its run folder and, at another batch, its changes
+    (`config.batch_scaling`)."""
     from mptrain.data.pipeline import input_ms_per_batch
+    from mptrain.hardware.kernels import measured_kernels
     from mptrain.model.python_builder import check_builder_travels
 
     check_builder_travels(config, "compare")
+    notes: list[str] = []
 
-    def say_notes(prepared) -> None:  # what is known to be slow here, before anything runs
+    def resolve(prepared) -> None:  # the rows as they will run, and what is known, before any does
         examples = prepared.data.train.size
         too_big = sorted({v.batch_size for v in variants if (v.batch_size or 0) > examples})
         if too_big:
             raise ConfigError(f"--batch-sizes: {', '.join(map(str, too_big))} is more than the "
                               f"{examples:,} training examples of {config.name}")
-        warnings = preflight_notes(config, variants, prepared.machine)
+        machine = prepared.machine
+        kernels = (None if machine.gpus or machine.tpu else
+                   measured_kernels(prepared.tf, machine, telling.status, notes))
+        rows, said = with_xla_axis(config, variants, machine, kernels)
+        variants[:] = rows
+        for line in said:
+            telling.say("xla", line)
+        warnings = preflight_notes(config, rows, machine, kernels)
         for warning in dict.fromkeys(warnings.values()):  # once, with every variant it is about
-            telling.say(f"note ({', '.join(v for v, w in warnings.items() if w == warning)})", warning)
+            about = ", ".join(v for v, w in warnings.items() if w == warning)
+            telling.say(f"note ({about})", warning)
+            said.append(f"{about}: {warning}")
+        notes.extend(said)
 
-    folder, prepared = stage(config, "compare", verbose, before_folder=say_notes)
+    variants = list(variants)
+    folder, prepared = stage(config, "compare", verbose, before_folder=resolve)
     baseline = next((v for v in variants if v.candidate.name == "float32"), variants[0])
     run_steps = planned_steps(prepared.config.train, prepared.batches.steps_per_epoch)
     rows = [v.model_copy(update={
@@ -200,7 +261,7 @@ def start_compare(config: ExperimentConfig, variants: list[Variant], telling: Te
         if v.batch_size else {}}) for v in variants]
     record = CompareRecord(
         experiment=config.name, folder=str(folder), status="running", baseline=baseline.label,
-        baseline_policy=baseline.candidate.name, variants=rows,
+        baseline_policy=baseline.candidate.name, variants=rows, notes=notes,
         turn_steps=turn_steps(run_steps), input_ms_per_batch=input_ms_per_batch(prepared.batches),
         pairs=too_big_together(prepared, {v.label: (v.candidate.policy, v.batch_size)
                                           for v in variants}, baseline.label))
@@ -235,7 +296,8 @@ def judged(record: CompareRecord, same_start: bool = True) -> CompareRecord:
     rows = []
     for row in record.variants:
         steps = Steps(base_steps, steps_of(row)) if base_steps and row.summary else None
-        rows.append(row.model_copy(update={"verdict": judge(row, base, steps, rules)}))
+        verdict = judge(row, base, steps, rules, control=control_of(row, record.variants, base))
+        rows.append(row.model_copy(update={"verdict": verdict}))
     return record.model_copy(update={"variants": rows})
 
 

@@ -54,7 +54,7 @@ from mptrain.measure.whole_run import RunLength
 from mptrain.precision.candidates import Candidate, candidate, candidates, cell_label, file_label, select
 from mptrain.precision.planned import plan_file_for, stamp
 from mptrain.record import Record, write_atomic
-from mptrain.telling import QUIET, Telling
+from mptrain.telling import LOGGED, Telling
 from mptrain.training.turns import planned_steps
 
 DEFAULT_STEPS = 30
@@ -164,7 +164,7 @@ class PlanSettings:
 
 
 def plan(experiment: str | ExperimentConfig | None, settings: PlanSettings = PlanSettings(), *,
-         resume: Path | None = None, telling: Telling = QUIET, verbose: bool = False,
+         resume: Path | None = None, telling: Telling = LOGGED, verbose: bool = False,
          as_text: Callable[[PlanRecord], str] | None = None) -> Measurement:
     """`mptrain plan` and `mptrain.plan`: start a plan of the experiment named or given, or
     with `resume` finish the one in that folder, and run it to its choice within its budget
@@ -336,7 +336,7 @@ def describe_machine(machine: Machine) -> str:
     return f"{what}; TensorFlow {machine.tensorflow_version}"
 
 
-def run_to_choice(record: PlanRecord, folder: Path, deadline: float, *, telling: Telling = QUIET,
+def run_to_choice(record: PlanRecord, folder: Path, deadline: float, *, telling: Telling = LOGGED,
                   verbose: bool = False, as_text: Callable[[PlanRecord], str] | None = None) -> Measurement:
     """Decide the float32 islands, run the trials not yet run in turns (`measure.engine`)
     until the `deadline` (`time.monotonic()`), then judge and choose; resumable.
@@ -358,7 +358,7 @@ def run_to_choice(record: PlanRecord, folder: Path, deadline: float, *, telling:
         trials, signal = run_rows(ledger, record.trials, turns, telling, verbose, rerun_failed=False)
         record = record.model_copy(update={"trials": trials})
     record = judged(record)
-    winner, reason = choose(record.trials)
+    winner, reason = choose(record.trials, [c.name for c in record.candidates if c.why_not])
     status = ("interrupted" if signal is not None else
               "out of budget" if record.untried or record.cut else "finished")
     record = record.model_copy(update={"winner": winner, "reason": reason, "status": status})

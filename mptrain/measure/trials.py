@@ -6,7 +6,7 @@ Pure functions of what the trials recorded, so every rule is tested on recorded 
 from __future__ import annotations
 
 from mptrain.measure.variant import Variant
-from mptrain.measure.verdicts import Rules, Steps, judge, speed
+from mptrain.measure.verdicts import Rules, Steps, control_of, judge, speed
 
 PRACTICAL_GAIN = 1.05  # less than this between two candidates is not worth a change of precision
 TWIN = "float32-twin"  # float32 run again in the same turns: the A/A test of the machine's noise
@@ -26,7 +26,8 @@ def judge_trials(trials: list[Variant], steps: dict[str, list], rules: Rules) ->
     for t in trials:
         losses = (Steps(base_steps, steps[t.label], twin_steps)
                   if base_steps and t.label in steps and t.label != TWIN else None)
-        verdict = judge(t, base, losses, rules, None if t.label == TWIN else floor)
+        verdict = judge(t, base, losses, rules, None if t.label == TWIN else floor,
+                        control_of(t, trials, base))
         judged.append(t.model_copy(update={"verdict": verdict}))
     return judged
 
@@ -42,14 +43,20 @@ def gain(trial: Variant) -> float | None:
     return target.speedup if target is not None else None
 
 
-def choose(trials: list[Variant]) -> tuple[str, str]:
+def choose(trials: list[Variant], ruled_out: list[str] | None = None) -> tuple[str, str]:
     """The counted trial with the largest gain over float32 (`gain`) that is faster than
     float32 beyond the noise (its speed-up's 95% interval above 1 and above float32's A/A
     twin's: `Verdict.faster`), and by at least PRACTICAL_GAIN, a gain too small to be worth a
     change of precision otherwise. Among trials within PRACTICAL_GAIN of the best, the
     simplest (the first listed: the experiment's batch before another). float32 when none
-    is, with the reason read from the verdicts. Returns the pick's label and why."""
+    is, with the reason read from the verdicts, never a verdict on what did not run
+    (`ruled_out`: the candidates not tried, by name). Returns the pick's label and why."""
     candidates = [t for t in trials if t.label not in ("float32", TWIN)]
+    ran = [t for t in candidates if t.summary is not None]
+    if not ran:
+        why = (f"not tried: {', '.join(ruled_out)}, each ruled out before a trial for the reason "
+               "its line gives" if ruled_out else "no other candidate was tried")
+        return "float32", f"only float32 was measured ({why})"
     faster = [t for t in candidates if t.verdict.faster and (gain(t) or 0) >= PRACTICAL_GAIN]
     if faster:
         best_gain = max(gain(t) for t in faster)
@@ -64,8 +71,8 @@ def choose(trials: list[Variant]) -> tuple[str, str]:
            for t in candidates):
         return "float32", ("a candidate was faster per step but not over the experiment's length "
                            "(its one-off costs outweigh the gain)")
-    ran = [t for t in candidates if t.summary is not None]
-    if ran and not any(t.verdict.eligible for t in ran):
+    if not any(t.verdict.eligible for t in ran):
         return "float32", "every 16-bit candidate was refused (" + "; ".join(
             f"{t.label}: {', '.join(t.verdict.refused) or t.verdict.words()}" for t in ran) + ")"
-    return "float32", "no candidate was faster than float32 beyond the noise"
+    return "float32", (f"no candidate tried ({', '.join(t.label for t in ran)}) was faster than "
+                       "float32 beyond the noise")

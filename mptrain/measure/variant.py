@@ -16,7 +16,7 @@ from mptrain.precision.candidates import Candidate, candidate, cell_label, file_
 from mptrain.record import FrozenRecord, Record
 from mptrain.runs.summary import RunSummary
 
-SpeedWord = Literal["faster", "same speed", "slower"]
+SpeedWord = Literal["faster", "same speed", "slower", "inconclusive"]
 
 
 class Speed(FrozenRecord):
@@ -43,6 +43,8 @@ class Verdict(FrozenRecord):
 
     baseline: bool = False
     speed: Speed = Speed()
+    control: str | None = None  # the row its speed is also read against (float32+xla for a row with XLA)
+    against_control: Speed | None = None  # its speed-up over that control: the precision's own effect
     slower_over_run: bool = False  # faster per step, but not over the experiment (plan)
     whole_run_s: float | None = None  # the experiment as written, estimated (plan: `whole_run`)
     to_target: ToTarget | None = None  # its way to float32's loss over the examples seen
@@ -80,10 +82,17 @@ class Verdict(FrozenRecord):
         """The verdict in a few words: what a table's verdict column shows."""
         if self.baseline:
             parts = ["baseline"]
+        elif self.speed.word == "inconclusive":
+            low, high = self.speed.interval
+            parts = [f"inconclusive ({low:.2f}-{high:.2f}x)"]
         elif self.speed.word is not None:
             parts = [self.speed.word + (", but slower over the run" if self.slower_over_run else "")]
         else:
             parts = [f"not timed: {self.speed.unknown}"] if self.speed.unknown else []
+        if (alone := self.against_control) is not None:
+            parts.append(f"precision alone {alone.ratio:.2f}x vs {self.control} "
+                         f"({Verdict(speed=alone).words(False)})" if alone.ratio is not None
+                         else f"vs {self.control}: {alone.unknown}")
         if self.training is not None and self.training.behind:
             made = (f"{self.training.share:.0%} of float32's progress" if self.training.share is not None
                     else f"{self.training.shortfall:+.3g}")

@@ -14,7 +14,8 @@ would give enough. Runs that did not take turns together (`runs --compare` of ru
 different times, a variant resumed after its baseline finished) are compared on their own
 medians, each with its uncertainty (1.25 sigma / sqrt(n), sigma from the p10-p90 spread). A
 variant is faster or slower only when the whole interval is on one side of 1, and of the
-noise floor when one was measured: plan runs float32 twice in the same turns (an A/A test),
+noise floor when one was measured (an interval across 1 is the same speed when narrow, and
+inconclusive, with its interval, when not): plan runs float32 twice in the same turns (an A/A test),
 and the twin's own "speed-up" interval is what the machine's noise alone produces.
 
 Training. Variants start from the same weights and see the same batches, so their losses
@@ -49,6 +50,7 @@ MIN_ROUNDS = 3  # fewer paired rounds are no measurement of a ratio
 TWIN_FACTOR = 2.0  # a candidate's loss may trail float32's by twice float32's own A/A difference
 INPUT_BOUND_MARGIN = 1.2  # a step within this of the input pipeline's time waits for data
 DEFAULT_TOLERANCE_PCT = 3.0
+SAME_SPEED = 1.05  # an interval within 1/1.05-1.05x is the same speed; a wider one over 1 is inconclusive
 
 @dataclass(frozen=True)
 class Rules:
@@ -73,12 +75,26 @@ class Steps(NamedTuple):
     twin: list | None = None
 
 
+def control_of(row: Variant, rows: list[Variant], base: Variant | None) -> Variant | None:
+    """The control a row's speed-up is also read against: for a 16-bit row that runs XLA
+    where the baseline does not, float32+xla of the same loop, strategy and batch (so XLA's
+    own gain is not credited to the precision); None for any other row."""
+    if (base is None or base.candidate.jit_compile or not row.candidate.jit_compile
+            or not row.candidate.sixteen_bit):
+        return None
+    axes = (row.loop, row.strategy, row.batch_size)
+    return next((r for r in rows if r.candidate.name == "float32+xla"
+                 and (r.loop, r.strategy, r.batch_size) == axes), None)
+
+
 def judge(row: Variant, base: Variant | None, steps: Steps | None = None,
-          rules: Rules = Rules(), floor: tuple[float, float] | None = None) -> Verdict:
+          rules: Rules = Rules(), floor: tuple[float, float] | None = None,
+          control: Variant | None = None) -> Verdict:
     """The variant against the baseline, complete: speed (`speed`), training
     (`training_against`, on the runs' step records; at another batch, the time to target),
     test accuracy, training memory, the whole-run estimate, and what refuses it. `floor`:
-    the speed-up interval the machine's noise alone produced (an A/A twin's), or None."""
+    the speed-up interval the machine's noise alone produced (an A/A twin's), or None;
+    `control`: the row its speed-up is also read against (`control_of`)."""
     s = row.summary
     if s is None:
         return Verdict(refused=[f"failed ({row.failed})" if row.failed else "not run"])
@@ -108,8 +124,12 @@ def judge(row: Variant, base: Variant | None, steps: Steps | None = None,
     if rules.length is not None and b is not None:
         whole = whole_run_estimate(s, in_batches_of(rules.length, b.batch_size, s.batch_size))
         base_whole = whole_run_estimate(b, rules.length)
+    against = None
+    if control is not None and control.summary is not None and s.status != "diverged":
+        against = speed(row, control, rules.turn_steps, floor)
     return Verdict(
         baseline=is_base, speed=pace, whole_run_s=whole, to_target=target, training=training,
+        control=control.label if against is not None else None, against_control=against,
         slower_over_run=(pace.word == "faster" and whole is not None and base_whole is not None
                          and whole > base_whole),
         accuracy_delta_pt=accuracy, accuracy_noise_pt=noise, memory_ratio=memory,
@@ -193,11 +213,16 @@ def speed(row: Variant, base: Variant, turn_steps: int = 0,
 def _worded(ratio: float, interval: tuple[float, float], paired: bool,
             floor: tuple[float, float] | None) -> Speed:
     """Faster or slower only when the whole interval is on one side of 1, and of the noise
-    floor's interval when one was measured."""
+    floor's interval when one was measured; the same speed only when it lies within
+    `SAME_SPEED` of 1 (or within the noise floor); else inconclusive: an interval of
+    0.50-1.50x says nothing either way, and "same speed" would claim it did."""
     low, high = interval
     floor_low, floor_high = floor or (1.0, 1.0)
-    word: SpeedWord = ("faster" if low > max(1.0, floor_high) else
-                       "slower" if high < min(1.0, floor_low) else "same speed")
+    word: SpeedWord = (
+        "faster" if low > max(1.0, floor_high) else
+        "slower" if high < min(1.0, floor_low) else
+        "same speed" if low >= min(1 / SAME_SPEED, floor_low) and high <= max(SAME_SPEED, floor_high)
+        else "inconclusive")
     return Speed(ratio=ratio, interval=interval, paired=paired, word=word)
 
 

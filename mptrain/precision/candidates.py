@@ -3,7 +3,9 @@
 A candidate is a dtype policy, whole-step XLA or mptrain's choice of it, a math mode, fused
 layers, and the layers kept in float32. Its name is the policy followed by what differs from
 mptrain's own choices, joined by `+`: `mixed_bfloat16` (XLA as mptrain chooses it for the
-policy and device), `mixed_bfloat16+xla` (XLA forced on), `mixed_bfloat16+fused` (one fused
+policy and device), `mixed_bfloat16+xla` and `float32+xla` (XLA forced on: XLA is an axis of
+its own, and float32+xla is the control a 16-bit candidate with XLA is read against),
+`mixed_bfloat16+fused` (one fused
 BatchNorm op, float32 convolution weight gradients: `model.fused_layers`),
 `float32+onednn_bf16` and `float32+graph_bf16` (float32 storage, bfloat16 math on a CPU),
 `float32+tf32_off` (no TF32 on an Ampere GPU).
@@ -14,18 +16,25 @@ spells its candidate out in ordinary experiment keys (`Candidate.settings`).
 
 from __future__ import annotations
 
+from pydantic import model_validator
+
 from mptrain.config.schema import MATH_MODES, POLICIES
 from mptrain.errors import ConfigError, did_you_mean
 from mptrain.hardware.kernels import KernelSpeeds
 from mptrain.hardware.machine import Machine
+from mptrain.precision.policy import cpu_float16
 from mptrain.record import Record
 
 NOTHING_TO_FUSE = "the model has no Conv2D or BatchNormalization: the same as mixed_bfloat16"
 
 # every candidate plan knows, on some machine (which are tried depends on this one)
-CANDIDATE_NAMES = ("float32", "mixed_bfloat16", "mixed_bfloat16+fused", "mixed_bfloat16+xla",
-                   "float32+onednn_bf16", "float32+graph_bf16", "mixed_float16+xla", "mixed_float16",
-                   "float32+tf32_off")
+CANDIDATE_NAMES = ("float32", "float32+xla", "mixed_bfloat16", "mixed_bfloat16+fused",
+                   "mixed_bfloat16+xla", "float32+onednn_bf16", "float32+graph_bf16",
+                   "mixed_float16+xla", "mixed_float16", "float32+tf32_off")
+# A 16-bit candidate whose kernels measured below this against float32 (in the same XLA mode)
+# on this machine is not tried unless named: a model whose time is in its matmuls and
+# convolutions cannot win with them a fifth slower.
+RULE_OUT = 0.8
 
 
 class Candidate(Record):
@@ -37,8 +46,16 @@ class Candidate(Record):
     math_mode: str = "default"
     float32_layers: list[str] = []
     fused: bool = False  # model.fused_layers: one fused BatchNorm op, float32 conv weight gradients
-    why_not: str | None = None  # set when it cannot win on this machine, and is not tried
-    unless_named: bool = False  # its why_not is a measured prior: `--candidates NAME` tries it
+    why_not: str | None = None  # why it is not tried unless named (`--candidates NAME` tries it)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _older_records(cls, data):
+        """plan.json before 2026-12-03 (third session) marked the candidates a name lifts
+        `unless_named`; every candidate is lifted by its name now."""
+        if isinstance(data, dict):
+            data = {k: v for k, v in data.items() if k != "unless_named"}
+        return data
 
     @property
     def settings(self) -> dict[str, object]:
@@ -71,14 +88,6 @@ def candidate_name(config, policy: str | None = None) -> str:
              *(["fused"] if model.fused_layers else []),
              *(["islands"] if model.float32_layers else [])]
     return "+".join(parts)
-
-
-# On a CPU, XLA's code uses no bfloat16 matrix units (AMX, AVX512_BF16) and no fast float16:
-# measured here, its steps were never faster than oneDNN's (bench/NOTES.md), and compiling a
-# conv net's step took minutes. Tried when named.
-CPU_XLA = ("on a CPU, XLA's code uses no bfloat16 matrix units (AMX, AVX512_BF16): its 16-bit "
-           "steps measured 0.24-0.37x float32 on ResNet50 and 0.4x on the guide's MLP, where "
-           "oneDNN's bfloat16 ran 1.1-2.8x (bench/NOTES.md); --candidates {name} tries it")
 
 
 def file_label(name: str) -> str:
@@ -123,29 +132,32 @@ def candidate(name: str, why_not: str | None = None) -> Candidate:
 
 def candidates(machine: Machine, kernels: KernelSpeeds | None = None, *,
                fusable: bool = True) -> list[Candidate]:
-    """What this machine can run, most promising first after float32 (by its measured
-    kernels when there are some); the ones that cannot win carry why. `fusable`: the model
-    has a Conv2D or BatchNormalization for `+fused` to change (`model.fused.fusable`)."""
-    cpu = not machine.accelerated
-    bf16_units = "amx_bf16" in machine.cpu.flags or "avx512_bf16" in machine.cpu.flags
+    """What this machine can run: float32, float32+xla (XLA's own effect, and the control of
+    every 16-bit candidate with XLA), then the 16-bit ways, most promising first by its
+    measured kernels. One that cannot win here carries why, with the figure this machine's
+    kernels measured (or the rule, said as one, when they were not). `fusable`: the model has
+    a Conv2D or BatchNormalization for `+fused` to change (`model.fused.fusable`)."""
     found = [candidate("float32")]
     if machine.tpu:
         found.append(candidate("mixed_bfloat16"))
         return found
+    found.append(candidate("float32+xla"))
     gpu = machine.gpus[0] if machine.gpus else None
-    if cpu:
-        no_bf16 = None if bf16_units else ("the CPU has no bfloat16 instructions (AVX512_BF16 or "
-                                           "AMX-BF16): oneDNN would emulate them")
+    if gpu is None:
+        bf16 = _cpu_rule("bfloat16", False, machine, kernels)
+        needs_xla, why = cpu_float16(machine, kernels)
+        no_onednn = None if machine.onednn else ("oneDNN is off here (TF_ENABLE_ONEDNN_OPTS=0, or a "
+                                                 "CPU TensorFlow leaves it off on): no math mode "
+                                                 "of its to change")
         found += [
-            candidate("mixed_bfloat16", no_bf16),
-            candidate("mixed_bfloat16+fused", no_bf16 or (None if fusable else NOTHING_TO_FUSE)),
-            _unless_named(candidate("mixed_bfloat16+xla", no_bf16)),
-            candidate("float32+onednn_bf16", no_bf16),
-            candidate("float32+graph_bf16", no_bf16),
-            _unless_named(candidate("mixed_float16+xla")),
-            candidate("mixed_float16", "the same as mixed_float16+xla here: on a CPU mptrain compiles "
-                                       "float16 with XLA (without it oneDNN's reference kernel "
-                                       "runs, orders of magnitude slower than float32)"),
+            candidate("mixed_bfloat16", bf16),
+            candidate("mixed_bfloat16+fused", bf16 or (None if fusable else NOTHING_TO_FUSE)),
+            candidate("mixed_bfloat16+xla", _cpu_rule("bfloat16", True, machine, kernels)),
+            candidate("float32+onednn_bf16", no_onednn or bf16),
+            candidate("float32+graph_bf16", no_onednn or bf16),
+            candidate("mixed_float16+xla", _cpu_rule("float16", True, machine, kernels)),
+            candidate("mixed_float16", f"the same as mixed_float16+xla here: {why}" if needs_xla
+                      else _cpu_rule("float16", False, machine, kernels)),
         ]
     else:
         no_tc = None if gpu.float16_tensor_cores else f"{gpu.describe()}: no Tensor Cores (CC < 7.0)"
@@ -160,25 +172,35 @@ def candidates(machine: Machine, kernels: KernelSpeeds | None = None, *,
         ]
     if kernels is not None:
         device = "/GPU:0" if gpu else "/CPU:0"
-        gain = {"bfloat16": kernels.speedup("bfloat16", device) or 0.0,
-                "float16": kernels.speedup("float16", device) or 0.0}
-        first, *rest = found
-        rest.sort(key=lambda c: -gain[c.sixteen_bit_dtype] if c.sixteen_bit else 0.0)
-        found = [first, *rest]
+        first, control, *rest = found
+
+        def gain(option: Candidate) -> float:
+            xla = bool(option.jit_compile) and gpu is None
+            return kernels.speedup(option.sixteen_bit_dtype, device, xla) or 0.0
+
+        rest.sort(key=lambda c: -gain(c) if c.sixteen_bit else 0.0)
+        found = [first, control, *rest]
     return found
 
 
-def _unless_named(option: Candidate) -> Candidate:
-    """A CPU XLA candidate: skipped by default (`CPU_XLA`), unless it cannot run at all."""
-    if option.why_not is not None:
-        return option
-    return option.model_copy(update={"why_not": CPU_XLA.format(name=option.name),
-                                     "unless_named": True})
+def _cpu_rule(dtype: str, xla: bool, machine: Machine, kernels: KernelSpeeds | None) -> str | None:
+    """Why a `dtype` candidate (with XLA or not) cannot win on this CPU: its kernels measured
+    below `RULE_OUT` against float32 in the same mode; unmeasured, bfloat16 without the
+    instructions oneDNN needs (a rule, said as one). None: worth a trial."""
+    if kernels is not None and (gain := kernels.speedup(dtype, "/CPU:0", xla)) is not None:
+        if gain >= RULE_OUT:
+            return None
+        return (f"{kernels.describe(dtype, '/CPU:0', xla)} on this machine, below the "
+                f"{RULE_OUT:g}x a trial could win from")
+    if dtype == "bfloat16" and not machine.cpu.has_bf16_matrix_units:
+        return ("the CPU has no bfloat16 instructions (AVX512_BF16 or AMX-BF16), so its bfloat16 "
+                "is emulated (not measured: the kernels could not be timed)")
+    return None
 
 
 def select(found: list[Candidate], names: list[str] | None) -> list[Candidate]:
-    """Only the candidates named (float32 always: it is the baseline); one skipped on a
-    measured prior is tried when named."""
+    """Only the candidates named (float32 always: it is the baseline), each tried: a reason
+    not to try one is a default, and naming it overrides it."""
     if not names:
         return found
     known = [c.name for c in found]
@@ -186,5 +208,5 @@ def select(found: list[Candidate], names: list[str] | None) -> list[Candidate]:
     if unknown:
         raise ConfigError(f"--candidates: unknown {', '.join(map(repr, unknown))}; on this machine "
                           f"the candidates are {', '.join(known)}")
-    return [c.model_copy(update={"why_not": None}) if c.unless_named else c
-            for c in found if c.name == "float32" or c.name in names]
+    return [c.model_copy(update={"why_not": None}) for c in found
+            if c.name == "float32" or c.name in names]

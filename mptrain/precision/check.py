@@ -122,7 +122,7 @@ def check_machine(*, bench: bool = False, no_bench: bool = False, bench_scale: f
     if bench:
         started = time.perf_counter()
         with status("benchmarking kernels per dtype…") if status else contextlib.nullcontext():
-            timings = measure(tf, bench_devices(tf), scale=bench_scale)
+            timings = measure(tf, bench_devices(tf), scale=bench_scale, xla_modes=(False, True))
         kernels = store_kernels(machine, timings, time.perf_counter() - started,
                                 keep=bench_scale == 1.0)
     elif not no_bench:

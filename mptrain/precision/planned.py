@@ -13,7 +13,9 @@ A plan applies when:
 - it is no older than the experiment's file (an edited experiment is another experiment);
 - its experiment is this one, but for the keys a plan chooses (`PLANNED_KEYS`; with a pick at
   another batch size, `BATCH_KEYS`, and the experiment's batch must be the one it was made
-  from) and the run's name and output folder.
+  from), the run's name and output folder, and its length (`RUN_LENGTH`: a plan judges its
+  candidates per step and on their loss over the same batches, so a shorter or longer run of
+  the same experiment is the same choice; following such a plan says so).
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ PLANNED_KEYS = ("policy", "train.jit_compile", "train.math_mode", "model.fused_l
 # what a plan whose pick runs at another batch size decides too (`config.batch_scaling`)
 BATCH_KEYS = ("train.batch_size", "train.optimizer", "train.max_steps")
 IGNORED = ("name", "output")  # the run's name and output folder: never a reason to re-plan
+# how long it trains: followed, and said (a plan's pick does not depend on the run's length)
+RUN_LENGTH = ("train.epochs", "train.max_steps", "train.max_step_seconds")
 
 
 def stamp(machine_key: str, winner: str, batch_from: int | None = None) -> str:
@@ -54,6 +58,7 @@ class Planned:
     settings: dict[str, object]
     machine_key: str
     why_not: str | None = None
+    other_length: tuple[str, ...] = ()  # the run-length keys this experiment sets otherwise
 
     def follow(self, machine_key: str) -> str | None:
         """Why the plan does not apply to this machine (None: follow it)."""
@@ -95,12 +100,13 @@ def planned(config) -> Planned | None:
         return replace(found, why_not=f"{path} was made for train.batch_size {batch_from} (its pick "
                                       f"runs at {plan.train.batch_size}), not "
                                       f"{config.train.batch_size}: run `mptrain plan` again")
-    differ = [key for key in changed_keys(plan.to_yaml_dict(), config.to_yaml_dict())
-              if not key.startswith(keys + IGNORED)]
+    changed = [key for key in changed_keys(plan.to_yaml_dict(), config.to_yaml_dict())
+               if not key.startswith(keys + IGNORED)]
+    differ = [key for key in changed if key not in RUN_LENGTH]
     if differ:
         return replace(found, why_not=f"{path} was made for other settings ({', '.join(differ[:4])}); "
                                       "run `mptrain plan` again for these")
-    return found
+    return replace(found, other_length=tuple(changed))
 
 
 def plan_file_for(source: str) -> Path:

@@ -3,9 +3,12 @@ to), XLA or not, loss scaling or not, and why.
 
 Keras applies the *global* policy to layers as they are built, so `apply_policy` must run
 before the model is constructed. The rest are pure decisions over the machine's facts
-(`hardware.machine.Machine`), each returned with the reason a user will see. XLA helps one 16-bit type
-and hurts the other on the same CPU (`CPU_FLOAT16`, `CPU_BFLOAT16`); only mixed_float16 gets
-dynamic loss scaling (`PolicyChoice.loss_scaling`; `training/loss_scale.py` wraps the optimizer).
+(`hardware.machine.Machine`) and, on a CPU, its measured kernels (`hardware.kernels`), each
+returned with the reason a user will see, quoting the figure it was decided on. XLA is its own
+axis: whether float16 needs it on a CPU is this machine's measurement (oneDNN's fused float16
+kernel collapsed on AVX-512 Xeons; with oneDNN off, float16 ran at float32's speed without it).
+Only mixed_float16 gets dynamic loss scaling (`PolicyChoice.loss_scaling`;
+`training/loss_scale.py` wraps the optimizer).
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from itertools import groupby
 
-from mptrain.hardware.kernels import KernelSpeeds, decision_device, decision_dtypes
+from mptrain.hardware.kernels import KernelSpeeds, decision_device, decision_dtypes, times
 from mptrain.hardware.machine import GpuInfo, Machine
 from mptrain.record import FrozenRecord
 
@@ -26,12 +29,14 @@ DTYPES = {
     "bfloat16": ("bfloat16", "bfloat16"),
 }
 
-# Why 16-bit math is fast or slow on a CPU, told once and quoted wherever it matters.
-CPU_FLOAT16 = ("oneDNN has no fast float16 kernels for CPUs (its fused float16 MatMul+BiasAdd "
-               "runs a reference kernel, orders of magnitude slower than float32); XLA avoids "
-               "that kernel, but float16 then runs at best at float32 speed")
+# Why 16-bit math is fast or slow on a CPU where nothing was measured: a rule, said as one.
+CPU_FLOAT16 = ("where oneDNN is on, its fused float16 MatMul+BiasAdd ran a reference kernel on "
+               "the CPUs we measured, hundreds of times slower than float32 (not measured here)")
 CPU_BFLOAT16 = ("oneDNN runs bfloat16 matmuls and convolutions on the CPU's AMX-BF16 tiles or "
                 "AVX512_BF16 instructions; XLA's CPU backend does not use them")
+# A float16 kernel this many times slower than float32's, without XLA, has collapsed (oneDNN's
+# reference kernel ran at 0.001x): float16 then needs XLA on that CPU.
+COLLAPSED = 0.25
 
 
 # A 16-bit policy must measure at least this much faster than float32 to be recommended:
@@ -64,10 +69,12 @@ def recommend(machine: Machine, kernels: KernelSpeeds | None = None) -> Recommen
 def _measured(machine: Machine, kernels: KernelSpeeds) -> Recommendation:
     device = decision_device(machine)
     where = machine.gpus[0].describe() if machine.gpus else f"this CPU ({machine.cpu.model})"
-    gains = {dtype: kernels.speedup(dtype, device) for dtype in decision_dtypes(machine)
-             if dtype != "float32"}
+    # on a CPU only bfloat16 is weighed: float16 needs loss scaling, and its kernels (with XLA
+    # where they collapse without) ran at float32's speed at best; `mptrain plan` measures it
+    dtypes = decision_dtypes(machine) if machine.gpus else ("bfloat16",)
+    gains = {dtype: kernels.speedup(dtype, device) for dtype in dtypes if dtype != "float32"}
     gains = {dtype: gain for dtype, gain in gains.items() if gain is not None}
-    warnings = [] if machine.gpus else [f"mixed_float16 on a CPU: {CPU_FLOAT16}"]
+    warnings = [] if machine.gpus else [f"mixed_float16 on this CPU: {cpu_float16(machine, kernels)[1]}"]
     plan = "; `mptrain plan` measures your own model, which can differ from the kernels"
     if not gains:
         return _by_rule(machine)
@@ -115,7 +122,7 @@ def _by_rule(machine: Machine) -> Recommendation:
         policy="float32",
         reason=f"no GPU, no TPU, and the CPU has {units} (not measured: a rule on the CPU's flags)",
         warnings=["16-bit policies may run slower than float32 on this machine",
-                  f"mixed_float16 on a CPU: {CPU_FLOAT16}"])
+                  f"mixed_float16 on a CPU: {cpu_float16(machine, None)[1]}"])
 
 
 @dataclass(frozen=True)
@@ -154,7 +161,7 @@ def choose_policy(requested: str, jit_compile: bool | None, machine: Machine,
         name, reason = rec.policy, f"auto: {rec.reason}"
     else:
         name, reason = requested, "set in the experiment"
-    jit, jit_reason = choose_jit_compile(name, jit_compile, machine, replicas)
+    jit, jit_reason = choose_jit_compile(name, jit_compile, machine, replicas, kernels)
     update, update_reason = choose_xla_optimizer_update(xla_optimizer_update, jit, machine, replicas)
     return PolicyChoice(requested, name, reason, jit, jit_reason, update, update_reason)
 
@@ -205,8 +212,33 @@ def unlike_plain_keras(choice, deterministic: bool) -> list[str]:
     return differences
 
 
+def needs_kernels(policy: str, machine: Machine) -> bool:
+    """Whether a run's choices depend on this machine's measured kernels: `auto`, and any
+    16-bit policy on a CPU (whether float16 needs XLA; what a warning quotes)."""
+    return policy == "auto" or not (machine.gpus or machine.tpu) and DTYPES[policy][0] != "float32"
+
+
+def cpu_float16(machine: Machine, kernels: KernelSpeeds | None) -> tuple[bool, str]:
+    """Whether float16 needs XLA on this CPU, and why: measured, when one of its kernels
+    without XLA collapsed (`COLLAPSED`); else by oneDNN being on (not measured)."""
+    worst = kernels.slowest("float16", "/CPU:0") if kernels is not None else None
+    if worst is not None:
+        with_xla = kernels.speedup("float16", "/CPU:0", xla=True)
+        after = (f"; with XLA, float16 kernels run {with_xla:.2f}x float32 with XLA"
+                 if with_xla else "")
+        if worst.ratio_to_float32 < COLLAPSED:
+            return True, (f"float16's {worst.kernel} kernel without XLA measured "
+                          f"{times(worst.ratio_to_float32)} float32 on this CPU (oneDNN's reference "
+                          f"kernel): XLA avoids it{after}")
+        return False, (f"{kernels.describe('float16', '/CPU:0')} without XLA: it needs no XLA "
+                       "here")
+    if machine.onednn:
+        return True, f"oneDNN is on: {CPU_FLOAT16}; XLA avoids that kernel"
+    return False, "oneDNN is off (not measured): TensorFlow's own float16 kernels need no XLA"
+
+
 def choose_jit_compile(policy: str, requested: bool | None, machine: Machine,
-                       replicas: int = 1) -> tuple[bool, str]:
+                       replicas: int = 1, kernels: KernelSpeeds | None = None) -> tuple[bool, str]:
     """XLA on or off for this policy on this machine, unless the experiment says."""
     if replicas > 1 and not machine.tpu:
         return False, ("several replicas: XLA cannot compile a step whose variables live on "
@@ -217,7 +249,8 @@ def choose_jit_compile(policy: str, requested: bool | None, machine: Machine,
         return True, "TPUs always compile with XLA"
     compute = DTYPES[policy][0]
     if not machine.gpus and compute == "float16":
-        return True, "float16 on a CPU: XLA avoids oneDNN's float16 reference kernel"
+        jit, why = cpu_float16(machine, kernels)
+        return jit, f"float16 on a CPU: {why}"
     if not machine.gpus and compute == "bfloat16":
         return False, "bfloat16 on a CPU: oneDNN's AMX/AVX512_BF16 kernels beat XLA's"
     return False, "TensorFlow's default (no XLA)"
@@ -225,7 +258,9 @@ def choose_jit_compile(policy: str, requested: bool | None, machine: Machine,
 
 def speed_warning(choice: PolicyChoice, machine: Machine,
                   kernels: KernelSpeeds | None = None) -> str | None:
-    """A known-slow combination on this hardware, said before anyone waits an hour for it."""
+    """A known-slow combination on this hardware, said before anyone waits an hour for it:
+    on a CPU, quoting this machine's kernels in the run's own XLA mode (against float32 in
+    the same mode) when they were measured, else a rule that says it is one."""
     compute = choice.compute_dtype
     if machine.gpus:
         if compute == "float16" and not all(g.float16_tensor_cores for g in machine.gpus):
@@ -233,17 +268,20 @@ def speed_warning(choice: PolicyChoice, machine: Machine,
         return None
     if machine.tpu or compute == "float32":
         return None
-    if compute == "float16":
-        if not choice.jit_compile:
-            return (f"float16 on a CPU without XLA: {CPU_FLOAT16}. Bound the run with "
-                    "train.max_step_seconds or train.max_steps (compare: --max-step-seconds, --steps)")
-        bf16 = machine.cpu.has_bf16_matrix_units
-        advice = "; mixed_bfloat16 is the 16-bit policy to try here" if bf16 else ""
-        return f"float16 on a CPU is no faster than float32: {CPU_FLOAT16}{advice}"
-    if kernels is not None and (gain := kernels.speedup("bfloat16", "/CPU:0")) and gain < 1:
-        return f"bfloat16 is slower than float32 on this CPU: {kernels.describe('bfloat16', '/CPU:0')}"
+    bound = ("Bound the run with train.max_step_seconds or train.max_steps (compare: "
+             "--max-step-seconds, --steps)")
+    xla = choice.jit_compile
+    if kernels is not None and (gain := kernels.speedup(compute, "/CPU:0", xla)) is not None:
+        if gain >= 1 / MIN_GAIN:
+            return None
+        collapsed = gain < COLLAPSED
+        return (f"{compute} is slower than float32{' with XLA' if xla else ''} on this CPU: "
+                f"{kernels.describe(compute, '/CPU:0', xla)}" + (f". {bound}" if collapsed else ""))
+    if compute == "float16" and not xla and machine.onednn:
+        return f"float16 on a CPU without XLA: {CPU_FLOAT16}. {bound}"
     if not machine.cpu.has_bf16_matrix_units:
-        return "bfloat16 on a CPU without AMX-BF16/AVX512_BF16: slower than float32"
+        return (f"{compute} on a CPU without AMX-BF16/AVX512_BF16: slower than float32 (not "
+                "measured: a rule on the CPU's flags)")
     return None
 
 

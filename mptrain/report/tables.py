@@ -255,6 +255,10 @@ def _compare_footnotes(record: CompareRecord, peaks: dict[str, str]) -> list[str
                  "compiling and the first step itself; whole run: its own wall time, waits for "
                  "the others' turns left out" + (BATCH_NOTE if _has_batch_axis(record.variants)
                                                  else "") + ".")
+    if any(row.verdict.control for row in record.variants):
+        notes.append("precision alone: a row with XLA's speed-up over float32+xla in the same "
+                     "rounds, its precision's own effect (its speed-up over float32 also counts "
+                     "what XLA alone does).")
     if peaks:
         notes.append("MFU: achieved TFLOP/s over the peak of the unit that runs each dtype's "
                      f"matmuls ({'; '.join(peaks.values())} TFLOP/s).")

@@ -79,7 +79,7 @@ def _bench_parts(report: CheckReport) -> list:
     """`check-gpu --bench`: every kernel timed, per dtype, with what the columns mean."""
     parts = []
     if report.bench:
-        rows = [(None, [r.device.strip("/"), r.kernel, r.dtype,
+        rows = [(None, [r.device.strip("/"), r.kernel, r.setting,
                         f"{r.ms_per_call:.2f}" + ("*" if r.cut_short else ""),
                         f"{r.ms_p10:.2f}–{r.ms_p90:.2f}", f"{r.tflops:.3f}",
                         fmt(r.ratio_to_float32, ".3g")]) for r in report.bench]
@@ -88,7 +88,9 @@ def _bench_parts(report: CheckReport) -> list:
         if any(r.cut_short for r in report.bench):
             parts.append("* 1 call, cut short: a single call took longer than the budget")
         parts.append("dense = MatMul+BiasAdd+ReLU, which oneDNN fuses (the op behind float16's CPU "
-                     "collapse); dtypes timed in interleaved rounds, medians and p10–p90 spreads")
+                     "collapse); +xla: compiled with XLA; × fp32: against float32 in the same "
+                     "mode (+xla against float32+xla); settings timed in interleaved rounds, "
+                     "medians and p10–p90 spreads")
     return parts
 
 

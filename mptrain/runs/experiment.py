@@ -30,6 +30,7 @@ from mptrain.precision.policy import (
     apply_math_mode,
     apply_policy,
     choose_policy,
+    needs_kernels,
     pure_policy_note,
     speed_warning,
 )
@@ -87,7 +88,7 @@ def prepare(config: ExperimentConfig, *, policy: str | None = None, verbose: boo
 
     `initial_weights` (an .npz from `model.save_initial_weights`) makes several runs start from the
     same weights; `status(text)` is a context manager showing progress for slow set-up steps
-    (the first measurement of this machine's kernels, under `policy: auto`)."""
+    (the first measurement of this machine's kernels: `policy: auto`, 16 bits on a CPU)."""
     check_experiment(config)  # missing files and impossible shapes, before TensorFlow's import
     requested = policy or config.policy
     plan = planned(config) if requested == "auto" else None
@@ -103,7 +104,8 @@ def prepare(config: ExperimentConfig, *, policy: str | None = None, verbose: boo
     if plan is not None:
         config, requested, said = follow_plan(config, plan, machine)
         notes.append(said)
-    kernels = measured_kernels(tf, machine, status, notes) if requested == "auto" else None
+    kernels = (measured_kernels(tf, machine, status, notes)
+               if needs_kernels(requested, machine) else None)
     choice = choose_policy(requested, config.train.jit_compile, machine,
                            config.train.xla_optimizer_update, replicas=place.replicas,
                            kernels=kernels)
@@ -151,7 +153,8 @@ def plan_math_mode(plan: Planned | None) -> str | None:
     from mptrain.hardware.kernels import machine_key
     from mptrain.hardware.machine import Machine, onednn_enabled, probe_cpu
 
-    here = Machine(cpu=probe_cpu(), tensorflow_version=version("tensorflow"), onednn=onednn_enabled())
+    cpu = probe_cpu()
+    here = Machine(cpu=cpu, tensorflow_version=version("tensorflow"), onednn=onednn_enabled(cpu.flags))
     return plan.settings["train.math_mode"] if plan.follow(machine_key(here)) is None else None
 
 
@@ -167,6 +170,9 @@ def follow_plan(config: ExperimentConfig, plan: Planned,
     if why_not is not None:
         return config, "auto", f"policy auto did not follow the plan beside the experiment: {why_not}"
     said = f"follows {plan.path}, measured on this machine: {plan.pick}"
+    if plan.other_length:
+        said += (f" (this run's length differs from the plan's experiment: "
+                 f"{', '.join(plan.other_length)}; a plan judges per step, so its pick holds)")
     return variant(config, plan.settings), plan.settings["policy"], said
 
 

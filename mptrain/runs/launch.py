@@ -26,7 +26,7 @@ from mptrain.runs.workers import (
     run_local_workers,
     worker_overrides,
 )
-from mptrain.telling import QUIET, Telling
+from mptrain.telling import LOGGED, Telling
 from mptrain.training.distribute import Hosts
 from mptrain.training.records import TrainingListener
 
@@ -46,7 +46,7 @@ class RunOptions:
 
 
 def launch(experiment: str | ExperimentConfig | None, options: RunOptions = RunOptions(),
-           telling: Telling = QUIET,
+           telling: Telling = LOGGED,
            listeners: list[TrainingListener] | None = None) -> RunResult | WorkersResult:
     """Train the experiment named (an experiment file or a built-in's name) or given (an
     `ExperimentConfig`, from Python), here or on local workers. With `options.start.resume`

@@ -4,6 +4,7 @@ typed results, mptrain's own errors with the CLI's messages, a builder passed as
 from pathlib import Path
 
 import pytest
+import tensorflow  # noqa: F401  (a broken install fails here, never skips)
 
 import mptrain
 from mptrain.measure.compare import CompareRecord
@@ -12,8 +13,6 @@ from mptrain.precision.check import CheckReport
 from mptrain.runs.summary import RunSummary
 from tests.helpers import TINY, experiment
 from tests.helpers import mptrain as mptrain_cli
-
-pytest.importorskip("tensorflow")
 
 
 def tiny(tmp_path: Path, **changes):
@@ -68,12 +67,27 @@ def test_a_notebooks_builder_function_runs_without_a_file(tmp_path):
         mptrain.compare(config, ["float32", "mixed_bfloat16"], progress=False)
 
 
-def test_compare_plan_and_check_machine_from_python(tmp_path):
+def test_compare_plan_and_check_machine_from_python(tmp_path, monkeypatch, caplog):
+    """The calls a notebook makes, with their typed results; and what the CLI would print as
+    a warning reaches a caller without progress (the record's notes, and `logging`): here on
+    this machine recorded as one whose bfloat16 kernels run at half float32's speed."""
+    import tensorflow as tf
+
+    from mptrain.hardware.machine import probe
+    from tests.helpers import record_kernels
+
+    monkeypatch.setenv("MPTRAIN_CACHE_DIR", str(tmp_path / "cache"))  # its children's too
+    record_kernels(probe(tf, check_xla=False), bfloat16=0.5)
     config = tiny(tmp_path, **{"train.batch_size": 16})
-    record = mptrain.compare(config, ["float32", "mixed_bfloat16"], progress=False)
+    with caplog.at_level("WARNING", logger="mptrain"):
+        record = mptrain.compare(config, ["float32", "mixed_bfloat16"], progress=False)
     assert isinstance(record, CompareRecord) and record.status == "finished"
     assert [row.candidate.name for row in record.variants] == ["float32", "mixed_bfloat16"]
     assert all(row.summary.status == "finished" for row in record.variants)
+    slower = "bfloat16 is slower than float32 on this CPU: bfloat16 kernels run 0.50x float32"
+    assert any(slower in note for note in record.notes)
+    assert any(slower in r.getMessage() for r in caplog.records)
+    assert slower in record.variants[1].summary.speed_warning
     planned = mptrain.plan(config, candidates=["mixed_bfloat16"], batch_sizes=[16], steps=8,
                            progress=False)  # the experiment's batch alone: no 2x cell
     assert isinstance(planned, PlanRecord) and planned.status == "finished" and planned.winner

@@ -126,19 +126,38 @@ def test_verdict_needs_enough_rounds_and_says_how_many_steps_give_them(tmp_path)
     assert again.speedup is None and again.verdict.speed.unknown == bf16.verdict.speed.unknown
 
 
-def test_compare_takes_a_candidate_plan_prints(tmp_path):
-    """A plan's pick is checked with the tool meant for checking: same name, same settings."""
+def test_compare_takes_a_candidate_plan_prints_and_runs_xla_beside_its_control(tmp_path, monkeypatch):
+    """A plan's pick is checked with the tool meant for checking: same name, same settings.
+    On a CPU recorded as one whose float16 kernel collapses without XLA, mixed_float16 runs
+    with XLA: its row is named so, and float32+xla runs beside it as its control, so its
+    verdict also gives the precision's own effect (issue 49)."""
+    import tensorflow as tf
+
+    from mptrain.hardware.machine import probe
+    from tests.helpers import record_kernels
+
+    monkeypatch.setenv("MPTRAIN_CACHE_DIR", str(tmp_path / "cache"))
+    record_kernels(probe(tf, check_xla=False), bfloat16=1.0, float16=0.001)
     config = experiment(tmp_path, "train.epochs=1")
-    done = mptrain("compare", str(config), "--policies", "float32,mixed_bfloat16+xla", "--json",
-                   cwd=tmp_path)
+    done = mptrain("compare", str(config), "--policies", "float32,mixed_float16", cwd=tmp_path,
+                   env_extra={"COLUMNS": "80"})
     assert done.returncode == 0, done.stderr[-2000:]
-    record = CompareRecord.model_validate_json(done.stdout)
-    pick = record.variants[1]
-    assert pick.candidate.name == "mixed_bfloat16+xla" and pick.summary.policy == "mixed_bfloat16"
-    assert pick.summary.jit_compile is True and pick.summary.compute_dtype == "bfloat16"
-    assert [row.summary.candidate for row in record.variants] == ["float32", "mixed_bfloat16+xla"]
+    assert "mixed_float16 runs with XLA here" in done.stderr and "0.001x" in done.stderr
+    record = CompareRecord.model_validate_json(
+        (next((tmp_path / "runs").glob("compare-*")) / "compare.json").read_text())
+    assert [row.label for row in record.variants] == ["float32-fit", "mixed_float16-xla-fit",
+                                                      "float32-xla-fit"]
+    pick, control = record.variants[1:]
+    assert pick.summary.policy == "mixed_float16" and pick.summary.jit_compile is True
+    assert control.summary.policy == "float32" and control.summary.jit_compile is True
+    assert not record.variants[0].summary.jit_compile
+    assert pick.verdict.control == "float32-xla-fit" and pick.verdict.against_control is not None
+    assert "vs float32-xla-fit" in " ".join(done.stdout.split())  # the table says it
+    assert any("runs with XLA here" in note for note in record.notes)
+    assert [row.summary.candidate for row in record.variants] == ["float32", "mixed_float16+xla",
+                                                                  "float32+xla"]
     listed = mptrain("runs", str(tmp_path / "runs"), cwd=tmp_path)  # runs names the candidate too
-    assert listed.returncode == 0 and "mixed_bfloat16+xla fit" in listed.stdout, listed.stdout
+    assert listed.returncode == 0 and "mixed_float16+xla fit" in listed.stdout, listed.stdout
     bad = mptrain("compare", str(config), "--policies", "float32,mixed_bfloat16+fast", cwd=tmp_path)
     assert bad.returncode == 2 and "'fast' is not +xla, +fused or a math mode" in bad.stderr
 

@@ -6,11 +6,10 @@ import signal
 from pathlib import Path
 
 import pytest
+import tensorflow as tf
 import yaml
 
 from tests.helpers import experiment, mptrain, mptrain_process, record_kernels, wait_for
-
-tf = pytest.importorskip("tensorflow")
 
 
 def assert_in_turns(stderr: str, labels: list[str], cut: dict[str, int] | None = None) -> None:

@@ -95,6 +95,52 @@ def test_auto_policy_and_per_policy_xla_choice():
     assert choose_policy("auto", None, Machine(cpu=cpu(), gpus=(gpu(7, 5),))).name == "mixed_float16"
 
 
+def test_whether_float16_needs_xla_on_a_cpu_is_this_machines_measurement(tmp_path, monkeypatch):
+    """Where oneDNN's fused float16 kernel collapsed (0.001x), XLA, quoting it; where float16
+    ran at float32's speed without XLA (an AVX2-only CPU, oneDNN off), no XLA; and the
+    warnings quote the measured ratio in the run's own XLA mode (`check-gpu --bench` shows
+    the same figures)."""
+    from mptrain.precision.policy import speed_warning
+    from tests.helpers import record_kernels
+
+    monkeypatch.setenv("MPTRAIN_CACHE_DIR", str(tmp_path))
+    xeon, zen3 = Machine(cpu=cpu(SKYLAKE)), Machine(cpu=cpu(OLD), onednn=False)
+    collapsed = record_kernels(xeon, bfloat16=0.6, float16=0.001, xla_float16=0.95)
+    jit, why = choose_jit_compile("mixed_float16", None, xeon, kernels=collapsed)
+    assert jit is True and "0.001x float32 on this CPU (oneDNN's reference kernel)" in why
+    fine = record_kernels(zen3, bfloat16=0.27, float16=0.957)
+    jit, why = choose_jit_compile("mixed_float16", None, zen3, kernels=fine)
+    assert jit is False and "float16 kernels run 0.96x float32" in why and "needs no XLA" in why
+    choice = choose_policy("mixed_float16", None, zen3, kernels=fine)
+    assert speed_warning(choice, zen3, fine) is None  # 0.96x: no warning against its own figure
+    bf16 = choose_policy("mixed_bfloat16", None, zen3, kernels=fine)
+    assert speed_warning(bf16, zen3, fine).startswith(
+        "bfloat16 is slower than float32 on this CPU: bfloat16 kernels run 0.27x float32")
+    forced_off = choose_policy("mixed_float16", False, xeon, kernels=collapsed)
+    warned = speed_warning(forced_off, xeon, collapsed)
+    assert "float16 kernels run 0.001x float32" in warned and "max_step_seconds" in warned
+    # nothing measured: a rule on oneDNN, said as one
+    assert choose_jit_compile("mixed_float16", None, zen3)[0] is False
+    assert "not measured" in choose_jit_compile("mixed_float16", None, xeon)[1]
+    rec = recommend(xeon, collapsed)
+    assert any("0.001x float32 on this CPU" in w for w in rec.warnings)
+
+
+def test_onednn_is_on_where_tensorflow_turns_it_on(monkeypatch):
+    """TensorFlow's own rule: on by default for CPUs with VNNI, AVX512_BF16 or AMX, off on an
+    AVX2-only CPU (AMD Zen 3), and TF_ENABLE_ONEDNN_OPTS over both."""
+    from mptrain.hardware.machine import onednn_enabled
+
+    monkeypatch.delenv("TF_ENABLE_ONEDNN_OPTS", raising=False)
+    assert onednn_enabled(cpu(OLD).flags) is False
+    assert onednn_enabled(cpu(SAPPHIRE).flags) is True
+    assert onednn_enabled(cpu(SKYLAKE).flags) is False  # AVX-512 without VNNI or BF16
+    monkeypatch.setenv("TF_ENABLE_ONEDNN_OPTS", "0")
+    assert onednn_enabled(cpu(SAPPHIRE).flags) is False
+    monkeypatch.setenv("TF_ENABLE_ONEDNN_OPTS", "true")
+    assert onednn_enabled(cpu(OLD).flags) is True
+
+
 def test_xla_optimizer_update_choice():
     from mptrain.precision.policy import choose_xla_optimizer_update
 

@@ -57,6 +57,36 @@ def test_a_run_trains_here_with_its_overrides_and_names_the_plan_beside_it(exper
     assert told == [("plan", beside + not_followed)]
 
 
+def test_a_python_caller_without_progress_hears_warnings_through_logging(experiment, trained, caplog):
+    """`progress=False` gives the library's default telling: what would be printed goes to
+    the "mptrain" logger, a known-slow policy at WARNING, so it is never said nowhere."""
+    from types import SimpleNamespace
+
+    from mptrain.telling import LOGGED
+
+    (experiment.parent / "exp.plan.yaml").write_text("# mptrain plan for tiny: float32.\n")
+    with caplog.at_level("INFO", logger="mptrain"):
+        launch(str(experiment), RunOptions(overrides=["policy=auto"]))
+        LOGGED.started(SimpleNamespace(speed_warning="bfloat16 is slower than float32 on this "
+                                                     "CPU: bfloat16 kernels run 0.53x float32"),
+                       ["what mptrain did"])
+        LOGGED.say("note (mixed_bfloat16-fit)", "slower here")
+    levels = [(r.levelname, r.getMessage()) for r in caplog.records]
+    assert ("INFO", f"plan: {experiment.parent / 'exp.plan.yaml'}: mptrain plan for tiny: float32.") in levels
+    assert ("WARNING", "warning: bfloat16 is slower than float32 on this CPU: bfloat16 kernels run "
+                       "0.53x float32") in levels
+    assert ("WARNING", "note (mixed_bfloat16-fit): slower here") in levels
+
+
+def test_run_steps_and_epochs_are_the_keys_they_stand_for(experiment, trained):
+    from mptrain.commands.options import length_overrides
+
+    assert length_overrides(2, 16) == ["train.epochs=2", "train.max_steps=16"]
+    launch(str(experiment), RunOptions(overrides=length_overrides(None, 16)))
+    config, _, _ = trained["here"]
+    assert config.train.max_steps == 16 and config.train.epochs == 3
+
+
 def test_workers_n_trains_on_local_workers_which_are_told_what_it_means(experiment, trained):
     launch(str(experiment), RunOptions(overrides=["train.loop=custom"], workers=2, max_restarts=1))
     run, restarts = trained["workers"]

@@ -35,34 +35,64 @@ def names(found):
 
 
 def test_each_machine_gets_the_candidates_that_can_win_there():
-    assert names(candidates(AMX)) == ["float32", "mixed_bfloat16", "mixed_bfloat16+fused",
-                                      "float32+onednn_bf16", "float32+graph_bf16"]
+    """Without a measurement, only the rules said as rules; XLA is an axis of its own:
+    float32+xla, the control of every 16-bit candidate with XLA, on CPUs and GPUs alike."""
+    assert names(candidates(AMX)) == ["float32", "float32+xla", "mixed_bfloat16", "mixed_bfloat16+fused",
+                                      "mixed_bfloat16+xla", "float32+onednn_bf16", "float32+graph_bf16",
+                                      "mixed_float16+xla"]
     # +fused only where the model has a Conv2D or BatchNormalization for it to change
     unfusable = {c.name: c.why_not for c in candidates(AMX, fusable=False)}
     assert "the same as mixed_bfloat16" in unfusable["mixed_bfloat16+fused"]
     skipped = {c.name: c.why_not for c in candidates(AMX) if c.why_not}
-    assert "reference kernel" in skipped["mixed_float16"]  # float16 on a CPU without XLA
-    for xla in ("mixed_bfloat16+xla", "mixed_float16+xla"):  # a measured prior, lifted when named
-        assert "XLA's code uses no bfloat16 matrix units" in skipped[xla]
-        assert names(select(candidates(AMX), [xla])) == ["float32", xla]
+    # oneDNN on, nothing measured: float16 takes XLA by the rule, which says it is not measured
+    assert "the same as mixed_float16+xla" in skipped["mixed_float16"]
+    assert "not measured" in skipped["mixed_float16"]
     plain = candidates(PLAIN)
-    assert names(plain) == ["float32"]
-    assert all("no bfloat16 instructions" in c.why_not for c in plain if "bf16" in c.name or
-               c.policy == "mixed_bfloat16")
-    assert names(candidates(gpu_machine(7, 0))) == ["float32", "mixed_float16", "mixed_float16+xla"]
-    assert names(candidates(gpu_machine(8, 0))) == ["float32", "mixed_bfloat16", "mixed_bfloat16+xla",
-                                                    "mixed_float16", "mixed_float16+xla",
-                                                    "float32+tf32_off"]
+    assert names(plain) == ["float32", "float32+xla", "mixed_float16+xla"]
+    assert all("no bfloat16 instructions" in c.why_not and "not measured" in c.why_not
+               for c in plain if c.policy == "mixed_bfloat16")
+    # oneDNN off: no math mode of its to change, and float16 needs no XLA (TensorFlow's own kernels)
+    off = Machine(cpu=AMX.cpu, tensorflow_version="2.21.0", onednn=False)
+    off_skipped = {c.name: c.why_not for c in candidates(off) if c.why_not}
+    assert "oneDNN is off" in off_skipped["float32+onednn_bf16"]
+    assert "mixed_float16" in names(candidates(off))
+    assert names(candidates(gpu_machine(7, 0))) == ["float32", "float32+xla", "mixed_float16",
+                                                    "mixed_float16+xla"]
+    assert names(candidates(gpu_machine(8, 0))) == ["float32", "float32+xla", "mixed_bfloat16",
+                                                    "mixed_bfloat16+xla", "mixed_float16",
+                                                    "mixed_float16+xla", "float32+tf32_off"]
     assert names(candidates(Machine(cpu=PLAIN.cpu, tpu=True))) == ["float32", "mixed_bfloat16"]
     every = {c.name for m in (AMX, PLAIN, gpu_machine(8, 0)) for c in candidates(m)}
     assert every <= set(CANDIDATE_NAMES)
 
 
+def test_a_candidate_is_ruled_out_by_this_machines_own_figure_and_tried_when_named(tmp_path, monkeypatch):
+    """An AVX2-only CPU (oneDNN off): bfloat16 emulated at 0.27x, float16 at float32's speed
+    without XLA. The bfloat16 candidates are skipped quoting 0.27x from this machine (never
+    another machine's figure), float16 runs without XLA, float32+xla is tried; and any
+    candidate named is tried."""
+    monkeypatch.setenv("MPTRAIN_CACHE_DIR", str(tmp_path))
+    zen3 = Machine(cpu=PLAIN.cpu, tensorflow_version="2.21.0", onednn=False)
+    kernels = record_kernels(zen3, bfloat16=0.27, float16=0.96, xla_gain=1.3)
+    found = candidates(zen3, kernels)
+    assert names(found) == ["float32", "float32+xla", "mixed_float16+xla", "mixed_float16"]
+    why = {c.name: c.why_not for c in found if c.why_not}
+    assert "bfloat16 kernels run 0.27x float32 on CPU:0" in why["mixed_bfloat16"]
+    assert "bfloat16 kernels with XLA run 0.27x float32 with XLA" in why["mixed_bfloat16+xla"]
+    assert not any("guide's MLP" in w or "bench/NOTES" in w for w in why.values())
+    assert names(select(found, ["mixed_bfloat16"])) == ["float32", "mixed_bfloat16"]
+    # the AVX512_BF16 Xeon with oneDNN on: float16's fused kernel collapsed without XLA
+    xeon = record_kernels(AVX512_BF16, bfloat16=0.67, float16=0.001, xla_bfloat16=1.1)
+    why = {c.name: c.why_not for c in candidates(AVX512_BF16, xeon) if c.why_not}
+    assert "0.001x float32 on this CPU (oneDNN's reference kernel)" in why["mixed_float16"]
+    assert "mixed_bfloat16+xla" not in why and "0.67x" in why["mixed_bfloat16"]
+
+
 def test_measured_kernels_put_the_promising_candidates_first(tmp_path, monkeypatch):
     monkeypatch.setenv("MPTRAIN_CACHE_DIR", str(tmp_path))
-    slow_bf16 = record_kernels(AVX512_BF16, bfloat16=0.8, float16=1.2)
+    slow_bf16 = record_kernels(AVX512_BF16, bfloat16=0.85, float16=1.2)
     order = [c.name for c in candidates(AVX512_BF16, slow_bf16)]
-    assert order[0] == "float32" and order[1] == "mixed_float16+xla"  # bf16 measured slower
+    assert order[:3] == ["float32", "float32+xla", "mixed_float16+xla"]  # bf16 measured slower
 
 
 def test_select_keeps_float32_and_refuses_unknown_names():
@@ -121,7 +151,18 @@ def test_where_bf16_loses_plan_keeps_float32():
     trials = judged(("float32", "float32", 3000.0), ("mixed_bfloat16", "mixed_bfloat16", 5700.0),
                     ("float32+onednn_bf16", "float32", 3020.0))
     assert trials[1].verdict.speed.word == "slower" and trials[2].verdict.speed.word == "same speed"
-    assert choose(trials) == ("float32", "no candidate was faster than float32 beyond the noise")
+    assert choose(trials) == ("float32", "no candidate tried (mixed_bfloat16, float32+onednn_bf16) "
+                                         "was faster than float32 beyond the noise")
+
+
+def test_a_plan_that_ran_only_float32_says_so_and_states_no_verdict():
+    """An AVX2-only CPU whose candidates were all ruled out: no 'faster beyond the noise'
+    about trials that never ran."""
+    only = judged(("float32", "float32", 195.0))
+    winner, reason = choose(only, ["mixed_bfloat16", "mixed_float16"])
+    assert winner == "float32" and reason.startswith("only float32 was measured (not tried: "
+                                                     "mixed_bfloat16, mixed_float16")
+    assert "noise" not in reason
 
 
 def test_the_loss_guard_holds_a_candidate_to_float32s_progress_not_its_final_loss():
@@ -451,6 +492,11 @@ def test_auto_follows_a_plan_only_where_it_applies(tmp_path):
     assert "measured on another machine (this machine)" in plan.follow("another machine")
     write_plan("train.batch_size=32")
     assert "made for other settings (train.batch_size)" in planned(config).follow("this machine")
+    # only the run's length differs: followed, and said (a plan judges per step)
+    write_plan("train.max_steps=16", "train.epochs=1")
+    shorter = planned(config)
+    assert shorter.follow("this machine") is None
+    assert shorter.other_length == ("train.epochs", "train.max_steps")
     write_plan(mark=False)
     assert "has no machine stamp" in planned(config).follow("this machine")
     write_plan()

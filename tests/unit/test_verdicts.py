@@ -11,7 +11,7 @@ from mptrain.errors import ConfigError
 from mptrain.measure.compare import CompareRecord, judged
 from mptrain.measure.variant import Verdict
 from mptrain.measure.verdicts import accuracy_noise_pt, speed, wilson_half_width
-from tests.helpers import compare_row, make_summary
+from tests.helpers import compare_row, make_summary, tiny_raw
 
 
 @pytest.mark.parametrize(("policies", "message"), [
@@ -60,9 +60,15 @@ def test_ratios_and_verdicts_come_from_the_numbers():
     assert slower.variants[1].verdict.words() == "slower, accuracy lower"
     assert slower.variants[1].speedup == 0.4
     assert slower.variants[1].verdict.accuracy_delta_pt == pytest.approx(-2)
-    same = record_of(("float32", make_summary(median=100.0)),
-                     ("mixed_bfloat16", make_summary(median=99.0, spread=0.2)))
-    assert same.variants[1].verdict.words() == "same speed, same accuracy"
+    noisy = record_of(("float32", make_summary(median=100.0)),
+                      ("mixed_bfloat16", make_summary(median=99.0, spread=0.2)))
+    low, high = noisy.variants[1].speedup_range  # across 1, and wide: no verdict either way
+    assert low < 1 < high and (low < 1 / 1.05 or high > 1.05)
+    assert noisy.variants[1].verdict.words() == (
+        f"inconclusive ({low:.2f}-{high:.2f}x), same accuracy")
+    same = record_of(("float32", make_summary(median=100.0, spread=0.05)),
+                     ("mixed_bfloat16", make_summary(median=99.8, spread=0.05)))
+    assert same.variants[1].verdict.words() == "same speed, same accuracy"  # within 5% of 1
     # without float32 the first policy listed is the baseline
     no_f32 = record_of(("mixed_bfloat16", make_summary()))
     assert no_f32.baseline_policy == "mixed_bfloat16" and no_f32.variants[0].verdict.words() == "baseline"
@@ -140,7 +146,7 @@ def test_a_speed_up_is_judged_on_the_medians_uncertainty():
     assert quick.ratio == pytest.approx(2.4 / 2.1) and 1.0 < low < quick.ratio < high
     assert quick.word == "faster"
     few = pair(make_summary(median=2.4, spread=0.2, steps=7), make_summary(median=2.1, spread=0.2, steps=7))
-    assert few.word == "same speed"
+    assert few.word == "inconclusive"  # across 1 and wider than 5% either side
     none = pair(make_summary(steps=5), make_summary(steps=5))
     assert none.ratio is None and none.unknown == "too few steps timed (3, 5 needed)"
 
@@ -223,3 +229,46 @@ def test_every_policy_runs_at_every_batch_size_the_experiments_batch_first():
     assert labels == ["float32-fit@b64", "mixed_bfloat16-fused-fit@b64", "float32-fit@b128",
                       "mixed_bfloat16-fused-fit@b128"]
     assert [v.label for v in plan_variants(config, ["float32"])] == ["float32-fit"]
+
+
+def test_compare_names_the_rows_that_run_xla_and_adds_float32_with_xla_as_their_control(tmp_path,
+                                                                                       monkeypatch):
+    """On a CPU whose float16 collapses without XLA, `--policies float32,mixed_float16` runs
+    mixed_float16 with XLA: its rows say so, float32+xla runs beside them, and the verdict
+    gives the precision's own effect against it: 1.22x over float32 is 0.87x of float32+xla
+    (issue 49's AVX2-only figures)."""
+    from mptrain.config import validate
+    from mptrain.hardware.machine import Machine, parse_cpuinfo
+    from mptrain.measure.compare import plan_variants, with_xla_axis
+    from tests.helpers import record_kernels
+
+    monkeypatch.setenv("MPTRAIN_CACHE_DIR", str(tmp_path))
+    config = validate(tiny_raw(), "<test>")
+    xeon = Machine(cpu=parse_cpuinfo("model name : Xeon\nflags : avx512f avx512_bf16"))
+    kernels = record_kernels(xeon, bfloat16=0.6, float16=0.001)
+    rows, said = with_xla_axis(config, plan_variants(config, ["float32", "mixed_float16"],
+                                                     ["fit", "custom"]), xeon, kernels)
+    assert [r.label for r in rows] == ["float32-fit", "mixed_float16-xla-fit", "float32-custom",
+                                       "mixed_float16-xla-custom", "float32-xla-fit",
+                                       "float32-xla-custom"]
+    assert rows[1].candidate.jit_compile is True and rows[1].settings["train.jit_compile"] is True
+    assert "mixed_float16 runs with XLA here" in said[0] and "0.001x" in said[0]
+    # where float16 needs no XLA (oneDNN off), nothing is renamed and no control is added
+    zen3 = Machine(cpu=parse_cpuinfo("model name : EPYC\nflags : avx2"), onednn=False)
+    fine = record_kernels(zen3, bfloat16=0.27, float16=0.96)
+    rows, said = with_xla_axis(config, plan_variants(config, ["float32", "mixed_float16"]), zen3, fine)
+    assert [r.label for r in rows] == ["float32-fit", "mixed_float16-fit"] and not said
+    # the verdict: against float32 and against its control, in the same rounds
+    base = make_summary(median=195.0)
+    record = judged(CompareRecord(
+        experiment="x", folder="/tmp/x", baseline="float32-fit", baseline_policy="float32",
+        turn_steps=5, variants=[
+            compare_row("float32", summary=base, rounds=[195.0] * 8),
+            compare_row("mixed_float16+xla", summary=make_summary(median=160.0), rounds=[160.0] * 8),
+            compare_row("float32+xla", summary=make_summary(median=139.0), rounds=[139.0] * 8)]),
+        same_start=False)
+    fp16 = record.variants[1].verdict
+    assert record.variants[1].speedup == pytest.approx(195 / 160)
+    assert fp16.control == "float32-xla-fit" and fp16.against_control.ratio == pytest.approx(139 / 160)
+    assert "precision alone 0.87x vs float32-xla-fit (slower)" in fp16.words()
+    assert record.variants[2].verdict.control is None  # the control itself is XLA's own effect
