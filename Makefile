@@ -26,6 +26,11 @@ test:
 	@# Two workers: most of a test's time is one-threaded (process start-up, tracing), so the
 	@# suite takes about half as long on 2 cores; no more than 4, each worker holds TensorFlow.
 	$(BIN)/pytest -m "not slow" -n auto --maxprocesses 4 --dist worksteal --durations=15
+	@# The tests whose outcome depends on the kernel path, again on the other one: oneDNN off
+	@# is what TensorFlow does on AVX2-only CPUs (where it is off already: on).
+	TF_ENABLE_ONEDNN_OPTS=$$($(BIN)/python -c "from mptrain.hardware.machine import onednn_enabled, \
+	probe_cpu; print(0 if onednn_enabled(probe_cpu().flags) else 1)") \
+	$(BIN)/pytest -m "kernel_path and not slow" -n auto --maxprocesses 4 -q -p no:warnings
 
 # The unit tier alone: no training, no processes (config, verdicts, monitor, guard, plan's
 # choice, renderers, on recorded numbers); under a minute.

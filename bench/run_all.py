@@ -12,7 +12,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from common import cpu_model  # noqa: E402
 
-BENCHMARKS = ["startup.py", "overhead.py", "precision.py", "plan.py", "reproduce.py", "batch_size.py"]
+BENCHMARKS = ["startup.py", "overhead.py", "precision.py", "plan.py", "reproduce.py", "batch_size.py",
+              "every_cpu.py"]
 
 
 def main() -> None:

@@ -22,6 +22,7 @@ def test_microbench_tiny_sizes_give_positive_rates():
     assert all(r.ratio_to_float32 == 1.0 for r in results if r.dtype == "float32")
 
 
+@pytest.mark.kernel_path
 def test_bench_and_its_warnings_agree_and_onednn_is_what_tensorflow_says(tmp_path, monkeypatch):
     """`check-gpu --bench`'s recommendation and warnings quote the figures its own table
     shows (issue 49: a warning said "orders of magnitude slower" above a float16 row of

@@ -14,6 +14,7 @@ from tests.e2e.test_plan import assert_in_turns
 from tests.helpers import experiment, mptrain
 
 
+@pytest.mark.kernel_path
 def test_compare_two_policies_through_the_cli(tmp_path):
     # wide enough that TensorFlow's allocator counts its training memory (tiny ones stay below)
     config = experiment(tmp_path, "train.epochs=2", "data.input_shape=[256]",

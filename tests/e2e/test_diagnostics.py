@@ -184,6 +184,7 @@ def test_diagnose_runs_on_nested_backbones_and_embeddings(tiny_config, kind):
     assert by_layer["logits"].bfloat16_error is not None
 
 
+@pytest.mark.kernel_path
 def test_memory_estimate_matches_keras_and_the_measured_peak(tmp_path):
     """Every part counted from the built model and optimizer, the total their sum, and the
     total near TensorFlow's allocator peak (leaving out Adam's two slots per weight, 40% of

@@ -128,6 +128,7 @@ def bfloat16_gradient_tolerance(terms: int) -> float:
     return 5 * u if onednn_enabled(probe_cpu().flags) else 2 * math.sqrt(terms) * u
 
 
+@pytest.mark.kernel_path
 @pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16"])
 def test_fused_layers_compute_what_keras_layers_do(policy):
     """`model.fused_layers` swaps what the fused ops take and nothing else, keeps the weights,
