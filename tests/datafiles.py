@@ -93,6 +93,92 @@ TinyShapes(data_dir=DATA_DIR).download_and_prepare(
 '''
 
 
+def regression_table(path: Path, rows=240, seed=0, scale=1000.0, sort=False) -> Path:
+    """A regression: two targets linear in four features, plus noise; `scale` their size
+    (house prices in the thousands); `sort`: rows sorted by the first target."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(0, 1, (rows, 4))
+    price = scale * (3 + x @ np.array([1.0, -0.5, 0.25, 0.0]) + 0.05 * rng.normal(0, 1, rows))
+    rooms = 2 + x[:, 3] + 0.05 * rng.normal(0, 1, rows)
+    order = np.argsort(price) if sort else np.arange(rows)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["age", "size", "price", "distance", "rooms", "floor"])
+        for i in order:
+            writer.writerow([f"{x[i, 0]:.4f}", f"{x[i, 1]:.4f}", f"{price[i]:.2f}", f"{x[i, 2]:.4f}",
+                             f"{rooms[i]:.3f}", f"{x[i, 3]:.4f}"])
+    return path
+
+
+def weather_table(path: Path, rows=600, seed=0) -> Path:
+    """A time series as keras.io's weather example reads one: a timestamp column, then
+    numbers; the temperature follows a daily cycle that the pressure leads by a few rows."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(rows + 6)
+    pressure = 1000 + 8 * np.sin(2 * np.pi * t / 48) + rng.normal(0, 0.3, len(t))
+    temperature = 12 + 6 * np.sin(2 * np.pi * (t - 6) / 48) + rng.normal(0, 0.3, len(t))
+    humidity = 60 + 10 * np.cos(2 * np.pi * t / 48) + rng.normal(0, 1, len(t))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["Date Time", "p (mbar)", "T (degC)", "rh (%)"])
+        for i in range(rows):
+            writer.writerow([f"01.01.2009 {i // 6:02d}:{i % 6}0:00", f"{pressure[i]:.2f}",
+                             f"{temperature[i]:.2f}", f"{humidity[i]:.2f}"])
+    return path
+
+
+def tagged_npz(path: Path, train=256, test=64, labels=4, seed=0) -> Path:
+    """Several 0/1 labels per example (tags): label j is on when feature j is positive."""
+    rng = np.random.default_rng(seed)
+
+    def draw(n):
+        x = rng.normal(0, 1, (n, 8)).astype(np.float32)
+        return x, (x[:, :labels] + 0.2 * rng.normal(0, 1, (n, labels)) > 0).astype(np.int64)
+
+    (x_train, y_train), (x_test, y_test) = draw(train), draw(test)
+    np.savez(path, x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test)
+    return path
+
+
+def masks_npz(path: Path, train=96, test=32, size=16, seed=0, rgb=False) -> Path:
+    """Images with a bright square on a dark background, and their masks (N, H, W, 1):
+    0 background, 1 the square's inside, 2 its border (keras.io's pets, as trimaps 0-2);
+    `rgb`: three channels (the pets are colour photos)."""
+    rng = np.random.default_rng(seed)
+
+    def draw(n):
+        x = rng.integers(0, 60, (n, size, size, 3 if rgb else 1)).astype(np.uint8)
+        y = np.zeros((n, size, size, 1), np.uint8)
+        for k in range(n):
+            top, left = rng.integers(1, size // 2, 2)
+            side = int(rng.integers(4, size // 2))
+            y[k, top:top + side, left:left + side] = 2
+            y[k, top + 1:top + side - 1, left + 1:left + side - 1] = 1
+            x[k][y[k, ..., 0] > 0] += 150
+        return x, y
+
+    (x_train, y_train), (x_test, y_test) = draw(train), draw(test)
+    np.savez(path, x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test)
+    return path
+
+
+def two_outputs_npz(path: Path, train=256, test=64, seed=0) -> Path:
+    """keras.io's "multi-input and multi-output" shape of problem, small: from one input, a
+    priority (a value) and a department (one of 4 classes), labels per output by name."""
+    rng = np.random.default_rng(seed)
+
+    def draw(n):
+        x = rng.normal(0, 1, (n, 8)).astype(np.float32)
+        return x, x[:, :2].sum(axis=1).astype(np.float32), np.argmax(x[:, 2:6], axis=1)
+
+    (x_train, p_train, d_train), (x_test, p_test, d_test) = draw(train), draw(test)
+    np.savez(path, x_train=x_train, y_train_priority=p_train, y_train_department=d_train,
+             x_test=x_test, y_test_priority=p_test, y_test_department=d_test)
+    return path
+
+
 def tfds_dataset(data_dir: Path) -> Path:
     """Prepare `tiny_shapes` in data_dir, offline, in a child process (TFDS registers the
     builder class globally; the test process should not)."""

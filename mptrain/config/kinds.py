@@ -22,7 +22,10 @@ from mptrain.errors import did_you_mean
 
 class _DataBase(_Strict):
     validation_split: float = Field(0.0, ge=0.0, lt=1.0, description=(
-        "Fraction of the training examples held out for validation (the last ones, as Keras)."))
+        "Fraction of the training examples held out for validation: arrays (npz, mnist, "
+        "synthetic) the last ones, as Keras' fit does; csv the same share of each class, chosen "
+        "by a hash of the row number (a hash alone for targets); folders a hash of each file's "
+        "path; timeseries the part of the timeline before the test part."))
     max_train_examples: int | None = Field(None, ge=1, description=(
         "Train on only the first N training examples (a quick trial on a large set)."))
     max_test_examples: int | None = Field(None, ge=1, description=(
@@ -124,9 +127,11 @@ class TextFolderData(_FileData):
 
 class CsvData(_FileData):
     dataset: Literal["csv"] = Field(description="A table: numeric feature columns and a label column.")
-    label_column: str = Field(description=(
-        "The header of the labels' column: whole numbers are class ids, other labels class "
-        "names (numbered in sorted order)."))
+    label_column: str | list[str] = Field(description=(
+        "The header of the labels' column: numbers are class ids, 0/1 labels or targets, as "
+        "train.loss takes them; other labels are class names (numbered in sorted order). "
+        "Several headers: several 0/1 labels (binary_crossentropy) or targets (a regression) "
+        "per row."))
     feature_columns: list[str] | None = Field(None, description=(
         "The headers of the inputs' columns; default: every other column."))
     delimiter: str = Field(",", min_length=1, max_length=1, description="The cells' separator.")
@@ -141,6 +146,34 @@ class CsvData(_FileData):
             raise ValueError("data.cache keeps arrays of numbers; with data.inputs: columns leave "
                              "it out (the table is read as it streams)")
         return self
+
+
+class TimeseriesData(_DataBase):
+    """A time series in a CSV table, cut into windows as
+    `keras.utils.timeseries_dataset_from_array` cuts them: each example is `sequence_length`
+    rows taken every `sampling_rate` rows, its target the target columns `target_offset` rows
+    after the window's last. The timeline is split by time (training, then validation, then
+    test), and no window or target crosses from one part into another."""
+
+    dataset: Literal["timeseries"] = Field(description=(
+        "Windows of a time series from a CSV table, for forecasters (keras.io's weather "
+        "forecasting)."))
+    path: Path = Field(description="The table, one row per time step, oldest first, with a header.")
+    target_columns: str | list[str] = Field(description=(
+        "The column(s) to forecast (a regression: train.loss mean_squared_error, ...)."))
+    feature_columns: list[str] | None = Field(None, description=(
+        "The columns a window holds; default: every column but time_column."))
+    time_column: str | None = Field(None, description=(
+        "A column of timestamps (text), left out of the features."))
+    sequence_length: int = Field(ge=1, description="Rows a window holds (after sampling).")
+    sampling_rate: int = Field(1, ge=1, description="One row in this many goes into a window.")
+    target_offset: int = Field(1, ge=0, description=(
+        "How many rows after a window's last one its target is (0: that row's own)."))
+    test_split: float = Field(0.2, gt=0.0, lt=1.0, description="The last fraction of the timeline.")
+    normalize: bool = Field(False, description=(
+        "Standardise each feature with the training part's mean and deviation (keras.io's "
+        "weather example does; the targets have train.target_scaling)."))
+    delimiter: str = Field(",", min_length=1, max_length=1, description="The cells' separator.")
 
 
 class TfdsData(_DataBase):
@@ -161,7 +194,7 @@ class TfdsData(_DataBase):
 
 DataConfig = Annotated[
     MnistData | NpzData | SyntheticData | SyntheticTextData | ImageFolderData | TextFolderData
-    | CsvData | TfdsData,
+    | CsvData | TimeseriesData | TfdsData,
     Field(discriminator="dataset"),
 ]
 
@@ -174,12 +207,13 @@ LayerPolicy = Literal[tuple(p for p in POLICIES if p != "auto")]  # type: ignore
 
 class _ModelBase(_Strict):
     num_classes: int | None = Field(None, ge=1, description=(
-        "Outputs of the classifier; default: the classes the data has (1 with "
-        "binary_crossentropy)."))
+        "Outputs of the head: the classes, the 0/1 labels or the targets; default: what the "
+        "data has (1 with binary_crossentropy on one label per example)."))
     output_activation: Literal["softmax", "linear", "sigmoid"] | None = Field(None, description=(
-        "mptrain's models: the head's activation (default softmax; sigmoid with "
-        "binary_crossentropy). Your own model (python, saved): what its output is (softmax or "
-        "sigmoid: probabilities; linear: logits); default: read from its last layer."))
+        "mptrain's models: the head's activation (default: softmax for classes, sigmoid with "
+        "binary_crossentropy, linear for a regression). Your own model (python, saved): what its "
+        "output is (softmax or sigmoid: probabilities; linear: logits, or a regression's "
+        "values); default: read from its last layer."))
     float32_layers: list[str] = Field(default_factory=list, description=(
         "Layer names or globs kept in float32 whatever the policy (e.g. what diagnose advises)."))
     layer_policies: dict[str, LayerPolicy] = Field(default_factory=dict, description=(

@@ -38,6 +38,7 @@ from mptrain.config.kinds import (  # noqa: F401
     SyntheticTextData,
     TextFolderData,
     TfdsData,
+    TimeseriesData,
     TransformerConfig,
 )
 from mptrain.config.names import (  # noqa: F401
@@ -59,6 +60,7 @@ from mptrain.config.optimizers import (  # noqa: F401
     OptimizerConfig,
     PiecewiseSchedule,
 )
+from mptrain.objective import DEFAULT_LOSS, family_of, head_activation, lower_is_better
 
 # --- training -----------------------------------------------------------------------------
 
@@ -95,10 +97,12 @@ class RecoveryConfig(_Strict):
         "mixed_float16: this many skipped steps in a row is a loss-scale collapse."))
 
 
-MetricName = Literal["accuracy", "top5_accuracy", "precision", "recall", "auc"]
-BINARY_METRICS = ("precision", "recall", "auc")  # of class 1: binary_crossentropy only
-LossName = Literal["sparse_categorical_crossentropy", "categorical_crossentropy",
-                   "binary_crossentropy"]
+# Keras resolves loss and metric names (`keras.losses.get`, `keras.metrics.get`, compile's
+# "accuracy") when the model is built: a name here is any identifier, and one Keras does not
+# know is refused then, before anything runs, with Keras' own names (`objective.py`)
+KerasName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+LossSpec = KerasName | dict[str, KerasName]
+MetricsSpec = list[KerasName] | dict[str, list[KerasName]]
 
 
 class EpochRule(_Strict):
@@ -108,8 +112,9 @@ class EpochRule(_Strict):
     min_delta: float = Field(0.0, ge=0, description="A smaller change is no improvement.")
 
     def mode(self) -> str:
-        """Keras' `mode="auto"`: larger is better for accuracy, precision, recall, AUC."""
-        return "min" if self.monitor.removeprefix("val_") == "loss" else "max"
+        """Keras' `mode="auto"`: smaller is better for the loss and errors (mae), larger for
+        accuracy, AUC, IoU, precision, recall (`objective.lower_is_better`)."""
+        return "min" if lower_is_better(self.monitor) else "max"
 
 
 class EarlyStoppingConfig(EpochRule):
@@ -149,15 +154,26 @@ class TrainConfig(_Strict):
         "by the square root of that ratio. A single run uses its learning rate as written."))
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig, description=(
         "The optimizer (wrapped in a LossScaleOptimizer under mixed_float16)."))
-    loss: LossName = Field(
-        "sparse_categorical_crossentropy", description=(
-            "Class labels, one output per class (categorical_crossentropy: the same loss, for "
-            "labels stored one-hot; mptrain reads them as class ids); binary_crossentropy: "
-            "labels 0 and 1, one output."))
-    metrics: list[MetricName] = Field(
-        default_factory=lambda: ["accuracy"], description=(
-            "Reported per epoch and on the test set; precision, recall and auc (of class 1) "
-            "with binary_crossentropy."))
+    loss: LossSpec | None = Field(None, description=(
+        "A Keras loss, by the name compile takes (sparse_categorical_crossentropy, "
+        "categorical_crossentropy, binary_crossentropy, mean_squared_error, "
+        "mean_absolute_error, huber, ...), or output name → loss for a model with several "
+        "outputs. It sets the objective: class ids, 0/1 labels (one or several per example), "
+        "or values (regression). null: the model's own compile when its builder compiled it, "
+        "else sparse_categorical_crossentropy."))
+    loss_weights: dict[str, float] | None = Field(None, description=(
+        "With a loss per output: output name → its weight in the total loss (Keras' "
+        "compile(loss_weights=...))."))
+    metrics: MetricsSpec | None = Field(None, description=(
+        "Keras metrics by the names compile takes (accuracy, mae, root_mean_squared_error, "
+        "auc, precision, recall, mean_iou, TruePositives, top5_accuracy, ...), or output name → "
+        "metrics; reported per epoch and on the test set. null: the objective's own (accuracy "
+        "for classes, auc for several 0/1 labels, mae for regression, accuracy and mean_iou for "
+        "a label per position)."))
+    target_scaling: Literal["none", "standard"] = Field("none", description=(
+        "Regression: standard trains on (target - mean) / std, both fitted on the training "
+        "split (the summary says them): targets in the thousands otherwise square past "
+        "float16's 65,504 in the loss and its gradients."))
     class_weight: dict[int, Annotated[float, Field(gt=0)]] | None = Field(None, description=(
         "Each class's weight in the training loss, e.g. {0: 1.0, 1: 50.0} for a rare class 1 "
         "(Keras' fit(class_weight=...)), in both loops; evaluation is unweighted."))
@@ -195,12 +211,15 @@ class TrainConfig(_Strict):
 
     @model_validator(mode="after")
     def _epoch_rules_fit(self) -> TrainConfig:
+        named = (self.metrics if isinstance(self.metrics, list) else
+                 [f"{out}_{m}" for out, ms in (self.metrics or {}).items() for m in ms])
         for key in ("early_stopping", "reduce_lr_on_plateau", "keep_best"):
             rule = getattr(self, key)
             watched = rule.monitor.removeprefix("val_") if rule else "loss"
-            if watched != "loss" and watched not in self.metrics:
+            # the objective's own metrics (metrics: null) are known once the data is: checked then
+            if watched != "loss" and self.metrics is not None and watched not in named:
                 raise ValueError(f"train.{key}.monitor {rule.monitor}: not an epoch figure; "
-                                 f"allowed: loss, {', '.join(self.metrics)}, each with val_ first")
+                                 f"allowed: loss, {', '.join(named)}, each with val_ first")
         if self.reduce_lr_on_plateau and self.optimizer.schedule is not None:
             raise ValueError("train.reduce_lr_on_plateau sets the learning rate, and "
                              "train.optimizer.schedule sets it too: give one of them")
@@ -312,33 +331,47 @@ class ExperimentConfig(_Strict):
                 train = raw.get("train")
                 loss = train.get("loss") if isinstance(train, dict) else None
                 if model.get("output_activation") is None and model["kind"] not in OWN_MODELS:
-                    model["output_activation"] = ("sigmoid" if loss == "binary_crossentropy"
-                                                  else "softmax")
-                if loss == "binary_crossentropy" and model.get("num_classes") is None:
-                    model["num_classes"] = 1
+                    model["output_activation"] = head_activation(loss)
             if isinstance(raw.get("data"), dict):
                 raw["data"] = {"dataset": "synthetic", **raw["data"]}
         return raw
 
     @model_validator(mode="after")
     def _loss_fits_head(self) -> ExperimentConfig:
-        head = self.model.output_activation
-        if self.train.loss == "binary_crossentropy":
-            if self.model.num_classes != 1 or head == "softmax":
-                raise ValueError(
-                    "train.loss binary_crossentropy needs model.num_classes: 1 and "
-                    "model.output_activation sigmoid or linear"
-                )
-            if "top5_accuracy" in self.train.metrics:
-                raise ValueError("train.metrics top5_accuracy needs a multi-class loss")
-        elif binary := [m for m in self.train.metrics if m in BINARY_METRICS]:
+        """The head's activation and the metrics against the loss's family (`objective`):
+        what can be told from the file alone; the labels are checked once read."""
+        loss, head = self.train.loss, self.model.output_activation
+        if isinstance(loss, dict):
+            if self.model.kind not in OWN_MODELS:
+                raise ValueError("train.loss per output (a mapping) is for a model of your own "
+                                 f"with several outputs (model.kind python or saved); "
+                                 f"model.kind {self.model.kind} has one")
+            return self
+        family = family_of(loss or DEFAULT_LOSS)
+        if head == "sigmoid" and family != "binary":
+            raise ValueError(f"model.output_activation sigmoid needs train.loss binary_crossentropy "
+                             f"(train.loss is {loss or DEFAULT_LOSS}); use softmax or linear")
+        if head == "softmax" and family == "binary":
+            raise ValueError("model.output_activation softmax makes the classes compete, and "
+                             "train.loss binary_crossentropy takes a probability per 0/1 label: "
+                             "use sigmoid (or linear for logits)")
+        if head == "softmax" and family == "values":
+            raise ValueError(f"model.output_activation softmax makes probabilities, and train.loss "
+                             f"{loss} is a regression's: use linear")
+        metrics = self.train.metrics if isinstance(self.train.metrics, list) else []
+        if family == "values" and (wrong := [m for m in metrics if m in ("accuracy", "acc",
+                                                                         "top5_accuracy", "auc")]):
+            raise ValueError(f"train.metrics {wrong[0]}: a regression ({loss}) has none; e.g. mae, "
+                             "root_mean_squared_error, r2_score")
+        if family != "classes" and "top5_accuracy" in metrics:
+            raise ValueError("train.metrics top5_accuracy needs a multi-class loss")
+        if family == "classes" and (binary := [m for m in metrics if m in ("precision", "recall",
+                                                                           "auc")]):
             raise ValueError(f"train.metrics {binary[0]} (of class 1) needs train.loss "
                              "binary_crossentropy")
-        elif head == "sigmoid":
-            raise ValueError(
-                "model.output_activation sigmoid needs train.loss binary_crossentropy; "
-                "use softmax or linear with sparse_categorical_crossentropy"
-            )
+        if family != "values" and self.train.target_scaling != "none":
+            raise ValueError(f"train.target_scaling scales a regression's targets, and train.loss "
+                             f"{loss or DEFAULT_LOSS} takes labels: leave it out")
         return self
 
     @model_validator(mode="after")

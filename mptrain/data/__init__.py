@@ -1,8 +1,8 @@
-"""Data sets: where examples come from (`arrays`, `folders`, `tabular`, `tfds_source`), what a
+"""Data sets: where examples come from (`arrays`, `folders`, `tabular`, `series`, `tfds_source`), what a
 split is (`dataset`), and how splits become batches in a fixed order (`pipeline`).
 
-`load_dataset` is the one entry point: it picks the loader for `data.dataset` and applies the
-cache. Whether the data fits the model is the model's to check (`model.checks.fit_to_data`).
+`load_dataset` is the one entry point: it picks the loader for `data.dataset` (`LOADERS`) and
+applies the cache. Whether the data fits the model is the model's to check (`model.checks.fit_to_data`).
 """
 
 from __future__ import annotations
@@ -14,30 +14,31 @@ from mptrain.data.dataset import Dataset, InputSpec, Split
 __all__ = ["Dataset", "InputSpec", "Split", "load_dataset"]
 
 
+# data.dataset → "module:function(cfg, seed, status) -> Dataset", imported when used: a new
+# kind is its config class (config/kinds.py) and its loader here
+LOADERS = {
+    "mnist": "mptrain.data.arrays:load_arrays",
+    "fashion_mnist": "mptrain.data.arrays:load_arrays",
+    "npz": "mptrain.data.arrays:load_arrays",
+    "synthetic": "mptrain.data.arrays:load_arrays",
+    "synthetic_text": "mptrain.data.arrays:load_arrays",
+    "image_folder": "mptrain.data.folders:load_image_folder",
+    "text_folder": "mptrain.data.folders:load_text_folder",
+    "csv": "mptrain.data.tabular:load_csv",
+    "timeseries": "mptrain.data.series:load_series",
+    "tfds": "mptrain.data.tfds_source:load_tfds",
+}
+
+
 def load_dataset(cfg, seed: int, status: Callable[[str], object] | None = None) -> Dataset:
-    """The configured data set, its splits cached as `data.cache` says. `status(text)` shows
-    progress while a large folder's files are checked."""
-    kind = cfg.dataset
-    if kind in ("mnist", "fashion_mnist", "npz", "synthetic", "synthetic_text"):
-        from mptrain.data.arrays import load_arrays
+    """The configured data set, its splits cached as `data.cache` says (where the kind has
+    it). `status(text)` shows progress while a large folder's files are checked."""
+    import importlib
 
-        return load_arrays(cfg, seed)
-    if kind in ("image_folder", "text_folder"):
-        from mptrain.data import folders
-
-        data = (folders.load_image_folder(cfg, status) if kind == "image_folder"
-                else folders.load_text_folder(cfg))
-    elif kind == "csv":
-        from mptrain.data.tabular import load_csv
-
-        data = load_csv(cfg)
-    else:
-        from mptrain.data.tfds_source import load_tfds
-
-        data = load_tfds(cfg)
-    if cfg.cache != "none":
+    module, _, function = LOADERS[cfg.dataset].partition(":")
+    data = getattr(importlib.import_module(module), function)(cfg, seed, status)
+    if getattr(cfg, "cache", "none") != "none":
         from mptrain.data.cache import cached
 
         data = cached(data, cfg)
     return data
-

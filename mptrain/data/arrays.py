@@ -20,8 +20,9 @@ from pathlib import Path
 import numpy as np
 
 from mptrain.config.schema import MnistData, NpzData, SyntheticData, SyntheticTextData
-from mptrain.data.dataset import Dataset, InputSpec, Split, check_learnable, split_sizes
+from mptrain.data.dataset import Dataset, InputSpec, Split, split_sizes
 from mptrain.errors import DataError
+from mptrain.objective import label_stats
 
 DATA_DIR_ENV = "MPTRAIN_DATA_DIR"
 DEBIAN_FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")
@@ -42,8 +43,11 @@ OFFLINE_FIXES = {  # the data set's title, and how to get it when Keras' downloa
 }
 
 
-def load_arrays(cfg: MnistData | NpzData | SyntheticData | SyntheticTextData, seed: int) -> Dataset:
-    """Load, preprocess and check the configured in-memory data set; split off validation."""
+def load_arrays(cfg: MnistData | NpzData | SyntheticData | SyntheticTextData, seed: int = 0,
+                status=None) -> Dataset:
+    """Load, preprocess and check the configured in-memory data set; split off validation.
+    The labels stay as stored (`objective.label_stats` says what they are); an .npz may give
+    a model with several outputs its labels per output (y_train_OUTPUT, y_test_OUTPUT)."""
     if cfg.dataset == "synthetic":
         (x_train, y_train), (x_test, y_test) = make_synthetic(cfg, seed)
         source = "synthetic"
@@ -57,34 +61,42 @@ def load_arrays(cfg: MnistData | NpzData | SyntheticData | SyntheticTextData, se
         (x_train, y_train), (x_test, y_test), source = load_mnist_family(cfg.dataset, cfg.path)
 
     n_train, cut, n_test = split_sizes(cfg, len(x_train), len(x_test))
-    x_train, y_train, x_test, y_test = x_train[:n_train], y_train[:n_train], x_test[:n_test], y_test[:n_test]
-    x_train, x_test = preprocess(x_train, source), preprocess(x_test, source)
+    x_train, x_test = preprocess(x_train[:n_train], source), preprocess(x_test[:n_test], source)
+    y_train, y_test = each(y_train, lambda y: y[:n_train]), each(y_test, lambda y: y[:n_test])
     notes = []
-    if np.ndim(y_train) == 2 and np.shape(y_train)[1] > 1:  # keras.utils.to_categorical's
-        y_train, y_test = from_one_hot(y_train, source), from_one_hot(y_test, source)
-        notes.append(f"{source}: one-hot labels read as class ids (the same loss: "
-                     "sparse_categorical_crossentropy on ids is categorical_crossentropy on one-hot)")
     if x_train.dtype == np.uint8 and x_train.ndim == 3:  # (N, H, W): MNIST's grey images
         x_train, x_test = x_train[..., np.newaxis], x_test[..., np.newaxis]
         if cfg.dataset == "npz":
             notes.append(f"{source}: uint8 images of shape {x_train.shape[1:3]} given a channel "
                          f"axis: {x_train.shape[1:]}, as Conv2D takes them")
-    y_train, y_test = labels(y_train, source), labels(y_test, source)
     if x_train.shape[1:] != x_test.shape[1:]:
         raise DataError(f"{source}: training examples have shape {x_train.shape[1:]} but test "
                         f"examples {x_test.shape[1:]}")
-    check_learnable(np.unique(y_train[:cut]), source)
     tokens = x_train.dtype == np.int32  # `preprocess`'s token ids
     vocab_size = int(max(x_train.max(), x_test.max())) + 1 if tokens else None
     return Dataset(
-        train=Split(cut, arrays=(x_train[:cut], y_train[:cut])),
-        val=Split(len(x_train) - cut, arrays=(x_train[cut:], y_train[cut:])) if cut < len(x_train) else None,
+        train=Split(cut, arrays=(x_train[:cut], each(y_train, lambda y: y[:cut]))),
+        val=(Split(len(x_train) - cut, arrays=(x_train[cut:], each(y_train, lambda y: y[cut:])))
+             if cut < len(x_train) else None),
         test=Split(len(x_test), arrays=(x_test, y_test)),
         spec=InputSpec.of(x_train.shape[1:], x_train.dtype, vocab_size),
-        num_classes_seen=int(max(y_train.max(), y_test.max())) + 1,
+        labels=stats_of(y_train, y_test, cut, source),
         source=source,
         notes=notes,
     )
+
+
+def each(y, fn):
+    """`fn` on the labels, or on each output's (a dict of arrays, by output name)."""
+    return {name: fn(v) for name, v in y.items()} if isinstance(y, dict) else fn(y)
+
+
+def stats_of(y_train, y_test, cut: int, source: str):
+    """What the labels are (`objective.label_stats`), per output when there are several."""
+    if isinstance(y_train, dict):
+        return {name: label_stats(y_train[name][:cut], np.concatenate([y_train[name], y_test[name]]),
+                                  f"{source} (y_train_{name})") for name in y_train}
+    return label_stats(y_train[:cut], np.concatenate([y_train, y_test]), source)
 
 
 def preprocess(x: np.ndarray, source: str) -> np.ndarray:
@@ -109,24 +121,6 @@ def preprocess(x: np.ndarray, source: str) -> np.ndarray:
         raise DataError(f"{source}: {bad} input values are NaN or infinite; clean the data "
                         "first (a single one makes the loss NaN)")
     return x
-
-
-def from_one_hot(y: np.ndarray, source: str) -> np.ndarray:
-    """Class ids from one-hot rows (a single 1 in each); any other 2-D label array is refused."""
-    y = np.asarray(y)
-    if y.ndim != 2 or not (np.isin(y, (0, 1)).all() and (y.sum(axis=1) == 1).all()):
-        raise DataError(f"{source}: labels of shape {y.shape[1:]} are not one-hot rows (a single "
-                        "1 in each); give class ids (N,) or one-hot rows (N, classes)")
-    return y.argmax(axis=1)
-
-
-def labels(y: np.ndarray, source: str) -> np.ndarray:
-    y = np.asarray(y).reshape(-1)
-    if not np.issubdtype(y.dtype, np.integer) and not np.all(np.equal(np.mod(y, 1), 0)):
-        raise DataError(f"{source}: labels must be whole class numbers, got {y.dtype} values")
-    if len(y) and y.min() < 0:
-        raise DataError(f"{source}: labels must be >= 0, found {int(y.min())}")
-    return y.astype(np.int32)
 
 
 def make_synthetic(cfg: SyntheticData, seed: int):
@@ -188,14 +182,14 @@ def make_synthetic_text(cfg: SyntheticTextData, seed: int):
     return draw(cfg.train_size), draw(cfg.test_size)
 
 
-def npz_training_examples(cfg) -> int:
-    """`validate`'s look at an .npz (only x_train's header and y_train are read): the examples
-    `run` would train on, after `max_train_examples` and the validation split, and their classes."""
+def npz_training_examples(cfg):
+    """`validate`'s look at an .npz (x_train's header and the training labels are read): the
+    examples `run` would train on, after `max_train_examples` and the validation split, and
+    what their labels are (`objective.label_stats`), for the objective to check."""
     total = npz_length(cfg.path, "x_train")
-    with np.load(cfg.path, allow_pickle=False) as archive:
-        y = archive["y_train"]
-    check_learnable(np.unique(y[: split_sizes(cfg, len(y))[1]]), str(cfg.path))
-    return split_sizes(cfg, total)[1]
+    (_, y_train), (_, y_test) = read_npz(cfg.path, labels_only=True)
+    cut = split_sizes(cfg, total)[1]
+    return cut, stats_of(y_train, y_test, cut, str(cfg.path))
 
 
 def npz_length(path: Path, key: str) -> int:
@@ -214,13 +208,21 @@ def npz_length(path: Path, key: str) -> int:
     return int(shape[0]) if shape else 0
 
 
-def read_npz(path: Path):
-    """Arrays `x_train, y_train, x_test, y_test` from a NumPy archive (Keras' mnist.npz layout)."""
+def read_npz(path: Path, labels_only: bool = False):
+    """Arrays `x_train, y_train, x_test, y_test` from a NumPy archive (Keras' mnist.npz
+    layout); for a model with several outputs, `y_train_OUTPUT, y_test_OUTPUT` for each
+    instead of `y_train, y_test` (returned as dicts by output name). `labels_only`: the x
+    arrays are not loaded (None)."""
     try:
         with np.load(path, allow_pickle=False) as archive:
             found = archive.files
-            missing = [k for k in NPZ_ARRAYS if k not in found]
-            arrays = {} if missing else {k: archive[k] for k in NPZ_ARRAYS}
+            outputs = sorted(k.removeprefix("y_train_") for k in found if k.startswith("y_train_"))
+            wanted = ["x_train", "x_test", *([f"y_{s}_{o}" for o in outputs for s in ("train", "test")]
+                                             if outputs and "y_train" not in found
+                                             else ["y_train", "y_test"])]
+            missing = [k for k in wanted if k not in found]
+            arrays = {} if missing else {k: archive[k] for k in wanted
+                                         if not (labels_only and k.startswith("x_"))}
     except FileNotFoundError:
         raise DataError(f"{path}: no such file") from None
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
@@ -229,13 +231,20 @@ def read_npz(path: Path):
         raise _not_npz(path, reason) from None
     if missing:  # said before anything is loaded
         raise DataError(f"{path}: missing arrays {', '.join(missing)} (found: {', '.join(found) or 'none'}); "
-                        "an npz dataset needs x_train, y_train, x_test, y_test")
+                        "an npz dataset needs x_train, y_train, x_test, y_test (or, for a model "
+                        "with several outputs, y_train_OUTPUT and y_test_OUTPUT for each)")
+    labels = {split: ({o: arrays[f"y_{split}_{o}"] for o in outputs} if "y_train" not in arrays
+                      else arrays[f"y_{split}"]) for split in ("train", "test")}
+    if labels_only:
+        return (None, labels["train"]), (None, labels["test"])
     for split in ("train", "test"):
-        if len(arrays[f"x_{split}"]) != len(arrays[f"y_{split}"]):
-            raise DataError(f"{path}: x_{split} and y_{split} have different lengths")
+        lengths = {len(v) for v in (labels[split].values() if isinstance(labels[split], dict)
+                                    else [labels[split]])}
+        if lengths != {len(arrays[f"x_{split}"])}:
+            raise DataError(f"{path}: x_{split} and its labels have different lengths")
     if len(arrays["x_train"]) == 0 or len(arrays["x_test"]) == 0:
         raise DataError(f"{path}: x_train and x_test must not be empty")
-    return (arrays["x_train"], arrays["y_train"]), (arrays["x_test"], arrays["y_test"])
+    return (arrays["x_train"], labels["train"]), (arrays["x_test"], labels["test"])
 
 
 def _not_npz(path: Path, reason: str) -> DataError:

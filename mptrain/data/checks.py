@@ -16,12 +16,14 @@ class DataCheck(NamedTuple):
     notes: list[str]  # what cannot be known before `run` (a data set to download)
     spec: InputSpec | None  # the inputs, when the config alone (or a CSV's header) says
     train_examples: int | None  # the examples a run trains on, when cheap to know (or thorough)
+    labels: object = None  # what the labels are (`objective.LabelStats`), when read (thorough)
 
 
 def check_data(data, thorough: bool = False) -> DataCheck:
     """Raise a DataError on data `run` could not load; what the data will be, when known."""
     notes = _check_files(data)
-    return DataCheck(notes, _input_spec(data), _training_examples(data, thorough))
+    examples, labels = _training_examples(data, thorough)
+    return DataCheck(notes, _input_spec(data), examples, labels)
 
 
 def _input_spec(data) -> InputSpec | None:
@@ -46,12 +48,18 @@ def _input_spec(data) -> InputSpec | None:
 
         features, _ = columns(data, read_header(data.path, data.delimiter), data.path)
         return InputSpec((len(features),), "vector")
+    if kind == "timeseries":
+        from mptrain.data.tabular import read_header
+
+        header = read_header(data.path, data.delimiter)
+        features = data.feature_columns or [c for c in header if c != data.time_column]
+        return InputSpec((data.sequence_length, len(features)), "vector")
     return None
 
 
-def _training_examples(data, thorough: bool) -> int | None:
-    """How many examples a run trains on, when that is cheap to know (or `thorough`); an
-    .npz's training labels are checked on the way (they are read anyway)."""
+def _training_examples(data, thorough: bool):
+    """How many examples a run trains on, when that is cheap to know (or `thorough`), and
+    what the labels are when they were read on the way (an .npz's, a CSV's)."""
     kind = data.dataset
     if kind in ("synthetic", "synthetic_text"):
         total = data.train_size
@@ -63,15 +71,25 @@ def _training_examples(data, thorough: bool) -> int | None:
         return npz_training_examples(data)
     elif kind in ("image_folder", "text_folder") and thorough:
         from mptrain.data.folders import split_files
+        from mptrain.objective import label_stats
 
-        return len(split_files(data).train[0])
+        splits = split_files(data)
+        labels = splits.train[1]
+        return len(splits.train[0]), label_stats(labels, labels + splits.val[1] + splits.test[1],
+                                                 f"data.path {data.path}", splits.classes)
     elif kind == "csv" and thorough:
         from mptrain.data.tabular import read_table
 
-        return len(read_table(data).train_rows)
+        table = read_table(data)
+        return len(table.train_rows), table.stats
+    elif kind == "timeseries" and thorough:
+        from mptrain.data.series import cut
+
+        windows = cut(data)
+        return len(windows.starts[0]), windows.stats(f"{data.path} (data.target_columns)")
     else:
-        return None
-    return split_sizes(data, total)[1]
+        return None, None
+    return split_sizes(data, total)[1], None
 
 
 def _check_files(data) -> list[str]:
@@ -95,6 +113,8 @@ def _check_files(data) -> list[str]:
         classes = list_classes(path, kind).classes
         if data.test_path is not None:
             list_classes(data.test_path, kind, classes, key="data.test_path")
+    if kind == "timeseries" and not path.is_file():
+        raise DataError(f"data.path {path}: no such file")
     if kind == "csv":
         for key, csv_path in (("data.path", path), ("data.test_path", data.test_path)):
             if csv_path is not None and not csv_path.is_file():

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from mptrain.errors import DataError
+from mptrain.objective import LabelStats
 
 if TYPE_CHECKING:  # numpy is imported where arrays are made, so `validate` starts fast
     import numpy as np
@@ -66,21 +66,10 @@ class Dataset:
     val: Split | None
     test: Split
     spec: InputSpec
-    num_classes_seen: int
+    labels: LabelStats | dict[str, LabelStats]  # as stored; per output for a model with several
     source: str
     files: dict[str, str] = field(default_factory=dict)  # name → text the run folder keeps
     notes: list[str] = field(default_factory=list)  # what the loader did (files left out...)
-
-
-def check_learnable(labels, source: str, names: Sequence[str] | None = None) -> None:
-    """Training labels a classifier can learn from: at least two classes. With one, every
-    loss goes to 0 and accuracy to 1 on the first steps, and the run "succeeds" at nothing."""
-    seen = sorted({int(label) if not isinstance(label, str) else label for label in labels})
-    if len(seen) < 2:
-        only = seen[0] if seen else None
-        named = names[only] if names is not None and isinstance(only, int) else only
-        raise DataError(f"{source}: every training example has the same class ({named}): there "
-                        "is nothing to learn; a classifier needs examples of at least two classes")
 
 
 def split_sizes(cfg, train: int, test: int = 0) -> tuple[int, int, int]:

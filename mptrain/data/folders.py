@@ -32,12 +32,12 @@ from mptrain.data.dataset import (
     Dataset,
     InputSpec,
     Split,
-    check_learnable,
     hash_fraction,
     split_keys,
     split_sizes,
 )
 from mptrain.errors import DataError
+from mptrain.objective import label_stats
 
 FILES = {  # data.dataset → the files it reads (extensions) and what they are called
     "image_folder": ({".png", ".jpg", ".jpeg", ".gif", ".bmp"}, "image"),
@@ -69,8 +69,7 @@ def list_classes(root: Path, dataset: str, classes: list[str] | None = None,
         extra = ", ".join(sorted(set(found) - set(classes)))
         raise DataError(f"{key} {root}: classes {extra} are not in the training folder's classes "
                         f"({', '.join(classes)})")
-    training = classes is None  # a test folder may hold fewer classes
-    classes = classes or found
+    classes = classes or found  # a test folder may hold fewer classes
     entries = []
     for name in found:
         files = [p for p in (root / name).rglob("*")
@@ -78,8 +77,6 @@ def list_classes(root: Path, dataset: str, classes: list[str] | None = None,
         if not files:
             raise DataError(f"{root / name}: no {what} files ({', '.join(sorted(extensions))})")
         entries += [(str(p.relative_to(root)), str(p), classes.index(name)) for p in files]
-    if training:
-        check_learnable([e[2] for e in entries], f"{key} {root}", classes)
     entries.sort(key=lambda e: (hash_fraction(e[0], "order"), e[0]))
     return Listing([e[1] for e in entries], [e[0] for e in entries], [e[2] for e in entries], classes)
 
@@ -223,7 +220,8 @@ def _write_verdicts(path: Path, entries: dict[str, list]) -> None:
         pass  # an unwritable cache costs a check next time, nothing more
 
 
-def load_image_folder(cfg: ImageFolderData, status: Callable[[str], object] | None = None) -> Dataset:
+def load_image_folder(cfg: ImageFolderData, seed: int = 0,
+                      status: Callable[[str], object] | None = None) -> Dataset:
     import tensorflow as tf
 
     splits = check_images(split_files(cfg), cfg.skip_bad_files, status)
@@ -240,7 +238,7 @@ def load_image_folder(cfg: ImageFolderData, status: Callable[[str], object] | No
     return replace(data, notes=data.notes + resized)
 
 
-def load_text_folder(cfg: TextFolderData) -> Dataset:
+def load_text_folder(cfg: TextFolderData, seed: int = 0, status=None) -> Dataset:
     """Texts tokenised in the pipeline by a `TextVectorization` adapted on the training split
     (its vocabulary is kept in the run folder as vocabulary.txt)."""
     import keras
@@ -286,7 +284,8 @@ def _dataset(cfg, splits: FolderSplits, decode, spec: InputSpec, files: dict[str
         val=split(splits.val) if splits.val[0] else None,
         test=split(splits.test),
         spec=spec,
-        num_classes_seen=len(splits.classes),
+        labels=label_stats(splits.train[1], splits.train[1] + splits.val[1] + splits.test[1],
+                           f"data.path {cfg.path}", splits.classes),
         source=str(cfg.path),
         files=kept,
         notes=[f"{len(splits.skipped)} broken file(s) left out (data.skip_bad_files): listed in "

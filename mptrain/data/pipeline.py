@@ -102,13 +102,14 @@ def input_ms_per_batch(batches: Batches, count: int = 20) -> float | None:
     return statistics.median(times)
 
 
-def make_batches(data: Dataset, config: ExperimentConfig, scale_pixels: bool = True,
+def make_batches(data: Dataset, config: ExperimentConfig, labels: Callable, scale_pixels: bool = True,
                  replicas: int = 1) -> Batches:
     """Every split of `data` (held on the host: `hold_on_host`) as the experiment's batches;
+    `labels(tf, y)`: a batch's labels as the loss reads them (`Objective.batch_labels`);
     `scale_pixels`: the model does not rescale pixels itself (`model.inputs.pixel_range`);
     `replicas`: how many the batches are split over."""
     batch_size = config.train.batch_size
-    finish = partial(_finish, binary=config.train.loss == "binary_crossentropy", scale_pixels=scale_pixels)
+    finish = partial(_finish, labels=labels, scale_pixels=scale_pixels)
     return Batches(
         split=data.train,
         val=in_order(data.val, batch_size, finish, replicas) if data.val is not None else None,
@@ -142,7 +143,8 @@ def hold_on_host(data: Dataset) -> Dataset:
             return split
         x, y = split.arrays
         with tf.device("CPU:0"):
-            return Split(split.size, arrays=(x if isinstance(x, np.memmap) else hold(x), hold(y)))
+            return Split(split.size, arrays=(x if isinstance(x, np.memmap) else hold(x),
+                                             tf.nest.map_structure(hold, y)))
 
     return replace(data, train=held(data.train), val=held(data.val), test=held(data.test))
 
@@ -239,20 +241,21 @@ def _gather(tf, index_batches, arrays):
         def gather(index_batch):
             rows = tf.numpy_function(read, [index_batch], tf.as_dtype(xs.dtype), stateful=False)
             rows.set_shape((None, *xs.shape[1:]))
-            return rows, tf.gather(ys, index_batch)
+            return rows, tf.nest.map_structure(lambda y: tf.gather(y, index_batch), ys)
     else:
 
         def gather(index_batch):
-            return tf.gather(xs, index_batch), tf.gather(ys, index_batch)
+            return (tf.gather(xs, index_batch),
+                    tf.nest.map_structure(lambda y: tf.gather(y, index_batch), ys))
     return index_batches.map(gather)
 
 
-def _finish(tf, batches, tuned: bool, binary: bool, scale_pixels: bool):
+def _finish(tf, batches, tuned: bool, labels: Callable, scale_pixels: bool):
     """uint8 pixels (decoded or cached images, arrays: a quarter of the space) become float32
     here, on the host, as the guide advises (the model's first layer casts to the compute
     dtype, and a CPU does float16 arithmetic slower than float32): divided by 255 for a model
-    that does not rescale them itself, as stored for one that does; binary labels become
-    float columns.
+    that does not rescale them itself, as stored for one that does; the labels become what
+    the loss reads (`labels`: the objective's: ids, float columns, scaled targets).
 
     `tuned`: tf.data's autotuning sizes the parallel decoding of files and the prefetch
     buffer. Batches gathered from arrays in memory have nothing to tune: they get a fixed
@@ -268,10 +271,9 @@ def _finish(tf, batches, tuned: bool, binary: bool, scale_pixels: bool):
     def convert(x, y):
         if pixels:
             x = tf.cast(x, tf.float32) / 255.0 if scale_pixels else tf.cast(x, tf.float32)
-        return x, tf.expand_dims(tf.cast(y, tf.float32), -1) if binary else y
+        return x, labels(tf, y)
 
-    if pixels or binary:
-        batches = batches.map(convert)
+    batches = batches.map(convert)
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
     options.autotune.enabled = tuned

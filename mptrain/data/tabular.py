@@ -1,9 +1,10 @@
-"""`csv`: a table with a label column, for tabular models.
+"""`csv`: a table with a label column (or several), for tabular models.
 
-One pass in Python reads the file before training (`read_table`): it counts the rows, finds
-the classes (whole numbers are class ids; any other labels are class names, numbered in
-sorted order) and checks that every feature is a finite number and every label is there, so a
-bad cell is reported with its line and column now rather than as a failed step later.
+One pass in Python reads the file before training (`read_table`): it counts the rows, reads
+the labels (numbers stay numbers: class ids, 0/1 labels or a regression's targets, as the
+objective takes them; any other labels are class names, numbered in sorted order) and checks
+that every feature is a finite number and every label is there, so a bad cell is reported
+with its line and column now rather than as a failed step later.
 `validate` makes the same pass. Training then streams the file through the same reader (the
 `csv` module: quotes, CRLF line ends, blank lines and Excel's UTF-8 byte-order mark are read
 as spreadsheets write them), so the rows trained on are exactly the rows checked, and the
@@ -21,14 +22,15 @@ from pathlib import Path
 import numpy as np
 
 from mptrain.config.schema import CsvData
-from mptrain.data.dataset import Dataset, InputSpec, Split, check_learnable, split_keys, split_sizes
+from mptrain.data.dataset import Dataset, InputSpec, Split, hash_fraction, split_keys, split_sizes
 from mptrain.errors import DataError
+from mptrain.objective import LabelStats, label_stats
 
 ENCODING = "utf-8-sig"  # UTF-8, without the byte-order mark spreadsheets put first
 DELIMITERS = ",;\t|"
 
 
-def _lines(path: Path, delimiter: str) -> Iterator[tuple[int, list[str]]]:
+def table_rows(path: Path, delimiter: str) -> Iterator[tuple[int, list[str]]]:
     """(line number, cells) of every non-blank row, the header included."""
     try:
         with open(path, newline="", encoding=ENCODING) as fh:
@@ -46,7 +48,7 @@ def _lines(path: Path, delimiter: str) -> Iterator[tuple[int, list[str]]]:
 
 
 def read_header(path: Path, delimiter: str) -> list[str]:
-    first = next(_lines(path, delimiter), None)
+    first = next(table_rows(path, delimiter), None)
     if first is None:
         raise DataError(f"{path}: empty file; a CSV data set needs a header row and data rows")
     names = [name.strip() for name in first[1]]
@@ -68,19 +70,25 @@ def _is_number(cell: str) -> bool:
     return True
 
 
-def columns(cfg: CsvData, header: list[str], path: Path) -> tuple[list[int], int]:
-    """Indices of the feature columns and of the label column; unknown names are errors."""
-    if cfg.label_column not in header:
-        raise DataError(f"{path}: no column {cfg.label_column!r} (data.label_column); the "
+def columns(cfg: CsvData, header: list[str], path: Path) -> tuple[list[int], list[int]]:
+    """Indices of the feature columns and of the label columns; unknown names are errors."""
+    wanted = label_columns(cfg)
+    absent = [c for c in wanted if c not in header]
+    if absent:
+        raise DataError(f"{path}: no column {absent[0]!r} (data.label_column); the "
                         f"columns are {', '.join(header)}{_delimiter_hint(header, cfg.delimiter)}")
-    features = cfg.feature_columns or [c for c in header if c != cfg.label_column]
+    features = cfg.feature_columns or [c for c in header if c not in wanted]
     missing = [c for c in features if c not in header]
     if missing:
         raise DataError(f"{path}: no columns {', '.join(missing)} (data.feature_columns); "
                         f"the columns are {', '.join(header)}")
     if not features:
-        raise DataError(f"{path}: no feature columns besides the label {cfg.label_column!r}")
-    return [header.index(c) for c in features], header.index(cfg.label_column)
+        raise DataError(f"{path}: no feature columns besides the label {', '.join(wanted)}")
+    return [header.index(c) for c in features], [header.index(c) for c in wanted]
+
+
+def label_columns(cfg: CsvData) -> list[str]:
+    return [cfg.label_column] if isinstance(cfg.label_column, str) else list(cfg.label_column)
 
 
 def _delimiter_hint(header: list[str], delimiter: str) -> str:
@@ -101,29 +109,36 @@ class Table:
     """What the pass over a CSV file found: its columns, labels and splits."""
 
     feature_idx: list[int]
-    label_idx: int
+    label_idx: list[int]
     columns: tuple[tuple[str, str], ...]  # each feature's (name, int64 | float32 | string)
-    classes: list[str]
-    class_id: dict[str, int]
-    numeric: bool  # labels are class ids, not names
+    classes: list[str] | None  # class names, numbered in sorted order (None: numeric labels)
+    stats: LabelStats  # what the training labels are (`objective.label_stats`)
     train_rows: np.ndarray  # data-row numbers in the training file, training split
     val_rows: np.ndarray
     test_rows: np.ndarray  # data-row numbers in the test file (the training file without test_path)
+
+    def label(self, row: list[str]):
+        """A row's label as the stream gives it: a class name's id, or its number(s)."""
+        cells = [row[i].strip() for i in self.label_idx]
+        if self.classes is not None:
+            return np.int32(self.classes.index(cells[0]))
+        values = np.array([float(c) for c in cells], np.float32)
+        return values if len(values) > 1 else values[0]
 
 
 WIDER = {"int64": 0, "float32": 1, "string": 2}
 
 
-def _scan(path: Path, cfg: CsvData, feature_idx: list[int], label_idx: int,
-          dtypes: dict[int, str]) -> list[str]:
+def _scan(path: Path, cfg: CsvData, feature_idx: list[int], label_idx: list[int],
+          dtypes: dict[int, str]) -> list[tuple[str, ...]]:
     """Every data row's label (as text), each feature checked to be a finite number; with
     `data.inputs: columns`, each column's type as pandas would read it (`dtypes`, widened as
     cells demand): whole numbers int64, other numbers float32, and a column with a cell that
     is not a number text, as keras.io's structured data models take them (IntegerLookup,
     Normalization, StringLookup)."""
     labels = []
-    width = max(feature_idx + [label_idx]) + 1
-    rows = _lines(path, cfg.delimiter)
+    width = max(feature_idx + label_idx) + 1
+    rows = table_rows(path, cfg.delimiter)
     _, header = next(rows, (0, []))
     for line, row in rows:
         if len(row) < width:
@@ -148,20 +163,21 @@ def _scan(path: Path, cfg: CsvData, feature_idx: list[int], label_idx: int,
                         "input per column, text as strings)")
                 raise DataError(f"{path}, line {line}, column {i + 1}{name}: {what}; features "
                                 f"must be finite numbers{hint}")
-        label = row[label_idx].strip()
-        if not label or label.lower() in ("nan", "inf", "-inf", "null", "none", "na"):
-            what = "an empty label" if not label else f"label {label!r}"
-            raise DataError(f"{path}, line {line}, column {label_idx + 1} ({cfg.label_column}): {what}; "
-                            "every row needs its class")
-        labels.append(label)
+        for i in label_idx:
+            label = row[i].strip()
+            if not label or label.lower() in ("nan", "inf", "-inf", "null", "none", "na"):
+                what = "an empty label" if not label else f"label {label!r}"
+                raise DataError(f"{path}, line {line}, column {i + 1} ({header[i].strip()}): "
+                                f"{what}; every row needs its label")
+        labels.append(tuple(row[i].strip() for i in label_idx))
     if not labels:
         raise DataError(f"{path}: a header but no data rows")
     return labels
 
 
 def read_table(cfg: CsvData) -> Table:
-    """The whole pass: header, cells, classes, and which rows are training, validation, test
-    (a hash of the row number, the same on every machine)."""
+    """The whole pass: header, cells, labels, and which rows are training, validation, test
+    (a hash of the row number, the same on every machine; validation by class: `_validation`)."""
     header = read_header(cfg.path, cfg.delimiter)
     feature_idx, label_idx = columns(cfg, header, cfg.path)
     dtypes: dict[int, str] = {}
@@ -172,26 +188,66 @@ def read_table(cfg: CsvData) -> Table:
             raise DataError(f"{cfg.test_path}: its header differs from {cfg.path}'s")
         test_labels = _scan(cfg.test_path, cfg, feature_idx, label_idx, dtypes)
     every = train_labels + (test_labels or [])
-    numeric = all(v.isdigit() for v in every)
-    classes = sorted(set(every), key=int if numeric else str)
-    class_id = {name: int(name) if numeric else i for i, name in enumerate(classes)}
+    numeric = all(_is_finite(cell) for label in every for cell in label)
+    if not numeric and len(label_idx) > 1:
+        bad = next(cell for label in every for cell in label if not _is_finite(cell))
+        raise DataError(f"{cfg.path}: label {bad!r} is not a number; several label columns "
+                        f"({', '.join(label_columns(cfg))}) hold numbers: 0/1 labels or targets")
+    classes = None if numeric else sorted({label[0] for label in every})
+    values = (np.array([[float(c) for c in label] for label in every], np.float64) if numeric
+              else np.array([classes.index(label[0]) for label in every], np.int32)[:, None])
+    if len(label_idx) == 1:
+        values = values[:, 0]
     n = len(train_labels)
     if test_labels is None:
         kept, taken = split_keys([str(i) for i in range(n)], cfg.test_split, "test")
         train_rows, test_rows = np.array(kept, dtype=int), np.array(taken, dtype=int)
     else:
         train_rows, test_rows = np.arange(n), np.arange(len(test_labels))
-    n_train, cut, n_test = split_sizes(cfg, len(train_rows), len(test_rows))
+    n_train, _, n_test = split_sizes(cfg, len(train_rows), len(test_rows))
     train_rows, test_rows = train_rows[:n_train], test_rows[:n_test]
-    if cut == 0 or not len(test_rows):
+    fit_rows, val_rows = _validation(train_rows, values[:n], cfg.validation_split)
+    if not len(fit_rows) or not len(test_rows):
         raise DataError(f"{cfg.path}: {n} rows are too few for the test and validation splits")
-    check_learnable([train_labels[i] for i in train_rows[:cut]],
-                    f"{cfg.path} (label column {cfg.label_column!r})")
+    test_values = values[n:][test_rows] if test_labels is not None else values[test_rows]
+    stats = label_stats(values[fit_rows], np.concatenate([values[fit_rows], test_values]),
+                        f"{cfg.path} (data.label_column {', '.join(label_columns(cfg))})", classes)
     return Table(feature_idx, label_idx, tuple((header[i], dtypes.get(i, "int64")) for i in feature_idx),
-                 classes, class_id, numeric, train_rows[:cut], train_rows[cut:], test_rows)
+                 classes, stats, fit_rows, val_rows, test_rows)
 
 
-def load_csv(cfg: CsvData) -> Dataset:
+def _is_finite(cell: str) -> bool:
+    try:
+        return math.isfinite(float(cell))
+    except ValueError:
+        return False
+
+
+def _validation(rows: np.ndarray, values: np.ndarray, fraction: float) -> tuple[np.ndarray, np.ndarray]:
+    """The training rows split into those trained on and the validation ones: with labels
+    that are classes (names, or one whole number a row), the same share of each class, the
+    rows of each chosen by a hash of their row number; with other labels (targets, several
+    0/1 labels), a hash of the row number. Never the file's last rows: a file sorted by class
+    would give validation one class (Keras' validation_split takes the last ones)."""
+    if not fraction:
+        return rows, rows[:0]
+    keys = [str(r) for r in rows]
+    per_row = values[rows]
+    classes = per_row.ndim == 1 and np.all(np.equal(np.mod(per_row, 1), 0))
+    if not classes:
+        kept, taken = split_keys(keys, fraction, "validation")
+        return rows[kept], rows[taken]
+    taken = []
+    for label in np.unique(per_row):
+        members = np.flatnonzero(per_row == label)
+        order = sorted(members, key=lambda i: hash_fraction(keys[i], "validation"))
+        taken += order[:round(len(members) * fraction)]
+    chosen = np.zeros(len(rows), bool)
+    chosen[taken] = True
+    return rows[~chosen], rows[chosen]
+
+
+def load_csv(cfg: CsvData, seed: int = 0, status=None) -> Dataset:
     table = read_table(cfg)
 
     def features(row: list[str]):
@@ -208,16 +264,18 @@ def load_csv(cfg: CsvData) -> Dataset:
         wanted = set(rows.tolist())
 
         def examples():
-            data = _lines(path, cfg.delimiter)
+            data = table_rows(path, cfg.delimiter)
             next(data, None)  # the header
             for index, (_, row) in enumerate(data):
                 if index in wanted:
-                    yield features(row), np.int32(table.class_id[row[table.label_idx].strip()])
+                    yield features(row), table.label(row)
 
         inputs = (tf.TensorSpec((len(table.feature_idx),), tf.float32) if cfg.inputs == "vector"
                   else {name: tf.TensorSpec((1,), dtype) for name, dtype in table.columns})
-        signature = (inputs, tf.TensorSpec((), tf.int32))
-        return lambda: tf.data.Dataset.from_generator(examples, output_signature=signature)
+        labels = (tf.TensorSpec((), tf.int32) if table.classes is not None else
+                  tf.TensorSpec(() if len(table.label_idx) == 1 else (len(table.label_idx),),
+                                tf.float32))
+        return lambda: tf.data.Dataset.from_generator(examples, output_signature=(inputs, labels))
 
     return Dataset(
         train=Split(len(table.train_rows), stream=stream(cfg.path, table.train_rows)),
@@ -226,7 +284,7 @@ def load_csv(cfg: CsvData) -> Dataset:
         test=Split(len(table.test_rows), stream=stream(cfg.test_path or cfg.path, table.test_rows)),
         spec=(InputSpec((len(table.columns),), "vector") if cfg.inputs == "vector"
               else InputSpec((len(table.columns),), "columns", columns=table.columns)),
-        num_classes_seen=max(table.class_id.values()) + 1,
+        labels=table.stats,
         source=str(cfg.path),
-        files={} if table.numeric else {"classes.txt": "\n".join(table.classes) + "\n"},
+        files={} if table.classes is None else {"classes.txt": "\n".join(table.classes) + "\n"},
     )

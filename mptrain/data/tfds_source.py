@@ -14,6 +14,7 @@ from pathlib import Path
 from mptrain.config.schema import TfdsData
 from mptrain.data.dataset import Dataset, InputSpec, Split, split_sizes
 from mptrain.errors import DataError
+from mptrain.objective import LabelStats
 
 
 def import_tfds():
@@ -41,7 +42,7 @@ def find_prepared(tfds, name: str, data_dir: Path):
     return tfds.builder_from_directory(str(versions[-1]))
 
 
-def load_tfds(cfg: TfdsData) -> Dataset:
+def load_tfds(cfg: TfdsData, seed: int = 0, status=None) -> Dataset:
     tfds = import_tfds()
     data_dir = Path(cfg.data_dir or os.environ.get("TFDS_DATA_DIR", Path.home() / "tensorflow_datasets"))
     data_dir = data_dir.expanduser()
@@ -55,7 +56,7 @@ def load_tfds(cfg: TfdsData) -> Dataset:
     info = builder.info
     if info.supervised_keys is None:
         raise DataError(f"TFDS data set {cfg.name!r} has no (input, label) pair "
-                        "(supervised_keys); mptrain trains classifiers on supervised data sets")
+                        "(supervised_keys); mptrain trains on supervised data sets")
     x_key, y_key = info.supervised_keys[:2]
     shape = tuple(info.features[x_key].shape)
     if any(d is None for d in shape):
@@ -66,7 +67,9 @@ def load_tfds(cfg: TfdsData) -> Dataset:
         if split not in info.splits:
             raise DataError(f"TFDS data set {cfg.name!r} has no split {split!r} (splits: "
                             f"{', '.join(info.splits)}); set data.train_split / data.test_split")
-    num_classes = info.features[y_key].num_classes
+    label = info.features[y_key]
+    num_classes = getattr(label, "num_classes", None)  # a ClassLabel; else the label's values
+    names = list(label.names) if num_classes else None
 
     def stream_of(split: str, skip: int = 0, take: int = -1):
         def stream():
@@ -83,6 +86,10 @@ def load_tfds(cfg: TfdsData) -> Dataset:
         if cut < n_train else None,
         test=Split(n_test, stream=stream_of(cfg.test_split, take=n_test)),
         spec=InputSpec.of(shape, info.features[x_key].dtype.as_numpy_dtype),
-        num_classes_seen=num_classes,
+        labels=LabelStats(source=f"tfds:{cfg.name}", shape=tuple(label.shape or ()),
+                          whole=num_classes is not None or label.dtype.is_integer,
+                          low=0.0, high=float(num_classes - 1) if num_classes else 1.0,
+                          one_hot=False, training_distinct=num_classes or 2,
+                          names=tuple(names) if names else None),
         source=f"tfds:{cfg.name} ({data_dir})",
     )

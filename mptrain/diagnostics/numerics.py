@@ -50,6 +50,7 @@ class Diagnosis(Record):
     overflowing_layers: list[str]
     verdicts: dict[str, str] = {}
     recommendation: str = ""
+    targets: str | None = None  # a regression's targets past what float16 holds (lint's rule)
 
 
 def fractions(values: np.ndarray, scale: float = 1.0) -> tuple[float, float]:
@@ -65,6 +66,7 @@ def fractions(values: np.ndarray, scale: float = 1.0) -> tuple[float, float]:
 
 
 def diagnose(config, steps: int = 5, verbose: bool = False) -> Diagnosis:
+    from mptrain.precision.lint import target_findings
     from mptrain.runs.experiment import prepare
     from mptrain.training.monitor import TrainingMonitor
 
@@ -82,7 +84,7 @@ def diagnose(config, steps: int = 5, verbose: bool = False) -> Diagnosis:
         loss = prepared.loop.loss_fn(y, prediction)
     activation_grads, weight_grads = tape.gradient(loss, (outputs, model.trainable_variables))
     # the prepared experiment: what the data filled in (num_classes, input shape) included
-    errors = _bfloat16_errors(prepared.config, prepared.data, model, x)
+    errors = _bfloat16_errors(prepared.config, prepared.data, prepared.objective, model, x)
     scale = config.train.loss_scale.initial_scale
     owner = {id(v): layer.name for layer in layers for v in layer.trainable_weights}
     numbers, all_grads = [], []
@@ -113,6 +115,11 @@ def diagnose(config, steps: int = 5, verbose: bool = False) -> Diagnosis:
         gradient_overflow_scaled=over_scaled_all, scale_range=scale_range(everything),
         overflowing_layers=[n.layer for n in numbers if n.activation_overflow > 0])
     result.verdicts, result.recommendation = verdicts(result)
+    said = target_findings(prepared.objective, prepared.data.labels, "float16")
+    if said:
+        result.targets = said[0].message
+        before = result.verdicts.get("mixed_float16")
+        result.verdicts["mixed_float16"] = f"{before}; {said[0].message}" if before else said[0].message
     return result
 
 
@@ -153,7 +160,7 @@ def scale_range(gradients: np.ndarray) -> tuple[float, float] | None:
     return (float(low), float(high))
 
 
-def _bfloat16_errors(config, data, model32, x) -> dict[str, float]:
+def _bfloat16_errors(config, data, objective, model32, x) -> dict[str, float]:
     """Each layer's outputs under mixed_bfloat16 (same weights, same batch) against float32.
     Layers are matched by position: a user's layers are named by Keras' counters, which
     differ between two builds; the float32 output mptrain appends to a 16-bit model has no
@@ -174,7 +181,7 @@ def _bfloat16_errors(config, data, model32, x) -> dict[str, float]:
 
     apply_policy("mixed_bfloat16")
     try:
-        model16 = build_model(config, data.spec, train_inputs=partial(
+        model16 = build_model(config, data.spec, objective, train_inputs=partial(
             training_inputs, data, config.train.batch_size)).model
         model16.set_weights(model32.get_weights())
         outs16, outs32 = outputs(model16), outputs(model32)

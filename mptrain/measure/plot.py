@@ -1,7 +1,8 @@
 """compare.png: the picture people paste into a report.
 
 Top row: training loss per step (a diverging variant is drawn up to its last finite loss and
-marked with an x), loss per epoch (train solid, validation dashed), test accuracy per variant.
+marked with an x), loss per epoch (train solid, validation dashed), the test quality per
+variant (the objective's figure: accuracy, AUC, MAE).
 Bottom row: step time after warm-up, speed-up over the baseline with its spread, and the loss
 scale per step when any variant scales its loss (the mixed_float16 story: halvings on
 overflow, doublings after `dynamic_growth_steps` good steps).
@@ -68,7 +69,7 @@ def plot_compare(record, path: Path) -> None:
                               label=row.label, linestyle=dash)
 
         _loss_axes(ax_step, ax_epoch, plain, len(rows))
-        _accuracy_bars(ax_acc, rows, colours)
+        _quality_bars(ax_acc, rows, colours)
         _step_time_boxes(ax_time, times, labels, plain)
         _speedup_bars(ax_speed, rows, colours, record.baseline_policy)
         _loss_scale_axis(ax_scale, scaled, plain)
@@ -136,18 +137,26 @@ def _finite_prefix(xs: list, ys: list) -> tuple[list, list]:
     return xs, ys
 
 
-def _accuracy_bars(ax, rows, colours) -> None:
+def _quality_bars(ax, rows, colours) -> None:
+    """Each row's test quality (the objective's figure: accuracy, AUC, MAE...), its change
+    against the baseline written on its bar."""
+    from mptrain.measure.verdicts import quality_figure
+
     positions = range(len(rows))
-    values = [r.summary.test_accuracy if r.summary.status != "diverged" else None for r in rows]
+    figures = [quality_figure(r.summary) if r.summary.status != "diverged" else None for r in rows]
+    values = [f.value if f is not None else None for f in figures]
     ax.barh(positions, [v or 0 for v in values], color=colours, alpha=0.8)
     for y, (value, row) in enumerate(zip(values, rows, strict=True)):
-        delta = row.verdict.accuracy_delta_pt
-        text = "diverged" if value is None else f"{value:.4f}" + (
-            f" ({delta:+.2f} pt)" if delta is not None else "")
+        delta = row.verdict.quality
+        text = "diverged" if value is None else f"{value:.4g}" + (
+            f" ({delta.shown()})" if delta is not None else "")
         ax.text(0.01, y, text, va="center", fontsize=9, transform=ax.get_yaxis_transform())
     ax.set_yticks(list(positions), [r.label for r in rows], fontsize=8)
     ax.invert_yaxis()
-    ax.set(title="Test accuracy", xlim=(0, 1))
+    first = next((f for f in figures if f is not None), None)
+    ax.set(title=f"Test {first.label if first else 'accuracy'}")
+    if first is None or first.proportion or first.label in ("AUC", "mean IoU"):
+        ax.set_xlim(0, 1)
     ax.grid(alpha=0.3, axis="x")
 
 

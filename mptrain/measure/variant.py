@@ -38,6 +38,42 @@ class Training(FrozenRecord):
     behind: bool
 
 
+class QualityDelta(FrozenRecord):
+    """A variant's test quality against the baseline's (`verdicts.quality_against`)."""
+
+    label: str  # what the figure is: accuracy, MAE, AUC, mean IoU
+    delta: float  # its value minus the baseline's (a proportion: in points)
+    noise: float | None = None  # a proportion: what the test set's size cannot resolve (points)
+    relative_pct: float | None = None  # any other figure: the change, % of the baseline's
+    proportion: bool = False
+    higher_is_better: bool = True
+    worse: bool = False  # beyond the noise or the tolerance, in the worse direction
+
+    def shown(self) -> str:
+        """The change as a table shows it: +0.12 pt, or -3.1%."""
+        if self.proportion:
+            return f"{self.delta:+.2f} pt"
+        return f"{self.relative_pct:+.1f}%" if self.relative_pct is not None else f"{self.delta:+.3g}"
+
+    def word(self) -> str:
+        """same accuracy, accuracy within noise, accuracy lower/higher; same MAE, MAE
+        better/worse (-3.1%): judged on the rounded figure the table shows."""
+        if self.proportion:
+            shown = round(self.delta, 2)
+            if shown == 0:
+                return f"same {self.label}"
+            if self.noise is not None and abs(self.delta) <= self.noise:
+                return f"{self.label} within noise"
+            return f"{self.label} lower" if shown < 0 else f"{self.label} higher"
+        if self.relative_pct is not None and abs(self.relative_pct) < SAME_QUALITY_PCT:
+            return f"same {self.label}"
+        better = (self.delta > 0) == self.higher_is_better
+        return f"{self.label} {'better' if better else 'worse'} ({self.shown()})"
+
+
+SAME_QUALITY_PCT = 1.0  # a figure that is not a proportion, within 1% of the baseline's: the same
+
+
 class Verdict(FrozenRecord):
     """What a variant is worth against the baseline, as data."""
 
@@ -50,8 +86,7 @@ class Verdict(FrozenRecord):
     to_target: ToTarget | None = None  # its way to float32's loss over the examples seen
     memory_ratio: float | None = None  # its training memory peak / the baseline's
     training: Training | None = None
-    accuracy_delta_pt: float | None = None
-    accuracy_noise_pt: float | None = None  # what the test set's size cannot resolve
+    quality: QualityDelta | None = None  # its test quality against the baseline's
     refused: list[str] = []  # why it cannot be picked: diverged, behind, failed, too slow...
     input_bound: bool = False  # its step is no slower than the input pipeline alone
     stopped_early: str | None = None  # why it stopped before its planned end
@@ -65,20 +100,21 @@ class Verdict(FrozenRecord):
     def faster(self) -> bool:
         return self.speed.word == "faster" and not self.slower_over_run and not self.refused
 
-    @property
-    def accuracy_word(self) -> str | None:
-        """Judged on the rounded figure the table shows, so a -0.00 is 'same accuracy'."""
-        delta = self.accuracy_delta_pt
-        if delta is None:
-            return None
-        shown = round(delta, 2)
-        if shown == 0:
-            return "same accuracy"
-        if self.accuracy_noise_pt is not None and abs(delta) <= self.accuracy_noise_pt:
-            return "accuracy within noise"
-        return "accuracy lower" if shown < 0 else "accuracy higher"
+    @model_validator(mode="before")
+    @classmethod
+    def _older_records(cls, data):
+        """compare.json and plan.json before objectives (2026-12-03) kept an accuracy delta in
+        points and its noise: the same judgement, of accuracy."""
+        if not isinstance(data, dict) or "accuracy_delta_pt" not in data:
+            return data
+        data = dict(data)
+        delta, noise = data.pop("accuracy_delta_pt"), data.pop("accuracy_noise_pt", None)
+        if delta is not None:
+            data["quality"] = {"label": "accuracy", "delta": delta, "noise": noise,
+                               "proportion": True}
+        return data
 
-    def words(self, accuracy: bool = True) -> str:
+    def words(self, quality: bool = True) -> str:
         """The verdict in a few words: what a table's verdict column shows."""
         if self.baseline:
             parts = ["baseline"]
@@ -97,8 +133,8 @@ class Verdict(FrozenRecord):
             made = (f"{self.training.share:.0%} of float32's progress" if self.training.share is not None
                     else f"{self.training.shortfall:+.3g}")
             parts.append(f"loss behind float32's ({made})")
-        if accuracy and not self.baseline and self.accuracy_word:
-            parts.append(self.accuracy_word)
+        if quality and not self.baseline and self.quality is not None:
+            parts.append(self.quality.word())
         parts += [reason for reason in self.refused if not reason.startswith("loss behind")]
         if self.input_bound:
             parts.append("input-bound")

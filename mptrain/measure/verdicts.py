@@ -28,9 +28,12 @@ barely moved (where a share of progress says nothing). The allowance is widened 
 float32's own run-to-run difference when its A/A twin measured one: a difference float32 has
 with itself cannot count against a candidate.
 
-Accuracy. A test set of n examples measures accuracy to about ±1.96·sqrt(p(1-p)/n): on 41
-examples one example (2.4 points) is noise. Two accuracies differ only outside the Wilson 95%
-interval of the variant's accuracy at the test set's size.
+Quality. Each objective is judged by its own test figure (`objective.Quality`: accuracy,
+AUC, mean IoU, MAE). A test set of n examples measures an accuracy to about
+±1.96·sqrt(p(1-p)/n): on 41 examples one example (2.4 points) is noise, so two accuracies
+differ only outside the Wilson 95% interval of the variant's at the test set's size. Other
+figures have no such model: a relative change within 1% is the same, and one beyond the
+tolerance in the direction that is worse for the figure (an MAE up, an AUC down) is worse.
 """
 
 from __future__ import annotations
@@ -41,9 +44,9 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from mptrain.measure.to_target import ToTarget, to_target
-from mptrain.measure.variant import Speed, SpeedWord, Training, Variant, Verdict
+from mptrain.measure.variant import QualityDelta, Speed, SpeedWord, Training, Variant, Verdict
 from mptrain.measure.whole_run import RunLength, in_batches_of, whole_run_estimate
-from mptrain.runs.summary import MIN_TIMED_STEPS, RunSummary
+from mptrain.runs.summary import MIN_TIMED_STEPS, QualityFigure, RunSummary
 
 Z95 = 1.96
 MIN_ROUNDS = 3  # fewer paired rounds are no measurement of a ratio
@@ -60,7 +63,7 @@ class Rules:
     length when a trial stands for it (None: a compare's rows are whole runs)."""
 
     tolerance_pct: float = DEFAULT_TOLERANCE_PCT
-    accuracy_counts: bool = False
+    quality_counts: bool = False
     turn_steps: int = 0
     input_ms: float | None = None
     length: RunLength | None = None  # the experiment as written (plan), for whole-run estimates
@@ -108,18 +111,16 @@ def judge(row: Variant, base: Variant | None, steps: Steps | None = None,
         training, target, said = _losses(steps, rules, is_base, s.batch_size != b.batch_size,
                                          1.0 if is_base else pace.ratio)
         refused += said
-    accuracy = noise = memory = None
+    quality = memory = None
     comparable = b is not None and "diverged" not in (s.status, b.status)
     if comparable:  # the baseline's own ratio is 1, or None when the allocator kept no figure
         mine, theirs = s.memory.training_peak_bytes, b.memory.training_peak_bytes
         memory = mine / theirs if mine is not None and theirs else None
     if comparable and not is_base:
-        accuracy = (100.0 * (s.test_accuracy - b.test_accuracy)
-                    if s.test_accuracy is not None and b.test_accuracy is not None else None)
-        noise = accuracy_noise_pt(s.test_accuracy, s.test_examples)
-        if rules.accuracy_counts and accuracy is not None and accuracy < -max(
-                rules.tolerance_pct, noise or 0.0):
-            refused.append(f"accuracy {accuracy:+.2f} pt")
+        quality = quality_against(quality_figure(s), quality_figure(b), s.test_examples,
+                                  rules.tolerance_pct)
+        if rules.quality_counts and quality is not None and quality.worse:
+            refused.append(f"{quality.label} {quality.shown()}")
     whole = base_whole = None
     if rules.length is not None and b is not None:
         whole = whole_run_estimate(s, in_batches_of(rules.length, b.batch_size, s.batch_size))
@@ -132,7 +133,7 @@ def judge(row: Variant, base: Variant | None, steps: Steps | None = None,
         control=control.label if against is not None else None, against_control=against,
         slower_over_run=(pace.word == "faster" and whole is not None and base_whole is not None
                          and whole > base_whole),
-        accuracy_delta_pt=accuracy, accuracy_noise_pt=noise, memory_ratio=memory,
+        quality=quality, memory_ratio=memory,
         refused=refused, input_bound=input_bound(s.step_time.median_ms if s.step_time else None,
                                                  rules.input_ms),
         stopped_early=s.stop_reason if s.stopped_by in ("max_steps", "signal") else None)
@@ -292,7 +293,41 @@ def trial_loss(losses: list[float]) -> float | None:
     return sum(kept) / len(kept) if kept else None
 
 
-# --- accuracy -----------------------------------------------------------------------------
+# --- quality ------------------------------------------------------------------------------
+
+
+def quality_figure(s: RunSummary) -> QualityFigure | None:
+    """The test figure a run is judged by; a summary from before objectives (2026-12-03)
+    has only its accuracy."""
+    if s.quality is not None:
+        return s.quality
+    if s.test_accuracy is None:
+        return None
+    return QualityFigure(metric="accuracy", label="accuracy", value=s.test_accuracy,
+                         higher_is_better=True, proportion=True)
+
+
+def quality_against(mine: QualityFigure | None, theirs: QualityFigure | None, examples: int | None,
+                    tolerance_pct: float) -> QualityDelta | None:
+    """A variant's quality against the baseline's, judged in its own terms: a proportion
+    (accuracy) in points, against the Wilson interval its test set's size gives (see the
+    module doc); any other figure (MAE, AUC, IoU) as a relative change, "worse" beyond the
+    tolerance in the direction that is worse for it."""
+    if mine is None or theirs is None or mine.value is None or theirs.value is None \
+            or mine.metric != theirs.metric:
+        return None
+    if mine.proportion:
+        delta = 100.0 * (mine.value - theirs.value)
+        noise = accuracy_noise_pt(mine.value, examples)
+        worse = delta < -max(tolerance_pct, noise or 0.0)
+        return QualityDelta(label=mine.label, delta=delta, noise=noise, proportion=True,
+                            higher_is_better=True, worse=worse)
+    delta = mine.value - theirs.value
+    relative = 100.0 * delta / abs(theirs.value) if theirs.value else None
+    against = -1 if mine.higher_is_better else 1  # the sign of a change for the worse
+    worse = relative is not None and relative * against > tolerance_pct
+    return QualityDelta(label=mine.label, delta=delta, relative_pct=relative, proportion=False,
+                        higher_is_better=mine.higher_is_better, worse=worse)
 
 
 def wilson_half_width(accuracy: float, n: int, z: float = Z95) -> float:

@@ -18,7 +18,7 @@ from mptrain.config.schema import OWN_MODELS, ExperimentConfig
 from mptrain.data.dataset import InputSpec
 from mptrain.errors import ConfigError
 from mptrain.model.inputs import PixelRange, pixel_range
-from mptrain.model.outputs import OutputKind, kind_of_activation, read_output
+from mptrain.model.outputs import OutputKind, kind_of_activation, read_output, sixteen_bit_probabilities
 
 # model.kind → "module:function(config, spec) -> (keras.Model, notes)", imported when used
 BUILDERS = {
@@ -35,24 +35,27 @@ BUILDERS = {
 @dataclass
 class BuiltModel:
     model: Any  # keras.Model
-    output: OutputKind  # what the loss receives: probabilities or logits
+    output: OutputKind  # what the loss receives: probabilities or logits (its first output's)
     notes: list[str] = field(default_factory=list)
     pixel_range: PixelRange | None = None  # pixel data: the range the model takes (`inputs.py`)
+    compiled: dict | None = None  # what its builder compiled it with (`keras_internals.compiled_with`)
 
 
-def build_model(config: ExperimentConfig, spec: InputSpec, initial_weights: Path | None = None,
+def build_model(config: ExperimentConfig, spec: InputSpec, objective=None,
+                initial_weights: Path | None = None,
                 train_inputs: Callable[[], Any] | None = None) -> BuiltModel:
-    """The experiment's model under the current global policy, with a float32 output;
-    `initial_weights` (from `save_initial_weights`) makes several builds start from the same
-    weights; `train_inputs()`: the training split's inputs, for a `python` builder that
-    declares them."""
+    """The experiment's model under the current global policy, with float32 outputs, its head
+    what `objective` asks (a python builder is given its `num_classes`); `initial_weights`
+    (from `save_initial_weights`) makes several builds start from the same weights;
+    `train_inputs()`: the training split's inputs, for a `python` builder that declares
+    them. A model its builder compiled keeps what it was compiled with (`BuiltModel.compiled`)."""
     import keras
 
     import mptrain.model.fused  # noqa: F401  (registers mptrain's layers for saving/loading)
     import mptrain.model.layers  # noqa: F401
     from mptrain.model.checks import check_inputs
-    from mptrain.model.keras_internals import reset_name_counters
-    from mptrain.model.own_step import check_own_step
+    from mptrain.model.keras_internals import compiled_with, reset_name_counters
+    from mptrain.model.own_step import check_own_step, own_methods
 
     # every build names its layers alike (`dense`, `dense_1`...), however many models the
     # process built before: the names plan, diagnose, lint and memory show are those
@@ -60,11 +63,16 @@ def build_model(config: ExperimentConfig, spec: InputSpec, initial_weights: Path
     # reset the global dtype policy and every traced graph.)
     reset_name_counters()
     check_inputs(config, spec)
+    if objective is None and config.model.kind != "python":  # built without its data
+        from mptrain.objective import for_head
+
+        objective = for_head(config.train.loss, config.model.num_classes)
     module, _, function = BUILDERS[config.model.kind].partition(":")
     build = getattr(importlib.import_module(module), function)
     # only a user's builder may read the training data (to adapt its preprocessing layers)
-    model, notes = (build(config, spec, train_inputs) if config.model.kind == "python"
-                    else build(config, spec))
+    model, notes = (build(config, spec, objective, train_inputs) if config.model.kind == "python"
+                    else build(config, spec, objective))
+    compiled = compiled_with(model) if getattr(model, "compiled", False) else None
     notes += check_own_step(config, model, keras.config.dtype_policy().name == "mixed_float16")
     rules = config.model.layer_rules
     if rules:
@@ -72,6 +80,9 @@ def build_model(config: ExperimentConfig, spec: InputSpec, initial_weights: Path
 
         model, changed = rebuild_with_policies(model, rules)
         notes.append("per-layer policies: " + ", ".join(changed))
+    if not own_methods(model):
+        model, kept = _float32_probabilities(model)
+        notes += kept
     if config.model.fused_layers:
         from mptrain.model.fused import fuse
 
@@ -80,22 +91,46 @@ def build_model(config: ExperimentConfig, spec: InputSpec, initial_weights: Path
     model, more = ensure_float32_output(model)
     if initial_weights is not None:
         _load_initial_weights(model, initial_weights)
-    output, said = _output_kind(config, model, spec)
+    output, said = _output_kind(config, model, spec, objective)
     pixels, fed = None, []
     if spec.pixels:
         pixels, fed = pixel_range(model, config.model.pixel_range, config.model.kind in OWN_MODELS)
     elif config.model.pixel_range != "auto":
         raise ConfigError(f"model.pixel_range {config.model.pixel_range}: this data set's inputs "
                           "are not pixels (uint8 images); leave it out")
-    return BuiltModel(model, output, notes + more + said + fed, pixels)
+    return BuiltModel(model, output, notes + more + said + fed, pixels, compiled)
 
 
-def _output_kind(config: ExperimentConfig, model, spec: InputSpec) -> tuple[OutputKind, list[str]]:
-    """Probabilities or logits: mptrain's heads say; a user's model is read (`outputs.py`)
-    unless `model.output_activation` declares it."""
+def _float32_probabilities(model):
+    """The model with the layers that make its probabilities computing in float32
+    (`outputs.sixteen_bit_probabilities`), as the guide keeps a softmax, and a note saying so;
+    a model that cannot be rebuilt (a layer Keras cannot serialize) is kept as it is, and
+    `lint` says what its 16-bit softmax costs."""
+    from mptrain.model.dtypes import rebuild_with_policies
+
+    probabilities = sixteen_bit_probabilities(model)
+    if not probabilities:
+        return model, []
+    try:
+        model, _ = rebuild_with_policies(model, dict.fromkeys(probabilities, "float32"))
+    except Exception:  # noqa: BLE001  (kept as built: lint's note says the rest)
+        return model, []
+    return model, [f"the layer(s) making the model's probabilities ({', '.join(probabilities)}) "
+                   "compute in float32, as the guide keeps a softmax: in 16 bits they round to 0 "
+                   "and 1"]
+
+
+def _output_kind(config: ExperimentConfig, model, spec: InputSpec,
+                 objective) -> tuple[OutputKind, list[str]]:
+    """Probabilities or logits, what a cross-entropy is computed on: mptrain's heads say; a
+    user's model is read (`outputs.py`) unless `model.output_activation` declares it. A
+    regression's values, and a model with its own compile or several outputs (each loss as
+    named), are not read (their first output's reading, where it says, is kept)."""
     declared = config.model.output_activation
     if declared is not None:
         return kind_of_activation(declared), []
+    if objective is None or objective.activation == "linear":
+        return read_output(model).kind or "logits", []
     reading = read_output(model, _sample_inputs(spec))
     if reading.kind is None:
         raise ConfigError(
@@ -123,17 +158,22 @@ def _sample_inputs(spec: InputSpec):
 
 
 def output_dtype(model) -> str:
+    """The dtype of the model's outputs: float32 only when every one is."""
     import keras
 
     from mptrain.model.own_step import casts_in_place
 
-    return "float32" if casts_in_place(model) else keras.backend.standardize_dtype(model.outputs[0].dtype)
+    if casts_in_place(model):
+        return "float32"
+    dtypes = {keras.backend.standardize_dtype(t.dtype) for t in model.outputs}
+    return "float32" if dtypes == {"float32"} else ", ".join(sorted(dtypes - {"float32"}))
 
 
 def ensure_float32_output(model):
-    """The model unchanged when its output is float32; else the model followed by a float32
-    linear `Activation`, and a note saying so. A model with its own training step is kept
-    (`own_step.py`): its own call casts its output."""
+    """The model unchanged when its outputs are float32; else the model followed by a float32
+    linear `Activation` on each output that is not (several outputs keep their names, which
+    a loss per output is keyed by), and a note saying so. A model with its own training step
+    is kept (`own_step.py`): its own call casts its output."""
     import keras
 
     from mptrain.model.own_step import cast_output_in_place, own_methods
@@ -146,8 +186,21 @@ def ensure_float32_output(model):
         return model, [f"the model's output was {found}; mptrain casts it to float32 at the end of "
                        f"the model's own call, keeping {type(model).__name__} and its training "
                        "step (the guide's rule)"]
-    outputs = keras.layers.Activation("linear", dtype="float32", name="float32_output")(model.outputs[0])
-    wrapped = keras.Model(model.inputs, outputs, name=model.name)
+    if len(model.outputs) == 1:
+        outputs = keras.layers.Activation("linear", dtype="float32",
+                                          name="float32_output")(model.outputs[0])
+        wrapped = keras.Model(model.inputs, outputs, name=model.name)
+    else:  # the model nested, so each float32 output can keep its output's name
+        from mptrain.model.keras_internals import producer
+        from mptrain.model.walk import input_structure
+
+        inputs = keras.tree.map_structure(
+            lambda t: keras.Input(shape=t.shape[1:], dtype=t.dtype, name=producer(t).name),
+            input_structure(model))
+        results = dict(zip(model.output_names, keras.tree.flatten(model(inputs)), strict=True))
+        outputs = {name: keras.layers.Activation("linear", dtype="float32", name=name)(t)
+                   for name, t in results.items()}
+        wrapped = keras.Model(inputs, outputs, name=f"{model.name}_float32")
     return wrapped, [f"the model's output was {found}; mptrain appended a float32 linear Activation "
                      "so the loss is computed in float32 (the guide's rule)"]
 

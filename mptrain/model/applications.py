@@ -32,11 +32,11 @@ def check_application_fits(cfg: ApplicationConfig, spec: InputSpec) -> None:
             "to resize them inside the model, or use larger images")
 
 
-def build_application(config: ExperimentConfig, spec: InputSpec):
+def build_application(config: ExperimentConfig, spec: InputSpec, objective):
     import keras
     from keras import layers
 
-    from mptrain.model.basic import augmentation, classification_head
+    from mptrain.model.basic import augmentation, head
     from mptrain.model.layers import ImagePreprocessing
 
     cfg: ApplicationConfig = config.model
@@ -72,5 +72,5 @@ def build_application(config: ExperimentConfig, spec: InputSpec):
         notes.append(f"{cfg.name} is frozen (model.trainable_backbone: false): only the head trains")
     # frozen: BatchNorm keeps its statistics (inference mode), as Keras' fine-tuning guide says
     features = backbone(x, training=None if cfg.trainable_backbone else False)
-    outputs = classification_head(features, cfg)
+    outputs = head(features, cfg, objective)
     return keras.Model(inputs, outputs, name=cfg.name.lower()), notes

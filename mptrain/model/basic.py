@@ -1,9 +1,11 @@
 """mptrain's own small models (`mlp`, the guide's model, and `cnn`), and where every mptrain
-model meets its backbone: the input stem and the classification head.
+model meets its backbone: the input stem and the head the objective asks for.
 
 The head ends in the guide's "CORRECT" pattern: a Dense layer producing logits in the
 policy's dtype, then a separate `Activation(output_activation, dtype="float32")`, so the
-softmax and the loss see float32 whatever the policy.
+softmax and the loss see float32 whatever the policy. A regression's Dense computes in float32
+too: its outputs are the answer, and a 16-bit one rounds them (bfloat16's values near 1,000
+are 8 apart; float16 stops at 65,504).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from mptrain.config.schema import CNNConfig, ExperimentConfig, MLPConfig
 from mptrain.data.dataset import InputSpec
 
 
-def build_basic(config: ExperimentConfig, spec: InputSpec):
+def build_basic(config: ExperimentConfig, spec: InputSpec, objective):
     """`mlp` and `cnn`: a cnn's convolutions, then both kinds' Dense stack and head."""
     import keras
     from keras import layers
@@ -34,7 +36,7 @@ def build_basic(config: ExperimentConfig, spec: InputSpec):
         x = layers.Flatten(name="flatten")(x)
     for i, units in enumerate(hidden, start=1):
         x = layers.Dense(units, activation=cfg.activation, name=f"dense_{i}")(x)
-    return keras.Model(inputs=inputs, outputs=classification_head(x, cfg), name=cfg.kind), []
+    return keras.Model(inputs=inputs, outputs=head(x, cfg, objective), name=cfg.kind), []
 
 
 def augmentation(x, data_cfg):
@@ -56,17 +58,31 @@ def augmentation(x, data_cfg):
     return x
 
 
-def classification_head(features, cfg):
-    """Pool (a feature map or a sequence), optional dropout, Dense logits, float32 output."""
+def head(features, cfg, objective):
+    """Pool (a feature map or a sequence; not where the objective has a label per
+    position), optional dropout, Dense logits (float32 for a regression), float32 output."""
     from keras import layers
 
+    from mptrain.errors import ConfigError
+
     x = features
-    use_max = getattr(cfg, "pooling", "avg") == "max"
-    if len(x.shape) == 4:
-        x = (layers.GlobalMaxPooling2D if use_max else layers.GlobalAveragePooling2D)(name="pool")(x)
-    elif len(x.shape) == 3:
-        x = (layers.GlobalMaxPooling1D if use_max else layers.GlobalAveragePooling1D)(name="pool")(x)
+    wanted = objective.labels.dense
+    if wanted:
+        if tuple(x.shape[1:-1]) != wanted:
+            raise ConfigError(
+                f"model.kind {cfg.kind} ends in features of shape {tuple(x.shape[1:-1])} per "
+                f"example and the data has a label at each of {'x'.join(map(str, wanted))} "
+                "positions: a label per pixel needs a model that keeps (or restores) the "
+                "image's size, your own (model.kind python), e.g. keras.io's U-Net "
+                "(docs/models.md); mptrain's transformer tags each token")
+    else:
+        use_max = getattr(cfg, "pooling", "avg") == "max"
+        if len(x.shape) == 4:
+            x = (layers.GlobalMaxPooling2D if use_max else layers.GlobalAveragePooling2D)(name="pool")(x)
+        elif len(x.shape) == 3:
+            x = (layers.GlobalMaxPooling1D if use_max else layers.GlobalAveragePooling1D)(name="pool")(x)
     if getattr(cfg, "dropout", 0.0):
         x = layers.Dropout(cfg.dropout, name="head_dropout")(x)
-    logits = layers.Dense(cfg.num_classes, name="logits")(x)
+    values = objective.activation == "linear" and cfg.output_activation == "linear"
+    logits = layers.Dense(cfg.num_classes, name="logits", dtype="float32" if values else None)(x)
     return layers.Activation(cfg.output_activation, dtype="float32", name="predictions")(logits)

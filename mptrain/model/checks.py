@@ -37,26 +37,73 @@ def check_model(config: ExperimentConfig) -> None:
         raise ConfigError(f"model.weights {model.weights}: no such file")
 
 
-def fit_to_data(config: ExperimentConfig, data: Dataset) -> ExperimentConfig:
-    """The experiment with `model.num_classes` the data's when it was left out (and an image
-    folder's `data.image_size` the size its images were given at), checked against what the
-    data turned out to be (`check_fits`); an error names the experiment file, as `validate`'s
-    do. Labels the model cannot output are an error before training, not a NaN loss in it."""
+def objective_of(config: ExperimentConfig, labels, compiled: dict | None = None,
+                 tentative: bool = False):
+    """The experiment's objective (`objective.objective_for`) and notes on it: the builder's
+    own compile when it compiled the model and `train.loss` is left out (what mptrain cannot
+    honour of it refused by name), else from the loss and the labels. `tentative`: before a
+    python builder has run, whose compile may be what decides (None then, where the default
+    loss does not suit the labels)."""
+    from mptrain.objective import Compiled, objective_for
+
+    if compiled is not None and config.train.loss is None:
+        if (steps := compiled.get("steps_per_execution") or 1) != 1:
+            raise ConfigError(f"model.builder compiled the model with steps_per_execution={steps}: "
+                              "mptrain times and records every step; compile it without")
+        if compiled.get("run_eagerly"):
+            raise ConfigError("model.builder compiled the model with run_eagerly=True: mptrain "
+                              "measures compiled steps (and XLA); compile it without")
+        objective = objective_for(None, labels, compiled)
+        notes = [f"trained on the model's own compile ({objective.loss_name}; its metrics and "
+                 "loss weights), with train.optimizer and mptrain's precision and loss scaling"]
+        if compiled.get("optimizer") is not None:
+            notes.append(f"the {type(compiled['optimizer']).__name__} the model was compiled with "
+                         "is replaced by train.optimizer")
+        return objective, notes
+    try:
+        objective = objective_for(config.train.loss, labels,
+                                  scale_targets=config.train.target_scaling == "standard")
+    except MptrainError:
+        if tentative and config.train.loss is None and config.model.kind == "python":
+            return None, []
+        raise
+    if isinstance(objective, Compiled):
+        return objective, []
+    notes = []
+    if getattr(objective.labels, "one_hot", False):
+        notes.append("one-hot labels read as class ids (the same loss: sparse_categorical_"
+                     "crossentropy on ids is categorical_crossentropy on one-hot)")
+    if (scale := objective.labels.scale) is not None:
+        shown = ", ".join(f"{m:.4g} ± {d:.4g}" for m, d in zip(scale.mean, scale.std, strict=True))
+        notes.append(f"targets standardised (train.target_scaling): (y - mean) / std with mean ± "
+                     f"std {shown}, fitted on the training split; the loss and metrics are in "
+                     "those units (an MAE times std is in the targets' own)")
+    return objective, notes
+
+
+def fit_to_data(config: ExperimentConfig, data: Dataset, objective) -> ExperimentConfig:
+    """The experiment with `model.num_classes` what the objective's head must output when it
+    was left out (and an image folder's `data.image_size` the size its images were given at),
+    checked against what the data turned out to be (`check_fits`); an error names the
+    experiment file, as `validate`'s do. Labels the model cannot output are an error before
+    training, not a NaN loss in it."""
     from mptrain.config import variant
+    from mptrain.objective import Classes
 
     if getattr(config.data, "image_size", False) is None:
         config = variant(config, {"data.image_size": list(data.spec.shape[:2])})
     try:
-        if config.train.loss != "binary_crossentropy":
+        if objective is not None and objective.one_head:
             wanted = config.model.num_classes
             if wanted is None:
-                config = variant(config, {"model.num_classes": data.num_classes_seen})
-            elif data.num_classes_seen > wanted:
+                config = variant(config, {"model.num_classes": objective.units})
+            elif wanted is not None and isinstance(objective, Classes) and objective.units > wanted:
                 raise DataError(
-                    f"{data.source}: labels go up to {data.num_classes_seen - 1} but "
+                    f"{data.source}: labels go up to {objective.units - 1} but "
                     f"model.num_classes is {wanted}; set model.num_classes to at least "
-                    f"{data.num_classes_seen} (or leave it out: the data's classes)")
+                    f"{objective.units} (or leave it out: the data's classes)")
         check_fits(config, data.spec, data.train.size)
+        _check_monitors(config, objective)
         if data.val is None:
             watching = [key for key in ("early_stopping", "reduce_lr_on_plateau", "keep_best")
                         if (rule := getattr(config.train, key)) and rule.monitor.startswith("val_")]
@@ -69,49 +116,49 @@ def fit_to_data(config: ExperimentConfig, data: Dataset) -> ExperimentConfig:
     return config
 
 
-def check_built(config: ExperimentConfig, model, spec: InputSpec, classes: int) -> list[str]:
-    """The built model against its data and loss, before a step runs: it takes one input of
-    the data's shape, and its outputs are what the loss needs for the `classes` its labels
-    hold. Refused (naming the layer and the fix) where training would fail after set-up, or
-    train with exit 0 on something that cannot learn: a softmax over one unit is 1.0 for
-    every input (keras.io's `make_model(num_classes)` builds one when given 1). Said, not
-    refused: more outputs than classes (a builder may reserve some)."""
+def _check_monitors(config: ExperimentConfig, objective) -> None:
+    """An epoch rule watches the loss or a metric the run reports: the ones `train.metrics`
+    names (checked with the file), else the objective's own (known once the data is)."""
+    if objective is None or config.train.metrics is not None:
+        return
+    names = objective.default_metrics()
+    for key in ("early_stopping", "reduce_lr_on_plateau", "keep_best"):
+        rule = getattr(config.train, key)
+        watched = rule.monitor.removeprefix("val_") if rule else "loss"
+        if watched != "loss" and watched not in names:
+            raise ConfigError(f"train.{key}.monitor {rule.monitor}: not an epoch figure of this "
+                              f"{objective.name}; allowed: loss, {', '.join(names)}, each with "
+                              "val_ first (train.metrics names others)")
+
+
+def check_built(config: ExperimentConfig, model, spec: InputSpec, objective) -> list[str]:
+    """The built model against its data and objective, before a step runs: it takes one
+    input of the data's shape, and its outputs are what the objective needs
+    (`Objective.check`: refused, naming the layer and the fix, where training would fail after
+    set-up or train with exit 0 on something that cannot learn; said, not refused, what is
+    merely odd)."""
     from mptrain.model.outputs import read_output
+    from mptrain.objective import Several
 
     _check_model_inputs(model, spec)
-    named = [c for c in config.train.class_weight or {} if c >= max(classes, 2)]
-    if named:
-        raise ConfigError(f"train.class_weight names class {named[0]}, and the data's labels go "
-                          f"up to {max(classes, 2) - 1}")
+    if isinstance(objective, Several):
+        names = list(model.output_names)
+        missing = [k for k in objective.parts if k not in names]
+        if missing:
+            raise ConfigError(f"train.loss names output {missing[0]!r}, and the model's outputs are "
+                              f"{', '.join(names)}")
+        notes = []
+        for index, name in enumerate(names):
+            if name in objective.parts:
+                notes += objective.parts[name].check(model.outputs[index].shape[-1],
+                                                     read_output(model, index=index), None)
+        return notes
     units = model.outputs[0].shape[-1]
-    reading = read_output(model)
-    if reading.softmax and units == 1:
-        raise ConfigError(
-            f"model: {reading.evidence} over 1 unit, which outputs 1.0 for every input: nothing "
-            "can be learned. For two classes, end in Dense(1, activation='sigmoid') with "
-            "train.loss: binary_crossentropy (a builder's num_classes is then 2), or in a "
-            "softmax over 2 units")
-    if config.train.loss == "binary_crossentropy":
-        if units != 1:
-            raise ConfigError(f"train.loss binary_crossentropy takes one output, the probability "
-                              f"of class 1, and the model has {units}; end it in Dense(1), or use "
-                              "train.loss: sparse_categorical_crossentropy with one output per class")
-        if classes > 2:
-            raise ConfigError(f"train.loss binary_crossentropy takes labels 0 and 1, and the data "
-                              f"holds {classes} classes; use sparse_categorical_crossentropy")
-        return []
-    if units == 1:
-        raise ConfigError(
-            f"train.loss {config.train.loss} needs one output per class and the model has 1 (for "
-            f"the data's {classes} classes); with one sigmoid output for two classes, use "
-            "train.loss: binary_crossentropy")
-    if units < classes:
-        raise ConfigError(f"the labels go up to {classes - 1} and the model has {units} outputs; "
-                          f"give it {classes} (model.num_classes, or what its builder takes)")
-    if units > classes:
-        return [f"the model has {units} outputs and the data {classes} classes: outputs "
-                f"{classes}..{units - 1} are never a label"]
-    return []
+    if len(model.outputs) > 1 and objective.one_head:
+        raise ConfigError(f"the model has {len(model.outputs)} outputs ({', '.join(model.output_names)}) "
+                          f"and train.loss is one loss: give one per output (train.loss: "
+                          "{OUTPUT: LOSS, ...}), or compile the model in its builder")
+    return objective.check(units, read_output(model), config.train.class_weight)
 
 
 def _check_model_inputs(model, spec: InputSpec) -> None:

@@ -5,8 +5,12 @@ says how close a run is to the hardware's limit, which seconds alone cannot.
 
 FLOPs are counted from the model's own TensorFlow graph (every MatMul, batched MatMul, Einsum
 and convolution, with their static shapes), so the count covers any model mptrain can build,
-including attention and models from outside mptrain. Training is counted as 3x the forward
-pass, the rule nanoGPT and the scaling-law papers use.
+including attention and models from outside mptrain. A recurrent layer (LSTM, GRU, SimpleRNN,
+and a Bidirectional pair) runs its step in a loop TensorFlow keeps in a function of its own,
+which the outer graph shows as one op: it is counted from its weights instead, a step's
+multiply-adds (input and recurrent kernels) times its timesteps. Training is counted as 3x
+the forward pass, the rule nanoGPT and the scaling-law papers use. A model whose graph cannot
+be traced here is not counted at all, and said: never a failed run, never silently low.
 """
 
 from __future__ import annotations
@@ -97,12 +101,20 @@ def forward_profile(model, example_shape: tuple[int, ...] | None = None) -> Forw
     """The forward pass's FLOPs, by layer, on one example of `example_shape` (the data's).
     A matrix op without static shapes, or one inside a function TensorFlow calls (Keras
     compiles grouped convolutions with XLA), is not counted: its layer is named in
-    `uncounted`, never silently zero."""
+    `uncounted`, never silently zero; recurrent layers are counted over their timesteps
+    (`_recurrent_flops`)."""
+    layers = tuple(leaf_layers(model))
+    try:
+        graph = one_example_graph(model, False, example_shape)
+    except Exception as exc:  # any model validate passed must train: say it, never crash on it
+        why = str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
+        return ForwardProfile(0, {}, 0, layers, (f"the whole model (its graph could not be traced "
+                                                 f"for one example: {why})",))
     names = set(layer_names(model))
     by_layer: dict[str, int] = {}
     uncounted: dict[str, None] = {}
     total, ops = 0, 0
-    for op in one_example_graph(model, False, example_shape).get_operations():
+    for op in graph.get_operations():
         ops += op.type not in ("Placeholder", "Const", "Identity", "NoOp", "ReadVariableOp")
         flops = _op_flops(op)
         if flops is None:
@@ -111,7 +123,42 @@ def forward_profile(model, example_shape: tuple[int, ...] | None = None) -> Forw
             total += flops
             layer = _layer_of(op.name, names)
             by_layer[layer] = by_layer.get(layer, 0) + flops
-    return ForwardProfile(total, by_layer, ops, tuple(leaf_layers(model)), tuple(uncounted))
+    for name, flops in _recurrent_flops(model, layers, example_shape).items():
+        uncounted.pop(name, None)
+        if flops is None:
+            uncounted[f"{name} (recurrent, timesteps unknown)"] = None
+        else:
+            total += flops
+            by_layer[name] = by_layer.get(name, 0) + flops
+    return ForwardProfile(total, by_layer, ops, layers, tuple(uncounted))
+
+
+def _recurrent_flops(model, layers, example_shape) -> dict[str, int | None]:
+    """Each recurrent layer's forward FLOPs for one example: 2 x (its input and recurrent
+    kernels' sizes: a step's multiply-adds, whatever the cell) x its timesteps, read from its
+    input's shape, or, where the model leaves the length open (keras.io's
+    `Input(shape=(None,))`), from the data's sequences; None when neither says. A layer
+    unrolled (`unroll=True`) has its steps in the graph, counted there."""
+    import keras
+
+    from mptrain.model.keras_internals import first_call_inputs
+
+    open_length = (example_shape[0] if example_shape and len(model.inputs) == 1
+                   and len(model.inputs[0].shape) > 1 and model.inputs[0].shape[1] is None else None)
+    counted: dict[str, int | None] = {}
+    for layer in layers:
+        if not isinstance(layer, keras.layers.RNN | keras.layers.Bidirectional):
+            continue
+        inner = [layer.forward_layer, layer.backward_layer] if isinstance(
+            layer, keras.layers.Bidirectional) else [layer]
+        if any(getattr(r, "unroll", False) for r in inner):
+            continue
+        per_step = sum(math.prod(w.shape) for w in layer.weights if "kernel" in w.path.split("/")[-1])
+        inputs = first_call_inputs(layer)
+        steps = inputs[0].shape[1] if inputs and len(inputs[0].shape) == 3 else None
+        steps = steps if steps is not None else open_length
+        counted[layer.name] = 2 * per_step * steps if steps else None
+    return counted
 
 
 def _layer_of(op_name: str, names: set[str]) -> str:

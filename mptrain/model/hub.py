@@ -49,10 +49,10 @@ def build_backbone(cfg: KerasHubConfig):
             "the preset's local folder as model.preset") from None
 
 
-def build_hub(config: ExperimentConfig, spec: InputSpec):
+def build_hub(config: ExperimentConfig, spec: InputSpec, objective):
     import keras
 
-    from mptrain.model.basic import augmentation, classification_head
+    from mptrain.model.basic import augmentation, head
 
     cfg: KerasHubConfig = config.model
     backbone = build_backbone(cfg)
@@ -80,6 +80,6 @@ def build_hub(config: ExperimentConfig, spec: InputSpec):
         if features is None:
             raise ConfigError(f"model.backbone {cfg.backbone}: no pooled_output or "
                               "sequence_output to put a classifier on")
-    outputs = classification_head(features, cfg)
+    outputs = head(features, cfg, objective)
     source = f"preset {cfg.preset}" if cfg.preset else "kwargs"
     return keras.Model(inputs, outputs, name=cfg.backbone.lower()), [f"{cfg.backbone} from {source}"]

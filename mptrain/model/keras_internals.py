@@ -10,6 +10,9 @@ calls each one on a small model and fails, naming it, when one is gone or change
   `_build_attention` and `_masked_softmax` are overridden by `layers.Float32SoftmaxAttention`).
 - Where a TensorFlow checkpoint of a Keras optimizer keeps the trainable weights it updates
   (`optimizer/_trainable_variables/N/`).
+- What a model was compiled with, as its builder passed it (`_compile_config.config`): the
+  public `get_compile_config()` serializes it, and a loss function of the user's own may not
+  come back from that.
 """
 
 from __future__ import annotations
@@ -64,3 +67,9 @@ def attention_softmax(layer):
 
 def attention_dropout(layer) -> float:
     return getattr(layer, "_dropout", 0.0)
+
+
+def compiled_with(model) -> dict:
+    """The arguments a compiled model's `compile` was given (optimizer, loss, loss_weights,
+    metrics, weighted_metrics, run_eagerly, steps_per_execution, jit_compile), as objects."""
+    return dict(model._compile_config.config)

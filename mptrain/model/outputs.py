@@ -36,6 +36,7 @@ class OutputReading:
     kind: OutputKind | None  # None: cannot tell
     evidence: str
     softmax: bool = False  # read from a softmax layer or activation
+    layer: object = None  # the layer whose activation made probabilities (read from the layers)
 
 
 def kind_of_activation(activation: str) -> OutputKind:
@@ -43,10 +44,10 @@ def kind_of_activation(activation: str) -> OutputKind:
     return "probabilities" if activation in PROBABILITY_ACTIVATIONS else "logits"
 
 
-def read_output(model, sample=None) -> OutputReading:
-    """Probabilities or logits, from the model's final layers, else from its values on
-    `sample` (a batch of inputs), else None."""
-    structural = _read_layers(model)
+def read_output(model, sample=None, index: int = 0) -> OutputReading:
+    """Probabilities or logits, from the final layers of the model's output `index`, else
+    from its values on `sample` (a batch of inputs), else None."""
+    structural = _read_layers(model, index)
     if structural.kind is not None or sample is None:
         return structural
     return _read_values(model, sample)
@@ -57,11 +58,11 @@ def _activation_name(layer) -> str | None:
     return getattr(activation, "__name__", None) or (activation if isinstance(activation, str) else None)
 
 
-def _read_layers(model) -> OutputReading:
+def _read_layers(model, index: int = 0) -> OutputReading:
     import keras
 
     try:
-        tensor = model.outputs[0]
+        tensor = model.outputs[index]
     except (AttributeError, IndexError, TypeError, ValueError):
         return OutputReading(None, "a subclassed model: its layers are not a graph to read")
     for _ in range(MAX_DEPTH):
@@ -73,7 +74,7 @@ def _read_layers(model) -> OutputReading:
         if kind == "Softmax" or activation in PROBABILITY_ACTIVATIONS:
             what = activation or "softmax"
             return OutputReading("probabilities", f"its last layer {layer.name!r} is a {what}",
-                                 what == "softmax")
+                                 what == "softmax", layer)
         if kind == "Activation" and activation == "linear" or kind in PASS_THROUGH:
             tensor = inputs_of(tensor)[0] if inputs_of(tensor) else None
             if tensor is None:
@@ -138,3 +139,17 @@ def _read_values(model, sample) -> OutputReading:
                                               f"that sum to 1 (within {tolerance:.2g})")
     return OutputReading(None, "its outputs on a few inputs lie in [0, 1] without summing to 1 "
                                f"(within {tolerance:.2g})")
+
+
+def sixteen_bit_probabilities(model) -> list[str]:
+    """The layers (of the model itself, not a nested one) whose softmax or sigmoid makes an
+    output, and that compute in 16 bits: their probabilities round to 0 and 1 a few steps
+    from either (keras.io's U-Net ends in Conv2D(activation="softmax"): under bfloat16 its
+    loss stalled at 1.16 where float32's fell to 0.25), and a cast after them is too late."""
+    top = {id(layer) for layer in model.layers}
+    found = []
+    for index in range(len(model.outputs)):
+        layer = _read_layers(model, index).layer
+        if layer is not None and id(layer) in top and layer.compute_dtype != "float32":
+            found.append(layer.name)
+    return found

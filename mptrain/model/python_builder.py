@@ -30,8 +30,9 @@ from mptrain.model.in_process import is_registered
 from mptrain.model.own_step import own_methods
 
 # what mptrain offers every builder, beside model.kwargs: the data's shape of one example,
-# the classes (`classes_of`), and the training split's inputs (a tf.data.Dataset of batches,
-# as stored), for a builder that adapts its Normalization or TextVectorization to them alone
+# what its head must output (`Objective.builder_classes`: the classes, the labels or the
+# targets), and the training split's inputs (a tf.data.Dataset of batches, as stored), for a
+# builder that adapts its Normalization or TextVectorization to them alone
 GIVEN = ("input_shape", "num_classes", "train_inputs")
 
 
@@ -212,14 +213,6 @@ def load_builder(cfg: PythonConfig):
     return getattr(module, function)
 
 
-def classes_of(config: ExperimentConfig) -> int | None:
-    """A builder's `num_classes`: the classes, as Keras scripts count them. Under
-    binary_crossentropy that is 2, where mptrain's `model.num_classes` counts the one output
-    unit: keras.io's `make_model(input_shape, num_classes)` ends in Dense(1, sigmoid) for 2,
-    and in a softmax over one unit, which cannot learn, for 1."""
-    return 2 if config.train.loss == "binary_crossentropy" else config.model.num_classes
-
-
 def _adapt_hint(exc: Exception) -> str:
     """What to do about a failure Keras 3 itself has: `Normalization.adapt` on a dataset under
     a 16-bit policy adds its float32 running mean to a 16-bit batch mean (the AddV2 error)."""
@@ -232,16 +225,20 @@ def _adapt_hint(exc: Exception) -> str:
             "layers (raw features in 16 bits lose their digits before the mean is subtracted)")
 
 
-def build_python(config: ExperimentConfig, spec: InputSpec, train_inputs=None):
-    """`train_inputs()`: the training split's inputs, made only for a builder that declares
-    `train_inputs` (None: there is no data here to give, an error for such a builder)."""
+def build_python(config: ExperimentConfig, spec: InputSpec, objective, train_inputs=None):
+    """`objective`: what the model is for (its `num_classes`; None when only its builder's
+    own compile can say); `train_inputs()`: the training split's inputs, made only for a
+    builder that declares `train_inputs` (None: there is no data here to give, an error for
+    such a builder). A model it returns compiled keeps that compile (`objective.Compiled`)."""
     import keras
 
     cfg: PythonConfig = config.model
     with beside(cfg):
         build = load_builder(cfg)
         declared = declared_parameters(build)
-        offered = {"input_shape": spec.shape, "num_classes": classes_of(config)}
+        offered = {"input_shape": spec.shape,
+                   "num_classes": objective.builder_classes() if objective is not None
+                   else config.model.num_classes}
         if "train_inputs" in declared.names:
             if train_inputs is None:
                 raise ConfigError(f"model.builder {cfg.builder!r} takes train_inputs, and this "
@@ -256,10 +253,6 @@ def build_python(config: ExperimentConfig, spec: InputSpec, train_inputs=None):
     if not isinstance(model, keras.Model):
         raise ConfigError(f"model.builder {cfg.builder!r} returned {type(model).__name__}, not a "
                           "keras.Model")
-    if model.compiled:
-        raise ConfigError(f"model.builder {cfg.builder!r} returned a compiled model; return it "
-                          "uncompiled: mptrain compiles it with the experiment's optimizer, loss "
-                          "and loss scaling")
     try:
         functional = bool(model.outputs)
     except (AttributeError, ValueError):

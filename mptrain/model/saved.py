@@ -22,7 +22,7 @@ def check_saved(cfg: SavedConfig) -> None:
         raise ConfigError(f"model.path {cfg.path}: expected a .keras file (model.save('x.keras'))")
 
 
-def build_saved(config: ExperimentConfig, spec: InputSpec):
+def build_saved(config: ExperimentConfig, spec: InputSpec, objective):
     import keras
 
     cfg: SavedConfig = config.model

@@ -52,11 +52,11 @@ def check_transformer_fits(cfg: TransformerConfig, spec: InputSpec) -> None:
                           f"token ids (length,); this data set's examples have shape {spec.shape}")
 
 
-def build_transformer(config: ExperimentConfig, spec: InputSpec):
+def build_transformer(config: ExperimentConfig, spec: InputSpec, objective):
     import keras
     from keras import layers
 
-    from mptrain.model.basic import augmentation, classification_head
+    from mptrain.model.basic import augmentation, head
     from mptrain.model.layers import Float32SoftmaxAttention, PositionEmbedding
 
     cfg: TransformerConfig = config.model
@@ -87,5 +87,5 @@ def build_transformer(config: ExperimentConfig, spec: InputSpec):
             h = layers.Dropout(cfg.dropout, name=f"block_{i}_mlp_dropout")(h)
         x = layers.Add(name=f"block_{i}_mlp_residual")([x, h])
     x = layers.LayerNormalization(epsilon=1e-6, name="final_norm")(x)
-    outputs = classification_head(x, cfg)
+    outputs = head(x, cfg, objective)
     return keras.Model(inputs, outputs, name="transformer"), notes

@@ -10,7 +10,8 @@ From the built model (nothing trains):
 - a model too small to gain: its arithmetic per step takes less time than launching the
   step's operations;
 - numerics: an output that was not float32, a layer that ignores the policy (variables or
-  outputs in an unexpected dtype), a softmax computed in 16 bits.
+  outputs in an unexpected dtype), a softmax computed in 16 bits, a regression whose targets
+  square past float16's range or outgrow a 16-bit output layer's precision.
 Every finding says what to change in the YAML. Warnings decide the exit code; infos
 (dimensions fixed by the data or the task) are listed for completeness.
 """
@@ -35,7 +36,8 @@ LAUNCH_SECONDS = {"CPU": 5e-6, "GPU": 10e-6, "TPU": 10e-6}
 
 
 class Finding(FrozenRecord):
-    kind: Literal["alignment", "small_model", "output_dtype", "policy_ignored", "softmax_16bit"]
+    kind: Literal["alignment", "small_model", "output_dtype", "policy_ignored", "softmax_16bit",
+                  "targets"]
     severity: Literal["warning", "info"]
     layer: str | None
     message: str
@@ -86,8 +88,42 @@ def lint(prepared, profile: ForwardProfile, target: Target = "auto") -> list[Fin
     units = alignment_units(machine, target)
     findings = [*(_alignment(profile, config, units) if units else []),
                 *_small_model(config, profile, machine),
-                *_numerics(profile.layers, prepared.choice, prepared.notes, prepared.output)]
+                *_numerics(profile.layers, prepared.choice, prepared.notes, prepared.output),
+                *target_findings(prepared.objective, prepared.data.labels, prepared.choice.compute_dtype)]
     return sorted(findings, key=lambda f: (f.severity != "warning", -(f.flops_share or 0)))
+
+
+F16_MAX = 65504.0
+
+
+def target_findings(objective, stats, compute: str) -> list[Finding]:
+    """A regression's targets as 16 bits of `compute` see them (before training: from the
+    data's targets; `diagnose` asks for float16 too). Under float16 a squared error of
+    targets past 256 exceeds 65,504, and its gradient times the loss scale overflows until
+    the scale has fallen: steps are skipped, and a 16-bit output layer cannot even hold
+    targets past 65,504. Under bfloat16
+    the range is float32's but a value keeps 8 bits: near 1,000 the values a 16-bit output
+    layer can give are 8 apart. Standardised targets (train.target_scaling) are near 1."""
+    from mptrain.objective import Values
+
+    if not isinstance(objective, Values) or objective.labels.scale is not None or isinstance(stats, dict):
+        return []
+    largest = max(abs(stats.low), abs(stats.high))
+    fix = "set train.target_scaling: standard (the summary says the mean and deviation fitted)"
+    if compute == "float16" and largest ** 2 > F16_MAX:
+        return [_finding("targets", "warning", None,
+                         f"the targets reach {largest:,.4g}: their squared error reaches "
+                         f"{largest ** 2:,.4g}, past float16's 65,504, and its gradient times the "
+                         "loss scale overflows until the scale has fallen (skipped steps)" +
+                         (", and a float16 output layer cannot hold them" if largest > F16_MAX else "")
+                         + f"; {fix}")]
+    if compute == "bfloat16" and largest >= 256:
+        step = 2.0 ** (int(largest).bit_length() - 8)
+        return [_finding("targets", "info", None,
+                         f"the targets reach {largest:,.4g}: a bfloat16 output layer's values near "
+                         f"them are {step:g} apart (mptrain's own heads compute a regression's "
+                         f"last layer in float32; a model of your own may not); {fix}")]
+    return []
 
 
 def _dimensions(layer) -> list[tuple[str, int]]:

@@ -14,7 +14,7 @@ from rich.text import Text
 
 from mptrain.measure.trials import TWIN
 from mptrain.measure.variant import compare_label
-from mptrain.measure.verdicts import DEFAULT_TOLERANCE_PCT, INPUT_BOUND_NOTE, MIN_ROUNDS
+from mptrain.measure.verdicts import DEFAULT_TOLERANCE_PCT, INPUT_BOUND_NOTE, MIN_ROUNDS, quality_figure
 from mptrain.report.console import fmt, human_bytes
 from mptrain.report.fitted import Fitted
 from mptrain.runs.summary import RunSummary
@@ -65,10 +65,15 @@ def summary_table(s: RunSummary) -> Group:
         ("step time", _step_time(s)),
         ("throughput", f"{fmt(s.examples_per_sec, ',.0f')} examples/s"),
         ("compute", _compute_line(s)),
-        ("test", "  ".join([f"loss {fmt(s.test_loss)}  accuracy {fmt(s.test_accuracy)}",
+        ("test", "  ".join([f"loss {fmt(s.test_loss)}",
                             *(f"{name} {fmt(value)}" for name, value in s.test_metrics.items()
-                              if name not in ("loss", "accuracy"))])),
+                              if name != "loss")])),
     ]
+    if s.objective:
+        quality = s.quality
+        judged = (f"; judged by {quality.label} ({'higher' if quality.higher_is_better else 'lower'} "
+                  f"is better): {fmt(quality.value)}" if quality is not None else "")
+        rows.insert(4, ("objective", escape(s.objective + judged)))
     if s.notes:
         rows.append(("notes", escape("; ".join(s.notes))))
     if s.speed_warning:
@@ -135,8 +140,8 @@ def compare_tables(record: CompareRecord) -> Group:
     run (one-off costs, wall time)."""
     result_rows, detail_rows, time_rows, notes, peaks = _compare_rows(record)
     results = Fitted(f"mptrain compare: {record.experiment} (baseline: {record.baseline_policy})",
-                      ["variant", "ms/step", "speed-up", "accuracy\n(Δ pt)", "loss scale\n/ skips",
-                       "verdict"], result_rows, text_columns={5})
+                      ["variant", "ms/step", "speed-up", _quality_header(record.variants),
+                       "loss scale\n/ skips", "verdict"], result_rows, text_columns={5})
     details = Fitted("details", ["variant", "p10–p90\nms/step", "examples\n/s", "TFLOP/s", "MFU",
                                   "training\nmemory (×)"], detail_rows)
     times = Fitted("the whole run", ["variant", "start to\n1st step", "whole\nrun", "waited for\nturns"],
@@ -207,7 +212,7 @@ def _compare_rows(record: CompareRecord):
             what + (" [yellow]⚠[/]" if s.speed_warning else ""),
             f"{t.median_ms:.1f}" if t else "-",
             f"{row.speedup:.2f}x" if row.speedup is not None else "-",
-            "-" if s.status == "diverged" else _accuracy_cell(s.test_accuracy, verdict.accuracy_delta_pt),
+            "-" if s.status == "diverged" else _quality_cell(quality_figure(s), verdict.quality),
             f"{fmt(s.loss_scale.final, 'g')}/{s.loss_scale.skipped_steps}" if s.loss_scale else "-",
             f"[{colour}]{words}[/]" if colour else words,
         ]))
@@ -251,7 +256,8 @@ def _compare_footnotes(record: CompareRecord, peaks: dict[str, str]) -> list[str
                  f"float32's progress by more than {DEFAULT_TOLERANCE_PCT:g}% "
                  "(docs/choosing-a-precision.md); higher or "
                  "lower accuracy only beyond what the test set's size can resolve (a 95% Wilson "
-                 "interval). start to 1st step (s): process start, data, model, tracing, "
+                 "interval); another figure (MAE, AUC, IoU) better or worse beyond 1% of the "
+                 "baseline's. start to 1st step (s): process start, data, model, tracing, "
                  "compiling and the first step itself; whole run: its own wall time, waits for "
                  "the others' turns left out" + (BATCH_NOTE if _has_batch_axis(record.variants)
                                                  else "") + ".")
@@ -267,10 +273,22 @@ def _compare_footnotes(record: CompareRecord, peaks: dict[str, str]) -> list[str
     return notes
 
 
-def _accuracy_cell(accuracy: float | None, delta: float | None) -> str:
-    if accuracy is None:
+def _quality_header(rows) -> str:
+    """The results' quality column, named for the figure the rows are judged by."""
+    figure = next((quality_figure(r.summary) for r in rows if r.summary is not None), None)
+    if figure is None or figure.proportion:
+        return f"{figure.label if figure else 'accuracy'}\n(Δ pt)"
+    return f"{figure.label}\n(Δ %)"
+
+
+def _quality_cell(figure, delta) -> str:
+    if figure is None or figure.value is None:
         return "-"
-    return f"{accuracy:.4f}" + (f" ({delta:+.2f})" if delta is not None else "")
+    value = f"{figure.value:.4f}" if figure.proportion or abs(figure.value) < 10 else f"{figure.value:.4g}"
+    if delta is None:
+        return value
+    return value + (f" ({delta.delta:+.2f})" if delta.proportion else
+                    f" ({delta.relative_pct:+.1f})" if delta.relative_pct is not None else "")
 
 
 def plan_tables(record: PlanRecord) -> Group:
@@ -311,7 +329,7 @@ def _plan_rows(record: PlanRecord) -> list:
         elif trial.label == TWIN:
             words, colour = "A/A twin: the noise floor", ""
         else:
-            words = verdict.words(accuracy=record.evaluate)
+            words = verdict.words(quality=record.evaluate)
             colour = ("green" if trial.label == record.winner else
                       "" if verdict.eligible or verdict.baseline else "yellow")
         share = verdict.training.share if verdict.training else None
@@ -394,7 +412,7 @@ def runs_table(report: RunsReport) -> Group:
             f"[{colour}]{run.status}[/]" + ("*" if run.resumable else ""),
             fmt(run.epochs, "d", "-"),
             fmt(run.median_step_ms, ".1f", "-"),
-            fmt(run.test_accuracy, ".4f", "-"),
+            run.test_quality or "-",
             time_ago(datetime.fromisoformat(run.when), now),
         ]))
         if run.status in ("failed", "killed") and run.reason:
@@ -406,7 +424,7 @@ def runs_table(report: RunsReport) -> Group:
         notes.append(f"* resumable: mptrain run --resume {escape(report.folder)}/RUN")
     # one space between columns (the box's own): it leaves the names room
     return Group(Fitted(f"mptrain runs: {escape(report.folder)}",
-                         ["run\ncandidate loop", "status", "epochs", "ms/step", "test\nacc", "when"],
+                         ["run\ncandidate loop", "status", "epochs", "ms/step", "test", "when"],
                          rows, text_columns={1}, gap=1), *notes)
 
 

@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING, Any
 from mptrain.config import ExperimentConfig
 from mptrain.data import Dataset, load_dataset
 from mptrain.data.pipeline import Batches, hold_on_host, make_batches, training_inputs
-from mptrain.errors import ConfigError
+from mptrain.errors import MptrainError
 from mptrain.hardware.kernels import measured_kernels
 from mptrain.hardware.machine import Machine, probe
 from mptrain.hardware.runtime import import_tensorflow, seed_everything
 from mptrain.model import build_model
-from mptrain.model.checks import check_built, fit_to_data
+from mptrain.model.checks import check_built, fit_to_data, objective_of
 from mptrain.model.outputs import OutputKind
 from mptrain.model.size import MemoryMeter
 from mptrain.precision.planned import Planned, planned
@@ -50,6 +50,8 @@ from mptrain.training.optimizer import build_optimizer
 if TYPE_CHECKING:
     import keras
 
+    from mptrain.objective import Objective
+
 
 @dataclass(frozen=True)
 class Prepared:
@@ -66,6 +68,7 @@ class Prepared:
     memory: MemoryMeter  # started after the data, before the model: it measures training
     model: keras.Model
     output: OutputKind
+    objective: Objective  # what kind of problem it is: its loss, metrics, quality (`objective`)
     optimizer: keras.optimizers.Optimizer
     loop: TrainingLoop
     notes: tuple[str, ...] = ()  # what mptrain did to the model
@@ -122,25 +125,40 @@ def prepare(config: ExperimentConfig, *, policy: str | None = None, verbose: boo
     memory = MemoryMeter(tf, machine.memory_device).start()
 
     seed_everything(config.seed)  # the data's order has its own seeds (stateless shuffles)
-    config = fit_to_data(config, data)  # what the model is built from, checked just before
-    with scope(place):  # model, optimizer, metrics (and checkpoints) live on the replicas
-        built = build_model(config, data.spec, initial_weights,
-                            train_inputs=partial(training_inputs, held, config.train.batch_size))
-    try:
-        checked = check_built(config, built.model, data.spec, data.num_classes_seen)
-    except ConfigError as exc:
-        raise ConfigError(f"{config.source}: {exc}") from None
-    batches = make_batches(held, config, scale_pixels=built.pixel_range == "0-1",
-                           replicas=place.replicas)
+    config, objective, built, said = _model_for(config, data, held, place, initial_weights)
+    batches = make_batches(held, config, objective.batch_labels,
+                           scale_pixels=built.pixel_range == "0-1", replicas=place.replicas)
     with scope(place):
         scale = config.train.loss_scale
         optimizer = wrap_optimizer(
             build_optimizer(config.train.optimizer, config.train.epochs * batches.steps_per_epoch),
             choice.loss_scaling, scale.initial_scale, scale.dynamic_growth_steps)
-        loop = make_loop(config, built.model, built.output, optimizer, choice, place.strategy)
+        loop = make_loop(config, built, objective, optimizer, choice, place.strategy)
     return Prepared(config, tf, machine, place, choice, speed_warning(choice, machine, kernels), data,
-                    batches, memory, built.model, built.output, optimizer, loop,
-                    (*notes, *data.notes, *built.notes, *checked))
+                    batches, memory, built.model, built.output, objective, optimizer, loop,
+                    (*notes, *data.notes, *said, *built.notes))
+
+
+def _model_for(config: ExperimentConfig, data: Dataset, held: Dataset, place: Placement,
+               initial_weights: Path | None):
+    """What the model is for (its objective, from the loss and the labels; from its
+    builder's compile once it has run, where that decides), the experiment fitted to the
+    data, and the model built for it and checked against both: (config, objective, built,
+    notes). An error names the experiment file."""
+    try:
+        objective, said = objective_of(config, data.labels, tentative=True)
+        config = fit_to_data(config, data, objective)
+        with scope(place):  # model, optimizer, metrics (and checkpoints) live on the replicas
+            built = build_model(config, data.spec, objective, initial_weights,
+                                train_inputs=partial(training_inputs, held, config.train.batch_size))
+        if built.compiled is not None or objective is None:  # the builder's compile decides
+            objective, said = objective_of(config, data.labels, built.compiled)
+        checked = check_built(config, built.model, data.spec, objective)
+    except MptrainError as exc:
+        if str(exc).startswith(config.source):
+            raise
+        raise type(exc)(f"{config.source}: {exc}") from exc.__cause__
+    return config, objective, built, [*said, *checked]
 
 
 def plan_math_mode(plan: Planned | None) -> str | None:

@@ -41,7 +41,7 @@ class RunRow(Record):
     loop: str | None = None
     epochs: int | None = None  # epochs run
     median_step_ms: float | None = None
-    test_accuracy: float | None = None
+    test_quality: str | None = None  # its objective's test figure, named: "accuracy 0.9123", "MAE 2.41"
     when: str  # when summary.json last changed: the run's start, or its end
 
 
@@ -92,7 +92,7 @@ def run_row(path: Path, root: Path) -> RunRow:
                       reason=state.stop_reason, policy=state.policy, loop=state.loop,
                       candidate=state.candidate or state.policy,
                       epochs=state.epochs_run, median_step_ms=times.median_ms if times else None,
-                      test_accuracy=state.test_accuracy)
+                      test_quality=_quality(state))
     status = run_state_status(state)
     config = run_config(path)
     return RunRow(**where, status=status,
@@ -132,3 +132,10 @@ def run_config(path: Path):
         return validate(read_yaml(path / "config.yaml"), str(path / "config.yaml"))
     except ConfigError:  # a config this version cannot read: the row says less, nothing more
         return None
+
+
+def _quality(summary: RunSummary) -> str | None:
+    """The figure a run's objective is judged by, with its name (an older summary: accuracy)."""
+    if summary.quality is not None and summary.quality.value is not None:
+        return f"{summary.quality.label} {summary.quality.value:.4g}"
+    return f"accuracy {summary.test_accuracy:.4f}" if summary.test_accuracy is not None else None

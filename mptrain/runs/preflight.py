@@ -17,6 +17,7 @@ from mptrain.config.schema import ExperimentConfig
 from mptrain.data.checks import check_data
 from mptrain.errors import ConfigError, MptrainError
 from mptrain.model.checks import check_fits, check_model
+from mptrain.objective import objective_for
 
 MIN_FREE_BYTES = 64 * 2**20
 
@@ -31,6 +32,11 @@ def check_experiment(config: ExperimentConfig, thorough: bool = False) -> list[s
         _check_output(config.output.dir)
         _check_tracking(config)
         data = check_data(config.data, thorough)
+        # the labels against the objective, when they were read and the loss is known (a
+        # builder that compiles its model names its loss only when it runs)
+        if data.labels is not None and (config.train.loss is not None or config.model.kind != "python"):
+            objective_for(config.train.loss, data.labels,
+                          scale_targets=config.train.target_scaling == "standard")
         check_model(config)
         check_fits(config, data.spec, data.train_examples)
     except MptrainError as exc:

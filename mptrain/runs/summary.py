@@ -91,6 +91,22 @@ class LossScaleStats(FrozenRecord):
     steps_at_floor: int  # steps with a scale <= 1
 
 
+class QualityFigure(FrozenRecord):
+    """The test figure an objective is judged by: accuracy for classifiers, AUC over several
+    labels, mean IoU for a label per position, MAE for a regression (in the targets' own
+    units when they were standardised)."""
+
+    metric: str  # its key in test_metrics
+    label: str  # as tables name it
+    value: float | None
+    higher_is_better: bool
+    proportion: bool  # a share of the test examples: its noise is binomial
+
+
+# metrics in the targets' units, which standardised targets divide by their deviation
+TARGET_UNITS = ("mae", "mean_absolute_error", "root_mean_squared_error", "rmse")
+
+
 class RunSummary(FrozenRecord):
     """summary.json. Every key is documented in docs/outputs.md (a test keeps the two in step)."""
 
@@ -133,6 +149,8 @@ class RunSummary(FrozenRecord):
     test_loss: float | None
     test_accuracy: float | None
     test_metrics: dict[str, float | None]
+    objective: str | None = None  # what kind of problem, its labels and loss (`objective`)
+    quality: QualityFigure | None = None  # the test figure a verdict reads (`objective.Quality`)
     test_examples: int | None  # what the test figures were measured on
     loss_scale: LossScaleStats | None
     memory: MemoryStats
@@ -146,6 +164,17 @@ class RunSummary(FrozenRecord):
     keras_version: str | None
     seed: int
     run_dir: str
+
+
+def quality_of(objective, test: dict[str, float]) -> QualityFigure | None:
+    """The objective's quality on the test set (None when it was not evaluated)."""
+    wanted = objective.quality
+    value = finite_or_none(test.get(wanted.metric))
+    scale = getattr(objective.labels, "scale", None)
+    if value is not None and scale is not None and wanted.metric in TARGET_UNITS and len(scale.std) == 1:
+        value *= scale.std[0]
+    return QualityFigure(metric=wanted.metric, label=wanted.label, value=value,
+                         higher_is_better=wanted.higher_is_better, proportion=wanted.proportion)
 
 
 def throughput(times: StepTimes | None, batch_size: int, flops_per_example: int | None,
@@ -228,6 +257,8 @@ def summarize_run(prepared: Prepared, trained: Trained, profile: ForwardProfile,
         final_metrics={k: finite_or_none(v) for k, v in last_epoch.metrics.items()} if last_epoch else {},
         test_loss=finite_or_none(test.get("loss")), test_accuracy=finite_or_none(test.get("accuracy")),
         test_metrics={k: finite_or_none(v) for k, v in test.items()},
+        objective=prepared.objective.describe(),
+        quality=quality_of(prepared.objective, test) if test else None,
         test_examples=prepared.data.test.size if test else None,
         loss_scale=loss_scale_stats(monitor), memory=prepared.memory.stats(),
         checkpoint_save_s=statistics.fmean(trained.checkpoint_save_s) if trained.checkpoint_save_s else None,

@@ -117,6 +117,7 @@ def summary_metrics(s: RunSummary) -> dict[str, float]:
         "p90_step_ms": times.p90_ms if times else None,
         "examples_per_sec": s.examples_per_sec, "achieved_tflops": s.achieved_tflops,
         "mfu": s.mfu, "test_loss": s.test_loss, "test_accuracy": s.test_accuracy,
+        "test_quality": s.quality.value if s.quality is not None else None,
         "training_peak_bytes": s.memory.training_peak_bytes,
         "process_peak_bytes": s.memory.process_peak_bytes,
         "wall_time_s": s.wall_time_s,

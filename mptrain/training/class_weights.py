@@ -20,13 +20,3 @@ def example_weights(weights, y_true):
     import tensorflow as tf
 
     return tf.gather(weights, tf.cast(tf.reshape(y_true, [-1]), tf.int32))
-
-
-def weighted_loss(loss, weights):
-    """Each example's loss times its class's weight: averaged over a batch, the loss
-    Model.fit minimises and reports with `class_weight`."""
-
-    def weighted(y_true, y_pred):
-        return loss.call(y_true, y_pred) * example_weights(weights, y_true)
-
-    return weighted

@@ -5,49 +5,37 @@ from __future__ import annotations
 import keras  # this module is imported only when a fit run starts (training.make_loop)
 
 from mptrain.data.pipeline import Batches
-from mptrain.errors import MptrainError
+from mptrain.errors import ConfigError
 from mptrain.precision.policy import PolicyChoice
-from mptrain.training.class_weights import weight_per_class, weighted_loss
-from mptrain.training.loss_scale import scale_variable
+from mptrain.training.compiled import step_loss
+from mptrain.training.loss_scale import scale_variable, watch_scaling
 from mptrain.training.monitor import TrainingMonitor
 from mptrain.training.optimizer import build_optimizer_state, value_of
 
-BATCH_LOSS = "batch_loss"
-
 
 class FitLoop:
-    """`Model.fit` / `Model.evaluate`. Under mixed_float16, `compile` keeps the
-    LossScaleOptimizer we pass (Keras would otherwise wrap one with default settings); we
-    check that it is the very one, because a silently replaced optimizer would train with
-    other loss-scale settings than the experiment says."""
+    """`Model.fit` / `Model.evaluate` of the model `training.make_loop` compiled. Under
+    mixed_float16, `compile` keeps the LossScaleOptimizer we pass (Keras would otherwise wrap
+    one with default settings), and the first step must have scaled its loss: a model's own
+    `train_step` that never calls `scale_loss` (even through a helper method) would train on
+    gradients divided by the loss scale, in silence (`loss_scale.watch_scaling`)."""
 
-    def __init__(self, model, optimizer, objective, choice: PolicyChoice, strategy=None):
-        """`objective`: the loss, metrics and class weights (`training.Objective`)."""
+    def __init__(self, model, optimizer, class_weight, choice: PolicyChoice, strategy=None):
         # Model.fit distributes itself: a model compiled in a strategy's scope trains under it
-        loss, metrics = objective.loss, objective.metrics
-        # Keras logs only the epoch's running mean of the loss, which one NaN (a step skipped
-        # under loss scaling) turns into NaN for the rest of the epoch. This mean over a single
-        # batch (reset before each step) is the step's own loss; a built-in Keras metric, so a
-        # saved model.keras loads without mptrain. Keras gives compiled metrics no class
-        # weights: with them, the metric weighs each example's loss itself, as the loss does.
-        weights = weight_per_class(objective.class_weight, model)
-        self.batch_loss = keras.metrics.MeanMetricWrapper(
-            loss if weights is None else weighted_loss(loss, weights), name=BATCH_LOSS)
-        model.compile(optimizer=optimizer, loss=loss, metrics=[*metrics, self.batch_loss],
-                      jit_compile=choice.jit_compile)
-        if model.optimizer is not optimizer:
-            raise MptrainError("internal error: Model.compile replaced the configured optimizer "
-                               f"({type(optimizer).__name__}) by a {type(model.optimizer).__name__}")
         build_optimizer_state(optimizer, model.trainable_variables, choice.xla_optimizer_update)
-        self.model, self.optimizer, self.loss_fn = model, optimizer, loss
-        self.class_weight = objective.class_weight  # Keras weighs the loss by it
+        self.model, self.optimizer, self.class_weight = model, optimizer, class_weight
+        self.scaled = watch_scaling(optimizer)
+
+    @property
+    def loss_fn(self):
+        return lambda y, y_pred: self.model.compute_loss(y=y, y_pred=y_pred)
 
     def train(self, batches: Batches, monitor: TrainingMonitor, start_epoch: int = 0,
               start_step: int = 0) -> None:
         """One stream of every epoch's batches (see data/pipeline.py): with steps_per_epoch
         set, Keras keeps the iterator across epochs; shuffle=False, the stream is in order. A
         run resumed inside an epoch first finishes that epoch with its remaining steps."""
-        callback = _MonitorCallback(monitor, batches, scale_variable(self.optimizer), self.batch_loss)
+        callback = _MonitorCallback(monitor, batches, scale_variable(self.optimizer), self.scaled)
         same = dict(validation_data=batches.val, class_weight=self.class_weight, callbacks=[callback],
                     shuffle=False, verbose=0)
         if start_step:
@@ -62,42 +50,47 @@ class FitLoop:
 
     def evaluate(self, dataset) -> dict[str, float]:
         results = self.model.evaluate(dataset, return_dict=True, verbose=0)
-        return {k: float(v) for k, v in results.items() if k != BATCH_LOSS}
+        return {k: float(v) for k, v in results.items()}
 
 
 class _MonitorCallback(keras.callbacks.Callback):
     """Feeds the monitor with each step's own loss, running metrics and loss scale."""
 
-    def __init__(self, monitor: TrainingMonitor, batches: Batches, loss_scale, batch_loss):
+    def __init__(self, monitor: TrainingMonitor, batches: Batches, loss_scale, scaled):
         super().__init__()
-        self.monitor, self.batches, self.loss_scale = monitor, batches, loss_scale
-        self.batch_loss = batch_loss
+        self.monitor, self.batches, self.loss_scale, self.scaled = monitor, batches, loss_scale, scaled
         self.first_step = 0  # > 0 while finishing an epoch a resumed run started inside
-        self.replicas = 1
+        self.tracker = None
 
     def on_train_begin(self, logs=None):
-        # read once, outside the timed steps: under a strategy, Keras' loss (so this metric)
-        # is divided by the number of replicas
-        self.replicas = self.model.distribute_strategy.num_replicas_in_sync
+        self.tracker = step_loss(self.model)
 
     def on_epoch_begin(self, epoch, logs=None):
         self.monitor.epoch_begin(epoch, self.first_step)
         self.first_step = 0
 
     def on_train_batch_begin(self, batch, logs=None):
-        self.batch_loss.reset_state()
+        if self.tracker is not None:  # its value after the step is the step's own loss
+            self.tracker.reset_state()
         self.monitor.step_begin()
 
     def on_train_batch_end(self, batch, logs=None):
-        metrics = {k: float(v) for k, v in logs.items() if k not in ("loss", BATCH_LOSS)}
+        if self.loss_scale is not None and not self.scaled():
+            raise ConfigError(
+                f"policy mixed_float16 scales the loss (a LossScaleOptimizer unscales every "
+                f"gradient it applies) and {type(self.model).__name__}'s train step never called "
+                "self.optimizer.scale_loss(loss): its gradients would be divided by the loss "
+                "scale. Scale the loss before taking gradients, as Keras' own train_step does "
+                "(loss = self.optimizer.scale_loss(loss)), or use mixed_bfloat16, which needs no "
+                "loss scaling")
+        metrics = {k: float(v) for k, v in logs.items() if k != "loss"}
         scale = None if self.loss_scale is None else value_of(self.loss_scale)
-        self.monitor.step_end(float(logs[BATCH_LOSS]) * self.replicas,
-                              self.batches.batch_size_at(self.monitor.step_in_epoch), metrics, scale)
+        self.monitor.step_end(float(logs["loss"]), self.batches.batch_size_at(self.monitor.step_in_epoch),
+                              metrics, scale)
         if self.monitor.stop_requested:
             self.model.stop_training = True
 
     def on_epoch_end(self, epoch, logs=None):
-        hidden = (BATCH_LOSS, "val_" + BATCH_LOSS)
-        self.monitor.epoch_end({k: v for k, v in (logs or {}).items() if k not in hidden})
+        self.monitor.epoch_end(dict(logs or {}))
         if self.monitor.stop_requested:  # a signal during validation: stop before the next epoch
             self.model.stop_training = True

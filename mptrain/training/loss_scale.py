@@ -35,6 +35,23 @@ def wrap_optimizer(optimizer, scales_loss: bool, initial_scale: float, growth_st
         optimizer, initial_scale=initial_scale, dynamic_growth_steps=growth_steps)
 
 
+def watch_scaling(optimizer):
+    """`scaled()`: whether a traced training step has called the optimizer's `scale_loss`.
+    Checked where scaling happens, not by reading a step's source: a model's own
+    `train_step` may scale in a helper method, or not at all (then its gradients, which
+    `LossScaleOptimizer.apply` divides by the scale, are 32,768 times too small, and nothing
+    fails). Set on the instance, so a saved model's optimizer is Keras' own class."""
+    calls: list[bool] = []
+    original = optimizer.scale_loss
+
+    def scale_loss(loss):
+        calls.append(True)  # at trace time: a Python side effect of building the step
+        return original(loss)
+
+    object.__setattr__(optimizer, "scale_loss", scale_loss)  # past Keras' attribute tracking
+    return lambda: bool(calls)
+
+
 def scale_variable(optimizer):
     """The optimizer's dynamic loss scale (a variable), or None when it does not scale."""
     import keras

@@ -152,7 +152,7 @@ def test_data_with_one_class_is_refused_before_training(tmp_path, kind):
         data, where = {"dataset": "image_folder", "path": "photos"}, "photos"
     elif kind == "csv":
         (tmp_path / "t.csv").write_text("a,b,y\n" + "".join(f"{i},{i % 7},cat\n" for i in range(200)))
-        data, where = {"dataset": "csv", "path": "t.csv", "label_column": "y"}, "t.csv (label column 'y')"
+        data, where = {"dataset": "csv", "path": "t.csv", "label_column": "y"}, "t.csv (data.label_column y)"
     else:
         x = np.random.default_rng(0).normal(size=(200, 4)).astype(np.float32)
         np.savez(tmp_path / "d.npz", x_train=x, y_train=np.full(200, 2), x_test=x[:40],

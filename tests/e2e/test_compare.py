@@ -39,8 +39,9 @@ def test_compare_two_policies_through_the_cli(tmp_path):
     assert bf16.summary.turn_wait_s > 0 and f32.summary.turn_wait_s > 0
     assert bf16.summary.wall_time_s > bf16.summary.time_to_first_step_s > 0
     assert_in_turns(done.stderr, ["float32-fit", "mixed_bfloat16-fit"])
-    assert bf16.verdict.accuracy_delta_pt == pytest.approx(
+    assert bf16.verdict.quality.delta == pytest.approx(
         100 * (bf16.summary.test_accuracy - f32.summary.test_accuracy))
+    assert bf16.summary.quality.metric == "accuracy" == bf16.verdict.quality.label
     assert f32.summary.memory.training_peak_bytes and bf16.summary.memory.training_peak_bytes
     assert bf16.verdict.memory_ratio == pytest.approx(
         bf16.summary.memory.training_peak_bytes / f32.summary.memory.training_peak_bytes)

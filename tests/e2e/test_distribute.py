@@ -64,8 +64,7 @@ sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r})
 import numpy as np, tensorflow as tf, keras
 tf.config.set_logical_device_configuration(tf.config.list_physical_devices("CPU")[0],
                                            [tf.config.LogicalDeviceConfiguration()] * 2)
-from mptrain.training import Objective
-from mptrain.training.custom_loop import make_train_step
+from mptrain.training.custom_loop import build_compiled, make_train_step
 keras.mixed_precision.set_global_policy("mixed_float16")
 strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
 with strategy.scope():
@@ -73,11 +72,12 @@ with strategy.scope():
                               keras.layers.Activation("softmax", dtype="float32")])
     optimizer = keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.1), initial_scale=256)
     optimizer.build(model.trainable_variables)
-    step = make_train_step(model, optimizer, Objective(keras.losses.SparseCategoricalCrossentropy(), []),
-                           keras.metrics.Mean(), False, strategy)
-before = [w.copy() for w in model.get_weights()]
+    model.compile(optimizer, keras.losses.SparseCategoricalCrossentropy())
 x = np.ones((8, 4), np.float32)
 y = np.zeros(8, np.int64)
+build_compiled(model, x, y, strategy)
+step = make_train_step(model, optimizer, None, False, strategy)
+before = [w.copy() for w in model.get_weights()]
 x[6, 0] = np.inf  # in the second half of the batch: replica 1's share only
 dataset = strategy.experimental_distribute_dataset(tf.data.Dataset.from_tensor_slices((x, y)).batch(8))
 xb, yb = next(iter(dataset))

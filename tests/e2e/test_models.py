@@ -152,7 +152,7 @@ def build(input_shape, num_classes, width=8):
 
 def compiled(input_shape, num_classes):
     model = build(input_shape, num_classes)
-    model.compile("adam", "sparse_categorical_crossentropy")
+    model.compile("adam", "sparse_categorical_crossentropy", steps_per_execution=4)
     return model
 
 
@@ -179,7 +179,7 @@ def test_python_builder_gets_the_policy_and_a_float32_output(tmp_path, policy):
 
 @pytest.mark.parametrize(("function", "message"), [
     ("missing", "defines no function 'missing' (functions there: build, compiled, not_a_model, broken)"),
-    ("compiled", "returned a compiled model"),
+    ("compiled", "compiled the model with steps_per_execution=4: mptrain times and records every step"),
     ("not_a_model", "returned str, not a keras.Model"),
     ("broken", "raised RuntimeError: the builder broke"),
 ])

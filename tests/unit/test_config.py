@@ -90,12 +90,17 @@ def test_model_kind_switch_validates_the_right_schema(tmp_path):
 
 def test_cross_field_rules(tmp_path):
     assert "data.path: required key is missing" in error_of(tmp_path, {**TINY, "data": {"dataset": "npz"}})
-    raw = {**TINY, "train": {**TINY["train"], "loss": "binary_crossentropy"}}
-    assert "binary_crossentropy needs model.num_classes: 1" in error_of(tmp_path, raw)
+    raw = {**TINY, "train": {**TINY["train"], "loss": "binary_crossentropy"},
+           "model": {**TINY["model"], "output_activation": "softmax"}}
+    assert "softmax makes the classes compete" in error_of(tmp_path, raw)
+    regression = {**TINY, "train": {**TINY["train"], "loss": "mse", "metrics": ["accuracy"]}}
+    assert "train.metrics accuracy: a regression (mse) has none" in error_of(tmp_path, regression)
+    scaled = {**TINY, "train": {**TINY["train"], "target_scaling": "standard"}}
+    assert "train.target_scaling scales a regression's targets" in error_of(tmp_path, scaled)
 
 
 @pytest.mark.parametrize(("overrides", "message"), [
-    (["train.keep_best={monitor: val_auc}"],
+    (["train.keep_best={monitor: val_auc}", "train.metrics=[accuracy]"],
      "train.keep_best.monitor val_auc: not an epoch figure; allowed: loss, accuracy, each with val_ first"),
     (["train.metrics=[accuracy, recall]"], "train.metrics recall (of class 1) needs train.loss "
                                            "binary_crossentropy"),

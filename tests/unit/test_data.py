@@ -60,7 +60,8 @@ def test_mnist_from_explicit_path_is_preprocessed(tmp_path):
     assert x_train.shape == (40, 28, 28, 1) and x_val.shape == (10, 28, 28, 1)
     # pixels stay as stored (a quarter of float32's memory); the pipeline scales them for the model
     assert x_train.dtype == np.uint8 and data.spec.pixels
-    assert y_train.dtype == np.int32 and x_test.shape == (20, 28, 28, 1)
+    assert y_train.dtype == np.uint8 and x_test.shape == (20, 28, 28, 1)  # labels as stored
+    assert (data.labels.whole, data.labels.shape, data.labels.high) == (True, (), 9.0)
     raw = np.load(path)
     # validation is the last 20% before shuffling, like Keras' validation_split
     np.testing.assert_array_equal(x_val[..., 0], raw["x_train"][40:])
@@ -134,7 +135,7 @@ def test_npz_dataset_and_its_errors(tmp_path):
     assert data.spec.shape == (3,) and xy(data.train)[0].dtype == np.float32
     # what is missing is said before anything is loaded (an object array would not load)
     np.savez(tmp_path / "partial.npz", x_train=np.array([{}, []], dtype=object))
-    with pytest.raises(DataError, match="missing arrays y_train, x_test, y_test"):
+    with pytest.raises(DataError, match="missing arrays x_test, y_train, y_test"):
         load_dataset(DataConfig(dataset="npz", path=tmp_path / "partial.npz"), 0)
     with pytest.raises(DataError, match="no such file"):
         load_dataset(DataConfig(dataset="npz", path=tmp_path / "none.npz"), 0)

@@ -31,8 +31,8 @@ def test_spreadsheet_exports_read_as_written(tmp_path):
     rows = "".join(f'"{i % 2}","{i}.5",{i}\r\n' for i in range(40))
     table = read_table(csv_config(write(tmp_path / "t.csv", "\ufeffy,a,b\r\n" + rows + "\r\n\r\n")))
     assert len(table.train_rows) + len(table.val_rows) + len(table.test_rows) == 40
-    assert table.classes == ["0", "1"] and table.numeric
-    assert table.feature_idx == [1, 2] and table.label_idx == 0
+    assert table.classes is None and table.stats.whole and table.stats.high == 1  # numbers
+    assert table.feature_idx == [1, 2] and table.label_idx == [0]
 
 
 def test_every_row_is_in_exactly_one_split_and_streamed_once(tmp_path):

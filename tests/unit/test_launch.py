@@ -12,7 +12,8 @@ import yaml
 from mptrain.config import validate
 from mptrain.data.dataset import Dataset, InputSpec, Split
 from mptrain.errors import ConfigError, DataError
-from mptrain.model.checks import fit_to_data
+from mptrain.model.checks import fit_to_data, objective_of
+from mptrain.objective import label_stats
 from mptrain.runs import launch as launching
 from mptrain.runs.folder import RunFolder
 from mptrain.runs.launch import RunOptions, launch
@@ -124,19 +125,39 @@ def test_the_folder_a_run_writes(tmp_path):
     assert folder.path == scratch / "old-run" and (folder.path / "steps.jsonl").is_file()
 
 
-def _data(labels: list[int], size: int = 8) -> Dataset:
-    split = Split(size, arrays=(np.zeros((size, 16), np.float32), np.array(labels)))
-    return Dataset(split, None, split, InputSpec((16,), "vector"), max(labels) + 1, "data.npz")
+def _data(labels: list, size: int = 8) -> Dataset:
+    y = np.array(labels)
+    split = Split(size, arrays=(np.zeros((size, 16), np.float32), y))
+    return Dataset(split, None, split, InputSpec((16,), "vector"), label_stats(y, y, "data.npz"),
+                   "data.npz")
 
 
-def test_the_loaded_data_fills_in_the_classes_or_is_refused_naming_the_file():
+def _fitted(config, data):
+    objective, _ = objective_of(config, data.labels)
+    return fit_to_data(config, data, objective)
+
+
+def test_the_loaded_data_fills_in_the_head_or_is_refused_naming_the_file():
+    """The head's width is what the objective reads in the labels: the classes, the 0/1
+    labels, the targets; labels the loss cannot take are refused, naming the data."""
     config = validate(tiny_raw("model.num_classes=null", "train.batch_size=4"), "exp.yaml")
-    assert fit_to_data(config, _data([0, 1, 2, 5] * 2)).model.num_classes == 6
+    assert _fitted(config, _data([0, 1, 2, 5] * 2)).model.num_classes == 6
+    tags = validate(tiny_raw("model.num_classes=null", "train.batch_size=4",
+                             "train.loss=binary_crossentropy"), "exp.yaml")
+    assert _fitted(tags, _data([[0, 1, 1], [1, 0, 0]] * 4)).model.num_classes == 3
+    targets = validate(tiny_raw("model.num_classes=null", "train.batch_size=4",
+                                "train.loss=mean_squared_error"), "exp.yaml")
+    assert _fitted(targets, _data([[0.5, 2.0]] * 8)).model.num_classes == 2
 
     four = validate(tiny_raw("train.batch_size=4"), "exp.yaml")
-    assert fit_to_data(four, _data([0, 1, 2, 3] * 2)) == four
+    assert _fitted(four, _data([0, 1, 2, 3] * 2)) == four
     named = f"^{re.escape(four.source)}: "  # the experiment file, as validate's errors name it
     with pytest.raises(DataError, match=named + "data.npz: labels go up to 5 but model.num_classes is 4"):
-        fit_to_data(four, _data([0, 5] * 4))
+        _fitted(four, _data([0, 5] * 4))
     with pytest.raises(ConfigError, match=named + "train.batch_size 64 is larger than the 8"):
-        fit_to_data(validate(tiny_raw(), "exp.yaml"), _data([0, 1] * 4))
+        _fitted(validate(tiny_raw(), "exp.yaml"), _data([0, 1] * 4))
+    with pytest.raises(DataError, match="data.npz: labels must be class ids .* values that are not "
+                                        "whole numbers; for values to predict use a regression"):
+        objective_of(four, _data([0.5, 1.5] * 4).labels)
+    with pytest.raises(DataError, match="every training example has the same class"):
+        objective_of(four, _data([3] * 8).labels)

@@ -343,7 +343,7 @@ def test_a_candidate_faster_per_step_but_slower_over_the_whole_run_is_not_picked
     slow = short[1]
     assert slow.speedup > 1.05 and slow.verdict.slower_over_run and not slow.verdict.faster
     assert slow.verdict.whole_run_s == pytest.approx(25.0 + 499 * 0.09)
-    assert slow.verdict.words(accuracy=False) == "faster, but slower over the run"
+    assert slow.verdict.words(quality=False) == "faster, but slower over the run"
     winner, reason = choose(short)
     assert winner == "float32" and "not over the experiment's length" in reason
     longer = judged(("float32", "float32", 100.0),

@@ -30,11 +30,22 @@ def test_auto_decides_by_the_kernels_it_measured(tmp_path, monkeypatch):
 @pytest.mark.parametrize("loss", [[], ["train.loss=binary_crossentropy", "model.num_classes=1",
                                          "data.num_classes=2", "model.output_activation=sigmoid"]])
 def test_the_loss_is_told_whether_the_model_emits_logits(loss):
-    from mptrain.training import build_loss
+    """A cross-entropy is computed on what the model outputs, and binary accuracy is taken
+    at a logit of 0 (a probability of 0.5); every other name is Keras' own to resolve."""
+    from mptrain.objective import for_head
+    from mptrain.training.compiled import compile_arguments
 
     config = validate(tiny_raw(*loss), "<test>")
-    assert build_loss(config, "logits").get_config()["from_logits"] is True
-    assert build_loss(config, "probabilities").get_config()["from_logits"] is False
+    objective = for_head(config.train.loss, config.model.num_classes)
+    for output, from_logits in (("logits", True), ("probabilities", False)):
+        arguments = compile_arguments(config, objective, output)
+        assert arguments["loss"].get_config()["from_logits"] is from_logits
+    if loss:
+        accuracy = compile_arguments(config, objective, "logits")["metrics"][0]
+        assert accuracy.get_config()["threshold"] == 0.0
+    regression = validate(tiny_raw("train.loss=huber", "train.metrics=[mae, TruePositives]"), "<test>")
+    arguments = compile_arguments(regression, for_head("huber", 1), "logits")
+    assert arguments["loss"] == "huber" and arguments["metrics"] == ["mae", "TruePositives"]
 
 
 def test_every_variant_starts_from_the_staged_initial_weights(tmp_path):

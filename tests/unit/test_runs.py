@@ -73,7 +73,7 @@ def test_every_run_folder_with_its_status_newest_first(runs):
         "e-running": ("running", False), "d-killed": ("killed", True),
         "c-failed": ("failed", True), "b-interrupted": ("interrupted", True),
         "a-finished": ("finished", False), "compare-tiny-1/tiny-mixed_bfloat16-fit": ("finished", False)}
-    assert (rows["a-finished"].median_step_ms, rows["a-finished"].test_accuracy) == (20.0, 0.91)
+    assert (rows["a-finished"].median_step_ms, rows["a-finished"].test_quality) == (20.0, "accuracy 0.9100")
     # a run without a summary says what its config asked for, and why it stopped
     assert (rows["c-failed"].policy, rows["d-killed"].loop) == ("mixed_bfloat16", "custom")
     assert rows["c-failed"].reason == "ValueError: boom" and "is gone" in rows["d-killed"].reason

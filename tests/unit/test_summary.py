@@ -10,6 +10,7 @@ from mptrain.model.flops import Peak
 from mptrain.model.size import MemoryStats
 from mptrain.runs.summary import (
     LossScaleStats,
+    QualityFigure,
     RunSummary,
     StepTimes,
     step_times,
@@ -56,7 +57,8 @@ def test_readme_documents_every_summary_key():
               "steps_at_floor", "process_peak_bytes",
               "device", "device_peak_bytes", "data_bytes", "training_peak_bytes"}
     fields = set(RunSummary.model_fields) | set(StepTimes.model_fields) | \
-        set(LossScaleStats.model_fields) | set(MemoryStats.model_fields)
+        set(LossScaleStats.model_fields) | set(MemoryStats.model_fields) | \
+        set(QualityFigure.model_fields)
     assert fields - documented == set(), "undocumented keys"
     assert documented - fields - {"summary.json"} == set(), "documented keys that do not exist"
     assert nested <= fields

@@ -48,16 +48,16 @@ def test_runs_names_are_each_on_one_line_as_compare_takes_them():
     when = "2026-12-01T12:00:00"
     report = RunsReport(folder="runs", runs=[
         RunRow(name=RUN, path="x", status="interrupted", resumable=True, policy="mixed_float16",
-               loop="custom", epochs=120, median_step_ms=12345.6, test_accuracy=0.9123, when=when),
+               loop="custom", epochs=120, median_step_ms=12345.6, test_quality="accuracy 0.9123", when=when),
         RunRow(name=NESTED, path="x", status="finished", resumable=False, policy="mixed_bfloat16",
-               loop="fit", epochs=3, median_step_ms=1.2, test_accuracy=0.8765, when=when),
+               loop="fit", epochs=3, median_step_ms=1.2, test_quality="MAE 2.41", when=when),
         RunRow(name=SHORT, path="x", status="killed", resumable=True, reason="process 7 is gone",
                policy="float32", loop="fit", epochs=2, when=when),
     ])
     text = rendered(runs_table(report))
     for name in (RUN, NESTED, SHORT):
         leads_a_line(text, name)
-    whole(text, "interrupted*", "12345.6", "0.9123", "0.8765", "mixed_float16 custom", "120")
+    whole(text, "interrupted*", "12345.6", "accuracy 0.9123", "MAE 2.41", "mixed_float16 custom", "120")
     # a name that fits keeps its row; the others have their own line above theirs
     assert re.search(rf"^{SHORT} +killed\* +2 ", text, re.MULTILINE), text
     assert re.search(r"^mixed_float16 custom +interrupted\* +120 +12345\.6", text, re.MULTILINE)

@@ -9,8 +9,14 @@ from mptrain.commands.options import parse_choices
 from mptrain.config.schema import POLICIES
 from mptrain.errors import ConfigError
 from mptrain.measure.compare import CompareRecord, judged
-from mptrain.measure.variant import Verdict
-from mptrain.measure.verdicts import accuracy_noise_pt, speed, wilson_half_width
+from mptrain.measure.variant import QualityDelta, Verdict
+from mptrain.measure.verdicts import (
+    accuracy_noise_pt,
+    quality_against,
+    quality_figure,
+    speed,
+    wilson_half_width,
+)
 from tests.helpers import compare_row, make_summary, tiny_raw
 
 
@@ -52,14 +58,14 @@ def test_ratios_and_verdicts_come_from_the_numbers():
         update={"training_peak_bytes": None, "device_peak_bytes": None})})
     no_figure = record_of(("float32", unseen), ("mixed_bfloat16", make_summary(memory=600)))
     assert [r.verdict.memory_ratio for r in no_figure.variants] == [None, None]  # not "1.00x"
-    assert bf16.verdict.accuracy_delta_pt == pytest.approx(-0.12)
+    assert bf16.verdict.quality.delta == pytest.approx(-0.12) and bf16.verdict.quality.proportion
     assert bf16.verdict.speed.word == "faster" and not bf16.verdict.speed.paired
     assert bf16.verdict.words() == "faster, accuracy within noise"  # 10,000 test examples
     slower = record_of(("float32", make_summary(median=40.0)),
                        ("float16", make_summary(median=100.0, accuracy=0.88)))
     assert slower.variants[1].verdict.words() == "slower, accuracy lower"
     assert slower.variants[1].speedup == 0.4
-    assert slower.variants[1].verdict.accuracy_delta_pt == pytest.approx(-2)
+    assert slower.variants[1].verdict.quality.delta == pytest.approx(-2)
     noisy = record_of(("float32", make_summary(median=100.0)),
                       ("mixed_bfloat16", make_summary(median=99.0, spread=0.2)))
     low, high = noisy.variants[1].speedup_range  # across 1, and wide: no verdict either way
@@ -106,7 +112,7 @@ def test_accuracy_is_judged_against_what_the_test_set_can_resolve():
     """On 41 test examples one example is 2.44 points: such a difference is noise, not
     'higher/lower'. On 10,000 the same 2.44 points is real."""
     def said(delta, noise):
-        return Verdict(accuracy_delta_pt=delta, accuracy_noise_pt=noise).accuracy_word
+        return QualityDelta(label="accuracy", delta=delta, noise=noise, proportion=True).word()
 
     small = accuracy_noise_pt(0.76, 41)
     assert small > 2.44 and said(-2.44, small) == "accuracy within noise"
@@ -123,8 +129,29 @@ def test_a_small_test_set_makes_a_compare_verdict_say_noise():
     record = record_of(("float32", make_summary(accuracy=0.7805, test_examples=41)),
                        ("mixed_bfloat16", make_summary(median=50.0, accuracy=0.7561, test_examples=41)))
     row = record.variants[1]
-    assert row.verdict.accuracy_delta_pt == pytest.approx(-2.44) and row.verdict.accuracy_noise_pt > 2.44
+    assert row.verdict.quality.delta == pytest.approx(-2.44) and row.verdict.quality.noise > 2.44
     assert row.verdict.words() == "faster, accuracy within noise"
+
+
+def test_each_objective_is_judged_by_its_own_figure():
+    """A regression by its MAE (lower is better, a relative change), AUC by AUC (higher is
+    better); a compare.json from before objectives (accuracy in points) still reads."""
+    def regression(mae):
+        return make_summary(quality={"metric": "mae", "label": "MAE", "value": mae,
+                                     "higher_is_better": False, "proportion": False})
+
+    record = record_of(("float32", regression(2.00)), ("mixed_bfloat16", regression(2.10)),
+                       ("float32+xla", regression(1.90)), ("mixed_float16", regression(2.01)))
+    worse, better, same = (row.verdict.quality for row in record.variants[1:])
+    assert worse.relative_pct == pytest.approx(5.0) and worse.word() == "MAE worse (+5.0%)"
+    assert worse.worse and not better.worse and better.word() == "MAE better (-5.0%)"
+    assert same.word() == "same MAE"
+    refusing = quality_against(quality_figure(regression(2.10)), quality_figure(regression(2.0)),
+                               100, tolerance_pct=3.0)
+    assert refusing.worse and not quality_against(quality_figure(regression(2.05)),
+                                                  quality_figure(regression(2.0)), 100, 3.0).worse
+    old = Verdict.model_validate({"accuracy_delta_pt": -2.44, "accuracy_noise_pt": 3.0})
+    assert old.quality.word() == "accuracy within noise"
 
 
 def measured(label, **fields):

@@ -1,0 +1,103 @@
+"""What kind of problem an experiment is, in one place: its objective.
+
+TF Model Garden holds what a kind of problem means in one `Task` (its losses, its metrics,
+its step); here an `Objective` holds what mptrain needs to know of one: the form its labels
+take (`Labels`), the head mptrain's own models end in (units and activation), the loss and
+metrics Keras is compiled with, the quality a verdict reads (`Quality`), and the checks a
+built model must pass before a step runs. Every other module asks the objective; none tests a
+loss by name.
+
+The objective follows from the loss and what the labels turned out to be (`objective_for`):
+
+- a categorical cross-entropy: `Classes` (an id per example; one-hot rows are read as ids),
+  or `DenseClasses` when each example has an id per pixel or token (segmentation masks,
+  sequence tagging), judged by mean IoU;
+- a binary cross-entropy: `Binary` (one 0/1 label per example), or `MultiLabel` (several
+  0/1 labels per example, a sigmoid each), judged by AUC;
+- any other loss Keras knows (mean_squared_error, mean_absolute_error, huber, ...): `Values`,
+  regression on one target or several, judged by the mean absolute error;
+- a model its builder compiled itself: `Compiled`, whose loss, loss weights and metrics are
+  Keras' own from that compile (mptrain adds the precision, loss scaling and float32 outputs);
+- a loss per output (`train.loss` a mapping): `Several`, one objective per output.
+
+Names are resolved by Keras (`keras.losses.get`, `keras.metrics.get`, and `compile`'s own
+"accuracy"), not by a list of ours; mptrain builds an object itself only where the model's
+output changes what the name means (a cross-entropy on logits, accuracy at a logit of 0, AUC
+over several labels). Nothing here imports TensorFlow at module level.
+"""
+
+from __future__ import annotations
+
+from mptrain.errors import ConfigError
+from mptrain.objective.kinds import (
+    ACCURACY,
+    Binary,
+    Classes,
+    Compiled,
+    DenseClasses,
+    MultiLabel,
+    Objective,
+    Quality,
+    Several,
+    Values,
+    lower_is_better,
+)
+from mptrain.objective.labels import (
+    DEFAULT_LOSS,
+    Family,
+    Labels,
+    LabelStats,
+    TargetScale,
+    family_of,
+    head_activation,
+    label_stats,
+    labels_for,
+)
+
+__all__ = ["ACCURACY", "DEFAULT_LOSS", "Binary", "Classes", "Compiled", "DenseClasses", "Family",
+           "LabelStats", "Labels", "MultiLabel", "Objective", "Quality", "Several", "TargetScale",
+           "Values", "family_of", "for_head", "head_activation", "label_stats", "labels_for",
+           "lower_is_better", "objective_for"]
+
+
+def objective_for(loss, stats: LabelStats | dict[str, LabelStats], compiled: dict | None = None,
+                  scale_targets: bool = False) -> Objective:
+    """The experiment's objective: its builder's compile, when it compiled the model and
+    `train.loss` is left out; else from the loss (`family_of`) and the labels it reads
+    (`labels_for`), which must suit it."""
+    if compiled is not None and loss is None:
+        return Compiled(compiled, stats)
+    if isinstance(loss, dict):
+        if not isinstance(stats, dict):
+            raise ConfigError(f"train.loss names outputs ({', '.join(loss)}), and the data gives one "
+                              "label per example: give each output its labels (an .npz with "
+                              "y_train_OUTPUT, y_test_OUTPUT for each)")
+        missing = [k for k in loss if k not in stats]
+        if missing:
+            raise ConfigError(f"train.loss names output {missing[0]!r}, and the data has labels for "
+                              f"{', '.join(stats)}")
+        return Several({k: objective_for(name, stats[k], scale_targets=scale_targets)
+                        for k, name in loss.items()})
+    if isinstance(stats, dict):
+        raise ConfigError(f"the data gives labels for several outputs ({', '.join(stats)}): give "
+                          "train.loss a loss for each (train.loss: {OUTPUT: LOSS, ...}), or "
+                          "compile the model in its builder")
+    name = loss or DEFAULT_LOSS
+    family = family_of(name)
+    labels = labels_for(family, stats, scale_targets)
+    if family == "classes":
+        return (DenseClasses if labels.dense else Classes)(name, labels)
+    if family == "binary":
+        return (MultiLabel if labels.form == "multi_hot" else Binary)(name, labels)
+    return Values(name, labels)
+
+
+def for_head(loss, units: int | None) -> Objective:
+    """The objective a head of `units` outputs serves under `loss`, with no data to read:
+    what a model built without its data (a test, a tool) is built for."""
+    name = loss if isinstance(loss, str) else DEFAULT_LOSS
+    form = {"classes": "classes", "binary": "classes", "values": "values"}[family_of(name)]
+    stats = LabelStats(source="the model's head", shape=() if form == "classes" or (units or 1) == 1
+                       else (units,), whole=form == "classes", low=0.0,
+                       high=float(max((units or 2) - 1, 1)), one_hot=False, training_distinct=2)
+    return objective_for(name, stats)

@@ -1,0 +1,386 @@
+"""The objectives: one small class per kind of problem (see the package's docstring), each
+saying its head, its labels' form in a batch, its loss and metrics as `compile` takes them,
+its quality, and the checks a built model must pass."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from mptrain.errors import ConfigError
+from mptrain.objective.labels import Labels, LabelStats
+
+
+@dataclass(frozen=True)
+class Quality:
+    """The figure a verdict reads: the test metric named `metric`, whether higher is better,
+    and how a table names it."""
+
+    metric: str
+    higher_is_better: bool
+    label: str
+    proportion: bool = False  # a share of examples (accuracy): its noise is binomial
+
+
+ACCURACY = Quality("accuracy", True, "accuracy", proportion=True)
+
+
+class Objective:
+    """One kind of problem; see the module docstring. Subclasses set the class attributes and
+    override what differs."""
+
+    name: ClassVar[str]
+    activation: ClassVar[str]  # what mptrain's heads end in
+    quality: ClassVar[Quality]
+    one_head: ClassVar[bool] = True  # one output whose width `units` is (not a compile's, nor several)
+
+    def __init__(self, loss: str, labels: Labels):
+        self.loss_name, self.labels = loss, labels
+
+    # --- the head and the data ---------------------------------------------------------
+
+    @property
+    def units(self) -> int:
+        return self.labels.units
+
+    @property
+    def dense(self) -> bool:
+        return bool(self.labels.dense)
+
+    def batch_labels(self, tf, y):
+        """The labels as a batch reaches the loss (the pipeline maps this over batches)."""
+        return y
+
+    # --- compile -------------------------------------------------------------------------
+
+    def default_metrics(self) -> list[str]:
+        return [self.quality.metric]
+
+    def loss(self, output: str) -> Any:
+        """What `compile` is given as the loss, for a model whose output is `output`
+        (probabilities or logits)."""
+        return self.loss_name
+
+    def metric(self, name: str, output: str) -> Any:
+        """What `compile` is given for a metric name; Keras resolves it, but where the output
+        changes what it means (accuracy of logits, AUC over several labels)."""
+        if name == "top5_accuracy":
+            import keras
+
+            return keras.metrics.SparseTopKCategoricalAccuracy(k=5, name=name)
+        return name
+
+    # --- checks before training ----------------------------------------------------------
+
+    def check(self, units: int, reading, class_weight: dict | None) -> list[str]:
+        """The built model's output (`units` wide, read as `reading`) against the labels;
+        raises ConfigError where training would fail or learn nothing; returns notes."""
+        if class_weight:
+            raise ConfigError(f"train.class_weight weighs classes, and this {self.name} has none: "
+                              "leave it out")
+        if units != self.units:
+            raise ConfigError(f"the model outputs {units} value(s) per example and the data has "
+                              f"{self.labels.describe()}: end it in {self.units} output(s) "
+                              "(model.num_classes, or what its builder takes)")
+        return []
+
+    def builder_classes(self) -> int:
+        """The `num_classes` a builder function is given: what its head must output."""
+        return self.units
+
+    def describe(self) -> str:
+        return f"{self.name} ({self.labels.describe()}; loss {self.loss_name})"
+
+
+class Classes(Objective):
+    """One class id per example, a softmax over the classes."""
+
+    name = "classification"
+    activation = "softmax"
+    quality = ACCURACY
+
+    def batch_labels(self, tf, y):
+        if self.labels.one_hot:
+            return tf.argmax(y, axis=-1, output_type=tf.int32)
+        if self.labels.trailing_one:
+            y = tf.squeeze(y, -1)
+        return tf.cast(y, tf.int32)
+
+    def loss(self, output: str) -> Any:
+        import keras
+
+        # categorical_crossentropy too: its labels were read as ids (one-hot rows are), and
+        # the sparse form is the same loss without a one-hot tensor each batch
+        return keras.losses.SparseCategoricalCrossentropy(from_logits=output == "logits")
+
+    def metric(self, name: str, output: str) -> Any:
+        if name in ("accuracy", "acc"):
+            import keras
+
+            return keras.metrics.SparseCategoricalAccuracy(name=name)
+        return super().metric(name, output)
+
+    def check(self, units: int, reading, class_weight: dict | None) -> list[str]:
+        classes = self.units
+        named = [c for c in class_weight or {} if c >= max(classes, 2)]
+        if named:
+            raise ConfigError(f"train.class_weight names class {named[0]}, and the data's labels "
+                              f"go up to {max(classes, 2) - 1}")
+        _one_unit_softmax(reading, units)
+        if units == 1:
+            raise ConfigError(
+                f"train.loss {self.loss_name} needs one output per class and the model has 1 (for "
+                f"the data's {classes} classes); with one sigmoid output for two classes, use "
+                "train.loss: binary_crossentropy; for a value to predict, a regression loss "
+                "(train.loss: mean_squared_error)")
+        if units < classes:
+            raise ConfigError(f"the labels go up to {classes - 1} and the model has {units} "
+                              f"outputs; give it {classes} (model.num_classes, or what its "
+                              "builder takes)")
+        if units > classes:
+            return [f"the model has {units} outputs and the data {classes} classes: outputs "
+                    f"{classes}..{units - 1} are never a label"]
+        return []
+
+
+class DenseClasses(Classes):
+    """A class id per pixel or per token (segmentation masks, sequence tagging): a softmax
+    at every position, judged by the mean intersection over union of the classes."""
+
+    name = "dense labels"
+    quality = Quality("mean_iou", True, "mean IoU")
+
+    def metric(self, name: str, output: str) -> Any:
+        if name == "mean_iou":
+            import keras
+
+            # Keras' MeanIoU takes ids; MeanIoU(sparse_y_pred=False) takes the softmax's scores
+            return keras.metrics.MeanIoU(num_classes=max(self.units, 2), sparse_y_pred=False,
+                                         name=name)
+        return super().metric(name, output)
+
+    def default_metrics(self) -> list[str]:
+        return ["accuracy", "mean_iou"]
+
+    def check(self, units: int, reading, class_weight: dict | None) -> list[str]:
+        if class_weight:
+            raise ConfigError("train.class_weight weighs whole examples (Keras' fit takes it for "
+                              "labels of one id per example); with a label per position leave it "
+                              "out")
+        return super().check(units, reading, None)
+
+
+class Binary(Objective):
+    """One 0/1 label per example, the probability of 1 from one sigmoid."""
+
+    name = "binary classification"
+    activation = "sigmoid"
+    quality = ACCURACY
+
+    def batch_labels(self, tf, y):
+        y = tf.cast(y, tf.float32)
+        return tf.expand_dims(y, -1) if len(y.shape) == 1 else y  # (N, 1), as the output is
+
+    def loss(self, output: str) -> Any:
+        import keras
+
+        return keras.losses.BinaryCrossentropy(from_logits=output == "logits")
+
+    def metric(self, name: str, output: str) -> Any:
+        import keras
+
+        threshold = 0.0 if output == "logits" else 0.5  # a logit of 0 is a probability of 0.5
+        made = {"accuracy": lambda: keras.metrics.BinaryAccuracy(name=name, threshold=threshold),
+                "acc": lambda: keras.metrics.BinaryAccuracy(name=name, threshold=threshold),
+                "precision": lambda: keras.metrics.Precision(thresholds=threshold, name=name),
+                "recall": lambda: keras.metrics.Recall(thresholds=threshold, name=name),
+                "auc": lambda: keras.metrics.AUC(from_logits=output == "logits", name=name,
+                                                 multi_label=self.units > 1)}
+        return made[name]() if name in made else super().metric(name, output)
+
+    def check(self, units: int, reading, class_weight: dict | None) -> list[str]:
+        named = [c for c in class_weight or {} if c > 1]
+        if named:
+            raise ConfigError(f"train.class_weight names class {named[0]}, and the labels are 0 "
+                              "and 1")
+        _one_unit_softmax(reading, units)
+        if units != 1:
+            raise ConfigError(f"train.loss {self.loss_name} with one 0/1 label per example takes "
+                              f"one output, the probability of 1, and the model has {units}; end "
+                              "it in Dense(1), or use train.loss: sparse_categorical_crossentropy "
+                              "with one output per class")
+        return []
+
+    @property
+    def units(self) -> int:
+        return 1  # the probability of 1
+
+    def builder_classes(self) -> int:
+        """keras.io's `make_model(input_shape, num_classes)` ends in Dense(1, sigmoid) for 2
+        classes, and in a softmax over one unit, which cannot learn, for 1."""
+        return 2
+
+
+class MultiLabel(Binary):
+    """Several 0/1 labels per example (tags), a sigmoid each, judged by the AUC over them."""
+
+    name = "multi-label classification"
+    quality = Quality("auc", True, "AUC")
+
+    def default_metrics(self) -> list[str]:
+        return ["auc"]
+
+    @property
+    def units(self) -> int:
+        return self.labels.units
+
+    def check(self, units: int, reading, class_weight: dict | None) -> list[str]:
+        if class_weight:
+            raise ConfigError("train.class_weight weighs one class per example; with several "
+                              "labels per example leave it out")
+        if reading.softmax:
+            raise ConfigError(f"model: {reading.evidence}: a softmax makes the labels compete, "
+                              "and an example may have several; end in a sigmoid per label "
+                              "(Dense(labels, activation='sigmoid'))")
+        return Objective.check(self, units, reading, None)
+
+    def builder_classes(self) -> int:
+        return self.units
+
+
+class Values(Objective):
+    """Regression: one target or several per example, a linear output each, judged by the
+    mean absolute error (in the targets' units)."""
+
+    name = "regression"
+    activation = "linear"
+    quality = Quality("mae", False, "MAE")
+
+    def batch_labels(self, tf, y):
+        y = tf.cast(y, tf.float32)
+        if self.labels.scale is not None:
+            mean = tf.constant(self.labels.scale.mean, tf.float32)
+            std = tf.constant(self.labels.scale.std, tf.float32)
+            y = (tf.reshape(y, (-1, self.units)) - mean) / std
+        return tf.expand_dims(y, -1) if len(y.shape) == 1 else y
+
+    def check(self, units: int, reading, class_weight: dict | None) -> list[str]:
+        notes = super().check(units, reading, class_weight)
+        if reading.kind == "probabilities":
+            raise ConfigError(f"model: {reading.evidence}, and a regression's targets are values "
+                              "of any size: end in a linear Dense (model.output_activation: "
+                              "linear)")
+        return notes
+
+
+class Compiled(Objective):
+    """The model its builder compiled: Keras' own loss, loss weights and metrics from that
+    compile, under every policy and both loops."""
+
+    name = "the model's own compile"
+    activation = "linear"
+    one_head = False
+
+    def __init__(self, compiled: dict, stats: LabelStats | dict[str, LabelStats]):
+        self.compiled = compiled
+        first = next(iter(stats.values())) if isinstance(stats, dict) else stats
+        # labels go to the model's own loss as stored (one-hot rows stay one-hot)
+        super().__init__(_describe_loss(compiled.get("loss")),
+                         Labels("classes" if first.whole else "values",
+                                first.shape[0] if first.shape else 1))
+        metrics = compiled.get("metrics")
+        metric = (next(iter(metrics.values())) if isinstance(metrics, dict) else metrics) or []
+        metric = metric[0] if isinstance(metric, list | tuple) and metric else metric
+        name = metric if isinstance(metric, str) else getattr(metric, "name", None)
+        if name and isinstance(metrics, dict):  # Keras names an output's metric after it
+            name = f"{next(iter(metrics))}_{name}"
+        self.quality = Quality(name, _higher(metric), name) if name else Quality("loss", False, "loss")
+
+    def batch_labels(self, tf, y):
+        return tf.nest.map_structure(
+            lambda t: tf.cast(t, tf.float32) if t.dtype.is_floating else t, y)
+
+    def loss(self, output: str) -> Any:
+        return self.compiled.get("loss")
+
+    def default_metrics(self) -> list[str]:
+        return []
+
+    def check(self, units: int, reading, class_weight: dict | None) -> list[str]:
+        return []
+
+    def compile_arguments(self) -> dict[str, Any]:
+        """The builder's compile, as mptrain recompiles it (its optimizer is the experiment's)."""
+        keys = ("loss", "loss_weights", "metrics", "weighted_metrics")
+        return {k: self.compiled[k] for k in keys if self.compiled.get(k) is not None}
+
+
+class Several(Objective):
+    """A loss per output (`train.loss` a mapping): one objective per output, each judged as
+    its own; the verdict reads the first output's quality."""
+
+    name = "several outputs"
+    activation = "linear"
+    one_head = False
+
+    def __init__(self, parts: dict[str, Objective]):
+        self.parts = parts
+        first_name, first = next(iter(parts.items()))
+        super().__init__(", ".join(f"{k}: {o.loss_name}" for k, o in parts.items()), first.labels)
+        self.quality = Quality(f"{first_name}_{first.quality.metric}", first.quality.higher_is_better,
+                               f"{first_name} {first.quality.label}", first.quality.proportion)
+
+    def batch_labels(self, tf, y):
+        return {k: self.parts[k].batch_labels(tf, v) for k, v in y.items()}
+
+    def loss(self, output: str) -> Any:
+        return {k: o.loss(output) for k, o in self.parts.items()}
+
+    def default_metrics(self) -> list[str]:
+        return []
+
+    def check(self, units: int, reading, class_weight: dict | None) -> list[str]:
+        return []
+
+
+def _one_unit_softmax(reading, units: int) -> None:
+    """A softmax over one unit is 1.0 for every input (keras.io's `make_model(num_classes)`
+    builds one when given 1): refused, it would train with exit 0 on nothing."""
+    if reading.softmax and units == 1:
+        raise ConfigError(
+            f"model: {reading.evidence} over 1 unit, which outputs 1.0 for every input: "
+            "nothing can be learned. For two classes, end in Dense(1, activation='sigmoid') "
+            "with train.loss: binary_crossentropy (a builder's num_classes is then 2), or in "
+            "a softmax over 2 units")
+
+
+def _describe_loss(loss) -> str:
+    if isinstance(loss, dict):
+        return ", ".join(f"{k}: {_describe_loss(v)}" for k, v in loss.items())
+    if isinstance(loss, str):
+        return loss
+    return getattr(loss, "name", None) or type(loss).__name__
+
+
+def _higher(metric) -> bool:
+    """Whether higher is better for a compiled metric: Keras' own `_direction` where the
+    object has one, else by its name (`lower_is_better`)."""
+    direction = getattr(metric, "_direction", None)
+    if direction is not None:
+        return direction == "up"
+    return not lower_is_better(str(getattr(metric, "name", metric)))
+
+
+# words in the names of Keras' metrics that are errors or losses (smaller is better); every
+# other metric (accuracy, AUC, IoU, precision, recall, R², F-scores) is larger-is-better
+ERROR_WORDS = ("loss", "error", "mae", "mse", "mape", "msle", "hinge", "crossentropy",
+               "divergence", "poisson", "cosh", "huber", "false_")
+
+
+def lower_is_better(metric: str) -> bool:
+    """Whether a metric (a Keras name, `val_` or an output's name first) improves downwards,
+    as Keras' EarlyStopping(mode="auto") needs to know."""
+    name = metric.lower().replace("-", "_")
+    return any(word in name for word in ERROR_WORDS)
+
+

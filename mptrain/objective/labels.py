@@ -1,0 +1,154 @@
+"""What labels are: as stored (`LabelStats`, which every data kind reports without knowing
+any objective), and as a loss of one family reads them (`labels_for` → `Labels`)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+from mptrain.errors import ConfigError, DataError
+
+Family = Literal["classes", "binary", "values"]
+LabelForm = Literal["classes", "multi_hot", "values"]
+DEFAULT_LOSS = "sparse_categorical_crossentropy"
+
+
+def family_of(loss: str) -> Family:
+    """The labels a Keras loss takes, from its name or class name: class ids for a
+    categorical cross-entropy, 0/1 for a binary one, values for every other loss."""
+    key = loss.lower().replace("_", "")
+    if "crossentropy" in key and "binary" in key:
+        return "binary"
+    if "crossentropy" in key and "categorical" in key:
+        return "classes"
+    return "values"
+
+
+def head_activation(loss: str | dict | None) -> str:
+    """The activation mptrain's own heads end in for a loss: softmax over classes, a sigmoid
+    per 0/1 label, linear values."""
+    if not isinstance(loss, str):
+        loss = DEFAULT_LOSS
+    return {"classes": "softmax", "binary": "sigmoid", "values": "linear"}[family_of(loss)]
+
+
+@dataclass(frozen=True)
+class TargetScale:
+    """Targets standardised with the training split's mean and standard deviation
+    (`train.target_scaling: standard`): the model learns (y - mean) / std."""
+
+    mean: list[float]
+    std: list[float]
+
+
+@dataclass(frozen=True)
+class Labels:
+    """What a data set's labels are, for one output: `units` is what the head must output
+    (the classes seen, the labels, the targets), `dense` the per-position shape of a label
+    that is not per example ((H, W) masks, (T,) tags)."""
+
+    form: LabelForm
+    units: int
+    dense: tuple[int, ...] = ()
+    scale: TargetScale | None = None
+    one_hot: bool = False  # stored as one-hot rows: read as class ids
+    trailing_one: bool = False  # stored with a last axis of 1 ((N, H, W, 1) masks): dropped
+
+    def describe(self) -> str:
+        what = {"classes": f"{self.units} classes", "multi_hot": f"{self.units} labels (0/1 each)",
+                "values": f"{self.units} target{'s' if self.units != 1 else ''}"}[self.form]
+        return what + (f" at each of {'x'.join(map(str, self.dense))} positions" if self.dense else "")
+
+
+@dataclass(frozen=True)
+class LabelStats:
+    """What a data set's labels are as stored, before an objective reads them (the data
+    kinds know nothing of objectives): one example's label shape, whether every value is a
+    whole number, the range, one-hot rows, how many distinct values the training split has
+    (a learnability check: one class teaches nothing), the training targets' mean and
+    deviation (for `train.target_scaling`), and the classes' names when the data named them."""
+
+    source: str
+    shape: tuple[int, ...]
+    whole: bool
+    low: float
+    high: float
+    one_hot: bool
+    training_distinct: int
+    mean: tuple[float, ...] = ()
+    std: tuple[float, ...] = ()
+    names: tuple[str, ...] | None = None
+
+
+def label_stats(train, every, source: str, names=None) -> LabelStats:
+    """The stats of labels stored as arrays: `train` the training split's, `every` all of
+    them (train and test), both (N, ...)."""
+    import numpy as np
+
+    every = np.asarray(every)
+    train = np.asarray(train)
+    if not (np.issubdtype(every.dtype, np.number) or every.dtype == bool):
+        raise DataError(f"{source}: labels of type {every.dtype} are not numbers")
+    finite = np.isfinite(every.astype(np.float64)) if every.size else np.array([True])
+    if not finite.all():
+        raise DataError(f"{source}: {int(np.count_nonzero(~finite))} label values are NaN or "
+                        "infinite; clean the data first (one makes the loss NaN)")
+    whole = bool(np.issubdtype(every.dtype, np.integer) or every.dtype == bool
+                 or np.all(np.equal(np.mod(every, 1), 0)))
+    one_hot = bool(every.ndim == 2 and every.shape[1] > 1 and whole and np.isin(every, (0, 1)).all()
+                   and (every.sum(axis=1) == 1).all())
+    kept = train.argmax(axis=1) if one_hot else train
+    flat = kept.reshape(len(kept), -1).astype(np.float64) if len(kept) else np.zeros((0, 1))
+    return LabelStats(
+        source=source, shape=tuple(every.shape[1:]), whole=whole,
+        low=float(every.min()) if every.size else 0.0, high=float(every.max()) if every.size else 0.0,
+        one_hot=one_hot, training_distinct=len(np.unique(kept[: 100_000])),
+        mean=tuple(float(m) for m in flat.mean(axis=0)) if len(flat) else (),
+        std=tuple(float(v) for v in flat.std(axis=0)) if len(flat) else (),
+        names=tuple(names) if names is not None else None)
+
+
+def labels_for(family: Family, stats: LabelStats, scale_targets: bool = False) -> Labels:
+    """The labels as a loss of `family` reads them, checked: class ids (one-hot rows are
+    ids; extra dimensions are a label per position: (N, H, W[, 1]) masks, (N, T) tags); 0/1
+    labels, one per example or several; target values, (N,) or (N, k)."""
+    shape, source = stats.shape, stats.source
+    trailing = len(shape) >= 1 and shape[-1] == 1
+    if family == "values":
+        if len(shape) > 1 and not trailing:
+            raise DataError(f"{source}: targets of shape {shape}; a regression takes one value per "
+                            "example (N,) or several (N, k)")
+        if scale_targets and not stats.mean:
+            raise ConfigError(f"train.target_scaling standard: {source}'s targets are not read "
+                              "before training, so nothing can be fitted to them; leave it out")
+        scale = (TargetScale([*stats.mean], [s if s > 0 and math.isfinite(s) else 1.0
+                                             for s in stats.std]) if scale_targets else None)
+        return Labels("values", shape[0] if shape else 1, scale=scale)
+    if not stats.whole or stats.low < 0:
+        what = (f"values from {stats.low:g} to {stats.high:g}" if stats.whole else
+                "values that are not whole numbers")
+        raise DataError(f"{source}: labels must be class ids (whole numbers, 0 or more), and these "
+                        f"are {what}; for values to predict use a regression loss (train.loss: "
+                        "mean_squared_error)")
+    if stats.training_distinct < 2:
+        only = stats.low if stats.training_distinct else None
+        named = (stats.names[int(only)] if stats.names is not None and only is not None
+                 and int(only) < len(stats.names) else only)
+        named = int(named) if isinstance(named, float) else named
+        raise DataError(f"{source}: every training example has the same class ({named}): there "
+                        "is nothing to learn; a classifier needs examples of at least two classes")
+    if family == "binary":
+        if stats.high > 1:
+            raise DataError(f"{source}: binary_crossentropy takes labels 0 and 1, and these go up "
+                            f"to {stats.high:g}; for class ids use sparse_categorical_crossentropy")
+        if not shape or shape == (1,):
+            return Labels("classes", 2, trailing_one=trailing)
+        if len(shape) != 1:
+            raise DataError(f"{source}: 0/1 labels of shape {shape}; give one per example (N,) "
+                            "or several (N, labels)")
+        return Labels("multi_hot", shape[0])
+    if stats.one_hot:
+        return Labels("classes", shape[0], one_hot=True)
+    dense = shape[:-1] if trailing else shape
+    return Labels("classes", int(stats.high) + 1, tuple(dense), trailing_one=trailing)

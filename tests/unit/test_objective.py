@@ -1,0 +1,176 @@
+"""The objective on recorded labels (nothing trains): which one a loss and its labels make,
+what each refuses, the head it asks for; the CSV's validation split by class, a time series'
+windows split by time; recurrent layers' FLOPs and a model whose graph cannot be traced."""
+
+import re
+
+import numpy as np
+import pytest
+
+from mptrain.errors import ConfigError, DataError
+from mptrain.objective import (
+    Binary,
+    Classes,
+    Compiled,
+    DenseClasses,
+    MultiLabel,
+    Several,
+    Values,
+    family_of,
+    label_stats,
+    lower_is_better,
+    objective_for,
+)
+from tests.datafiles import regression_table, weather_table
+
+
+def stats(y, train=None):
+    y = np.asarray(y)
+    return label_stats(y if train is None else np.asarray(train), y, "data.npz")
+
+
+def test_the_loss_and_the_labels_choose_the_objective():
+    """By Keras' names and class names alike; each objective's head and quality."""
+    assert [family_of(n) for n in ("sparse_categorical_crossentropy", "CategoricalCrossentropy",
+                                   "binary_focal_crossentropy", "mse", "Huber", "poisson")] == [
+        "classes", "classes", "binary", "values", "values", "values"]
+    ids = objective_for(None, stats([0, 1, 2, 2]))
+    assert isinstance(ids, Classes)
+    assert (ids.units, ids.activation, ids.quality.metric) == (3, "softmax", "accuracy")
+    one_hot = objective_for("categorical_crossentropy", stats(np.eye(3)[[0, 1, 2, 1]]))
+    assert isinstance(one_hot, Classes) and one_hot.units == 3 and one_hot.labels.one_hot
+    masks = objective_for(None, stats(np.array([[[0, 1], [2, 1]]] * 4)[..., None]))
+    assert isinstance(masks, DenseClasses) and masks.labels.dense == (2, 2)
+    assert masks.quality.metric == "mean_iou"
+    binary = objective_for("binary_crossentropy", stats([0, 1, 1, 0]))
+    assert isinstance(binary, Binary) and binary.units == 1 and binary.builder_classes() == 2
+    tags = objective_for("binary_crossentropy", stats([[0, 1, 1], [1, 0, 0]]))
+    assert isinstance(tags, MultiLabel) and tags.units == 3 and tags.quality.metric == "auc"
+    targets = objective_for("huber", stats([[1.5, 2.0], [0.5, -1.0]]))
+    assert isinstance(targets, Values) and targets.units == 2 and not targets.quality.higher_is_better
+    scaled = objective_for("mse", stats([1000.0, 3000.0]), scale_targets=True)
+    assert scaled.labels.scale.mean == [2000.0] and scaled.labels.scale.std == [1000.0]
+    several = objective_for({"a": "mse", "b": "sparse_categorical_crossentropy"},
+                            {"a": stats([0.5, 1.5]), "b": stats([0, 1])})
+    assert isinstance(several, Several) and several.quality.metric == "a_mae"
+    compiled = objective_for(None, stats([0.5, 1.5]), {"loss": "mse", "metrics": ["mae"]})
+    assert isinstance(compiled, Compiled) and compiled.quality.metric == "mae"
+    assert compiled.compile_arguments() == {"loss": "mse", "metrics": ["mae"]}
+
+
+def test_labels_a_loss_cannot_take_are_refused_naming_the_data_and_the_fix():
+    with pytest.raises(DataError, match="labels must be class ids .* not whole numbers; for values "
+                                        "to predict use a regression loss"):
+        objective_for(None, stats([0.5, 1.25]))
+    with pytest.raises(DataError, match="binary_crossentropy takes labels 0 and 1, and these go up to 3"):
+        objective_for("binary_crossentropy", stats([0, 1, 3]))
+    with pytest.raises(DataError, match="every training example has the same class"):
+        objective_for(None, stats([0, 1, 1], train=[1, 1]))
+    with pytest.raises(ConfigError, match="give train.loss a loss for each"):
+        objective_for(None, {"a": stats([0, 1])})
+    with pytest.raises(ConfigError, match="names output 'c', and the data has labels for a"):
+        objective_for({"c": "mse"}, {"a": stats([0, 1])})
+
+
+def test_each_objective_refuses_a_head_that_cannot_learn_its_labels():
+    from types import SimpleNamespace
+
+    softmax = SimpleNamespace(kind="probabilities", softmax=True, evidence="its last layer is a softmax")
+    linear = SimpleNamespace(kind="logits", softmax=False, evidence="a Dense")
+    with pytest.raises(ConfigError, match="a softmax over 1 unit"):
+        objective_for(None, stats([0, 1, 2])).check(1, softmax, None)
+    with pytest.raises(ConfigError, match="takes one output, the probability of 1, and the model has 3"):
+        objective_for("binary_crossentropy", stats([0, 1])).check(3, linear, None)
+    with pytest.raises(ConfigError, match="a softmax makes the labels compete"):
+        objective_for("binary_crossentropy", stats([[0, 1], [1, 1]])).check(2, softmax, None)
+    with pytest.raises(ConfigError, match="end in a linear Dense"):
+        objective_for("mse", stats([0.5, 2.5])).check(1, softmax, None)
+    with pytest.raises(ConfigError, match="outputs 2 value.* and the data has 1 target"):
+        objective_for("mse", stats([0.5, 2.5])).check(2, linear, None)
+    with pytest.raises(ConfigError, match="class_weight weighs classes"):
+        objective_for("mse", stats([0.5, 2.5])).check(1, linear, {0: 1.0})
+    assert objective_for(None, stats([0, 1])).check(3, linear, None) == [
+        "the model has 3 outputs and the data 2 classes: outputs 2..2 are never a label"]
+
+
+def test_an_epoch_rule_knows_which_way_each_metric_improves():
+    assert [lower_is_better(m) for m in ("val_loss", "mae", "val_root_mean_squared_error",
+                                         "priority_mae", "accuracy", "val_auc", "mean_iou")] == [
+        True, True, True, True, False, False, False]
+
+
+def test_a_csv_sorted_by_class_gives_validation_every_class_and_says_its_rule(tmp_path):
+    """Keras' validation_split takes the last rows: a file sorted by class gave a one-class
+    validation set. The same share of each class instead, by a hash of the row number."""
+    from mptrain.config.schema import CsvData
+    from mptrain.data.tabular import read_table
+
+    rows = "".join(f"{i // 50},{i},{i % 7}\n" for i in range(100))  # class 0 then class 1
+    (tmp_path / "sorted.csv").write_text("label,a,b\n" + rows)
+    table = read_table(CsvData(dataset="csv", path=tmp_path / "sorted.csv", label_column="label",
+                               validation_split=0.2))
+    labels = np.array([i // 50 for i in range(100)])
+    val = labels[table.val_rows]
+    assert set(val) == {0, 1} and abs((val == 0).sum() - (val == 1).sum()) <= 1
+    assert not set(table.val_rows) & set(table.train_rows) & set(table.test_rows)
+    prices = read_table(CsvData(dataset="csv", path=regression_table(tmp_path / "h.csv", sort=True),
+                                label_column="price", validation_split=0.2))
+    assert prices.classes is None and len(prices.val_rows) > 20
+    assert prices.val_rows.max() > 150 and prices.val_rows.min() < 60  # from all over the file
+
+
+def test_a_time_series_is_cut_into_windows_that_never_cross_its_parts(tmp_path):
+    from mptrain.config.schema import TimeseriesData
+    from mptrain.data.series import cut
+
+    cfg = TimeseriesData(dataset="timeseries", path=weather_table(tmp_path / "w.csv", rows=200),
+                         time_column="Date Time", target_columns="T (degC)", sequence_length=5,
+                         sampling_rate=2, target_offset=3, validation_split=0.25, test_split=0.2)
+    windows = cut(cfg)
+    assert windows.names == ["p (mbar)", "T (degC)", "rh (%)"] and windows.offset == 4 * 2 + 3
+    train, val, test = windows.starts
+    assert train[0] == 0 and test[-1] + windows.offset == 199
+    assert train[-1] + windows.offset < val[0] and val[-1] + windows.offset < test[0]
+    temperature = np.loadtxt(tmp_path / "w.csv", delimiter=",", skiprows=1, usecols=2, dtype=np.float32)
+    assert windows.targets[train[3] + windows.offset] == temperature[3 + 11]
+
+
+def test_recurrent_layers_are_counted_over_their_timesteps_and_a_model_never_crashes_the_count():
+    import keras
+
+    from mptrain.model.flops import forward_profile
+
+    inputs = keras.Input((None,), dtype="int32")
+    x = keras.layers.Embedding(1000, 16)(inputs)
+    x = keras.layers.Bidirectional(keras.layers.LSTM(8, return_sequences=True))(x)
+    x = keras.layers.GRU(4)(x)
+    profile = forward_profile(keras.Model(inputs, keras.layers.Dense(1)(x)), (50,))
+    # a step's multiply-adds are its input and recurrent kernels' sizes, times 50 steps
+    assert profile.flops_by_layer["bidirectional"] >= 2 * 2 * (16 * 32 + 8 * 32) * 50
+    assert profile.flops_by_layer["gru"] >= 2 * (16 * 12 + 4 * 12) * 50 and not profile.uncounted
+    unknown = forward_profile(keras.Model(inputs, keras.layers.Dense(1)(keras.layers.LSTM(4)(
+        keras.layers.Embedding(10, 4)(inputs)))))
+    assert any("timesteps unknown" in u for u in unknown.uncounted)
+
+    class NeedsTwo(keras.layers.Layer):
+        def call(self, x):
+            if x.shape[0] == 1:  # a batch of one cannot be traced
+                raise ValueError("a batch of one")
+            return x
+
+    flat = keras.Input((4,))
+    broken = forward_profile(keras.Model(flat, keras.layers.Dense(2)(NeedsTwo()(flat))))
+    assert broken.flops == 0 and broken.uncounted[0].startswith("the whole model")
+
+
+def test_losses_and_metrics_are_named_as_keras_names_them_and_checked_by_keras():
+    from mptrain.config import validate
+    from mptrain.training.compiled import check_names
+    from tests.helpers import tiny_raw
+
+    check_names(validate(tiny_raw("train.loss=huber", "train.metrics=[mae, TruePositives, "
+                                  "root_mean_squared_error]"), "<test>"))
+    for key, wrong, said in (("train.loss", "mean_square_error", "did you mean mean_squared_error?"),
+                             ("train.metrics", "[mae, auc2]", "train.metrics 'auc2': not a name")):
+        with pytest.raises(ConfigError, match=re.escape(said)):
+            check_names(validate(tiny_raw("train.loss=mse", f"{key}={wrong}"), "<test>"))
