@@ -164,6 +164,21 @@ def masks_npz(path: Path, train=96, test=32, size=16, seed=0, rgb=False) -> Path
     return path
 
 
+def masks_folders(root: Path, count=64, size=16, seed=0) -> tuple[Path, Path]:
+    """masks_npz's squares as PNG files: images/NAME.jpg and masks/NAME.png (the pets'
+    layout: photos and trimaps of the same name)."""
+    from PIL import Image
+
+    arrays = np.load(masks_npz(root / "squares.npz", train=count, test=1, size=size, seed=seed, rgb=True))
+    images, masks = root / "images", root / "masks"
+    images.mkdir(parents=True, exist_ok=True)
+    masks.mkdir(parents=True, exist_ok=True)
+    for i, (x, y) in enumerate(zip(arrays["x_train"], arrays["y_train"], strict=True)):
+        Image.fromarray(x).save(images / f"pet_{i:03d}.png")
+        Image.fromarray(y[..., 0]).save(masks / f"pet_{i:03d}.png")
+    return images, masks
+
+
 def two_outputs_npz(path: Path, train=256, test=64, seed=0) -> Path:
     """keras.io's "multi-input and multi-output" shape of problem, small: from one input, a
     priority (a value) and a department (one of 4 classes), labels per output by name."""

@@ -106,6 +106,22 @@ class ImageFolderData(_FileData):
         "Leave out images that do not decode (listed in the run folder) instead of stopping."))
 
 
+class ImageMasksData(_FileData):
+    """Images and their masks (a class id per pixel), paired by file name: segmentation
+    (keras.io's pets with their trimaps)."""
+
+    dataset: Literal["image_masks"] = Field(description=(
+        "Images in one folder (PNG, JPEG, GIF, BMP) and a mask for each in another, paired by "
+        "file name: a class id per pixel (segmentation)."))
+    masks_path: Path = Field(description=(
+        "The masks' folder: for each image a PNG (or any image) of the same name (the same "
+        "sub-folders), whose pixel values are the class ids."))
+    image_size: tuple[Positive, Positive] | None = Field(None, description=(
+        "[height, width] every image and mask is resized to (masks to the nearest pixel); "
+        "default: the first image's size."))
+    color_mode: Literal["rgb", "grayscale"] = Field("rgb", description="3 channels, or 1.")
+
+
 class TextFolderData(_FileData):
     dataset: Literal["text_folder"] = Field(description=(
         ".txt files in one sub-folder per class, tokenised by a TextVectorization."))
@@ -193,8 +209,8 @@ class TfdsData(_DataBase):
 
 
 DataConfig = Annotated[
-    MnistData | NpzData | SyntheticData | SyntheticTextData | ImageFolderData | TextFolderData
-    | CsvData | TimeseriesData | TfdsData,
+    MnistData | NpzData | SyntheticData | SyntheticTextData | ImageFolderData | ImageMasksData
+    | TextFolderData | CsvData | TimeseriesData | TfdsData,
     Field(discriminator="dataset"),
 ]
 

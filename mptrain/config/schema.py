@@ -27,6 +27,7 @@ from mptrain.config.kinds import (  # noqa: F401
     CsvData,
     DataConfig,
     ImageFolderData,
+    ImageMasksData,
     KerasHubConfig,
     MLPConfig,
     MnistData,

@@ -23,6 +23,7 @@ LOADERS = {
     "synthetic": "mptrain.data.arrays:load_arrays",
     "synthetic_text": "mptrain.data.arrays:load_arrays",
     "image_folder": "mptrain.data.folders:load_image_folder",
+    "image_masks": "mptrain.data.masks:load_image_masks",
     "text_folder": "mptrain.data.folders:load_text_folder",
     "csv": "mptrain.data.tabular:load_csv",
     "timeseries": "mptrain.data.series:load_series",

@@ -82,6 +82,11 @@ def _training_examples(data, thorough: bool):
 
         table = read_table(data)
         return len(table.train_rows), table.stats
+    elif kind == "image_masks" and thorough:
+        from mptrain.data.masks import mask_stats, split_pairs
+
+        train, val, test = split_pairs(data)
+        return len(train), mask_stats(data, train, val + test)[0]
     elif kind == "timeseries" and thorough:
         from mptrain.data.series import cut
 
@@ -113,6 +118,10 @@ def _check_files(data) -> list[str]:
         classes = list_classes(path, kind).classes
         if data.test_path is not None:
             list_classes(data.test_path, kind, classes, key="data.test_path")
+    if kind == "image_masks":
+        from mptrain.data.masks import pairs
+
+        pairs(data)
     if kind == "timeseries" and not path.is_file():
         raise DataError(f"data.path {path}: no such file")
     if kind == "csv":

@@ -49,8 +49,6 @@ def build_model(config: ExperimentConfig, spec: InputSpec, objective=None,
     (from `save_initial_weights`) makes several builds start from the same weights;
     `train_inputs()`: the training split's inputs, for a `python` builder that declares
     them. A model its builder compiled keeps what it was compiled with (`BuiltModel.compiled`)."""
-    import keras
-
     import mptrain.model.fused  # noqa: F401  (registers mptrain's layers for saving/loading)
     import mptrain.model.layers  # noqa: F401
     from mptrain.model.checks import check_inputs
@@ -73,7 +71,7 @@ def build_model(config: ExperimentConfig, spec: InputSpec, objective=None,
     model, notes = (build(config, spec, objective, train_inputs) if config.model.kind == "python"
                     else build(config, spec, objective))
     compiled = compiled_with(model) if getattr(model, "compiled", False) else None
-    notes += check_own_step(config, model, keras.config.dtype_policy().name == "mixed_float16")
+    notes += check_own_step(config, model)
     rules = config.model.layer_rules
     if rules:
         from mptrain.model.dtypes import rebuild_with_policies

@@ -11,7 +11,6 @@ refused before anything runs (`check_own_step`).
 from __future__ import annotations
 
 import functools
-import inspect
 
 from mptrain.config.schema import ExperimentConfig
 from mptrain.errors import ConfigError
@@ -28,9 +27,11 @@ def own_methods(model) -> list[str]:
             if getattr(cls, name, None) is not getattr(keras.Model, name, None)]
 
 
-def check_own_step(config: ExperimentConfig, model, loss_scaling: bool) -> list[str]:
+def check_own_step(config: ExperimentConfig, model) -> list[str]:
     """Refuse what would not train with the model's own step; else a note saying it does
-    (empty for a model without one)."""
+    (empty for a model without one). Whether its step scales the loss under mixed_float16 is
+    checked where the scaling happens, at its first step (`loss_scale.watch_scaling`): its
+    source may do it in a helper method, which reading `train_step` cannot see."""
     methods = own_methods(model)
     if not methods:
         return []
@@ -44,25 +45,7 @@ def check_own_step(config: ExperimentConfig, model, loss_scaling: bool) -> list[
     if rebuilt:
         raise ConfigError(f"{rebuilt[0]} rebuilds the model as a plain Keras model, which would "
                           f"train without {own}; leave {rebuilt[0]} out for this model")
-    source = _source(type(model).train_step)
-    if loss_scaling and "apply" in source and "scale_loss" not in source:
-        raise ConfigError(
-            f"policy mixed_float16 scales the loss (a LossScaleOptimizer unscales every "
-            f"gradient it applies) and {type(model).__name__}.train_step never calls "
-            "self.optimizer.scale_loss(loss): its gradients would be divided by the loss scale. "
-            "Scale the loss before taking gradients, as Keras' own train_step does "
-            "(loss = self.optimizer.scale_loss(loss)), or use mixed_bfloat16, which needs no "
-            "loss scaling")
     return [f"the model trains with its own {own} (Model.fit calls it under every policy)"]
-
-
-def _source(function) -> str:
-    """The function's source, to look for the calls that apply gradients and scale the loss;
-    unreadable (defined in a notebook cell that is gone): nothing to go by, nothing refused."""
-    try:
-        return inspect.getsource(function)
-    except (OSError, TypeError):
-        return ""
 
 
 def cast_output_in_place(model) -> None:

@@ -166,3 +166,55 @@ def build(input_shape, num_classes):
         done.stderr.split()), done.stderr[-2000:]
     state = json.loads((next((tmp_path / "runs").iterdir()) / "summary.json").read_text())
     assert state["status"] == "failed" and "scale_loss" in state["reason"]
+
+
+def test_compare_judges_a_regression_by_its_mae(tmp_path):
+    """compare float32,mixed_bfloat16 on a regression: the quality column and each verdict
+    are its MAE's (a relative change), not an accuracy it does not have."""
+    from mptrain.measure.compare import CompareRecord
+
+    regression_table(tmp_path / "houses.csv")
+    config = example(tmp_path, "house_prices")
+    done = mptrain("compare", str(config), "--policies", "float32,mixed_bfloat16", "--epochs", "2",
+                   "--set", f"output.dir={tmp_path / 'runs'}", cwd=tmp_path, env_extra={"COLUMNS": "80"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "MAE" in done.stdout and "(Δ %)" in done.stdout and "(Δ pt)" not in done.stdout
+    record = CompareRecord.model_validate_json(
+        (next((tmp_path / "runs").glob("compare-*")) / "compare.json").read_text())
+    bf16 = record.variants[1]
+    assert bf16.summary.quality.metric == "mae" and bf16.verdict.quality.label == "MAE"
+    mine, theirs = bf16.summary.quality.value, record.variants[0].summary.quality.value
+    assert bf16.verdict.quality.relative_pct == pytest.approx(100 * (mine - theirs) / theirs)
+    assert "MAE" in bf16.verdict.words()
+
+
+def test_masks_paired_with_images_by_name_train_a_class_per_pixel(tmp_path):
+    """`image_masks`: a mask per image by file name; a missing one is named, not shifted."""
+    from tests.datafiles import masks_folders
+
+    images, masks = masks_folders(tmp_path, count=96)
+    (tmp_path / "seg.py").write_text('''
+import keras
+from keras import layers
+
+
+def seg(input_shape, num_classes):
+    inputs = keras.Input(input_shape)
+    x = layers.Rescaling(1 / 255)(inputs)
+    x = layers.Conv2D(16, 3, padding="same", activation="relu")(x)
+    x = layers.Conv2D(16, 3, padding="same", activation="relu")(x)
+    return keras.Model(inputs, layers.Conv2D(num_classes, 1, activation="softmax")(x))
+''')
+    config = tmp_path / "seg.yaml"
+    config.write_text(yaml.safe_dump({
+        "data": {"dataset": "image_masks", "path": "images", "masks_path": "masks"},
+        "model": {"kind": "python", "builder": "seg.py:seg"},
+        "train": {"epochs": 25, "batch_size": 16, "optimizer": {"name": "adam",
+                                                               "kwargs": {"learning_rate": 0.01}}},
+        "policy": "mixed_bfloat16"}))
+    summary = run(tmp_path, config)
+    assert summary["objective"].startswith("dense labels (3 classes at each of 16x16 positions")
+    assert summary["quality"]["metric"] == "mean_iou" and summary["quality"]["value"] > 0.5
+    (masks / "pet_007.png").unlink()
+    done = mptrain("validate", str(config), cwd=tmp_path)
+    assert done.returncode == 2 and "no mask for pet_007.png" in done.stderr

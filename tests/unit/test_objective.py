@@ -174,3 +174,36 @@ def test_losses_and_metrics_are_named_as_keras_names_them_and_checked_by_keras()
                              ("train.metrics", "[mae, auc2]", "train.metrics 'auc2': not a name")):
         with pytest.raises(ConfigError, match=re.escape(said)):
             check_names(validate(tiny_raw("train.loss=mse", f"{key}={wrong}"), "<test>"))
+
+
+@pytest.mark.parametrize("method", ["train_step", "test_step", "compute_loss", "compute_metrics"])
+def test_a_model_with_any_training_method_of_its_own_keeps_it_and_outputs_float32(method):
+    """Overriding any one of Keras' training methods makes the model's step its own: kept
+    under every policy (the custom loop, which would never call it, is refused), its output
+    cast to float32 in its own call: the values it returns, not a flag, are float32."""
+    import keras
+
+    from mptrain.config import validate
+    from mptrain.model import ensure_float32_output
+    from mptrain.model.own_step import check_own_step, own_methods
+    from mptrain.precision.policy import apply_policy
+    from tests.helpers import tiny_raw
+
+    def overridden(self, *args, **kwargs):  # the user's own, doing what Keras' does
+        return getattr(keras.Model, method)(self, *args, **kwargs)
+
+    own = type("Own", (keras.Model,), {method: overridden})
+    apply_policy("mixed_bfloat16")
+    try:
+        inputs = keras.Input((4,))
+        model = own(inputs, keras.layers.Dense(3)(inputs))
+        assert own_methods(model) == [f"Own.{method}"]
+        kept, notes = ensure_float32_output(model)
+        assert kept is model and "keeping Own and its training step" in notes[0]
+        assert str(kept(np.ones((2, 4), np.float32)).dtype) in ("float32", "<dtype: 'float32'>")
+        with pytest.raises(ConfigError, match=f"the model defines Own.{method}, which it would never call"):
+            check_own_step(validate(tiny_raw("train.loop=custom"), "<test>"), model)
+        assert check_own_step(validate(tiny_raw(), "<test>"), model) == [
+            f"the model trains with its own Own.{method} (Model.fit calls it under every policy)"]
+    finally:
+        apply_policy("float32")

@@ -503,3 +503,26 @@ def test_auto_follows_a_plan_only_where_it_applies(tmp_path):
     newer = (tmp_path / "exp.plan.yaml").stat().st_mtime + 10
     os.utime(experiment, (newer, newer))
     assert "is older than" in planned(config).follow("this machine")
+
+
+def test_plan_judges_a_regression_by_its_mae_and_refuses_one_worse_beyond_the_tolerance():
+    """With --eval a trial's test quality counts against it: a regression's MAE 5% worse than
+    float32's (tolerance 3%) is refused, 1% worse is not; both faster."""
+    def with_mae(spec, mae):
+        made, records = trial(*spec)
+        from mptrain.runs.summary import QualityFigure
+
+        quality = QualityFigure(metric="mae", label="MAE", value=mae, higher_is_better=False,
+                                proportion=False)
+        summary = made.summary.model_copy(update={"quality": quality})
+        return made.model_copy(update={"summary": summary}), records
+
+    made = [with_mae(("float32", "float32", 300.0), 2.0),
+            with_mae(("mixed_bfloat16", "mixed_bfloat16", 150.0), 2.10),
+            with_mae(("float32+onednn_bf16", "float32", 200.0), 2.02)]
+    trials = judge_trials([t for t, _ in made], {t.label: r for t, r in made},
+                          Rules(3.0, quality_counts=True, length=RunLength(0)))
+    worse, fine = trials[1].verdict, trials[2].verdict
+    assert worse.refused == ["MAE +5.0%"] and "MAE worse (+5.0%)" in worse.words()
+    assert not fine.refused and fine.quality.word() == "MAE worse (+1.0%)"
+    assert choose(trials)[0] == "float32+onednn_bf16"
