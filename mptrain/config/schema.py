@@ -253,6 +253,9 @@ class DistributeConfig(_Strict):
         "multi_worker_mirrored on this machine: N local worker processes (`run --workers N`); "
         "kept in the run's config.yaml so `run --resume` restarts as many. Where $TF_CONFIG "
         "is set, each process is one worker of that cluster instead."))
+    port_base: int = Field(8888, ge=1, le=65535, description=(
+        "Under Slurm's srun: the port of each node's first task (the next tasks on a node take "
+        "the next ports), as TensorFlow's SlurmClusterResolver numbers them."))
     join_timeout_s: float = Field(120.0, gt=0, description=(
         "multi_worker_mirrored: how long a worker waits for every other to join the cluster "
         "before it stops, naming those whose port does not answer."))

@@ -1,10 +1,12 @@
-"""Workers on separate hosts: `mptrain run exp.yaml --hosts A:PORT,B:PORT --host-index I`.
+"""Workers on separate hosts: where the cluster comes from (`form_cluster`), said in one line.
 
 TensorFlow's MultiWorkerMirroredStrategy reads its cluster from `$TF_CONFIG`, a JSON a user
 would otherwise write by hand on every host, where a typo in one host's index or address is
-caught by nothing. So `--hosts` and `--host-index` make it, after checking what can be checked
-on this host before TensorFlow starts (`parse_hosts`, `check_own_address`). A `$TF_CONFIG` set
-by a scheduler still works, and wins (said, when --hosts is given too).
+caught by nothing. So `mptrain run exp.yaml --hosts A:PORT,B:PORT --host-index I` makes it,
+and under Slurm's `srun` (its variables present) TensorFlow's own `SlurmClusterResolver` reads
+the task's rank, the step's tasks and its node list (`slurm_hosts`), after checking what can
+be checked on this host first (`parse_hosts`, `check_own_address`). A `$TF_CONFIG` set by a
+scheduler (Kubernetes, an operator) still works, and wins over both (said).
 
 What cannot be checked alone is checked as the cluster forms: a host that never joins is
 named after `distribute.join_timeout_s` (`training.distribute.rendezvous`), and every host runs the same
@@ -14,6 +16,7 @@ experiment (`check_same_experiment`).
 from __future__ import annotations
 
 import errno
+import os
 import socket
 
 from mptrain.errors import ConfigError
@@ -44,23 +47,98 @@ def parse_hosts(text: str, index: int | None) -> Hosts:
     return Hosts(tuple(entries), index)
 
 
-def check_own_address(hosts: Hosts) -> None:
-    """This host's entry, before TensorFlow binds it: an address of this machine, a free port."""
+def check_own_address(hosts: Hosts, source: str = "--hosts") -> None:
+    """This host's entry, before TensorFlow binds it: an address of this machine, a free port
+    (`source`: where the entry came from, for the messages)."""
     host, _, port = hosts.own.rpartition(":")  # as written, for the messages
+    slurm = source != "--hosts"
     try:
         bound_as_tensorflow_binds(hosts.own).close()
     except socket.gaierror:
-        raise ConfigError(f"--hosts {hosts.own}: {host} does not resolve on this host") from None
+        raise ConfigError(f"{source} {hosts.own}: {host} does not resolve on this host") from None
     except OSError as exc:
         if exc.errno == errno.EADDRINUSE:
-            raise ConfigError(f"--hosts {hosts.own} (--host-index {hosts.index}): port {port} is "
-                              f"already in use on {host}; stop what holds it, or give this "
-                              "host another port in --hosts on every host") from None
+            fix = ("set distribute.port_base to a free port" if slurm else
+                   "give this host another port in --hosts on every host")
+            raise ConfigError(f"{source} {hosts.own} (worker {hosts.index}): port {port} is "
+                              f"already in use on {host}; stop what holds it, or {fix}") from None
         if exc.errno == errno.EADDRNOTAVAIL:
-            raise ConfigError(f"--host-index {hosts.index}: {hosts.own} is not an address of "
-                              "this machine; give this host's own entry of --hosts (two hosts "
-                              "started with the same index end here)") from None
-        raise ConfigError(f"--hosts {hosts.own}: cannot use it here ({exc.strerror})") from None
+            fix = ("Slurm's node list names nodes by another address than this one has" if slurm
+                   else "give this host's own entry of --hosts (two hosts started with the same "
+                        "index end here)")
+            raise ConfigError(f"{source}: worker {hosts.index}'s {hosts.own} is not an address "
+                              f"of this machine; {fix}") from None
+        raise ConfigError(f"{source} {hosts.own}: cannot use it here ({exc.strerror})") from None
+
+
+SLURM_TASKS = ("SLURM_STEP_NUM_TASKS", "SLURM_NTASKS")
+
+
+def slurm_tasks() -> int | None:
+    """How many tasks this Slurm job step runs; None outside `srun` (no SLURM_PROCID)."""
+    if "SLURM_PROCID" not in os.environ:
+        return None
+    return next((int(os.environ[n]) for n in SLURM_TASKS if os.environ.get(n, "").isdigit()), 1)
+
+
+def slurm_hosts(tf, port_base: int) -> Hosts:
+    """The cluster as TensorFlow's `SlurmClusterResolver` reads it from srun's variables
+    (SLURM_PROCID, SLURM_STEP_NUM_TASKS, SLURM_STEP_NODELIST expanded by its own
+    `expand_hostlist`, SLURM_STEP_TASKS_PER_NODE): one worker per task, ports from
+    `port_base` per node. The resolver hands out GPUs per task too; mptrain leaves that to
+    Slurm (`--gpus-per-task` sets CUDA_VISIBLE_DEVICES before TensorFlow starts), so it is
+    given a GPU per task to count with and told not to set any."""
+    tasks = slurm_tasks() or 1
+    try:
+        resolver = tf.distribute.cluster_resolver.SlurmClusterResolver(
+            port_base=port_base, gpus_per_node=tasks, gpus_per_task=1, auto_set_gpu=False)
+        workers = resolver.cluster_spec().as_dict()["worker"]
+    except (RuntimeError, KeyError, ValueError) as exc:
+        raise ConfigError(f"Slurm's variables do not describe this job step ({exc}); run it "
+                          "with srun, or give --hosts") from None
+    return Hosts(tuple(workers), resolver.task_id)
+
+
+def form_cluster(hosts: Hosts | None, config, local: bool, environment: dict[str, str],
+                 verbose: bool = False) -> tuple[str | None, bool]:
+    """Where this run's cluster comes from, and whether there is one: $TF_CONFIG (a
+    scheduler's: it wins, for an experiment that asks for multi_worker_mirrored or with
+    --hosts), `--hosts`, Slurm's srun (two tasks or more), or none (`local`: this is, or
+    starts, local workers, whose $TF_CONFIG `runs.workers` writes). Sets $TF_CONFIG from
+    `--hosts` or Slurm before TensorFlow forms anything, after this host's address is checked.
+    Returns (the line that says so, or None; whether it is a cluster). `environment`: what
+    TensorFlow must read when it starts (a Slurm cluster imports it here)."""
+    if local:
+        return None, False
+    if "TF_CONFIG" in os.environ:
+        if hosts is None and config.distribute.strategy != "multi_worker_mirrored":
+            return None, False
+        given = Hosts.from_env()
+        where = (f"worker {given.index} of {len(given.addresses)} at {given.own}" if given
+                 else "this task")
+        said = "it wins over --hosts and --host-index" if hosts is not None else "a scheduler's"
+        return f"the cluster comes from $TF_CONFIG ({said}): {where}", True
+    if hosts is not None:
+        check_own_address(hosts)
+        os.environ["TF_CONFIG"] = hosts.tf_config()
+        return (f"the cluster comes from --hosts: worker {hosts.index} of {len(hosts.addresses)} "
+                f"at {hosts.own}"), True
+    tasks = slurm_tasks()
+    if tasks is None:
+        return None, False
+    rank = os.environ["SLURM_PROCID"]
+    if tasks == 1:
+        return f"Slurm allocated this job step one task (SLURM_PROCID {rank}): a single-machine run", False
+    from mptrain.hardware.runtime import import_tensorflow
+
+    port_base = config.distribute.port_base
+    found = slurm_hosts(import_tensorflow(verbose, environment=environment), port_base)
+    source = f"Slurm (SLURM_PROCID {rank})"
+    check_own_address(found, source)
+    os.environ["TF_CONFIG"] = found.tf_config()
+    return (f"the cluster comes from Slurm's srun: task {rank} of {tasks} is worker {found.index} "
+            f"at {found.own} (nodes {os.environ.get('SLURM_STEP_NODELIST', '?')}, ports from "
+            f"{port_base})"), True
 
 
 # what may differ between the hosts of one run: where each one's runs go

@@ -40,6 +40,7 @@ from mptrain.training import TrainingLoop, make_loop
 from mptrain.training.distribute import (
     Placement,
     check_batch_split,
+    cluster_formed,
     placement,
     prepare_devices,
     scope,
@@ -76,11 +77,15 @@ class Prepared:
 
 def _placed(config: ExperimentConfig, tf) -> Placement:
     """The run's strategy, before any other op (collective ops require it); in a cluster,
-    formed within its join timeout (`distribute.rendezvous`), and with every worker on this
+    formed within its join timeout (`distribute.rendezvous`; a worker lost after it is named
+    by a watchdog, which `cluster_formed` stands down), and with every worker on this
     experiment."""
-    place = placement(config.distribute, tf)
-    if place.task is not None:
-        check_same_experiment(config, place.strategy, tf)
+    try:
+        place = placement(config.distribute, tf)
+        if place.task is not None:
+            check_same_experiment(config, place.strategy, tf)
+    finally:
+        cluster_formed()
     return place
 
 
@@ -95,8 +100,7 @@ def prepare(config: ExperimentConfig, *, policy: str | None = None, verbose: boo
     check_experiment(config)  # missing files and impossible shapes, before TensorFlow's import
     requested = policy or config.policy
     plan = planned(config) if requested == "auto" else None
-    mode = plan_math_mode(plan) or config.train.math_mode  # read once, as TensorFlow starts
-    tf = import_tensorflow(verbose, environment=math_environment(mode))
+    tf = import_tensorflow(verbose, environment=tensorflow_environment(config, requested))
     prepare_devices(config.distribute, tf)
     place = _placed(config, tf)
     check_batch_split(config, place.replicas)
@@ -159,6 +163,13 @@ def _model_for(config: ExperimentConfig, data: Dataset, held: Dataset, place: Pl
             raise
         raise type(exc)(f"{config.source}: {exc}") from exc.__cause__
     return config, objective, built, [*said, *checked]
+
+
+def tensorflow_environment(config: ExperimentConfig, policy: str | None = None) -> dict[str, str]:
+    """What TensorFlow must read when it starts, for this experiment (under `policy`): its
+    math mode's, or that of the plan `auto` follows (read once, as TensorFlow starts)."""
+    plan = planned(config) if (policy or config.policy) == "auto" else None
+    return math_environment(plan_math_mode(plan) or config.train.math_mode)
 
 
 def plan_math_mode(plan: Planned | None) -> str | None:

@@ -15,7 +15,8 @@ import yaml
 from mptrain.config import ExperimentConfig
 from mptrain.errors import ConfigError
 from mptrain.precision.planned import plan_beside
-from mptrain.runs.cluster import check_own_address
+from mptrain.runs.cluster import form_cluster
+from mptrain.runs.experiment import tensorflow_environment
 from mptrain.runs.folder import unique_folder
 from mptrain.runs.resume import experiment_to_run
 from mptrain.runs.runner import RunResult, Start, run_experiment
@@ -55,19 +56,19 @@ def launch(experiment: str | ExperimentConfig | None, options: RunOptions = RunO
     raises `AlreadyFinished`."""
     overrides = [*options.overrides,
                  *(worker_overrides(options.workers) if options.workers is not None else [])]
-    if options.hosts is not None:  # $TF_CONFIG for this process, before TensorFlow starts
-        if options.workers is not None:
-            raise ConfigError("--hosts starts this host's one worker of a cluster; --workers N "
-                              "starts N on this machine: give one of them")
-        if "TF_CONFIG" in os.environ:
-            telling.say("cluster", "$TF_CONFIG is set (a scheduler's?): it wins over --hosts and "
-                        "--host-index")
-        else:
-            check_own_address(options.hosts)
-            os.environ["TF_CONFIG"] = options.hosts.tf_config()
-        overrides.append("distribute.strategy=multi_worker_mirrored")
+    if options.hosts is not None and options.workers is not None:
+        raise ConfigError("--hosts starts this host's one worker of a cluster; --workers N "
+                          "starts N on this machine: give one of them")
     resume = options.start.resume
     chosen = experiment_to_run(experiment, overrides, resume)
+    # $TF_CONFIG for this process, before TensorFlow starts: from --hosts, Slurm or a scheduler
+    said, cluster = form_cluster(options.hosts, chosen, options.supervised or chosen.distribute.workers
+                                 is not None, tensorflow_environment(chosen), options.verbose)
+    if said is not None:
+        telling.say("cluster", said)
+    if cluster and chosen.distribute.strategy != "multi_worker_mirrored":
+        overrides.append("distribute.strategy=multi_worker_mirrored")
+        chosen = experiment_to_run(experiment, overrides, resume)
     count = local_worker_count(chosen.distribute.workers, options.workers, options.supervised,
                                "TF_CONFIG" in os.environ)
     if count is not None:

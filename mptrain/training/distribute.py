@@ -88,6 +88,7 @@ def _new_placement(cfg, tf) -> Placement:
                               "on one machine with `mptrain run --workers N` (a stopped run: "
                               "`mptrain run --resume RUN_DIR --workers N`)")
         rendezvous(cfg.join_timeout_s)  # every worker up, before TensorFlow waits without end
+        _watch_forming(cfg.join_timeout_s)  # and one lost after it: `cluster_formed` ends the watch
         strategy = tf.distribute.MultiWorkerMirroredStrategy()
         task = strategy.cluster_resolver.task_type, strategy.cluster_resolver.task_id
         cluster = strategy.cluster_resolver.cluster_spec().as_dict()
@@ -252,8 +253,60 @@ def rendezvous(timeout_s: float) -> None:
         named = ", ".join(f"worker {i} ({address})" for i, address in sorted(waiting.items()))
         raise WorkerLost(f"{named} did not join the cluster within distribute.join_timeout_s "
                          f"({timeout_s:g} s): start `mptrain run` on every host with the same "
-                         "--hosts and its own --host-index (or $TF_CONFIG), or raise "
-                         "distribute.join_timeout_s")
+                         "--hosts and its own --host-index (under Slurm: every task of the srun "
+                         "step; or its $TF_CONFIG), or raise distribute.join_timeout_s")
+
+
+# A watchdog of its own process: TensorFlow forms the cluster inside calls that hold Python's
+# lock and catch SIGTERM, so no thread of this process could say a peer was lost there.
+WATCHDOG = r"""
+import os, select, signal, socket, sys, json
+parent, timeout, peers, why = int(sys.argv[1]), float(sys.argv[2]), json.loads(sys.argv[3]), sys.argv[4]
+if select.select([sys.stdin], [], [], timeout)[0]:
+    sys.exit(0)  # formed, or given up on: a word or the end of the pipe
+down = []
+for index, address in peers:
+    host, _, port = address.rpartition(":")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=2).close()
+    except OSError:
+        down.append(f"worker {index} ({address})")
+named = ", ".join(down) or ", ".join(f"worker {i} ({a})" for i, a in peers)
+sys.stderr.write(f"error: {named} {why}\n")
+sys.stderr.flush()
+os.kill(parent, signal.SIGKILL)
+"""
+_FORMING: list = []  # the watchdog while the cluster forms
+
+
+def _watch_forming(timeout_s: float) -> None:
+    """Between the rendezvous and the first collective, a worker lost (killed, cut off) would
+    leave the others in TensorFlow's own wait without end: a watchdog process names the ones
+    whose port no longer answers and stops this process, `timeout_s` after the rendezvous,
+    unless `cluster_formed` came first."""
+    import subprocess
+    import sys
+
+    hosts = Hosts.from_env()
+    if hosts is None or not hosts.peers:
+        return
+    why = (f"joined and was lost before the cluster formed (within distribute.join_timeout_s, "
+           f"{timeout_s:g} s): nothing was trained, no run folder was made; start every worker "
+           "again (each with its --host-index, its Slurm task or its TF_CONFIG)")
+    _FORMING.append(subprocess.Popen(
+        [sys.executable, "-c", WATCHDOG, str(os.getpid()), str(timeout_s), json.dumps(hosts.peers),
+         why], stdin=subprocess.PIPE, text=True))
+
+
+def cluster_formed() -> None:
+    """The cluster answered its first collective (or this worker gave up on it): the watchdog
+    stands down."""
+    while _FORMING:
+        watchdog = _FORMING.pop()
+        with contextlib.suppress(OSError):
+            watchdog.stdin.write("formed\n")
+            watchdog.stdin.close()
+        watchdog.wait()
 
 
 def unreachable(addresses: list[tuple[int, str]], timeout_s: float = 2.0) -> list[tuple[int, str]]:

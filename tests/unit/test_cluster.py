@@ -58,3 +58,45 @@ def test_peers_come_from_tf_config_and_a_closed_port_is_unreachable(monkeypatch)
         assert unreachable(peers(), timeout_s=1.0) == [(2, down)]
     monkeypatch.delenv("TF_CONFIG")
     assert peers() == []
+
+
+SRUN = {"SLURM_PROCID": "1", "SLURM_NTASKS": "3", "SLURM_STEP_NUM_TASKS": "3",
+        "SLURM_STEP_NODELIST": "node[07-08]", "SLURM_STEP_TASKS_PER_NODE": "2,1"}
+
+
+def test_slurms_variables_make_the_cluster_tensorflows_resolver_reads(monkeypatch):
+    """One worker per task, the node list expanded and the ports numbered per node as
+    TensorFlow's SlurmClusterResolver does (node07 runs tasks 0 and 1)."""
+    import tensorflow as tf
+
+    from mptrain.runs.cluster import slurm_hosts, slurm_tasks
+
+    for name, value in SRUN.items():
+        monkeypatch.setenv(name, value)
+    assert slurm_tasks() == 3
+    hosts = slurm_hosts(tf, 9000)
+    assert hosts.addresses == ("node07:9000", "node07:9001", "node08:9000") and hosts.index == 1
+
+
+def test_where_the_cluster_comes_from_is_said_and_a_scheduler_wins(monkeypatch):
+    from mptrain.config import validate
+    from mptrain.runs.cluster import form_cluster
+    from mptrain.training.distribute import Hosts
+    from tests.helpers import tiny_raw
+
+    config = validate(tiny_raw(), "<test>")
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    for name in SRUN:
+        monkeypatch.delenv(name, raising=False)
+    assert form_cluster(None, config, False, {}) == (None, False)  # nothing: one machine
+    monkeypatch.setenv("SLURM_PROCID", "0")
+    monkeypatch.setenv("SLURM_NTASKS", "1")
+    said, cluster = form_cluster(None, config, False, {})
+    assert not cluster and said == ("Slurm allocated this job step one task (SLURM_PROCID 0): "
+                                    "a single-machine run")
+    assert form_cluster(None, config, True, {}) == (None, False)  # a local worker says nothing
+    scheduled = Hosts(("10.0.0.1:2222", "10.0.0.2:2222"), 1)
+    monkeypatch.setenv("TF_CONFIG", scheduled.tf_config())
+    said, cluster = form_cluster(Hosts(("127.0.0.1:1", "127.0.0.2:1"), 0), config, False, {})
+    assert cluster and said == ("the cluster comes from $TF_CONFIG (it wins over --hosts and "
+                                "--host-index): worker 1 of 2 at 10.0.0.2:2222")
