@@ -2,7 +2,7 @@
 checked before any TensorFlow work starts, so a typo costs a second instead of a failed run
 (this module must not import TensorFlow: `mptrain validate` and `--help` stay fast). Reading
 YAML and wording errors is `loading.py`'s; checks that need the file system are in
-`data/checks.py`, `model/checks.py` and `runs/preflight.py`. Each kind of `data` and `model`
+`data/source.py`, `model/checks.py` and `runs/preflight.py`. Each kind of `data` and `model`
 has only its own keys (`kinds.py`); the names a user can write are in `names.py`. This module
 is the schema's one namespace: it holds every section.
 """
@@ -304,7 +304,8 @@ class ExperimentConfig(_Strict):
     seed: int = Field(0, ge=0, lt=2**31, description=(
         "Seeds the initial weights, the data's order and the generated data sets."))
     deterministic: bool = Field(False, description=(
-        "tf.config.experimental.enable_op_determinism(): bit-identical reruns, slower ops."))
+        "tf.config.experimental.enable_op_determinism(): bit-identical reruns, slower ops, "
+        "and no XLA (Keras compiles no step with it then; float16 on a CPU needs it)."))
     policy: PolicyName = Field("float32", description=(
         "Keras' dtype policy; auto: the one fastest here (on a CPU, by its kernels measured "
         "once; `mptrain check-gpu` says which and why)."))
@@ -376,6 +377,14 @@ class ExperimentConfig(_Strict):
         if family != "values" and self.train.target_scaling != "none":
             raise ValueError(f"train.target_scaling scales a regression's targets, and train.loss "
                              f"{loss or DEFAULT_LOSS} takes labels: leave it out")
+        return self
+
+    @model_validator(mode="after")
+    def _determinism_without_xla(self) -> ExperimentConfig:
+        if self.deterministic and self.train.jit_compile:
+            raise ValueError("train.jit_compile: true with deterministic: true: Keras compiles no "
+                             "step with XLA under op determinism (it would run without XLA and "
+                             "say nothing); set one of them false")
         return self
 
     @model_validator(mode="after")

@@ -103,3 +103,17 @@ def seed_everything(seed: int) -> None:
     import keras
 
     keras.utils.set_random_seed(seed)
+
+
+def set_op_determinism(tf, on: bool) -> None:
+    """TensorFlow's op determinism, on or off for this run. It is process-wide, so a run
+    without it after one with it (the Python API, a notebook, compare's rows) would inherit
+    it, and with it Keras' silent switch to no XLA (float16 on a CPU then runs oneDNN's
+    reference kernel: 125x slower steps measured on the Xeon AVX512_BF16/FP16, no AMX).
+    TensorFlow exports only the switch on; the switch off is its own internal one."""
+    from tensorflow.python.framework.config import disable_op_determinism
+
+    if on:
+        tf.config.experimental.enable_op_determinism()
+    else:
+        disable_op_determinism()

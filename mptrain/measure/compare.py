@@ -161,12 +161,13 @@ def plan_variants(config: ExperimentConfig, policies: list[str], loops: list[str
 def _choice(config: ExperimentConfig, row: Variant, machine, kernels):
     """What the row's run will choose here (`policy.choose_policy`), with its own number of
     replicas (XLA is off with several)."""
-    from mptrain.precision.policy import choose_policy
+    from mptrain.precision.policy import XlaAsked, choose_policy
     from mptrain.training.distribute import replicas_for
 
     option = row.candidate
     jit = option.jit_compile if option.jit_compile is not None else config.train.jit_compile
-    return choose_policy(option.policy, jit, machine, config.train.xla_optimizer_update,
+    asked = XlaAsked(jit, config.train.xla_optimizer_update, config.deterministic)
+    return choose_policy(option.policy, machine, asked,
                          replicas_for(row.strategy, config.distribute.devices, machine), kernels)
 
 

@@ -211,7 +211,8 @@ def start_plan(config: ExperimentConfig, settings: PlanSettings = PlanSettings()
         from mptrain.model.fused import fusable
 
         kernels = measured_kernels(prepared.tf, prepared.machine, status)
-        found.extend(select(candidates(prepared.machine, kernels, fusable=fusable(prepared.model)),
+        found.extend(select(candidates(prepared.machine, kernels, fusable=fusable(prepared.model),
+                                      deterministic=prepared.config.deterministic),
                             names))
         tried = [c for c in found if c.why_not is None]
         cells.extend(batch_cells(prepared, tried, settings.batch_sizes, not_tried))

@@ -22,7 +22,7 @@ from mptrain.config.schema import MATH_MODES, POLICIES
 from mptrain.errors import ConfigError, did_you_mean
 from mptrain.hardware.kernels import KernelSpeeds
 from mptrain.hardware.machine import Machine
-from mptrain.precision.policy import cpu_float16
+from mptrain.precision.policy import NO_XLA_DETERMINISTIC, cpu_float16
 from mptrain.record import Record
 
 NOTHING_TO_FUSE = "the model has no Conv2D or BatchNormalization: the same as mixed_bfloat16"
@@ -131,12 +131,14 @@ def candidate(name: str, why_not: str | None = None) -> Candidate:
 
 
 def candidates(machine: Machine, kernels: KernelSpeeds | None = None, *,
-               fusable: bool = True) -> list[Candidate]:
+               fusable: bool = True, deterministic: bool = False) -> list[Candidate]:
     """What this machine can run: float32, float32+xla (XLA's own effect, and the control of
     every 16-bit candidate with XLA), then the 16-bit ways, most promising first by its
     measured kernels. One that cannot win here carries why, with the figure this machine's
     kernels measured (or the rule, said as one, when they were not). `fusable`: the model has
-    a Conv2D or BatchNormalization for `+fused` to change (`model.fused.fusable`)."""
+    a Conv2D or BatchNormalization for `+fused` to change (`model.fused.fusable`).
+    `deterministic`: the experiment's op determinism, under which no step runs XLA
+    (`policy.NO_XLA_DETERMINISTIC`): those candidates cannot run at all."""
     found = [candidate("float32")]
     if machine.tpu:
         found.append(candidate("mixed_bfloat16"))
@@ -156,7 +158,8 @@ def candidates(machine: Machine, kernels: KernelSpeeds | None = None, *,
             candidate("float32+onednn_bf16", no_onednn or bf16),
             candidate("float32+graph_bf16", no_onednn or bf16),
             candidate("mixed_float16+xla", _cpu_rule("float16", True, machine, kernels)),
-            candidate("mixed_float16", f"the same as mixed_float16+xla here: {why}" if needs_xla
+            candidate("mixed_float16", f"the same as mixed_float16+xla here: {why}"
+                      if needs_xla and not deterministic
                       else _cpu_rule("float16", False, machine, kernels)),
         ]
     else:
@@ -170,6 +173,9 @@ def candidates(machine: Machine, kernels: KernelSpeeds | None = None, *,
             candidate("float32+tf32_off", None if gpu.tf32_by_default else
                       f"{gpu.describe()}: no TF32 to turn off (CC < 8.0)"),
         ]
+    if deterministic:
+        found = [c.model_copy(update={"why_not": NO_XLA_DETERMINISTIC}) if c.jit_compile else c
+                 for c in found]
     if kernels is not None:
         device = "/GPU:0" if gpu else "/CPU:0"
         first, control, *rest = found
@@ -208,5 +214,8 @@ def select(found: list[Candidate], names: list[str] | None) -> list[Candidate]:
     if unknown:
         raise ConfigError(f"--candidates: unknown {', '.join(map(repr, unknown))}; on this machine "
                           f"the candidates are {', '.join(known)}")
+    impossible = [c.name for c in found if c.name in names and c.why_not == NO_XLA_DETERMINISTIC]
+    if impossible:
+        raise ConfigError(f"--candidates {', '.join(impossible)}: {NO_XLA_DETERMINISTIC}")
     return [c.model_copy(update={"why_not": None}) for c in found
             if c.name == "float32" or c.name in names]

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from itertools import groupby
 
+from mptrain.errors import ConfigError
 from mptrain.hardware.kernels import KernelSpeeds, decision_device, decision_dtypes, times
 from mptrain.hardware.machine import GpuInfo, Machine
 from mptrain.record import FrozenRecord
@@ -153,16 +154,26 @@ class PolicyChoice:
         return self.name == "mixed_float16"
 
 
-def choose_policy(requested: str, jit_compile: bool | None, machine: Machine,
-                  xla_optimizer_update: bool | None = None, replicas: int = 1,
+@dataclass(frozen=True)
+class XlaAsked:
+    """What the experiment says about XLA (None: mptrain decides here), and whether it asks
+    for op determinism, which rules XLA out (`NO_XLA_DETERMINISTIC`)."""
+
+    jit_compile: bool | None = None
+    optimizer_update: bool | None = None
+    deterministic: bool = False
+
+
+def choose_policy(requested: str, machine: Machine, asked: XlaAsked = XlaAsked(), replicas: int = 1,
                   kernels: KernelSpeeds | None = None) -> PolicyChoice:
     if requested == "auto":
         rec = recommend(machine, kernels)
         name, reason = rec.policy, f"auto: {rec.reason}"
     else:
         name, reason = requested, "set in the experiment"
-    jit, jit_reason = choose_jit_compile(name, jit_compile, machine, replicas, kernels)
-    update, update_reason = choose_xla_optimizer_update(xla_optimizer_update, jit, machine, replicas)
+    jit, jit_reason = choose_jit_compile(name, asked.jit_compile, machine, replicas, kernels,
+                                         asked.deterministic)
+    update, update_reason = choose_xla_optimizer_update(asked.optimizer_update, jit, machine, replicas)
     return PolicyChoice(requested, name, reason, jit, jit_reason, update, update_reason)
 
 
@@ -194,7 +205,7 @@ def pure_policy_note(choice: PolicyChoice) -> str | None:
             f"mixed_{choice.variable_dtype} keeps them in float32 (the guide's choice)")
 
 
-def unlike_plain_keras(choice, deterministic: bool) -> list[str]:
+def unlike_plain_keras(choice, deterministic: bool, loss: str) -> list[str]:
     """What in this run computes other ops than a plain Keras script of the same experiment
     (compile, fit), so its numbers differ in the last digits (and, over a long float32 run,
     in the digits a user reads). Measured against such a script on Fashion-MNIST: with
@@ -205,7 +216,7 @@ def unlike_plain_keras(choice, deterministic: bool) -> list[str]:
             "optimizer update compiled with XLA (the CPU default): weights round ~1 float32 ulp "
             "apart from a plain Keras run's; train.xla_optimizer_update: false matches it bit "
             "for bit")
-    if deterministic:
+    if deterministic and "sparse_categorical_crossentropy" in loss:
         differences.append(
             "deterministic: true: TensorFlow computes the sparse cross-entropy unfused "
             "(log_softmax + gather), so losses differ in the last bits from a run without it")
@@ -237,12 +248,26 @@ def cpu_float16(machine: Machine, kernels: KernelSpeeds | None) -> tuple[bool, s
     return False, "oneDNN is off (not measured): TensorFlow's own float16 kernels need no XLA"
 
 
+NO_XLA_DETERMINISTIC = ("deterministic: true: Keras compiles no step with XLA under "
+                        "TensorFlow's op determinism (not every op has a deterministic XLA kernel)")
+
+
 def choose_jit_compile(policy: str, requested: bool | None, machine: Machine,
-                       replicas: int = 1, kernels: KernelSpeeds | None = None) -> tuple[bool, str]:
-    """XLA on or off for this policy on this machine, unless the experiment says."""
+                       replicas: int = 1, kernels: KernelSpeeds | None = None,
+                       deterministic: bool = False) -> tuple[bool, str]:
+    """XLA on or off for this policy on this machine, unless the experiment says. Under
+    `deterministic: true` never: Keras' fit would silently run the step without it
+    (`model_supports_jit`), so a summary saying "XLA on" would be false, and the custom loop
+    follows the same rule so both loops run the same ops."""
     if replicas > 1 and not machine.tpu:
         return False, ("several replicas: XLA cannot compile a step whose variables live on "
                        "several devices (TensorFlow's known XLA limitation)")
+    if deterministic:
+        if requested:
+            raise ConfigError("train.jit_compile: true (or a +xla candidate) with deterministic: "
+                              f"true: {NO_XLA_DETERMINISTIC.split(': ', 1)[1]}; set one of them "
+                              "false")
+        return False, NO_XLA_DETERMINISTIC
     if requested is not None:
         return requested, "set in the experiment (train.jit_compile)"
     if machine.tpu:

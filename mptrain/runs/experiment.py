@@ -19,7 +19,7 @@ from mptrain.data.pipeline import Batches, hold_on_host, make_batches, training_
 from mptrain.errors import MptrainError
 from mptrain.hardware.kernels import measured_kernels
 from mptrain.hardware.machine import Machine, probe
-from mptrain.hardware.runtime import import_tensorflow, seed_everything
+from mptrain.hardware.runtime import import_tensorflow, seed_everything, set_op_determinism
 from mptrain.model import build_model
 from mptrain.model.checks import check_built, fit_to_data, objective_of
 from mptrain.model.outputs import OutputKind
@@ -27,6 +27,7 @@ from mptrain.model.size import MemoryMeter
 from mptrain.precision.planned import Planned, planned
 from mptrain.precision.policy import (
     PolicyChoice,
+    XlaAsked,
     apply_math_mode,
     apply_policy,
     choose_policy,
@@ -104,8 +105,7 @@ def prepare(config: ExperimentConfig, *, policy: str | None = None, verbose: boo
     prepare_devices(config.distribute, tf)
     place = _placed(config, tf)
     check_batch_split(config, place.replicas)
-    if config.deterministic:
-        tf.config.experimental.enable_op_determinism()
+    set_op_determinism(tf, config.deterministic)
     machine = probe(tf, check_xla=False)
     notes = []
     if plan is not None:
@@ -113,9 +113,8 @@ def prepare(config: ExperimentConfig, *, policy: str | None = None, verbose: boo
         notes.append(said)
     kernels = (measured_kernels(tf, machine, status, notes)
                if needs_kernels(requested, machine) else None)
-    choice = choose_policy(requested, config.train.jit_compile, machine,
-                           config.train.xla_optimizer_update, replicas=place.replicas,
-                           kernels=kernels)
+    asked = XlaAsked(config.train.jit_compile, config.train.xla_optimizer_update, config.deterministic)
+    choice = choose_policy(requested, machine, asked, replicas=place.replicas, kernels=kernels)
     if plan is not None and requested != "auto":  # auto, resolved by the plan
         choice = replace(choice, requested="auto", reason=f"auto: {said}")
     if (pure := pure_policy_note(choice)) is not None:

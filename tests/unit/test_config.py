@@ -313,3 +313,10 @@ def test_a_model_that_cannot_take_the_inputs_is_said_before_the_memory_estimate(
                                "model.hidden_units=null", "data.input_shape=[64]"), "exp.yaml")
     with pytest.raises(ConfigError, match="transformer needs images .* or token ids"):
         check_experiment(config)
+
+
+def test_determinism_with_xla_is_refused_naming_both_keys(tmp_path):
+    """Keras would run such a step without XLA and say nothing."""
+    message = error_of(tmp_path, {**TINY, "deterministic": True,
+                                  "train": {**TINY.get("train", {}), "jit_compile": True}})
+    assert "train.jit_compile: true with deterministic: true" in message

@@ -7,7 +7,13 @@ import pytest
 
 from mptrain.hardware.machine import CpuInfo, Machine, gpu_from_details, parse_cpuinfo
 from mptrain.model.flops import cpu_peak
-from mptrain.precision.policy import choose_jit_compile, choose_policy, compatibility_check, recommend
+from mptrain.precision.policy import (
+    XlaAsked,
+    choose_jit_compile,
+    choose_policy,
+    compatibility_check,
+    recommend,
+)
 
 SAPPHIRE = """processor\t: 0
 vendor_id\t: GenuineIntel
@@ -85,14 +91,14 @@ def test_compatibility_check_matches_the_guide():
 
 def test_auto_policy_and_per_policy_xla_choice():
     amx_cpu = Machine(cpu=cpu(SAPPHIRE))
-    choice = choose_policy("auto", None, amx_cpu)
+    choice = choose_policy("auto", amx_cpu)
     assert choice.requested == "auto" and choice.name == "mixed_bfloat16"
     assert not choice.jit_compile  # XLA would lose AMX
     assert choose_jit_compile("mixed_float16", None, amx_cpu)[0] is True  # avoid the slow kernel
     assert choose_jit_compile("mixed_float16", False, amx_cpu) == (
         False, "set in the experiment (train.jit_compile)")
     assert choose_jit_compile("mixed_float16", None, Machine(cpu=cpu(), gpus=(gpu(7, 0),)))[0] is False
-    assert choose_policy("auto", None, Machine(cpu=cpu(), gpus=(gpu(7, 5),))).name == "mixed_float16"
+    assert choose_policy("auto", Machine(cpu=cpu(), gpus=(gpu(7, 5),))).name == "mixed_float16"
 
 
 def test_whether_float16_needs_xla_on_a_cpu_is_this_machines_measurement(tmp_path, monkeypatch):
@@ -111,12 +117,12 @@ def test_whether_float16_needs_xla_on_a_cpu_is_this_machines_measurement(tmp_pat
     fine = record_kernels(zen3, bfloat16=0.27, float16=0.957)
     jit, why = choose_jit_compile("mixed_float16", None, zen3, kernels=fine)
     assert jit is False and "float16 kernels run 0.96x float32" in why and "needs no XLA" in why
-    choice = choose_policy("mixed_float16", None, zen3, kernels=fine)
+    choice = choose_policy("mixed_float16", zen3, kernels=fine)
     assert speed_warning(choice, zen3, fine) is None  # 0.96x: no warning against its own figure
-    bf16 = choose_policy("mixed_bfloat16", None, zen3, kernels=fine)
+    bf16 = choose_policy("mixed_bfloat16", zen3, kernels=fine)
     assert speed_warning(bf16, zen3, fine).startswith(
         "bfloat16 is slower than float32 on this CPU: bfloat16 kernels run 0.27x float32")
-    forced_off = choose_policy("mixed_float16", False, xeon, kernels=collapsed)
+    forced_off = choose_policy("mixed_float16", xeon, XlaAsked(jit_compile=False), kernels=collapsed)
     warned = speed_warning(forced_off, xeon, collapsed)
     assert "float16 kernels run 0.001x float32" in warned and "max_step_seconds" in warned
     # nothing measured: a rule on oneDNN, said as one
@@ -124,6 +130,20 @@ def test_whether_float16_needs_xla_on_a_cpu_is_this_machines_measurement(tmp_pat
     assert "not measured" in choose_jit_compile("mixed_float16", None, xeon)[1]
     rec = recommend(xeon, collapsed)
     assert any("0.001x float32 on this CPU" in w for w in rec.warnings)
+
+
+def test_under_op_determinism_no_step_runs_xla_and_asking_for_it_is_an_error():
+    """Keras' fit would silently drop XLA under op determinism: mptrain chooses none (both
+    loops), says why, and refuses `train.jit_compile: true` (a `+xla` row) instead."""
+    from mptrain.errors import ConfigError
+
+    xeon = Machine(cpu=cpu(SKYLAKE))
+    jit, why = choose_jit_compile("mixed_float16", None, xeon, deterministic=True)
+    assert jit is False and why.startswith("deterministic: true: Keras compiles no step with XLA")
+    assert choose_policy("float32", xeon, XlaAsked(deterministic=True)).jit_compile is False
+    with pytest.raises(ConfigError, match="train.jit_compile: true .* deterministic: true"):
+        choose_jit_compile("float32", True, xeon, deterministic=True)
+    assert choose_jit_compile("float32", True, xeon) == (True, "set in the experiment (train.jit_compile)")
 
 
 def test_onednn_is_on_where_tensorflow_turns_it_on(monkeypatch):

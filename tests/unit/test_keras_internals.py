@@ -57,3 +57,23 @@ def test_a_checkpoint_keeps_the_trainable_weights_under_the_optimizer(tmp_path):
     kept = [shape for name, shape in tf.train.list_variables(path)
             if internals.CHECKPOINT_TRAINABLE.match(name)]
     assert sorted(map(tuple, kept)) == sorted(tuple(w.shape) for w in model.trainable_weights)
+
+
+def test_keras_compiles_no_step_with_xla_under_op_determinism_and_the_switch_turns_back():
+    """Why deterministic runs choose no XLA (`policy.NO_XLA_DETERMINISTIC`), and why each run
+    sets op determinism both ways (`runtime.set_op_determinism`): it is process-wide, and a
+    run after a deterministic one would otherwise lose XLA without a word."""
+    import tensorflow as tf
+
+    from mptrain.hardware.runtime import set_op_determinism
+
+    try:
+        set_op_determinism(tf, True)
+        model = small_model()
+        model.compile(loss="mse", jit_compile=True)
+        assert model.jit_compile is False
+    finally:
+        set_op_determinism(tf, False)
+    model = small_model()
+    model.compile(loss="mse", jit_compile=True)
+    assert model.jit_compile is True

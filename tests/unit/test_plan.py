@@ -95,6 +95,19 @@ def test_measured_kernels_put_the_promising_candidates_first(tmp_path, monkeypat
     assert order[:3] == ["float32", "float32+xla", "mixed_float16+xla"]  # bf16 measured slower
 
 
+def test_under_op_determinism_no_candidate_runs_xla_and_naming_one_is_refused(tmp_path, monkeypatch):
+    """Keras compiles no step with XLA under op determinism, so a `+xla` trial would measure
+    something else than its name; mixed_float16 is then its own collapsed kernel, not XLA's."""
+    monkeypatch.setenv("MPTRAIN_CACHE_DIR", str(tmp_path))
+    xeon = record_kernels(AVX512_BF16, bfloat16=1.2, float16=0.001, xla_float16=0.95)
+    found = {c.name: c.why_not for c in candidates(AVX512_BF16, xeon, deterministic=True)}
+    assert all(why and "deterministic: true" in why for name, why in found.items() if "+xla" in name)
+    assert "0.001x float32" in found["mixed_float16"] and found["mixed_bfloat16"] is None
+    with pytest.raises(ConfigError, match="--candidates float32[+]xla: deterministic: true"):
+        select(candidates(AVX512_BF16, xeon, deterministic=True), ["float32+xla"])
+    assert all(c.why_not is None for c in candidates(AVX512_BF16, xeon) if c.name == "float32+xla")
+
+
 def test_select_keeps_float32_and_refuses_unknown_names():
     found = candidates(AMX)
     assert [c.name for c in select(found, ["mixed_bfloat16"])] == ["float32", "mixed_bfloat16"]

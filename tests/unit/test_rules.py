@@ -22,8 +22,8 @@ def test_auto_decides_by_the_kernels_it_measured(tmp_path, monkeypatch):
     """The same CPU, two recorded measurements: auto goes with the measurement, both ways."""
     monkeypatch.setenv("MPTRAIN_CACHE_DIR", str(tmp_path))
     slow, fast = record_kernels(AVX512_BF16, bfloat16=0.8), record_kernels(AVX512_BF16, bfloat16=2.0)
-    assert choose_policy("auto", None, AVX512_BF16, kernels=fast).name == "mixed_bfloat16"
-    chosen = choose_policy("auto", None, AVX512_BF16, kernels=slow)
+    assert choose_policy("auto", AVX512_BF16, kernels=fast).name == "mixed_bfloat16"
+    chosen = choose_policy("auto", AVX512_BF16, kernels=slow)
     assert chosen.name == "float32" and "0.80x float32" in chosen.reason
 
 
