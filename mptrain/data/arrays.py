@@ -1,4 +1,4 @@
-"""In-memory data sets: mnist, fashion_mnist, npz, synthetic, synthetic_text.
+"""In-memory data sets, a `Source` each: mnist, fashion_mnist, npz, synthetic, synthetic_text.
 
 Pixels (uint8) stay uint8 here, a quarter of float32's memory; the pipeline makes them float32
 (`pipeline._finish`).
@@ -21,6 +21,7 @@ import numpy as np
 
 from mptrain.config.schema import MnistData, NpzData, SyntheticData, SyntheticTextData
 from mptrain.data.dataset import Dataset, InputSpec, Split, split_sizes
+from mptrain.data.source import Source, counted
 from mptrain.errors import DataError
 from mptrain.objective import label_stats
 
@@ -34,39 +35,79 @@ FASHION_FILES = (
 )
 NPZ_ARRAYS = ("x_train", "y_train", "x_test", "y_test")  # Keras' mnist.npz layout
 MNIST_URL = "https://storage.googleapis.com/tensorflow/tf-keras-datasets/mnist.npz"
-OFFLINE_FIXES = {  # the data set's title, and how to get it when Keras' download fails
-    "mnist": ("MNIST", f"fetch {MNIST_URL} on a connected machine and put it in one of those "
-                       f"places, set data.path to the file, or set ${DATA_DIR_ENV} to its folder."),
-    "fashion_mnist": ("Fashion-MNIST", "`apt-get install dataset-fashion-mnist` (Debian/Ubuntu), or "
-                                       "put the four IDX .gz files in a folder and set data.path or "
-                                       f"${DATA_DIR_ENV} to it."),
-}
+MNIST_TRAIN_EXAMPLES = 60_000  # MNIST and Fashion-MNIST
 
 
-def load_arrays(cfg: MnistData | NpzData | SyntheticData | SyntheticTextData, seed: int = 0,
-                status=None) -> Dataset:
-    """Load, preprocess and check the configured in-memory data set; split off validation.
-    The labels stay as stored (`objective.label_stats` says what they are); an .npz may give
-    a model with several outputs its labels per output (y_train_OUTPUT, y_test_OUTPUT)."""
-    if cfg.dataset == "synthetic":
-        (x_train, y_train), (x_test, y_test) = make_synthetic(cfg, seed)
-        source = "synthetic"
-    elif cfg.dataset == "synthetic_text":
-        (x_train, y_train), (x_test, y_test) = make_synthetic_text(cfg, seed)
-        source = "synthetic_text"
-    elif cfg.dataset == "npz":
-        (x_train, y_train), (x_test, y_test) = read_npz(cfg.path)
-        source = str(cfg.path)
-    else:
-        (x_train, y_train), (x_test, y_test), source = load_mnist_family(cfg.dataset, cfg.path)
+class InMemory(Source):
+    """The kinds held in memory: each gives its arrays, then the same preprocessing, limits
+    and validation split (`in_memory`)."""
 
+    says_channel = False  # whether giving (N, H, W) uint8 images a channel axis is news
+
+    def arrays(self, cfg, seed: int):
+        """((x, y) train, (x, y) test, where they came from)."""
+        raise NotImplementedError
+
+    def load(self, cfg, seed: int = 0, status=None) -> Dataset:
+        return in_memory(cfg, *self.arrays(cfg, seed), self.says_channel)
+
+
+class Synthetic(InMemory):
+    def arrays(self, cfg: SyntheticData, seed: int):
+        return *make_synthetic(cfg, seed), "synthetic"
+
+    def input_spec(self, cfg: SyntheticData) -> InputSpec:
+        shape = tuple(cfg.input_shape)
+        return InputSpec(shape, "image" if len(shape) == 3 else "vector")
+
+    def training_examples(self, cfg: SyntheticData, thorough: bool):
+        return counted(cfg, cfg.train_size)
+
+
+class SyntheticText(InMemory):
+    def arrays(self, cfg: SyntheticTextData, seed: int):
+        return *make_synthetic_text(cfg, seed), "synthetic_text"
+
+    def input_spec(self, cfg: SyntheticTextData) -> InputSpec:
+        return InputSpec((cfg.sequence_length,), "tokens", cfg.vocab_size)
+
+    def training_examples(self, cfg: SyntheticTextData, thorough: bool):
+        return counted(cfg, cfg.train_size)
+
+
+class Npz(InMemory):
+    says_channel = True
+
+    def arrays(self, cfg: NpzData, seed: int):
+        return *read_npz(cfg.path), str(cfg.path)
+
+    def check_files(self, cfg: NpzData) -> list[str]:
+        if not cfg.path.is_file():
+            raise DataError(f"data.path {cfg.path}: no such file")
+        return []
+
+    def training_examples(self, cfg: NpzData, thorough: bool):
+        """Thorough: x_train's header and the training labels are read (not the inputs)."""
+        if not thorough:
+            return None, None
+        total = npz_length(cfg.path, "x_train")
+        (_, y_train), (_, y_test) = read_npz(cfg.path, labels_only=True)
+        cut = split_sizes(cfg, total)[1]
+        return cut, stats_of(y_train, y_test, cut, str(cfg.path))
+
+
+def in_memory(cfg, train, test, source: str, says_channel: bool) -> Dataset:
+    """Preprocess and check arrays; apply the limits and split off validation. The labels
+    stay as stored (`objective.label_stats` says what they are); an .npz may give a model
+    with several outputs its labels per output (y_train_OUTPUT, y_test_OUTPUT)."""
+    (x_train, y_train), (x_test, y_test) = train, test
     n_train, cut, n_test = split_sizes(cfg, len(x_train), len(x_test))
     x_train, x_test = preprocess(x_train[:n_train], source), preprocess(x_test[:n_test], source)
     y_train, y_test = each(y_train, lambda y: y[:n_train]), each(y_test, lambda y: y[:n_test])
     notes = []
     if x_train.dtype == np.uint8 and x_train.ndim == 3:  # (N, H, W): MNIST's grey images
         x_train, x_test = x_train[..., np.newaxis], x_test[..., np.newaxis]
-        if cfg.dataset == "npz":
+        if says_channel:
             notes.append(f"{source}: uint8 images of shape {x_train.shape[1:3]} given a channel "
                          f"axis: {x_train.shape[1:]}, as Conv2D takes them")
     if x_train.shape[1:] != x_test.shape[1:]:
@@ -182,16 +223,6 @@ def make_synthetic_text(cfg: SyntheticTextData, seed: int):
     return draw(cfg.train_size), draw(cfg.test_size)
 
 
-def npz_training_examples(cfg):
-    """`validate`'s look at an .npz (x_train's header and the training labels are read): the
-    examples `run` would train on, after `max_train_examples` and the validation split, and
-    what their labels are (`objective.label_stats`), for the objective to check."""
-    total = npz_length(cfg.path, "x_train")
-    (_, y_train), (_, y_test) = read_npz(cfg.path, labels_only=True)
-    cut = split_sizes(cfg, total)[1]
-    return cut, stats_of(y_train, y_test, cut, str(cfg.path))
-
-
 def npz_length(path: Path, key: str) -> int:
     """The length of one array in an .npz, read from its header (nothing else is loaded)."""
     try:
@@ -270,72 +301,129 @@ def read_idx(path: Path) -> np.ndarray:
     return np.frombuffer(raw, dtype=np.uint8, offset=header).reshape(dims)
 
 
-def _candidates(dataset: str, path: Path | None) -> list[Path]:
-    """Where `mnist` (its mnist.npz) or `fashion_mnist` (a folder of its four files) is
-    looked for, in order."""
+class MnistFamily(InMemory):
+    """`mnist` and `fashion_mnist`: found in the first local place that holds them
+    (`places`), else Keras' download."""
+
+    title: str  # the data set's name, for messages
+    offline_fix: str  # how to get it when Keras' download fails
+
+    def places(self, path: Path | None) -> list[Path]:
+        """Where it is looked for, in order."""
+        raise NotImplementedError
+
+    def holds(self, place: Path) -> bool:
+        raise NotImplementedError
+
+    def read(self, place: Path):
+        """((x, y) train, (x, y) test) from a place that `holds` it."""
+        raise NotImplementedError
+
+    def local_copy(self, path: Path | None = None) -> Path | None:
+        """The first place that holds the data set, or None: then only a download can get it."""
+        return next((p for p in self.places(path) if self.holds(p)), None)
+
+    def looked_in(self, path: Path | None = None) -> str:
+        return ", ".join(str(p) for p in self.places(path))
+
+    def check_given_path(self, path: Path) -> None:
+        """An explicit data.path holds what the kind reads (`validate` checks it too)."""
+        raise NotImplementedError
+
+    def check_files(self, cfg: MnistData) -> list[str]:
+        if cfg.path is not None:
+            if not cfg.path.exists():
+                raise DataError(f"data.path {cfg.path}: no such file or folder")
+            self.check_given_path(cfg.path)
+        elif self.local_copy() is None:
+            return [f"{cfg.dataset} is not on this machine (looked in {self.looked_in()}); `run` "
+                    "will try Keras' download, which needs the internet (docs/data.md)"]
+        return []
+
+    def input_spec(self, cfg: MnistData) -> InputSpec:
+        return InputSpec((28, 28, 1), "image", pixels=True)
+
+    def training_examples(self, cfg: MnistData, thorough: bool):
+        return counted(cfg, MNIST_TRAIN_EXAMPLES)
+
+    def arrays(self, cfg: MnistData, seed: int):
+        if cfg.path is not None:
+            self.check_given_path(cfg.path)
+        found = self.local_copy(cfg.path)
+        if found is None:
+            return self._keras_download(cfg.dataset, cfg.path)
+        return *self.read(found), str(found)
+
+    def _keras_download(self, dataset: str, path: Path | None):
+        """Last resort: Keras' own downloader. Any failure (offline, proxy, bad hash) becomes
+        an error that lists where we looked and how to fix it."""
+        import importlib
+
+        from mptrain.hardware.runtime import import_tensorflow
+
+        try:
+            import_tensorflow()
+            loader = importlib.import_module(f"keras.datasets.{dataset}")
+            with contextlib.redirect_stdout(sys.stderr):  # keep stdout for --json
+                train, test = loader.load_data()
+        except Exception as exc:
+            raise DataError(
+                f"{self.title} not found locally (looked in: {self.looked_in(path)}) and the "
+                f"download failed ({exc}).\nFix: {self.offline_fix}") from None
+        return train, test, "keras download"
+
+
+def _keras_cache() -> Path:
+    return Path(os.environ.get("KERAS_HOME", Path.home() / ".keras")) / "datasets"
+
+
+def _data_dir() -> Path | None:
     value = os.environ.get(DATA_DIR_ENV)
-    env = Path(value) if value else None
-    keras_cache = Path(os.environ.get("KERAS_HOME", Path.home() / ".keras")) / "datasets"
-    if dataset == "mnist":
+    return Path(value) if value else None
+
+
+class Mnist(MnistFamily):
+    """Keras' mnist.npz."""
+
+    title = "MNIST"
+    offline_fix = (f"fetch {MNIST_URL} on a connected machine and put it in one of those "
+                   f"places, set data.path to the file, or set ${DATA_DIR_ENV} to its folder.")
+
+    def places(self, path: Path | None) -> list[Path]:
         return [base if base.suffix == ".npz" else base / "mnist.npz"
-                for base in (path, env, keras_cache) if base is not None]
-    folders = [d for d in (path, env, env / "fashion-mnist" if env else None) if d is not None]
-    return folders + [DEBIAN_FASHION_MNIST, keras_cache / "fashion-mnist"]
+                for base in (path, _data_dir(), _keras_cache()) if base is not None]
+
+    def holds(self, place: Path) -> bool:
+        return place.is_file()
+
+    def read(self, place: Path):
+        return read_npz(place)
+
+    def check_given_path(self, path: Path) -> None:
+        if not (path if path.suffix == ".npz" else path / "mnist.npz").is_file():
+            raise DataError(f"data.path {path}: no mnist.npz there (expected Keras' mnist.npz file)")
 
 
-def local_copy(dataset: str, path: Path | None = None) -> Path | None:
-    """The first place that holds the data set, or None: then only a download can get it."""
-    present = Path.is_file if dataset == "mnist" else _has_fashion_files
-    return next((c for c in _candidates(dataset, path) if present(c)), None)
+class FashionMnist(MnistFamily):
+    """A folder of Fashion-MNIST's four IDX .gz files (Debian's dataset-fashion-mnist has one)."""
 
+    title = "Fashion-MNIST"
+    offline_fix = ("`apt-get install dataset-fashion-mnist` (Debian/Ubuntu), or put the four IDX "
+                   f".gz files in a folder and set data.path or ${DATA_DIR_ENV} to it.")
 
-def looked_in(dataset: str, path: Path | None = None) -> str:
-    return ", ".join(str(c) for c in _candidates(dataset, path))
+    def places(self, path: Path | None) -> list[Path]:
+        env = _data_dir()
+        folders = [d for d in (path, env, env / "fashion-mnist" if env else None) if d is not None]
+        return folders + [DEBIAN_FASHION_MNIST, _keras_cache() / "fashion-mnist"]
 
+    def holds(self, place: Path) -> bool:
+        return all((place / name).is_file() for name in FASHION_FILES)
 
-def load_mnist_family(dataset: str, path: Path | None):
-    """`mnist` (mnist.npz) or `fashion_mnist` (the four IDX .gz files) from the first of
-    `_candidates` that holds it, else Keras' download: ((x, y) train, (x, y) test, source)."""
-    if path is not None:
-        check_given_path(dataset, path)
-    found = local_copy(dataset, path)
-    if found is None:
-        return _keras_download(dataset, path)
-    if dataset == "mnist":
-        return (*read_npz(found), str(found))
-    x_train, y_train, x_test, y_test = (read_idx(found / name) for name in FASHION_FILES)
-    return (x_train, y_train), (x_test, y_test), str(found)
+    def read(self, place: Path):
+        x_train, y_train, x_test, y_test = (read_idx(place / name) for name in FASHION_FILES)
+        return (x_train, y_train), (x_test, y_test)
 
-
-def _keras_download(dataset: str, path: Path | None):
-    """Last resort: Keras' own downloader. Any failure (offline, proxy, bad hash) becomes an
-    error that lists where we looked and how to fix it."""
-    import importlib
-
-    from mptrain.hardware.runtime import import_tensorflow
-
-    try:
-        import_tensorflow()
-        loader = importlib.import_module(f"keras.datasets.{dataset}")
-        with contextlib.redirect_stdout(sys.stderr):  # keep stdout for --json
-            train, test = loader.load_data()
-    except Exception as exc:
-        title, fix = OFFLINE_FIXES[dataset]
-        raise DataError(
-            f"{title} not found locally (looked in: {looked_in(dataset, path)}) and the download "
-            f"failed ({exc}).\nFix: {fix}"
-        ) from None
-    return train, test, "keras download"
-
-
-def check_given_path(dataset: str, path: Path) -> None:
-    """An explicit data.path holds what `mnist` / `fashion_mnist` read (validate checks it too)."""
-    if dataset == "mnist" and not (path if path.suffix == ".npz" else path / "mnist.npz").is_file():
-        raise DataError(f"data.path {path}: no mnist.npz there (expected Keras' mnist.npz file)")
-    if dataset == "fashion_mnist" and not _has_fashion_files(path):
-        raise DataError(f"data.path {path}: expected the four Fashion-MNIST files "
-                        f"{', '.join(FASHION_FILES)}")
-
-
-def _has_fashion_files(folder: Path) -> bool:
-    return all((folder / name).is_file() for name in FASHION_FILES)
+    def check_given_path(self, path: Path) -> None:
+        if not self.holds(path):
+            raise DataError(f"data.path {path}: expected the four Fashion-MNIST files "
+                            f"{', '.join(FASHION_FILES)}")

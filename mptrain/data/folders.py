@@ -36,6 +36,7 @@ from mptrain.data.dataset import (
     split_keys,
     split_sizes,
 )
+from mptrain.data.source import Source
 from mptrain.errors import DataError
 from mptrain.objective import label_stats
 
@@ -220,52 +221,80 @@ def _write_verdicts(path: Path, entries: dict[str, list]) -> None:
         pass  # an unwritable cache costs a check next time, nothing more
 
 
-def load_image_folder(cfg: ImageFolderData, seed: int = 0,
-                      status: Callable[[str], object] | None = None) -> Dataset:
-    import tensorflow as tf
+class Folder(Source):
+    """A folder of class sub-folders; every file listed (not read) by the check."""
 
-    splits = check_images(split_files(cfg), cfg.skip_bad_files, status)
-    channels = 3 if cfg.color_mode == "rgb" else 1
-    (height, width), resized = image_size(cfg, splits.sizes)
+    def check_files(self, cfg: ImageFolderData | TextFolderData) -> list[str]:
+        classes = list_classes(cfg.path, cfg.dataset).classes
+        if cfg.test_path is not None:
+            list_classes(cfg.test_path, cfg.dataset, classes, key="data.test_path")
+        return []
 
-    def decode(path):
-        image = tf.io.decode_image(tf.io.read_file(path), channels=channels, expand_animations=False)
-        image = tf.image.resize(image, (height, width), antialias=True)
-        # uint8, as stored in a cache file: the same pixels whether cached or not
-        return tf.cast(tf.clip_by_value(tf.round(image), 0, 255), tf.uint8)
+    def training_examples(self, cfg: ImageFolderData | TextFolderData, thorough: bool):
+        if not thorough:
+            return None, None
+        splits = split_files(cfg)
+        labels = splits.train[1]
+        return len(splits.train[0]), label_stats(labels, labels + splits.val[1] + splits.test[1],
+                                                 f"data.path {cfg.path}", splits.classes)
 
-    data = _dataset(cfg, splits, decode, InputSpec((height, width, channels), "image", pixels=True), {})
-    return replace(data, notes=data.notes + resized)
+
+class ImageFolder(Folder):
+    def input_spec(self, cfg: ImageFolderData) -> InputSpec | None:
+        if cfg.image_size is None:  # the images' own size, known once they are read
+            return None
+        return InputSpec((*cfg.image_size, 3 if cfg.color_mode == "rgb" else 1), "image", pixels=True)
+
+    def load(self, cfg: ImageFolderData, seed: int = 0,
+             status: Callable[[str], object] | None = None) -> Dataset:
+        import tensorflow as tf
+
+        splits = check_images(split_files(cfg), cfg.skip_bad_files, status)
+        channels = 3 if cfg.color_mode == "rgb" else 1
+        (height, width), resized = image_size(cfg, splits.sizes)
+
+        def decode(path):
+            image = tf.io.decode_image(tf.io.read_file(path), channels=channels, expand_animations=False)
+            image = tf.image.resize(image, (height, width), antialias=True)
+            # uint8, as stored in a cache file: the same pixels whether cached or not
+            return tf.cast(tf.clip_by_value(tf.round(image), 0, 255), tf.uint8)
+
+        data = _dataset(cfg, splits, decode, InputSpec((height, width, channels), "image", pixels=True), {})
+        return replace(data, notes=data.notes + resized)
 
 
-def load_text_folder(cfg: TextFolderData, seed: int = 0, status=None) -> Dataset:
-    """Texts tokenised in the pipeline by a `TextVectorization` adapted on the training split
-    (its vocabulary is kept in the run folder as vocabulary.txt)."""
-    import keras
-    import tensorflow as tf
+class TextFolder(Folder):
+    def input_spec(self, cfg: TextFolderData) -> InputSpec:
+        return InputSpec((cfg.sequence_length,), "tokens", cfg.max_tokens)
 
-    splits = split_files(cfg)
+    def load(self, cfg: TextFolderData, seed: int = 0, status=None) -> Dataset:
+        """Texts tokenised in the pipeline by a `TextVectorization` adapted on the training split
+        (its vocabulary is kept in the run folder as vocabulary.txt)."""
+        import keras
+        import tensorflow as tf
 
-    def read(path):
-        return tf.strings.unicode_transcode(tf.io.read_file(path), cfg.encoding, "UTF-8",
-                                            errors="replace")
+        splits = split_files(cfg)
 
-    vectorize = keras.layers.TextVectorization(max_tokens=cfg.max_tokens,
-                                               output_sequence_length=cfg.sequence_length)
-    texts = tf.data.Dataset.from_tensor_slices(splits.train[0]).map(
-        read, num_parallel_calls=tf.data.AUTOTUNE).batch(256)
-    try:
-        vectorize.adapt(texts)
-    except tf.errors.OpError as exc:
-        raise DataError(f"data.path {cfg.path}: cannot read the training texts ({exc.message})") from None
-    vocabulary = vectorize.get_vocabulary()
+        def read(path):
+            return tf.strings.unicode_transcode(tf.io.read_file(path), cfg.encoding, "UTF-8",
+                                                errors="replace")
 
-    def decode(path):
-        # as a batch of one: a lone empty text would give 0 tokens, not sequence_length
-        return vectorize(read(path)[None])[0]
+        vectorize = keras.layers.TextVectorization(max_tokens=cfg.max_tokens,
+                                                   output_sequence_length=cfg.sequence_length)
+        texts = tf.data.Dataset.from_tensor_slices(splits.train[0]).map(
+            read, num_parallel_calls=tf.data.AUTOTUNE).batch(256)
+        try:
+            vectorize.adapt(texts)
+        except tf.errors.OpError as exc:
+            raise DataError(f"data.path {cfg.path}: cannot read the training texts ({exc.message})") from None
+        vocabulary = vectorize.get_vocabulary()
 
-    spec = InputSpec((cfg.sequence_length,), "tokens", len(vocabulary))
-    return _dataset(cfg, splits, decode, spec, {"vocabulary.txt": "\n".join(vocabulary) + "\n"})
+        def decode(path):
+            # as a batch of one: a lone empty text would give 0 tokens, not sequence_length
+            return vectorize(read(path)[None])[0]
+
+        spec = InputSpec((cfg.sequence_length,), "tokens", len(vocabulary))
+        return _dataset(cfg, splits, decode, spec, {"vocabulary.txt": "\n".join(vocabulary) + "\n"})
 
 
 def _dataset(cfg, splits: FolderSplits, decode, spec: InputSpec, files: dict[str, str]) -> Dataset:

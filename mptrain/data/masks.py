@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from mptrain.config.schema import ImageMasksData
 from mptrain.data.dataset import Dataset, InputSpec, Split, split_keys
+from mptrain.data.source import Source
 from mptrain.errors import DataError
 from mptrain.objective import LabelStats
 
@@ -83,29 +84,42 @@ def mask_stats(cfg: ImageMasksData, train, rest) -> tuple[LabelStats, tuple[int,
                       one_hot=False, training_distinct=len(seen)), size
 
 
-def load_image_masks(cfg: ImageMasksData, seed: int = 0, status=None) -> Dataset:
-    import tensorflow as tf
+class ImageMasks(Source):
+    """Images and their masks, paired by file name."""
 
-    train, val, test = split_pairs(cfg)
-    stats, (height, width) = mask_stats(cfg, train, val + test)
-    channels = 3 if cfg.color_mode == "rgb" else 1
+    def check_files(self, cfg: ImageMasksData) -> list[str]:
+        pairs(cfg)
+        return []
 
-    def split(part) -> Split:
-        images = tf.constant([i for _, i, _ in part])
-        masks = tf.constant([m for _, _, m in part])
+    def training_examples(self, cfg: ImageMasksData, thorough: bool):
+        if not thorough:
+            return None, None
+        train, val, test = split_pairs(cfg)
+        return len(train), mask_stats(cfg, train, val + test)[0]
 
-        def load(index):
-            image = tf.io.decode_image(tf.io.read_file(images[index]), channels=channels,
-                                       expand_animations=False)
-            image = tf.image.resize(image, (height, width), antialias=True)
-            mask = tf.io.decode_image(tf.io.read_file(masks[index]), channels=1,
-                                      expand_animations=False)
-            mask = tf.image.resize(mask, (height, width), method="nearest")
-            return (tf.cast(tf.clip_by_value(tf.round(image), 0, 255), tf.uint8),
-                    tf.cast(mask, tf.uint8))
+    def load(self, cfg: ImageMasksData, seed: int = 0, status=None) -> Dataset:
+        import tensorflow as tf
 
-        return Split(len(part), load=load)
+        train, val, test = split_pairs(cfg)
+        stats, (height, width) = mask_stats(cfg, train, val + test)
+        channels = 3 if cfg.color_mode == "rgb" else 1
 
-    return Dataset(train=split(train), val=split(val) if val else None, test=split(test),
-                   spec=InputSpec((height, width, channels), "image", pixels=True),
-                   labels=stats, source=str(cfg.path))
+        def split(part) -> Split:
+            images = tf.constant([i for _, i, _ in part])
+            masks = tf.constant([m for _, _, m in part])
+
+            def load(index):
+                image = tf.io.decode_image(tf.io.read_file(images[index]), channels=channels,
+                                           expand_animations=False)
+                image = tf.image.resize(image, (height, width), antialias=True)
+                mask = tf.io.decode_image(tf.io.read_file(masks[index]), channels=1,
+                                          expand_animations=False)
+                mask = tf.image.resize(mask, (height, width), method="nearest")
+                return (tf.cast(tf.clip_by_value(tf.round(image), 0, 255), tf.uint8),
+                        tf.cast(mask, tf.uint8))
+
+            return Split(len(part), load=load)
+
+        return Dataset(train=split(train), val=split(val) if val else None, test=split(test),
+                       spec=InputSpec((height, width, channels), "image", pixels=True),
+                       labels=stats, source=str(cfg.path))

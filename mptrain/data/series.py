@@ -19,6 +19,7 @@ import numpy as np
 
 from mptrain.config.schema import TimeseriesData
 from mptrain.data.dataset import Dataset, InputSpec, Split
+from mptrain.data.source import Source
 from mptrain.data.tabular import read_header, table_rows
 from mptrain.errors import DataError
 from mptrain.objective import label_stats
@@ -114,29 +115,46 @@ def cut(cfg: TimeseriesData) -> Windows:
                    notes)
 
 
-def load_series(cfg: TimeseriesData, seed: int = 0, status=None) -> Dataset:
-    import tensorflow as tf
+class Timeseries(Source):
+    def check_files(self, cfg: TimeseriesData) -> list[str]:
+        if not cfg.path.is_file():
+            raise DataError(f"data.path {cfg.path}: no such file")
+        return []
 
-    windows = cut(cfg)
-    with tf.device("CPU:0"):  # held once, as host tensors: a window is gathered by index
-        table, goals = tf.constant(windows.features), tf.constant(windows.targets)
-    steps = tf.range(cfg.sequence_length, dtype=tf.int64) * cfg.sampling_rate
+    def input_spec(self, cfg: TimeseriesData) -> InputSpec:
+        header = read_header(cfg.path, cfg.delimiter)
+        features = cfg.feature_columns or [c for c in header if c != cfg.time_column]
+        return InputSpec((cfg.sequence_length, len(features)), "vector")
 
-    def split(starts: np.ndarray) -> Split:
-        with tf.device("CPU:0"):
-            first = tf.constant(starts)
+    def training_examples(self, cfg: TimeseriesData, thorough: bool):
+        if not thorough:
+            return None, None
+        windows = cut(cfg)
+        return len(windows.starts[0]), windows.stats(f"{cfg.path} (data.target_columns)")
 
-        def load(index):
-            start = first[index]
-            return tf.gather(table, start + steps), goals[start + windows.offset]
+    def load(self, cfg: TimeseriesData, seed: int = 0, status=None) -> Dataset:
+        import tensorflow as tf
 
-        return Split(len(starts), load=load)
+        windows = cut(cfg)
+        with tf.device("CPU:0"):  # held once, as host tensors: a window is gathered by index
+            table, goals = tf.constant(windows.features), tf.constant(windows.targets)
+        steps = tf.range(cfg.sequence_length, dtype=tf.int64) * cfg.sampling_rate
 
-    train, val, test = windows.starts
-    return Dataset(
-        train=split(train), val=split(val) if len(val) else None, test=split(test),
-        spec=InputSpec((cfg.sequence_length, len(windows.names)), "vector"),
-        labels=windows.stats(f"{cfg.path} (data.target_columns)"),
-        source=str(cfg.path),
-        notes=windows.notes,
-    )
+        def split(starts: np.ndarray) -> Split:
+            with tf.device("CPU:0"):
+                first = tf.constant(starts)
+
+            def load(index):
+                start = first[index]
+                return tf.gather(table, start + steps), goals[start + windows.offset]
+
+            return Split(len(starts), load=load)
+
+        train, val, test = windows.starts
+        return Dataset(
+            train=split(train), val=split(val) if len(val) else None, test=split(test),
+            spec=InputSpec((cfg.sequence_length, len(windows.names)), "vector"),
+            labels=windows.stats(f"{cfg.path} (data.target_columns)"),
+            source=str(cfg.path),
+            notes=windows.notes,
+        )

@@ -23,6 +23,7 @@ import numpy as np
 
 from mptrain.config.schema import CsvData
 from mptrain.data.dataset import Dataset, InputSpec, Split, hash_fraction, split_keys, split_sizes
+from mptrain.data.source import Source
 from mptrain.errors import DataError
 from mptrain.objective import LabelStats, label_stats
 
@@ -247,44 +248,63 @@ def _validation(rows: np.ndarray, values: np.ndarray, fraction: float) -> tuple[
     return rows[~chosen], rows[chosen]
 
 
-def load_csv(cfg: CsvData, seed: int = 0, status=None) -> Dataset:
-    table = read_table(cfg)
+class Csv(Source):
+    def check_files(self, cfg: CsvData) -> list[str]:
+        for key, path in (("data.path", cfg.path), ("data.test_path", cfg.test_path)):
+            if path is not None and not path.is_file():
+                raise DataError(f"{key} {path}: no such file")
+        return []
 
-    def features(row: list[str]):
-        if cfg.inputs == "vector":
-            return np.array([float(row[i]) for i in table.feature_idx], np.float32)
-        read = {"string": str.strip, "int64": int, "float32": float}
-        return {name: np.array([read[dtype](row[i])], object if dtype == "string" else dtype)
-                for (name, dtype), i in zip(table.columns, table.feature_idx, strict=True)}
+    def input_spec(self, cfg: CsvData) -> InputSpec | None:
+        if cfg.inputs == "columns":
+            return None  # which columns hold text, only the whole table says
+        features, _ = columns(cfg, read_header(cfg.path, cfg.delimiter), cfg.path)
+        return InputSpec((len(features),), "vector")
 
-    def stream(path: Path, rows: np.ndarray):
-        """() → a tf.data stream of (features, label) of those data rows, in file order."""
-        import tensorflow as tf
+    def training_examples(self, cfg: CsvData, thorough: bool):
+        if not thorough:
+            return None, None
+        table = read_table(cfg)
+        return len(table.train_rows), table.stats
 
-        wanted = set(rows.tolist())
+    def load(self, cfg: CsvData, seed: int = 0, status=None) -> Dataset:
+        table = read_table(cfg)
 
-        def examples():
-            data = table_rows(path, cfg.delimiter)
-            next(data, None)  # the header
-            for index, (_, row) in enumerate(data):
-                if index in wanted:
-                    yield features(row), table.label(row)
+        def features(row: list[str]):
+            if cfg.inputs == "vector":
+                return np.array([float(row[i]) for i in table.feature_idx], np.float32)
+            read = {"string": str.strip, "int64": int, "float32": float}
+            return {name: np.array([read[dtype](row[i])], object if dtype == "string" else dtype)
+                    for (name, dtype), i in zip(table.columns, table.feature_idx, strict=True)}
 
-        inputs = (tf.TensorSpec((len(table.feature_idx),), tf.float32) if cfg.inputs == "vector"
-                  else {name: tf.TensorSpec((1,), dtype) for name, dtype in table.columns})
-        labels = (tf.TensorSpec((), tf.int32) if table.classes is not None else
-                  tf.TensorSpec(() if len(table.label_idx) == 1 else (len(table.label_idx),),
-                                tf.float32))
-        return lambda: tf.data.Dataset.from_generator(examples, output_signature=(inputs, labels))
+        def stream(path: Path, rows: np.ndarray):
+            """() → a tf.data stream of (features, label) of those data rows, in file order."""
+            import tensorflow as tf
 
-    return Dataset(
-        train=Split(len(table.train_rows), stream=stream(cfg.path, table.train_rows)),
-        val=(Split(len(table.val_rows), stream=stream(cfg.path, table.val_rows))
-             if len(table.val_rows) else None),
-        test=Split(len(table.test_rows), stream=stream(cfg.test_path or cfg.path, table.test_rows)),
-        spec=(InputSpec((len(table.columns),), "vector") if cfg.inputs == "vector"
-              else InputSpec((len(table.columns),), "columns", columns=table.columns)),
-        labels=table.stats,
-        source=str(cfg.path),
-        files={} if table.classes is None else {"classes.txt": "\n".join(table.classes) + "\n"},
-    )
+            wanted = set(rows.tolist())
+
+            def examples():
+                data = table_rows(path, cfg.delimiter)
+                next(data, None)  # the header
+                for index, (_, row) in enumerate(data):
+                    if index in wanted:
+                        yield features(row), table.label(row)
+
+            inputs = (tf.TensorSpec((len(table.feature_idx),), tf.float32) if cfg.inputs == "vector"
+                      else {name: tf.TensorSpec((1,), dtype) for name, dtype in table.columns})
+            labels = (tf.TensorSpec((), tf.int32) if table.classes is not None else
+                      tf.TensorSpec(() if len(table.label_idx) == 1 else (len(table.label_idx),),
+                                    tf.float32))
+            return lambda: tf.data.Dataset.from_generator(examples, output_signature=(inputs, labels))
+
+        return Dataset(
+            train=Split(len(table.train_rows), stream=stream(cfg.path, table.train_rows)),
+            val=(Split(len(table.val_rows), stream=stream(cfg.path, table.val_rows))
+                 if len(table.val_rows) else None),
+            test=Split(len(table.test_rows), stream=stream(cfg.test_path or cfg.path, table.test_rows)),
+            spec=(InputSpec((len(table.columns),), "vector") if cfg.inputs == "vector"
+                  else InputSpec((len(table.columns),), "columns", columns=table.columns)),
+            labels=table.stats,
+            source=str(cfg.path),
+            files={} if table.classes is None else {"classes.txt": "\n".join(table.classes) + "\n"},
+        )

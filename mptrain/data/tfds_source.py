@@ -13,6 +13,7 @@ from pathlib import Path
 
 from mptrain.config.schema import TfdsData
 from mptrain.data.dataset import Dataset, InputSpec, Split, split_sizes
+from mptrain.data.source import Source
 from mptrain.errors import DataError
 from mptrain.objective import LabelStats
 
@@ -42,54 +43,60 @@ def find_prepared(tfds, name: str, data_dir: Path):
     return tfds.builder_from_directory(str(versions[-1]))
 
 
-def load_tfds(cfg: TfdsData, seed: int = 0, status=None) -> Dataset:
-    tfds = import_tfds()
-    data_dir = Path(cfg.data_dir or os.environ.get("TFDS_DATA_DIR", Path.home() / "tensorflow_datasets"))
-    data_dir = data_dir.expanduser()
-    builder = find_prepared(tfds, cfg.name, data_dir)
-    if builder is None:
-        raise DataError(
-            f"TFDS data set {cfg.name!r} is not prepared in {data_dir} (data.data_dir), and "
-            "mptrain does not download. Prepare it on a connected machine with "
-            f"`python -c \"import tensorflow_datasets as tfds; tfds.builder('{cfg.name}', "
-            f"data_dir='{data_dir}').download_and_prepare()\"` and copy the folder here.")
-    info = builder.info
-    if info.supervised_keys is None:
-        raise DataError(f"TFDS data set {cfg.name!r} has no (input, label) pair "
-                        "(supervised_keys); mptrain trains on supervised data sets")
-    x_key, y_key = info.supervised_keys[:2]
-    shape = tuple(info.features[x_key].shape)
-    if any(d is None for d in shape):
-        raise DataError(f"TFDS data set {cfg.name!r}: its {x_key!r} has shape {shape} with "
-                        "variable sizes; use a data set with fixed-size inputs, or export it "
-                        "to an image_folder (which resizes)")
-    for split in (cfg.train_split, cfg.test_split):
-        if split not in info.splits:
-            raise DataError(f"TFDS data set {cfg.name!r} has no split {split!r} (splits: "
-                            f"{', '.join(info.splits)}); set data.train_split / data.test_split")
-    label = info.features[y_key]
-    num_classes = getattr(label, "num_classes", None)  # a ClassLabel; else the label's values
-    names = list(label.names) if num_classes else None
+class Tfds(Source):
+    def check_files(self, cfg: TfdsData) -> list[str]:
+        if cfg.data_dir is not None and not cfg.data_dir.is_dir():
+            raise DataError(f"data.data_dir {cfg.data_dir}: no such folder")
+        return []
 
-    def stream_of(split: str, skip: int = 0, take: int = -1):
-        def stream():
-            ds = builder.as_dataset(split=split, shuffle_files=False, as_supervised=True)
-            return ds.skip(skip).take(take)
+    def load(self, cfg: TfdsData, seed: int = 0, status=None) -> Dataset:
+        tfds = import_tfds()
+        data_dir = Path(cfg.data_dir or os.environ.get("TFDS_DATA_DIR", Path.home() / "tensorflow_datasets"))
+        data_dir = data_dir.expanduser()
+        builder = find_prepared(tfds, cfg.name, data_dir)
+        if builder is None:
+            raise DataError(
+                f"TFDS data set {cfg.name!r} is not prepared in {data_dir} (data.data_dir), and "
+                "mptrain does not download. Prepare it on a connected machine with "
+                f"`python -c \"import tensorflow_datasets as tfds; tfds.builder('{cfg.name}', "
+                f"data_dir='{data_dir}').download_and_prepare()\"` and copy the folder here.")
+        info = builder.info
+        if info.supervised_keys is None:
+            raise DataError(f"TFDS data set {cfg.name!r} has no (input, label) pair "
+                            "(supervised_keys); mptrain trains on supervised data sets")
+        x_key, y_key = info.supervised_keys[:2]
+        shape = tuple(info.features[x_key].shape)
+        if any(d is None for d in shape):
+            raise DataError(f"TFDS data set {cfg.name!r}: its {x_key!r} has shape {shape} with "
+                            "variable sizes; use a data set with fixed-size inputs, or export it "
+                            "to an image_folder (which resizes)")
+        for split in (cfg.train_split, cfg.test_split):
+            if split not in info.splits:
+                raise DataError(f"TFDS data set {cfg.name!r} has no split {split!r} (splits: "
+                                f"{', '.join(info.splits)}); set data.train_split / data.test_split")
+        label = info.features[y_key]
+        num_classes = getattr(label, "num_classes", None)  # a ClassLabel; else the label's values
+        names = list(label.names) if num_classes else None
 
-        return stream
+        def stream_of(split: str, skip: int = 0, take: int = -1):
+            def stream():
+                ds = builder.as_dataset(split=split, shuffle_files=False, as_supervised=True)
+                return ds.skip(skip).take(take)
 
-    n_train, cut, n_test = split_sizes(cfg, info.splits[cfg.train_split].num_examples,
-                                       info.splits[cfg.test_split].num_examples)
-    return Dataset(
-        train=Split(cut, stream=stream_of(cfg.train_split, take=cut)),
-        val=Split(n_train - cut, stream=stream_of(cfg.train_split, skip=cut, take=n_train - cut))
-        if cut < n_train else None,
-        test=Split(n_test, stream=stream_of(cfg.test_split, take=n_test)),
-        spec=InputSpec.of(shape, info.features[x_key].dtype.as_numpy_dtype),
-        labels=LabelStats(source=f"tfds:{cfg.name}", shape=tuple(label.shape or ()),
-                          whole=num_classes is not None or label.dtype.is_integer,
-                          low=0.0, high=float(num_classes - 1) if num_classes else 1.0,
-                          one_hot=False, training_distinct=num_classes or 2,
-                          names=tuple(names) if names else None),
-        source=f"tfds:{cfg.name} ({data_dir})",
-    )
+            return stream
+
+        n_train, cut, n_test = split_sizes(cfg, info.splits[cfg.train_split].num_examples,
+                                           info.splits[cfg.test_split].num_examples)
+        return Dataset(
+            train=Split(cut, stream=stream_of(cfg.train_split, take=cut)),
+            val=Split(n_train - cut, stream=stream_of(cfg.train_split, skip=cut, take=n_train - cut))
+            if cut < n_train else None,
+            test=Split(n_test, stream=stream_of(cfg.test_split, take=n_test)),
+            spec=InputSpec.of(shape, info.features[x_key].dtype.as_numpy_dtype),
+            labels=LabelStats(source=f"tfds:{cfg.name}", shape=tuple(label.shape or ()),
+                              whole=num_classes is not None or label.dtype.is_integer,
+                              low=0.0, high=float(num_classes - 1) if num_classes else 1.0,
+                              one_hot=False, training_distinct=num_classes or 2,
+                              names=tuple(names) if names else None),
+            source=f"tfds:{cfg.name} ({data_dir})",
+        )

@@ -1,6 +1,6 @@
 """Checks of an experiment before anything heavy runs: the one place `validate` and `run` ask.
 
-The data and the model check themselves (`data.checks`, `model.checks`); here are the rest
+The data and the model check themselves (`data.source`, `model.checks`); here are the rest
 (the output folder, tracking) and the order. Nothing here imports TensorFlow, so `validate` stays
 fast. Every error names the experiment file, the key, and the absolute path it looked at.
 """
@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 
 from mptrain.config.schema import ExperimentConfig
-from mptrain.data.checks import check_data
+from mptrain.data.source import check_data
 from mptrain.errors import ConfigError, MptrainError
 from mptrain.model.checks import check_fits, check_model
 from mptrain.objective import objective_for

@@ -196,3 +196,15 @@ def test_a_csv_whose_first_row_is_numbers_is_refused_as_headerless(tmp_path):
         read_header(path, "\t")
     path.write_text("label,x1\n1,0.5\n")
     assert read_header(path, ",") == ["label", "x1"]
+
+
+def test_every_data_kind_has_one_source_that_checks_and_loads_it():
+    """A kind the schema accepts but no source reads would fail only at `run`: each has one,
+    and none is left over. (Its behaviour: the tests of each kind.)"""
+    from mptrain.config.loading import DATA_KINDS
+    from mptrain.data.source import SOURCES, Source, source_of
+
+    assert set(SOURCES) == set(DATA_KINDS)
+    for kind, config_class in DATA_KINDS.items():
+        source = source_of(config_class.model_construct(dataset=kind))
+        assert isinstance(source, Source) and type(source).load is not Source.load, kind

@@ -38,14 +38,14 @@ def test_spreadsheet_exports_read_as_written(tmp_path):
 def test_every_row_is_in_exactly_one_split_and_streamed_once(tmp_path):
     import tensorflow as tf
 
-    from mptrain.data.tabular import load_csv
+    from mptrain.data.tabular import Csv
 
     path = datafiles.csv_table(tmp_path / "t.csv", rows=97, label_column="y")
     cfg = csv_config(path, "data.validation_split=0.2")
     table = read_table(cfg)
     parts = [set(table.train_rows), set(table.val_rows), set(table.test_rows)]
     assert sum(map(len, parts)) == 97 and set().union(*parts) == set(range(97))
-    data = load_csv(cfg)
+    data = Csv().load(cfg)
     for split in (data.train, data.val, data.test):
         streamed = list(split.stream().as_numpy_iterator())
         assert len(streamed) == split.size
