@@ -9,9 +9,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import mptrain.config.loading
 from mptrain.config import ExperimentConfig, load_config, validate
-from mptrain.config.loading import apply_overrides, parsed_changes, resolve_paths
+from mptrain.config.loading import apply_overrides, parsed_changes, resolve_paths, variant  # noqa: F401
 from mptrain.errors import RunInterrupted, WorkerLost
 from mptrain.telling import LOGGED
 
@@ -45,12 +44,6 @@ def load_experiment(source: str | Path | Mapping[str, Any], overrides: Overrides
     return load_config(source, sets)
 
 
-def variant(experiment: ExperimentConfig, overrides: Overrides) -> ExperimentConfig:
-    """A new validated experiment: this one with `overrides` ({"train.batch_size": 256}), as
-    `--set` would give them; the original is unchanged."""
-    return mptrain.config.loading.variant(experiment, overrides or {})
-
-
 def run(experiment: ExperimentConfig, *, resume: str | Path | None = None, workers: int | None = None,
         max_restarts: int = 0, progress: bool = True, verbose: bool = False) -> RunSummary:
     """Train and evaluate one experiment, as `mptrain run`, through the same library call
@@ -74,8 +67,8 @@ def run(experiment: ExperimentConfig, *, resume: str | Path | None = None, worke
     from mptrain.runs.runner import Start
     from mptrain.runs.workers import WorkersResult
 
-    options = RunOptions(workers=workers, max_restarts=max_restarts, json_out=True,
-                         verbose=verbose, start=Start(resume=_path(resume or None)))
+    options = RunOptions(workers=workers, max_restarts=max_restarts, verbose=verbose,
+                         start=Start(resume=_path(resume or None)))
     with _live(progress) as (telling, listeners):
         result = launch(experiment, options, telling, listeners)
     summary = result.summary  # a run's, or the chief's of local workers
@@ -101,7 +94,7 @@ def compare(experiment: ExperimentConfig | None = None, policies: list[str] | No
 
     settings = mptrain.measure.compare.CompareSettings(policies=policies, **settings)
     with _live(progress) as (telling, _):
-        result = mptrain.measure.compare.compare(experiment, settings, resume=_path(resume),
+        result = mptrain.measure.compare.run_compare(experiment, settings, resume=_path(resume),
                                                  telling=telling, verbose=verbose,
                                                  as_text=as_text(compare_tables))
     return result.record
@@ -120,7 +113,7 @@ def plan(experiment: ExperimentConfig | None = None, *, resume: str | Path | Non
     from mptrain.report.tables import plan_tables
 
     with _live(progress) as (telling, _):
-        result = mptrain.measure.plan.plan(experiment, mptrain.measure.plan.PlanSettings(**settings),
+        result = mptrain.measure.plan.run_plan(experiment, mptrain.measure.plan.PlanSettings(**settings),
                                            resume=_path(resume), telling=telling, verbose=verbose,
                                            as_text=as_text(plan_tables))
     return result.record
@@ -131,7 +124,7 @@ def check_machine(*, bench: bool = False, verbose: bool = False) -> CheckReport:
     as `mptrain check-gpu`."""
     import mptrain.precision.check
 
-    return mptrain.precision.check.check_machine(bench=bench, verbose=verbose)
+    return mptrain.precision.check.machine_report(bench=bench, verbose=verbose)
 
 
 @contextlib.contextmanager

@@ -6,14 +6,12 @@ TensorFlow is imported only inside the commands that train or probe devices, so 
 
 from __future__ import annotations
 
-import os
-import sys
 from typing import Annotated
 
 import typer
 
 from mptrain.commands import check_gpu, compare, diagnose, lint, memory, plan, run, runs, schema, validate
-from mptrain.commands.options import Command, Group
+from mptrain.commands.options import Command, Group, leave
 from mptrain.version import __version__
 
 app = typer.Typer(
@@ -41,32 +39,17 @@ def _options(
     """Train Keras models in mixed precision from YAML experiment files."""
 
 
-for name, function in [("run", run.run), ("compare", compare.compare), ("plan", plan.plan),
-                       ("runs", runs.runs), ("validate", validate.validate), ("lint", lint.lint),
-                       ("diagnose", diagnose.diagnose), ("memory", memory.memory),
-                       ("check-gpu", check_gpu.check_gpu), ("schema", schema.schema),
-                       ("configs", schema.list_configs)]:
+for name, function in [
+        ("run", run.run_command), ("compare", compare.compare_command), ("plan", plan.plan_command),
+        ("runs", runs.runs_command), ("validate", validate.validate_command),
+        ("lint", lint.lint_command), ("diagnose", diagnose.diagnose_command),
+        ("memory", memory.memory_command), ("check-gpu", check_gpu.check_gpu_command),
+        ("schema", schema.schema_command), ("configs", schema.configs_command)]:
     app.command(name, cls=Command)(function)
 
 
 def main() -> None:
-    import signal
-
-    from mptrain.errors import WorkerLost
-    from mptrain.signals import exit_code
-
     try:
         app(prog_name="mptrain")
     except SystemExit as done:
-        if done.code in (exit_code(signal.SIGINT), exit_code(signal.SIGTERM)):
-            # stopped by a signal and all said: a late second Ctrl-C, arriving while the
-            # interpreter exits, has nothing left to abandon (it would turn 130 into a kill)
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
-        if done.code != WorkerLost.exit_code:
-            raise
-        # A worker was lost: TensorFlow's runtime cannot be reset in this process ("Restart
-        # your program to reset"), and its finalisers may wait on the dead peer or print
-        # tracebacks from its thread pools. Everything is said and written: leave at once.
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(done.code)
+        leave(done.code)

@@ -34,6 +34,14 @@ def exit_code(signum: int | None) -> int:
     return 128 + signum if signum else INTERRUPTED_EXIT_CODE
 
 
+def end_code(status: str, signum: int | None) -> int:
+    """A run's exit code by how it ended: stopped by a signal, 128 + its number (130 for
+    Ctrl-C); diverged, 3; else 0."""
+    if status == "interrupted":
+        return exit_code(signum)
+    return DIVERGED_EXIT_CODE if status == "diverged" else 0
+
+
 class RunAbandoned(KeyboardInterrupt):
     """A second Ctrl-C abandoned training at once; `run_dir` keeps its last checkpoint."""
 

@@ -10,7 +10,7 @@ import typer
 from mptrain.commands.options import JsonOpt, VerboseOpt, emit, user_errors
 
 
-def check_gpu(
+def check_gpu_command(
     bench: Annotated[bool, typer.Option("--bench", metavar="", help=(
         "Measure again, every dtype (float32, float16, bfloat16) on each device: a matmul, a "
         "fused dense layer and a 3x3 conv (about 15 s), and show the timings."))] = False,
@@ -28,11 +28,11 @@ def check_gpu(
     10 s) and cached per machine and TensorFlow version. Exits 0 without a GPU: that is
     information, not an error.
     """
-    from mptrain.precision.check import check_machine
+    from mptrain.precision.check import machine_report
     from mptrain.report.console import stderr
     from mptrain.report.views import check_gpu_view
 
     with user_errors(verbose=verbose):
-        report = check_machine(bench=bench, no_bench=no_bench, bench_scale=bench_scale,
+        report = machine_report(bench=bench, no_bench=no_bench, bench_scale=bench_scale,
                                verbose=verbose, status=stderr.status)
     emit(report, json_out, check_gpu_view)

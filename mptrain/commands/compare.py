@@ -21,7 +21,7 @@ from mptrain.commands.options import (
 )
 
 
-def compare(
+def compare_command(
     config: Annotated[str | None, typer.Argument(
         metavar="CONFIG", show_default=False,
         help="Experiment YAML file or built-in name. Without it: the guide's mnist_mixed "
@@ -73,7 +73,7 @@ def compare(
             strategies=parse_choices(strategies, STRATEGIES, "--strategies") if strategies else None,
             batch_sizes=parse_batch_sizes(batch_sizes), sets=set_ or [], epochs=epochs,
             steps=steps, max_step_seconds=max_step_seconds or None)
-        result = mptrain.measure.compare.compare(config, settings, resume=resume,
+        result = mptrain.measure.compare.run_compare(config, settings, resume=resume,
                                                  telling=ConsoleTelling(), verbose=verbose,
                                                  as_text=as_text(compare_tables))
     end_measuring(result, json_out, compare_tables, "compare", "variants")

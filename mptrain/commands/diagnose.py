@@ -9,7 +9,7 @@ import typer
 from mptrain.commands.options import ConfigArg, JsonOpt, SetOpt, VerboseOpt, emit, user_errors
 
 
-def diagnose(
+def diagnose_command(
     config: ConfigArg,
     set_: SetOpt = None,
     steps: Annotated[int, typer.Option(min=1, help="Training steps before the measured one.")] = 5,

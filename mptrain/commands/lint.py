@@ -10,7 +10,7 @@ import typer
 from mptrain.commands.options import ConfigArg, JsonOpt, SetOpt, VerboseOpt, emit, parse_choices, user_errors
 
 
-def lint(
+def lint_command(
     config: ConfigArg,
     set_: SetOpt = None,
     target: Annotated[str, typer.Option(help=(

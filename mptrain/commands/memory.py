@@ -9,7 +9,7 @@ import typer
 from mptrain.commands.options import ConfigArg, JsonOpt, SetOpt, VerboseOpt, emit, parse_choices, user_errors
 
 
-def memory(
+def memory_command(
     config: ConfigArg,
     policies: Annotated[str, typer.Option(help="Comma-separated policies.")] = (
         "float32,mixed_float16,mixed_bfloat16"),

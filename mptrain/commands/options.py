@@ -116,6 +116,27 @@ def stdout_reader_may_stop():
         raise typer.Exit(0) from None
 
 
+def leave(code: int | str | None) -> None:
+    """Exit the process with `code`, as a command's end asks (`SystemExit`'s code)."""
+    import signal
+
+    from mptrain.errors import WorkerLost
+    from mptrain.signals import exit_code
+
+    if code in (exit_code(signal.SIGINT), exit_code(signal.SIGTERM)):
+        # stopped by a signal and all said: a late second Ctrl-C, arriving while the
+        # interpreter exits, has nothing left to abandon (it would turn 130 into a kill)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if code != WorkerLost.exit_code:
+        sys.exit(code)
+    # A worker was lost: TensorFlow's runtime cannot be reset in this process ("Restart your
+    # program to reset"), and its finalisers may wait on the dead peer or print tracebacks
+    # from its thread pools. Everything is said and written: leave at once.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 @contextmanager
 def user_errors(interrupted: str = "interrupted", verbose: bool = False,
                 unsaid: type[MptrainError] | None = None):
@@ -127,8 +148,7 @@ def user_errors(interrupted: str = "interrupted", verbose: bool = False,
     While the block runs, what anything prints goes to stderr: a command's results are
     printed after it, and stdout holds them alone. User code prints (a builder's
     `model.summary()`, a `print` in a model's `call`), and a summary table in front of `run
-    --json`'s JSON broke every compare and plan variant, which read a run's summary from its
-    stdout."""
+    --json`'s JSON broke what reads it."""
 
     from mptrain.report.console import say, stderr
     from mptrain.signals import RunAbandoned

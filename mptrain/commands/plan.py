@@ -12,7 +12,7 @@ from mptrain.commands import options
 from mptrain.commands.options import BatchSizesOpt, JsonOpt, SetOpt, VerboseOpt
 
 
-def plan(
+def plan_command(
     config: Annotated[str | None, typer.Argument(
         metavar="CONFIG", show_default=False,
         help="Experiment YAML file or built-in name (not needed with --resume).")] = None,
@@ -75,6 +75,6 @@ def plan(
                         if candidates else None),
             batch_sizes=options.parse_batch_sizes(batch_sizes), steps=steps, tolerance_pct=tolerance,
             budget_minutes=budget, evaluate=evaluate, out=out, sets=set_ or [])
-        result = mptrain.measure.plan.plan(config, settings, resume=resume, telling=ConsoleTelling(),
+        result = mptrain.measure.plan.run_plan(config, settings, resume=resume, telling=ConsoleTelling(),
                                            verbose=verbose, as_text=as_text(plan_tables))
     options.end_measuring(result, json_out, plan_tables, "plan", "trials")

@@ -22,7 +22,7 @@ from mptrain.commands.options import (
 )
 
 
-def run(
+def run_command(
     config: Annotated[str | None, typer.Argument(
         metavar="CONFIG", show_default=False,
         help="Experiment YAML file, or the name of a built-in one (see `mptrain configs`). "
@@ -58,10 +58,6 @@ def run(
              "resume.")] = 0,
     json_out: JsonOpt = False,
     verbose: VerboseOpt = False,
-    initial_weights: Annotated[Path | None, typer.Option(hidden=True)] = None,  # compare, plan
-    run_dir: Annotated[Path | None, typer.Option(hidden=True)] = None,  # compare, plan, --workers
-    supervised: Annotated[bool, typer.Option(hidden=True)] = False,  # a --workers worker
-    turns: Annotated[str | None, typer.Option(hidden=True)] = None,  # compare, plan: STEPS:FD
 ) -> None:
     """Train and evaluate one experiment; write its run folder and print a summary.
 
@@ -73,57 +69,57 @@ def run(
     restarting them.
     """
 
-    from mptrain.errors import AlreadyFinished, ConfigError, WorkerLost
+    from mptrain.errors import AlreadyFinished, ConfigError
     from mptrain.report.console import say
     from mptrain.report.progress import ConsoleTelling, LiveProgress
+    from mptrain.report.tables import summary_table
     from mptrain.runs.cluster import parse_hosts
     from mptrain.runs.launch import RunOptions, launch
     from mptrain.runs.runner import Start
     from mptrain.runs.workers import WorkersResult
-    from mptrain.training.turns import TurnLink
+    from mptrain.signals import end_code
 
     with user_errors("interrupted (a run folder, if one was made, keeps its last checkpoint)",
-                     verbose, unsaid=WorkerLost if supervised else None):
+                     verbose):
         cluster = parse_hosts(hosts, host_index) if hosts is not None else None
         if cluster is None and host_index is not None:
             raise ConfigError("--host-index names this host's entry of --hosts: give --hosts too")
         options = RunOptions([*(set_ or []), *length_overrides(epochs, steps)], workers,
-                             max_restarts, json_out, verbose, supervised, cluster,
-                             Start(resume=resume, initial_weights=initial_weights,
-                                   run_dir=run_dir, started_at=STARTED_AT,
-                                   turns=TurnLink.parse(turns) if turns else None))
+                             max_restarts, verbose=verbose, hosts=cluster,
+                             start=Start(resume=resume, started_at=STARTED_AT))
         try:
             with LiveProgress() as progress:
                 result = launch(config, options, ConsoleTelling(), listeners=[progress])
         except AlreadyFinished as done:
             say(str(done), "nothing to do")
             raise typer.Exit(0) from None
-    if isinstance(result, WorkersResult):  # the chief's summary, then why a lost worker stopped it
-        typer.echo(result.stdout, nl=False)
-        if result.message is not None:
-            say_error(result.message)
-        raise typer.Exit(result.code)
-    _finish(result, json_out)
+    summary = result.summary
+    if not isinstance(result, WorkersResult):
+        _finish(summary, json_out, end_code(summary.status, result.signal))
+    if not isinstance(summary, str):  # the chief's summary
+        if result.message is None:
+            _finish(summary, json_out, result.code)
+        emit(summary, json_out, summary_table)
+    if result.message is not None:  # why a lost worker stopped the run
+        say_error(result.message)
+    raise typer.Exit(result.code)
 
 
-def _finish(result, json_out: bool) -> None:
-    """The summary, then what the run's end asks of the user, and its exit code."""
+def _finish(summary, json_out: bool, code: int) -> None:
+    """The summary, then what the run's end asks of the user; exit with `code`."""
 
     from mptrain.report.console import say
     from mptrain.report.tables import summary_table
-    from mptrain.signals import DIVERGED_EXIT_CODE, exit_code, ignoring_interrupts
+    from mptrain.signals import ignoring_interrupts
 
-    summary = result.summary
     # a second Ctrl-C once training has stopped has nothing left to abandon: the summary and
     # the resume command are printed whole
     with ignoring_interrupts() if summary.status == "interrupted" else contextlib.nullcontext():
         emit(summary, json_out, summary_table)
         if summary.status == "interrupted":
-            say(f"checkpoint saved. Continue with:\n  mptrain run --resume {result.run_dir}",
+            say(f"checkpoint saved. Continue with:\n  mptrain run --resume {summary.run_dir}",
                 summary.stop_reason or "", "yellow")
-    if summary.status == "interrupted":
-        raise typer.Exit(exit_code(result.signal))
     if summary.status == "diverged":
         say(f"{summary.stop_reason or 'the loss became NaN/inf'}; the last good checkpoint is in "
-            f"{result.run_dir}/checkpoints", "diverged", "red")
-        raise typer.Exit(DIVERGED_EXIT_CODE)
+            f"{summary.run_dir}/checkpoints", "diverged", "red")
+    raise typer.Exit(code)

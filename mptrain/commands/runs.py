@@ -11,7 +11,7 @@ import typer
 from mptrain.commands.options import JsonOpt, emit, user_errors
 
 
-def runs(
+def runs_command(
     arguments: Annotated[list[str] | None, typer.Argument(
         metavar="[DIR] [RUN...]", show_default=False,
         help="The folder the run folders are in (default: runs); with --compare, the runs "

@@ -6,7 +6,7 @@ from __future__ import annotations
 from mptrain.commands.options import stdout_reader_may_stop
 
 
-def schema() -> None:
+def schema_command() -> None:
     """Print the JSON Schema of an experiment file (keys, types, defaults, limits, help).
 
     Point your editor at it for completion and checking as you type: save it
@@ -24,7 +24,7 @@ def schema() -> None:
         typer.echo(json.dumps(experiment_schema(), indent=2))
 
 
-def list_configs() -> None:
+def configs_command() -> None:
     """List the experiments shipped with mptrain (usable by name: `mptrain run mnist_mixed`)."""
     from rich.table import Table
 

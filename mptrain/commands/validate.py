@@ -9,7 +9,7 @@ import typer
 from mptrain.commands.options import ConfigArg, SetOpt, VerboseOpt, stdout_reader_may_stop, user_errors
 
 
-def validate(
+def validate_command(
     config: ConfigArg,
     set_: SetOpt = None,
     deep: Annotated[bool, typer.Option("--deep", metavar="", help=(

@@ -20,7 +20,7 @@ from mptrain.objective import LabelStats
 IMAGES = {".png", ".jpg", ".jpeg", ".gif", ".bmp"}
 
 
-def pairs(cfg: ImageMasksData) -> list[tuple[str, str, str]]:
+def mask_pairs(cfg: ImageMasksData) -> list[tuple[str, str, str]]:
     """(key, image, mask) of every image under `path`, its mask the file of the same
     relative name under `masks_path`."""
     for key, folder in (("data.path", cfg.path), ("data.masks_path", cfg.masks_path)):
@@ -63,7 +63,7 @@ def read_masks(masks: list[str], source: str) -> tuple[tuple[int, int], int, set
 
 def split_pairs(cfg: ImageMasksData):
     """The pairs of the training, validation and test splits, by a hash of each name."""
-    every = pairs(cfg)
+    every = mask_pairs(cfg)
     keys = [k for k, _, _ in every]
     kept, test = split_keys(keys, cfg.test_split, "test")
     train_keys = [keys[i] for i in kept]
@@ -88,7 +88,7 @@ class ImageMasks(Source):
     """Images and their masks, paired by file name."""
 
     def check_files(self, cfg: ImageMasksData) -> list[str]:
-        pairs(cfg)
+        mask_pairs(cfg)
         return []
 
     def training_examples(self, cfg: ImageMasksData, thorough: bool):

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from mptrain.precision.policy import F16_MAX
 from mptrain.record import Record
 
-F16_MAX = 65504.0
 F16_MIN_SUBNORMAL = 2.0**-24
 
 

@@ -39,7 +39,7 @@ from mptrain.record import FrozenRecord
 if TYPE_CHECKING:
     from mptrain.hardware.machine import Machine
 
-DTYPES = ("float32", "float16", "bfloat16")
+TIMED_DTYPES = ("float32", "float16", "bfloat16")
 CACHE_ENV = "MPTRAIN_CACHE_DIR"
 ROUND_BUDGET_S = 1.5  # per kernel, all its settings together (6 on a CPU: about 7 rounds)
 CUT_SHORT_S = 0.5  # a single call slower than this is not repeated
@@ -133,7 +133,7 @@ def _kernels(tf, scale: float):
     ]
 
 
-def measure(tf, devices: list[str], dtypes: tuple[str, ...] = DTYPES, scale: float = 1.0,
+def measure(tf, devices: list[str], dtypes: tuple[str, ...] = TIMED_DTYPES, scale: float = 1.0,
             budget_s: float = ROUND_BUDGET_S,
             xla_modes: tuple[bool, ...] = (False,)) -> list[KernelTiming]:
     """Time every kernel in every dtype (and XLA mode) on every device, interleaved; each
@@ -233,7 +233,7 @@ def decision_dtypes(machine: Machine) -> tuple[str, ...]:
     units for; on a CPU all three (float16 too: whether it needs XLA is measured, not
     assumed)."""
     if not machine.gpus:
-        return DTYPES
+        return TIMED_DTYPES
     gpu = machine.gpus[0]
     return ("float32", "float16") + (("bfloat16",) if gpu.fast_bfloat16 else ())
 

@@ -91,7 +91,7 @@ class CompareSettings:
                        else [o for o in self.overrides if o != default])
 
 
-def compare(experiment: str | ExperimentConfig | None, settings: CompareSettings = CompareSettings(),
+def run_compare(experiment: str | ExperimentConfig | None, settings: CompareSettings = CompareSettings(),
             *, resume: Path | None = None, telling: Telling = LOGGED, verbose: bool = False,
             as_text: Callable[[CompareRecord], str] | None = None) -> Measurement:
     """`mptrain compare` and `mptrain.compare`: the experiment named or given (default: the
@@ -281,13 +281,13 @@ def _run(record: CompareRecord, telling: Telling, verbose: bool, as_text) -> Mea
     ledger.write(record.model_copy(update={"status": "running"}))
     turns = Turns(record.turn_steps, paired_with=record.baseline if record.pairs else None)
     variants, signal = run_rows(ledger, record.variants, turns, telling, verbose)
-    record = judged(record.model_copy(update={
+    record = judge_compare(record.model_copy(update={
         "variants": variants, "status": "interrupted" if signal is not None else "finished"}))
     return ledger.close(record, plot_compare if any(r.summary for r in record.variants) else None,
                         {"compare.txt": as_text(record)} if as_text else {}, signal)
 
 
-def judged(record: CompareRecord, same_start: bool = True) -> CompareRecord:
+def judge_compare(record: CompareRecord, same_start: bool = True) -> CompareRecord:
     """Every row judged against the baseline (`verdicts.judge`), on the rounds they ran in
     turns and, when they started from the same weights on the same batches (`same_start`),
     the losses of their runs (read from their steps.jsonl)."""

@@ -4,8 +4,9 @@ A shared machine's speed drifts (2x within a session was measured here), so vari
 one after another measure the drift as much as themselves: two plans in a row once picked
 different winners. Benchmark tools interleave (Google Benchmark, asv, ReBench); so here:
 
-- every variant is its own `mptrain run` child (Keras' global policy, traced graphs, the XLA
-  and oneDNN caches and some math switches are per process), started one at a time, each
+- every variant is a child process of its own, training as `mptrain run` does (`runs.child`;
+  Keras' global policy, traced graphs, the XLA and oneDNN caches and some math switches are
+  per process), started one at a time, each
   running its first step (tracing, kernel creation, XLA compiling: one-off costs it reports
   in its summary) and then waiting (`training.turns`);
 - then the engine advances them round-robin, a turn of steps each, in a random order every
@@ -24,7 +25,7 @@ goes to a log file beside its run folder (shown when it fails); the engine repor
 Compare and plan differ as data given to `run_rows`, the one sequence both run: which rows,
 from which staged experiment, in which turns. Their folder, record and MLflow parent run are
 `ledger.py`'s; each variant's experiment file and run folder are made here
-(`experiment_of`, `command_for`).
+(`experiment_of`, `spec_for`).
 """
 
 from __future__ import annotations
@@ -48,11 +49,11 @@ import yaml
 from mptrain.measure.ledger import Ledger, to_run
 from mptrain.precision.candidates import file_label
 from mptrain.record import write_atomic
+from mptrain.runs.child import ChildSpec, read_summary
 from mptrain.runs.folder import resumable
 from mptrain.runs.summary import RunSummary
-from mptrain.runs.workers import read_child_summary, resume_command, run_command, start
+from mptrain.runs.workers import start
 from mptrain.signals import ForwardSignals
-from mptrain.training.turns import TurnLink
 
 if TYPE_CHECKING:
     from mptrain.config import ExperimentConfig
@@ -98,7 +99,7 @@ def run_rows(ledger: Ledger, rows: list[Variant], turns: Turns, telling, verbose
         for row in group:
             experiment = experiment_of(row, staged)
             launches.append((row, experiment.train.batch_size,
-                             command_for(ledger.folder, row, experiment, verbose)))
+                             spec_for(ledger.folder, row, experiment, verbose)))
         with ForwardSignals() as signals:
             ends = run_in_turns(launches, ledger, turns, signals, telling.turn)
         if paired_with is not None and len(group) == 2 and group[1].label in ends:
@@ -147,19 +148,21 @@ def experiment_of(row: Variant, staged: ExperimentConfig) -> ExperimentConfig:
     return variant(staged, {"name": Path(row.run_dir).name, **row.settings})
 
 
-def command_for(folder: Path, row: Variant, experiment: ExperimentConfig, verbose: bool) -> list[str]:
-    """`mptrain run` of the variant: a resume when it stopped with a checkpoint (a compare or
-    plan resumed), else anew from its own experiment file (variants/LABEL.yaml) and the
-    initial weights."""
+def spec_for(folder: Path, row: Variant, experiment: ExperimentConfig, verbose: bool) -> ChildSpec:
+    """The variant's run (`runs.child`): a resume when it stopped with a checkpoint (a compare
+    or plan resumed), else anew from its own experiment file (variants/LABEL.yaml) and the
+    initial weights; its summary written to logs/LABEL.summary.json."""
     run_dir = Path(row.run_dir)
+    summary_file = str(folder / "logs" / f"{file_label(row.label)}.summary.json")
     if resumable(run_dir):
-        return resume_command(run_dir, verbose)
+        return ChildSpec(run_dir=str(run_dir), resume=True, summary_file=summary_file,
+                         verbose=verbose)
     shutil.rmtree(run_dir, ignore_errors=True)  # started, but with nothing to resume
     path = folder / "variants" / f"{file_label(row.label)}.yaml"
     path.parent.mkdir(exist_ok=True)
     write_atomic(path, yaml.safe_dump(experiment.to_yaml_dict(), sort_keys=False))
-    return run_command(path, run_dir=run_dir, initial_weights=folder / "initial_weights.npz",
-                       verbose=verbose)
+    return ChildSpec(experiment=str(path), run_dir=str(run_dir), summary_file=summary_file,
+                     initial_weights=str(folder / "initial_weights.npz"), verbose=verbose)
 
 
 def turn_steps(total_steps: int) -> int:
@@ -173,6 +176,7 @@ class _Child:
 
     row: Variant
     batch_size: int  # its experiment's (a turn's steps follow it: `same_examples`)
+    spec: ChildSpec
     process: subprocess.Popen
     reports: object  # the read end of the report pipe
     log: object
@@ -184,9 +188,9 @@ class _Child:
     stopped: str | None = None  # why the engine stopped it before its first step ended
 
 
-def run_in_turns(launches: list[tuple[Variant, int, list[str]]], ledger: Ledger, turns: Turns,
+def run_in_turns(launches: list[tuple[Variant, int, ChildSpec]], ledger: Ledger, turns: Turns,
                  signals: ForwardSignals, on_turn: OnTurn | None = None) -> dict[str, Variant]:
-    """Run every variant's command (beside its batch size) to its end in turns;
+    """Run every variant's child (beside its batch size) to its end in turns;
     `on_turn(round, label, step_ms)` after each turn. With `turns.slowest_ratio`, a variant
     whose turn's median step is that many times the first's (the baseline's) in the same
     round is stopped: it cannot win, and
@@ -198,11 +202,11 @@ def run_in_turns(launches: list[tuple[Variant, int, list[str]]], ledger: Ledger,
     order = random.Random(0)
     try:
         limit = None
-        for row, batch_size, command in launches:  # one at a time: start-ups measured alone
+        for row, batch_size, spec in launches:  # one at a time: start-ups measured alone
             if signals.received is not None or past(turns.deadline):
                 break
             steps = same_examples(turns.steps, launches[0][1], batch_size)
-            child = _start(row, batch_size, command, ledger, steps, signals)
+            child = _start(row, batch_size, spec, ledger, steps, signals)
             children.append(child)
             _first_turn(child, on_turn, None if row.label in turns.controls else limit)
             if limit is None and turns.first_step_ratio and child.first_step_done:
@@ -235,17 +239,17 @@ def same_examples(steps: int, base_batch: int, batch: int) -> int:
     return max(1, math.ceil(steps * base_batch / batch))
 
 
-def _start(row: Variant, batch_size: int, command: list[str], ledger: Ledger, steps_per_turn: int,
+def _start(row: Variant, batch_size: int, spec: ChildSpec, ledger: Ledger, steps_per_turn: int,
            signals: ForwardSignals) -> _Child:
     read_end, write_end = os.pipe()
     path = ledger.folder / "logs" / f"{file_label(row.label)}.log"
     path.parent.mkdir(parents=True, exist_ok=True)
     log = open(path, "w")  # noqa: SIM115  (closed in _finish)
-    process = start([*command, *TurnLink(steps_per_turn, write_end).option()], ledger.env, log=log,
-                    talk=True, pass_fds=(write_end,))
+    spec = spec.model_copy(update={"turn_steps": steps_per_turn, "report_fd": write_end})
+    process = start(spec, ledger.env, log=log, talk=True, pass_fds=(write_end,))
     os.close(write_end)  # the child holds it: end of file here means the child is gone
     signals.children.append(process)
-    return _Child(row, batch_size, process, os.fdopen(read_end), log)
+    return _Child(row, batch_size, spec, process, os.fdopen(read_end), log)
 
 
 def too_slow(child: _Child, base: _Child, turns: Turns) -> str | None:
@@ -320,11 +324,11 @@ def _finish(child: _Child) -> Variant:
     if child.first_step_done:
         while _say(child, "go") and child.reports.readline():
             pass
-    stdout, _ = child.process.communicate()
+    child.process.communicate()
     child.reports.close()
     child.log.close()
     lifetime = time.perf_counter() - child.started
-    summary = read_child_summary(child.process.returncode, stdout)
+    summary = read_summary(child.spec, child.process.returncode)
     ended = {"rounds": child.rounds, "baseline_rounds": None, "summary": None, "overhead_s": None}
     if not isinstance(summary, str):
         ended.update(summary=summary, failed=None, overhead_s=overhead(summary, lifetime))

@@ -163,7 +163,7 @@ class PlanSettings:
             raise ConfigError(f"--steps {self.steps}: a trial needs at least 8 steps to be timed")
 
 
-def plan(experiment: str | ExperimentConfig | None, settings: PlanSettings = PlanSettings(), *,
+def run_plan(experiment: str | ExperimentConfig | None, settings: PlanSettings = PlanSettings(), *,
          resume: Path | None = None, telling: Telling = LOGGED, verbose: bool = False,
          as_text: Callable[[PlanRecord], str] | None = None) -> Measurement:
     """`mptrain plan` and `mptrain.plan`: start a plan of the experiment named or given, or
@@ -358,7 +358,7 @@ def run_to_choice(record: PlanRecord, folder: Path, deadline: float, *, telling:
                       deadline, FIRST_STEP_RATIO, controls=frozenset({"float32", TWIN}))
         trials, signal = run_rows(ledger, record.trials, turns, telling, verbose, rerun_failed=False)
         record = record.model_copy(update={"trials": trials})
-    record = judged(record)
+    record = judge_plan(record)
     winner, reason = choose(record.trials, [c.name for c in record.candidates if c.why_not])
     status = ("interrupted" if signal is not None else
               "out of budget" if record.untried or record.cut else "finished")
@@ -370,7 +370,7 @@ def run_to_choice(record: PlanRecord, folder: Path, deadline: float, *, telling:
                         texts, signal, tags={"winner": record.winner or ""})
 
 
-def judged(record: PlanRecord) -> PlanRecord:
+def judge_plan(record: PlanRecord) -> PlanRecord:
     """Every trial judged (`trials.judge_trials`) on its runs' step records, with the plan's
     tolerance, and the experiment's length for the whole-run estimate, the process's start
     and exit taken as the median over the trials' processes (the same program for each: one

@@ -1,6 +1,6 @@
-"""Chosen runs side by side (`mptrain runs --compare`), judged as compare judges its variants
-(`compare.judged`), even when no one compare made them. Runs from one compare folder are
-judged on the rounds they ran in turns there, so `runs --compare` says what that compare
+"""Chosen runs side by side (`mptrain runs --compare`), judge_compare as compare judges its variants
+(`compare.judge_compare`), even when no one compare made them. Runs from one compare folder are
+judge_compare on the rounds they ran in turns there, so `runs --compare` says what that compare
 said; runs made at different times are compared on their own medians (and not on their
 losses: they need not have started from the same weights)."""
 
@@ -10,7 +10,7 @@ from contextlib import suppress
 from pathlib import Path
 
 from mptrain.errors import ConfigError
-from mptrain.measure.compare import CompareRecord, judged
+from mptrain.measure.compare import CompareRecord, judge_compare
 from mptrain.measure.ledger import load_record
 from mptrain.measure.variant import Variant
 from mptrain.precision.candidates import Candidate
@@ -38,7 +38,7 @@ def split_arguments(arguments: list[str]) -> tuple[Path, list[str]]:
 
 
 def compare_runs(refs: list[str], folder: Path = DEFAULT_FOLDER) -> CompareRecord:
-    """The runs named, side by side, judged as compare judges. The baseline is the first
+    """The runs named, side by side, judge_compare as compare judges. The baseline is the first
     float32 run named, else the first run; a run without a summary is a row saying so."""
     if len(refs) < 2:
         raise ConfigError("--compare: name at least two runs (folder names in "
@@ -60,7 +60,7 @@ def compare_runs(refs: list[str], folder: Path = DEFAULT_FOLDER) -> CompareRecor
     record = CompareRecord(experiment=experiments, folder=str(folder), baseline=base_row.label,
                            baseline_policy=base.policy, variants=rows,
                            turn_steps=compare.turn_steps if compare else 0)
-    return judged(record, same_start=compare is not None)
+    return judge_compare(record, same_start=compare is not None)
 
 
 def _compare_record(folder: Path) -> CompareRecord | None:

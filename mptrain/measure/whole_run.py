@@ -15,7 +15,7 @@ from mptrain.runs.summary import RunSummary
 class RunLength:
     """The experiment as written, for the whole-run estimate: its steps (0: not known), its
     validation and test batches, the checkpoints it saves, and what a trial's process spends
-    outside mptrain's clock (`plan.judged`), all at the experiment's own batch."""
+    outside mptrain's clock (`plan.judge_plan`), all at the experiment's own batch."""
 
     steps: int = 0
     eval_batches: int = 0

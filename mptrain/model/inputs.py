@@ -23,7 +23,7 @@ from mptrain.errors import ConfigError
 PixelRange = Literal["0-255", "0-1"]
 
 # Layers that move or pick pixels without changing their scale: the reading looks past them.
-PASS_THROUGH = {
+SCALE_KEEPING = {
     "InputLayer", "Reshape", "Flatten", "Permute", "Resizing", "CenterCrop", "Cropping2D",
     "ZeroPadding2D", "Identity", "RandomFlip", "RandomCrop", "RandomRotation", "RandomZoom",
     "RandomTranslation", "RandomContrast", "RandomBrightness", "GaussianNoise", "Dropout",
@@ -54,7 +54,7 @@ def _leading_layers(model):
     for layer in model.layers:
         if getattr(layer, "layers", None):  # a nested model: its own first layers
             yield from _leading_layers(layer)
-        elif type(layer).__name__ not in PASS_THROUGH:
+        elif type(layer).__name__ not in SCALE_KEEPING:
             yield layer
 
 

@@ -22,7 +22,7 @@ from mptrain.model.keras_internals import inputs_of, producer
 
 OutputKind = Literal["probabilities", "logits"]
 PROBABILITY_ACTIVATIONS = ("softmax", "sigmoid")
-PASS_THROUGH = ("Reshape", "Flatten", "Identity", "Dropout", "Permute")
+VALUE_KEEPING = ("Reshape", "Flatten", "Identity", "Dropout", "Permute")
 MAX_DEPTH = 20
 # the spacing of numbers near 1 in each compute dtype
 EPSILON = {"float32": 2.0**-23, "float16": 2.0**-10, "bfloat16": 2.0**-7}
@@ -75,7 +75,7 @@ def _read_layers(model, index: int = 0) -> OutputReading:
             what = activation or "softmax"
             return OutputReading("probabilities", f"its last layer {layer.name!r} is a {what}",
                                  what == "softmax", layer)
-        if kind == "Activation" and activation == "linear" or kind in PASS_THROUGH:
+        if kind == "Activation" and activation == "linear" or kind in VALUE_KEEPING:
             tensor = inputs_of(tensor)[0] if inputs_of(tensor) else None
             if tensor is None:
                 break

@@ -96,7 +96,7 @@ def distribution_facts(tf) -> DistributionFacts:
     )
 
 
-def check_machine(*, bench: bool = False, no_bench: bool = False, bench_scale: float = 1.0,
+def machine_report(*, bench: bool = False, no_bench: bool = False, bench_scale: float = 1.0,
                   verbose: bool = False, status: Callable[[str], Any] | None = None) -> CheckReport:
     """The report (see the module's docstring). A `bench` at another than the standard scale
     is shown, not cached; `status(text)` is a context manager that shows progress while

@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Literal
 
 from mptrain.model.keras_internals import attention_dropout, attention_softmax
+from mptrain.precision.policy import F16_MAX
 from mptrain.record import FrozenRecord
 
 if TYPE_CHECKING:
@@ -92,8 +93,6 @@ def lint(prepared, profile: ForwardProfile, target: Target = "auto") -> list[Fin
                 *target_findings(prepared.objective, prepared.data.labels, prepared.choice.compute_dtype)]
     return sorted(findings, key=lambda f: (f.severity != "warning", -(f.flops_share or 0)))
 
-
-F16_MAX = 65504.0
 
 
 def target_findings(objective, stats, compute: str) -> list[Finding]:

@@ -21,6 +21,8 @@ from mptrain.hardware.kernels import KernelSpeeds, decision_device, decision_dty
 from mptrain.hardware.machine import GpuInfo, Machine
 from mptrain.record import FrozenRecord
 
+F16_MAX = 65504.0  # the largest finite float16
+
 # policy → (compute dtype, variable dtype)
 DTYPES = {
     "float32": ("float32", "float32"),

@@ -39,7 +39,6 @@ class RunOptions:
     overrides: list[str] = field(default_factory=list)  # --set KEY=VALUE
     workers: int | None = None  # --workers N: train on N local worker processes
     max_restarts: int = 0  # how often lost local workers are all restarted
-    json_out: bool = False  # relayed to local workers: the chief prints the summary
     verbose: bool = False
     supervised: bool = False  # this process is one of `--workers`' workers
     hosts: Hosts | None = None  # --hosts, --host-index: this process is one worker of a cluster
@@ -74,7 +73,7 @@ def launch(experiment: str | ExperimentConfig | None, options: RunOptions = RunO
     if count is not None:
         with relayable(experiment) as config:  # the run's folder: `resume`, or one reserved now
             run_dir = resume if resume is not None else unique_folder(chosen.output.dir, chosen.name)
-            local = LocalRun(count, run_dir, resume is not None, config, overrides, options.json_out,
+            local = LocalRun(count, run_dir, resume is not None, config, overrides,
                              options.verbose)
             return run_local_workers(local, options.max_restarts,
                                      on_restart=lambda line: telling.say("restart", line))

@@ -1,6 +1,6 @@
-"""mptrain's own child processes: the command lines, and how they start and end.
+"""mptrain's own child processes: how they start and end (what they are told: `runs.child`).
 
-compare and plan run each variant as a `mptrain run` child (Keras' global policy, traced
+compare and plan run each variant as a child (Keras' global policy, traced
 graphs, the XLA and oneDNN caches and the process's peak memory are per process, and some
 switches, such as oneDNN's math mode, are read once when TensorFlow starts); `run --workers N`
 starts N multi-worker children and, when one is lost, stops and restarts them all from the
@@ -13,68 +13,39 @@ last checkpoint (`run_local_workers`). Every child:
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import shutil
 import signal
 import socket
 import subprocess
-import sys
-import threading
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from pydantic import ValidationError
-
 from mptrain.errors import WorkerLost
+from mptrain.runs.child import ChildSpec, read_summary
 from mptrain.runs.folder import RunFolder, last_checkpoint
 from mptrain.runs.summary import RunState, RunSummary
 from mptrain.signals import ForwardSignals, die_with_parent, exit_code
 from mptrain.training.distribute import Hosts
 
 
-def mptrain_command(*arguments: str) -> list[str]:
-    """`mptrain ARGUMENTS` as this interpreter runs it."""
-    return [sys.executable, "-m", "mptrain", *arguments]
-
-
-def run_command(experiment: Path | str, *, run_dir: Path | None = None,
-                initial_weights: Path | None = None, verbose: bool = False) -> list[str]:
-    """`mptrain run EXPERIMENT --json` for a child whose summary the parent reads."""
-    command = mptrain_command("run", str(experiment), "--json")
-    if run_dir is not None:
-        command += ["--run-dir", str(run_dir)]
-    if initial_weights is not None:
-        command += ["--initial-weights", str(initial_weights)]
-    return command + ["--verbose"] * verbose
-
-
-def resume_command(run_dir: Path, verbose: bool = False) -> list[str]:
-    return mptrain_command("run", "--resume", str(run_dir), "--json") + ["--verbose"] * verbose
-
-
-def start(command: list[str], env: dict[str, str] | None = None, quiet: bool = False, *,
+def start(spec: ChildSpec, env: dict[str, str] | None = None, quiet: bool = False, *,
           log=None, talk: bool = False, pass_fds: tuple[int, ...] = ()) -> subprocess.Popen:
-    """A child in its own session, which dies with its parent: stdout captured and stderr
-    passed through (its live progress shows on the user's terminal), both discarded
-    (`quiet`), or stderr into `log` (a file); with `talk`, its stdin is a pipe the parent
-    writes to (the measuring engine's turns)."""
-    return subprocess.Popen(command, text=True, stdin=subprocess.PIPE if talk else None,
-                            stdout=subprocess.DEVNULL if quiet else subprocess.PIPE,
-                            stderr=subprocess.DEVNULL if quiet else log,
-                            env={**os.environ, **(env or {})}, pass_fds=pass_fds,
-                            start_new_session=True, preexec_fn=die_with_parent)
-
-
-def read_child_summary(code: int, stdout: str) -> RunSummary | str:
-    """The summary a `run --json` child printed, or why there is none."""
-    try:
-        return RunSummary.model_validate(json.loads(stdout))
-    except (json.JSONDecodeError, ValidationError):
-        return f"exit code {code}" if code else "printed no run summary"
+    """The child `spec` says, in its own session, dying with its parent: its stderr is this
+    process's (its live progress shows on the user's terminal), nowhere (`quiet`), or `log`
+    (a file), and its stdout, where nothing is meant to be printed, the log or nowhere; with
+    `talk`, its stdin is a pipe the parent writes to (the measuring engine's turns). Its
+    summary is read from its file (`runs.child`)."""
+    spec.clear()
+    err = subprocess.DEVNULL if quiet else log
+    return subprocess.Popen(spec.command(), text=True, stdin=subprocess.PIPE if talk else None,
+                            stdout=err or subprocess.DEVNULL, stderr=err,
+                            env={**os.environ, **(env or {})},
+                            pass_fds=pass_fds, start_new_session=True, preexec_fn=die_with_parent)
 
 
 def free_ports(count: int) -> list[int]:
@@ -122,22 +93,21 @@ class LocalRun:
     """One run on `count` local workers: its folder (known before any worker starts, so the
     way to continue can be said whichever worker is lost) and the user's `run` command line,
     as each worker is given it: CONFIG as the user gave it (with --resume: checked against
-    the run's), the --set options (with what --workers N means), --json and --verbose."""
+    the run's), the --set options (with what --workers N means) and --verbose."""
 
     count: int
     run_dir: Path
     resumed: bool  # the user resumed run_dir (else this command started it)
     config: str | None
     overrides: list[str]
-    json_out: bool = False
     verbose: bool = False
 
-    def command(self, resume: bool) -> list[str]:
-        """A worker's `mptrain run`: start the run in its reserved folder, or continue it."""
-        where = ["--resume", str(self.run_dir)] if resume else ["--run-dir", str(self.run_dir)]
-        sets = [arg for item in self.overrides for arg in ("--set", item)]
-        return mptrain_command("run", *([self.config] if self.config else []), *sets, *where,
-                               "--supervised", *["--json"] * self.json_out, *["--verbose"] * self.verbose)
+    def spec(self, resume: bool, summary_file: Path) -> ChildSpec:
+        """The chief's run: start the run in its reserved folder, or continue it (the other
+        workers' is the same without a summary file)."""
+        return ChildSpec(experiment=self.config, overrides=self.overrides, run_dir=str(self.run_dir),
+                         resume=resume, summary_file=str(summary_file), supervised=True,
+                         verbose=self.verbose)
 
 
 @dataclass(frozen=True)
@@ -217,13 +187,8 @@ def restart_message(lost: LostWorker, run: LocalRun, step: int | None, restart: 
 @dataclass(frozen=True)
 class WorkersResult:
     code: int  # the command's exit code
-    stdout: str  # the chief's: its summary, when the run ended by itself
+    summary: RunSummary | str  # the chief's, or why there is none
     message: str | None  # the line a lost worker ended the run with (None: it ended by itself)
-
-    @property
-    def summary(self) -> RunSummary | str:
-        """The chief's summary (printed with --json), or why there is none."""
-        return read_child_summary(self.code, self.stdout)
 
 
 def run_local_workers(run: LocalRun, max_restarts: int,
@@ -235,12 +200,15 @@ def run_local_workers(run: LocalRun, max_restarts: int,
     reset"), so restarting every worker is the only cure. A signal to this process is passed
     on to the workers (each stops after its step, with a checkpoint) and nothing restarts."""
     resume, restarts = run.resumed, 0
-    with ForwardSignals() as signals:
+    with ForwardSignals() as signals, tempfile.TemporaryDirectory() as scratch:
         while True:
-            ends, stdout = run_workers(run.command(resume), run.count, signals, run.verbose)
+            spec = run.spec(resume, Path(scratch) / "summary.json")
+            ends = run_workers(spec, run.count, signals, run.verbose)
+            chief = next(end.code for end in ends if end.index == 0)
+            summary = read_summary(spec, chief)
             lost = first_lost(ends)
             if lost is None:
-                return WorkersResult(next(end.code for end in ends if end.index == 0), stdout, None)
+                return WorkersResult(chief, summary, None)
             step = last_checkpoint(run.run_dir)
             # a run this command started, lost before its first checkpoint, starts again
             can_restart = lost.restartable and (step is not None or not run.resumed)
@@ -256,23 +224,22 @@ def run_local_workers(run: LocalRun, max_restarts: int,
             _mark_lost(run.run_dir, message)
             code = (exit_code(signals.received) if signals.received else
                     WorkerLost.exit_code if lost.restartable else lost.code)
-            return WorkersResult(code, stdout, message)
+            return WorkersResult(code, summary, message)
 
 
-def run_workers(command: list[str], count: int, signals: ForwardSignals,
-                verbose: bool) -> tuple[list[WorkerEnd], str]:
+def run_workers(spec: ChildSpec, count: int, signals: ForwardSignals,
+                verbose: bool) -> list[WorkerEnd]:
     """`count` workers of one cluster on fresh ports, each to its end (in the order they
-    end), and the chief's stdout. Worker 0, the chief, shows its progress; the others are
+    end). Worker 0, the chief, shows its progress and writes the summary; the others are
     quiet. TensorFlow's C++ error lines about aborted collectives are hidden unless
     `verbose`: the loss is said once, in mptrain's own line."""
     addresses = tuple(f"127.0.0.1:{port}" for port in free_ports(count))
     quiet_tf = {} if verbose else {"TF_CPP_MIN_LOG_LEVEL": "3"}
-    workers = [start(command, {"TF_CONFIG": Hosts(addresses, i).tf_config(), **quiet_tf}, quiet=i > 0)
+    others = spec.model_copy(update={"summary_file": None})
+    workers = [start(spec if i == 0 else others,
+                     {"TF_CONFIG": Hosts(addresses, i).tf_config(), **quiet_tf}, quiet=i > 0)
                for i in range(count)]
     signals.children = workers
-    chief_stdout: list[str] = []
-    reader = threading.Thread(target=lambda: chief_stdout.append(workers[0].stdout.read()))
-    reader.start()
     ends: list[WorkerEnd] = []
     stopped: set[int] = set()
     deadline = math.inf
@@ -288,9 +255,8 @@ def run_workers(command: list[str], count: int, signals: ForwardSignals,
                     stopped.add(index)
                     worker.kill()
         time.sleep(0.1)
-    reader.join()
     signals.children = []
-    return ends, "".join(chief_stdout)
+    return ends
 
 
 def _mark_lost(run_dir: Path, message: str) -> None:

@@ -1,7 +1,7 @@
 """A run that takes turns with others: the child's side of the measuring engine (`measure.engine`).
 
 compare and plan run their variants in turns (why: `measure/engine.py`). A child started by
-the engine (told on its command line, once: `mptrain run --turns STEPS:FD`, a `TurnLink`) stops
+the engine (told once, in its `runs.child.ChildSpec`: a `TurnLink`) stops
 after its first step (tracing, kernel creation: a one-off cost) and then after every turn of
 steps, writes what it measured to the pipe as one JSON line, and waits on stdin until the
 engine says `go` (or `too slow REASON`: it cannot win, and stops as `train.max_step_seconds`
@@ -29,18 +29,10 @@ from mptrain.training.records import StepRecord, TrainingListener
 @dataclass(frozen=True)
 class TurnLink:
     """How a child takes turns: `steps` a turn, its reports written to the pipe `report_fd`
-    (the engine's end reads them). The engine gives it as `mptrain run`'s hidden option."""
+    (the engine's end reads them)."""
 
     steps: int
     report_fd: int
-
-    @classmethod
-    def parse(cls, text: str) -> TurnLink:
-        steps, _, fd = text.partition(":")
-        return cls(int(steps), int(fd))
-
-    def option(self) -> list[str]:
-        return ["--turns", f"{self.steps}:{self.report_fd}"]
 
 
 def planned_steps(train, steps_per_epoch: int) -> int:

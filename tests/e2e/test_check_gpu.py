@@ -31,10 +31,10 @@ def test_bench_and_its_warnings_agree_and_onednn_is_what_tensorflow_says(tmp_pat
     from tensorflow.python.util import _pywrap_util_port
 
     from mptrain.hardware.kernels import KernelSpeeds, times
-    from mptrain.precision.check import check_machine
+    from mptrain.precision.check import machine_report
 
     monkeypatch.setenv("MPTRAIN_CACHE_DIR", str(tmp_path))
-    report = check_machine(bench=True, bench_scale=0.1)
+    report = machine_report(bench=True, bench_scale=0.1)
     assert report.machine.onednn == _pywrap_util_port.IsMklEnabled()
     assert {(r.dtype, r.xla) for r in report.bench} == {
         (d, x) for d in ("float32", "float16", "bfloat16") for x in (False, True)}

@@ -12,15 +12,17 @@ import yaml
 from mptrain.measure import engine
 from mptrain.measure.engine import Turns, run_in_turns
 from mptrain.measure.ledger import Ledger
+from mptrain.runs.child import ChildSpec
 from mptrain.signals import ForwardSignals
 from tests.helpers import compare_row, tiny_raw
 
-# A child: `STEP_MS TOTAL_STEPS [START_S]`, then the engine's `--turns STEPS:FD`.
+# A child: `STEP_MS TOTAL_STEPS START_S`, then the spec the engine gives it (`runs.child`).
 FAKE = '''
 import json, os, sys, time
-step_ms, total = float(sys.argv[1]), int(sys.argv[2])
-time.sleep(0.0 if sys.argv[3] == "--turns" else float(sys.argv[3]))  # its start (compiling)
-per, fd = map(int, sys.argv[sys.argv.index("--turns") + 1].split(":"))
+step_ms, total = float(sys.argv[1]), int(float(sys.argv[2]))
+time.sleep(float(sys.argv[3]))  # its start (compiling)
+spec = json.loads(sys.argv[4])
+per, fd = spec["turn_steps"], spec["report_fd"]
 report = os.fdopen(fd, "w", buffering=1)
 step, seconds, stopping = 0, [], False
 while True:
@@ -45,12 +47,24 @@ def ledger(tmp_path):
     return Ledger(tmp_path, "compare", {})
 
 
+class FakeSpec(ChildSpec):
+    """A child spec the fake child runs: its speeds, then the spec as JSON."""
+
+    script: str
+    speeds: list[float]
+
+    def command(self) -> list[str]:
+        return [sys.executable, self.script, *map(str, self.speeds), self.model_dump_json()]
+
+
 def children(tmp_path: Path, **speeds) -> list:
-    """label → (step ms, steps, start s): a variant, its batch and its fake command each."""
+    """label → (step ms, steps[, start s]): a variant, its batch and its fake child's spec each."""
     script = tmp_path / "fake_child.py"
     script.write_text(FAKE)
     return [(compare_row("float32", label=label, run_dir=str(tmp_path / label)), 8,
-             [sys.executable, str(script), *map(str, spec)]) for label, spec in speeds.items()]
+             FakeSpec(run_dir=str(tmp_path / label), summary_file=str(tmp_path / f"{label}.json"),
+                      script=str(script), speeds=[*spec, 0.0][:3]))
+            for label, spec in speeds.items()]
 
 
 def in_turns(tmp_path, ledger, turns: Turns, **speeds):
@@ -69,7 +83,7 @@ def test_every_child_runs_its_turn_each_round_in_a_changing_order(tmp_path, ledg
     assert len({tuple(members) for members in rounds}) > 1  # a random order every round
     for label in "abc":  # five turns of five steps timed, at the child's 5 ms
         assert ends[label].rounds == [pytest.approx(5.0, abs=0.5)] * 5
-        assert ends[label].summary is None and "printed no run summary" in ends[label].failed
+        assert ends[label].summary is None and "wrote no run summary" in ends[label].failed
 
 
 def test_a_child_twice_as_slow_as_the_baseline_is_stopped_after_that_round(tmp_path, ledger):

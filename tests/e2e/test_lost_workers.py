@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import tensorflow  # noqa: F401  (a broken install fails here, never skips)
 
+from mptrain.runs.child import ChildSpec
 from mptrain.runs.workers import LOST_GRACE_SECONDS, LostWorker, WorkerEnd, first_lost, run_workers
 from mptrain.signals import ForwardSignals
 from tests.helpers import experiment, local_worker, mptrain, mptrain_process, wait_for
@@ -59,9 +60,14 @@ def test_a_survivor_that_does_not_stop_by_itself_is_killed_after_the_grace():
     once, worker 0 hanging on."""
     hang_or_die = ("import json, os, signal, time; task = json.loads(os.environ['TF_CONFIG'])"
                    "['task']['index']; os.kill(os.getpid(), signal.SIGKILL) if task else time.sleep(60)")
+
+    class StandIn(ChildSpec):
+        def command(self) -> list[str]:
+            return [sys.executable, "-c", hang_or_die]
+
     started = time.monotonic()
     with ForwardSignals() as signals:
-        ends, _ = run_workers([sys.executable, "-c", hang_or_die], 2, signals, verbose=False)
+        ends = run_workers(StandIn(run_dir="unused"), 2, signals, verbose=False)
     assert ends == [WorkerEnd(1, -signal.SIGKILL), WorkerEnd(0, -signal.SIGKILL, stopped=True)]
     assert first_lost(ends) == LostWorker(1, -signal.SIGKILL)
     assert LOST_GRACE_SECONDS <= time.monotonic() - started < LOST_GRACE_SECONDS + 3

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from mptrain.runs.child import ChildSpec
 from mptrain.runs.folder import RunFolder, last_checkpoint
 from mptrain.runs.workers import (
     LocalRun,
@@ -57,7 +58,7 @@ def test_a_restart_can_cure_a_signal_or_lost_contact_but_not_a_workers_own_error
 def run(resumed: bool = False, config: str | None = "exp.yaml") -> LocalRun:
     return LocalRun(2, Path("/runs/tiny-1"), resumed, config,
                     ["train.epochs=3", "distribute.strategy=multi_worker_mirrored",
-                     "distribute.workers=2"], json_out=True)
+                     "distribute.workers=2"])
 
 
 def test_the_line_says_who_that_the_checkpoint_is_intact_and_the_command_that_continues():
@@ -73,15 +74,18 @@ def test_the_line_says_who_that_the_checkpoint_is_intact_and_the_command_that_co
         "checkpoint (step 25): restart 1 of 2")
 
 
-def test_a_worker_starts_the_run_in_its_reserved_folder_or_continues_it():
-    started = run().command(resume=False)
-    assert started[started.index("run"):] == [
-        "run", "exp.yaml", "--set", "train.epochs=3", "--set",
-        "distribute.strategy=multi_worker_mirrored", "--set", "distribute.workers=2",
-        "--run-dir", "/runs/tiny-1", "--supervised", "--json"]
-    resumed = run(resumed=True, config=None).command(resume=True)
-    assert resumed[resumed.index("run") + 1] == "--set"
-    assert resumed[-4:] == ["--resume", "/runs/tiny-1", "--supervised", "--json"]
+def test_a_worker_starts_the_run_in_its_reserved_folder_or_continues_it(tmp_path):
+    started = run().spec(resume=False, summary_file=tmp_path / "summary.json")
+    assert (started.experiment, started.run_dir, started.resume, started.supervised) == (
+        "exp.yaml", "/runs/tiny-1", False, True)
+    assert started.overrides == ["train.epochs=3", "distribute.strategy=multi_worker_mirrored",
+                                 "distribute.workers=2"]
+    resumed = run(resumed=True, config=None).spec(resume=True, summary_file=tmp_path / "summary.json")
+    assert resumed.experiment is None and resumed.resume and resumed.run_dir == "/runs/tiny-1"
+    # the child's command line is the spec, read back whole by the module the child runs
+    command = resumed.command()
+    assert command[1:3] == ["-m", "mptrain.commands.child"]
+    assert ChildSpec.model_validate_json(command[3]) == resumed
 
 
 @pytest.mark.parametrize(("configured", "option", "supervised", "tf_config", "count"), [

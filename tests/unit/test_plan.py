@@ -456,7 +456,7 @@ def test_one_trials_slow_exit_does_not_move_the_whole_run_estimates(monkeypatch)
     monkeypatch.setattr(planning, "judge_trials",
                         lambda trials, steps, rules: seen.setdefault("length", rules.length) and trials)
     monkeypatch.setattr(planning, "steps_of", lambda row: [])
-    planning.judged(record)
+    planning.judge_plan(record)
     assert seen["length"] == RunLength(87, 20, 4, pytest.approx(1.1))
 
 

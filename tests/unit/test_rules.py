@@ -10,7 +10,7 @@ import pytest
 
 from mptrain.config import validate
 from mptrain.hardware.machine import Machine, parse_cpuinfo
-from mptrain.measure.engine import command_for
+from mptrain.measure.engine import spec_for
 from mptrain.precision.policy import choose_policy
 from tests.helpers import compare_row, record_kernels, tiny_raw
 
@@ -52,12 +52,12 @@ def test_every_variant_starts_from_the_staged_initial_weights(tmp_path):
     """A fresh variant runs its own experiment file from the folder's initial weights; one
     that stopped with a checkpoint resumes from it instead (its weights are in it)."""
     config = validate(tiny_raw(), "<test>")
-    fresh = command_for(tmp_path, compare_row("mixed_bfloat16", label="mixed_bfloat16",
-                                              run_dir=str(tmp_path / "run-a")), config, verbose=False)
-    at = fresh.index("--initial-weights")
-    assert Path(fresh[at + 1]) == tmp_path / "initial_weights.npz"
-    assert Path(fresh[fresh.index("--run-dir") + 1]) == tmp_path / "run-a"
-    assert (tmp_path / "variants" / "mixed_bfloat16.yaml").is_file()
+    fresh = spec_for(tmp_path, compare_row("mixed_bfloat16", label="mixed_bfloat16",
+                                           run_dir=str(tmp_path / "run-a")), config, verbose=False)
+    assert Path(fresh.initial_weights) == tmp_path / "initial_weights.npz"
+    assert Path(fresh.run_dir) == tmp_path / "run-a" and not fresh.resume
+    assert Path(fresh.experiment) == tmp_path / "variants" / "mixed_bfloat16.yaml"
+    assert Path(fresh.experiment).is_file()
 
     stopped = tmp_path / "run-b"
     (stopped / "checkpoints").mkdir(parents=True)
@@ -65,8 +65,8 @@ def test_every_variant_starts_from_the_staged_initial_weights(tmp_path):
     (stopped / "config.yaml").write_text("name: tiny\n")
     (stopped / "summary.json").write_text('{"status": "running", "name": "tiny", "pid": 1, '
                                           '"host": "elsewhere", "started": "2026-01-01T00:00:00"}')
-    resumed = command_for(tmp_path, compare_row("float32", run_dir=str(stopped)), config, verbose=False)
-    assert resumed[resumed.index("--resume") + 1] == str(stopped) and "--initial-weights" not in resumed
+    resumed = spec_for(tmp_path, compare_row("float32", run_dir=str(stopped)), config, verbose=False)
+    assert resumed.resume and resumed.run_dir == str(stopped) and resumed.initial_weights is None
 
 
 def test_variants_that_do_not_fit_together_pair_with_the_baseline_each(tmp_path):
@@ -83,13 +83,13 @@ def test_variants_that_do_not_fit_together_pair_with_the_baseline_each(tmp_path)
 
 def test_a_paired_variant_is_judged_against_its_own_pairs_baseline():
     """Rounds pair only within the turns they ran in: with pairs, that is the variant's own."""
-    from mptrain.measure.compare import CompareRecord, judged
+    from mptrain.measure.compare import CompareRecord, judge_compare
     from tests.helpers import compare_row, make_summary
 
     def row(policy, rounds, paired=None):
         return compare_row(policy, summary=make_summary(), rounds=rounds, baseline_rounds=paired)
 
-    record = judged(CompareRecord(
+    record = judge_compare(CompareRecord(
         experiment="x", folder="/tmp/x", baseline="float32-fit", baseline_policy="float32",
         pairs="memory", variants=[row("float32", [100.0] * 6), row("mixed_bfloat16", [50.0] * 6),
                                   row("float16", [50.0] * 6, paired=[200.0] * 6)]))

@@ -104,6 +104,39 @@ def test_the_library_does_not_import_the_commands():
             assert not {t for t in targets if t.startswith(("mptrain.commands", "mptrain.cli"))}, module
 
 
+def test_every_public_name_is_defined_in_one_module():
+    """A name a reader searches for leads to one definition: a command's function is
+    NAME_command, the library's call beside it says what it does (`run_compare`)."""
+    where: dict[str, list[str]] = {}
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.FunctionDef | ast.ClassDef):
+                names = [node.name]
+            elif isinstance(node, ast.Assign):
+                names = [t.id for t in node.targets if isinstance(t, ast.Name)]
+            else:
+                names = [node.target.id] if isinstance(node, ast.AnnAssign) and isinstance(
+                    node.target, ast.Name) else []
+            for name in names:
+                if not name.startswith("_"):
+                    where.setdefault(name, []).append(str(path.relative_to(PACKAGE)))
+    twice = {name: paths for name, paths in where.items() if len(paths) > 1}
+    assert len(where) > 500 and not twice, twice
+
+
+def test_every_option_of_every_command_is_the_users():
+    """What mptrain tells its own child processes is a spec of their own (`runs.child`), never
+    a hidden option: `--help` shows every option a command takes."""
+    import typer.main
+
+    from mptrain.cli import app
+
+    group = typer.main.get_command(app)
+    hidden = {f"{name} {param.opts[0]}" for name, command in group.commands.items()
+              for param in command.params if getattr(param, "hidden", False)}
+    assert len(group.commands) >= 10 and not hidden, hidden
+
+
 def test_the_top_level_holds_few_modules():
     top = [p.name for p in PACKAGE.glob("*.py")]
     assert len(top) <= 10, sorted(top)

@@ -7,7 +7,7 @@ import re
 
 from rich.console import Console
 
-from mptrain.measure.compare import CompareRecord, judged
+from mptrain.measure.compare import CompareRecord, judge_compare
 from mptrain.measure.islands import LayerTiming
 from mptrain.measure.plan import PlanRecord
 from mptrain.measure.variant import Speed, Training, Variant, Verdict
@@ -74,7 +74,7 @@ def test_compare_tables_keep_numbers_names_and_verdicts_whole():
     rows = [compare_row(p, "custom", "mirrored", summary=None if isinstance(s, str) else s,
                         failed=s if isinstance(s, str) else None)
             for p, s in zip(policies, summaries, strict=True)]
-    record = judged(CompareRecord(experiment="synthetic", folder="/tmp/x", baseline=rows[0].label,
+    record = judge_compare(CompareRecord(experiment="synthetic", folder="/tmp/x", baseline=rows[0].label,
                                   baseline_policy="float32", variants=rows))
     text = rendered(compare_tables(record))
     whole(text, "12345.6", "321.9", "38.35x", "0.7912 (-12.11)", "0.9101 (-0.22)", "32768/1234",
@@ -87,7 +87,7 @@ def test_compare_tables_keep_numbers_names_and_verdicts_whole():
 
     named = [compare_row(s.policy, s.loop, label=n, summary=s)
              for n, s in ((RUN, summaries[0]), (NESTED, summaries[1]), (SHORT, summaries[2]))]
-    record = judged(record.model_copy(update={"variants": named, "baseline": RUN}))
+    record = judge_compare(record.model_copy(update={"variants": named, "baseline": RUN}))
     text = rendered(compare_tables(record))
     for name in (RUN, NESTED, SHORT):
         leads_a_line(text, name)

@@ -8,7 +8,7 @@ import pytest
 from mptrain.commands.options import parse_choices
 from mptrain.config.schema import POLICIES
 from mptrain.errors import ConfigError
-from mptrain.measure.compare import CompareRecord, judged
+from mptrain.measure.compare import CompareRecord, judge_compare
 from mptrain.measure.variant import QualityDelta, Verdict
 from mptrain.measure.verdicts import (
     accuracy_noise_pt,
@@ -43,7 +43,7 @@ def record_of(*rows, strategy="none", rounds=None, sessions=None):
                                  rounds=(rounds or {}).get(label, []),
                                  session=(sessions or {}).get(label, 1)))
     base = next((v for v in built if v.candidate.name == "float32"), built[0])
-    return judged(CompareRecord(experiment="x", folder="/tmp/x", baseline=base.label,
+    return judge_compare(CompareRecord(experiment="x", folder="/tmp/x", baseline=base.label,
                                 baseline_policy=base.candidate.name, variants=built))
 
 
@@ -89,13 +89,13 @@ def test_a_compare_json_from_before_the_one_variant_type_still_loads_and_rejudge
     loaded = CompareRecord.model_validate(old)
     assert loaded.variants[1].candidate == record.variants[1].candidate
     assert loaded.variants[1].verdict.memory_ratio is None  # the old copy dropped...
-    assert judged(loaded).variants[1].verdict.memory_ratio == 0.6  # ...and judged again
+    assert judge_compare(loaded).variants[1].verdict.memory_ratio == 0.6  # ...and judged again
 
 
 def test_only_the_baseline_variant_is_called_baseline_across_strategies():
     rows = [compare_row("float32", "fit", s, summary=make_summary(median=m))
             for s, m in (("none", 100.0), ("mirrored", 400.0))]
-    record = judged(CompareRecord(experiment="x", folder="/tmp/x", baseline=rows[0].label,
+    record = judge_compare(CompareRecord(experiment="x", folder="/tmp/x", baseline=rows[0].label,
                                   baseline_policy="float32", variants=rows))
     single, mirrored = record.variants
     assert single.verdict.baseline and not mirrored.verdict.baseline
@@ -287,7 +287,7 @@ def test_compare_names_the_rows_that_run_xla_and_adds_float32_with_xla_as_their_
     assert [r.label for r in rows] == ["float32-fit", "mixed_float16-fit"] and not said
     # the verdict: against float32 and against its control, in the same rounds
     base = make_summary(median=195.0)
-    record = judged(CompareRecord(
+    record = judge_compare(CompareRecord(
         experiment="x", folder="/tmp/x", baseline="float32-fit", baseline_policy="float32",
         turn_steps=5, variants=[
             compare_row("float32", summary=base, rounds=[195.0] * 8),

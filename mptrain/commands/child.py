@@ -1,0 +1,59 @@
+"""The module mptrain's own child processes run: `python -m mptrain.commands.child SPEC`.
+
+SPEC is a `runs.child.ChildSpec` as JSON, written by the parent (compare's and plan's
+engine, `run --workers`). The child trains as `mptrain run` does, with its live progress on
+stderr, writes its summary to the spec's file, and exits with the code `run` would: the
+parent reads the file, and a user's `mptrain run` keeps only the user's options.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+
+from mptrain.commands.options import STARTED_AT, leave, user_errors
+
+
+def run_child(spec_json: str) -> int:
+    """Run the child's spec; the process's exit code."""
+    from mptrain.errors import AlreadyFinished, WorkerLost
+    from mptrain.record import write_atomic
+    from mptrain.report.console import say
+    from mptrain.report.progress import ConsoleTelling, LiveProgress
+    from mptrain.runs.child import ChildSpec
+    from mptrain.runs.launch import RunOptions, launch
+    from mptrain.runs.runner import Start
+    from mptrain.signals import end_code
+    from mptrain.training.turns import TurnLink
+
+    spec = ChildSpec.model_validate_json(spec_json)
+    run_dir = Path(spec.run_dir)
+    start = Start(resume=run_dir if spec.resume else None, run_dir=None if spec.resume else run_dir,
+                  initial_weights=Path(spec.initial_weights) if spec.initial_weights else None,
+                  started_at=STARTED_AT, turns=TurnLink(spec.turn_steps, spec.report_fd)
+                  if spec.turn_steps is not None and spec.report_fd is not None else None)
+    options = RunOptions(spec.overrides, verbose=spec.verbose, supervised=spec.supervised, start=start)
+    try:
+        with user_errors("interrupted (the run folder, if made, keeps its last checkpoint)",
+                         spec.verbose, unsaid=WorkerLost if spec.supervised else None):
+            try:
+                with LiveProgress() as progress:
+                    result = launch(spec.experiment, options, ConsoleTelling(), listeners=[progress])
+            except AlreadyFinished as done:
+                say(str(done), "nothing to do")
+                return 0
+    except typer.Exit as stopped:
+        return stopped.exit_code
+    if spec.summary_file is not None:
+        write_atomic(Path(spec.summary_file), result.summary.model_dump_json())
+    return end_code(result.summary.status, result.signal)
+
+
+if __name__ == "__main__":
+    try:
+        code = run_child(sys.argv[1])
+    except SystemExit as done:
+        code = done.code
+    leave(code)
