@@ -24,17 +24,10 @@ def run_child(spec_json: str) -> int:
     from mptrain.report.progress import ConsoleTelling, LiveProgress
     from mptrain.runs.child import ChildSpec
     from mptrain.runs.launch import RunOptions, launch
-    from mptrain.runs.runner import Start
-    from mptrain.signals import end_code
-    from mptrain.training.turns import TurnLink
 
     spec = ChildSpec.model_validate_json(spec_json)
-    run_dir = Path(spec.run_dir)
-    start = Start(resume=run_dir if spec.resume else None, run_dir=None if spec.resume else run_dir,
-                  initial_weights=Path(spec.initial_weights) if spec.initial_weights else None,
-                  started_at=STARTED_AT, turns=TurnLink(spec.turn_steps, spec.report_fd)
-                  if spec.turn_steps is not None and spec.report_fd is not None else None)
-    options = RunOptions(spec.overrides, verbose=spec.verbose, supervised=spec.supervised, start=start)
+    options = RunOptions(spec.overrides, verbose=spec.verbose, supervised=spec.supervised,
+                         start=spec.start(STARTED_AT))
     try:
         with user_errors("interrupted (the run folder, if made, keeps its last checkpoint)",
                          spec.verbose, unsaid=WorkerLost if spec.supervised else None):
@@ -48,7 +41,7 @@ def run_child(spec_json: str) -> int:
         return stopped.exit_code
     if spec.summary_file is not None:
         write_atomic(Path(spec.summary_file), result.summary.model_dump_json())
-    return end_code(result.summary.status, result.signal)
+    return result.code
 
 
 if __name__ == "__main__":

@@ -77,7 +77,6 @@ def run_command(
     from mptrain.runs.launch import RunOptions, launch
     from mptrain.runs.runner import Start
     from mptrain.runs.workers import WorkersResult
-    from mptrain.signals import end_code
 
     with user_errors("interrupted (a run folder, if one was made, keeps its last checkpoint)",
                      verbose):
@@ -94,14 +93,13 @@ def run_command(
             say(str(done), "nothing to do")
             raise typer.Exit(0) from None
     summary = result.summary
-    if not isinstance(result, WorkersResult):
-        _finish(summary, json_out, end_code(summary.status, result.signal))
-    if not isinstance(summary, str):  # the chief's summary
-        if result.message is None:
-            _finish(summary, json_out, result.code)
+    lost = result.message if isinstance(result, WorkersResult) else None
+    if lost is None and not isinstance(summary, str):
+        _finish(summary, json_out, result.code)
+    if not isinstance(summary, str):  # the chief's summary, then why a lost worker stopped it
         emit(summary, json_out, summary_table)
-    if result.message is not None:  # why a lost worker stopped the run
-        say_error(result.message)
+    if lost is not None:
+        say_error(lost)
     raise typer.Exit(result.code)
 
 

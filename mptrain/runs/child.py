@@ -17,7 +17,9 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from mptrain.record import Record
+from mptrain.runs.runner import Start
 from mptrain.runs.summary import RunSummary
+from mptrain.training.turns import TurnLink
 
 
 class ChildSpec(Record):
@@ -38,6 +40,16 @@ class ChildSpec(Record):
         """The child's command line: this interpreter, the child's module, this spec."""
         return [sys.executable, "-m", "mptrain.commands.child", self.model_dump_json()]
 
+    def start(self, started_at: float) -> Start:
+        """Where and from what the child's run starts (`started_at`: its process's start)."""
+        run_dir = Path(self.run_dir)
+        turns = (TurnLink(self.turn_steps, self.report_fd)
+                 if self.turn_steps is not None and self.report_fd is not None else None)
+        return Start(resume=run_dir if self.resume else None,
+                     run_dir=None if self.resume else run_dir,
+                     initial_weights=Path(self.initial_weights) if self.initial_weights else None,
+                     started_at=started_at, turns=turns)
+
     def clear(self) -> None:
         """Remove what a child of this spec wrote before: the summary read back is this one's."""
         if self.summary_file is not None:
@@ -46,7 +58,10 @@ class ChildSpec(Record):
 
 def read_summary(spec: ChildSpec, code: int) -> RunSummary | str:
     """The summary the child wrote, or why there is none."""
+    why = f"exit code {code}" if code else "wrote no run summary"
+    if spec.summary_file is None:
+        return why
     try:
         return RunSummary.model_validate_json(Path(spec.summary_file).read_text())
-    except (OSError, ValidationError, TypeError):
-        return f"exit code {code}" if code else "wrote no run summary"
+    except (OSError, ValidationError):
+        return why

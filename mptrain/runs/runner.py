@@ -20,7 +20,7 @@ from mptrain.runs.folder import RunFolder
 from mptrain.runs.session import TrainingSession
 from mptrain.runs.summary import ModelSave, RunSummary, summarize_run
 from mptrain.runs.tracking import end_tracking, finish_tracking, start_tracking
-from mptrain.signals import RunAbandoned
+from mptrain.signals import RunAbandoned, end_code
 from mptrain.training.distribute import scope, worker_lost
 from mptrain.training.records import EpochRecord, StepRecord, TrainingListener
 from mptrain.training.turns import TurnLink
@@ -36,6 +36,11 @@ class RunResult:
     @property
     def run_dir(self) -> Path:
         return Path(self.summary.run_dir)
+
+    @property
+    def code(self) -> int:
+        """The process's exit code, by how the run ended (`signals.end_code`)."""
+        return end_code(self.summary.status, self.signal)
 
 
 @dataclass(frozen=True)

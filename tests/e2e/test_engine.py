@@ -14,7 +14,7 @@ from mptrain.measure.engine import Turns, run_in_turns
 from mptrain.measure.ledger import Ledger
 from mptrain.runs.child import ChildSpec
 from mptrain.signals import ForwardSignals
-from tests.helpers import compare_row, tiny_raw
+from tests.helpers import compare_row, make_summary, tiny_raw
 
 # A child: `STEP_MS TOTAL_STEPS START_S`, then the spec the engine gives it (`runs.child`).
 FAKE = '''
@@ -58,9 +58,13 @@ class FakeSpec(ChildSpec):
 
 
 def children(tmp_path: Path, **speeds) -> list:
-    """label → (step ms, steps[, start s]): a variant, its batch and its fake child's spec each."""
+    """label → (step ms, steps[, start s]): a variant, its batch and its fake child's spec each.
+    Each summary file holds a summary from an earlier run: the fake writes none, so a summary
+    read back would be that stale one."""
     script = tmp_path / "fake_child.py"
     script.write_text(FAKE)
+    for label in speeds:
+        (tmp_path / f"{label}.json").write_text(make_summary().model_dump_json())
     return [(compare_row("float32", label=label, run_dir=str(tmp_path / label)), 8,
              FakeSpec(run_dir=str(tmp_path / label), summary_file=str(tmp_path / f"{label}.json"),
                       script=str(script), speeds=[*spec, 0.0][:3]))
