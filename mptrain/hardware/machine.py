@@ -91,6 +91,12 @@ class Machine:
     tf32_enabled: bool | None = None
 
     @property
+    def onednn_bfloat16(self) -> bool:
+        """oneDNN computes the CPU's bfloat16 ops: it is on, and takes bfloat16 on this CPU
+        (`ONEDNN_BFLOAT16_FLAGS`); else bfloat16 runs through Eigen."""
+        return self.onednn and bool(ONEDNN_BFLOAT16_FLAGS & self.cpu.flags)
+
+    @property
     def accelerated(self) -> bool:
         """A GPU or TPU does the math (else the CPU does)."""
         return bool(self.gpus) or self.tpu
@@ -161,19 +167,45 @@ def probe_cpu() -> CpuInfo:
 
 
 # TensorFlow turns oneDNN on by default on Linux for CPUs with any of these (its
-# `DefaultOneDnnPolicy`, tensorflow/core/util/util.cc): an AVX2-only CPU (AMD Zen 3) runs
-# without it, and its bfloat16 goes through Eigen.
+# `DefaultOneDnnPolicy`, tensorflow/core/util/util.cc): an AVX2-only CPU (AMD EPYC Zen 2 and
+# Zen 3) runs without it.
 ONEDNN_DEFAULT_FLAGS = frozenset({"avx512_vnni", "avx512_bf16", "avx_vnni", "amx_tile", "amx_int8",
                                   "amx_bf16"})
+# oneDNN's ops take bfloat16 only on CPUs with one of these (`IsBF16SupportedByOneDNNOnThisCPU`,
+# the same file); elsewhere bfloat16 runs through Eigen even with oneDNN on (`ONEDNN_VERBOSE=1`
+# on an AVX2-only EPYC with TF_ENABLE_ONEDNN_OPTS=1: float32 primitives, no bf16 one).
+ONEDNN_BFLOAT16_FLAGS = frozenset({"avx512f", "avx_ne_convert"})
+
+
+def _onednn_setting() -> bool | None:
+    """TF_ENABLE_ONEDNN_OPTS as TensorFlow reads it (0/false/1/true); None: not set."""
+    setting = os.environ.get("TF_ENABLE_ONEDNN_OPTS", "").strip().lower()
+    return setting in ("1", "true") if setting in ("0", "false", "1", "true") else None
+
+
+def _onednn_default(flags: frozenset[str]) -> bool:
+    return platform.system() == "Linux" and bool(ONEDNN_DEFAULT_FLAGS & flags)
 
 
 def onednn_enabled(flags: frozenset[str]) -> bool:
     """Whether TensorFlow runs oneDNN on this CPU, known before it starts: its own rule,
-    TF_ENABLE_ONEDNN_OPTS (0/false/1/true) over the default its CPU flags give."""
-    setting = os.environ.get("TF_ENABLE_ONEDNN_OPTS", "").strip().lower()
-    if setting in ("0", "false", "1", "true"):
-        return setting in ("1", "true")
-    return platform.system() == "Linux" and bool(ONEDNN_DEFAULT_FLAGS & flags)
+    TF_ENABLE_ONEDNN_OPTS over the default its CPU flags give."""
+    setting = _onednn_setting()
+    return _onednn_default(flags) if setting is None else setting
+
+
+def describe_onednn(on: bool, flags: frozenset[str]) -> str:
+    """oneDNN's state in words, with what decided it: the variable, or TensorFlow's default
+    for this CPU (an AVX2-only CPU runs without it though nobody turned it off)."""
+    setting = _onednn_setting()
+    why = (f"TF_ENABLE_ONEDNN_OPTS={int(setting)}" if setting == on else
+           "TensorFlow's default on this CPU" if on else
+           "TensorFlow's default on a CPU without AVX512_VNNI, AVX512_BF16, AVX-VNNI or AMX"
+           if on == _onednn_default(flags) else None)
+    state = ("on" if on else "off") + (f" ({why})" if why else "")
+    if on and not ONEDNN_BFLOAT16_FLAGS & flags:
+        state += "; 16-bit math runs through Eigen (oneDNN takes bfloat16 and float16 only with AVX-512)"
+    return state
 
 
 def probe(tf, check_xla: bool = True) -> Machine:

@@ -148,9 +148,11 @@ def candidates(machine: Machine, kernels: KernelSpeeds | None = None, *,
     if gpu is None:
         bf16 = _cpu_rule("bfloat16", False, machine, kernels)
         needs_xla, why = cpu_float16(machine, kernels)
-        no_onednn = None if machine.onednn else ("oneDNN is off here (TF_ENABLE_ONEDNN_OPTS=0, or a "
-                                                 "CPU TensorFlow leaves it off on): no math mode "
-                                                 "of its to change")
+        no_onednn = (None if machine.onednn_bfloat16 else
+                     "oneDNN takes no bfloat16 on this CPU (it needs AVX-512): no math mode of "
+                     "its to change" if machine.onednn else
+                     "oneDNN is off here (TF_ENABLE_ONEDNN_OPTS=0, or a CPU TensorFlow leaves it "
+                     "off on): no math mode of its to change")
         found += [
             candidate("mixed_bfloat16", bf16),
             candidate("mixed_bfloat16+fused", bf16 or (None if fusable else NOTHING_TO_FUSE)),

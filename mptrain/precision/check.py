@@ -15,7 +15,7 @@ from typing import Any
 
 from mptrain.errors import ConfigError
 from mptrain.hardware.kernels import KernelSpeeds, KernelTiming
-from mptrain.hardware.machine import Machine
+from mptrain.hardware.machine import Machine, describe_onednn
 from mptrain.precision.policy import Recommendation, compatibility_check, recommend
 from mptrain.record import FrozenRecord
 
@@ -45,13 +45,15 @@ class MachineFacts(FrozenRecord):
     tensorflow_version: str | None
     keras_version: str | None
     onednn: bool
+    onednn_state: str = ""  # in words, with what decided it (`machine.describe_onednn`)
     xla: bool | None
     tf32_enabled: bool | None
 
     @classmethod
     def of(cls, machine: Machine) -> MachineFacts:
         return _facts(cls, machine, cpu=_facts(CpuFacts, machine.cpu),
-                      gpus=[_facts(GpuFacts, gpu) for gpu in machine.gpus])
+                      gpus=[_facts(GpuFacts, gpu) for gpu in machine.gpus],
+                      onednn_state=describe_onednn(machine.onednn, machine.cpu.flags))
 
 
 def _facts(record: type[FrozenRecord], source, **given) -> FrozenRecord:

@@ -29,7 +29,7 @@ def check_gpu_view(report: CheckReport):
     facts.add_column(style="bold", no_wrap=True)
     facts.add_column(overflow="fold")
     facts.add_row("TensorFlow / Keras", f"{m.tensorflow_version} / {m.keras_version}")
-    facts.add_row("oneDNN", "on" if m.onednn else "off (TF_ENABLE_ONEDNN_OPTS=0)")
+    facts.add_row("oneDNN", m.onednn_state or ("on" if m.onednn else "off"))
     facts.add_row("XLA", {True: "available", False: "not working", None: "not checked"}[m.xla])
     facts.add_row("TF32 execution", {True: "enabled", False: "disabled", None: "n/a"}[m.tf32_enabled])
     facts.add_row("TPU", "present (wants mixed_bfloat16)" if m.tpu else "none")

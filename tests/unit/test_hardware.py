@@ -161,6 +161,27 @@ def test_onednn_is_on_where_tensorflow_turns_it_on(monkeypatch):
     assert onednn_enabled(cpu(OLD).flags) is True
 
 
+def test_onednn_is_said_with_what_decided_it_and_where_bfloat16_goes(monkeypatch):
+    """check-gpu's oneDNN line: off on an AVX2-only CPU is TensorFlow's default, not the
+    variable; forced on there, its ops take no bfloat16 (TensorFlow's
+    IsBF16SupportedByOneDNNOnThisCPU: AVX-512F), so bfloat16 still runs through Eigen."""
+    from mptrain.hardware.machine import describe_onednn
+
+    monkeypatch.delenv("TF_ENABLE_ONEDNN_OPTS", raising=False)
+    assert describe_onednn(False, cpu(OLD).flags) == (
+        "off (TensorFlow's default on a CPU without AVX512_VNNI, AVX512_BF16, AVX-VNNI or AMX)")
+    assert describe_onednn(True, cpu(SAPPHIRE).flags) == "on (TensorFlow's default on this CPU)"
+    assert Machine(cpu=cpu(SAPPHIRE), onednn=True).onednn_bfloat16
+    monkeypatch.setenv("TF_ENABLE_ONEDNN_OPTS", "0")
+    assert describe_onednn(False, cpu(SAPPHIRE).flags) == "off (TF_ENABLE_ONEDNN_OPTS=0)"
+    assert not Machine(cpu=cpu(SAPPHIRE), onednn=False).onednn_bfloat16
+    monkeypatch.setenv("TF_ENABLE_ONEDNN_OPTS", "1")
+    assert describe_onednn(True, cpu(OLD).flags) == (
+        "on (TF_ENABLE_ONEDNN_OPTS=1); 16-bit math runs through Eigen (oneDNN takes bfloat16 and "
+        "float16 only with AVX-512)")
+    assert not Machine(cpu=cpu(OLD), onednn=True).onednn_bfloat16
+
+
 def test_xla_optimizer_update_choice():
     from mptrain.precision.policy import choose_xla_optimizer_update
 

@@ -120,12 +120,15 @@ def bfloat16_gradient_tolerance(terms: int) -> float:
     """How far Keras' bfloat16 weight gradient may be from the fused layers' float32 one, as a
     share of the gradient's scale, by the kernel path that computes it: oneDNN accumulates in
     float32, a few of bfloat16's rounding steps off (u = 2^-8; 0.003 measured); TensorFlow's
-    own kernels, where oneDNN is off (AVX2-only CPUs, TF_ENABLE_ONEDNN_OPTS=0), keep the
-    running sum in bfloat16, whose error grows as sqrt(terms) u (0.11 measured at 1,024)."""
-    from mptrain.hardware.machine import onednn_enabled, probe_cpu
+    own kernels, where oneDNN is off or takes no bfloat16 (AVX2-only CPUs, oneDNN on or not;
+    TF_ENABLE_ONEDNN_OPTS=0), keep the running sum in bfloat16, whose error grows as
+    sqrt(terms) u (0.11 measured at 1,024)."""
+    from mptrain.hardware.machine import Machine, onednn_enabled, probe_cpu
 
     u = 2.0**-8
-    return 5 * u if onednn_enabled(probe_cpu().flags) else 2 * math.sqrt(terms) * u
+    cpu = probe_cpu()
+    through_onednn = Machine(cpu=cpu, onednn=onednn_enabled(cpu.flags)).onednn_bfloat16
+    return 5 * u if through_onednn else 2 * math.sqrt(terms) * u
 
 
 @pytest.mark.kernel_path

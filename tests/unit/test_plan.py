@@ -55,6 +55,11 @@ def test_each_machine_gets_the_candidates_that_can_win_there():
     off = Machine(cpu=AMX.cpu, tensorflow_version="2.21.0", onednn=False)
     off_skipped = {c.name: c.why_not for c in candidates(off) if c.why_not}
     assert "oneDNN is off" in off_skipped["float32+onednn_bf16"]
+    # oneDNN forced on where it takes no bfloat16 (AVX2 only): its math modes change nothing
+    forced = Machine(cpu=PLAIN.cpu, tensorflow_version="2.21.0", onednn=True)
+    forced_skipped = {c.name: c.why_not for c in candidates(forced) if c.why_not}
+    assert "oneDNN takes no bfloat16 on this CPU" in forced_skipped["float32+graph_bf16"]
+    assert "float32+onednn_bf16" not in {c.name: c.why_not for c in candidates(AMX) if c.why_not}
     assert "mixed_float16" in names(candidates(off))
     assert names(candidates(gpu_machine(7, 0))) == ["float32", "float32+xla", "mixed_float16",
                                                     "mixed_float16+xla"]
