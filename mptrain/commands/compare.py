@@ -61,7 +61,7 @@ def compare_command(
     step (with a checkpoint); --resume finishes the compare later.
     """
     import mptrain.measure.compare
-    from mptrain.config.schema import LOOPS, STRATEGIES
+    from mptrain.config.names import LOOPS, STRATEGIES
     from mptrain.report.console import as_text
     from mptrain.report.progress import ConsoleTelling
     from mptrain.report.tables import compare_tables

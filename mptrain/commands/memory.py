@@ -22,7 +22,7 @@ def memory_command(
     estimated from the built model and measured in a short run; the largest batch that fits.
     """
     from mptrain.config import load_config
-    from mptrain.config.schema import POLICIES
+    from mptrain.config.names import POLICIES
     from mptrain.measure.memory import plan_memory
     from mptrain.report.views import memory_view
 

@@ -261,9 +261,17 @@ def variant(config: ExperimentConfig, changes: Changes) -> ExperimentConfig:
     return changed
 
 
-# Every key that holds a path (section, key); a python builder holds one before its ":".
-PATH_KEYS = (("data", "path"), ("data", "test_path"), ("data", "data_dir"), ("data", "cache"),
-             ("model", "path"), ("model", "weights"), ("model", "builder"), ("output", "dir"))
+def _path_keys(section: str, kinds: dict[str, type[BaseModel]]) -> list[tuple[str, str]]:
+    """The keys of `section` that some kind types as a Path, read from the schema: a kind's
+    new path key is resolved like every other without being listed anywhere."""
+    return sorted({(section, key) for kind in kinds.values() for key, field in kind.model_fields.items()
+                   if Path in (field.annotation, *get_args(field.annotation))})
+
+
+# Every key that holds a path (section, key); `model.weights` and `model.builder` are strings
+# that may be one (a python builder's before its ":").
+PATH_KEYS = (*_path_keys("data", DATA_KINDS), *_path_keys("model", MODEL_KINDS),
+             ("model", "weights"), ("model", "builder"), ("output", "dir"))
 NOT_PATHS = {"weights": ("imagenet",), "cache": ("none", "memory")}  # names these keys take
 
 

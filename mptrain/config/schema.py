@@ -13,54 +13,11 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import (
-    Field,
-    PrivateAttr,
-    field_validator,
-    model_validator,
-)
+from pydantic import Field, PrivateAttr, field_validator, model_validator
 
-from mptrain.config.kinds import (  # noqa: F401
-    OWN_MODELS,
-    ApplicationConfig,
-    CNNConfig,
-    CsvData,
-    DataConfig,
-    ImageFolderData,
-    ImageMasksData,
-    KerasHubConfig,
-    MLPConfig,
-    MnistData,
-    ModelConfig,
-    NpzData,
-    PythonConfig,
-    SavedConfig,
-    SyntheticData,
-    SyntheticTextData,
-    TextFolderData,
-    TfdsData,
-    TimeseriesData,
-    TransformerConfig,
-)
-from mptrain.config.names import (  # noqa: F401
-    LOOPS,
-    MATH_MODES,
-    POLICIES,
-    STRATEGIES,
-    LoopName,
-    MathMode,
-    PolicyName,
-    StrategyName,
-    _Strict,
-)
-from mptrain.config.optimizers import (  # noqa: F401
-    ConstantSchedule,
-    CosineSchedule,
-    ExponentialSchedule,
-    LrScaling,
-    OptimizerConfig,
-    PiecewiseSchedule,
-)
+from mptrain.config.kinds import OWN_MODELS, DataConfig, MLPConfig, ModelConfig, SyntheticData
+from mptrain.config.names import LoopName, MathMode, PolicyName, StrategyName, _Strict
+from mptrain.config.optimizers import LrScaling, OptimizerConfig
 from mptrain.objective import DEFAULT_LOSS, family_of, head_activation, lower_is_better
 
 # --- training -----------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """Data sets: where examples come from (`arrays`, `folders`, `tabular`, `series`, `tfds_source`), what a
 split is (`dataset`), and how splits become batches in a fixed order (`pipeline`).
 
-`load_dataset` is the one entry point: it asks the kind's source (`source.SOURCES`) and
+`load_dataset` is the one entry point: it asks the kind's source (`source.source_of`) and
 applies the cache. Whether the data fits the model is the model's to check (`model.checks.fit_to_data`).
 """
 

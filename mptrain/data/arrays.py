@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mptrain.config.schema import MnistData, NpzData, SyntheticData, SyntheticTextData
+from mptrain.config.kinds import MnistData, NpzData, SyntheticData, SyntheticTextData
 from mptrain.data.dataset import Dataset, InputSpec, Split, split_sizes
 from mptrain.data.source import Source, counted
 from mptrain.errors import DataError
@@ -52,7 +52,9 @@ class InMemory(Source):
         return in_memory(cfg, *self.arrays(cfg, seed), self.says_channel)
 
 
-class Synthetic(InMemory):
+class Synthetic(InMemory, dataset="synthetic"):
+    counts_cheaply = True
+
     def arrays(self, cfg: SyntheticData, seed: int):
         return *make_synthetic(cfg, seed), "synthetic"
 
@@ -60,36 +62,32 @@ class Synthetic(InMemory):
         shape = tuple(cfg.input_shape)
         return InputSpec(shape, "image" if len(shape) == 3 else "vector")
 
-    def training_examples(self, cfg: SyntheticData, thorough: bool):
+    def training_examples(self, cfg: SyntheticData):
         return counted(cfg, cfg.train_size)
 
 
-class SyntheticText(InMemory):
+class SyntheticText(InMemory, dataset="synthetic_text"):
+    counts_cheaply = True
+
     def arrays(self, cfg: SyntheticTextData, seed: int):
         return *make_synthetic_text(cfg, seed), "synthetic_text"
 
     def input_spec(self, cfg: SyntheticTextData) -> InputSpec:
         return InputSpec((cfg.sequence_length,), "tokens", cfg.vocab_size)
 
-    def training_examples(self, cfg: SyntheticTextData, thorough: bool):
+    def training_examples(self, cfg: SyntheticTextData):
         return counted(cfg, cfg.train_size)
 
 
-class Npz(InMemory):
+class Npz(InMemory, dataset="npz"):
+    files = {"path": "file"}
     says_channel = True
 
     def arrays(self, cfg: NpzData, seed: int):
         return *read_npz(cfg.path), str(cfg.path)
 
-    def check_files(self, cfg: NpzData) -> list[str]:
-        if not cfg.path.is_file():
-            raise DataError(f"data.path {cfg.path}: no such file")
-        return []
-
-    def training_examples(self, cfg: NpzData, thorough: bool):
-        """Thorough: x_train's header and the training labels are read (not the inputs)."""
-        if not thorough:
-            return None, None
+    def training_examples(self, cfg: NpzData):
+        """x_train's header and the training labels are read (not the inputs)."""
         total = npz_length(cfg.path, "x_train")
         (_, y_train), (_, y_test) = read_npz(cfg.path, labels_only=True)
         cut = split_sizes(cfg, total)[1]
@@ -305,6 +303,8 @@ class MnistFamily(InMemory):
     """`mnist` and `fashion_mnist`: found in the first local place that holds them
     (`places`), else Keras' download."""
 
+    counts_cheaply = True  # a fixed 60,000
+
     title: str  # the data set's name, for messages
     offline_fix: str  # how to get it when Keras' download fails
 
@@ -343,7 +343,7 @@ class MnistFamily(InMemory):
     def input_spec(self, cfg: MnistData) -> InputSpec:
         return InputSpec((28, 28, 1), "image", pixels=True)
 
-    def training_examples(self, cfg: MnistData, thorough: bool):
+    def training_examples(self, cfg: MnistData):
         return counted(cfg, MNIST_TRAIN_EXAMPLES)
 
     def arrays(self, cfg: MnistData, seed: int):
@@ -382,7 +382,7 @@ def _data_dir() -> Path | None:
     return Path(value) if value else None
 
 
-class Mnist(MnistFamily):
+class Mnist(MnistFamily, dataset="mnist"):
     """Keras' mnist.npz."""
 
     title = "MNIST"
@@ -404,7 +404,7 @@ class Mnist(MnistFamily):
             raise DataError(f"data.path {path}: no mnist.npz there (expected Keras' mnist.npz file)")
 
 
-class FashionMnist(MnistFamily):
+class FashionMnist(MnistFamily, dataset="fashion_mnist"):
     """A folder of Fashion-MNIST's four IDX .gz files (Debian's dataset-fashion-mnist has one)."""
 
     title = "Fashion-MNIST"

@@ -27,15 +27,8 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from mptrain.config.schema import ImageFolderData, TextFolderData
-from mptrain.data.dataset import (
-    Dataset,
-    InputSpec,
-    Split,
-    hash_fraction,
-    split_keys,
-    split_sizes,
-)
+from mptrain.config.kinds import ImageFolderData, TextFolderData
+from mptrain.data.dataset import Dataset, InputSpec, Split, hash_fraction, split_keys, split_sizes
 from mptrain.data.source import Source
 from mptrain.errors import DataError
 from mptrain.objective import label_stats
@@ -230,16 +223,14 @@ class Folder(Source):
             list_classes(cfg.test_path, cfg.dataset, classes, key="data.test_path")
         return []
 
-    def training_examples(self, cfg: ImageFolderData | TextFolderData, thorough: bool):
-        if not thorough:
-            return None, None
+    def training_examples(self, cfg: ImageFolderData | TextFolderData):
         splits = split_files(cfg)
         labels = splits.train[1]
         return len(splits.train[0]), label_stats(labels, labels + splits.val[1] + splits.test[1],
                                                  f"data.path {cfg.path}", splits.classes)
 
 
-class ImageFolder(Folder):
+class ImageFolder(Folder, dataset="image_folder"):
     def input_spec(self, cfg: ImageFolderData) -> InputSpec | None:
         if cfg.image_size is None:  # the images' own size, known once they are read
             return None
@@ -263,7 +254,7 @@ class ImageFolder(Folder):
         return replace(data, notes=data.notes + resized)
 
 
-class TextFolder(Folder):
+class TextFolder(Folder, dataset="text_folder"):
     def input_spec(self, cfg: TextFolderData) -> InputSpec:
         return InputSpec((cfg.sequence_length,), "tokens", cfg.max_tokens)
 

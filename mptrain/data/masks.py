@@ -11,7 +11,7 @@ chosen by a hash of their names, as the other folders' are.
 
 from __future__ import annotations
 
-from mptrain.config.schema import ImageMasksData
+from mptrain.config.kinds import ImageMasksData
 from mptrain.data.dataset import Dataset, InputSpec, Split, split_keys
 from mptrain.data.source import Source
 from mptrain.errors import DataError
@@ -84,16 +84,14 @@ def mask_stats(cfg: ImageMasksData, train, rest) -> tuple[LabelStats, tuple[int,
                       one_hot=False, training_distinct=len(seen)), size
 
 
-class ImageMasks(Source):
+class ImageMasks(Source, dataset="image_masks"):
     """Images and their masks, paired by file name."""
 
     def check_files(self, cfg: ImageMasksData) -> list[str]:
         mask_pairs(cfg)
         return []
 
-    def training_examples(self, cfg: ImageMasksData, thorough: bool):
-        if not thorough:
-            return None, None
+    def training_examples(self, cfg: ImageMasksData):
         train, val, test = split_pairs(cfg)
         return len(train), mask_stats(cfg, train, val + test)[0]
 

@@ -17,10 +17,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mptrain.config.schema import TimeseriesData
+from mptrain.config.kinds import TimeseriesData
 from mptrain.data.dataset import Dataset, InputSpec, Split
 from mptrain.data.source import Source
-from mptrain.data.tabular import read_header, table_rows
+from mptrain.data.tabular import is_number, read_header, table_rows
 from mptrain.errors import DataError
 from mptrain.objective import label_stats
 
@@ -43,7 +43,7 @@ def read_series(cfg: TimeseriesData) -> tuple[list[str], np.ndarray, np.ndarray]
         try:
             cells = [float(row[i]) for i in wanted]
         except (ValueError, IndexError):
-            bad = next((i for i in wanted if i >= len(row) or not _is_number(row[i])), wanted[0])
+            bad = next((i for i in wanted if i >= len(row) or not is_number(row[i])), wanted[0])
             shown = repr(row[bad]) if bad < len(row) else "nothing"
             raise DataError(f"{cfg.path}, line {line}, column {bad + 1} ({header[bad]}): {shown} is "
                             "not a number; a time series takes numbers (set time_column to the "
@@ -53,14 +53,6 @@ def read_series(cfg: TimeseriesData) -> tuple[list[str], np.ndarray, np.ndarray]
         values.append(cells)
     table = np.asarray(values, np.float32).reshape(-1, len(wanted))
     return features, table[:, :len(features)], table[:, len(features):]
-
-
-def _is_number(cell: str) -> bool:
-    try:
-        float(cell)
-    except ValueError:
-        return False
-    return True
 
 
 def window_starts(cfg: TimeseriesData, rows: int) -> list[np.ndarray]:
@@ -115,20 +107,15 @@ def cut(cfg: TimeseriesData) -> Windows:
                    notes)
 
 
-class Timeseries(Source):
-    def check_files(self, cfg: TimeseriesData) -> list[str]:
-        if not cfg.path.is_file():
-            raise DataError(f"data.path {cfg.path}: no such file")
-        return []
+class Timeseries(Source, dataset="timeseries"):
+    files = {"path": "file"}
 
     def input_spec(self, cfg: TimeseriesData) -> InputSpec:
         header = read_header(cfg.path, cfg.delimiter)
         features = cfg.feature_columns or [c for c in header if c != cfg.time_column]
         return InputSpec((cfg.sequence_length, len(features)), "vector")
 
-    def training_examples(self, cfg: TimeseriesData, thorough: bool):
-        if not thorough:
-            return None, None
+    def training_examples(self, cfg: TimeseriesData):
         windows = cut(cfg)
         return len(windows.starts[0]), windows.stats(f"{cfg.path} (data.target_columns)")
 

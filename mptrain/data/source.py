@@ -3,48 +3,54 @@ what the inputs will be when that is known without loading, counts the training 
 (and reads the labels) when asked to be thorough, and loads the data set.
 
 `check_data` (the preflight's and `validate`'s entry, no TensorFlow) and `load_dataset`
-(`run`'s) ask the same source, found by `data.dataset` in `SOURCES`: adding a kind is its
-config class (`config/kinds.py`), its source, and its line here.
+(`run`'s) ask the same source, found by `data.dataset`. A source registers itself by the name
+it reads (`class Npz(InMemory, dataset="npz")`), as Keras' serializables do: adding a kind is
+its config class (`config/kinds.py`) and its source in a module of this package.
 """
 
 from __future__ import annotations
 
 import importlib
-from typing import NamedTuple
+import pkgutil
+from functools import cache
+from pathlib import Path
+from typing import ClassVar, NamedTuple
 
 from mptrain.data.dataset import Dataset, InputSpec, split_sizes
+from mptrain.errors import DataError
 
-# data.dataset → "module:Source class", imported when used
-SOURCES = {
-    "mnist": "mptrain.data.arrays:Mnist",
-    "fashion_mnist": "mptrain.data.arrays:FashionMnist",
-    "npz": "mptrain.data.arrays:Npz",
-    "synthetic": "mptrain.data.arrays:Synthetic",
-    "synthetic_text": "mptrain.data.arrays:SyntheticText",
-    "image_folder": "mptrain.data.folders:ImageFolder",
-    "text_folder": "mptrain.data.folders:TextFolder",
-    "image_masks": "mptrain.data.masks:ImageMasks",
-    "csv": "mptrain.data.tabular:Csv",
-    "timeseries": "mptrain.data.series:Timeseries",
-    "tfds": "mptrain.data.tfds_source:Tfds",
-}
+SOURCES: dict[str, type[Source]] = {}  # data.dataset → its source, as each registers itself
 
 
 class Source:
-    """One data kind. A kind overrides what it knows; the defaults say "only the data knows"."""
+    """One data kind. A kind overrides what it knows; the defaults say "only the data knows".
+    A subclass given `dataset=NAME` is the source of that kind (a base of several gives none)."""
+
+    def __init_subclass__(cls, dataset: str | None = None, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if dataset is not None:
+            SOURCES[dataset] = cls
+
+    files: ClassVar[dict[str, str]] = {}  # data.KEY → "file" or "folder": what it must name
 
     def check_files(self, cfg) -> list[str]:
         """Raise a DataError on files `run` could not read; notes on what cannot be known yet
-        (a data set to download)."""
+        (a data set to download). By default: each of `files` given names one."""
+        for key, what in self.files.items():
+            path = getattr(cfg, key)
+            if path is not None and not (path.is_file() if what == "file" else path.is_dir()):
+                raise DataError(f"data.{key} {path}: no such {what}")
         return []
 
     def input_spec(self, cfg) -> InputSpec | None:
         """The inputs, when the config alone (or a file's header) says."""
         return None
 
-    def training_examples(self, cfg, thorough: bool) -> tuple[int | None, object]:
-        """How many examples a run trains on, when cheap to know (or `thorough`: reading what
-        `run` reads anyway), and the labels (`objective.LabelStats`) when read on the way."""
+    counts_cheaply: ClassVar[bool] = False  # its count needs no reading: said even when not thorough
+
+    def training_examples(self, cfg) -> tuple[int | None, object]:
+        """How many examples a run trains on (reading what `run` reads anyway), and the
+        labels (`objective.LabelStats`) when read on the way; None where only the data knows."""
         return None, None
 
     def load(self, cfg, seed: int, status) -> Dataset:
@@ -56,9 +62,17 @@ def counted(cfg, total: int) -> tuple[int, None]:
     return split_sizes(cfg, total)[1], None
 
 
+@cache
+def sources() -> dict[str, type[Source]]:
+    """Every kind's source: this package's modules imported (once), each registering its own;
+    imported by name, so a module that holds no kind costs its import and nothing else."""
+    for module in pkgutil.iter_modules([str(Path(__file__).parent)]):
+        importlib.import_module(f"{__package__}.{module.name}")
+    return SOURCES
+
+
 def source_of(cfg) -> Source:
-    module, _, name = SOURCES[cfg.dataset].partition(":")
-    return getattr(importlib.import_module(module), name)()
+    return sources()[cfg.dataset]()
 
 
 class DataCheck(NamedTuple):
@@ -72,5 +86,6 @@ def check_data(data, thorough: bool = False) -> DataCheck:
     """Raise a DataError on data `run` could not load; what the data will be, when known."""
     source = source_of(data)
     notes = source.check_files(data)
-    examples, labels = source.training_examples(data, thorough)
+    examples, labels = (source.training_examples(data) if thorough or source.counts_cheaply
+                        else (None, None))
     return DataCheck(notes, source.input_spec(data), examples, labels)

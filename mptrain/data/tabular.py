@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mptrain.config.schema import CsvData
+from mptrain.config.kinds import CsvData
 from mptrain.data.dataset import Dataset, InputSpec, Split, hash_fraction, split_keys, split_sizes
 from mptrain.data.source import Source
 from mptrain.errors import DataError
@@ -53,7 +53,7 @@ def read_header(path: Path, delimiter: str) -> list[str]:
     if first is None:
         raise DataError(f"{path}: empty file; a CSV data set needs a header row and data rows")
     names = [name.strip() for name in first[1]]
-    if all(_is_number(name) for name in names):
+    if all(is_number(name) for name in names):
         shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
         raise DataError(
             f"{path}: its first row is {len(names)} numbers ({shown}), not column names: a CSV "
@@ -63,7 +63,7 @@ def read_header(path: Path, delimiter: str) -> list[str]:
     return names
 
 
-def _is_number(cell: str) -> bool:
+def is_number(cell: str) -> bool:
     try:
         float(cell)
     except ValueError:
@@ -248,12 +248,8 @@ def _validation(rows: np.ndarray, values: np.ndarray, fraction: float) -> tuple[
     return rows[~chosen], rows[chosen]
 
 
-class Csv(Source):
-    def check_files(self, cfg: CsvData) -> list[str]:
-        for key, path in (("data.path", cfg.path), ("data.test_path", cfg.test_path)):
-            if path is not None and not path.is_file():
-                raise DataError(f"{key} {path}: no such file")
-        return []
+class Csv(Source, dataset="csv"):
+    files = {"path": "file", "test_path": "file"}
 
     def input_spec(self, cfg: CsvData) -> InputSpec | None:
         if cfg.inputs == "columns":
@@ -261,9 +257,7 @@ class Csv(Source):
         features, _ = columns(cfg, read_header(cfg.path, cfg.delimiter), cfg.path)
         return InputSpec((len(features),), "vector")
 
-    def training_examples(self, cfg: CsvData, thorough: bool):
-        if not thorough:
-            return None, None
+    def training_examples(self, cfg: CsvData):
         table = read_table(cfg)
         return len(table.train_rows), table.stats
 

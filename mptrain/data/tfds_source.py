@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from mptrain.config.schema import TfdsData
+from mptrain.config.kinds import TfdsData
 from mptrain.data.dataset import Dataset, InputSpec, Split, split_sizes
 from mptrain.data.source import Source
 from mptrain.errors import DataError
@@ -43,11 +43,8 @@ def find_prepared(tfds, name: str, data_dir: Path):
     return tfds.builder_from_directory(str(versions[-1]))
 
 
-class Tfds(Source):
-    def check_files(self, cfg: TfdsData) -> list[str]:
-        if cfg.data_dir is not None and not cfg.data_dir.is_dir():
-            raise DataError(f"data.data_dir {cfg.data_dir}: no such folder")
-        return []
+class Tfds(Source, dataset="tfds"):
+    files = {"data_dir": "folder"}
 
     def load(self, cfg: TfdsData, seed: int = 0, status=None) -> Dataset:
         tfds = import_tfds()

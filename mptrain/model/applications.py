@@ -8,8 +8,8 @@ activation) replaces the 1000-class ImageNet top.
 
 from __future__ import annotations
 
-from mptrain.config.kinds import APPLICATIONS
-from mptrain.config.schema import ApplicationConfig, ExperimentConfig
+from mptrain.config.kinds import APPLICATIONS, ApplicationConfig
+from mptrain.config.schema import ExperimentConfig
 from mptrain.data.dataset import InputSpec
 from mptrain.errors import ConfigError, DataError
 

@@ -10,7 +10,8 @@ are 8 apart; float16 stops at 65,504).
 
 from __future__ import annotations
 
-from mptrain.config.schema import CNNConfig, ExperimentConfig, MLPConfig
+from mptrain.config.kinds import CNNConfig, MLPConfig
+from mptrain.config.schema import ExperimentConfig
 from mptrain.data.dataset import InputSpec
 
 

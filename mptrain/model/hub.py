@@ -9,7 +9,8 @@ Token backbones get their `padding_mask` from the token ids (0 is padding) and z
 
 from __future__ import annotations
 
-from mptrain.config.schema import ExperimentConfig, KerasHubConfig
+from mptrain.config.kinds import KerasHubConfig
+from mptrain.config.schema import ExperimentConfig
 from mptrain.data.dataset import InputSpec
 from mptrain.errors import ConfigError, DataError
 

@@ -23,7 +23,8 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
-from mptrain.config.schema import ExperimentConfig, PythonConfig
+from mptrain.config.kinds import PythonConfig
+from mptrain.config.schema import ExperimentConfig
 from mptrain.data.dataset import InputSpec
 from mptrain.errors import ConfigError
 from mptrain.model.in_process import is_registered

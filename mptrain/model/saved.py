@@ -9,7 +9,8 @@ output float32, and copies the saved weights into the rebuilt model.
 
 from __future__ import annotations
 
-from mptrain.config.schema import ExperimentConfig, SavedConfig
+from mptrain.config.kinds import SavedConfig
+from mptrain.config.schema import ExperimentConfig
 from mptrain.data.dataset import InputSpec
 from mptrain.errors import ConfigError
 from mptrain.model.dtypes import rebuild_with_policies

@@ -20,7 +20,8 @@ installed Keras source):
 
 from __future__ import annotations
 
-from mptrain.config.schema import ExperimentConfig, TransformerConfig
+from mptrain.config.kinds import TransformerConfig
+from mptrain.config.schema import ExperimentConfig
 from mptrain.data.dataset import InputSpec
 from mptrain.errors import ConfigError
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from pydantic import model_validator
 
-from mptrain.config.schema import MATH_MODES, POLICIES
+from mptrain.config.names import MATH_MODES, POLICIES
 from mptrain.errors import ConfigError, did_you_mean
 from mptrain.hardware.kernels import KernelSpeeds
 from mptrain.hardware.machine import Machine

@@ -5,7 +5,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mptrain.config.schema import MnistData, NpzData, SyntheticData
+from mptrain.config.kinds import MnistData, NpzData, SyntheticData
 from mptrain.data import load_dataset
 from mptrain.data.arrays import FASHION_FILES, make_synthetic, read_idx
 from mptrain.errors import DataError
@@ -202,9 +202,9 @@ def test_every_data_kind_has_one_source_that_checks_and_loads_it():
     """A kind the schema accepts but no source reads would fail only at `run`: each has one,
     and none is left over. (Its behaviour: the tests of each kind.)"""
     from mptrain.config.loading import DATA_KINDS
-    from mptrain.data.source import SOURCES, Source, source_of
+    from mptrain.data.source import Source, source_of, sources
 
-    assert set(SOURCES) == set(DATA_KINDS)
+    assert set(sources()) == set(DATA_KINDS)
     for kind, config_class in DATA_KINDS.items():
         source = source_of(config_class.model_construct(dataset=kind))
         assert isinstance(source, Source) and type(source).load is not Source.load, kind

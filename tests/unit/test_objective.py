@@ -102,7 +102,7 @@ def test_an_epoch_rule_knows_which_way_each_metric_improves():
 def test_a_csv_sorted_by_class_gives_validation_every_class_and_says_its_rule(tmp_path):
     """Keras' validation_split takes the last rows: a file sorted by class gave a one-class
     validation set. The same share of each class instead, by a hash of the row number."""
-    from mptrain.config.schema import CsvData
+    from mptrain.config.kinds import CsvData
     from mptrain.data.tabular import read_table
 
     rows = "".join(f"{i // 50},{i},{i % 7}\n" for i in range(100))  # class 0 then class 1
@@ -120,7 +120,7 @@ def test_a_csv_sorted_by_class_gives_validation_every_class_and_says_its_rule(tm
 
 
 def test_a_time_series_is_cut_into_windows_that_never_cross_its_parts(tmp_path):
-    from mptrain.config.schema import TimeseriesData
+    from mptrain.config.kinds import TimeseriesData
     from mptrain.data.series import cut
 
     cfg = TimeseriesData(dataset="timeseries", path=weather_table(tmp_path / "w.csv", rows=200),

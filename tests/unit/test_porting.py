@@ -165,3 +165,21 @@ def test_a_plan_file_names_its_paths_relative_to_itself(tmp_path):
     system = config.model_copy(update={"output": config.output.model_copy(
         update={"dir": Path("/usr/share/runs")})})
     assert as_file_in(system, tmp_path)["output"]["dir"] == "/usr/share/runs"
+
+
+def test_every_path_key_of_every_kind_is_relative_to_the_experiment_file(tmp_path, monkeypatch):
+    """The keys that hold paths are read from the schema, so a kind's own (image_masks'
+    masks_path, once missed by a hand-kept list) is resolved like every other: against the
+    experiment file's folder, whatever the current folder."""
+    from mptrain.config.loading import DATA_KINDS, PATH_KEYS
+
+    (tmp_path / "exp").mkdir()
+    (tmp_path / "exp" / "masks.yaml").write_text(
+        "data: {dataset: image_masks, path: images, masks_path: masks}\n")
+    monkeypatch.chdir(tmp_path)
+    config = load_config(tmp_path / "exp" / "masks.yaml")
+    assert (config.data.path, config.data.masks_path) == (tmp_path / "exp" / "images",
+                                                          tmp_path / "exp" / "masks")
+    typed_as_paths = {("data", key) for kind in DATA_KINDS.values()
+                      for key, field in kind.model_fields.items() if "Path" in str(field.annotation)}
+    assert typed_as_paths <= set(PATH_KEYS)

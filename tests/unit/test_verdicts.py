@@ -6,7 +6,7 @@ import json
 import pytest
 
 from mptrain.commands.options import parse_choices
-from mptrain.config.schema import POLICIES
+from mptrain.config.names import POLICIES
 from mptrain.errors import ConfigError
 from mptrain.measure.compare import CompareRecord, judge_compare
 from mptrain.measure.variant import QualityDelta, Verdict
