@@ -76,6 +76,6 @@ def compare_command(
         result = mptrain.measure.compare.run_compare(config, settings, resume=resume,
                                                  telling=ConsoleTelling(), verbose=verbose,
                                                  as_text=as_text(compare_tables))
-    end_measuring(result, json_out, compare_tables, "compare", "variants")
+    end_measuring(result, json_out, compare_tables)
     if any(row.summary is None for row in result.record.variants):
         raise typer.Exit(1)

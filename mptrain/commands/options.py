@@ -194,7 +194,7 @@ def emit(data, json_out: bool, render) -> None:
             stdout_console().print(render(data))
 
 
-def end_measuring(result, json_out: bool, render, kind: str, kept: str) -> None:
+def end_measuring(result, json_out: bool, render) -> None:
     """How compare and plan end: the record (JSON or tables), what MLflow could not log, and
     after an interrupt the command that resumes it, with the signal's exit code."""
 
@@ -204,6 +204,7 @@ def end_measuring(result, json_out: bool, render, kind: str, kept: str) -> None:
     emit(result.record, json_out, render)
     for note in result.notes:
         say(note, "note", "yellow")
+    kind, kept = result.record.KIND, result.record.ROWS
     if result.record.status == "interrupted":
         say(f"finished {kept} are kept. Continue with:\n  mptrain {kind} --resume {result.folder}",
             f"{kind} interrupted", "yellow")

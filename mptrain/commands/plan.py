@@ -77,4 +77,4 @@ def plan_command(
             budget_minutes=budget, evaluate=evaluate, out=out, sets=set_ or [])
         result = mptrain.measure.plan.run_plan(config, settings, resume=resume, telling=ConsoleTelling(),
                                            verbose=verbose, as_text=as_text(plan_tables))
-    options.end_measuring(result, json_out, plan_tables, "plan", "trials")
+    options.end_measuring(result, json_out, plan_tables)

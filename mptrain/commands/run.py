@@ -73,10 +73,10 @@ def run_command(
     from mptrain.report.console import say
     from mptrain.report.progress import ConsoleTelling, LiveProgress
     from mptrain.report.tables import summary_table
-    from mptrain.runs.cluster import parse_hosts
     from mptrain.runs.launch import RunOptions, launch
     from mptrain.runs.runner import Start
     from mptrain.runs.workers import WorkersResult
+    from mptrain.training.cluster import parse_hosts
 
     with user_errors("interrupted (a run folder, if one was made, keeps its last checkpoint)",
                      verbose):

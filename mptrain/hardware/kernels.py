@@ -75,33 +75,25 @@ class KernelSpeeds(FrozenRecord):
     def speedup(self, dtype: str, device: str, xla: bool = False) -> float | None:
         """Geometric mean over the kernels of `dtype`'s speed relative to float32 in the same
         XLA mode (its control): the precision's own effect."""
-        ratios = [t.ratio_to_float32 for t in self._of(dtype, device, xla) if t.ratio_to_float32]
-        return statistics.geometric_mean(ratios) if ratios else None
-
-    def xla_gain(self, dtype: str, device: str) -> float | None:
-        """Geometric mean over the kernels of XLA's effect on `dtype`: its median without XLA
-        over its median with."""
-        plain = {t.kernel: t.ms_per_call for t in self._of(dtype, device, False)}
-        ratios = [plain[t.kernel] / t.ms_per_call for t in self._of(dtype, device, True)
-                  if t.kernel in plain]
+        ratios = [t.ratio_to_float32 for t in self._of(dtype, device, xla)]
         return statistics.geometric_mean(ratios) if ratios else None
 
     def describe(self, dtype: str, device: str, xla: bool = False) -> str:
         """'bfloat16 kernels run 0.80x float32 on CPU:0 (matmul 0.80x, dense 0.78x, conv
         0.54x)'; with `xla`, both sides compiled with XLA."""
-        parts = [f"{t.kernel.split()[0]} {times(t.ratio_to_float32)}"
-                 for t in self._of(dtype, device, xla) if t.ratio_to_float32]
+        parts = [f"{t.kernel.split()[0]} {times(t.ratio_to_float32)}" for t in self._of(dtype, device, xla)]
         mode = " with XLA" if xla else ""
         return (f"{dtype} kernels{mode} run {times(self.speedup(dtype, device, xla))} float32{mode} "
                 f"on {device.strip('/')} ({', '.join(parts)})")
 
     def slowest(self, dtype: str, device: str, xla: bool = False) -> KernelTiming | None:
         """`dtype`'s kernel slowest against float32 (in the same XLA mode), if measured."""
-        timed = [t for t in self._of(dtype, device, xla) if t.ratio_to_float32]
-        return min(timed, key=lambda t: t.ratio_to_float32) if timed else None
+        return min(self._of(dtype, device, xla), key=lambda t: t.ratio_to_float32, default=None)
 
     def _of(self, dtype: str, device: str, xla: bool) -> list[KernelTiming]:
-        return [t for t in self.timings if (t.device, t.dtype, t.xla) == (device, dtype, xla)]
+        """`dtype`'s timings against float32 (in that XLA mode) on `device`."""
+        return [t for t in self.timings
+                if (t.device, t.dtype, t.xla) == (device, dtype, xla) and t.ratio_to_float32]
 
 
 def times(ratio: float) -> str:

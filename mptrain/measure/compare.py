@@ -1,7 +1,7 @@
 """`mptrain compare`: one experiment under several policies (and loops), side by side.
 
 The input pipeline's order depends only on the seed, so every variant, from the same initial
-weights (`ledger.stage`), also sees the same batches.
+weights (`study.stage`), also sees the same batches.
 
 XLA is an axis of its own. A row that will run XLA (named so, or by mptrain's choice for its
 policy here: float16 on a CPU whose float16 kernels collapse without it) is named with
@@ -16,40 +16,47 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 from mptrain.config import ExperimentConfig, load_config
-from mptrain.config.batch_scaling import at_batch
 from mptrain.errors import ConfigError, DataError
-from mptrain.measure.engine import Turns, run_rows, turn_steps
-from mptrain.measure.ledger import Ledger, Measurement, load_record, stage, steps_of, to_run, write_record
-from mptrain.measure.memory import too_big_together
-from mptrain.measure.resuming import refuse_changes, refuse_options
+from mptrain.measure.ledger import Measurement, load_record, steps_of, to_run
+from mptrain.measure.plot import plot_study
+from mptrain.measure.study import Staging, StudyRecord, new_study, run_study
 from mptrain.measure.variant import Variant, compare_label
 from mptrain.measure.verdicts import Rules, Steps, control_of, judge
-from mptrain.precision.candidates import candidate, file_label
-from mptrain.record import Record
+from mptrain.precision.candidates import candidate
+from mptrain.runs.resume import refuse_resume
 from mptrain.telling import LOGGED, Telling
-from mptrain.training.turns import planned_steps
 
 DEFAULT_EXPERIMENT = "mnist_mixed"  # the guide's experiment
 OFFLINE_EXPERIMENTS = ("synthetic", "fashion_mnist_mixed")
 
 
-class CompareRecord(Record):
+class CompareRecord(StudyRecord):
     """compare.json."""
 
-    experiment: str
-    folder: str
+    KIND: ClassVar[str] = "compare"
+    ROWS: ClassVar[str] = "variants"
+
     status: Literal["running", "finished", "interrupted"] = "finished"
-    baseline: str  # the label of the variant every other is judged against
+    baseline: str
     baseline_policy: str
-    turn_steps: int = 0  # steps each variant ran per turn (0: not run in turns)
-    input_ms_per_batch: float | None = None  # the input pipeline alone, measured before the runs
-    pairs: str | None = None  # why the variants ran two by two with the baseline (memory)
     variants: list[Variant]
     notes: list[str] = []  # what was said before the runs: XLA's rows, known-slow variants
-    plot: str | None = None
+
+    def params(self) -> dict[str, str]:
+        return {"variants": ",".join(r.label for r in self.variants)}
+
+    def nothing_left(self) -> str | None:
+        return None if to_run(self.variants) else "every variant has ended"
+
+    def draw(self, path: Path) -> None:
+        plot_study(self, path, f"mptrain compare: {self.experiment} (baseline {self.baseline_policy})")
+
+    def closed(self, signal: int | None) -> tuple[CompareRecord, dict[str, str], None]:
+        ended = "interrupted" if signal is not None else "finished"
+        return judge_compare(self.model_copy(update={"status": ended})), {}, None
 
 
 @dataclass(frozen=True)
@@ -78,42 +85,40 @@ class CompareSettings:
 
     def check_resumable(self, folder: Path, experiment: str | ExperimentConfig | None) -> None:
         """What a resume of the compare in `folder` is given changes nothing, or is refused
-        (`measure.resuming`): an experiment named is held to what a new compare of it would
-        stage; without one, the step limit's default is no change (the compare may have been
-        started without a limit)."""
-        refuse_options(folder, "compare", {
-            f"--{key}": ",".join(value) if value else None
-            for key, value in (("policies", self.policies), ("loops", self.loops),
-                               ("strategies", self.strategies),
-                               ("batch-sizes", [str(b) for b in self.batch_sizes or []]))})
+        (`runs.resume.refuse_resume`): an experiment named is held to what a new compare of
+        it would stage; without one, the step limit's default is no change (the compare may
+        have been started without a limit)."""
+        options = {f"--{key}": ",".join(value) if value else None
+                   for key, value in (("policies", self.policies), ("loops", self.loops),
+                                      ("strategies", self.strategies),
+                                      ("batch-sizes", [str(b) for b in self.batch_sizes or []]))}
         default = f"train.max_step_seconds={CompareSettings.max_step_seconds}"
-        refuse_changes(folder, "compare", experiment, self.overrides if experiment is not None
-                       else [o for o in self.overrides if o != default])
+        refuse_resume(folder, "compare", experiment, self.overrides if experiment is not None
+                      else [o for o in self.overrides if o != default], options=options)
 
 
 def run_compare(experiment: str | ExperimentConfig | None, settings: CompareSettings = CompareSettings(),
-            *, resume: Path | None = None, telling: Telling = LOGGED, verbose: bool = False,
-            as_text: Callable[[CompareRecord], str] | None = None) -> Measurement:
+                *, resume: Path | None = None, telling: Telling = LOGGED, verbose: bool = False,
+                as_text: Callable[[CompareRecord], str] | None = None) -> Measurement:
     """`mptrain compare` and `mptrain.compare`: the experiment named or given (default: the
     guide's) under each candidate, loop and strategy, every variant in a process of its own
-    from shared initial weights, all in turns (`measure.engine`); or, with `resume`, the
+    from shared initial weights, all in turns (`measure.study`); or, with `resume`, the
     compare in that folder finished. Writes compare.json and compare.png into
     OUTPUT_DIR/compare-<name>-<timestamp>/. `as_text(record)`: the tables as text, for MLflow
     (with `output.mlflow`)."""
     if resume is not None:
         record = load_record(resume, "compare", CompareRecord)
         settings.check_resumable(resume, experiment)
-        if not to_run(record.variants):
-            raise ConfigError(f"--resume {resume}: every variant has ended; nothing to resume")
-        return _run(record, telling, verbose, as_text)
-    try:
-        config = load_config(experiment or DEFAULT_EXPERIMENT, settings.overrides)
-        policies = settings.policies or default_policies(config, verbose, telling.status)
-        variants = plan_variants(config, policies, settings.loops, settings.strategies,
-                                 settings.batch_sizes)
-        return _run(start_compare(config, variants, telling, verbose), telling, verbose, as_text)
-    except DataError as exc:
-        raise (explain_missing_default(exc) if experiment is None else exc) from None
+    else:
+        try:
+            config = load_config(experiment or DEFAULT_EXPERIMENT, settings.overrides)
+            policies = settings.policies or default_policies(config, verbose, telling.status)
+            variants = plan_variants(config, policies, settings.loops, settings.strategies,
+                                     settings.batch_sizes)
+            record = start_compare(config, variants, telling, verbose)
+        except DataError as exc:
+            raise (explain_missing_default(exc) if experiment is None else exc) from None
+    return run_study(record, telling, verbose, as_text)
 
 
 def default_policies(config: ExperimentConfig, verbose: bool = False,
@@ -123,7 +128,7 @@ def default_policies(config: ExperimentConfig, verbose: bool = False,
     from mptrain.hardware.kernels import measured_kernels
     from mptrain.hardware.machine import probe
     from mptrain.hardware.runtime import import_tensorflow
-    from mptrain.runs.experiment import math_environment
+    from mptrain.precision.policy import math_environment
 
     tf = import_tensorflow(verbose, environment=math_environment(config.train.math_mode))
     machine = probe(tf, check_xla=False)
@@ -221,28 +226,21 @@ def preflight_notes(config: ExperimentConfig, variants: list[Variant], machine,
 
 def start_compare(config: ExperimentConfig, variants: list[Variant], telling: Telling = LOGGED,
                   verbose: bool = False) -> CompareRecord:
-    """A new compare: its rows as they will run here (`with_xla_axis`), what is known to be
-    slow here said, the folder staged (shared initial weights), and its record written with
-    every variant still to run, each with its run folder and, at another batch, its changes
-    (`config.batch_scaling`)."""
-    from mptrain.data.pipeline import input_ms_per_batch
+    """A new compare (`study.new_study`): its rows as they will run here (`with_xla_axis`),
+    what is known to be slow here said, with every variant still to run; the baseline is
+    the first float32 row."""
     from mptrain.hardware.kernels import measured_kernels
-    from mptrain.model.python_builder import check_builder_travels
 
-    check_builder_travels(config, "compare")
-    notes: list[str] = []
-
-    def resolve(prepared) -> None:  # the rows as they will run, and what is known, before any does
+    def chosen(prepared) -> Staging:  # the rows as they will run, and what is known, before any does
         examples = prepared.data.train.size
         too_big = sorted({v.batch_size for v in variants if (v.batch_size or 0) > examples})
         if too_big:
             raise ConfigError(f"--batch-sizes: {', '.join(map(str, too_big))} is more than the "
                               f"{examples:,} training examples of {config.name}")
-        machine = prepared.machine
+        machine, notes = prepared.machine, []
         kernels = (None if machine.gpus or machine.tpu else
                    measured_kernels(prepared.tf, machine, telling.status, notes))
         rows, said = with_xla_axis(config, variants, machine, kernels)
-        variants[:] = rows
         for line in said:
             telling.say("xla", line)
         warnings = preflight_notes(config, rows, machine, kernels)
@@ -250,41 +248,11 @@ def start_compare(config: ExperimentConfig, variants: list[Variant], telling: Te
             about = ", ".join(v for v, w in warnings.items() if w == warning)
             telling.say(f"note ({about})", warning)
             said.append(f"{about}: {warning}")
-        notes.extend(said)
+        baseline = next((v for v in rows if v.candidate.name == "float32"), rows[0])
+        return Staging(rows, {"baseline": baseline.label, "baseline_policy": baseline.candidate.name,
+                              "notes": [*notes, *said]})
 
-    variants = list(variants)
-    folder, prepared = stage(config, "compare", verbose, before_folder=resolve)
-    baseline = next((v for v in variants if v.candidate.name == "float32"), variants[0])
-    run_steps = planned_steps(prepared.config.train, prepared.batches.steps_per_epoch)
-    rows = [v.model_copy(update={
-        "run_dir": str(folder / f"{config.name}-{file_label(v.label)}"),
-        "batch": at_batch(prepared.config, v.batch_size, run_steps, prepared.data.train.size)
-        if v.batch_size else {}}) for v in variants]
-    record = CompareRecord(
-        experiment=config.name, folder=str(folder), status="running", baseline=baseline.label,
-        baseline_policy=baseline.candidate.name, variants=rows, notes=notes,
-        turn_steps=turn_steps(run_steps), input_ms_per_batch=input_ms_per_batch(prepared.batches),
-        pairs=too_big_together(prepared, {v.label: (v.candidate.policy, v.batch_size)
-                                          for v in variants}, baseline.label))
-    write_record(folder, "compare", record)
-    return record
-
-
-def _run(record: CompareRecord, telling: Telling, verbose: bool, as_text) -> Measurement:
-    """The rows still to run (`ledger.to_run`), in turns, in one session (`engine.run_rows`);
-    compare.json rewritten as they end, with each variant's per-round step times, so every
-    verdict can be recomputed from the record."""
-    from mptrain.measure.plot import plot_compare
-
-    ledger = Ledger(Path(record.folder), "compare",
-                    {"variants": ",".join(r.label for r in record.variants)})
-    ledger.write(record.model_copy(update={"status": "running"}))
-    turns = Turns(record.turn_steps, paired_with=record.baseline if record.pairs else None)
-    variants, signal = run_rows(ledger, record.variants, turns, telling, verbose)
-    record = judge_compare(record.model_copy(update={
-        "variants": variants, "status": "interrupted" if signal is not None else "finished"}))
-    return ledger.close(record, plot_compare if any(r.summary for r in record.variants) else None,
-                        {"compare.txt": as_text(record)} if as_text else {}, signal)
+    return new_study(CompareRecord, config, chosen, verbose)
 
 
 def judge_compare(record: CompareRecord, same_start: bool = True) -> CompareRecord:

@@ -2,63 +2,27 @@
 variants from, and what a `--resume` continues.
 
 OUTPUT_DIR/KIND-NAME-TIMESTAMP/ holds the experiment as prepared and the initial weights every
-variant starts from (`stage`), the record rewritten whole as things end (`Ledger`, KIND.json;
-`load_record` for `--resume`), and with `output.mlflow` one MLflow parent run each variant's
-run is nested in. Which rows a compare or plan still has to run is decided here too
+variant starts from (`study.stage`), the record rewritten whole as things end (`Ledger`,
+KIND.json; `load_record` for `--resume`), and with `output.mlflow` one MLflow parent run each
+variant's run is nested in. Which rows a compare or plan still has to run is decided here too
 (`to_run`), one way for both, new or resumed.
 """
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-import yaml
+from typing import TYPE_CHECKING
 
 from mptrain.errors import ConfigError
 from mptrain.record import to_json, write_atomic
-from mptrain.runs.folder import RunFolder, unique_folder
+from mptrain.runs.folder import RunFolder
 from mptrain.runs.summary import RunSummary
 
 if TYPE_CHECKING:
-    from mptrain.config import ExperimentConfig
     from mptrain.measure.variant import Variant
     from mptrain.record import Record
-    from mptrain.runs.experiment import Prepared
-
-
-def stage(config: ExperimentConfig, kind: str, verbose: bool = False,
-          before_folder: Callable[[Prepared], Any] | None = None) -> tuple[Path, Prepared]:
-    """The folder a compare or plan works in, OUTPUT_DIR/KIND-NAME-TIMESTAMP/, holding the
-    experiment as prepared (experiment.yaml: what the data filled in included) and the
-    initial weights every variant starts from: the model built once under float32 and saved
-    (the guide's `initial_weights = model.get_weights()`). Everything that can fail on bad
-    input, `before_folder(prepared)` included, fails before the folder exists."""
-    if (workers := config.distribute.workers) is not None:
-        raise ConfigError(
-            f"{config.source}: distribute.workers {workers}: {kind} times each variant as one "
-            "process, in turns, and each would start its own local workers; --set "
-            f"distribute.workers=null to {kind} the single-process step, and train on workers "
-            "with `mptrain run`")
-    from mptrain.model import save_initial_weights
-    from mptrain.runs.experiment import prepare
-
-    with tempfile.TemporaryDirectory() as scratch:
-        staged = Path(scratch) / "initial_weights.npz"
-        prepared = prepare(config, policy="float32", verbose=verbose)
-        save_initial_weights(prepared.model, staged)
-        if before_folder is not None:
-            before_folder(prepared)
-        folder = unique_folder(config.output.dir, f"{kind}-{config.name}")
-        shutil.move(staged, folder / "initial_weights.npz")
-    write_atomic(folder / "experiment.yaml",
-                 yaml.safe_dump(prepared.config.to_yaml_dict(), sort_keys=False))
-    return folder, prepared
-
 
 @dataclass(frozen=True)
 class Measurement:

@@ -33,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar
 
 import yaml
 
@@ -42,18 +42,20 @@ from mptrain.config.batch_scaling import at_batch
 from mptrain.config.loading import as_file_in
 from mptrain.errors import ConfigError
 from mptrain.hardware.machine import CPU_FEATURES, Machine
-from mptrain.measure.engine import Turns, past, run_rows, turn_steps
+from mptrain.measure.engine import past
 from mptrain.measure.islands import LayerTiming, islands, layer_timings
-from mptrain.measure.ledger import Ledger, Measurement, load_record, stage, steps_of, write_record
-from mptrain.measure.memory import too_big_alone, too_big_together
-from mptrain.measure.resuming import refuse_changes, refuse_options
+from mptrain.measure.ledger import Measurement, load_record, steps_of, write_record
+from mptrain.measure.memory import too_big_alone
+from mptrain.measure.plot import plot_study
+from mptrain.measure.study import Staging, StudyRecord, new_study, run_study
 from mptrain.measure.trials import TWIN, choose, judge_trials
 from mptrain.measure.variant import Variant
 from mptrain.measure.verdicts import DEFAULT_TOLERANCE_PCT, Rules
 from mptrain.measure.whole_run import RunLength
 from mptrain.precision.candidates import Candidate, candidate, candidates, cell_label, file_label, select
 from mptrain.precision.planned import plan_file_for, stamp
-from mptrain.record import Record, write_atomic
+from mptrain.record import write_atomic
+from mptrain.runs.resume import refuse_resume
 from mptrain.telling import LOGGED, Telling
 from mptrain.training.turns import planned_steps
 
@@ -65,12 +67,18 @@ LAYERS_SHARE = 0.1  # of the budget, for timing layers (the heaviest first), and
 LAYERS_SECONDS = 90.0
 
 
-class PlanRecord(Record):
+class PlanRecord(StudyRecord):
     """plan.json."""
 
-    experiment: str
-    folder: str
-    status: Literal["running", "finished", "interrupted", "out of budget"] = "running"
+    KIND: ClassVar[str] = "plan"
+    ROWS: ClassVar[str] = "trials"
+    STAGED: ClassVar[str] = "trial.yaml"  # the experiment at a trial's length
+    TURNS: ClassVar[dict[str, object]] = {
+        "slowest_ratio": SLOWEST_RATIO, "first_step_ratio": FIRST_STEP_RATIO,
+        # never stopped early: float32, and its twin whose spread is the noise floor
+        "controls": frozenset({"float32", TWIN})}
+    RERUN_FAILED: ClassVar[bool] = False  # a failed trial stays failed: its row says why
+
     machine: str  # where it was measured, in words
     machine_key: str = ""  # the same, as `policy: auto` checks it (`hardware.kernels.machine_key`)
     measured_at: str
@@ -82,9 +90,6 @@ class PlanRecord(Record):
     train_examples: int = 0  # an epoch's, for a step limit at another batch (`at_batch`)
     experiment_eval_batches: int = 0  # its validation batches over its epochs, and its test's
     experiment_checkpoints: int = 0  # the checkpoints it saves
-    pairs: str | None = None  # why the trials ran two by two with float32 (memory)
-    input_ms_per_batch: float | None = None  # the input pipeline alone, measured before the trials
-    turn_steps: int = 0  # steps each trial ran per turn
     candidates: list[Candidate]  # in the order tried; skipped ones carry why_not
     batch_sizes: list[int] | None = None  # --batch-sizes (None: the experiment's, and 2x for one)
     cells_not_tried: list[str] = []  # candidates at a batch size that was not tried, and why
@@ -94,7 +99,29 @@ class PlanRecord(Record):
     winner: str | None = None
     reason: str = ""
     plan_file: str | None = None
-    plot: str | None = None
+
+    def params(self) -> dict[str, str]:
+        return {"plan.steps": str(self.steps), "plan.tolerance_pct": str(self.tolerance_pct),
+                "plan.budget_minutes": str(self.budget_minutes), "plan.evaluate": str(self.evaluate)}
+
+    def nothing_left(self) -> str | None:
+        return "the plan has finished" if self.status == "finished" else None
+
+    def draw(self, path: Path) -> None:
+        plot_study(self, path, f"mptrain plan: {self.experiment} → {self.winner} ({self.machine})",
+                   self.layers)
+
+    def closed(self, signal: int | None) -> tuple[PlanRecord, dict[str, str], dict[str, str]]:
+        """Judged (`judge_plan`), the choice made (`trials.choose`), and unless interrupted
+        the chosen experiment written where `plan_file` says."""
+        record = judge_plan(self)
+        winner, reason = choose(record.trials, [c.name for c in record.candidates if c.why_not])
+        status = ("interrupted" if signal is not None else
+                  "out of budget" if record.untried or record.cut else "finished")
+        record = record.model_copy(update={"winner": winner, "reason": reason, "status": status})
+        files = ({"plan.yaml": write_plan_file(record, Path(record.folder), Path(record.plan_file))}
+                 if record.plan_file and status != "interrupted" else {})
+        return record, files, {"winner": record.winner or ""}
 
     @property
     def untried(self) -> list[str]:
@@ -131,9 +158,9 @@ class PlanSettings:
         """The plan in `folder` as this resume runs it, and what it applied: a budget and
         where plan.yaml goes are this resume's to set; anything that changes what the trials
         measure (the candidates, their steps, the tolerance, --eval, the experiment) is
-        refused unless it is what the plan has (`measure.resuming`)."""
+        refused unless it is what the plan has (`runs.resume.refuse_resume`)."""
         default = PlanSettings()
-        refuse_options(folder, "plan", {
+        refuse_resume(folder, "plan", experiment, self.sets, options={
             "--candidates": ",".join(self.candidates) if self.candidates else None,
             "--batch-sizes": ",".join(map(str, self.batch_sizes)) if self.batch_sizes else None,
             **{flag: mine for flag, mine, theirs, unset in (
@@ -141,7 +168,6 @@ class PlanSettings:
                 ("--tolerance", self.tolerance_pct, record.tolerance_pct, default.tolerance_pct),
                 ("--eval", self.evaluate, record.evaluate, default.evaluate))
                if mine not in (theirs, unset)}})
-        refuse_changes(folder, "plan", experiment, self.sets)
         applied, said = {}, []
         if self.budget_minutes != default.budget_minutes:
             applied["budget_minutes"] = self.budget_minutes
@@ -164,19 +190,17 @@ class PlanSettings:
 
 
 def run_plan(experiment: str | ExperimentConfig | None, settings: PlanSettings = PlanSettings(), *,
-         resume: Path | None = None, telling: Telling = LOGGED, verbose: bool = False,
-         as_text: Callable[[PlanRecord], str] | None = None) -> Measurement:
+             resume: Path | None = None, telling: Telling = LOGGED, verbose: bool = False,
+             as_text: Callable[[PlanRecord], str] | None = None) -> Measurement:
     """`mptrain plan` and `mptrain.plan`: start a plan of the experiment named or given, or
     with `resume` finish the one in that folder, and run it to its choice within its budget
-    (counted from now: staging, layer timings and trials alike)."""
+    (counted from now: staging, layer timings and trials alike): the float32 islands decided
+    first, then the trials not yet run, in turns (`measure.study`)."""
     started = time.monotonic()
     if settings.out is not None:  # from where it was given, whatever a child's folder is
         settings = replace(settings, out=Path(settings.out).resolve())
     if resume is not None:
-        record, folder = load_record(resume, "plan", PlanRecord), resume
-        record, said = settings.resumed(record, folder, experiment)
-        if record.status == "finished":
-            raise ConfigError(f"--resume {folder}: the plan has finished; nothing to resume")
+        record, said = settings.resumed(load_record(resume, "plan", PlanRecord), resume, experiment)
         for line in said:
             telling.say("resume", line)
     elif experiment is None:
@@ -186,60 +210,47 @@ def run_plan(experiment: str | ExperimentConfig | None, settings: PlanSettings =
         if settings.out is None:
             with contextlib.suppress(ConfigError):  # beside the experiment's file, when it has one
                 settings = replace(settings, out=plan_file_for(config.source))
-        record, folder = start_plan(config, settings, verbose=verbose, status=telling.status)
+        record = start_plan(config, settings, verbose=verbose, status=telling.status)
     deadline = started + 60 * record.budget_minutes
-    return run_to_choice(record, folder, deadline, telling=telling, verbose=verbose, as_text=as_text)
+    if not record.layers and record.untried and not past(deadline):
+        seconds = min(LAYERS_SECONDS, LAYERS_SHARE * 60 * record.budget_minutes)
+        record = _add_islands(record, seconds, telling.status, verbose)
+        write_record(Path(record.folder), "plan", record)
+    return run_study(record, telling, verbose, as_text, deadline)
 
 
 def start_plan(config: ExperimentConfig, settings: PlanSettings = PlanSettings(), *,
-               verbose: bool = False,
-               status: Callable[[str], object] | None = None) -> tuple[PlanRecord, Path]:
-    """Check everything, save the shared initial weights, write the plan folder with the
-    trials to run. Bad input fails here, before any folder exists."""
-    from mptrain.data.pipeline import input_ms_per_batch
+               verbose: bool = False, status: Callable[[str], object] | None = None) -> PlanRecord:
+    """A new plan (`study.new_study`): the candidates this machine can run (those named), each
+    at its batch sizes, float32 and its A/A twin first; the trials run the experiment at a
+    trial's length (trial.yaml). Bad input fails here, before any folder exists."""
     from mptrain.hardware.kernels import machine_key, measured_kernels
-    from mptrain.model.python_builder import check_builder_travels
+    from mptrain.model.fused import fusable
 
-    check_builder_travels(config, "plan")
     settings.check()
-    names, steps, evaluate = settings.candidates, settings.steps, settings.evaluate
-    found: list[Candidate] = []
-    cells: list[Cell] = []
-    not_tried: list[str] = []
 
-    def choose_candidates(prepared) -> None:  # an unknown --candidates name fails here, too
-        from mptrain.model.fused import fusable
+    def chosen(prepared) -> Staging:  # an unknown --candidates name fails here, too
+        machine, config = prepared.machine, prepared.config
+        found = select(candidates(machine, measured_kernels(prepared.tf, machine, status),
+                                  fusable=fusable(prepared.model), deterministic=config.deterministic),
+                       settings.candidates)
+        not_tried: list[str] = []
+        cells = batch_cells(prepared, [c for c in found if c.why_not is None], settings.batch_sizes,
+                            not_tried)
+        per_epoch = prepared.batches.steps_per_epoch
+        return Staging(_trials(cells), dict(
+            machine=describe_machine(machine), machine_key=machine_key(machine),
+            measured_at=datetime.now().isoformat(timespec="seconds"), steps=settings.steps,
+            tolerance_pct=settings.tolerance_pct, evaluate=settings.evaluate,
+            budget_minutes=settings.budget_minutes,
+            experiment_steps=planned_steps(config.train, per_epoch),
+            train_examples=prepared.data.train.size, batch_sizes=settings.batch_sizes,
+            cells_not_tried=not_tried, experiment_eval_batches=eval_batches(prepared),
+            experiment_checkpoints=checkpoint_saves(config.train, per_epoch), candidates=found,
+            plan_file=str(settings.out) if settings.out else None),
+            trial_experiment(config, settings.steps, per_epoch, settings.evaluate), settings.steps)
 
-        kernels = measured_kernels(prepared.tf, prepared.machine, status)
-        found.extend(select(candidates(prepared.machine, kernels, fusable=fusable(prepared.model),
-                                      deterministic=prepared.config.deterministic),
-                            names))
-        tried = [c for c in found if c.why_not is None]
-        cells.extend(batch_cells(prepared, tried, settings.batch_sizes, not_tried))
-
-    folder, prepared = stage(config, "plan", verbose, before_folder=choose_candidates)
-    machine, config = prepared.machine, prepared.config
-    per_epoch = prepared.batches.steps_per_epoch
-    trial = trial_experiment(config, steps, per_epoch, evaluate)
-    write_atomic(folder / "trial.yaml", yaml.safe_dump(trial.to_yaml_dict(), sort_keys=False))
-    run_steps = planned_steps(config.train, per_epoch)
-    record = PlanRecord(
-        experiment=config.name, folder=str(folder), machine=describe_machine(machine),
-        machine_key=machine_key(machine), measured_at=datetime.now().isoformat(timespec="seconds"),
-        steps=steps, tolerance_pct=settings.tolerance_pct, evaluate=evaluate,
-        budget_minutes=settings.budget_minutes,
-        experiment_steps=run_steps, train_examples=prepared.data.train.size,
-        batch_sizes=settings.batch_sizes, cells_not_tried=not_tried,
-        experiment_eval_batches=eval_batches(prepared),
-        experiment_checkpoints=checkpoint_saves(config.train, per_epoch), turn_steps=turn_steps(steps),
-        pairs=too_big_together(prepared, {cell_label(c.name, b): (c.policy, b) for c, b in cells},
-                               "float32"),
-        input_ms_per_batch=input_ms_per_batch(prepared.batches), candidates=found,
-        trials=_trials(folder, config.name, cells,
-                       lambda b: at_batch(trial, b, run_steps, prepared.data.train.size)),
-        plan_file=str(settings.out) if settings.out else None)
-    write_record(folder, "plan", record)
-    return record, folder
+    return new_study(PlanRecord, config, chosen, verbose)
 
 
 Cell = tuple[Candidate, int | None]  # a candidate at a batch size (None: the experiment's)
@@ -271,22 +282,15 @@ def batch_cells(prepared, tried: list[Candidate], batch_sizes: list[int] | None,
     return cells
 
 
-def _trials(folder: Path, name: str, cells: list[Cell],
-            batch_changes: Callable[[int], dict[str, object]]) -> list[Variant]:
-    """The trials to run: float32, its A/A twin when there is a candidate to judge, then
-    each cell (`batch_changes(b)`: a trial's changes at batch b), each with its run folder."""
+def _trials(cells: list[Cell]) -> list[Variant]:
+    """The trials to run: float32, its A/A twin when there is a candidate to judge, then each
+    cell (at another batch: its batch, which `study.new_study` turns into the changes)."""
     rows = [("float32", candidate("float32"), None)]
     if len(cells) > 1:
         rows.append((TWIN, candidate("float32"), None))
     rows += [(cell_label(c.name, b), c, b) for c, b in cells if (c.name, b) != ("float32", None)]
-    return [_trial(folder, name, label, c, batch_changes(b) if b else {}) for label, c, b in rows]
-
-
-def _trial(folder: Path, name: str, label: str, option: Candidate,
-           batch: dict[str, object] | None = None) -> Variant:
-    """A trial to run, with the run folder it will have: FOLDER/NAME-LABEL."""
-    return Variant(label=label, candidate=option, batch=batch or {},
-                 run_dir=str(folder / f"{name}-{file_label(label)}"))
+    return [Variant(label=label, candidate=c, batch={"train.batch_size": b} if b else {})
+            for label, c, b in rows]
 
 
 def eval_batches(prepared) -> int:
@@ -337,39 +341,6 @@ def describe_machine(machine: Machine) -> str:
     return f"{what}; TensorFlow {machine.tensorflow_version}"
 
 
-def run_to_choice(record: PlanRecord, folder: Path, deadline: float, *, telling: Telling = LOGGED,
-                  verbose: bool = False, as_text: Callable[[PlanRecord], str] | None = None) -> Measurement:
-    """Decide the float32 islands, run the trials not yet run in turns (`measure.engine`)
-    until the `deadline` (`time.monotonic()`), then judge and choose; resumable.
-    `as_text(record)`: the table as text, for MLflow (`output.mlflow`)."""
-    from mptrain.measure.plot import plot_plan
-
-    ledger = Ledger(folder, "plan", {
-        "plan.steps": str(record.steps), "plan.tolerance_pct": str(record.tolerance_pct),
-        "plan.budget_minutes": str(record.budget_minutes), "plan.evaluate": str(record.evaluate)},
-        staged="trial.yaml")
-    if not record.layers and record.untried and not past(deadline):
-        seconds = min(LAYERS_SECONDS, LAYERS_SHARE * 60 * record.budget_minutes)
-        record = _add_islands(record, folder, seconds, telling.status, verbose)
-        ledger.write(record)
-    signal = None
-    if record.untried and not past(deadline):  # a failed trial stays failed: its row says why
-        turns = Turns(record.turn_steps, SLOWEST_RATIO, "float32" if record.pairs else None,
-                      deadline, FIRST_STEP_RATIO, controls=frozenset({"float32", TWIN}))
-        trials, signal = run_rows(ledger, record.trials, turns, telling, verbose, rerun_failed=False)
-        record = record.model_copy(update={"trials": trials})
-    record = judge_plan(record)
-    winner, reason = choose(record.trials, [c.name for c in record.candidates if c.why_not])
-    status = ("interrupted" if signal is not None else
-              "out of budget" if record.untried or record.cut else "finished")
-    record = record.model_copy(update={"winner": winner, "reason": reason, "status": status})
-    texts = {"plan.txt": as_text(record)} if as_text else {}
-    if record.plan_file and status != "interrupted":
-        texts["plan.yaml"] = write_plan_file(record, folder, Path(record.plan_file))
-    return ledger.close(record, plot_plan if any(t.summary for t in record.trials) else None,
-                        texts, signal, tags={"winner": record.winner or ""})
-
-
 def judge_plan(record: PlanRecord) -> PlanRecord:
     """Every trial judged (`trials.judge_trials`) on its runs' step records, with the plan's
     tolerance, and the experiment's length for the whole-run estimate, the process's start
@@ -385,8 +356,7 @@ def judge_plan(record: PlanRecord) -> PlanRecord:
     return record.model_copy(update={"trials": judge_trials(record.trials, steps, rules)})
 
 
-def _add_islands(record: PlanRecord, folder: Path, seconds: float, on_layers,
-                 verbose: bool) -> PlanRecord:
+def _add_islands(record: PlanRecord, seconds: float, on_layers, verbose: bool) -> PlanRecord:
     """The most promising 16-bit candidate (the first listed: by this machine's measured
     kernels) with its slow (or overflowing) layers kept in float32, as one more trial, so it
     runs in the same rounds as the others. Decided before the trials from each layer's own
@@ -395,6 +365,7 @@ def _add_islands(record: PlanRecord, folder: Path, seconds: float, on_layers,
                  and t.candidate.policy != "float32" and not t.candidate.float32_layers), None)
     if best is None:
         return record
+    folder = Path(record.folder)
     config = load_config(folder / "experiment.yaml")
     what = f"timing each layer of {record.experiment} in {best.policy} and float32…"
     with on_layers(what) if on_layers is not None else contextlib.nullcontext():
@@ -409,8 +380,10 @@ def _add_islands(record: PlanRecord, folder: Path, seconds: float, on_layers,
     if not chosen:
         return record
     option = best.model_copy(update={"name": f"{best.name}+islands", "float32_layers": chosen})
-    return record.model_copy(update={"candidates": [*record.candidates, option], "trials": [
-        *record.trials, _trial(folder, record.experiment, option.name, option)]})
+    trial = Variant(label=option.name, candidate=option,
+                    run_dir=str(folder / f"{record.experiment}-{file_label(option.name)}"))
+    return record.model_copy(update={"candidates": [*record.candidates, option],
+                                     "trials": [*record.trials, trial]})
 
 
 def write_plan_file(record: PlanRecord, folder: Path, path: Path) -> str:

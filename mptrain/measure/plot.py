@@ -1,11 +1,12 @@
-"""compare.png: the picture people paste into a report.
+"""compare.png and plan.png, one picture of a study: what people paste into a report.
 
-Top row: training loss per step (a diverging variant is drawn up to its last finite loss and
-marked with an x), loss per epoch (train solid, validation dashed), the test quality per
-variant (the objective's figure: accuracy, AUC, MAE).
+Top row: training loss per step (a diverging row is drawn up to its last finite loss and
+marked with an x), loss per epoch (train solid, validation dashed), and the test quality per
+row (the objective's figure: accuracy, AUC, MAE) or, for a plan that timed them, each layer's
+16-bit and float32 time.
 Bottom row: step time after warm-up, speed-up over the baseline with its spread, and the loss
-scale per step when any variant scales its loss (the mixed_float16 story: halvings on
-overflow, doublings after `dynamic_growth_steps` good steps).
+scale per step when any row scales its loss (the mixed_float16 story: halvings on overflow,
+doublings after `dynamic_growth_steps` good steps).
 
 matplotlib with the headless Agg backend, so it works on servers and in CI.
 """
@@ -39,13 +40,13 @@ def _figure(path: Path, title: str, grid: tuple[int, int], size: tuple[float, fl
     plt.close(fig)
 
 
-def plot_compare(record, path: Path) -> None:
+def plot_study(record, path: Path, title: str, layers: list | None = None) -> None:
+    """The study's picture (see the module's docstring); `layers`: a plan's layer timings."""
     from matplotlib.ticker import FuncFormatter
 
-    rows = [r for r in record.variants if r.summary is not None]
-    title = f"mptrain compare: {record.experiment} (baseline {record.baseline_policy})"
+    rows = [r for r in record.rows if r.summary is not None]
     with _figure(path, title, (2, 3), (17, 9.5)) as axes:
-        (ax_step, ax_epoch, ax_acc), (ax_time, ax_speed, ax_scale) = axes
+        (ax_step, ax_epoch, ax_third), (ax_time, ax_speed, ax_scale) = axes
         plain = FuncFormatter(lambda value, _: f"{value:g}")
         labels = [r.label for r in rows]
         colours = [f"C{i % 10}" for i in range(len(rows))]
@@ -69,9 +70,12 @@ def plot_compare(record, path: Path) -> None:
                               label=row.label, linestyle=dash)
 
         _loss_axes(ax_step, ax_epoch, plain, len(rows))
-        _quality_bars(ax_acc, rows, colours)
+        if layers:
+            _layer_bars(ax_third, layers)
+        else:
+            _quality_bars(ax_third, rows, colours)
         _step_time_boxes(ax_time, times, labels, plain)
-        _speedup_bars(ax_speed, rows, colours, record.baseline_policy)
+        _speedup_bars(ax_speed, rows, colours, record.baseline)
         _loss_scale_axis(ax_scale, scaled, plain)
 
 
@@ -191,46 +195,21 @@ def _speedup_bars(ax, rows, colours, baseline: str) -> None:
     ax.grid(alpha=0.3, axis="x")
 
 
-def plot_plan(record, path: Path) -> None:
-    """plan.png: each trial's loss per step and step times, its speed-up over float32 with
-    the spread, and (when measured) each layer's 16-bit and float32 time."""
-    from matplotlib.ticker import FuncFormatter, MaxNLocator
-
-    trials = [t for t in record.trials if t.summary is not None]
-    title = f"mptrain plan: {record.experiment} → {record.winner} ({record.machine})"
-    with _figure(path, title, (2, 2), (15, 9.5), fontsize=10) as axes:
-        (ax_loss, ax_time), (ax_speed, ax_layers) = axes
-        plain = FuncFormatter(lambda value, _: f"{value:g}")
-        times, labels = [], []
-        for index, trial in enumerate(trials):
-            steps = RunFolder(Path(trial.run_dir)).read_steps()
-            _loss_line(ax_loss, trial.label, index, steps)
-            times.append(_timed_ms(trial, steps))
-            labels.append(trial.label)
-        ax_loss.set(title="Training loss per step (same weights, same batches)", xlabel="step",
-                    ylabel="loss")
-        ax_loss.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax_loss.grid(alpha=0.3)
-        ax_loss.legend(fontsize=8)
-        _step_time_boxes(ax_time, times, labels, plain)
-        _speedup_bars(ax_speed, trials, [f"C{i % 10}" for i in range(len(trials))], "float32")
-        if record.layers:
-            names = [t.layer for t in record.layers]
-            positions = range(len(names))
-            ax_layers.barh([p - 0.2 for p in positions], [t.ms_float32 for t in record.layers], 0.4,
-                           label="float32", color="C0")
-            ax_layers.barh([p + 0.2 for p in positions], [t.ms_16bit for t in record.layers], 0.4,
-                           label="16-bit", color="C1")
-            for p, timing in zip(positions, record.layers, strict=True):
-                if timing.slower_in_16bit:
-                    ax_layers.text(timing.ms_16bit, p + 0.2, " slower in 16 bits: float32 island",
-                                   va="center", fontsize=7, color="C3")
-            ax_layers.set_yticks(list(positions), names, fontsize=7)
-            ax_layers.invert_yaxis()
-            ax_layers.set(title="Each layer's forward + backward", xlabel="ms per call")
-            ax_layers.legend(fontsize=8)
-            ax_layers.grid(alpha=0.3, axis="x")
-        else:
-            ax_layers.axis("off")
-            ax_layers.text(0.5, 0.5, "layers not timed\n(no 16-bit candidate was trained)",
-                           ha="center", va="center", color="0.4")
+def _layer_bars(ax, layers: list) -> None:
+    """Each layer's forward and backward, in float32 and in 16 bits; the slower in 16 bits,
+    the float32 islands, marked."""
+    names = [t.layer for t in layers]
+    positions = range(len(names))
+    ax.barh([p - 0.2 for p in positions], [t.ms_float32 for t in layers], 0.4, label="float32",
+            color="C0")
+    ax.barh([p + 0.2 for p in positions], [t.ms_16bit for t in layers], 0.4, label="16-bit",
+            color="C1")
+    for p, timing in zip(positions, layers, strict=True):
+        if timing.slower_in_16bit:
+            ax.text(timing.ms_16bit, p + 0.2, " slower in 16 bits: float32 island", va="center",
+                    fontsize=7, color="C3")
+    ax.set_yticks(list(positions), names, fontsize=7)
+    ax.invert_yaxis()
+    ax.set(title="Each layer's forward + backward", xlabel="ms per call")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3, axis="x")

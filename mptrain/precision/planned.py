@@ -74,8 +74,8 @@ def planned(config) -> Planned | None:
     """The plan beside the experiment's file, read without TensorFlow (its math mode must be
     set before TensorFlow starts); None when there is none to read."""
     try:
-        source = find_config(config.source)
         path = plan_file_for(config.source)
+        source = find_config(config.source)
     except ConfigError:  # an experiment with no file: a mapping, from Python
         return None
     if not path.is_file() or source.resolve() == path.resolve():
@@ -127,3 +127,41 @@ def plan_beside(source: str) -> str | None:
     except (OSError, ConfigError, IndexError):
         return None
     return f"{beside}: {first.lstrip('# ')}" if first else None
+
+
+def start_environment(config, policy: str | None = None) -> tuple[Planned | None, dict[str, str]]:
+    """The plan `policy: auto` may follow (None: none, or another policy than auto), and
+    what TensorFlow must read when it starts for this experiment: its math mode's, or that of
+    the plan's pick when the plan applies as far as can be told before TensorFlow starts (the
+    CPU, its flags, TensorFlow's version: `Planned.follow`)."""
+    from importlib.metadata import version
+
+    from mptrain.hardware.kernels import machine_key
+    from mptrain.hardware.machine import Machine, onednn_enabled, probe_cpu
+    from mptrain.precision.policy import math_environment
+
+    plan = planned(config) if (policy or config.policy) == "auto" else None
+    mode = config.train.math_mode
+    if plan is not None:
+        cpu = probe_cpu()
+        here = Machine(cpu=cpu, tensorflow_version=version("tensorflow"), onednn=onednn_enabled(cpu.flags))
+        if plan.follow(machine_key(here)) is None:
+            mode = plan.settings["train.math_mode"]
+    return plan, math_environment(mode)
+
+
+def follow_plan(config, plan: Planned, machine) -> tuple[object, str, str]:
+    """`policy: auto` beside a plan: the experiment with the plan's pick (its XLA, math mode and
+    float32 layers; the policy to request), and what to say; or, when the plan does not
+    apply here, the experiment as it is, `auto` to decide, and why not."""
+    from mptrain.config import variant
+    from mptrain.hardware.kernels import machine_key
+
+    why_not = plan.follow(machine_key(machine))
+    if why_not is not None:
+        return config, "auto", f"policy auto did not follow the plan beside the experiment: {why_not}"
+    said = f"follows {plan.path}, measured on this machine: {plan.pick}"
+    if plan.other_length:
+        said += (f" (this run's length differs from the plan's experiment: "
+                 f"{', '.join(plan.other_length)}; a plan judges per step, so its pick holds)")
+    return variant(config, plan.settings), plan.settings["policy"], said

@@ -354,10 +354,15 @@ def apply_policy(name: str) -> None:
     keras.mixed_precision.set_global_policy(name)
 
 
+def math_environment(mode: str) -> dict[str, str]:
+    """Environment variables a math mode needs before TensorFlow starts."""
+    return {"TF_SET_ONEDNN_FPMATH_MODE": "BF16"} if mode == "onednn_bf16" else {}
+
+
 def apply_math_mode(tf, mode: str) -> None:
     """How float32 math runs (`train.math_mode`), set both ways so a process that runs
     several experiments never keeps a previous one's mode. `onednn_bf16` is an environment
-    variable TensorFlow reads when it starts (`experiment.math_environment`)."""
+    variable TensorFlow reads when it starts (`math_environment`)."""
     tf.config.optimizer.set_experimental_options(
         {"auto_mixed_precision_onednn_bfloat16": mode == "graph_bf16"})
     tf.config.experimental.enable_tensor_float_32_execution(mode != "tf32_off")

@@ -24,7 +24,7 @@ from mptrain.model import build_model
 from mptrain.model.checks import check_built, fit_to_data, objective_of
 from mptrain.model.outputs import OutputKind
 from mptrain.model.size import MemoryMeter
-from mptrain.precision.planned import Planned, planned
+from mptrain.precision.planned import follow_plan, start_environment
 from mptrain.precision.policy import (
     PolicyChoice,
     XlaAsked,
@@ -35,17 +35,9 @@ from mptrain.precision.policy import (
     pure_policy_note,
     speed_warning,
 )
-from mptrain.runs.cluster import check_same_experiment
 from mptrain.runs.preflight import check_experiment
 from mptrain.training import TrainingLoop, make_loop
-from mptrain.training.distribute import (
-    Placement,
-    check_batch_split,
-    cluster_formed,
-    placement,
-    prepare_devices,
-    scope,
-)
+from mptrain.training.distribute import Placement, place_run, scope
 from mptrain.training.loss_scale import wrap_optimizer
 from mptrain.training.optimizer import build_optimizer
 
@@ -76,20 +68,6 @@ class Prepared:
     notes: tuple[str, ...] = ()  # what mptrain did to the model
 
 
-def _placed(config: ExperimentConfig, tf) -> Placement:
-    """The run's strategy, before any other op (collective ops require it); in a cluster,
-    formed within its join timeout (`distribute.rendezvous`; a worker lost after it is named
-    by a watchdog, which `cluster_formed` stands down), and with every worker on this
-    experiment."""
-    try:
-        place = placement(config.distribute, tf)
-        if place.task is not None:
-            check_same_experiment(config, place.strategy, tf)
-    finally:
-        cluster_formed()
-    return place
-
-
 def prepare(config: ExperimentConfig, *, policy: str | None = None, verbose: bool = False,
             initial_weights: Path | None = None,
             status: Callable[[str], Any] | None = None) -> Prepared:
@@ -100,11 +78,9 @@ def prepare(config: ExperimentConfig, *, policy: str | None = None, verbose: boo
     (the first measurement of this machine's kernels: `policy: auto`, 16 bits on a CPU)."""
     check_experiment(config)  # missing files and impossible shapes, before TensorFlow's import
     requested = policy or config.policy
-    plan = planned(config) if requested == "auto" else None
-    tf = import_tensorflow(verbose, environment=tensorflow_environment(config, requested))
-    prepare_devices(config.distribute, tf)
-    place = _placed(config, tf)
-    check_batch_split(config, place.replicas)
+    plan, environment = start_environment(config, requested)
+    tf = import_tensorflow(verbose, environment=environment)
+    place = place_run(config, tf)
     set_op_determinism(tf, config.deterministic)
     machine = probe(tf, check_xla=False)
     notes = []
@@ -162,48 +138,3 @@ def _model_for(config: ExperimentConfig, data: Dataset, held: Dataset, place: Pl
             raise
         raise type(exc)(f"{config.source}: {exc}") from exc.__cause__
     return config, objective, built, [*said, *checked]
-
-
-def tensorflow_environment(config: ExperimentConfig, policy: str | None = None) -> dict[str, str]:
-    """What TensorFlow must read when it starts, for this experiment (under `policy`): its
-    math mode's, or that of the plan `auto` follows (read once, as TensorFlow starts)."""
-    plan = planned(config) if (policy or config.policy) == "auto" else None
-    return math_environment(plan_math_mode(plan) or config.train.math_mode)
-
-
-def plan_math_mode(plan: Planned | None) -> str | None:
-    """The math mode of the plan's pick, when the plan applies as far as can be told before
-    TensorFlow starts (the CPU, its flags, TensorFlow's version: `Planned.follow`)."""
-    if plan is None:
-        return None
-    from importlib.metadata import version
-
-    from mptrain.hardware.kernels import machine_key
-    from mptrain.hardware.machine import Machine, onednn_enabled, probe_cpu
-
-    cpu = probe_cpu()
-    here = Machine(cpu=cpu, tensorflow_version=version("tensorflow"), onednn=onednn_enabled(cpu.flags))
-    return plan.settings["train.math_mode"] if plan.follow(machine_key(here)) is None else None
-
-
-def follow_plan(config: ExperimentConfig, plan: Planned,
-                machine: Machine) -> tuple[ExperimentConfig, str, str]:
-    """`policy: auto` beside a plan: the experiment with the plan's pick (its XLA, math mode and
-    float32 layers; the policy to request), and what to say; or, when the plan does not
-    apply here, the experiment as it is, `auto` to decide, and why not."""
-    from mptrain.config import variant
-    from mptrain.hardware.kernels import machine_key
-
-    why_not = plan.follow(machine_key(machine))
-    if why_not is not None:
-        return config, "auto", f"policy auto did not follow the plan beside the experiment: {why_not}"
-    said = f"follows {plan.path}, measured on this machine: {plan.pick}"
-    if plan.other_length:
-        said += (f" (this run's length differs from the plan's experiment: "
-                 f"{', '.join(plan.other_length)}; a plan judges per step, so its pick holds)")
-    return variant(config, plan.settings), plan.settings["policy"], said
-
-
-def math_environment(mode: str) -> dict[str, str]:
-    """Environment variables a math mode needs before TensorFlow starts."""
-    return {"TF_SET_ONEDNN_FPMATH_MODE": "BF16"} if mode == "onednn_bf16" else {}

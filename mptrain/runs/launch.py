@@ -14,9 +14,7 @@ import yaml
 
 from mptrain.config import ExperimentConfig
 from mptrain.errors import ConfigError
-from mptrain.precision.planned import plan_beside
-from mptrain.runs.cluster import form_cluster
-from mptrain.runs.experiment import tensorflow_environment
+from mptrain.precision.planned import plan_beside, start_environment
 from mptrain.runs.folder import unique_folder
 from mptrain.runs.resume import experiment_to_run
 from mptrain.runs.runner import RunResult, Start, run_experiment
@@ -28,7 +26,7 @@ from mptrain.runs.workers import (
     worker_overrides,
 )
 from mptrain.telling import LOGGED, Telling
-from mptrain.training.distribute import Hosts
+from mptrain.training.cluster import Hosts, form_cluster
 from mptrain.training.records import TrainingListener
 
 
@@ -62,7 +60,7 @@ def launch(experiment: str | ExperimentConfig | None, options: RunOptions = RunO
     chosen = experiment_to_run(experiment, overrides, resume)
     # $TF_CONFIG for this process, before TensorFlow starts: from --hosts, Slurm or a scheduler
     said, cluster = form_cluster(options.hosts, chosen, options.supervised or chosen.distribute.workers
-                                 is not None, tensorflow_environment(chosen), options.verbose)
+                                 is not None, start_environment(chosen)[1], options.verbose)
     if said is not None:
         telling.say("cluster", said)
     if cluster and chosen.distribute.strategy != "multi_worker_mirrored":

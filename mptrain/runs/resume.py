@@ -1,10 +1,14 @@
-"""`mptrain run --resume RUN_DIR`: which runs can be continued, and with what changes.
+"""What a resume may change, for every command that resumes (`refuse_resume`), and which runs
+`mptrain run --resume RUN_DIR` can continue.
 
 A resumed run trains with the run folder's own resolved config.yaml. It may go further
 (`train.epochs`, `train.max_steps`, `train.max_step_seconds`), or on another number of local
 workers (`distribute.workers`), but nothing that changes what the checkpoint means: another
 model, policy, batch size, data or seed would continue a different experiment from weights
-that are not its own, so those are refused by name.
+that are not its own, so those are refused by name. A compare or plan resumed continues its
+variants from the experiment it staged: any change to it, and any option that sets up the
+measurement (the policies, the trial steps...), is refused by name the same way. Nothing
+given beside `--resume` is ignored in silence.
 """
 
 from __future__ import annotations
@@ -53,27 +57,43 @@ def resume_config(run_dir: Path, experiment: str | ExperimentConfig | None,
     if isinstance(state, RunState) and state.status == "running" and alive(state):
         raise ConfigError(f"cannot resume {run_dir}: still running (process {state.pid} on "
                           f"{state.host}); stop it first (Ctrl-C leaves a checkpoint)")
-    stored_raw = read_yaml(stored_path)
-    stored = validate(stored_raw, str(stored_path))
+    stored, wanted = refuse_resume(run_dir, "run", experiment, overrides, may_change=MAY_CHANGE)
     folder.read_steps(), folder.read_epochs()  # a damaged record is refused here, untouched
-    if experiment is not None:
-        wanted = load_config(experiment, overrides)
-    else:
-        wanted = validate(apply_overrides(stored_raw, overrides), str(stored_path), overrides)
-    # `policy: auto` may have followed a plan: what a plan chooses is what auto resolved
-    resolved = PLANNED_KEYS if wanted.policy == "auto" else ()
-    changed = [key for key in changed_keys(stored.to_yaml_dict(), wanted.to_yaml_dict())
-               if key not in MAY_CHANGE and not key.startswith(resolved)]
-    if changed:
-        raise ConfigError(f"cannot resume {run_dir}: refusing to continue with a different "
-                          f"{', '.join(changed)} (the checkpoint belongs to the run's own "
-                          f"settings; a resume may change only {', '.join(MAY_CHANGE)})")
     if isinstance(state, RunSummary) and state.status == "finished" \
             and not _goes_further(state, stored.train, wanted.train):
         raise AlreadyFinished(_how_to_go_further(run_dir, state, stored.train))
     # the run's own config, resolved as it ran, with only the changes a resume may make
     asked = wanted.to_yaml_dict()
     return variant(stored, {key: value_at(asked, key) for key in MAY_CHANGE})
+
+
+def refuse_resume(folder: Path, kind: str, experiment: str | ExperimentConfig | None,
+                  overrides: list[str], *, options: dict[str, object] | None = None,
+                  may_change: tuple[str, ...] = ()) -> tuple[ExperimentConfig, ExperimentConfig]:
+    """The folder's experiment and the one asked for beside `--resume` (the experiment named
+    or given, with `overrides`; else the folder's own with them), or a ConfigError naming
+    every option given that a resume cannot apply (`options`: flag → value, None when not
+    given) and every key that changes beyond `may_change`. Under `policy: auto` what a plan
+    resolved may differ (`PLANNED_KEYS`): that is what auto chose when it ran."""
+    path = folder / ("config.yaml" if kind == "run" else "experiment.yaml")
+    raw = read_yaml(path)
+    stored = validate(raw, str(path))
+    wanted = (load_config(experiment, overrides) if experiment is not None
+              else validate(apply_overrides(raw, overrides), str(path), overrides))
+    resolved = PLANNED_KEYS if wanted.policy == "auto" else ()
+    changed = [key for key in changed_keys(stored.to_yaml_dict(), wanted.to_yaml_dict())
+               if key not in may_change and not key.startswith(resolved)]
+    named = [f"{flag} {value}" for flag, value in (options or {}).items() if value is not None]
+    if changed or named:
+        given = "the experiment given changes" if experiment is not None else "the options given change"
+        what = [*named, *([f"{given} {', '.join(changed)}"] if changed else [])]
+        kept = path.name if kind == "run" else f"{path.name}, {kind}.json"
+        may = f"; it may change only {', '.join(may_change)}" if may_change else ""
+        raise ConfigError(f"cannot resume {folder}: {'; '.join(what)}: a {kind} resumes with the "
+                          f"settings it started with ({kept}{may}): leave "
+                          f"{'it' if len(named) + len(changed) == 1 else 'them'} out, or start a "
+                          f"new {kind}")
+    return stored, wanted
 
 
 def _goes_further(state: RunSummary, before: TrainConfig, after: TrainConfig) -> bool:

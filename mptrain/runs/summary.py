@@ -198,7 +198,7 @@ def finite_or_none(value: float | None) -> float | None:
 
 
 class Trained(NamedTuple):
-    """What a run's training returned (`TrainingSession.run_training`), the summary's input."""
+    """What a run's training returned (`runner.TrainingSession.run_training`), the summary's input."""
 
     monitor: TrainingMonitor  # every step and epoch, and why training stopped
     notes: list[str]  # where a resumed run continued, recoveries from divergence

@@ -30,7 +30,7 @@ from mptrain.runs.child import ChildSpec, read_summary
 from mptrain.runs.folder import RunFolder, last_checkpoint
 from mptrain.runs.summary import RunState, RunSummary
 from mptrain.signals import ForwardSignals, die_with_parent, exit_code
-from mptrain.training.distribute import Hosts
+from mptrain.training.cluster import Hosts
 
 
 def start(spec: ChildSpec, env: dict[str, str] | None = None, quiet: bool = False, *,

@@ -2,9 +2,10 @@
 
 `placement` turns `distribute.strategy` into a strategy (as TF Model Garden's
 `distribute_utils` does), in whose scope the runner builds the model, optimizer, metrics and
-checkpoint. `train.batch_size` is the global batch, split across replicas. In a cluster it
-first waits, within `distribute.join_timeout_s`, for every worker in $TF_CONFIG (`Hosts`) to be
-up (`rendezvous`): TensorFlow itself would wait for a missing one without end.
+checkpoint; `place_run` places a run, before any other op (collective ops require it).
+`train.batch_size` is the global batch, split across replicas. A cluster of several hosts is
+`cluster.py`'s: this module asks it to join one, and to check that every worker runs the same
+experiment.
 
 Loss scaling across replicas: every replica must skip the same steps. Keras'
 LossScaleOptimizer decides per replica from that replica's own gradients, so a non-finite
@@ -12,22 +13,17 @@ gradient on one replica only would let the others apply it (through the all-redu
 that one skips. `agree_on_finite` makes them agree first: if any replica's gradients are not
 finite, every replica's are made non-finite, so all skip and the scale halves once.
 
-Only the chief (worker 0) writes the run folder (`runs.folder.RunFolder.for_run`); a lost
-worker is said by `worker_lost`, and cured by restarting them all (`runs/workers.py`).
+Only the chief (worker 0) writes the run folder (`runs.folder.RunFolder.for_run`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
-import re
-import socket
-import time
 from dataclasses import dataclass
-from pathlib import Path
 
-from mptrain.errors import ConfigError, WorkerLost
+from mptrain.errors import ConfigError
+from mptrain.training.cluster import check_same_experiment, cluster_formed, join
 
 
 @dataclass(frozen=True)
@@ -54,17 +50,29 @@ def prepare_devices(cfg, tf) -> None:
                 physical, [tf.config.LogicalDeviceConfiguration()] * len(cpus))
 
 
+def place_run(config, tf) -> Placement:
+    """Where the experiment trains: its devices split as it asks (`prepare_devices`), its
+    strategy (`placement`); in a cluster, formed within its join timeout (a worker lost after
+    it is named by a watchdog, which `cluster_formed` stands down) and with every worker on
+    this experiment; and its batch split evenly where Keras' fit needs it."""
+    prepare_devices(config.distribute, tf)
+    try:
+        place = placement(config.distribute, tf)
+        if place.task is not None:
+            check_same_experiment(config, place.strategy, tf)
+    finally:
+        cluster_formed()
+    check_batch_split(config, place.replicas)
+    return place
+
+
 def placement(cfg, tf) -> Placement:
     """The strategy for `distribute.strategy`, created once per process and reused: several
     strategies in one process would hand out clashing collective-op keys."""
-    key = _key(cfg)
+    key = (cfg.strategy, tuple(cfg.devices or ()), cfg.tpu)
     if key not in _PLACEMENTS:
         _PLACEMENTS[key] = _new_placement(cfg, tf)
     return _PLACEMENTS[key]
-
-
-def _key(cfg) -> tuple:
-    return (cfg.strategy, tuple(cfg.devices or ()), cfg.tpu)
 
 
 _PLACEMENTS: dict[tuple, Placement] = {}
@@ -87,8 +95,7 @@ def _new_placement(cfg, tf) -> Placement:
                               "$TF_CONFIG; set it on every worker (docs/scale-out.md), or try it "
                               "on one machine with `mptrain run --workers N` (a stopped run: "
                               "`mptrain run --resume RUN_DIR --workers N`)")
-        rendezvous(cfg.join_timeout_s)  # every worker up, before TensorFlow waits without end
-        _watch_forming(cfg.join_timeout_s)  # and one lost after it: `cluster_formed` ends the watch
+        join(cfg.join_timeout_s)  # every worker up, before TensorFlow waits without end
         strategy = tf.distribute.MultiWorkerMirroredStrategy()
         task = strategy.cluster_resolver.task_type, strategy.cluster_resolver.task_id
         cluster = strategy.cluster_resolver.cluster_spec().as_dict()
@@ -116,219 +123,6 @@ def check_batch_split(config, replicas: int) -> None:
                           f"evenly over the {replicas} replicas, which Keras' Model.fit needs (each "
                           f"replica takes an equal share); use a multiple of {replicas}, e.g. "
                           f"{even}, or train.loop: custom")
-
-
-def worker_lost(exc: BaseException, place: Placement, tf, run_dir: Path | None) -> WorkerLost | None:
-    """TensorFlow's error on a worker whose peer died (its collective ops aborted, the peer's
-    heartbeats missed, the connection reset) as a `WorkerLost` naming that peer and the way
-    to continue; None for any other error (or outside a multi-worker cluster). `run_dir`: the
-    run folder, when this worker knows it (a non-chief worker of a new run does not)."""
-    failures = (tf.errors.UnavailableError, tf.errors.CancelledError, tf.errors.InternalError,
-                tf.errors.AbortedError, tf.errors.DeadlineExceededError)
-    if place.task is None or not isinstance(exc, failures) or not collective_failure(exc.message):
-        return None
-    return WorkerLost(lost_peer_message(with_address(peer_named(exc.message, place.task)),
-                                        type(exc).__name__, run_dir))
-
-
-def with_address(peer: str | None) -> str | None:
-    """The lost worker with its address in $TF_CONFIG ("worker 1 (10.0.0.2:2222)"); when
-    TensorFlow's error names none (a worker whose own link was cut learns only that its
-    collectives timed out), the workers whose port does not answer now."""
-    others = dict(peers())
-    if peer is not None:
-        job, _, task = peer.partition(" ")
-        address = others.get(int(task)) if job == "worker" and task.isdigit() else None
-        return f"{peer} ({address})" if address else peer
-    down = unreachable(list(others.items()))
-    return ", ".join(f"worker {i} ({address})" for i, address in down) or None
-
-
-_TASK = re.compile(r"/job:(\w+)/(?:replica:\d+/)?task:(\d+)")
-
-
-def collective_failure(message: str) -> bool:
-    """Whether TensorFlow's error message is about the cluster (a collective op, the
-    coordination service, another task) rather than this worker's own computation."""
-    return bool(re.search(r"collective|coordination service|heartbeat", message, re.IGNORECASE)
-                or _TASK.search(message))
-
-
-def peer_named(message: str, own: tuple[str, int]) -> str | None:
-    """The other task TensorFlow's error names ("The following tasks are unhealthy ...
-    /job:worker/replica:0/task:1", "remote target /job:worker/replica:0/task:0"), as
-    "worker 1"; None when it names none but this worker itself."""
-    for job, task in _TASK.findall(message):
-        if (job, int(task)) != own:
-            return f"{job} {task}"
-    return None
-
-
-@dataclass(frozen=True)
-class Hosts:
-    """The cluster's workers, HOST:PORT each (worker 0 is the chief), and which one is this:
-    what `--hosts` makes into $TF_CONFIG (`tf_config`) and what is read back from it
-    (`from_env`)."""
-
-    addresses: tuple[str, ...]
-    index: int
-
-    @property
-    def own(self) -> str:
-        return self.addresses[self.index]
-
-    @property
-    def peers(self) -> list[tuple[int, str]]:
-        """The other workers, (index, HOST:PORT) each."""
-        return [(i, address) for i, address in enumerate(self.addresses) if i != self.index]
-
-    def tf_config(self) -> str:
-        """The $TF_CONFIG TensorFlow reads: every worker, and this one's task."""
-        return json.dumps({"cluster": {"worker": list(self.addresses)},
-                           "task": {"type": "worker", "index": self.index}})
-
-    @classmethod
-    def from_env(cls) -> Hosts | None:
-        """$TF_CONFIG's workers and this one's index; None outside a cluster."""
-        try:
-            spec = json.loads(os.environ.get("TF_CONFIG", "{}"))
-            workers, own = tuple(spec["cluster"]["worker"]), int(spec["task"]["index"])
-        except (ValueError, KeyError, TypeError):
-            return None
-        return cls(workers, own) if 0 <= own < len(workers) else None
-
-
-def peers() -> list[tuple[int, str]]:
-    """The other workers in $TF_CONFIG, (index, HOST:PORT) each; none outside a cluster."""
-    hosts = Hosts.from_env()
-    return hosts.peers if hosts is not None else []
-
-
-def host_and_port(address: str) -> tuple[str, int]:
-    """HOST:PORT (an IPv6 host in brackets) as a socket takes it."""
-    host, _, port = address.rpartition(":")
-    return host.strip("[]"), int(port)
-
-
-def bound_as_tensorflow_binds(address: str) -> socket.socket:
-    """A socket bound to HOST:PORT as TensorFlow's gRPC server binds (SO_REUSEADDR): a port
-    whose last run's connections linger (TIME_WAIT) is free, one a program listens on is not."""
-    host, port = host_and_port(address)
-    listener = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
-    try:
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind((host, port))
-    except OSError:
-        listener.close()
-        raise
-    return listener
-
-
-def rendezvous(timeout_s: float) -> None:
-    """Every worker in $TF_CONFIG is up before TensorFlow forms the cluster, or a `WorkerLost`
-    names those that did not come within `timeout_s`. TensorFlow itself waits for a missing
-    worker without end, inside one call that holds Python's lock (no watchdog thread runs)
-    and catches SIGTERM. So each worker first listens on its own port (never accepting: the
-    kernel completes a peer's connect) while it connects to every other's, until each one
-    answers, its listener or its TensorFlow server; then it closes its listener for
-    TensorFlow to bind."""
-    hosts = Hosts.from_env()
-    if hosts is None or not hosts.peers:
-        return
-    waiting = dict(hosts.peers)
-    deadline = time.monotonic() + timeout_s
-    try:
-        listener = bound_as_tensorflow_binds(hosts.own)
-    except OSError as exc:
-        raise ConfigError(f"$TF_CONFIG: this worker's {hosts.own} cannot be listened on here "
-                          f"({exc.strerror}): is the port in use, or the address another "
-                          "host's?") from None
-    with listener:
-        listener.listen(64)
-        while waiting and time.monotonic() < deadline:
-            waiting = dict(unreachable(list(waiting.items()), timeout_s=1.0))
-            if waiting:
-                time.sleep(0.5)
-    if waiting:
-        named = ", ".join(f"worker {i} ({address})" for i, address in sorted(waiting.items()))
-        raise WorkerLost(f"{named} did not join the cluster within distribute.join_timeout_s "
-                         f"({timeout_s:g} s): start `mptrain run` on every host with the same "
-                         "--hosts and its own --host-index (under Slurm: every task of the srun "
-                         "step; or its $TF_CONFIG), or raise distribute.join_timeout_s")
-
-
-# A watchdog of its own process: TensorFlow forms the cluster inside calls that hold Python's
-# lock and catch SIGTERM, so no thread of this process could say a peer was lost there.
-WATCHDOG = r"""
-import os, select, signal, socket, sys, json
-parent, timeout, peers, why = int(sys.argv[1]), float(sys.argv[2]), json.loads(sys.argv[3]), sys.argv[4]
-if select.select([sys.stdin], [], [], timeout)[0]:
-    sys.exit(0)  # formed, or given up on: a word or the end of the pipe
-down = []
-for index, address in peers:
-    host, _, port = address.rpartition(":")
-    try:
-        socket.create_connection((host.strip("[]"), int(port)), timeout=2).close()
-    except OSError:
-        down.append(f"worker {index} ({address})")
-named = ", ".join(down) or ", ".join(f"worker {i} ({a})" for i, a in peers)
-sys.stderr.write(f"error: {named} {why}\n")
-sys.stderr.flush()
-os.kill(parent, signal.SIGKILL)
-"""
-_FORMING: list = []  # the watchdog while the cluster forms
-
-
-def _watch_forming(timeout_s: float) -> None:
-    """Between the rendezvous and the first collective, a worker lost (killed, cut off) would
-    leave the others in TensorFlow's own wait without end: a watchdog process names the ones
-    whose port no longer answers and stops this process, `timeout_s` after the rendezvous,
-    unless `cluster_formed` came first."""
-    import subprocess
-    import sys
-
-    hosts = Hosts.from_env()
-    if hosts is None or not hosts.peers:
-        return
-    why = (f"joined and was lost before the cluster formed (within distribute.join_timeout_s, "
-           f"{timeout_s:g} s): nothing was trained, no run folder was made; start every worker "
-           "again (each with its --host-index, its Slurm task or its TF_CONFIG)")
-    _FORMING.append(subprocess.Popen(
-        [sys.executable, "-c", WATCHDOG, str(os.getpid()), str(timeout_s), json.dumps(hosts.peers),
-         why], stdin=subprocess.PIPE, text=True))
-
-
-def cluster_formed() -> None:
-    """The cluster answered its first collective (or this worker gave up on it): the watchdog
-    stands down."""
-    while _FORMING:
-        watchdog = _FORMING.pop()
-        with contextlib.suppress(OSError):
-            watchdog.stdin.write("formed\n")
-            watchdog.stdin.close()
-        watchdog.wait()
-
-
-def unreachable(addresses: list[tuple[int, str]], timeout_s: float = 2.0) -> list[tuple[int, str]]:
-    """The workers whose port does not accept a connection within `timeout_s` (never started,
-    or cut off)."""
-    down = []
-    for index, address in addresses:
-        try:
-            socket.create_connection(host_and_port(address), timeout=timeout_s).close()
-        except OSError:
-            down.append((index, address))
-    return down
-
-
-def lost_peer_message(peer: str | None, error: str, run_dir: Path | None) -> str:
-    """The one line a worker says when another is lost (without `run --workers`, which says
-    it for them): who, that the checkpoint is intact, and the command that continues."""
-    folder = run_dir if run_dir is not None else "RUN_DIR (the chief's run folder)"
-    return (f"{peer or 'another worker'} was lost (TensorFlow's collective ops failed with "
-            f"{error}; --verbose shows it): training stopped, and the last checkpoint is intact. "
-            "Restart every worker (each with its --host-index, or its TF_CONFIG): mptrain run "
-            f"--resume {folder}")
 
 
 def scope(place: Placement):

@@ -56,7 +56,7 @@ def test_compare_two_policies_through_the_cli(tmp_path):
     # a resume is given nothing it would ignore: a change to the experiment, or another set of
     # policies, is refused by name, the folder untouched (the experiment as it was: accepted)
     before = (folder / "compare.json").read_bytes()
-    for extra, said in [(["--set", "train.epochs=3"], "--set changes train.epochs"),
+    for extra, said in [(["--set", "train.epochs=3"], "the options given change train.epochs"),
                         ([str(config), "--epochs", "4"], "the experiment given changes train.epochs"),
                         (["--policies", "float32"], "--policies float32: a compare resumes")]:
         refused = mptrain("compare", "--resume", str(folder), *extra, cwd=tmp_path)

@@ -76,7 +76,7 @@ def test_plan_on_a_built_in_measures_chooses_and_writes_a_runnable_plan(tmp_path
     assert ran_with["optimizer"]["kwargs"]["learning_rate"] == pytest.approx(0.001 * 2 ** 0.5)
     folder = Path(record["folder"])
     before = (folder / "plan.json").read_bytes()
-    for extra, said in [(["--set", "train.batch_size=32"], "--set changes train.batch_size"),
+    for extra, said in [(["--set", "train.batch_size=32"], "the options given change train.batch_size"),
                         (["--steps", "20"], "--steps 20: a plan resumes with the settings it started"),
                         (["--candidates", "mixed_bfloat16"], "--candidates mixed_bfloat16"),
                         (["--batch-sizes", "256"], "--batch-sizes 256: a plan resumes")]:

@@ -198,7 +198,7 @@ def test_a_resumed_session_gives_its_tracker_the_records_before_its_checkpoint(t
     from, and nothing after it."""
     from mptrain.runs.experiment import prepare
     from mptrain.runs.folder import RunFolder
-    from mptrain.runs.session import TrainingSession
+    from mptrain.runs.runner import TrainingSession
 
     first = run_experiment(tiny_config(), listeners=[At(sigint, step=10)])
     assert first.summary.status == "interrupted"

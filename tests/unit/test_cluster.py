@@ -7,8 +7,7 @@ import socket
 import pytest
 
 from mptrain.errors import ConfigError
-from mptrain.runs.cluster import check_own_address, parse_hosts
-from mptrain.training.distribute import Hosts, peers, unreachable
+from mptrain.training.cluster import Hosts, check_own_address, parse_hosts, unreachable
 
 
 def test_hosts_make_the_tf_config_tensorflow_reads():
@@ -54,10 +53,11 @@ def test_peers_come_from_tf_config_and_a_closed_port_is_unreachable(monkeypatch)
         closed.bind(("127.0.0.1", 0))  # bound, not listening: refuses connections
         up, down = (f"127.0.0.1:{s.getsockname()[1]}" for s in (listening, closed))
         monkeypatch.setenv("TF_CONFIG", Hosts(("127.0.0.1:1", up, down), 0).tf_config())
-        assert peers() == [(1, up), (2, down)]
-        assert unreachable(peers(), timeout_s=1.0) == [(2, down)]
+        peers = Hosts.from_env().peers
+        assert peers == [(1, up), (2, down)]
+        assert unreachable(peers, timeout_s=1.0) == [(2, down)]
     monkeypatch.delenv("TF_CONFIG")
-    assert peers() == []
+    assert Hosts.from_env() is None
 
 
 SRUN = {"SLURM_PROCID": "1", "SLURM_NTASKS": "3", "SLURM_STEP_NUM_TASKS": "3",
@@ -69,7 +69,7 @@ def test_slurms_variables_make_the_cluster_tensorflows_resolver_reads(monkeypatc
     TensorFlow's SlurmClusterResolver does (node07 runs tasks 0 and 1)."""
     import tensorflow as tf
 
-    from mptrain.runs.cluster import slurm_hosts, slurm_tasks
+    from mptrain.training.cluster import slurm_hosts, slurm_tasks
 
     for name, value in SRUN.items():
         monkeypatch.setenv(name, value)
@@ -80,8 +80,7 @@ def test_slurms_variables_make_the_cluster_tensorflows_resolver_reads(monkeypatc
 
 def test_where_the_cluster_comes_from_is_said_and_a_scheduler_wins(monkeypatch):
     from mptrain.config import validate
-    from mptrain.runs.cluster import form_cluster
-    from mptrain.training.distribute import Hosts
+    from mptrain.training.cluster import form_cluster
     from tests.helpers import tiny_raw
 
     config = validate(tiny_raw(), "<test>")

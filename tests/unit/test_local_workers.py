@@ -17,7 +17,7 @@ from mptrain.runs.workers import (
     lost_message,
     restart_message,
 )
-from mptrain.training.distribute import collective_failure, lost_peer_message, peer_named
+from mptrain.training.cluster import collective_failure, lost_peer_message, peer_named
 
 LOST = 4  # WorkerLost's exit code: "my peer is gone"
 
@@ -132,7 +132,7 @@ def test_a_lost_peer_is_named_with_its_address_or_found_by_its_silent_port(monke
     workers whose port no longer answers are the ones it lost."""
     import socket
 
-    from mptrain.training.distribute import Hosts, with_address
+    from mptrain.training.cluster import Hosts, with_address
 
     with socket.socket() as listening, socket.socket() as silent:
         listening.bind(("127.0.0.1", 0))

@@ -103,7 +103,7 @@ def test_compare_and_plan_refuse_local_workers_before_anything_starts(tmp_path):
     its own workers, so the experiment is refused, naming the key and the way out, before
     TensorFlow, the staging or any folder."""
     from mptrain.errors import ConfigError
-    from mptrain.measure.ledger import stage
+    from mptrain.measure.study import stage
 
     config = validate(tiny_raw(f"output.dir={tmp_path / 'runs'}", "distribute.workers=2",
                                "distribute.strategy=multi_worker_mirrored", "train.loop=custom"), "exp.yaml")
@@ -111,5 +111,5 @@ def test_compare_and_plan_refuse_local_workers_before_anything_starts(tmp_path):
     for kind in ("compare", "plan"):
         with pytest.raises(ConfigError, match=rf"^{source}: distribute\.workers 2: {kind} .*"
                                               r"--set distribute\.workers=null"):
-            stage(config, kind)
+            stage(config, kind, lambda prepared: None)
     assert not (tmp_path / "runs").exists()

@@ -1,0 +1,183 @@
+"""A study: the variants of one experiment measured side by side, in turns, and judged. That is
+what `mptrain compare` and `mptrain plan` each are, and they live one life here.
+
+A new study checks everything, stages the experiment and the initial weights every row starts
+from (`ledger.stage`), places its rows in its folder and writes its record (`new_study`). Then
+`run_study`, the same for a new study and a resumed one, keeps the record as things end (the
+`Ledger`, and its MLflow parent run), runs the rows still to run in turns (`engine.run_rows`),
+judges them and closes the study with its picture and its tables.
+
+What a kind of study is, is its record's (`CompareRecord`, `PlanRecord`): which rows it runs
+(chosen when it is staged), how they take turns (plan stops a trial that cannot win, and holds
+a budget), how they are judged, and what is written at the end (plan's experiment file).
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from abc import abstractmethod
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, ClassVar, Literal, NamedTuple, Self, TypeVar
+
+import yaml
+
+from mptrain.config.batch_scaling import at_batch
+from mptrain.errors import ConfigError
+from mptrain.measure.engine import Turns, past, run_rows, turn_steps
+from mptrain.measure.ledger import Ledger, Measurement, write_record
+from mptrain.measure.memory import too_big_together
+from mptrain.measure.variant import Variant
+from mptrain.precision.candidates import file_label
+from mptrain.record import Record, write_atomic
+from mptrain.runs.folder import unique_folder
+from mptrain.telling import LOGGED, Telling
+from mptrain.training.turns import planned_steps
+
+if TYPE_CHECKING:
+    from mptrain.config import ExperimentConfig
+    from mptrain.runs.experiment import Prepared
+
+
+class StudyRecord(Record):
+    """What compare.json and plan.json share, and what each kind of study says of itself."""
+
+    KIND: ClassVar[str]  # compare or plan: the command, its folder's prefix, its record's name
+    ROWS: ClassVar[str]  # the rows' key in KIND.json: compare's variants, plan's trials
+    STAGED: ClassVar[str] = "experiment.yaml"  # what each row runs, with its own settings
+    TURNS: ClassVar[dict[str, object]] = {}  # the kind's own `Turns` rules (who stops early)
+    RERUN_FAILED: ClassVar[bool] = True  # a resume runs a row that failed again
+
+    experiment: str
+    folder: str
+    status: Literal["running", "finished", "interrupted", "out of budget"] = "running"
+    baseline: str = "float32"  # the label of the row every other is judged against
+    turn_steps: int = 0  # steps each row ran per turn (0: not run in turns)
+    input_ms_per_batch: float | None = None  # the input pipeline alone, measured before the runs
+    pairs: str | None = None  # why the rows ran two by two with the baseline (memory)
+    plot: str | None = None
+
+    @property
+    def rows(self) -> list[Variant]:
+        return getattr(self, self.ROWS)
+
+    def with_rows(self, rows: list[Variant], **changes) -> Self:
+        return self.model_copy(update={self.ROWS: rows, **changes})
+
+    @abstractmethod
+    def params(self) -> dict[str, str]:
+        """What the study's MLflow parent run records of it."""
+
+    @abstractmethod
+    def nothing_left(self) -> str | None:
+        """Why a resume would have nothing to run; None when it has."""
+
+    @abstractmethod
+    def draw(self, path: Path) -> None:
+        """The study's picture (`plot.plot_study`), titled for its kind."""
+
+    @abstractmethod
+    def closed(self, signal: int | None) -> tuple[Self, dict[str, str], dict[str, str] | None]:
+        """The study judged, with how it ended (`signal`: what interrupted it), the files it
+        writes beside its record (name → text) and its MLflow tags."""
+
+
+S = TypeVar("S", bound=StudyRecord)
+T = TypeVar("T")
+
+
+class Staging(NamedTuple):
+    """What a kind of study chose to run, once the experiment is prepared and before its
+    folder exists (anything that fails on bad input fails then)."""
+
+    rows: list[Variant]  # labelled, each with its candidate and axes; a batch as {"train.batch_size": b}
+    fields: dict[str, object]  # the kind's own fields of its record
+    experiment: ExperimentConfig | None = None  # what the rows run, when not the experiment itself
+    steps: int | None = None  # the steps a row runs (None: the experiment's)
+
+
+def stage(config: ExperimentConfig, kind: str, choose: Callable[[Prepared], T],
+          verbose: bool = False) -> tuple[Path, Prepared, T]:
+    """The folder a compare or plan works in, OUTPUT_DIR/KIND-NAME-TIMESTAMP/, holding the
+    experiment as prepared (experiment.yaml: what the data filled in included) and the
+    initial weights every variant starts from: the model built once under float32 and saved
+    (the guide's `initial_weights = model.get_weights()`); and what `choose(prepared)` chose
+    to run there. Everything that can fail on bad input, `choose` included, fails before the
+    folder exists."""
+    if (workers := config.distribute.workers) is not None:
+        raise ConfigError(
+            f"{config.source}: distribute.workers {workers}: {kind} times each variant as one "
+            "process, in turns, and each would start its own local workers; --set "
+            f"distribute.workers=null to {kind} the single-process step, and train on workers "
+            "with `mptrain run`")
+    from mptrain.model import save_initial_weights
+    from mptrain.runs.experiment import prepare
+
+    with tempfile.TemporaryDirectory() as scratch:
+        staged = Path(scratch) / "initial_weights.npz"
+        prepared = prepare(config, policy="float32", verbose=verbose)
+        save_initial_weights(prepared.model, staged)
+        chosen = choose(prepared)
+        folder = unique_folder(config.output.dir, f"{kind}-{config.name}")
+        shutil.move(staged, folder / "initial_weights.npz")
+    write_atomic(folder / "experiment.yaml",
+                 yaml.safe_dump(prepared.config.to_yaml_dict(), sort_keys=False))
+    return folder, prepared, chosen
+
+
+def new_study(record_type: type[S], config: ExperimentConfig,
+              choose: Callable[[Prepared], Staging], verbose: bool = False) -> S:
+    """A new study of `config`: staged, with the rows `choose(prepared)` picks, each placed in
+    the study's folder (FOLDER/NAME-LABEL) and, at another batch, given the changes that run it
+    there (`config.batch_scaling.at_batch`); its record written with every row still to run.
+    Rows run in pairs with the baseline when they do not fit in memory together."""
+    from mptrain.data.pipeline import input_ms_per_batch
+    from mptrain.model.python_builder import check_builder_travels
+
+    check_builder_travels(config, record_type.KIND)
+    folder, prepared, chosen = stage(config, record_type.KIND, choose, verbose)
+    experiment = chosen.experiment or prepared.config
+    if chosen.experiment is not None:
+        write_atomic(folder / record_type.STAGED,
+                     yaml.safe_dump(experiment.to_yaml_dict(), sort_keys=False))
+    run_steps = planned_steps(prepared.config.train, prepared.batches.steps_per_epoch)
+    examples = prepared.data.train.size
+    rows = [row.model_copy(update={
+        "run_dir": str(folder / f"{config.name}-{file_label(row.label)}"),
+        "batch": at_batch(experiment, row.batch_size, run_steps, examples) if row.batch else {}})
+        for row in chosen.rows]
+    baseline = chosen.fields.get("baseline", "float32")
+    record = record_type(
+        experiment=config.name, folder=str(folder), status="running",
+        turn_steps=turn_steps(chosen.steps or run_steps),
+        input_ms_per_batch=input_ms_per_batch(prepared.batches),
+        pairs=too_big_together(prepared, {r.label: (r.candidate.policy, r.batch_size) for r in rows},
+                               baseline),
+        **{record_type.ROWS: rows}, **chosen.fields)
+    write_record(folder, record_type.KIND, record)
+    return record
+
+
+def run_study(record: S, telling: Telling = LOGGED, verbose: bool = False,
+              as_text: Callable[[S], str] | None = None, deadline: float | None = None) -> Measurement:
+    """The rows still to run (`ledger.to_run`), in turns, in one session (`engine.run_rows`),
+    no round starting after `deadline` (`time.monotonic()`; None: no budget); the record
+    rewritten as they end, with each row's per-round step times, so every verdict can be
+    recomputed from it; then judged and closed (`StudyRecord.closed`), with its picture and,
+    given `as_text(record)`, its tables as text for MLflow."""
+    if (done := record.nothing_left()) is not None:
+        raise ConfigError(f"--resume {record.folder}: {done}; nothing to resume")
+    ledger = Ledger(Path(record.folder), record.KIND, record.params(), staged=record.STAGED)
+    ledger.write(record.model_copy(update={"status": "running"}))
+    signal = None
+    if not past(deadline):
+        turns = Turns(record.turn_steps, paired_with=record.baseline if record.pairs else None,
+                      deadline=deadline, **record.TURNS)
+        rows, signal = run_rows(ledger, record.rows, turns, telling, verbose,
+                                rerun_failed=record.RERUN_FAILED)
+        record = record.with_rows(rows)
+    record, files, tags = record.closed(signal)
+    texts = {f"{record.KIND}.txt": as_text(record)} if as_text else {}
+    return ledger.close(record, type(record).draw if any(r.summary for r in record.rows) else None,
+                        {**texts, **files}, signal, tags)
