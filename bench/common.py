@@ -28,8 +28,8 @@ def cpu_model() -> str:
     from mptrain.hardware.machine import probe_cpu
 
     cpu = probe_cpu()
-    return f"{cpu.model}, {cpu.physical_cores} cores, flags: " + ", ".join(
-        k for k, v in cpu.features.items() if v)
+    return f"{cpu.name}, {cpu.physical_cores} cores, flags: " + (", ".join(
+        k for k, v in cpu.features.items() if v) or "AVX2 and below (no AVX-512)")
 
 
 def synthetic_npz(folder: Path, n_train: int, shape=(784,), n_test: int = 256,

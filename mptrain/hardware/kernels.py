@@ -78,6 +78,14 @@ class KernelSpeeds(FrozenRecord):
         ratios = [t.ratio_to_float32 for t in self._of(dtype, device, xla)]
         return statistics.geometric_mean(ratios) if ratios else None
 
+    def xla_gain(self, dtype: str, device: str) -> float | None:
+        """Geometric mean over the kernels of XLA's effect on `dtype`: its median without XLA
+        over its median with (above 1: faster with XLA)."""
+        plain = {t.kernel: t.ms_per_call for t in self._of(dtype, device, False)}
+        ratios = [plain[t.kernel] / t.ms_per_call for t in self._of(dtype, device, True)
+                  if t.kernel in plain]
+        return statistics.geometric_mean(ratios) if ratios else None
+
     def describe(self, dtype: str, device: str, xla: bool = False) -> str:
         """'bfloat16 kernels run 0.80x float32 on CPU:0 (matmul 0.80x, dense 0.78x, conv
         0.54x)'; with `xla`, both sides compiled with XLA."""

@@ -36,6 +36,15 @@ class CpuInfo:
     logical_cpus: int
     flags: frozenset[str] = frozenset()
     mhz: float | None = None
+    family: int | None = None  # x86's `cpu family` and `model`: a hypervisor may name every
+    model_number: int | None = None  # EPYC "AMD EPYC", and these still tell Zen 2 from Zen 4
+
+    @property
+    def name(self) -> str:
+        """The model as said: "AMD EPYC (family 23, model 49)"."""
+        if self.family is None or self.model_number is None:
+            return self.model
+        return f"{self.model} (family {self.family}, model {self.model_number})"
 
     @property
     def features(self) -> dict[str, bool]:
@@ -107,7 +116,7 @@ class Machine:
             return "TPU"
         if self.gpus:
             return f"GPU: {self.gpus[0].name}"
-        return f"CPU: {self.cpu.model}"
+        return f"CPU: {self.cpu.name}"
 
     @property
     def memory_device(self) -> str:
@@ -120,7 +129,7 @@ def parse_cpuinfo(text: str, allowed_cpus: set[int] | None = None) -> CpuInfo:
     (default: all listed). Physical cores are distinct (physical id, core id) pairs, because
     hyper-threads share one core's FMA units and AMX tiles."""
     blocks = [b for b in text.split("\n\n") if b.strip()]
-    model, flags, mhz = "", frozenset(), None
+    model, flags, mhz, family, number = "", frozenset(), None, None, None
     cores: set[tuple[str, str]] = set()
     logical = 0
     for index, block in enumerate(blocks):
@@ -135,6 +144,8 @@ def parse_cpuinfo(text: str, allowed_cpus: set[int] | None = None) -> CpuInfo:
         cores.add((fields.get("physical id", "0"), fields.get("core id", str(processor))))
         model = model or fields.get("model name") or fields.get("cpu model") or fields.get("hardware", "")
         flags = flags or frozenset((fields.get("flags") or fields.get("features") or "").split())
+        if family is None and fields.get("cpu family", "").isdigit() and fields.get("model", "").isdigit():
+            family, number = int(fields["cpu family"]), int(fields["model"])
         if mhz is None and fields.get("cpu mhz"):
             with suppress(ValueError):
                 mhz = float(fields["cpu mhz"])
@@ -145,6 +156,8 @@ def parse_cpuinfo(text: str, allowed_cpus: set[int] | None = None) -> CpuInfo:
         logical_cpus=logical or fallback,
         flags=flags,
         mhz=mhz,
+        family=family,
+        model_number=number,
     )
 
 

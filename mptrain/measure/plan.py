@@ -336,7 +336,7 @@ def describe_machine(machine: Machine) -> str:
         what = "TPU"
     else:
         has = [label for flag, label in CPU_FEATURES.items() if flag in machine.cpu.flags]
-        what = (f"{machine.cpu.model}, {machine.cpu.physical_cores} cores, "
+        what = (f"{machine.cpu.name}, {machine.cpu.physical_cores} cores, "
                 f"{', '.join(has) or 'no AVX-512'}{'' if 'AMX-BF16' in has else ' (no AMX)'}")
     return f"{what}; TensorFlow {machine.tensorflow_version}"
 

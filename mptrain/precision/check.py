@@ -22,6 +22,7 @@ from mptrain.record import FrozenRecord
 
 class CpuFacts(FrozenRecord):
     model: str
+    name: str = ""  # the model with its x86 family and model number (`CpuInfo.name`)
     physical_cores: int
     logical_cpus: int
     mhz: float | None

@@ -71,7 +71,7 @@ def recommend(machine: Machine, kernels: KernelSpeeds | None = None) -> Recommen
 
 def _measured(machine: Machine, kernels: KernelSpeeds) -> Recommendation:
     device = decision_device(machine)
-    where = machine.gpus[0].describe() if machine.gpus else f"this CPU ({machine.cpu.model})"
+    where = machine.gpus[0].describe() if machine.gpus else f"this CPU ({machine.cpu.name})"
     # on a CPU only bfloat16 is weighed: float16 needs loss scaling, and its kernels (with XLA
     # where they collapse without) ran at float32's speed at best; `mptrain plan` measures it
     dtypes = decision_dtypes(machine) if machine.gpus else ("bfloat16",)
@@ -243,11 +243,23 @@ def cpu_float16(machine: Machine, kernels: KernelSpeeds | None) -> tuple[bool, s
             return True, (f"float16's {worst.kernel} kernel without XLA measured "
                           f"{times(worst.ratio_to_float32)} float32 on this CPU (oneDNN's reference "
                           f"kernel): XLA avoids it{after}")
-        return False, (f"{kernels.describe('float16', '/CPU:0')} without XLA: it needs no XLA "
-                       "here")
+        return False, (f"{kernels.describe('float16', '/CPU:0')} without XLA: none collapsed, "
+                       f"so TensorFlow's default, no XLA{with_xla_said('float16', kernels)}")
     if machine.onednn:
         return True, f"oneDNN is on: {CPU_FLOAT16}; XLA avoids that kernel"
-    return False, "oneDNN is off (not measured): TensorFlow's own float16 kernels need no XLA"
+    return False, ("oneDNN is off (not measured): TensorFlow's own float16 kernels do not collapse, "
+                   "so TensorFlow's default, no XLA")
+
+
+def with_xla_said(dtype: str, kernels: KernelSpeeds | None) -> str:
+    """What XLA alone does to `dtype`'s kernels on this CPU, when measured, for a choice made
+    without it: XLA is its own axis, which the experiment (`train.jit_compile: true`), compare
+    and plan (`+xla`) can take."""
+    gain = kernels.xla_gain(dtype, "/CPU:0") if kernels is not None else None
+    if gain is None:
+        return ""
+    return (f"; with XLA its kernels run {times(gain)} as fast here (train.jit_compile: true, or "
+            "compare's and plan's +xla, measures it on your model)")
 
 
 NO_XLA_DETERMINISTIC = ("deterministic: true: Keras compiles no step with XLA under "
@@ -279,7 +291,12 @@ def choose_jit_compile(policy: str, requested: bool | None, machine: Machine,
         jit, why = cpu_float16(machine, kernels)
         return jit, f"float16 on a CPU: {why}"
     if not machine.gpus and compute == "bfloat16":
-        return False, "bfloat16 on a CPU: oneDNN's AMX/AVX512_BF16 kernels beat XLA's"
+        if machine.onednn_bfloat16:
+            return False, ("bfloat16 on a CPU: oneDNN's kernels run it (on AMX-BF16 or AVX512_BF16 "
+                           "where the CPU has them), which XLA's CPU code does not use")
+        return False, ("bfloat16 on a CPU: TensorFlow's default, no XLA; oneDNN runs no bfloat16 here "
+                       "(it is off, or the CPU has no AVX-512), so TensorFlow's own kernels do"
+                       + with_xla_said("bfloat16", kernels))
     return False, "TensorFlow's default (no XLA)"
 
 

@@ -34,7 +34,7 @@ def check_gpu_view(report: CheckReport):
     facts.add_row("TF32 execution", {True: "enabled", False: "disabled", None: "n/a"}[m.tf32_enabled])
     facts.add_row("TPU", "present (wants mixed_bfloat16)" if m.tpu else "none")
     features = ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in m.cpu.features.items())
-    facts.add_row("CPU", f"{m.cpu.model}, {m.cpu.physical_cores} cores "
+    facts.add_row("CPU", f"{m.cpu.name or m.cpu.model}, {m.cpu.physical_cores} cores "
                          f"({m.cpu.logical_cpus} logical CPUs) usable by this process")
     facts.add_row("CPU features", features or "unknown (no /proc/cpuinfo)")
     parts: list[Any] = [facts]

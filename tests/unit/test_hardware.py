@@ -44,6 +44,10 @@ def test_parse_cpuinfo_features():
     assert not cpu(SKYLAKE).has_bf16_matrix_units
     unknown = cpu(NO_FLAGS)
     assert unknown.flags == frozenset() and not any(unknown.features.values())
+    # a hypervisor names every EPYC "AMD EPYC": its family and model still say which
+    rome = cpu("processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 23\nmodel\t\t: 49\n"
+               "model name\t: AMD EPYC\nflags\t\t: fpu sse avx2 fma\n")
+    assert rome.name == "AMD EPYC (family 23, model 49)" and info.name == info.model
 
 
 def test_gpu_capabilities_by_compute_capability():
@@ -116,7 +120,15 @@ def test_whether_float16_needs_xla_on_a_cpu_is_this_machines_measurement(tmp_pat
     assert jit is True and "0.001x float32 on this CPU (oneDNN's reference kernel)" in why
     fine = record_kernels(zen3, bfloat16=0.27, float16=0.957)
     jit, why = choose_jit_compile("mixed_float16", None, zen3, kernels=fine)
-    assert jit is False and "float16 kernels run 0.96x float32" in why and "needs no XLA" in why
+    assert jit is False and "float16 kernels run 0.96x float32" in why and "none collapsed" in why
+    # bfloat16 without oneDNN's bfloat16 kernels: no XLA by TensorFlow's default, and what XLA
+    # alone would do to its kernels here said beside it (XLA is its own axis)
+    eigen = record_kernels(zen3, bfloat16=0.27, float16=0.957, xla_gain=1.3)
+    jit, why = choose_jit_compile("mixed_bfloat16", None, zen3, kernels=eigen)
+    assert jit is False and "oneDNN runs no bfloat16 here" in why
+    assert "with XLA its kernels run 1.30x as fast here" in why
+    assert "oneDNN's kernels run it" in choose_jit_compile("mixed_bfloat16", None, Machine(
+        cpu=cpu(SAPPHIRE)))[1]
     choice = choose_policy("mixed_float16", zen3, kernels=fine)
     assert speed_warning(choice, zen3, fine) is None  # 0.96x: no warning against its own figure
     bf16 = choose_policy("mixed_bfloat16", zen3, kernels=fine)
