@@ -65,14 +65,13 @@ def run(experiment: ExperimentConfig, *, resume: str | Path | None = None, worke
     that process touches TensorFlow."""
     from mptrain.runs.launch import RunOptions, launch
     from mptrain.runs.runner import Start
-    from mptrain.runs.workers import WorkersResult
 
     options = RunOptions(workers=workers, max_restarts=max_restarts, verbose=verbose,
                          start=Start(resume=_path(resume or None)))
     with _live(progress) as (telling, listeners):
         result = launch(experiment, options, telling, listeners)
     summary = result.summary  # a run's, or the chief's of local workers
-    if isinstance(result, WorkersResult) and result.message is not None or isinstance(summary, str):
+    if result.message is not None or isinstance(summary, str):
         raise WorkerLost(result.message or f"the local workers ended without a summary ({summary})")
     if summary.status == "interrupted":
         raise RunInterrupted(summary)

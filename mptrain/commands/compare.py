@@ -7,18 +7,8 @@ from typing import Annotated
 
 import typer
 
-from mptrain.commands.options import (
-    BatchSizesOpt,
-    EpochsOpt,
-    JsonOpt,
-    SetOpt,
-    StepsOpt,
-    VerboseOpt,
-    end_measuring,
-    parse_batch_sizes,
-    parse_choices,
-    user_errors,
-)
+from mptrain.commands import options
+from mptrain.commands.options import BatchSizesOpt, EpochsOpt, JsonOpt, SetOpt, StepsOpt, VerboseOpt
 
 
 def compare_command(
@@ -66,16 +56,16 @@ def compare_command(
     from mptrain.report.progress import ConsoleTelling
     from mptrain.report.tables import compare_tables
 
-    with user_errors(verbose=verbose):
+    with options.user_errors(verbose=verbose):
         settings = mptrain.measure.compare.CompareSettings(
-            policies=parse_choices(policies, None, "--policies") if policies is not None else None,
-            loops=parse_choices(loops, LOOPS, "--loops") if loops else None,
-            strategies=parse_choices(strategies, STRATEGIES, "--strategies") if strategies else None,
-            batch_sizes=parse_batch_sizes(batch_sizes), sets=set_ or [], epochs=epochs,
+            policies=options.parse_choices(policies, None, "--policies") if policies is not None else None,
+            loops=options.parse_choices(loops, LOOPS, "--loops") if loops else None,
+            strategies=options.parse_choices(strategies, STRATEGIES, "--strategies") if strategies else None,
+            batch_sizes=options.parse_batch_sizes(batch_sizes), sets=set_ or [], epochs=epochs,
             steps=steps, max_step_seconds=max_step_seconds or None)
         result = mptrain.measure.compare.run_compare(config, settings, resume=resume,
                                                  telling=ConsoleTelling(), verbose=verbose,
                                                  as_text=as_text(compare_tables))
-    end_measuring(result, json_out, compare_tables)
+    options.end_measuring(result, json_out, compare_tables)
     if any(row.summary is None for row in result.record.variants):
         raise typer.Exit(1)

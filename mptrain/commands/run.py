@@ -8,18 +8,8 @@ from typing import Annotated
 
 import typer
 
-from mptrain.commands.options import (
-    STARTED_AT,
-    EpochsOpt,
-    JsonOpt,
-    SetOpt,
-    StepsOpt,
-    VerboseOpt,
-    emit,
-    length_overrides,
-    say_error,
-    user_errors,
-)
+from mptrain.commands import options
+from mptrain.commands.options import EpochsOpt, JsonOpt, SetOpt, StepsOpt, VerboseOpt
 
 
 def run_command(
@@ -75,31 +65,29 @@ def run_command(
     from mptrain.report.tables import summary_table
     from mptrain.runs.launch import RunOptions, launch
     from mptrain.runs.runner import Start
-    from mptrain.runs.workers import WorkersResult
     from mptrain.training.cluster import parse_hosts
 
-    with user_errors("interrupted (a run folder, if one was made, keeps its last checkpoint)",
+    with options.user_errors("interrupted (a run folder, if one was made, keeps its last checkpoint)",
                      verbose):
         cluster = parse_hosts(hosts, host_index) if hosts is not None else None
         if cluster is None and host_index is not None:
             raise ConfigError("--host-index names this host's entry of --hosts: give --hosts too")
-        options = RunOptions([*(set_ or []), *length_overrides(epochs, steps)], workers,
-                             max_restarts, verbose=verbose, hosts=cluster,
-                             start=Start(resume=resume, started_at=STARTED_AT))
+        asked = RunOptions([*(set_ or []), *options.length_overrides(epochs, steps)], workers,
+                           max_restarts, verbose=verbose, hosts=cluster,
+                           start=Start(resume=resume, started_at=options.STARTED_AT))
         try:
             with LiveProgress() as progress:
-                result = launch(config, options, ConsoleTelling(), listeners=[progress])
+                result = launch(config, asked, ConsoleTelling(), listeners=[progress])
         except AlreadyFinished as done:
             say(str(done), "nothing to do")
             raise typer.Exit(0) from None
-    summary = result.summary
-    lost = result.message if isinstance(result, WorkersResult) else None
+    summary, lost = result.summary, result.message
     if lost is None and not isinstance(summary, str):
         _finish(summary, json_out, result.code)
     if not isinstance(summary, str):  # the chief's summary, then why a lost worker stopped it
-        emit(summary, json_out, summary_table)
+        options.emit(summary, json_out, summary_table)
     if lost is not None:
-        say_error(lost)
+        options.say_error(lost)
     raise typer.Exit(result.code)
 
 
@@ -113,7 +101,7 @@ def _finish(summary, json_out: bool, code: int) -> None:
     # a second Ctrl-C once training has stopped has nothing left to abandon: the summary and
     # the resume command are printed whole
     with ignoring_interrupts() if summary.status == "interrupted" else contextlib.nullcontext():
-        emit(summary, json_out, summary_table)
+        options.emit(summary, json_out, summary_table)
         if summary.status == "interrupted":
             say(f"checkpoint saved. Continue with:\n  mptrain run --resume {summary.run_dir}",
                 summary.stop_reason or "", "yellow")

@@ -28,7 +28,7 @@ barely moved (where a share of progress says nothing). The allowance is widened 
 float32's own run-to-run difference when its A/A twin measured one: a difference float32 has
 with itself cannot count against a candidate.
 
-Quality. Each objective is judged by its own test figure (`objective.Quality`: accuracy,
+Quality. Each objective is judged by its own test figure (`objective.kinds.Quality`: accuracy,
 AUC, mean IoU, MAE). A test set of n examples measures an accuracy to about
 ±1.96·sqrt(p(1-p)/n): on 41 examples one example (2.4 points) is noise, so two accuracies
 differ only outside the Wilson 95% interval of the variant's at the test set's size. Other

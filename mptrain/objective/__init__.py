@@ -30,33 +30,27 @@ from __future__ import annotations
 
 from mptrain.errors import ConfigError
 from mptrain.objective.kinds import (
-    ACCURACY,
     Binary,
     Classes,
     Compiled,
     DenseClasses,
     MultiLabel,
     Objective,
-    Quality,
     Several,
     Values,
     lower_is_better,
 )
 from mptrain.objective.labels import (
     DEFAULT_LOSS,
-    Family,
-    Labels,
     LabelStats,
-    TargetScale,
     family_of,
     head_activation,
     label_stats,
     labels_for,
 )
 
-__all__ = ["ACCURACY", "DEFAULT_LOSS", "Binary", "Classes", "Compiled", "DenseClasses", "Family",
-           "LabelStats", "Labels", "MultiLabel", "Objective", "Quality", "Several", "TargetScale",
-           "Values", "family_of", "for_head", "head_activation", "label_stats", "labels_for",
+__all__ = ["DEFAULT_LOSS", "Binary", "Classes", "Compiled", "DenseClasses", "LabelStats", "MultiLabel",
+           "Objective", "Several", "Values", "family_of", "for_head", "head_activation", "label_stats",
            "lower_is_better", "objective_for"]
 
 

@@ -43,10 +43,6 @@ class Objective:
     def units(self) -> int:
         return self.labels.units
 
-    @property
-    def dense(self) -> bool:
-        return bool(self.labels.dense)
-
     def batch_labels(self, tf, y):
         """The labels as a batch reaches the loss (the pipeline maps this over batches)."""
         return y
@@ -273,13 +269,25 @@ class Values(Objective):
         return notes
 
 
-class Compiled(Objective):
+class _Composed(Objective):
+    """An objective whose heads, losses and metrics are the model's or its parts' (several
+    heads, or none mptrain makes): nothing to add to its metrics, nothing of one head to check."""
+
+    activation = "linear"
+    one_head = False
+
+    def default_metrics(self) -> list[str]:
+        return []
+
+    def check(self, units: int, reading, class_weight: dict | None) -> list[str]:
+        return []
+
+
+class Compiled(_Composed):
     """The model its builder compiled: Keras' own loss, loss weights and metrics from that
     compile, under every policy and both loops."""
 
     name = "the model's own compile"
-    activation = "linear"
-    one_head = False
 
     def __init__(self, compiled: dict, stats: LabelStats | dict[str, LabelStats]):
         self.compiled = compiled
@@ -303,25 +311,17 @@ class Compiled(Objective):
     def loss(self, output: str) -> Any:
         return self.compiled.get("loss")
 
-    def default_metrics(self) -> list[str]:
-        return []
-
-    def check(self, units: int, reading, class_weight: dict | None) -> list[str]:
-        return []
-
     def compile_arguments(self) -> dict[str, Any]:
         """The builder's compile, as mptrain recompiles it (its optimizer is the experiment's)."""
         keys = ("loss", "loss_weights", "metrics", "weighted_metrics")
         return {k: self.compiled[k] for k in keys if self.compiled.get(k) is not None}
 
 
-class Several(Objective):
+class Several(_Composed):
     """A loss per output (`train.loss` a mapping): one objective per output, each judged as
     its own; the verdict reads the first output's quality."""
 
     name = "several outputs"
-    activation = "linear"
-    one_head = False
 
     def __init__(self, parts: dict[str, Objective]):
         self.parts = parts
@@ -335,12 +335,6 @@ class Several(Objective):
 
     def loss(self, output: str) -> Any:
         return {k: o.loss(output) for k, o in self.parts.items()}
-
-    def default_metrics(self) -> list[str]:
-        return []
-
-    def check(self, units: int, reading, class_weight: dict | None) -> list[str]:
-        return []
 
 
 def _one_unit_softmax(reading, units: int) -> None:

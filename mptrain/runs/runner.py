@@ -57,6 +57,8 @@ class RunResult:
         """The process's exit code, by how the run ended (`signals.end_code`)."""
         return end_code(self.summary.status, self.signal)
 
+    message = None  # as `workers.WorkersResult`'s: a run in this process loses no worker
+
 
 @dataclass(frozen=True)
 class Start:

@@ -150,7 +150,7 @@ class RunSummary(FrozenRecord):
     test_accuracy: float | None
     test_metrics: dict[str, float | None]
     objective: str | None = None  # what kind of problem, its labels and loss (`objective`)
-    quality: QualityFigure | None = None  # the test figure a verdict reads (`objective.Quality`)
+    quality: QualityFigure | None = None  # the test figure a verdict reads (`objective.kinds.Quality`)
     test_examples: int | None  # what the test figures were measured on
     loss_scale: LossScaleStats | None
     memory: MemoryStats
