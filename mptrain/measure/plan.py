@@ -225,11 +225,12 @@ def start_plan(config: ExperimentConfig, settings: PlanSettings = PlanSettings()
     at its batch sizes, float32 and its A/A twin first; the trials run the experiment at a
     trial's length (trial.yaml). Bad input fails here, before any folder exists."""
     from mptrain.hardware.kernels import machine_key, measured_kernels
-    from mptrain.model.fused import fusable
 
     settings.check()
 
     def chosen(prepared) -> Staging:  # an unknown --candidates name fails here, too
+        from mptrain.model.fused import fusable  # Keras: once TensorFlow was imported quietly
+
         machine, config = prepared.machine, prepared.config
         found = select(candidates(machine, measured_kernels(prepared.tf, machine, status),
                                   fusable=fusable(prepared.model), deterministic=config.deterministic),

@@ -46,10 +46,12 @@ CHATTER = ("cuInit", "oneDNN custom operations", "cpu_feature_guard", "absl::", 
 
 
 def test_every_command_keeps_tensorflows_logs_hidden(tmp_path):
-    """memory once imported Keras (and so TensorFlow) loudly before its quiet import."""
+    """memory, and plan's choice of candidates, once imported Keras (and so TensorFlow) loudly
+    before its quiet import. (A plan whose budget ends while it stages runs no trial.)"""
     config = experiment(tmp_path, "train.epochs=1")
     # (run's own start-up is checked in test_full_run_through_the_cli_prints_only_json)
-    for command in (["memory", "--policies", "float32,mixed_bfloat16"], ["diagnose", "--steps", "2"]):
+    for command in (["memory", "--policies", "float32,mixed_bfloat16"], ["diagnose", "--steps", "2"],
+                    ["plan", "--budget", "0.01", "--out", str(tmp_path / "exp.plan.yaml")]):
         done = mptrain(command[0], str(config), *command[1:], cwd=tmp_path, process=True)
         assert done.returncode in (0, 1), (command, done.stderr[-2000:])
         assert done.stdout.strip(), command
