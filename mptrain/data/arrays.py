@@ -21,7 +21,7 @@ import numpy as np
 
 from mptrain.config.kinds import MnistData, NpzData, SyntheticData, SyntheticTextData
 from mptrain.data.dataset import Dataset, InputSpec, Split, split_sizes
-from mptrain.data.source import Source, counted
+from mptrain.data.source import Source
 from mptrain.errors import DataError
 from mptrain.objective import label_stats
 
@@ -33,28 +33,58 @@ FASHION_FILES = (
     "t10k-images-idx3-ubyte.gz",
     "t10k-labels-idx1-ubyte.gz",
 )
-NPZ_ARRAYS = ("x_train", "y_train", "x_test", "y_test")  # Keras' mnist.npz layout
 MNIST_URL = "https://storage.googleapis.com/tensorflow/tf-keras-datasets/mnist.npz"
 MNIST_TRAIN_EXAMPLES = 60_000  # MNIST and Fashion-MNIST
 
 
 class InMemory(Source):
-    """The kinds held in memory: each gives its arrays, then the same preprocessing, limits
-    and validation split (`in_memory`)."""
+    """The kinds held in memory: each gives its arrays (`arrays(cfg, seed)`: ((x, y) train,
+    (x, y) test, where they came from)), then the same preprocessing, limits and validation
+    split (`load`)."""
 
     says_channel = False  # whether giving (N, H, W) uint8 images a channel axis is news
 
-    def arrays(self, cfg, seed: int):
-        """((x, y) train, (x, y) test, where they came from)."""
-        raise NotImplementedError
-
     def load(self, cfg, seed: int = 0, status=None) -> Dataset:
-        return in_memory(cfg, *self.arrays(cfg, seed), self.says_channel)
+        """Preprocess and check the arrays; apply the limits and split off validation. The
+        labels stay as stored (`objective.label_stats` says what they are); an .npz may give a
+        model with several outputs its labels per output (y_train_OUTPUT, y_test_OUTPUT)."""
+        (x_train, y_train), (x_test, y_test), source = self.arrays(cfg, seed)
+        n_train, cut, n_test = split_sizes(cfg, len(x_train), len(x_test))
+        x_train, x_test = preprocess(x_train[:n_train], source), preprocess(x_test[:n_test], source)
+        y_train, y_test = each(y_train, lambda y: y[:n_train]), each(y_test, lambda y: y[:n_test])
+        notes = []
+        if x_train.dtype == np.uint8 and x_train.ndim == 3:  # (N, H, W): MNIST's grey images
+            x_train, x_test = x_train[..., np.newaxis], x_test[..., np.newaxis]
+            if self.says_channel:
+                notes.append(f"{source}: uint8 images of shape {x_train.shape[1:3]} given a channel "
+                             f"axis: {x_train.shape[1:]}, as Conv2D takes them")
+        if x_train.shape[1:] != x_test.shape[1:]:
+            raise DataError(f"{source}: training examples have shape {x_train.shape[1:]} but test "
+                            f"examples {x_test.shape[1:]}")
+        tokens = x_train.dtype == np.int32  # `preprocess`'s token ids
+        vocab_size = int(max(x_train.max(), x_test.max())) + 1 if tokens else None
+        return Dataset(
+            train=Split(cut, arrays=(x_train[:cut], each(y_train, lambda y: y[:cut]))),
+            val=(Split(len(x_train) - cut, arrays=(x_train[cut:], each(y_train, lambda y: y[cut:])))
+                 if cut < len(x_train) else None),
+            test=Split(len(x_test), arrays=(x_test, y_test)),
+            spec=InputSpec.of(x_train.shape[1:], x_train.dtype, vocab_size),
+            labels=stats_of(y_train, y_test, cut, source),
+            source=source,
+            notes=notes,
+        )
 
 
-class Synthetic(InMemory, dataset="synthetic"):
+class Generated(InMemory):
+    """The kinds generated from the seed: how many examples there are is in the config."""
+
     counts_cheaply = True
 
+    def training_examples(self, cfg: SyntheticData | SyntheticTextData):
+        return split_sizes(cfg, cfg.train_size)[1], None
+
+
+class Synthetic(Generated, dataset="synthetic"):
     def arrays(self, cfg: SyntheticData, seed: int):
         return *make_synthetic(cfg, seed), "synthetic"
 
@@ -62,21 +92,13 @@ class Synthetic(InMemory, dataset="synthetic"):
         shape = tuple(cfg.input_shape)
         return InputSpec(shape, "image" if len(shape) == 3 else "vector")
 
-    def training_examples(self, cfg: SyntheticData):
-        return counted(cfg, cfg.train_size)
 
-
-class SyntheticText(InMemory, dataset="synthetic_text"):
-    counts_cheaply = True
-
+class SyntheticText(Generated, dataset="synthetic_text"):
     def arrays(self, cfg: SyntheticTextData, seed: int):
         return *make_synthetic_text(cfg, seed), "synthetic_text"
 
     def input_spec(self, cfg: SyntheticTextData) -> InputSpec:
         return InputSpec((cfg.sequence_length,), "tokens", cfg.vocab_size)
-
-    def training_examples(self, cfg: SyntheticTextData):
-        return counted(cfg, cfg.train_size)
 
 
 class Npz(InMemory, dataset="npz"):
@@ -87,42 +109,11 @@ class Npz(InMemory, dataset="npz"):
         return *read_npz(cfg.path), str(cfg.path)
 
     def training_examples(self, cfg: NpzData):
-        """x_train's header and the training labels are read (not the inputs)."""
-        total = npz_length(cfg.path, "x_train")
+        """Only the labels are read (not the inputs): they count the examples."""
         (_, y_train), (_, y_test) = read_npz(cfg.path, labels_only=True)
-        cut = split_sizes(cfg, total)[1]
+        cut = split_sizes(cfg, min(each(y_train, len).values()) if isinstance(y_train, dict)
+                          else len(y_train))[1]
         return cut, stats_of(y_train, y_test, cut, str(cfg.path))
-
-
-def in_memory(cfg, train, test, source: str, says_channel: bool) -> Dataset:
-    """Preprocess and check arrays; apply the limits and split off validation. The labels
-    stay as stored (`objective.label_stats` says what they are); an .npz may give a model
-    with several outputs its labels per output (y_train_OUTPUT, y_test_OUTPUT)."""
-    (x_train, y_train), (x_test, y_test) = train, test
-    n_train, cut, n_test = split_sizes(cfg, len(x_train), len(x_test))
-    x_train, x_test = preprocess(x_train[:n_train], source), preprocess(x_test[:n_test], source)
-    y_train, y_test = each(y_train, lambda y: y[:n_train]), each(y_test, lambda y: y[:n_test])
-    notes = []
-    if x_train.dtype == np.uint8 and x_train.ndim == 3:  # (N, H, W): MNIST's grey images
-        x_train, x_test = x_train[..., np.newaxis], x_test[..., np.newaxis]
-        if says_channel:
-            notes.append(f"{source}: uint8 images of shape {x_train.shape[1:3]} given a channel "
-                         f"axis: {x_train.shape[1:]}, as Conv2D takes them")
-    if x_train.shape[1:] != x_test.shape[1:]:
-        raise DataError(f"{source}: training examples have shape {x_train.shape[1:]} but test "
-                        f"examples {x_test.shape[1:]}")
-    tokens = x_train.dtype == np.int32  # `preprocess`'s token ids
-    vocab_size = int(max(x_train.max(), x_test.max())) + 1 if tokens else None
-    return Dataset(
-        train=Split(cut, arrays=(x_train[:cut], each(y_train, lambda y: y[:cut]))),
-        val=(Split(len(x_train) - cut, arrays=(x_train[cut:], each(y_train, lambda y: y[cut:])))
-             if cut < len(x_train) else None),
-        test=Split(len(x_test), arrays=(x_test, y_test)),
-        spec=InputSpec.of(x_train.shape[1:], x_train.dtype, vocab_size),
-        labels=stats_of(y_train, y_test, cut, source),
-        source=source,
-        notes=notes,
-    )
 
 
 def each(y, fn):
@@ -221,22 +212,6 @@ def make_synthetic_text(cfg: SyntheticTextData, seed: int):
     return draw(cfg.train_size), draw(cfg.test_size)
 
 
-def npz_length(path: Path, key: str) -> int:
-    """The length of one array in an .npz, read from its header (nothing else is loaded)."""
-    try:
-        with zipfile.ZipFile(path) as archive, archive.open(f"{key}.npy") as member:
-            version = np.lib.format.read_magic(member)
-            read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                           else np.lib.format.read_array_header_2_0)
-            shape, _, _ = read_header(member)
-    except KeyError:
-        read_npz(path)  # says which arrays are missing
-        raise
-    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
-        raise _not_npz(path, str(exc)) from None
-    return int(shape[0]) if shape else 0
-
-
 def read_npz(path: Path, labels_only: bool = False):
     """Arrays `x_train, y_train, x_test, y_test` from a NumPy archive (Keras' mnist.npz
     layout); for a model with several outputs, `y_train_OUTPUT, y_test_OUTPUT` for each
@@ -257,7 +232,8 @@ def read_npz(path: Path, labels_only: bool = False):
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
         # NumPy takes any file that is not a zip or .npy for a pickle, and says so
         reason = "not a zip archive" if "pickled" in str(exc) else str(exc) or type(exc).__name__
-        raise _not_npz(path, reason) from None
+        raise DataError(f"{path}: not a readable .npz archive ({reason}); write one with "
+                        "numpy.savez(path, x_train=..., y_train=..., x_test=..., y_test=...)") from None
     if missing:  # said before anything is loaded
         raise DataError(f"{path}: missing arrays {', '.join(missing)} (found: {', '.join(found) or 'none'}); "
                         "an npz dataset needs x_train, y_train, x_test, y_test (or, for a model "
@@ -274,11 +250,6 @@ def read_npz(path: Path, labels_only: bool = False):
     if len(arrays["x_train"]) == 0 or len(arrays["x_test"]) == 0:
         raise DataError(f"{path}: x_train and x_test must not be empty")
     return (arrays["x_train"], labels["train"]), (arrays["x_test"], labels["test"])
-
-
-def _not_npz(path: Path, reason: str) -> DataError:
-    return DataError(f"{path}: not a readable .npz archive ({reason}); write one with "
-                     "numpy.savez(path, x_train=..., y_train=..., x_test=..., y_test=...)")
 
 
 def read_idx(path: Path) -> np.ndarray:
@@ -300,24 +271,13 @@ def read_idx(path: Path) -> np.ndarray:
 
 
 class MnistFamily(InMemory):
-    """`mnist` and `fashion_mnist`: found in the first local place that holds them
-    (`places`), else Keras' download."""
+    """`mnist` and `fashion_mnist`: found in the first local place that holds them, else
+    Keras' download. Each kind says where it looks (`places(path)`, in order, an explicit
+    data.path's place first), whether a place `holds` it, how to `read` a place that does
+    (((x, y) train, (x, y) test)), its `title` in messages, what an explicit data.path must
+    hold (`expected`), and how to get it when Keras' download fails (`offline_fix`)."""
 
     counts_cheaply = True  # a fixed 60,000
-
-    title: str  # the data set's name, for messages
-    offline_fix: str  # how to get it when Keras' download fails
-
-    def places(self, path: Path | None) -> list[Path]:
-        """Where it is looked for, in order."""
-        raise NotImplementedError
-
-    def holds(self, place: Path) -> bool:
-        raise NotImplementedError
-
-    def read(self, place: Path):
-        """((x, y) train, (x, y) test) from a place that `holds` it."""
-        raise NotImplementedError
 
     def local_copy(self, path: Path | None = None) -> Path | None:
         """The first place that holds the data set, or None: then only a download can get it."""
@@ -328,7 +288,8 @@ class MnistFamily(InMemory):
 
     def check_given_path(self, path: Path) -> None:
         """An explicit data.path holds what the kind reads (`validate` checks it too)."""
-        raise NotImplementedError
+        if not self.holds(self.places(path)[0]):
+            raise DataError(f"data.path {path}: {self.expected}")
 
     def check_files(self, cfg: MnistData) -> list[str]:
         if cfg.path is not None:
@@ -344,7 +305,7 @@ class MnistFamily(InMemory):
         return InputSpec((28, 28, 1), "image", pixels=True)
 
     def training_examples(self, cfg: MnistData):
-        return counted(cfg, MNIST_TRAIN_EXAMPLES)
+        return split_sizes(cfg, MNIST_TRAIN_EXAMPLES)[1], None
 
     def arrays(self, cfg: MnistData, seed: int):
         if cfg.path is not None:
@@ -386,6 +347,7 @@ class Mnist(MnistFamily, dataset="mnist"):
     """Keras' mnist.npz."""
 
     title = "MNIST"
+    expected = "no mnist.npz there (expected Keras' mnist.npz file)"
     offline_fix = (f"fetch {MNIST_URL} on a connected machine and put it in one of those "
                    f"places, set data.path to the file, or set ${DATA_DIR_ENV} to its folder.")
 
@@ -399,15 +361,12 @@ class Mnist(MnistFamily, dataset="mnist"):
     def read(self, place: Path):
         return read_npz(place)
 
-    def check_given_path(self, path: Path) -> None:
-        if not (path if path.suffix == ".npz" else path / "mnist.npz").is_file():
-            raise DataError(f"data.path {path}: no mnist.npz there (expected Keras' mnist.npz file)")
-
 
 class FashionMnist(MnistFamily, dataset="fashion_mnist"):
     """A folder of Fashion-MNIST's four IDX .gz files (Debian's dataset-fashion-mnist has one)."""
 
     title = "Fashion-MNIST"
+    expected = f"expected the four Fashion-MNIST files {', '.join(FASHION_FILES)}"
     offline_fix = ("`apt-get install dataset-fashion-mnist` (Debian/Ubuntu), or put the four IDX "
                    f".gz files in a folder and set data.path or ${DATA_DIR_ENV} to it.")
 
@@ -422,8 +381,3 @@ class FashionMnist(MnistFamily, dataset="fashion_mnist"):
     def read(self, place: Path):
         x_train, y_train, x_test, y_test = (read_idx(place / name) for name in FASHION_FILES)
         return (x_train, y_train), (x_test, y_test)
-
-    def check_given_path(self, path: Path) -> None:
-        if not self.holds(path):
-            raise DataError(f"data.path {path}: expected the four Fashion-MNIST files "
-                            f"{', '.join(FASHION_FILES)}")

@@ -16,7 +16,7 @@ from functools import cache
 from pathlib import Path
 from typing import ClassVar, NamedTuple
 
-from mptrain.data.dataset import Dataset, InputSpec, split_sizes
+from mptrain.data.dataset import Dataset, InputSpec
 from mptrain.errors import DataError
 
 SOURCES: dict[str, type[Source]] = {}  # data.dataset → its source, as each registers itself
@@ -55,11 +55,6 @@ class Source:
 
     def load(self, cfg, seed: int, status) -> Dataset:
         raise NotImplementedError
-
-
-def counted(cfg, total: int) -> tuple[int, None]:
-    """The examples trained on out of `total` stored, after the limits and the validation split."""
-    return split_sizes(cfg, total)[1], None
 
 
 @cache
