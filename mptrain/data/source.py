@@ -2,10 +2,11 @@
 what the inputs will be when that is known without loading, counts the training examples
 (and reads the labels) when asked to be thorough, and loads the data set.
 
-`check_data` (the preflight's and `validate`'s entry, no TensorFlow) and `load_dataset`
-(`run`'s) ask the same source, found by `data.dataset`. A source registers itself by the name
-it reads (`class Npz(InMemory, dataset="npz")`), as Keras' serializables do: adding a kind is
-its config class (`config/kinds.py`) and its source in a module of this package.
+The preflight (`runs.preflight`: `validate`'s and `run`'s checks, no TensorFlow) and
+`load_dataset` (`run`'s load) ask the same source, found by `data.dataset` (`source_of`). A
+source registers itself by the name it reads (`class Npz(InMemory, dataset="npz")`), as Keras'
+serializables do: adding a kind is its config class (`config/kinds.py`) and its source in a
+module of this package.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import importlib
 import pkgutil
 from functools import cache
 from pathlib import Path
-from typing import ClassVar, NamedTuple
+from typing import ClassVar
 
 from mptrain.data.dataset import Dataset, InputSpec
 from mptrain.errors import DataError
@@ -68,19 +69,3 @@ def sources() -> dict[str, type[Source]]:
 
 def source_of(cfg) -> Source:
     return sources()[cfg.dataset]()
-
-
-class DataCheck(NamedTuple):
-    notes: list[str]  # what cannot be known before `run` (a data set to download)
-    spec: InputSpec | None  # the inputs, when the config alone (or a CSV's header) says
-    train_examples: int | None  # the examples a run trains on, when cheap to know (or thorough)
-    labels: object = None  # what the labels are (`objective.LabelStats`), when read (thorough)
-
-
-def check_data(data, thorough: bool = False) -> DataCheck:
-    """Raise a DataError on data `run` could not load; what the data will be, when known."""
-    source = source_of(data)
-    notes = source.check_files(data)
-    examples, labels = (source.training_examples(data) if thorough or source.counts_cheaply
-                        else (None, None))
-    return DataCheck(notes, source.input_spec(data), examples, labels)

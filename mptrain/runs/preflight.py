@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 
 from mptrain.config.schema import ExperimentConfig
-from mptrain.data.source import check_data
+from mptrain.data.source import source_of
 from mptrain.errors import ConfigError, MptrainError
 from mptrain.model.checks import check_fits, check_model
 from mptrain.objective import objective_for
@@ -31,17 +31,20 @@ def check_experiment(config: ExperimentConfig, thorough: bool = False) -> list[s
     try:
         _check_output(config.output.dir)
         _check_tracking(config)
-        data = check_data(config.data, thorough)
+        source = source_of(config.data)
+        notes = source.check_files(config.data)  # what cannot be known before `run` (a download)
+        examples, labels = (source.training_examples(config.data) if thorough or source.counts_cheaply
+                            else (None, None))
         # the labels against the objective, when they were read and the loss is known (a
         # builder that compiles its model names its loss only when it runs)
-        if data.labels is not None and (config.train.loss is not None or config.model.kind != "python"):
-            objective_for(config.train.loss, data.labels,
+        if labels is not None and (config.train.loss is not None or config.model.kind != "python"):
+            objective_for(config.train.loss, labels,
                           scale_targets=config.train.target_scaling == "standard")
         check_model(config)
-        check_fits(config, data.spec, data.train_examples)
+        check_fits(config, source.input_spec(config.data), examples)
     except MptrainError as exc:
         raise type(exc)(f"{config.source}: {exc}") from exc.__cause__
-    return data.notes
+    return notes
 
 
 def _check_output(folder: Path) -> None:
