@@ -87,6 +87,16 @@ def hash_fraction(key: str, salt: str) -> float:
 
 def split_keys(keys: Sequence[str], fraction: float, salt: str) -> tuple[list[int], list[int]]:
     """Indices of `keys` kept, and those (about `fraction` of them) taken out."""
-    taken = [i for i, k in enumerate(keys) if hash_fraction(k, salt) < fraction]
-    chosen = set(taken)
-    return [i for i in range(len(keys)) if i not in chosen], taken
+    taken = [hash_fraction(k, salt) < fraction for k in keys]
+    return [i for i, out in enumerate(taken) if not out], [i for i, out in enumerate(taken) if out]
+
+
+def train_and_test(cfg, keys: Sequence[str], tests: int | None) -> tuple[list[int], int, list[int]]:
+    """Indices of the training examples among `keys` and of the test examples, each cut to
+    `data.max_*_examples`, and where validation starts among the training ones (as
+    `split_sizes`). The test examples are a separate set's `tests` (a data.test_path), or,
+    with None, those of `keys` a hash picks for `data.test_split`."""
+    train, test = (split_keys(keys, cfg.test_split, "test") if tests is None
+                   else (list(range(len(keys))), list(range(tests))))
+    n_train, cut, n_test = split_sizes(cfg, len(train), len(test))
+    return train[:n_train], cut, test[:n_test]

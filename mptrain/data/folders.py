@@ -23,35 +23,30 @@ import os
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import nullcontext
+from contextlib import nullcontext, suppress
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from mptrain.config.kinds import ImageFolderData, TextFolderData
-from mptrain.data.dataset import Dataset, InputSpec, Split, hash_fraction, split_keys, split_sizes
+from mptrain.data.dataset import Dataset, InputSpec, Split, hash_fraction, train_and_test
 from mptrain.data.source import Source
 from mptrain.errors import DataError
 from mptrain.objective import label_stats
 
+IMAGE_FILES = {".png", ".jpg", ".jpeg", ".gif", ".bmp"}  # what TensorFlow's decode_image reads
 FILES = {  # data.dataset → the files it reads (extensions) and what they are called
-    "image_folder": ({".png", ".jpg", ".jpeg", ".gif", ".bmp"}, "image"),
+    "image_folder": (IMAGE_FILES, "image"),
     "text_folder": ({".txt"}, "text"),
 }
 PROGRESS_FROM = 500  # files: below this, checking is too quick to show
 
 
-@dataclass(frozen=True)
-class Listing:
-    files: list[str]  # absolute paths, in the canonical (hashed) order
-    keys: list[str]  # the same, relative to the folder: what the order and the splits hash
-    labels: list[int]
-    classes: list[str]
-
-
 def list_classes(root: Path, dataset: str, classes: list[str] | None = None,
-                 key: str = "data.path") -> Listing:
-    """Every file `dataset` reads under root/<class>/ (recursively). `classes` fixes the class
-    list (a test folder must use the training folder's classes)."""
+                 key: str = "data.path") -> tuple[list[tuple[str, str, int]], list[str]]:
+    """Every file `dataset` reads under root/<class>/ (recursively), in the canonical (hashed)
+    order, as (its path relative to root: what the order and the splits hash, its path, its
+    label); and the classes. `classes` fixes the class list (a test folder must use the
+    training folder's classes)."""
     extensions, what = FILES[dataset]
     if not root.is_dir():
         raise DataError(f"{key} {root}: no such folder")
@@ -71,8 +66,7 @@ def list_classes(root: Path, dataset: str, classes: list[str] | None = None,
         if not files:
             raise DataError(f"{root / name}: no {what} files ({', '.join(sorted(extensions))})")
         entries += [(str(p.relative_to(root)), str(p), classes.index(name)) for p in files]
-    entries.sort(key=lambda e: (hash_fraction(e[0], "order"), e[0]))
-    return Listing([e[1] for e in entries], [e[0] for e in entries], [e[2] for e in entries], classes)
+    return sorted(entries, key=lambda e: (hash_fraction(e[0], "order"), e[0])), classes
 
 
 Files = tuple[list[str], list[int]]
@@ -91,27 +85,22 @@ class FolderSplits:
 def split_files(cfg: ImageFolderData | TextFolderData) -> FolderSplits:
     """Training, validation and test files (and labels) of a folder data set; a test file
     never comes from the training folder's training part."""
-    listing = list_classes(cfg.path, cfg.dataset)
-    if cfg.test_path is not None:
-        test_listing = list_classes(cfg.test_path, cfg.dataset, listing.classes, key="data.test_path")
-        train_idx, test_idx = list(range(len(listing.files))), list(range(len(test_listing.files)))
-    else:
-        train_idx, test_idx = split_keys(listing.keys, cfg.test_split, "test")
-        test_listing = listing
-        if not test_idx:
-            raise DataError(f"data.path {cfg.path}: {len(listing.files)} files are too few for a test "
-                            f"split of {cfg.test_split:g}; add files or set data.test_path")
-    n_train, cut, n_test = split_sizes(cfg, len(train_idx), len(test_idx))
-    train_idx, test_idx = train_idx[:n_train], test_idx[:n_test]
+    entries, classes = list_classes(cfg.path, cfg.dataset)
+    tests = (entries if cfg.test_path is None
+             else list_classes(cfg.test_path, cfg.dataset, classes, key="data.test_path")[0])
+    train, cut, test = train_and_test(cfg, [key for key, _, _ in entries],
+                                      None if cfg.test_path is None else len(tests))
+    if not test:  # a test folder holds files: too few here is a test_split's
+        raise DataError(f"data.path {cfg.path}: {len(entries)} files are too few for a test "
+                        f"split of {cfg.test_split:g}; add files or set data.test_path")
     if cut == 0:
         raise DataError(f"data.path {cfg.path}: no training files left after the test and "
                         "validation splits")
 
-    def pick(lst: Listing, idx: list[int]) -> Files:
-        return [lst.files[i] for i in idx], [lst.labels[i] for i in idx]
+    def pick(listed: list[tuple[str, str, int]], idx: list[int]) -> Files:
+        return [listed[i][1] for i in idx], [listed[i][2] for i in idx]
 
-    return FolderSplits(pick(listing, train_idx[:cut]), pick(listing, train_idx[cut:]),
-                        pick(test_listing, test_idx), listing.classes)
+    return FolderSplits(pick(entries, train[:cut]), pick(entries, train[cut:]), pick(tests, test), classes)
 
 
 # --- images -------------------------------------------------------------------------------
@@ -122,9 +111,18 @@ def check_images(splits: FolderSplits, skip_bad: bool,
     """Every image decoded (in parallel, with progress for large folders) or its verdict
     read from the cache: an error naming the first broken one, or, with `skip_bad`, the
     splits without them and the list of what was left out; the sizes of the images kept."""
+    from mptrain.hardware.kernels import cache_dir
+
     # each once: with test_path the same folder as path, a file is in two splits
     files = list(dict.fromkeys(splits.train[0] + splits.val[0] + splits.test[0]))
-    cache_path, cached = _read_verdicts(files)
+    # one verdict cache per data folder, in the user's cache folder: path → [size, mtime,
+    # problem, height, width]
+    roots = "\n".join(sorted({str(Path(f).parent.parent) for f in files}))
+    cache_path = cache_dir() / f"images-{hashlib.sha256(roots.encode()).hexdigest()[:16]}.json"
+    try:
+        cached = json.loads(cache_path.read_text())
+    except (OSError, ValueError):
+        cached = {}
     stamps = {f: [(stat := os.stat(f)).st_size, stat.st_mtime_ns] for f in files}
     known = {f: (entry[2], (entry[3], entry[4])) for f, entry in cached.items()  # unless changed,
              if f in stamps and len(entry) == 5 and entry[:2] == stamps[f]}  # or kept with no size
@@ -134,7 +132,11 @@ def check_images(splits: FolderSplits, skip_bad: bool,
         with status(f"checking {len(unknown):,} images (once; cached)…") if shown else nullcontext():
             known.update(_decode_all(unknown))
         cached.update({f: [*stamps[f], known[f][0], *known[f][1]] for f in unknown})
-        _write_verdicts(cache_path, cached)
+        with suppress(OSError):  # an unwritable cache costs a check next time, nothing more
+            cache_path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = cache_path.with_name(f".{cache_path.name}.{os.getpid()}.tmp")  # one per process
+            tmp.write_text(json.dumps(cached))
+            os.replace(tmp, cache_path)
     bad = {f: known[f][0] for f in files if known[f][0]}
     if bad and not skip_bad:
         first, problem = next(iter(bad.items()))
@@ -190,35 +192,19 @@ def _decode_all(paths: list[str]) -> dict[str, tuple[str, tuple[int, int]]]:
         return dict(zip(paths, pool.map(verdict, paths), strict=True))
 
 
-def _read_verdicts(files: list[str]) -> tuple[Path, dict[str, list]]:
-    """The verdict cache of these files' data folder: one file per folder in the user's cache
-    folder, path → [size, mtime, problem, height, width]."""
-    from mptrain.hardware.kernels import cache_dir
-
-    roots = sorted({str(Path(f).parent.parent) for f in files})
-    digest = hashlib.sha256("\n".join(roots).encode()).hexdigest()[:16]
-    path = cache_dir() / f"images-{digest}.json"
-    try:
-        return path, json.loads(path.read_text())
-    except (OSError, ValueError):
-        return path, {}
-
-
-def _write_verdicts(path: Path, entries: dict[str, list]) -> None:
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(entries))
-        os.replace(tmp, path)
-    except OSError:
-        pass  # an unwritable cache costs a check next time, nothing more
+def read_pixels(tf, path, channels: int, size: tuple[int, int]):
+    """An image file decoded to `channels` and resized to `size`, as uint8: as a cache file
+    stores it, so the pixels are the same whether cached or not."""
+    image = tf.io.decode_image(tf.io.read_file(path), channels=channels, expand_animations=False)
+    return tf.cast(tf.clip_by_value(tf.round(tf.image.resize(image, size, antialias=True)), 0, 255),
+                   tf.uint8)
 
 
 class Folder(Source):
     """A folder of class sub-folders; every file listed (not read) by the check."""
 
     def check_files(self, cfg: ImageFolderData | TextFolderData) -> list[str]:
-        classes = list_classes(cfg.path, cfg.dataset).classes
+        classes = list_classes(cfg.path, cfg.dataset)[1]
         if cfg.test_path is not None:
             list_classes(cfg.test_path, cfg.dataset, classes, key="data.test_path")
         return []
@@ -244,13 +230,8 @@ class ImageFolder(Folder, dataset="image_folder"):
         channels = 3 if cfg.color_mode == "rgb" else 1
         (height, width), resized = image_size(cfg, splits.sizes)
 
-        def decode(path):
-            image = tf.io.decode_image(tf.io.read_file(path), channels=channels, expand_animations=False)
-            image = tf.image.resize(image, (height, width), antialias=True)
-            # uint8, as stored in a cache file: the same pixels whether cached or not
-            return tf.cast(tf.clip_by_value(tf.round(image), 0, 255), tf.uint8)
-
-        data = _dataset(cfg, splits, decode, InputSpec((height, width, channels), "image", pixels=True), {})
+        data = _dataset(cfg, splits, lambda path: read_pixels(tf, path, channels, (height, width)),
+                        InputSpec((height, width, channels), "image", pixels=True), {})
         return replace(data, notes=data.notes + resized)
 
 

@@ -12,12 +12,11 @@ chosen by a hash of their names, as the other folders' are.
 from __future__ import annotations
 
 from mptrain.config.kinds import ImageMasksData
-from mptrain.data.dataset import Dataset, InputSpec, Split, split_keys
+from mptrain.data.dataset import Dataset, InputSpec, Split, split_keys, train_and_test
+from mptrain.data.folders import IMAGE_FILES, read_pixels
 from mptrain.data.source import Source
 from mptrain.errors import DataError
 from mptrain.objective import LabelStats
-
-IMAGES = {".png", ".jpg", ".jpeg", ".gif", ".bmp"}
 
 
 def mask_pairs(cfg: ImageMasksData) -> list[tuple[str, str, str]]:
@@ -27,61 +26,54 @@ def mask_pairs(cfg: ImageMasksData) -> list[tuple[str, str, str]]:
         if not folder.is_dir():
             raise DataError(f"{key} {folder}: no such folder")
     masks = {p.relative_to(cfg.masks_path).with_suffix("").as_posix(): p
-             for p in cfg.masks_path.rglob("*") if p.suffix.lower() in IMAGES}
+             for p in cfg.masks_path.rglob("*") if p.suffix.lower() in IMAGE_FILES}
     found = []
-    for image in sorted(p for p in cfg.path.rglob("*") if p.suffix.lower() in IMAGES):
+    for image in sorted(p for p in cfg.path.rglob("*") if p.suffix.lower() in IMAGE_FILES):
         key = image.relative_to(cfg.path).with_suffix("").as_posix()
         if key not in masks:
             raise DataError(f"data.masks_path {cfg.masks_path}: no mask for {image.name} (looked "
                             f"for {key}.png or another image of that name)")
         found.append((key, str(image), str(masks[key])))
     if not found:
-        raise DataError(f"data.path {cfg.path}: no images ({', '.join(sorted(IMAGES))})")
+        raise DataError(f"data.path {cfg.path}: no images ({', '.join(sorted(IMAGE_FILES))})")
     return found
 
 
-def read_masks(masks: list[str], source: str) -> tuple[tuple[int, int], int, set[int]]:
-    """The first mask's (height, width), the largest class id of all, and the ids the given
-    masks hold (read with Pillow, one at a time)."""
+def read_mask(path: str) -> tuple[tuple[int, int], set[int]]:
+    """A mask's (height, width) and the class ids it holds (read with Pillow)."""
     import numpy as np
     from PIL import Image
 
-    size, high, seen = None, 0, set()
-    for path in masks:
-        try:
-            with Image.open(path) as mask:
-                values = np.asarray(mask)
-        except OSError as exc:
-            raise DataError(f"{path}: not a readable mask ({exc})") from None
-        if values.ndim == 3:
-            values = values[..., 0]
-        size = size or values.shape[:2]
-        high = max(high, int(values.max()))
-        seen |= set(np.unique(values).tolist())
-    return size, high, seen
+    try:
+        with Image.open(path) as mask:
+            values = np.asarray(mask)
+    except OSError as exc:
+        raise DataError(f"{path}: not a readable mask ({exc})") from None
+    return values.shape[:2], set(np.unique(values[..., 0] if values.ndim == 3 else values).tolist())
 
 
 def split_pairs(cfg: ImageMasksData):
-    """The pairs of the training, validation and test splits, by a hash of each name."""
+    """The pairs of the training, validation and test splits, by a hash of each name; the
+    training and validation ones among the first `data.max_train_examples`, the test ones
+    the first `data.max_test_examples`."""
     every = mask_pairs(cfg)
-    keys = [k for k, _, _ in every]
-    kept, test = split_keys(keys, cfg.test_split, "test")
-    train_keys = [keys[i] for i in kept]
-    fit, val = split_keys(train_keys, cfg.validation_split, "validation")
-    train = [every[kept[i]] for i in fit]
-    if not train or not test:
+    kept, _, test = train_and_test(cfg, [key for key, _, _ in every], None)
+    fit, val = split_keys([every[i][0] for i in kept], cfg.validation_split, "validation")
+    if not fit or not test:
         raise DataError(f"data.path {cfg.path}: {len(every)} images are too few for the test and "
                         "validation splits")
-    return train, [every[kept[i]] for i in val], [every[i] for i in test]
+    return [every[kept[i]] for i in fit], [every[kept[i]] for i in val], [every[i] for i in test]
 
 
 def mask_stats(cfg: ImageMasksData, train, rest) -> tuple[LabelStats, tuple[int, int]]:
-    source = f"data.masks_path {cfg.masks_path}"
-    size, high, seen = read_masks([m for _, _, m in train], source)
-    _, high_rest, _ = read_masks([m for _, _, m in rest], source)
-    size = tuple(cfg.image_size) if cfg.image_size is not None else size
-    return LabelStats(source=source, shape=size, whole=True, low=0.0, high=float(max(high, high_rest)),
-                      one_hot=False, training_distinct=len(seen)), size
+    """What the masks hold (every one read, one at a time): the largest class id of all, how
+    many ids the training masks hold; and the size images and masks are given at
+    (`data.image_size`, else the first training mask's)."""
+    masks = [read_mask(m) for _, _, m in train + rest]
+    size = tuple(cfg.image_size) if cfg.image_size is not None else masks[0][0]
+    return LabelStats(source=f"data.masks_path {cfg.masks_path}", shape=size, whole=True, low=0.0,
+                      high=float(max(max(ids) for _, ids in masks)), one_hot=False,
+                      training_distinct=len(set().union(*(ids for _, ids in masks[:len(train)])))), size
 
 
 class ImageMasks(Source, dataset="image_masks"):
@@ -106,15 +98,10 @@ class ImageMasks(Source, dataset="image_masks"):
             images = tf.constant([i for _, i, _ in part])
             masks = tf.constant([m for _, _, m in part])
 
-            def load(index):
-                image = tf.io.decode_image(tf.io.read_file(images[index]), channels=channels,
-                                           expand_animations=False)
-                image = tf.image.resize(image, (height, width), antialias=True)
-                mask = tf.io.decode_image(tf.io.read_file(masks[index]), channels=1,
-                                          expand_animations=False)
-                mask = tf.image.resize(mask, (height, width), method="nearest")
-                return (tf.cast(tf.clip_by_value(tf.round(image), 0, 255), tf.uint8),
-                        tf.cast(mask, tf.uint8))
+            def load(index):  # a mask to the nearest pixel: class ids must not be blended
+                mask = tf.io.decode_image(tf.io.read_file(masks[index]), channels=1, expand_animations=False)
+                return (read_pixels(tf, images[index], channels, (height, width)),
+                        tf.cast(tf.image.resize(mask, (height, width), method="nearest"), tf.uint8))
 
             return Split(len(part), load=load)
 

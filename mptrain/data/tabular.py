@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from mptrain.config.kinds import CsvData
-from mptrain.data.dataset import Dataset, InputSpec, Split, hash_fraction, split_keys, split_sizes
+from mptrain.data.dataset import Dataset, InputSpec, Split, hash_fraction, split_keys, train_and_test
 from mptrain.data.source import Source
 from mptrain.errors import DataError
 from mptrain.objective import LabelStats, label_stats
@@ -63,12 +63,12 @@ def read_header(path: Path, delimiter: str) -> list[str]:
     return names
 
 
-def is_number(cell: str) -> bool:
+def is_number(cell: str, finite: bool = False) -> bool:
     try:
-        float(cell)
+        value = float(cell)
     except ValueError:
         return False
-    return True
+    return not finite or math.isfinite(value)
 
 
 def columns(cfg: CsvData, header: list[str], path: Path) -> tuple[list[int], list[int]]:
@@ -127,9 +127,6 @@ class Table:
         return values if len(values) > 1 else values[0]
 
 
-WIDER = {"int64": 0, "float32": 1, "string": 2}
-
-
 def _scan(path: Path, cfg: CsvData, feature_idx: list[int], label_idx: list[int],
           dtypes: dict[int, str]) -> list[tuple[str, ...]]:
     """Every data row's label (as text), each feature checked to be a finite number; with
@@ -155,7 +152,7 @@ def _scan(path: Path, cfg: CsvData, feature_idx: list[int], label_idx: list[int]
                     continue
                 value = math.nan
             if cfg.inputs == "columns" and not row[i].strip().lstrip("+-").isdigit():
-                dtypes[i] = max(dtypes.get(i, "int64"), "float32", key=WIDER.get)
+                dtypes[i] = "float32"  # else int64 (not "string": those are skipped above)
             if not math.isfinite(value):
                 what = "an empty cell" if not row[i].strip() else f"{row[i]!r} is not a finite number"
                 name = f" ({header[i].strip()})" if i < len(header) else ""
@@ -189,9 +186,9 @@ def read_table(cfg: CsvData) -> Table:
             raise DataError(f"{cfg.test_path}: its header differs from {cfg.path}'s")
         test_labels = _scan(cfg.test_path, cfg, feature_idx, label_idx, dtypes)
     every = train_labels + (test_labels or [])
-    numeric = all(_is_finite(cell) for label in every for cell in label)
+    numeric = all(is_number(cell, finite=True) for label in every for cell in label)
     if not numeric and len(label_idx) > 1:
-        bad = next(cell for label in every for cell in label if not _is_finite(cell))
+        bad = next(cell for label in every for cell in label if not is_number(cell, finite=True))
         raise DataError(f"{cfg.path}: label {bad!r} is not a number; several label columns "
                         f"({', '.join(label_columns(cfg))}) hold numbers: 0/1 labels or targets")
     classes = None if numeric else sorted({label[0] for label in every})
@@ -200,28 +197,17 @@ def read_table(cfg: CsvData) -> Table:
     if len(label_idx) == 1:
         values = values[:, 0]
     n = len(train_labels)
-    if test_labels is None:
-        kept, taken = split_keys([str(i) for i in range(n)], cfg.test_split, "test")
-        train_rows, test_rows = np.array(kept, dtype=int), np.array(taken, dtype=int)
-    else:
-        train_rows, test_rows = np.arange(n), np.arange(len(test_labels))
-    n_train, _, n_test = split_sizes(cfg, len(train_rows), len(test_rows))
-    train_rows, test_rows = train_rows[:n_train], test_rows[:n_test]
+    train_rows, _, test_rows = train_and_test(cfg, [str(i) for i in range(n)],
+                                              None if test_labels is None else len(test_labels))
+    train_rows, test_rows = np.array(train_rows, dtype=int), np.array(test_rows, dtype=int)
     fit_rows, val_rows = _validation(train_rows, values[:n], cfg.validation_split)
     if not len(fit_rows) or not len(test_rows):
         raise DataError(f"{cfg.path}: {n} rows are too few for the test and validation splits")
     test_values = values[n:][test_rows] if test_labels is not None else values[test_rows]
-    stats = label_stats(values[fit_rows], np.concatenate([values[fit_rows], test_values]),
+    stats = label_stats(values[fit_rows], np.concatenate([values[train_rows], test_values]),
                         f"{cfg.path} (data.label_column {', '.join(label_columns(cfg))})", classes)
     return Table(feature_idx, label_idx, tuple((header[i], dtypes.get(i, "int64")) for i in feature_idx),
                  classes, stats, fit_rows, val_rows, test_rows)
-
-
-def _is_finite(cell: str) -> bool:
-    try:
-        return math.isfinite(float(cell))
-    except ValueError:
-        return False
 
 
 def _validation(rows: np.ndarray, values: np.ndarray, fraction: float) -> tuple[np.ndarray, np.ndarray]:

@@ -182,3 +182,28 @@ def test_a_file_in_two_splits_is_checked_and_counted_once(tmp_path):
     kept = set(checked.train[0] + checked.val[0] + checked.test[0])
     assert checked.test == checked.train and sum(checked.sizes.values()) == len(kept)
     assert len(checked.skipped) == len(set(splits.train[0] + splits.val[0]) - kept)
+
+
+def test_image_masks_keep_to_the_example_limits(tmp_path):
+    """data.max_train_examples and max_test_examples cut image_masks' splits as every other
+    kind's (they were ignored: every image trained on, every mask read)."""
+    from mptrain.data.masks import ImageMasks, split_pairs
+
+    images, masks = datafiles.masks_folders(tmp_path, count=40)
+    cfg = validate(tiny_raw("data.dataset=image_masks", f"data.path={images}", f"data.masks_path={masks}",
+                            "data.validation_split=0.25", "data.max_train_examples=12",
+                            "data.max_test_examples=3"), "<test>").data
+    train, val, test = split_pairs(cfg)
+    assert len(train) + len(val) == 12 and len(test) == 3 and val
+    assert ImageMasks().training_examples(cfg)[0] == len(train)
+
+
+def test_a_csv_class_only_in_validation_rows_still_has_its_output(tmp_path):
+    """The label stats count every row a run reads, validation's included (they left them
+    out: a class all in validation got no output unit, and its labels were out of range)."""
+    rows = "".join(f"{'cat' if i % 2 else 'dog'},{i}\n" for i in range(20))
+    train = write(tmp_path / "train.csv", "y,a\n" + rows + "eel,99\n")  # one eel: validation's
+    test = write(tmp_path / "test.csv", "y,a\ncat,1\ndog,2\n")
+    table = read_table(csv_config(train, f"data.test_path={test}", "data.validation_split=0.6"))
+    assert table.classes == ["cat", "dog", "eel"] and 20 in table.val_rows
+    assert table.stats.high == 2  # three classes: ids 0 to 2
