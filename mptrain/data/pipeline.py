@@ -230,23 +230,21 @@ def first_batch(examples: int, batch_size: int, replicas: int) -> int:
 def _gather(tf, index_batches, arrays):
     """Batches of example indices → batches of (x, y) from in-memory or memory-mapped arrays."""
     xs, ys = arrays  # host variables (`hold_on_host`); x may be a memory-mapped cache
-    if isinstance(xs, np.memmap):
-        # a cache file: NumPy reads the batch's rows, so only those are paged in
-        def read(index_batch):
-            order = np.argsort(index_batch)
-            rows = np.empty((len(index_batch), *xs.shape[1:]), xs.dtype)
-            rows[order] = xs[index_batch[order]]
-            return rows
 
-        def gather(index_batch):
+    def read(index_batch):  # a cache file: NumPy reads the batch's rows, so only those are paged in
+        order = np.argsort(index_batch)
+        rows = np.empty((len(index_batch), *xs.shape[1:]), xs.dtype)
+        rows[order] = xs[index_batch[order]]
+        return rows
+
+    def gather(index_batch):
+        if isinstance(xs, np.memmap):
             rows = tf.numpy_function(read, [index_batch], tf.as_dtype(xs.dtype), stateful=False)
             rows.set_shape((None, *xs.shape[1:]))
-            return rows, tf.nest.map_structure(lambda y: tf.gather(y, index_batch), ys)
-    else:
+        else:
+            rows = tf.gather(xs, index_batch)
+        return rows, tf.nest.map_structure(lambda y: tf.gather(y, index_batch), ys)
 
-        def gather(index_batch):
-            return (tf.gather(xs, index_batch),
-                    tf.nest.map_structure(lambda y: tf.gather(y, index_batch), ys))
     return index_batches.map(gather)
 
 

@@ -55,17 +55,6 @@ def read_series(cfg: TimeseriesData) -> tuple[list[str], np.ndarray, np.ndarray]
     return features, table[:, :len(features)], table[:, len(features):]
 
 
-def window_starts(cfg: TimeseriesData, rows: int) -> list[np.ndarray]:
-    """The first row of each window of the training, validation and test parts (rows are
-    divided by time: validation and test are the timeline's later fractions); a window and
-    its target lie inside one part."""
-    span = (cfg.sequence_length - 1) * cfg.sampling_rate + cfg.target_offset
-    test_from = rows - int(rows * cfg.test_split)
-    val_from = test_from - int(test_from * cfg.validation_split)
-    parts = [(0, val_from), (val_from, test_from), (test_from, rows)]
-    return [np.arange(begin, max(begin, end - span), dtype=np.int64) for begin, end in parts]
-
-
 @dataclass(frozen=True)
 class Windows:
     """A table cut into windows: its features (normalised when asked), its targets, and the
@@ -86,22 +75,28 @@ class Windows:
 
 
 def cut(cfg: TimeseriesData) -> Windows:
+    """The table cut into windows. The rows are divided by time (validation and test are the
+    timeline's later fractions), and a window and its target lie inside one part; the
+    training and test windows are then cut to `data.max_*_examples`."""
     names, features, targets = read_series(cfg)
-    train, val, test = window_starts(cfg, len(features))
-    train = train[:cfg.max_train_examples] if cfg.max_train_examples else train
-    test = test[:cfg.max_test_examples] if cfg.max_test_examples else test
+    reach = (cfg.sequence_length - 1) * cfg.sampling_rate  # a window's last row, from its first
+    offset, rows = reach + cfg.target_offset, len(features)  # offset: its target row
+    test_from = rows - int(rows * cfg.test_split)
+    val_from = test_from - int(test_from * cfg.validation_split)
+    train, val, test = (np.arange(begin, max(begin, end - offset), dtype=np.int64)
+                        for begin, end in ((0, val_from), (val_from, test_from), (test_from, rows)))
+    train, test = train[:cfg.max_train_examples], test[:cfg.max_test_examples]
     if not len(train) or not len(test):
-        raise DataError(f"{cfg.path}: {len(features)} rows are too few for windows of "
+        raise DataError(f"{cfg.path}: {rows} rows are too few for windows of "
                         f"{cfg.sequence_length} rows every {cfg.sampling_rate} with a target "
                         f"{cfg.target_offset} rows on, in both the training and the test parts")
     notes = []
     if cfg.normalize:
-        seen = features[: train[-1] + (cfg.sequence_length - 1) * cfg.sampling_rate + 1]
+        seen = features[: train[-1] + reach + 1]
         mean, std = seen.mean(axis=0), seen.std(axis=0)
         features = (features - mean) / np.where(std > 0, std, 1.0)
         notes.append(f"{cfg.path}: features standardised with the training part's mean and "
                      "deviation (data.normalize)")
-    offset = (cfg.sequence_length - 1) * cfg.sampling_rate + cfg.target_offset
     return Windows(names, features.astype(np.float32),
                    targets[:, 0] if targets.shape[1] == 1 else targets, [train, val, test], offset,
                    notes)

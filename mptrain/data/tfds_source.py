@@ -48,8 +48,7 @@ class Tfds(Source, dataset="tfds"):
 
     def load(self, cfg: TfdsData, seed: int = 0, status=None) -> Dataset:
         tfds = import_tfds()
-        data_dir = Path(cfg.data_dir or os.environ.get("TFDS_DATA_DIR", Path.home() / "tensorflow_datasets"))
-        data_dir = data_dir.expanduser()
+        data_dir = Path(cfg.data_dir or os.environ.get("TFDS_DATA_DIR", "~/tensorflow_datasets")).expanduser()
         builder = find_prepared(tfds, cfg.name, data_dir)
         if builder is None:
             raise DataError(
@@ -76,11 +75,8 @@ class Tfds(Source, dataset="tfds"):
         names = list(label.names) if num_classes else None
 
         def stream_of(split: str, skip: int = 0, take: int = -1):
-            def stream():
-                ds = builder.as_dataset(split=split, shuffle_files=False, as_supervised=True)
-                return ds.skip(skip).take(take)
-
-            return stream
+            return lambda: builder.as_dataset(split=split, shuffle_files=False,
+                                              as_supervised=True).skip(skip).take(take)
 
         n_train, cut, n_test = split_sizes(cfg, info.splits[cfg.train_split].num_examples,
                                            info.splits[cfg.test_split].num_examples)
