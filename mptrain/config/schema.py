@@ -337,22 +337,16 @@ class ExperimentConfig(_Strict):
         return self
 
     @model_validator(mode="after")
-    def _determinism_without_xla(self) -> ExperimentConfig:
+    def _settings_agree(self) -> ExperimentConfig:
+        """Settings of different sections that exclude each other: determinism and XLA, a
+        float32 math mode and a 16-bit policy, multi-worker training and what it cannot run."""
         if self.deterministic and self.train.jit_compile:
             raise ValueError("train.jit_compile: true with deterministic: true: Keras compiles no "
                              "step with XLA under op determinism (it would run without XLA and "
                              "say nothing); set one of them false")
-        return self
-
-    @model_validator(mode="after")
-    def _math_mode_needs_float32(self) -> ExperimentConfig:
         if self.train.math_mode in ("onednn_bf16", "graph_bf16") and self.policy != "float32":
             raise ValueError(f"train.math_mode {self.train.math_mode} changes how float32 math runs: "
                              f"it needs policy: float32 (the experiment has {self.policy})")
-        return self
-
-    @model_validator(mode="after")
-    def _multi_worker_rules(self) -> ExperimentConfig:
         if self.distribute.strategy != "multi_worker_mirrored":
             return self
         stopping = self.train.early_stopping

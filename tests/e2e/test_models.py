@@ -112,7 +112,7 @@ def test_application_table_matches_keras_applications():
 
 @pytest.mark.parametrize(("overrides", "messages"), [
     (["model.kind=application", "model.name=ResNet5O"],
-     ["'ResNet5O' is not in keras.applications (did you mean ResNet50?)", "MobileNetV2"]),
+     ["model.name = 'ResNet5O': not one of ConvNeXtTiny", "MobileNetV2", "(did you mean ResNet50?)"]),
     (["model.kind=application", "model.name=ResNet50", "data.input_shape=[28, 28, 1]"],
      ["ResNet50 needs images of at least 32x32; these are 28x28", "model.image_size: [32, 32]"]),
     (["model.kind=application", "model.name=Xception", "data.input_shape=[64, 64, 3]"],
