@@ -283,21 +283,19 @@ def resolve_paths(config: ExperimentConfig, base: Path,
     folder, so an experiment and its data travel together; a path given with `--set` is
     relative to the current folder, where the user typed it. A built-in experiment's own files
     (python_builder's my_model.py) are in the package beside it, but its runs go to
-    `output_base`, the current folder: nothing is written into the installed package."""
-    output_base = output_base or base
-    updates: dict[str, dict] = {}
-    for section, key in PATH_KEYS:
-        value = getattr(getattr(config, section), key, None)
-        if value is None:
-            continue
-        given_here = any(keys == (section, key)[: len(keys)] for keys in from_cli)
-        root = output_base if (section, key) == ("output", "dir") else base
-        resolved = _absolute(key, value, Path.cwd() if given_here else root)
-        if resolved != value:
-            updates.setdefault(section, {})[key] = resolved
-    for section, changes in updates.items():
-        config = config.model_copy(update={section: getattr(config, section).model_copy(update=changes)})
-    return config
+    `output_base`, the current folder: nothing is written into the installed package. A `~`
+    is the user's home; absolute paths are kept as written, not resolved (a link stays a
+    link: `--resume` compares them)."""
+
+    def absolute(where: tuple[str, str], path: str) -> str:
+        given_here = any(keys == where[: len(keys)] for keys in from_cli)  # with --set
+        root = Path.cwd() if given_here else (output_base or base) if where == ("output", "dir") else base
+        path = os.path.expanduser(path)
+        return path if os.path.isabs(path) else str((root / path).resolve())
+
+    resolved = ExperimentConfig.model_validate(_each_path(config.to_yaml_dict(), absolute))
+    resolved._source = config.source
+    return resolved
 
 
 def as_file_in(config: ExperimentConfig, folder: Path) -> dict[str, Any]:
@@ -305,33 +303,31 @@ def as_file_in(config: ExperimentConfig, folder: Path) -> dict[str, Any]:
     relative to that folder where they share more than the file system's root with it, so the
     file can be committed and moved with the data and builder it names; `resolve_paths`
     reads them back. Paths elsewhere (a system's data set) stay absolute."""
-    raw = config.to_yaml_dict()
+    folder = folder.resolve()
+
+    def relative(where: tuple[str, str], path: str) -> str:
+        if not os.path.isabs(path) or os.path.commonpath([path, folder]) == os.path.sep:
+            return path  # relative already, or elsewhere
+        return os.path.relpath(path, folder)
+
+    return _each_path(config.to_yaml_dict(), relative)
+
+
+def _each_path(raw: dict[str, Any], convert) -> dict[str, Any]:
+    """`raw` (an experiment's keys as its file holds them) with `convert((section, key), path)`
+    on each path it holds: not on the names these keys also take (imagenet, memory), and of
+    a builder, on its file (a module's name, `package.models:build`, is no path)."""
     for section, key in PATH_KEYS:
         value = raw.get(section, {}).get(key)
-        if value is not None:
-            raw[section][key] = _relative(key, value, folder.resolve())
+        if value is None or value in NOT_PATHS.get(key, ()):
+            continue
+        if key != "builder":
+            raw[section][key] = convert((section, key), value)
+            continue
+        file, _, function = value.rpartition(":")
+        if file.endswith(".py"):
+            raw[section][key] = f"{convert((section, key), file)}:{function}"
     return raw
-
-
-def _relative(key: str, value: str, folder: Path) -> str:
-    if key == "builder":
-        target, _, function = value.rpartition(":")
-        return f"{_relative('path', target, folder)}:{function}" if target.endswith(".py") else value
-    if not Path(value).is_absolute() or os.path.commonpath([value, folder]) == os.path.sep:
-        return value  # relative already, or a name (imagenet, memory), or elsewhere
-    return os.path.relpath(value, folder)
-
-
-def _absolute(key: str, value, root: Path):
-    if key == "builder":
-        target, _, function = value.rpartition(":")
-        return f"{_absolute('weights', target, root)}:{function}" if target.endswith(".py") else value
-    if value in NOT_PATHS.get(key, ()):
-        return value
-    path = Path(value).expanduser()
-    if isinstance(value, str):  # weights (and a builder's file): kept as written when absolute
-        return value if path.is_absolute() else str((root / path).resolve())
-    return path if path.is_absolute() else (root / path).resolve()
 
 
 def is_builtin(path: Path) -> bool:

@@ -183,3 +183,21 @@ def test_every_path_key_of_every_kind_is_relative_to_the_experiment_file(tmp_pat
     typed_as_paths = {("data", key) for kind in DATA_KINDS.values()
                       for key, field in kind.model_fields.items() if "Path" in str(field.annotation)}
     assert typed_as_paths <= set(PATH_KEYS)
+
+
+def test_a_home_folder_in_a_string_path_key_is_expanded(tmp_path, monkeypatch):
+    """model.weights and a builder's file are strings that hold a path: a `~` in them is the
+    user's home, as in the keys typed as paths (they were kept as written, and then refused:
+    no such file)."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / "builder.yaml").write_text("model: {kind: python, builder: '~/models/m.py:build'}\n")
+    config = load_config(tmp_path / "builder.yaml")
+    assert config.model.builder == f"{tmp_path}/home/models/m.py:build"
+    (tmp_path / "app.yaml").write_text(
+        "model: {kind: application, name: MobileNetV2, weights: '~/w/mobilenet.weights.h5'}\n")
+    assert load_config(tmp_path / "app.yaml").model.weights == f"{tmp_path}/home/w/mobilenet.weights.h5"
+    (tmp_path / "named.yaml").write_text(  # names and absolute paths as written
+        "model: {kind: application, name: MobileNetV2, weights: imagenet}\n"
+        "data: {dataset: csv, path: /data//t.csv, label_column: y}\n")
+    named = load_config(tmp_path / "named.yaml")
+    assert (named.model.weights, str(named.data.path)) == ("imagenet", "/data/t.csv")
