@@ -42,6 +42,7 @@ from mptrain.objective.kinds import (
 )
 from mptrain.objective.labels import (
     DEFAULT_LOSS,
+    Labels,
     LabelStats,
     family_of,
     head_activation,
@@ -87,11 +88,14 @@ def objective_for(loss, stats: LabelStats | dict[str, LabelStats], compiled: dic
 
 
 def for_head(loss, units: int | None) -> Objective:
-    """The objective a head of `units` outputs serves under `loss`, with no data to read:
-    what a model built without its data (a test, a tool) is built for."""
-    name = loss if isinstance(loss, str) else DEFAULT_LOSS
-    form = {"classes": "classes", "binary": "classes", "values": "values"}[family_of(name)]
-    stats = LabelStats(source="the model's head", shape=() if form == "classes" or (units or 1) == 1
-                       else (units,), whole=form == "classes", low=0.0,
-                       high=float(max((units or 2) - 1, 1)), one_hot=False, training_distinct=2)
-    return objective_for(name, stats)
+    """The objective a head of `units` outputs (`model.num_classes`) serves under `loss`,
+    with no data to read: what a model built without its data (a test, a tool) is built for.
+    Under a binary cross-entropy, one unit is one 0/1 label and more are that many labels."""
+    name, units = loss if isinstance(loss, str) else DEFAULT_LOSS, units or 1
+    family = family_of(name)
+    if family == "classes":
+        return Classes(name, Labels("classes", max(units, 2)))
+    if family == "binary":
+        return (MultiLabel(name, Labels("multi_hot", units)) if units > 1
+                else Binary(name, Labels("classes", 2)))
+    return Values(name, Labels("values", units))

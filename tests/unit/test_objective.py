@@ -17,6 +17,7 @@ from mptrain.objective import (
     Several,
     Values,
     family_of,
+    for_head,
     label_stats,
     lower_is_better,
     objective_for,
@@ -56,6 +57,19 @@ def test_the_loss_and_the_labels_choose_the_objective():
     compiled = objective_for(None, stats([0.5, 1.5]), {"loss": "mse", "metrics": ["mae"]})
     assert isinstance(compiled, Compiled) and compiled.quality.metric == "mae"
     assert compiled.compile_arguments() == {"loss": "mse", "metrics": ["mae"]}
+
+
+def test_a_head_without_data_serves_the_objective_its_width_says():
+    """A model built without its data (`for_head`): under binary_crossentropy, 3 outputs are
+    3 labels (it raised a DataError: the labels went to 2); 1 output is one 0/1 label."""
+    tags = for_head("binary_crossentropy", 3)
+    assert isinstance(tags, MultiLabel) and tags.units == 3
+    one = for_head("binary_crossentropy", 1)
+    assert type(one) is Binary and one.units == 1 and one.builder_classes() == 2
+    assert type(for_head(None, None)) is Classes and for_head(None, None).units == 2
+    assert for_head("sparse_categorical_crossentropy", 7).units == 7
+    targets = for_head("huber", 2)
+    assert isinstance(targets, Values) and targets.units == 2 and for_head("mse", None).units == 1
 
 
 def test_labels_a_loss_cannot_take_are_refused_naming_the_data_and_the_fix():
