@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 
-from mptrain.config.optimizers import DEFAULT_LEARNING_RATE
+from mptrain.config.optimizers import OPTIMIZERS
 from mptrain.config.schema import ExperimentConfig
 
 WARMUP_SHARE = 0.05  # of the run's steps, for the linear rule's warm-up (Goyal et al.: 5 of 90 epochs)
@@ -76,7 +76,7 @@ def scaled_optimizer(optimizer: dict, factor: float, warmup: int) -> dict:
             schedule["learning_rate"] *= factor
         optimizer["schedule"] = schedule
         return optimizer
-    old = optimizer["kwargs"].pop("learning_rate", None) or DEFAULT_LEARNING_RATE[optimizer["name"]]
+    old = optimizer["kwargs"].pop("learning_rate", None) or OPTIMIZERS[optimizer["name"]][1]
     if warmup:
         optimizer["schedule"] = {"kind": "constant", "learning_rate": old * factor,
                                  "warmup_steps": warmup, "warmup_from": old}

@@ -31,31 +31,27 @@ COMMON: dict[str, Kind] = {
     "gradient_accumulation_steps": "int",
 }
 
-# name in the experiment → (Keras class, its own arguments)
-OPTIMIZERS: dict[str, tuple[str, dict[str, Kind]]] = {
-    "rmsprop": ("RMSprop", {"learning_rate": "number", "rho": "number", "momentum": "number",
-                            "epsilon": "number", "centered": "bool"}),
-    "adam": ("Adam", {"learning_rate": "number", "beta_1": "number", "beta_2": "number",
-                      "epsilon": "number", "amsgrad": "bool"}),
-    "adamw": ("AdamW", {"learning_rate": "number", "beta_1": "number", "beta_2": "number",
-                        "epsilon": "number", "amsgrad": "bool"}),
-    "sgd": ("SGD", {"learning_rate": "number", "momentum": "number", "nesterov": "bool"}),
-    "nadam": ("Nadam", {"learning_rate": "number", "beta_1": "number", "beta_2": "number",
-                        "epsilon": "number"}),
-    "adamax": ("Adamax", {"learning_rate": "number", "beta_1": "number", "beta_2": "number",
-                          "epsilon": "number"}),
-    "adagrad": ("Adagrad", {"learning_rate": "number", "initial_accumulator_value": "number",
-                            "epsilon": "number"}),
-    "lion": ("Lion", {"learning_rate": "number", "beta_1": "number", "beta_2": "number"}),
-    "lamb": ("Lamb", {"learning_rate": "number", "beta_1": "number", "beta_2": "number",
-                      "epsilon": "number"}),
+# name in the experiment → (Keras class, its learning rate when kwargs give none: Keras'
+# default, checked by a test, what a batch-size change scales (`config.batch_scaling`), its
+# own arguments)
+OPTIMIZERS: dict[str, tuple[str, float, dict[str, Kind]]] = {
+    "rmsprop": ("RMSprop", 0.001, {"learning_rate": "number", "rho": "number", "momentum": "number",
+                                   "epsilon": "number", "centered": "bool"}),
+    "adam": ("Adam", 0.001, {"learning_rate": "number", "beta_1": "number", "beta_2": "number",
+                             "epsilon": "number", "amsgrad": "bool"}),
+    "adamw": ("AdamW", 0.001, {"learning_rate": "number", "beta_1": "number", "beta_2": "number",
+                               "epsilon": "number", "amsgrad": "bool"}),
+    "sgd": ("SGD", 0.01, {"learning_rate": "number", "momentum": "number", "nesterov": "bool"}),
+    "nadam": ("Nadam", 0.001, {"learning_rate": "number", "beta_1": "number", "beta_2": "number",
+                               "epsilon": "number"}),
+    "adamax": ("Adamax", 0.001, {"learning_rate": "number", "beta_1": "number", "beta_2": "number",
+                                 "epsilon": "number"}),
+    "adagrad": ("Adagrad", 0.001, {"learning_rate": "number", "initial_accumulator_value": "number",
+                                   "epsilon": "number"}),
+    "lion": ("Lion", 0.001, {"learning_rate": "number", "beta_1": "number", "beta_2": "number"}),
+    "lamb": ("Lamb", 0.001, {"learning_rate": "number", "beta_1": "number", "beta_2": "number",
+                             "epsilon": "number"}),
 }
-
-# each optimizer's learning rate when kwargs give none (Keras' defaults, checked by a test):
-# what a batch-size change scales (`config.batch_scaling`)
-DEFAULT_LEARNING_RATE = {"rmsprop": 0.001, "adam": 0.001, "adamw": 0.001, "sgd": 0.01,
-                         "nadam": 0.001, "adamax": 0.001, "adagrad": 0.001, "lion": 0.001,
-                         "lamb": 0.001}
 
 MINIMUM = {"gradient_accumulation_steps": 2}  # Keras refuses 1
 
@@ -68,7 +64,7 @@ RESERVED = {
 
 def check_kwargs(optimizer: str, kwargs: dict[str, Any]) -> list[str]:
     """Problems with `kwargs` for `optimizer`, one sentence each (empty when all is well)."""
-    keras_name, own = OPTIMIZERS[optimizer]
+    keras_name, _, own = OPTIMIZERS[optimizer]
     accepted = {**own, **COMMON}
     problems = []
     for key, value in kwargs.items():

@@ -210,14 +210,13 @@ def test_optimizer_table_matches_the_installed_keras():
 
     import keras
 
-    from mptrain.config.optimizers import COMMON, DEFAULT_LEARNING_RATE, OPTIMIZERS, RESERVED
+    from mptrain.config.optimizers import COMMON, OPTIMIZERS, RESERVED
 
-    assert set(DEFAULT_LEARNING_RATE) == set(OPTIMIZERS)
-    for name, (cls, own) in OPTIMIZERS.items():
+    for name, (cls, learning_rate, own) in OPTIMIZERS.items():
         signature = inspect.signature(getattr(keras.optimizers, cls).__init__)
         params = set(signature.parameters) - {"self", "kwargs"}
         assert params == set(own) | set(COMMON) | set(RESERVED), name
-        assert signature.parameters["learning_rate"].default == DEFAULT_LEARNING_RATE[name], name
+        assert signature.parameters["learning_rate"].default == learning_rate, name
 
 
 def test_set_null_removes_a_key_and_kind_switch_drops_old_keys(tmp_path):
