@@ -189,9 +189,11 @@ def emit(data, json_out: bool, render) -> None:
 
             typer.echo(to_json(data.model_dump()))
         else:
-            from mptrain.report.console import stdout_console
+            from rich.console import Console
 
-            stdout_console().print(render(data))
+            # the terminal's width, or 80 columns (or $COLUMNS) when redirected: every table is
+            # designed to be read whole at 80 columns
+            Console().print(render(data))
 
 
 def end_measuring(result, json_out: bool, render) -> None:

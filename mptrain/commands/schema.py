@@ -26,13 +26,13 @@ def schema_command() -> None:
 
 def configs_command() -> None:
     """List the experiments shipped with mptrain (usable by name: `mptrain run mnist_mixed`)."""
+    from rich.console import Console
     from rich.table import Table
 
     from mptrain.config import builtin_configs
-    from mptrain.report.console import stdout_console
 
     table = Table("name", "what it is")
     for name, description in builtin_configs().items():
         table.add_row(name, description)
     with stdout_reader_may_stop():
-        stdout_console().print(table)
+        Console().print(table)

@@ -24,7 +24,7 @@ from mptrain.measure.ledger import Measurement, load_record, steps_of, to_run
 from mptrain.measure.plot import plot_study
 from mptrain.measure.study import Staging, StudyRecord, new_study, run_study
 from mptrain.measure.variant import Variant, compare_label
-from mptrain.measure.verdicts import Rules, Steps, control_of, judge
+from mptrain.measure.verdicts import Rules, judge_rows
 from mptrain.precision.candidates import candidate
 from mptrain.runs.resume import refuse_resume
 from mptrain.telling import LOGGED, Telling
@@ -182,6 +182,10 @@ def with_xla_axis(config: ExperimentConfig, variants: list[Variant], machine,
     XLA is named `+xla` (its XLA made explicit), and when the baseline runs without XLA,
     each loop, strategy and batch with such a row gets a `float32+xla` control, so the
     precision's own effect is measured against float32 with XLA in the same turns."""
+    def under(row: Variant, option) -> Variant:  # the row with another candidate, named for it
+        return row.model_copy(update={"candidate": option, "label": compare_label(
+            option.name, row.loop, row.strategy or "none", row.batch_size)})
+
     rows, said = [], []
     for row in variants:
         choice = _choice(config, row, machine, kernels)
@@ -190,38 +194,20 @@ def with_xla_axis(config: ExperimentConfig, variants: list[Variant], machine,
             named = candidate("+".join([policy, "xla", *rest]))
             said.append(f"{row.candidate.name} runs with XLA here ({choice.jit_reason}): its "
                         f"rows are named {named.name}")
-            row = row.model_copy(update={"candidate": named, "label": compare_label(
-                named.name, row.loop, row.strategy or "none", row.batch_size)})
+            row = under(row, named)
         rows.append(row)
     base = next((r for r in rows if r.candidate.policy == "float32"), rows[0])
     if base.candidate.jit_compile:
         return rows, list(dict.fromkeys(said))
     for row in list(rows):
         axes = (row.loop, row.strategy, row.batch_size)
-        if row.candidate.jit_compile and not any(
-                r.candidate.name == "float32+xla" and (r.loop, r.strategy, r.batch_size) == axes
-                for r in rows):
-            control = candidate("float32+xla")
-            rows.append(row.model_copy(update={"candidate": control, "label": compare_label(
-                control.name, row.loop, row.strategy or "none", row.batch_size)}))
-            said.append(f"{control.name} runs beside {row.label} as its control: the speed-up "
+        if row.candidate.jit_compile and not any(r.candidate.name == "float32+xla" and
+                                                 (r.loop, r.strategy, r.batch_size) == axes for r in rows):
+            rows.append(under(row, candidate("float32+xla")))
+            said.append(f"float32+xla runs beside {row.label} as its control: the speed-up "
                         "of a row with XLA is also given against float32 with XLA, the "
                         "precision's own effect")
     return rows, list(dict.fromkeys(said))
-
-
-def preflight_notes(config: ExperimentConfig, variants: list[Variant], machine,
-                    kernels) -> dict[str, str]:
-    """Variant label → why it is known to be slow on this machine (quoting its measured
-    kernels), said before anything runs."""
-    from mptrain.precision.policy import speed_warning
-
-    notes = {}
-    for row in variants:
-        warning = speed_warning(_choice(config, row, machine, kernels), machine, kernels)
-        if warning:
-            notes[row.label] = warning
-    return notes
 
 
 def start_compare(config: ExperimentConfig, variants: list[Variant], telling: Telling = LOGGED,
@@ -230,6 +216,7 @@ def start_compare(config: ExperimentConfig, variants: list[Variant], telling: Te
     what is known to be slow here said, with every variant still to run; the baseline is
     the first float32 row."""
     from mptrain.hardware.kernels import measured_kernels
+    from mptrain.precision.policy import speed_warning
 
     def chosen(prepared) -> Staging:  # the rows as they will run, and what is known, before any does
         examples = prepared.data.train.size
@@ -243,9 +230,12 @@ def start_compare(config: ExperimentConfig, variants: list[Variant], telling: Te
         rows, said = with_xla_axis(config, variants, machine, kernels)
         for line in said:
             telling.say("xla", line)
-        warnings = preflight_notes(config, rows, machine, kernels)
-        for warning in dict.fromkeys(warnings.values()):  # once, with every variant it is about
-            about = ", ".join(v for v, w in warnings.items() if w == warning)
+        warnings: dict[str, list[str]] = {}  # what is known to be slow here → the rows it is about
+        for row in rows:
+            if warning := speed_warning(_choice(config, row, machine, kernels), machine, kernels):
+                warnings.setdefault(warning, []).append(row.label)
+        for warning, labels in warnings.items():  # once, with every variant it is about
+            about = ", ".join(labels)
             telling.say(f"note ({about})", warning)
             said.append(f"{about}: {warning}")
         baseline = next((v for v in rows if v.candidate.name == "float32"), rows[0])
@@ -256,18 +246,12 @@ def start_compare(config: ExperimentConfig, variants: list[Variant], telling: Te
 
 
 def judge_compare(record: CompareRecord, same_start: bool = True) -> CompareRecord:
-    """Every row judged against the baseline (`verdicts.judge`), on the rounds they ran in
+    """Every row judged against the baseline (`verdicts.judge_rows`), on the rounds they ran in
     turns and, when they started from the same weights on the same batches (`same_start`),
     the losses of their runs (read from their steps.jsonl)."""
-    base = next((r for r in record.variants if r.label == record.baseline), None)
-    base_steps = steps_of(base) if same_start else []
+    steps = {r.label: steps_of(r) for r in record.variants if r.summary is not None} if same_start else {}
     rules = Rules(turn_steps=record.turn_steps, input_ms=record.input_ms_per_batch)
-    rows = []
-    for row in record.variants:
-        steps = Steps(base_steps, steps_of(row)) if base_steps and row.summary else None
-        verdict = judge(row, base, steps, rules, control=control_of(row, record.variants, base))
-        rows.append(row.model_copy(update={"verdict": verdict}))
-    return record.model_copy(update={"variants": rows})
+    return record.model_copy(update={"variants": judge_rows(record.variants, steps, rules, record.baseline)})
 
 
 def explain_missing_default(error: DataError) -> DataError:

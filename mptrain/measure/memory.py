@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from mptrain.config import ExperimentConfig, variant
 from mptrain.hardware.machine import USABLE_FRACTION, machine_memory_bytes
-from mptrain.model.size import MemoryPlan
+from mptrain.model.size import MemoryPlan, estimate, peak_rss_bytes
 from mptrain.record import Record
 
 if TYPE_CHECKING:
@@ -49,7 +49,6 @@ class MemoryReport(Record):
 def plan_memory(config: ExperimentConfig, policies: list[str], measure: bool = True,
                 verbose: bool = False) -> MemoryReport:
     """One MemoryPlan per policy for the experiment's model, optimizer and batch size."""
-    from mptrain.model.size import estimate
     from mptrain.precision.policy import apply_policy
     from mptrain.runs.experiment import prepare
 
@@ -110,14 +109,11 @@ def _measured(config: ExperimentConfig, policy: str, verbose: bool) -> int | Non
     return summary.memory.training_peak_bytes
 
 
-def process_bytes(prepared: Prepared, policy: str | None, batch: int | None) -> int:
-    """A variant's process: what the staging process holds (its peak resident memory) plus,
-    with a policy, its training state under it at `batch` (None: the experiment's)."""
-    from mptrain.model.size import estimate, peak_rss_bytes
+def process_bytes(prepared: Prepared, policy: str, batch: int | None) -> int:
+    """A variant's process: what the staging process holds (its peak resident memory) plus
+    its training state under `policy` at `batch` (None: the experiment's)."""
     from mptrain.precision.policy import DTYPES
 
-    if policy is None:
-        return peak_rss_bytes()
     return peak_rss_bytes() + estimate(prepared.model, prepared.optimizer, policy, *DTYPES[policy],
                                        batch or prepared.config.train.batch_size).total_bytes
 
@@ -145,7 +141,7 @@ def too_big_together(prepared: Prepared, cells: dict[str, tuple[str, int | None]
     if available is None or len(cells) <= 2:  # two variants in pairs are the same two
         return None
     needs = {label: process_bytes(prepared, policy, batch) for label, (policy, batch) in cells.items()}
-    floor = process_bytes(prepared, None, None)
+    floor = peak_rss_bytes()
     if sum(needs.values()) <= USABLE_FRACTION * available:
         return None
     gib = 2.0**30

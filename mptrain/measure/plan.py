@@ -15,7 +15,7 @@ than float32 on the guide's MLP, and on AMX the same MLP runs 3x faster while a 
    in one more candidate.
 3. A trial of each, in turns (`measure.engine`), most promising first, float32 twice (its twin is
    the A/A test of the machine's noise); no round starts after the budget: what was measured is judged.
-4. The judgement (`measure.verdicts`, `measure.trials`): each candidate's speed-up over
+4. The judgement (`measure.verdicts`): each candidate's speed-up over
    float32 beyond the twin's noise, its loss progress against float32's, no non-finite loss a
    loss scaler does not explain, and not slower over the experiment's whole length.
 5. The choice (`trials.choose`), written as a runnable experiment (plan.yaml) whose header
@@ -48,9 +48,9 @@ from mptrain.measure.ledger import Measurement, load_record, steps_of, write_rec
 from mptrain.measure.memory import too_big_alone
 from mptrain.measure.plot import plot_study
 from mptrain.measure.study import Staging, StudyRecord, new_study, run_study
-from mptrain.measure.trials import TWIN, choose, judge_trials
+from mptrain.measure.trials import choose
 from mptrain.measure.variant import Variant
-from mptrain.measure.verdicts import DEFAULT_TOLERANCE_PCT, Rules
+from mptrain.measure.verdicts import DEFAULT_TOLERANCE_PCT, TWIN, Rules, judge_rows
 from mptrain.measure.whole_run import RunLength
 from mptrain.precision.candidates import Candidate, candidate, candidates, cell_label, file_label, select
 from mptrain.precision.planned import plan_file_for, stamp
@@ -343,7 +343,7 @@ def describe_machine(machine: Machine) -> str:
 
 
 def judge_plan(record: PlanRecord) -> PlanRecord:
-    """Every trial judged (`trials.judge_trials`) on its runs' step records, with the plan's
+    """Every trial judged (`verdicts.judge_rows`) on its runs' step records, with the plan's
     tolerance, and the experiment's length for the whole-run estimate, the process's start
     and exit taken as the median over the trials' processes (the same program for each: one
     trial's exit once took 46 s longer)."""
@@ -354,7 +354,7 @@ def judge_plan(record: PlanRecord) -> PlanRecord:
                        statistics.median(overheads) if overheads else 0.0)
     rules = Rules(record.tolerance_pct, record.evaluate, record.turn_steps, record.input_ms_per_batch,
                   length)
-    return record.model_copy(update={"trials": judge_trials(record.trials, steps, rules)})
+    return record.model_copy(update={"trials": judge_rows(record.trials, steps, rules)})
 
 
 def _add_islands(record: PlanRecord, seconds: float, on_layers, verbose: bool) -> PlanRecord:

@@ -14,7 +14,6 @@ matplotlib with the headless Agg backend, so it works on servers and in CI.
 from __future__ import annotations
 
 import math
-from contextlib import contextmanager
 from pathlib import Path
 
 from mptrain.runs.folder import RunFolder
@@ -24,59 +23,51 @@ STYLES = ("-", "--", ":", "-.")
 MARKERS = ("o", "s", "^", "D", "v", "P")
 
 
-@contextmanager
-def _figure(path: Path, title: str, grid: tuple[int, int], size: tuple[float, float], **title_font):
-    """The axes of a `grid` figure, to draw on in the block; then titled, laid out and saved."""
+def plot_study(record, path: Path, title: str, layers: list | None = None) -> None:
+    """The study's picture (see the module's docstring); `layers`: a plan's layer timings."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(*grid, figsize=size)
-    yield axes
-    fig.suptitle(title, **title_font)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-
-
-def plot_study(record, path: Path, title: str, layers: list | None = None) -> None:
-    """The study's picture (see the module's docstring); `layers`: a plan's layer timings."""
     from matplotlib.ticker import FuncFormatter
 
     rows = [r for r in record.rows if r.summary is not None]
-    with _figure(path, title, (2, 3), (17, 9.5)) as axes:
-        (ax_step, ax_epoch, ax_third), (ax_time, ax_speed, ax_scale) = axes
-        plain = FuncFormatter(lambda value, _: f"{value:g}")
-        labels = [r.label for r in rows]
-        colours = [f"C{i % 10}" for i in range(len(rows))]
-        times, scaled = [], False
-        for index, row in enumerate(rows):
-            colour, dash = colours[index], STYLES[index % len(STYLES)]
-            marker = MARKERS[index % len(MARKERS)]
-            folder = RunFolder(Path(row.summary.run_dir))
-            steps, epochs = folder.read_steps(), folder.read_epochs()
-            _loss_line(ax_step, row.label, index, steps)
-            for key, style, alpha in (("loss", "-", 0.9), ("val_loss", "--", 0.6)):
-                ex, ey = _finite_prefix([e.epoch for e in epochs], [e.metrics.get(key) for e in epochs])
-                if ex:
-                    ax_epoch.plot(ex, ey, marker=marker, color=colour, linestyle=style, alpha=alpha,
-                                  label=row.label if key == "loss" else None)
-            times.append(_timed_ms(row, steps))
-            scales = [(s.step, s.loss_scale) for s in steps if s.loss_scale is not None]
-            if scales:
-                scaled = True
-                ax_scale.step([x for x, _ in scales], [y for _, y in scales], where="post", color=colour,
-                              label=row.label, linestyle=dash)
+    fig, axes = plt.subplots(2, 3, figsize=(17, 9.5))
+    (ax_step, ax_epoch, ax_third), (ax_time, ax_speed, ax_scale) = axes
+    plain = FuncFormatter(lambda value, _: f"{value:g}")
+    labels = [r.label for r in rows]
+    colours = [f"C{i % 10}" for i in range(len(rows))]
+    times, scaled = [], False
+    for index, row in enumerate(rows):
+        colour, dash = colours[index], STYLES[index % len(STYLES)]
+        marker = MARKERS[index % len(MARKERS)]
+        folder = RunFolder(Path(row.summary.run_dir))
+        steps, epochs = folder.read_steps(), folder.read_epochs()
+        _loss_line(ax_step, row.label, index, steps)
+        for key, style, alpha in (("loss", "-", 0.9), ("val_loss", "--", 0.6)):
+            ex, ey = _finite_prefix([e.epoch for e in epochs], [e.metrics.get(key) for e in epochs])
+            if ex:
+                ax_epoch.plot(ex, ey, marker=marker, color=colour, linestyle=style, alpha=alpha,
+                              label=row.label if key == "loss" else None)
+        times.append(_timed_ms(row, steps))
+        scales = [(s.step, s.loss_scale) for s in steps if s.loss_scale is not None]
+        if scales:
+            scaled = True
+            ax_scale.step([x for x, _ in scales], [y for _, y in scales], where="post", color=colour,
+                          label=row.label, linestyle=dash)
 
-        _loss_axes(ax_step, ax_epoch, plain, len(rows))
-        if layers:
-            _layer_bars(ax_third, layers)
-        else:
-            _quality_bars(ax_third, rows, colours)
-        _step_time_boxes(ax_time, times, labels, plain)
-        _speedup_bars(ax_speed, rows, colours, record.baseline)
-        _loss_scale_axis(ax_scale, scaled, plain)
+    _loss_axes(ax_step, ax_epoch, plain, len(rows))
+    if layers:
+        _layer_bars(ax_third, layers)
+    else:
+        _quality_bars(ax_third, rows, colours)
+    _step_time_boxes(ax_time, times, labels, plain)
+    _speedup_bars(ax_speed, rows, colours, record.baseline)
+    _loss_scale_axis(ax_scale, scaled, plain)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
 
 
 def _loss_axes(ax_step, ax_epoch, plain, variants: int) -> None:
@@ -141,6 +132,14 @@ def _finite_prefix(xs: list, ys: list) -> tuple[list, list]:
     return xs, ys
 
 
+def _by_row(ax, labels: list[str], title: str, xlabel: str | None = None, fontsize: int = 8) -> None:
+    """A horizontal chart's rows named top down, its title, and its grid along x."""
+    ax.set_yticks(range(len(labels)), labels, fontsize=fontsize)
+    ax.invert_yaxis()
+    ax.set(title=title, xlabel=xlabel)
+    ax.grid(alpha=0.3, axis="x")
+
+
 def _quality_bars(ax, rows, colours) -> None:
     """Each row's test quality (the objective's figure: accuracy, AUC, MAE...), its change
     against the baseline written on its bar."""
@@ -155,26 +154,20 @@ def _quality_bars(ax, rows, colours) -> None:
         text = "diverged" if value is None else f"{value:.4g}" + (
             f" ({delta.shown()})" if delta is not None else "")
         ax.text(0.01, y, text, va="center", fontsize=9, transform=ax.get_yaxis_transform())
-    ax.set_yticks(list(positions), [r.label for r in rows], fontsize=8)
-    ax.invert_yaxis()
     first = next((f for f in figures if f is not None), None)
-    ax.set(title=f"Test {first.label if first else 'accuracy'}")
+    _by_row(ax, [r.label for r in rows], f"Test {first.label if first else 'accuracy'}")
     if first is None or first.proportion or first.label in ("AUC", "mean IoU"):
         ax.set_xlim(0, 1)
-    ax.grid(alpha=0.3, axis="x")
 
 
 def _step_time_boxes(ax, times, labels, plain) -> None:
     if times:
-        ax.boxplot(times, orientation="horizontal", showfliers=True)
-        ax.set_yticks(range(1, len(labels) + 1), labels, fontsize=8)
-        ax.invert_yaxis()
+        ax.boxplot(times, orientation="horizontal", showfliers=True, positions=range(len(times)))
         finite = [t for ts in times for t in ts if math.isfinite(t) and t > 0]
         if finite and max(finite) / min(finite) > 20:
             ax.set_xscale("log")
         ax.xaxis.set_major_formatter(plain)
-    ax.set(title="Step time (timed steps: after warm-up, full batches)", xlabel="ms per step")
-    ax.grid(alpha=0.3, axis="x")
+    _by_row(ax, labels, "Step time (timed steps: after warm-up, full batches)", "ms per step")
 
 
 def _speedup_bars(ax, rows, colours, baseline: str) -> None:
@@ -189,10 +182,7 @@ def _speedup_bars(ax, rows, colours, baseline: str) -> None:
                 "baseline" if row.verdict.baseline else row.verdict.speed.unknown or "not timed")
         ax.text(0.01, y, text, va="center", fontsize=9, transform=ax.get_yaxis_transform())
     ax.axvline(1.0, color="0.3", linewidth=1)
-    ax.set_yticks(list(positions), [r.label for r in rows], fontsize=8)
-    ax.invert_yaxis()
-    ax.set(title=f"Speed-up over {baseline} (bars: 95% interval)", xlabel="× faster")
-    ax.grid(alpha=0.3, axis="x")
+    _by_row(ax, [r.label for r in rows], f"Speed-up over {baseline} (bars: 95% interval)", "× faster")
 
 
 def _layer_bars(ax, layers: list) -> None:
@@ -208,8 +198,5 @@ def _layer_bars(ax, layers: list) -> None:
         if timing.slower_in_16bit:
             ax.text(timing.ms_16bit, p + 0.2, " slower in 16 bits: float32 island", va="center",
                     fontsize=7, color="C3")
-    ax.set_yticks(list(positions), names, fontsize=7)
-    ax.invert_yaxis()
-    ax.set(title="Each layer's forward + backward", xlabel="ms per call")
+    _by_row(ax, names, "Each layer's forward + backward", "ms per call", fontsize=7)
     ax.legend(fontsize=8)
-    ax.grid(alpha=0.3, axis="x")

@@ -1,35 +1,14 @@
-"""plan's trials: each one judged against float32's from the same rounds (`verdicts.judge`:
-its speed, loss, time to target and whole-run estimate), and the choice among them.
+"""plan's choice among its trials, each judged against float32's from the same rounds
+(`verdicts.judge_rows`: its speed, loss, time to target and whole-run estimate).
 
 Pure functions of what the trials recorded, so every rule is tested on recorded numbers."""
 
 from __future__ import annotations
 
 from mptrain.measure.variant import Variant
-from mptrain.measure.verdicts import Rules, Steps, control_of, judge, speed
+from mptrain.measure.verdicts import TWIN
 
 PRACTICAL_GAIN = 1.05  # less than this between two candidates is not worth a change of precision
-TWIN = "float32-twin"  # float32 run again in the same turns: the A/A test of the machine's noise
-
-
-def judge_trials(trials: list[Variant], steps: dict[str, list], rules: Rules) -> list[Variant]:
-    """Every trial against float32's (`verdicts.judge`), on the losses of their runs
-    (`steps`: label → step records), with float32's A/A twin as the noise floor of speed-ups
-    and of loss differences."""
-    base = next((t for t in trials if t.label == "float32"), None)
-    twin = next((t for t in trials if t.label == TWIN), None)
-    floor = None
-    if base is not None and twin is not None and twin.summary is not None and base.summary is not None:
-        floor = speed(twin, base, rules.turn_steps).interval
-    base_steps, twin_steps = steps.get("float32"), steps.get(TWIN)
-    judged = []
-    for t in trials:
-        losses = (Steps(base_steps, steps[t.label], twin_steps)
-                  if base_steps and t.label in steps and t.label != TWIN else None)
-        verdict = judge(t, base, losses, rules, None if t.label == TWIN else floor,
-                        control_of(t, trials, base))
-        judged.append(t.model_copy(update={"verdict": verdict}))
-    return judged
 
 
 def gain(trial: Variant) -> float | None:

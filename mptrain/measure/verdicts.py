@@ -1,8 +1,9 @@
 """What a variant is worth against its baseline: is it faster, did it train as well, is it as
-accurate? One judgement (`judge`) for compare's rows, plan's trials and `runs --compare`, kept
-pure (numbers in, a typed `Verdict` out) so it is tested on recorded numbers and says the same
-thing everywhere. The words a table shows are made from the verdict (`Verdict.words`), and
-every decision (plan's pick) reads the verdict's fields, never its words.
+accurate? One judgement (`judge`; every row of a study: `judge_rows`) for compare's rows,
+plan's trials and `runs --compare`, kept pure (numbers in, a typed `Verdict` out) so it is
+tested on recorded numbers and says the same thing everywhere. The words a table shows are
+made from the verdict (`Verdict.words`), and every decision (plan's pick) reads the verdict's
+fields, never its words.
 
 Speed. A shared machine drifts, so a ratio of two medians can mislead. Variants run in turns
 (`engine`) are compared round by round: each round's ratio is the baseline's median step in
@@ -53,6 +54,7 @@ MIN_ROUNDS = 3  # fewer paired rounds are no measurement of a ratio
 TWIN_FACTOR = 2.0  # a candidate's loss may trail float32's by twice float32's own A/A difference
 INPUT_BOUND_MARGIN = 1.2  # a step within this of the input pipeline's time waits for data
 DEFAULT_TOLERANCE_PCT = 3.0
+TWIN = "float32-twin"  # float32 run again in the same turns: the A/A test of the machine's noise
 SAME_SPEED = 1.05  # an interval within 1/1.05-1.05x is the same speed; a wider one over 1 is inconclusive
 
 @dataclass(frozen=True)
@@ -137,6 +139,29 @@ def judge(row: Variant, base: Variant | None, steps: Steps | None = None,
         refused=refused, input_bound=input_bound(s.step_time.median_ms if s.step_time else None,
                                                  rules.input_ms),
         stopped_early=s.stop_reason if s.stopped_by in ("max_steps", "signal") else None)
+
+
+def judge_rows(rows: list[Variant], steps: dict[str, list], rules: Rules,
+               baseline: str = "float32") -> list[Variant]:
+    """Every row judged against the baseline's (`judge`): compare's variants, plan's trials.
+    Their losses are judged when their step records are given (`steps`: label → step
+    records; none for runs that need not have started from the same weights), and float32's
+    A/A twin (`TWIN`, plan's), when it ran, is the noise floor of speed-ups and of loss
+    differences."""
+    base = next((r for r in rows if r.label == baseline), None)
+    twin = next((r for r in rows if r.label == TWIN), None)
+    floor = None
+    if base is not None and twin is not None and twin.summary is not None and base.summary is not None:
+        floor = speed(twin, base, rules.turn_steps).interval
+    base_steps, twin_steps = steps.get(baseline), steps.get(TWIN)
+    judged = []
+    for row in rows:
+        losses = (Steps(base_steps, steps[row.label], twin_steps)
+                  if base_steps and row.label in steps and row.label != TWIN else None)
+        verdict = judge(row, base, losses, rules, None if row.label == TWIN else floor,
+                        control_of(row, rows, base))
+        judged.append(row.model_copy(update={"verdict": verdict}))
+    return judged
 
 
 def _stopped(s: RunSummary) -> list[str]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+
 from rich.console import Console
 from rich.text import Text
 
@@ -19,25 +21,15 @@ def say(text, label: str | None = None, style: str | None = None) -> None:
     stderr.print(line, soft_wrap=True, highlight=False)
 
 
-def stdout_console() -> Console:
-    """Rich's console: the terminal's width, or 80 columns (or $COLUMNS) when redirected.
-    Every table is designed to be read whole at 80 columns."""
-    return Console()
-
-
-def plain_text(renderable) -> str:
-    """What a table looks like on an 80-column terminal, without colours: for a file (MLflow's
-    copy of compare's and plan's tables)."""
-    import io
-
-    console = Console(file=io.StringIO(), width=80, color_system=None, record=True)
-    console.print(renderable)
-    return console.export_text()
-
-
 def as_text(tables):
-    """`record → the tables as plain text`, for what MLflow keeps beside a compare or plan."""
-    return lambda record: plain_text(tables(record))
+    """`record → the tables as plain text`, for what MLflow keeps beside a compare or plan:
+    what they look like on an 80-column terminal, without colours."""
+    def text(record) -> str:
+        console = Console(file=io.StringIO(), width=80, color_system=None, record=True)
+        console.print(tables(record))
+        return console.export_text()
+
+    return text
 
 
 def human_bytes(n: float | None) -> str:

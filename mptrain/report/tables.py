@@ -12,9 +12,8 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from mptrain.measure.trials import TWIN
 from mptrain.measure.variant import compare_label
-from mptrain.measure.verdicts import DEFAULT_TOLERANCE_PCT, INPUT_BOUND_NOTE, MIN_ROUNDS, quality_figure
+from mptrain.measure.verdicts import DEFAULT_TOLERANCE_PCT, INPUT_BOUND_NOTE, MIN_ROUNDS, TWIN, quality_figure
 from mptrain.report.console import fmt, human_bytes
 from mptrain.report.fitted import Fitted
 from mptrain.runs.summary import RunSummary
@@ -138,7 +137,7 @@ def compare_tables(record: CompareRecord) -> Group:
     """Three tables that each fit 80 columns: the answer (step time, speed-up, accuracy, loss
     scale, verdict), the details (spread, throughput, compute, training memory) and the whole
     run (one-off costs, wall time)."""
-    result_rows, detail_rows, time_rows, notes, peaks = _compare_rows(record)
+    result_rows, detail_rows, time_rows, notes = _compare_rows(record)
     results = Fitted(f"mptrain compare: {record.experiment} (baseline: {record.baseline_policy})",
                       ["variant", "ms/step", "speed-up", _quality_header(record.variants),
                        "loss scale\n/ skips", "verdict"], result_rows, text_columns={5})
@@ -146,7 +145,7 @@ def compare_tables(record: CompareRecord) -> Group:
                                   "training\nmemory (×)"], detail_rows)
     times = Fitted("the whole run", ["variant", "start to\n1st step", "whole\nrun", "waited for\nturns"],
                     time_rows)
-    notes += _compare_footnotes(record, peaks)
+    notes += _compare_footnotes(record)
     notes.append(f"folder: {record.folder}")
     batches = [batch_table(record.variants, record.baseline), ""] if _has_batch_axis(record.variants) else []
     return Group(results, "", details, "", times, "", *batches, *notes)
@@ -187,10 +186,9 @@ def _rate(row) -> float | None:
 
 
 def _compare_rows(record: CompareRecord):
-    """compare's three tables' rows, the notes under them, and each dtype's peak."""
+    """compare's three tables' rows, and the notes under them."""
     result_rows, detail_rows, time_rows, notes = [], [], [], []
     warnings: dict[str, list[str]] = {}  # one note per distinct warning
-    peaks: dict[str, str] = {}
     for row in record.variants:
         s, verdict = row.summary, row.verdict
         policy = row.candidate.name
@@ -226,8 +224,6 @@ def _compare_rows(record: CompareRecord):
         ]))
         time_rows.append((name, [what, fmt(s.time_to_first_step_s, ".1f", "-"),
                                  _duration(s.wall_time_s), _duration(s.turn_wait_s)]))
-        if s.peak_unit:
-            peaks[s.compute_dtype] = f"{s.compute_dtype}: {s.peak_unit} {s.peak_tflops:.2f}"
         label = f"{policy} {row.loop}{where}"
         if s.speed_warning:
             warnings.setdefault(s.speed_warning, []).append(label)
@@ -236,12 +232,14 @@ def _compare_rows(record: CompareRecord):
     notes[:0] = [f"[yellow]⚠ {', '.join(labels)}[/]: {text}" for text, labels in warnings.items()]
     if any(row.verdict.input_bound for row in record.variants):
         notes.append(escape(INPUT_BOUND_NOTE))
-    return result_rows, detail_rows, time_rows, notes, peaks
+    return result_rows, detail_rows, time_rows, notes
 
 
-def _compare_footnotes(record: CompareRecord, peaks: dict[str, str]) -> list[str]:
+def _compare_footnotes(record: CompareRecord) -> list[str]:
     """What compare's columns mean, and how its speed-ups were measured."""
     base = record.baseline_policy
+    peaks = {s.compute_dtype: f"{s.compute_dtype}: {s.peak_unit} {s.peak_tflops:.2f}"
+             for s in (r.summary for r in record.variants) if s is not None and s.peak_unit}
     notes = [f"[yellow]in pairs:[/] {escape(record.pairs)}"] if record.pairs else []
     turns = (f"the variants ran in turns of {record.turn_steps} steps; speed-up: the median over "
              f"rounds of {base}'s median step / this one's in the same round, a verdict says "

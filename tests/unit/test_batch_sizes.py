@@ -9,9 +9,9 @@ import pytest
 from mptrain.config import validate, variant
 from mptrain.config.batch_scaling import at_batch, examples_in
 from mptrain.measure.to_target import examples_to, loss_over_examples
-from mptrain.measure.trials import choose, judge_trials
+from mptrain.measure.trials import choose
 from mptrain.measure.variant import Variant
-from mptrain.measure.verdicts import Rules
+from mptrain.measure.verdicts import Rules, judge_rows
 from mptrain.precision.candidates import candidate
 from mptrain.training.records import StepRecord
 from tests.helpers import make_summary, tiny_raw
@@ -98,7 +98,7 @@ def cell(label: str, batch: int, step_ms: float, records, policy="mixed_bfloat16
 def judged_cells(*cells):
     trials = [t for t, _ in cells]
     steps = {t.label: records for t, records in cells}
-    return judge_trials(trials, steps, Rules(3.0, turn_steps=5))
+    return judge_rows(trials, steps, Rules(3.0, turn_steps=5))
 
 
 def test_the_examples_to_target_are_read_over_a_trailing_window():

@@ -10,9 +10,9 @@ from mptrain.errors import ConfigError
 from mptrain.hardware.kernels import cached_kernels
 from mptrain.hardware.machine import Machine, gpu_from_details, parse_cpuinfo
 from mptrain.measure.islands import LayerTiming, islands
-from mptrain.measure.trials import TWIN, choose, judge_trials
+from mptrain.measure.trials import choose
 from mptrain.measure.variant import Variant
-from mptrain.measure.verdicts import Rules
+from mptrain.measure.verdicts import TWIN, Rules, judge_rows
 from mptrain.measure.whole_run import RunLength, whole_run_estimate
 from mptrain.precision.candidates import CANDIDATE_NAMES, Candidate, candidate_name, candidates, select
 from mptrain.precision.policy import recommend
@@ -152,8 +152,8 @@ def trial(name, policy, median, spread=0.02, end=0.5, status="finished", nan=0, 
 def judged(*specs, tolerance=3.0, evaluate=False, experiment_steps=0):
     made = [trial(*spec[:3], **(spec[3] if len(spec) > 3 else {})) for spec in specs]
     steps = {t.label: records for t, records in made}
-    return judge_trials([t for t, _ in made], steps,
-                        Rules(tolerance, evaluate, length=RunLength(experiment_steps)))
+    return judge_rows([t for t, _ in made], steps,
+                      Rules(tolerance, evaluate, length=RunLength(experiment_steps)))
 
 
 def test_where_bf16_wins_plan_picks_it():
@@ -234,8 +234,8 @@ def test_a_trial_cut_short_by_the_step_limit_is_too_slow_not_inaccurate():
     stop = "stopped after 2 steps: a step took 10.0 s (limit 5 s)"
     cut = cut.model_copy(update={"summary": cut.summary.model_copy(update={
         "stopped_by": "max_step_seconds", "stop_reason": stop})})
-    judged_ = judge_trials([base_trial, cut], {"float32": base_steps,
-                                               "mixed_bfloat16": base_steps[:2]}, Rules())
+    judged_ = judge_rows([base_trial, cut], {"float32": base_steps,
+                                             "mixed_bfloat16": base_steps[:2]}, Rules())
     assert not judged_[1].verdict.eligible and stop in judged_[1].verdict.words()
     assert "loss" not in judged_[1].verdict.words()
 
@@ -458,7 +458,7 @@ def test_one_trials_slow_exit_does_not_move_the_whole_run_estimates(monkeypatch)
                         trials=trials, experiment_steps=87, experiment_eval_batches=20,
                         experiment_checkpoints=4)
     seen = {}
-    monkeypatch.setattr(planning, "judge_trials",
+    monkeypatch.setattr(planning, "judge_rows",
                         lambda trials, steps, rules: seen.setdefault("length", rules.length) and trials)
     monkeypatch.setattr(planning, "steps_of", lambda row: [])
     planning.judge_plan(record)
@@ -538,8 +538,8 @@ def test_plan_judges_a_regression_by_its_mae_and_refuses_one_worse_beyond_the_to
     made = [with_mae(("float32", "float32", 300.0), 2.0),
             with_mae(("mixed_bfloat16", "mixed_bfloat16", 150.0), 2.10),
             with_mae(("float32+onednn_bf16", "float32", 200.0), 2.02)]
-    trials = judge_trials([t for t, _ in made], {t.label: r for t, r in made},
-                          Rules(3.0, quality_counts=True, length=RunLength(0)))
+    trials = judge_rows([t for t, _ in made], {t.label: r for t, r in made},
+                        Rules(3.0, quality_counts=True, length=RunLength(0)))
     worse, fine = trials[1].verdict, trials[2].verdict
     assert worse.refused == ["MAE +5.0%"] and "MAE worse (+5.0%)" in worse.words()
     assert not fine.refused and fine.quality.word() == "MAE worse (+1.0%)"
