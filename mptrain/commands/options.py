@@ -208,6 +208,6 @@ def end_measuring(result, json_out: bool, render) -> None:
         say(note, "note", "yellow")
     kind, kept = result.record.KIND, result.record.ROWS
     if result.record.status == "interrupted":
-        say(f"finished {kept} are kept. Continue with:\n  mptrain {kind} --resume {result.folder}",
+        say(f"finished {kept} are kept. Continue with:\n  mptrain {kind} --resume {result.record.folder}",
             f"{kind} interrupted", "yellow")
         raise typer.Exit(exit_code(result.signal))

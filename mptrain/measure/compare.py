@@ -1,7 +1,7 @@
 """`mptrain compare`: one experiment under several policies (and loops), side by side.
 
 The input pipeline's order depends only on the seed, so every variant, from the same initial
-weights (`study.stage`), also sees the same batches.
+weights (`study.new_study`), also sees the same batches.
 
 XLA is an axis of its own. A row that will run XLA (named so, or by mptrain's choice for its
 policy here: float16 on a CPU whose float16 kernels collapse without it) is named with
@@ -20,9 +20,9 @@ from typing import ClassVar, Literal
 
 from mptrain.config import ExperimentConfig, load_config
 from mptrain.errors import ConfigError, DataError
-from mptrain.measure.ledger import Measurement, load_record, steps_of, to_run
+from mptrain.measure.engine import to_run
 from mptrain.measure.plot import plot_study
-from mptrain.measure.study import Staging, StudyRecord, new_study, run_study
+from mptrain.measure.study import Measurement, Staging, StudyRecord, new_study, run_study, steps_of
 from mptrain.measure.variant import Variant, compare_label
 from mptrain.measure.verdicts import Rules, judge_rows
 from mptrain.precision.candidates import candidate
@@ -107,7 +107,7 @@ def run_compare(experiment: str | ExperimentConfig | None, settings: CompareSett
     OUTPUT_DIR/compare-<name>-<timestamp>/. `as_text(record)`: the tables as text, for MLflow
     (with `output.mlflow`)."""
     if resume is not None:
-        record = load_record(resume, "compare", CompareRecord)
+        record = CompareRecord.load(resume)
         settings.check_resumable(resume, experiment)
     else:
         try:
@@ -246,7 +246,7 @@ def start_compare(config: ExperimentConfig, variants: list[Variant], telling: Te
 
 
 def judge_compare(record: CompareRecord, same_start: bool = True) -> CompareRecord:
-    """Every row judged against the baseline (`verdicts.judge_rows`), on the rounds they ran in
+    """Every row judged against the baseline (`verdicts.judge`), on the rounds they ran in
     turns and, when they started from the same weights on the same batches (`same_start`),
     the losses of their runs (read from their steps.jsonl)."""
     steps = {r.label: steps_of(r) for r in record.variants if r.summary is not None} if same_start else {}

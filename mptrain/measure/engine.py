@@ -24,8 +24,7 @@ goes to a log file beside its run folder (shown when it fails); the engine repor
 
 Compare and plan differ as data given to `run_rows`, the one sequence both run: which rows,
 from which staged experiment, in which turns. Their folder, record and MLflow parent run are
-`ledger.py`'s; each variant's experiment file and run folder are made here
-(`experiment_of`, `spec_for`).
+`study.py`'s; each variant's experiment file and run folder are made here (`spec_for`).
 """
 
 from __future__ import annotations
@@ -39,18 +38,16 @@ import shutil
 import statistics
 import subprocess
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import yaml
 
-from mptrain.measure.ledger import Ledger, to_run
 from mptrain.precision.candidates import file_label
 from mptrain.record import write_atomic
 from mptrain.runs.child import ChildSpec, read_summary
-from mptrain.runs.folder import resumable
+from mptrain.runs.folder import RunFolder, resumable
 from mptrain.runs.summary import RunSummary
 from mptrain.runs.workers import start
 from mptrain.signals import ForwardSignals
@@ -59,7 +56,6 @@ if TYPE_CHECKING:
     from mptrain.config import ExperimentConfig
     from mptrain.measure.variant import Variant
 
-OnTurn = Callable[[int, str, list[float]], None]  # (round, label, its steps' ms)
 MIN_TURN_STEPS = 5  # fewer steps a turn: their median is mostly noise
 MIN_START_LIMIT_S = 60.0  # a start is never stopped sooner (`Turns.first_step_ratio`)
 TARGET_ROUNDS = 10  # rounds a run of the experiment's length is cut into, when it can be
@@ -77,31 +73,32 @@ class Turns:
     # never stopped by either ratio: the controls every verdict is read against (plan's A/A
     # twin, whose spread against the baseline is the noise floor; the baseline itself)
     controls: frozenset[str] = frozenset()
+    rerun_failed: bool = True  # a resume runs a row that failed again (plan's: a result, kept)
 
 
-def run_rows(ledger: Ledger, rows: list[Variant], turns: Turns, telling, verbose: bool = False, *,
-             rerun_failed: bool = True) -> tuple[list[Variant], int | None]:
+def run_rows(staged: Path, env: dict[str, str], rows: list[Variant], turns: Turns, telling,
+             verbose: bool = False) -> tuple[list[Variant], int | None]:
     """The one sequence compare and plan run: the variants whose runs have not ended
-    (`to_run`; not one that failed, unless `rerun_failed`), each the experiment staged in the
-    ledger's folder (`Ledger.staged`) with its own settings, from the initial weights staged
-    there (its run nested in the ledger's MLflow parent), in turns in one session; every
+    (`to_run`; not one that failed, unless `turns.rerun_failed`), each the experiment `staged`
+    in the study's folder with its own settings, from the initial weights staged there (its
+    run nested in the study's MLflow parent run by `env`), in turns in one session; every
     variant back in its order, with what its run measured, and the signal that interrupted
     them (None: none did). Paired (`turns.paired_with`), each runs in turns with the baseline
     alone, pair after pair (`pairs`), and its `baseline_rounds` are the baseline's in its pair."""
-    from mptrain.config import load_config
+    from mptrain.config import load_config, variant
 
-    staged = load_config(ledger.folder / ledger.staged)
-    todo = [row for row in to_run(rows) if rerun_failed or row.failed is None]
+    folder, study = staged.parent, load_config(staged)
+    todo = [row for row in to_run(rows) if turns.rerun_failed or row.failed is None]
     ended: dict[str, Variant] = {}
     signal, paired_with = None, turns.paired_with
     for group in ([todo] if paired_with is None else pairs(todo, paired_with)):
         launches = []
         for row in group:
-            experiment = experiment_of(row, staged)
+            experiment = variant(study, {"name": Path(row.run_dir).name, **row.settings})
             launches.append((row, experiment.train.batch_size,
-                             spec_for(ledger.folder, row, experiment, verbose)))
+                             spec_for(folder, row, experiment, verbose)))
         with ForwardSignals() as signals:
-            ends = run_in_turns(launches, ledger, turns, signals, telling.turn)
+            ends = run_in_turns(launches, folder, env, turns, signals, telling.turn)
         if paired_with is not None and len(group) == 2 and group[1].label in ends:
             base = ends.get(group[0].label)
             ends[group[1].label] = ends[group[1].label].model_copy(
@@ -138,14 +135,6 @@ def pairs(rows: list[Variant], baseline: str) -> list[list[Variant]]:
             "run_dir": str(run_dir.with_name(f"{run_dir.name}-with-{file_label(row.label)}"))})
 
     return [[baseline_for(i, r), r] for i, r in enumerate(others)]
-
-
-def experiment_of(row: Variant, staged: ExperimentConfig) -> ExperimentConfig:
-    """The variant's own experiment: the staged one with its settings, named after its run
-    folder."""
-    from mptrain.config import variant
-
-    return variant(staged, {"name": Path(row.run_dir).name, **row.settings})
 
 
 def spec_for(folder: Path, row: Variant, experiment: ExperimentConfig, verbose: bool) -> ChildSpec:
@@ -188,8 +177,8 @@ class _Child:
     stopped: str | None = None  # why the engine stopped it before its first step ended
 
 
-def run_in_turns(launches: list[tuple[Variant, int, ChildSpec]], ledger: Ledger, turns: Turns,
-                 signals: ForwardSignals, on_turn: OnTurn | None = None) -> dict[str, Variant]:
+def run_in_turns(launches: list[tuple[Variant, int, ChildSpec]], folder: Path, env: dict[str, str],
+                 turns: Turns, signals: ForwardSignals, on_turn) -> dict[str, Variant]:
     """Run every variant's child (beside its batch size) to its end in turns;
     `on_turn(round, label, step_ms)` after each turn. With `turns.slowest_ratio`, a variant
     whose turn's median step is that many times the first's (the baseline's) in the same
@@ -206,7 +195,7 @@ def run_in_turns(launches: list[tuple[Variant, int, ChildSpec]], ledger: Ledger,
             if signals.received is not None or past(turns.deadline):
                 break
             steps = same_examples(turns.steps, launches[0][1], batch_size)
-            child = _start(row, batch_size, spec, ledger, steps, signals)
+            child = _start((row, batch_size, spec), folder, env, steps, signals)
             children.append(child)
             _first_turn(child, on_turn, None if row.label in turns.controls else limit)
             if limit is None and turns.first_step_ratio and child.first_step_done:
@@ -224,10 +213,8 @@ def run_in_turns(launches: list[tuple[Variant, int, ChildSpec]], ledger: Ledger,
                 stop = (f"cut by the budget after {len(child.rounds)} rounds" if budget else
                         too_slow(child, children[0], turns))
                 _take_turn(child, on_turn, round_, stop)
-    finally:
-        ends = {}
-        for child in children:  # evaluations (or the last step of an interrupted one) one by one
-            ends[child.row.label] = _finish(child)
+    finally:  # evaluations (or the last step of an interrupted one) one by one
+        ends = {child.row.label: _finish(child) for child in children}
         signals.children = []
     return ends
 
@@ -239,14 +226,15 @@ def same_examples(steps: int, base_batch: int, batch: int) -> int:
     return max(1, math.ceil(steps * base_batch / batch))
 
 
-def _start(row: Variant, batch_size: int, spec: ChildSpec, ledger: Ledger, steps_per_turn: int,
-           signals: ForwardSignals) -> _Child:
+def _start(launch: tuple[Variant, int, ChildSpec], folder: Path, env: dict[str, str],
+           steps_per_turn: int, signals: ForwardSignals) -> _Child:
+    row, batch_size, spec = launch
     read_end, write_end = os.pipe()
-    path = ledger.folder / "logs" / f"{file_label(row.label)}.log"
+    path = folder / "logs" / f"{file_label(row.label)}.log"
     path.parent.mkdir(parents=True, exist_ok=True)
     log = open(path, "w")  # noqa: SIM115  (closed in _finish)
     spec = spec.model_copy(update={"turn_steps": steps_per_turn, "report_fd": write_end})
-    process = start(spec, ledger.env, log=log, talk=True, pass_fds=(write_end,))
+    process = start(spec, env, log=log, talk=True, pass_fds=(write_end,))
     os.close(write_end)  # the child holds it: end of file here means the child is gone
     signals.children.append(process)
     return _Child(row, batch_size, spec, process, os.fdopen(read_end), log)
@@ -304,8 +292,7 @@ def _take_turn(child: _Child, on_turn, round_: int, stop: str | None = None) -> 
     timed = [1e3 * s for s, n in zip(seconds, report["examples"], strict=True) if n == child.largest]
     if round_ > 0:
         child.rounds.append(statistics.median(timed) if timed else None)
-    if on_turn is not None:
-        on_turn(round_, child.row.label, [1e3 * s for s in seconds])
+    on_turn(round_, child.row.label, [1e3 * s for s in seconds])
 
 
 def _say(child: _Child, command: str) -> bool:
@@ -347,3 +334,19 @@ def overhead(summary: RunSummary, lifetime_s: float) -> float:
     save, which is timed on its own, left out)."""
     s = summary
     return max(0.0, lifetime_s - s.wall_time_s - s.turn_wait_s - (s.model_save_s or 0.0))
+
+
+def to_run(rows: list[Variant]) -> list[Variant]:
+    """The rows a compare or plan runs now, one way for both, new or resumed: every row whose
+    run has not ended (finished, or diverged), in a new session of turns; a run stopped with
+    a checkpoint continues from it (`spec_for`), one never started starts. Rounds pair only
+    within a session, so a row resumed after its baseline ended is judged on the two runs'
+    medians (`verdicts.speed`)."""
+    session = max((r.session for r in rows if r.summary is not None or r.failed is not None),
+                  default=0) + 1
+    return [row.model_copy(update={"session": session}) for row in rows if not _ended(row)]
+
+
+def _ended(row: Variant) -> bool:
+    state = RunFolder(Path(row.run_dir)).state() if row.run_dir else None
+    return isinstance(state, RunSummary) and state.status in ("finished", "diverged")

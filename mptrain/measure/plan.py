@@ -44,10 +44,9 @@ from mptrain.errors import ConfigError
 from mptrain.hardware.machine import CPU_FEATURES, Machine
 from mptrain.measure.engine import past
 from mptrain.measure.islands import LayerTiming, islands, layer_timings
-from mptrain.measure.ledger import Measurement, load_record, steps_of, write_record
 from mptrain.measure.memory import too_big_alone
 from mptrain.measure.plot import plot_study
-from mptrain.measure.study import Staging, StudyRecord, new_study, run_study
+from mptrain.measure.study import Measurement, Staging, StudyRecord, new_study, run_study, steps_of
 from mptrain.measure.trials import choose
 from mptrain.measure.variant import Variant
 from mptrain.measure.verdicts import DEFAULT_TOLERANCE_PCT, TWIN, Rules, judge_rows
@@ -76,8 +75,8 @@ class PlanRecord(StudyRecord):
     TURNS: ClassVar[dict[str, object]] = {
         "slowest_ratio": SLOWEST_RATIO, "first_step_ratio": FIRST_STEP_RATIO,
         # never stopped early: float32, and its twin whose spread is the noise floor
-        "controls": frozenset({"float32", TWIN})}
-    RERUN_FAILED: ClassVar[bool] = False  # a failed trial stays failed: its row says why
+        "controls": frozenset({"float32", TWIN}),
+        "rerun_failed": False}  # a failed trial stays failed: its row says why
 
     machine: str  # where it was measured, in words
     machine_key: str = ""  # the same, as `policy: auto` checks it (`hardware.kernels.machine_key`)
@@ -200,7 +199,7 @@ def run_plan(experiment: str | ExperimentConfig | None, settings: PlanSettings =
     if settings.out is not None:  # from where it was given, whatever a child's folder is
         settings = replace(settings, out=Path(settings.out).resolve())
     if resume is not None:
-        record, said = settings.resumed(load_record(resume, "plan", PlanRecord), resume, experiment)
+        record, said = settings.resumed(PlanRecord.load(resume), resume, experiment)
         for line in said:
             telling.say("resume", line)
     elif experiment is None:
@@ -215,7 +214,7 @@ def run_plan(experiment: str | ExperimentConfig | None, settings: PlanSettings =
     if not record.layers and record.untried and not past(deadline):
         seconds = min(LAYERS_SECONDS, LAYERS_SHARE * 60 * record.budget_minutes)
         record = _add_islands(record, seconds, telling.status, verbose)
-        write_record(Path(record.folder), "plan", record)
+        record.write()
     return run_study(record, telling, verbose, as_text, deadline)
 
 

@@ -11,7 +11,6 @@ from pathlib import Path
 
 from mptrain.errors import ConfigError
 from mptrain.measure.compare import CompareRecord, judge_compare
-from mptrain.measure.ledger import load_record
 from mptrain.measure.variant import Variant
 from mptrain.precision.candidates import Candidate
 from mptrain.runs.folder import RunFolder
@@ -66,7 +65,7 @@ def compare_runs(refs: list[str], folder: Path = DEFAULT_FOLDER) -> CompareRecor
 def _compare_record(folder: Path) -> CompareRecord | None:
     """The compare that made the runs in `folder`, when it is a compare folder."""
     with suppress(ConfigError):
-        return load_record(folder, "compare", CompareRecord)
+        return CompareRecord.load(folder)
     return None
 
 

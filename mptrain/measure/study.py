@@ -2,10 +2,10 @@
 what `mptrain compare` and `mptrain plan` each are, and they live one life here.
 
 A new study checks everything, stages the experiment and the initial weights every row starts
-from (`ledger.stage`), places its rows in its folder and writes its record (`new_study`). Then
-`run_study`, the same for a new study and a resumed one, keeps the record as things end (the
-`Ledger`, and its MLflow parent run), runs the rows still to run in turns (`engine.run_rows`),
-judges them and closes the study with its picture and its tables.
+from, places its rows in its folder and writes its record (`new_study`). Then `run_study`, the
+same for a new study and a resumed one (`StudyRecord.load`), starts its MLflow parent run,
+runs the rows still to run in turns (`engine.run_rows`), judges them and closes the study
+with its picture and its tables.
 
 What a kind of study is, is its record's (`CompareRecord`, `PlanRecord`): which rows it runs
 (chosen when it is staged), how they take turns (plan stops a trial that cannot win, and holds
@@ -18,6 +18,7 @@ import shutil
 import tempfile
 from abc import abstractmethod
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Literal, NamedTuple, Self, TypeVar
 
@@ -26,12 +27,11 @@ import yaml
 from mptrain.config.batch_scaling import at_batch
 from mptrain.errors import ConfigError
 from mptrain.measure.engine import Turns, past, run_rows, turn_steps
-from mptrain.measure.ledger import Ledger, Measurement, write_record
 from mptrain.measure.memory import too_big_together
 from mptrain.measure.variant import Variant
 from mptrain.precision.candidates import file_label
-from mptrain.record import Record, write_atomic
-from mptrain.runs.folder import unique_folder
+from mptrain.record import Record, to_json, write_atomic
+from mptrain.runs.folder import RunFolder, unique_folder
 from mptrain.telling import LOGGED, Telling
 from mptrain.training.turns import planned_steps
 
@@ -47,7 +47,6 @@ class StudyRecord(Record):
     ROWS: ClassVar[str]  # the rows' key in KIND.json: compare's variants, plan's trials
     STAGED: ClassVar[str] = "experiment.yaml"  # what each row runs, with its own settings
     TURNS: ClassVar[dict[str, object]] = {}  # the kind's own `Turns` rules (who stops early)
-    RERUN_FAILED: ClassVar[bool] = True  # a resume runs a row that failed again
 
     experiment: str
     folder: str
@@ -62,8 +61,17 @@ class StudyRecord(Record):
     def rows(self) -> list[Variant]:
         return getattr(self, self.ROWS)
 
-    def with_rows(self, rows: list[Variant], **changes) -> Self:
-        return self.model_copy(update={self.ROWS: rows, **changes})
+    @classmethod
+    def load(cls, folder: Path) -> Self:
+        """The record a `--resume` continues, or an error naming the folder."""
+        try:
+            return cls.model_validate_json((folder / f"{cls.KIND}.json").read_text())
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"--resume {folder}: not a {cls.KIND} folder ({exc})") from None
+
+    def write(self) -> None:
+        """KIND.json in its folder, whole or not at all (a reader never sees half a record)."""
+        write_atomic(Path(self.folder) / f"{self.KIND}.json", to_json(self.model_dump(), indent=2) + "\n")
 
     @abstractmethod
     def params(self) -> dict[str, str]:
@@ -84,7 +92,22 @@ class StudyRecord(Record):
 
 
 S = TypeVar("S", bound=StudyRecord)
-T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """What a compare or plan returns (its folder: `record.folder`)."""
+
+    record: StudyRecord
+    signal: int | None = None  # the signal that interrupted it
+    notes: list[str] = field(default_factory=list)  # what MLflow tracking could not log
+
+
+def steps_of(row: Variant | None) -> list:
+    """The step records of the run a row measured; none when it has not run."""
+    if row is None or row.summary is None or row.run_dir is None:
+        return []
+    return RunFolder(Path(row.run_dir)).read_steps()
 
 
 class Staging(NamedTuple):
@@ -97,50 +120,41 @@ class Staging(NamedTuple):
     steps: int | None = None  # the steps a row runs (None: the experiment's)
 
 
-def stage(config: ExperimentConfig, kind: str, choose: Callable[[Prepared], T],
-          verbose: bool = False) -> tuple[Path, Prepared, T]:
-    """The folder a compare or plan works in, OUTPUT_DIR/KIND-NAME-TIMESTAMP/, holding the
-    experiment as prepared (experiment.yaml: what the data filled in included) and the
-    initial weights every variant starts from: the model built once under float32 and saved
-    (the guide's `initial_weights = model.get_weights()`); and what `choose(prepared)` chose
-    to run there. Everything that can fail on bad input, `choose` included, fails before the
+def new_study(record_type: type[S], config: ExperimentConfig,
+              choose: Callable[[Prepared], Staging], verbose: bool = False) -> S:
+    """A new study of `config` in OUTPUT_DIR/KIND-NAME-TIMESTAMP/, holding the experiment as
+    prepared (experiment.yaml: what the data filled in included) and the initial weights
+    every row starts from: the model built once under float32 and saved (the guide's
+    `initial_weights = model.get_weights()`); with the rows `choose(prepared)` picks, each
+    placed in the study's folder (FOLDER/NAME-LABEL) and, at another batch, given the changes
+    that run it there (`config.batch_scaling.at_batch`); its record written with every row
+    still to run. Rows run in pairs with the baseline when they do not fit in memory
+    together. Everything that can fail on bad input, `choose` included, fails before the
     folder exists."""
+    from mptrain.data.pipeline import input_ms_per_batch
+    from mptrain.model import save_initial_weights
+    from mptrain.model.python_builder import check_builder_travels
+    from mptrain.runs.experiment import prepare
+
+    kind = record_type.KIND
+    check_builder_travels(config, kind)
     if (workers := config.distribute.workers) is not None:
         raise ConfigError(
             f"{config.source}: distribute.workers {workers}: {kind} times each variant as one "
             "process, in turns, and each would start its own local workers; --set "
             f"distribute.workers=null to {kind} the single-process step, and train on workers "
             "with `mptrain run`")
-    from mptrain.model import save_initial_weights
-    from mptrain.runs.experiment import prepare
-
     with tempfile.TemporaryDirectory() as scratch:
-        staged = Path(scratch) / "initial_weights.npz"
+        weights = Path(scratch) / "initial_weights.npz"
         prepared = prepare(config, policy="float32", verbose=verbose)
-        save_initial_weights(prepared.model, staged)
+        save_initial_weights(prepared.model, weights)
         chosen = choose(prepared)
         folder = unique_folder(config.output.dir, f"{kind}-{config.name}")
-        shutil.move(staged, folder / "initial_weights.npz")
-    write_atomic(folder / "experiment.yaml",
-                 yaml.safe_dump(prepared.config.to_yaml_dict(), sort_keys=False))
-    return folder, prepared, chosen
-
-
-def new_study(record_type: type[S], config: ExperimentConfig,
-              choose: Callable[[Prepared], Staging], verbose: bool = False) -> S:
-    """A new study of `config`: staged, with the rows `choose(prepared)` picks, each placed in
-    the study's folder (FOLDER/NAME-LABEL) and, at another batch, given the changes that run it
-    there (`config.batch_scaling.at_batch`); its record written with every row still to run.
-    Rows run in pairs with the baseline when they do not fit in memory together."""
-    from mptrain.data.pipeline import input_ms_per_batch
-    from mptrain.model.python_builder import check_builder_travels
-
-    check_builder_travels(config, record_type.KIND)
-    folder, prepared, chosen = stage(config, record_type.KIND, choose, verbose)
+        shutil.move(weights, folder / "initial_weights.npz")
     experiment = chosen.experiment or prepared.config
-    if chosen.experiment is not None:
-        write_atomic(folder / record_type.STAGED,
-                     yaml.safe_dump(experiment.to_yaml_dict(), sort_keys=False))
+    # the experiment as prepared, and what the rows run (compare's: the same file; plan's: trial.yaml)
+    for name, staged in {"experiment.yaml": prepared.config, record_type.STAGED: experiment}.items():
+        write_atomic(folder / name, yaml.safe_dump(staged.to_yaml_dict(), sort_keys=False))
     run_steps = planned_steps(prepared.config.train, prepared.batches.steps_per_epoch)
     examples = prepared.data.train.size
     rows = [row.model_copy(update={
@@ -155,29 +169,40 @@ def new_study(record_type: type[S], config: ExperimentConfig,
         pairs=too_big_together(prepared, {r.label: (r.candidate.policy, r.batch_size) for r in rows},
                                baseline),
         **{record_type.ROWS: rows}, **chosen.fields)
-    write_record(folder, record_type.KIND, record)
+    record.write()
     return record
 
 
 def run_study(record: S, telling: Telling = LOGGED, verbose: bool = False,
               as_text: Callable[[S], str] | None = None, deadline: float | None = None) -> Measurement:
-    """The rows still to run (`ledger.to_run`), in turns, in one session (`engine.run_rows`),
-    no round starting after `deadline` (`time.monotonic()`; None: no budget); the record
-    rewritten as they end, with each row's per-round step times, so every verdict can be
-    recomputed from it; then judged and closed (`StudyRecord.closed`), with its picture and,
-    given `as_text(record)`, its tables as text for MLflow."""
+    """The rows still to run (`engine.to_run`), in turns, in one session (`engine.run_rows`),
+    no round starting after `deadline` (`time.monotonic()`; None: no budget), each row's run
+    nested in the study's MLflow parent run (`runs.tracking.start_parent`); then judged and
+    closed (`StudyRecord.closed`): KIND.json with each row's per-round step times (so every
+    verdict can be recomputed from it), KIND.png, and the parent run ended with both and,
+    given `as_text(record)`, its tables as text."""
+    from mptrain.runs.tracking import start_parent
+
     if (done := record.nothing_left()) is not None:
         raise ConfigError(f"--resume {record.folder}: {done}; nothing to resume")
-    ledger = Ledger(Path(record.folder), record.KIND, record.params(), staged=record.STAGED)
-    ledger.write(record.model_copy(update={"status": "running"}))
+    folder, kind = Path(record.folder), record.KIND
+    tracking = start_parent(folder, kind, record.params())  # a `Connection`, or None (off)
+    record.model_copy(update={"status": "running"}).write()
     signal = None
     if not past(deadline):
         turns = Turns(record.turn_steps, paired_with=record.baseline if record.pairs else None,
                       deadline=deadline, **record.TURNS)
-        rows, signal = run_rows(ledger, record.rows, turns, telling, verbose,
-                                rerun_failed=record.RERUN_FAILED)
-        record = record.with_rows(rows)
+        rows, signal = run_rows(folder / record.STAGED, tracking.env if tracking else {},
+                                record.rows, turns, telling, verbose)
+        record = record.model_copy(update={record.ROWS: rows})
     record, files, tags = record.closed(signal)
-    texts = {f"{record.KIND}.txt": as_text(record)} if as_text else {}
-    return ledger.close(record, type(record).draw if any(r.summary for r in record.rows) else None,
-                        {**texts, **files}, signal, tags)
+    picture = folder / f"{kind}.png"
+    if any(r.summary for r in record.rows):
+        record.plot = str(picture)
+        record.draw(picture)
+    record.write()
+    if tracking is None:
+        return Measurement(record, signal)
+    texts = {f"{kind}.txt": as_text(record)} if as_text else {}
+    tracking.finish(record.status, [folder / f"{kind}.json", picture], {**texts, **files}, tags)
+    return Measurement(record, signal, tracking.notes)

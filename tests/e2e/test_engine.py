@@ -11,7 +11,6 @@ import yaml
 
 from mptrain.measure import engine
 from mptrain.measure.engine import Turns, run_in_turns
-from mptrain.measure.ledger import Ledger
 from mptrain.runs.child import ChildSpec
 from mptrain.signals import ForwardSignals
 from tests.helpers import compare_row, make_summary, tiny_raw
@@ -43,8 +42,9 @@ while True:
 
 @pytest.fixture
 def ledger(tmp_path):
+    """The study's folder, and the environment its children start with."""
     (tmp_path / "experiment.yaml").write_text(yaml.safe_dump(tiny_raw()))
-    return Ledger(tmp_path, "compare", {})
+    return tmp_path, {}
 
 
 class FakeSpec(ChildSpec):
@@ -74,7 +74,7 @@ def children(tmp_path: Path, **speeds) -> list:
 def in_turns(tmp_path, ledger, turns: Turns, **speeds):
     said = []
     with ForwardSignals() as signals:
-        ends = run_in_turns(children(tmp_path, **speeds), ledger, turns, signals,
+        ends = run_in_turns(children(tmp_path, **speeds), *ledger, turns, signals,
                             on_turn=lambda round_, label, ms: said.append((round_, label)))
     return ends, said
 

@@ -103,13 +103,15 @@ def test_compare_and_plan_refuse_local_workers_before_anything_starts(tmp_path):
     its own workers, so the experiment is refused, naming the key and the way out, before
     TensorFlow, the staging or any folder."""
     from mptrain.errors import ConfigError
-    from mptrain.measure.study import stage
+    from mptrain.measure.compare import CompareRecord
+    from mptrain.measure.plan import PlanRecord
+    from mptrain.measure.study import new_study
 
     config = validate(tiny_raw(f"output.dir={tmp_path / 'runs'}", "distribute.workers=2",
                                "distribute.strategy=multi_worker_mirrored", "train.loop=custom"), "exp.yaml")
     source = re.escape(config.source)
-    for kind in ("compare", "plan"):
+    for kind, record_type in (("compare", CompareRecord), ("plan", PlanRecord)):
         with pytest.raises(ConfigError, match=rf"^{source}: distribute\.workers 2: {kind} .*"
                                               r"--set distribute\.workers=null"):
-            stage(config, kind, lambda prepared: None)
+            new_study(record_type, config, lambda prepared: None)
     assert not (tmp_path / "runs").exists()
