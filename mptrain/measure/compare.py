@@ -49,7 +49,9 @@ class CompareRecord(StudyRecord):
         return {"variants": ",".join(r.label for r in self.variants)}
 
     def nothing_left(self) -> str | None:
-        return None if to_run(self.variants) else "every variant has ended"
+        """None while a variant has still to run, or while the compare was never closed (its
+        process killed outright: a resume judges what ended)."""
+        return None if self.status == "running" or to_run(self.variants) else "every variant has ended"
 
     def draw(self, path: Path) -> None:
         plot_study(self, path, f"mptrain compare: {self.experiment} (baseline {self.baseline_policy})")

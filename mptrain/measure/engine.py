@@ -23,8 +23,9 @@ like a run. A child's live progress would garble the terminal, so its stderr
 goes to a log file beside its run folder (shown when it fails); the engine reports turns.
 
 Compare and plan differ as data given to `run_rows`, the one sequence both run: which rows,
-from which staged experiment, in which turns. Their folder, record and MLflow parent run are
-`study.py`'s; each variant's experiment file and run folder are made here (`spec_for`).
+from which staged experiment, in which turns. Their folder and MLflow parent run are
+`study.py`'s; their record is rewritten here as each row ends, and each variant's experiment
+file and run folder are made here (`spec_for`).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ import statistics
 import subprocess
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -76,38 +78,43 @@ class Turns:
     rerun_failed: bool = True  # a resume runs a row that failed again (plan's: a result, kept)
 
 
-def run_rows(staged: Path, env: dict[str, str], rows: list[Variant], turns: Turns, telling,
-             verbose: bool = False) -> tuple[list[Variant], int | None]:
-    """The one sequence compare and plan run: the variants whose runs have not ended
-    (`to_run`; not one that failed, unless `turns.rerun_failed`), each the experiment `staged`
-    in the study's folder with its own settings, from the initial weights staged there (its
-    run nested in the study's MLflow parent run by `env`), in turns in one session; every
-    variant back in its order, with what its run measured, and the signal that interrupted
-    them (None: none did). Paired (`turns.paired_with`), each runs in turns with the baseline
-    alone, pair after pair (`pairs`), and its `baseline_rounds` are the baseline's in its pair."""
+def run_rows(record, env: dict[str, str], turns: Turns, telling, verbose: bool = False):
+    """The one sequence compare and plan run, on a study's record (a `study.StudyRecord`): the
+    rows whose runs have not ended (`to_run`; not one that failed, unless
+    `turns.rerun_failed`), each the experiment staged in the study's folder (`STAGED`) with
+    its own settings, from the initial weights staged there (its run nested in the study's
+    MLflow parent run by `env`), in turns in one session. The record is rewritten as each row
+    ends, so a parent killed outright loses no row that ended. Returns the record with every
+    row back in its order, with what its run measured, and the signal that interrupted them
+    (None: none did). Paired (`turns.paired_with`), each runs in turns with the baseline alone,
+    pair after pair (`pairs`), and its `baseline_rounds` are the baseline's in its pair."""
     from mptrain.config import load_config, variant
 
-    folder, study = staged.parent, load_config(staged)
-    todo = [row for row in to_run(rows) if turns.rerun_failed or row.failed is None]
-    ended: dict[str, Variant] = {}
-    signal, paired_with = None, turns.paired_with
-    for group in ([todo] if paired_with is None else pairs(todo, paired_with)):
+    folder = Path(record.folder)
+    staged = load_config(folder / record.STAGED)
+    todo = [row for row in to_run(record.rows) if turns.rerun_failed or row.failed is None]
+    ended: dict[str, Variant] = {}  # (a pair's extra baseline too, under a label no row has)
+
+    def as_ended() -> object:
+        return record.model_copy(update={record.ROWS: [ended.get(r.label, r) for r in record.rows]})
+
+    def keep(group: list[Variant], row: Variant) -> None:  # a row as it ends, on disk at once
+        if turns.paired_with is not None and row.label != group[0].label:  # its rounds' baseline: its pair's
+            row = row.model_copy(update={"baseline_rounds": ended[group[0].label].rounds})
+        ended[row.label] = row
+        as_ended().write()
+
+    signal = None
+    for group in ([todo] if turns.paired_with is None else pairs(todo, turns.paired_with)):
         launches = []
         for row in group:
-            experiment = variant(study, {"name": Path(row.run_dir).name, **row.settings})
+            experiment = variant(staged, {"name": Path(row.run_dir).name, **row.settings})
             launches.append((row, experiment.train.batch_size,
                              spec_for(folder, row, experiment, verbose)))
-        with ForwardSignals() as signals:
-            ends = run_in_turns(launches, folder, env, turns, signals, telling.turn)
-        if paired_with is not None and len(group) == 2 and group[1].label in ends:
-            base = ends.get(group[0].label)
-            ends[group[1].label] = ends[group[1].label].model_copy(
-                update={"baseline_rounds": base.rounds if base else []})
-        ended.update(ends)  # (a pair's extra baseline is there too, under a label no row has)
-        signal = signals.received
+        signal = run_in_turns(launches, folder, env, turns, telling.turn, partial(keep, group))
         if signal is not None or past(turns.deadline):
             break
-    return [ended.get(row.label, row) for row in rows], signal
+    return as_ended(), signal
 
 
 def past(deadline: float | None) -> bool:
@@ -178,45 +185,46 @@ class _Child:
 
 
 def run_in_turns(launches: list[tuple[Variant, int, ChildSpec]], folder: Path, env: dict[str, str],
-                 turns: Turns, signals: ForwardSignals, on_turn) -> dict[str, Variant]:
+                 turns: Turns, on_turn, on_end) -> int | None:
     """Run every variant's child (beside its batch size) to its end in turns;
-    `on_turn(round, label, step_ms)` after each turn. With `turns.slowest_ratio`, a variant
-    whose turn's median step is that many times the first's (the baseline's) in the same
-    round is stopped: it cannot win, and
+    `on_turn(round, label, step_ms)` after each turn, `on_end(variant)` as each ends, with
+    what it measured. With `turns.slowest_ratio`, a variant whose turn's median step is that
+    many times the first's (the baseline's) in the same round is stopped: it cannot win, and
     finishing it would spend the budget (never one of `turns.controls`: a loaded host slows a
     control too, and a cut control leaves nothing to judge against); past `turns.deadline`,
-    every one still training is stopped after its round. Returns each variant as it ended, by
-    label."""
+    every one still training is stopped after its round. A Ctrl-C or SIGTERM is passed on to
+    the children (`ForwardSignals`); returns it (None: none came)."""
     children: list[_Child] = []
     order = random.Random(0)
-    try:
-        limit = None
-        for row, batch_size, spec in launches:  # one at a time: start-ups measured alone
-            if signals.received is not None or past(turns.deadline):
-                break
-            steps = same_examples(turns.steps, launches[0][1], batch_size)
-            child = _start((row, batch_size, spec), folder, env, steps, signals)
-            children.append(child)
-            _first_turn(child, on_turn, None if row.label in turns.controls else limit)
-            if limit is None and turns.first_step_ratio and child.first_step_done:
-                limit = max(MIN_START_LIMIT_S, turns.first_step_ratio *
-                            (time.perf_counter() - child.started))
-        round_ = 0
-        while signals.received is None and any(c.training for c in children):
-            round_ += 1
-            playing = [c for c in children if c.training]
-            order.shuffle(playing)
-            budget = past(turns.deadline)
-            for child in playing:
-                if signals.received is not None:
+    with ForwardSignals() as signals:
+        try:
+            limit = None
+            for row, batch_size, spec in launches:  # one at a time: start-ups measured alone
+                if signals.received is not None or past(turns.deadline):
                     break
-                stop = (f"cut by the budget after {len(child.rounds)} rounds" if budget else
-                        too_slow(child, children[0], turns))
-                _take_turn(child, on_turn, round_, stop)
-    finally:  # evaluations (or the last step of an interrupted one) one by one
-        ends = {child.row.label: _finish(child) for child in children}
-        signals.children = []
-    return ends
+                steps = same_examples(turns.steps, launches[0][1], batch_size)
+                child = _start((row, batch_size, spec), folder, env, steps, signals)
+                children.append(child)
+                _first_turn(child, on_turn, None if row.label in turns.controls else limit)
+                if limit is None and turns.first_step_ratio and child.first_step_done:
+                    limit = max(MIN_START_LIMIT_S, turns.first_step_ratio *
+                                (time.perf_counter() - child.started))
+            round_ = 0
+            while signals.received is None and any(c.training for c in children):
+                round_ += 1
+                playing = [c for c in children if c.training]
+                order.shuffle(playing)
+                budget = past(turns.deadline)
+                for child in playing:
+                    if signals.received is not None:
+                        break
+                    stop = (f"cut by the budget after {len(child.rounds)} rounds" if budget else
+                            too_slow(child, children[0], turns))
+                    _take_turn(child, on_turn, round_, stop)
+        finally:  # evaluations (or the last step of an interrupted one) one by one
+            for child in children:
+                on_end(_finish(child))
+    return signals.received
 
 
 def same_examples(steps: int, base_batch: int, batch: int) -> int:
@@ -338,15 +346,19 @@ def overhead(summary: RunSummary, lifetime_s: float) -> float:
 
 def to_run(rows: list[Variant]) -> list[Variant]:
     """The rows a compare or plan runs now, one way for both, new or resumed: every row whose
-    run has not ended (finished, or diverged), in a new session of turns; a run stopped with
-    a checkpoint continues from it (`spec_for`), one never started starts. Rounds pair only
+    run has not ended (`ended_summary`), in a new session of turns; a run stopped with a
+    checkpoint continues from it (`spec_for`), one never started starts. Rounds pair only
     within a session, so a row resumed after its baseline ended is judged on the two runs'
     medians (`verdicts.speed`)."""
     session = max((r.session for r in rows if r.summary is not None or r.failed is not None),
                   default=0) + 1
-    return [row.model_copy(update={"session": session}) for row in rows if not _ended(row)]
+    return [row.model_copy(update={"session": session}) for row in rows
+            if ended_summary(row) is None]
 
 
-def _ended(row: Variant) -> bool:
+def ended_summary(row: Variant) -> RunSummary | None:
+    """The summary in the row's run folder when its run has ended (finished, or diverged);
+    None while it has not (never started, stopped with a checkpoint, or failed)."""
     state = RunFolder(Path(row.run_dir)).state() if row.run_dir else None
-    return isinstance(state, RunSummary) and state.status in ("finished", "diverged")
+    ended = isinstance(state, RunSummary) and state.status in ("finished", "diverged")
+    return state if ended else None

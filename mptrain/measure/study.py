@@ -4,8 +4,8 @@ what `mptrain compare` and `mptrain plan` each are, and they live one life here.
 A new study checks everything, stages the experiment and the initial weights every row starts
 from, places its rows in its folder and writes its record (`new_study`). Then `run_study`, the
 same for a new study and a resumed one (`StudyRecord.load`), starts its MLflow parent run,
-runs the rows still to run in turns (`engine.run_rows`), judges them and closes the study
-with its picture and its tables.
+runs the rows still to run in turns (`engine.run_rows`, which rewrites the record as each
+ends), judges them and closes the study with its picture and its tables.
 
 What a kind of study is, is its record's (`CompareRecord`, `PlanRecord`): which rows it runs
 (chosen when it is staged), how they take turns (plan stops a trial that cannot win, and holds
@@ -26,7 +26,7 @@ import yaml
 
 from mptrain.config.batch_scaling import at_batch
 from mptrain.errors import ConfigError
-from mptrain.measure.engine import Turns, past, run_rows, turn_steps
+from mptrain.measure.engine import Turns, ended_summary, past, run_rows, turn_steps
 from mptrain.measure.memory import too_big_together
 from mptrain.measure.variant import Variant
 from mptrain.precision.candidates import file_label
@@ -63,11 +63,17 @@ class StudyRecord(Record):
 
     @classmethod
     def load(cls, folder: Path) -> Self:
-        """The record a `--resume` continues, or an error naming the folder."""
+        """The record a `--resume` continues, or an error naming the folder; each row whose
+        run has ended with the summary in its run folder (`engine.ended_summary`): a study
+        killed outright while a run's process exited never wrote it (the row is then judged
+        without the rounds of that session, kept only in the parent)."""
         try:
-            return cls.model_validate_json((folder / f"{cls.KIND}.json").read_text())
+            record = cls.model_validate_json((folder / f"{cls.KIND}.json").read_text())
         except (OSError, ValueError) as exc:
             raise ConfigError(f"--resume {folder}: not a {cls.KIND} folder ({exc})") from None
+        return record.model_copy(update={cls.ROWS: [
+            row if (summary := ended_summary(row)) is None else
+            row.model_copy(update={"summary": summary, "failed": None}) for row in record.rows]})
 
     def write(self) -> None:
         """KIND.json in its folder, whole or not at all (a reader never sees half a record)."""
@@ -175,26 +181,26 @@ def new_study(record_type: type[S], config: ExperimentConfig,
 
 def run_study(record: S, telling: Telling = LOGGED, verbose: bool = False,
               as_text: Callable[[S], str] | None = None, deadline: float | None = None) -> Measurement:
-    """The rows still to run (`engine.to_run`), in turns, in one session (`engine.run_rows`),
-    no round starting after `deadline` (`time.monotonic()`; None: no budget), each row's run
-    nested in the study's MLflow parent run (`runs.tracking.start_parent`); then judged and
-    closed (`StudyRecord.closed`): KIND.json with each row's per-round step times (so every
-    verdict can be recomputed from it), KIND.png, and the parent run ended with both and,
-    given `as_text(record)`, its tables as text."""
+    """The rows still to run (`engine.to_run`), in turns, in one session (`engine.run_rows`:
+    the record rewritten as each ends, with its per-round step times, so every verdict can be
+    recomputed from it), no round starting after `deadline` (`time.monotonic()`; None: no
+    budget), each row's run nested in the study's MLflow parent run
+    (`runs.tracking.start_parent`); then judged and closed (`StudyRecord.closed`): KIND.json,
+    KIND.png, and the parent run ended with both and, given `as_text(record)`, its tables as
+    text."""
     from mptrain.runs.tracking import start_parent
 
     if (done := record.nothing_left()) is not None:
         raise ConfigError(f"--resume {record.folder}: {done}; nothing to resume")
     folder, kind = Path(record.folder), record.KIND
     tracking = start_parent(folder, kind, record.params())  # a `Connection`, or None (off)
-    record.model_copy(update={"status": "running"}).write()
+    record = record.model_copy(update={"status": "running"})
+    record.write()
     signal = None
     if not past(deadline):
         turns = Turns(record.turn_steps, paired_with=record.baseline if record.pairs else None,
                       deadline=deadline, **record.TURNS)
-        rows, signal = run_rows(folder / record.STAGED, tracking.env if tracking else {},
-                                record.rows, turns, telling, verbose)
-        record = record.model_copy(update={record.ROWS: rows})
+        record, signal = run_rows(record, tracking.env if tracking else {}, turns, telling, verbose)
     record, files, tags = record.closed(signal)
     picture = folder / f"{kind}.png"
     if any(r.summary for r in record.rows):

@@ -7,13 +7,11 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 
 from mptrain.measure import engine
 from mptrain.measure.engine import Turns, run_in_turns
 from mptrain.runs.child import ChildSpec
-from mptrain.signals import ForwardSignals
-from tests.helpers import compare_row, make_summary, tiny_raw
+from tests.helpers import compare_row, make_summary
 
 # A child: `STEP_MS TOTAL_STEPS START_S`, then the spec the engine gives it (`runs.child`).
 FAKE = '''
@@ -41,9 +39,8 @@ while True:
 
 
 @pytest.fixture
-def ledger(tmp_path):
-    """The study's folder, and the environment its children start with."""
-    (tmp_path / "experiment.yaml").write_text(yaml.safe_dump(tiny_raw()))
+def study(tmp_path):
+    """The study's folder (each child's log goes there), and the environment children start with."""
     return tmp_path, {}
 
 
@@ -71,16 +68,16 @@ def children(tmp_path: Path, **speeds) -> list:
             for label, spec in speeds.items()]
 
 
-def in_turns(tmp_path, ledger, turns: Turns, **speeds):
-    said = []
-    with ForwardSignals() as signals:
-        ends = run_in_turns(children(tmp_path, **speeds), *ledger, turns, signals,
-                            on_turn=lambda round_, label, ms: said.append((round_, label)))
+def in_turns(tmp_path, study, turns: Turns, **speeds):
+    said, ends = [], {}
+    run_in_turns(children(tmp_path, **speeds), *study, turns,
+                 on_turn=lambda round_, label, ms: said.append((round_, label)),
+                 on_end=lambda row: ends.setdefault(row.label, row))
     return ends, said
 
 
-def test_every_child_runs_its_turn_each_round_in_a_changing_order(tmp_path, ledger):
-    ends, said = in_turns(tmp_path, ledger, Turns(steps=5), a=(5, 26), b=(5, 26), c=(5, 26))
+def test_every_child_runs_its_turn_each_round_in_a_changing_order(tmp_path, study):
+    ends, said = in_turns(tmp_path, study, Turns(steps=5), a=(5, 26), b=(5, 26), c=(5, 26))
     assert [label for round_, label in said if round_ == 0] == ["a", "b", "c"]  # started one by one
     rounds = [[label for r, label in said if r == n] for n in range(1, 6)]
     assert all(sorted(members) == ["a", "b", "c"] for members in rounds), rounds
@@ -90,19 +87,19 @@ def test_every_child_runs_its_turn_each_round_in_a_changing_order(tmp_path, ledg
         assert ends[label].summary is None and "wrote no run summary" in ends[label].failed
 
 
-def test_a_child_twice_as_slow_as_the_baseline_is_stopped_after_that_round(tmp_path, ledger):
-    ends, _ = in_turns(tmp_path, ledger, Turns(steps=5, slowest_ratio=2.0),
+def test_a_child_twice_as_slow_as_the_baseline_is_stopped_after_that_round(tmp_path, study):
+    ends, _ = in_turns(tmp_path, study, Turns(steps=5, slowest_ratio=2.0),
                        base=(5, 26), close=(8, 26), slow=(15, 26))
     assert len(ends["base"].rounds) == 5 and len(ends["close"].rounds) == 5
     assert len(ends["slow"].rounds) <= 2  # told "too slow" at its first turn after the base's
 
 
-def test_past_the_deadline_no_round_starts(tmp_path, ledger):
+def test_past_the_deadline_no_round_starts(tmp_path, study):
     """No round starts after the deadline, and no start either: a child whose start would
     begin past it is not started (under load, starting two Python processes took longer than
     0.4 s, and the second never ran: it has no end to report)."""
     started = time.monotonic()
-    ends, said = in_turns(tmp_path, ledger, Turns(steps=5, deadline=time.monotonic() + 2.0),
+    ends, said = in_turns(tmp_path, study, Turns(steps=5, deadline=time.monotonic() + 2.0),
                           a=(20, 400), b=(20, 400))
     assert time.monotonic() - started < 12  # 400 steps each would take 16 s
     assert 1 <= len(ends["a"].rounds) < 79
@@ -110,13 +107,13 @@ def test_past_the_deadline_no_round_starts(tmp_path, ledger):
         assert len(ends["a"].rounds) == len(ends["b"].rounds)
     else:  # the deadline passed while a started: nothing more was started
         assert not any(label == "b" for _, label in said)
-    late, _ = in_turns(tmp_path, ledger, Turns(steps=5, deadline=time.monotonic() - 1), c=(20, 400))
+    late, _ = in_turns(tmp_path, study, Turns(steps=5, deadline=time.monotonic() - 1), c=(20, 400))
     assert late == {}  # past the deadline, no start at all
 
 
-def test_a_start_far_slower_than_the_first_is_stopped_there(tmp_path, ledger, monkeypatch):
+def test_a_start_far_slower_than_the_first_is_stopped_there(tmp_path, study, monkeypatch):
     monkeypatch.setattr(engine, "MIN_START_LIMIT_S", 0.5)
-    ends, said = in_turns(tmp_path, ledger, Turns(steps=5, first_step_ratio=4.0),
+    ends, said = in_turns(tmp_path, study, Turns(steps=5, first_step_ratio=4.0),
                           quick=(5, 11), compiling=(5, 11, 3.0))
     assert ends["compiling"].rounds == [] and "too slow to start" in ends["compiling"].failed
     assert len(ends["quick"].rounds) == 2 and ("quick" in {label for _, label in said})
