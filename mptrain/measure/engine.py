@@ -39,7 +39,7 @@ import shutil
 import statistics
 import subprocess
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -67,11 +67,12 @@ TARGET_ROUNDS = 10  # rounds a run of the experiment's length is cut into, when 
 class Turns:
     """How the variants take turns, and when one is stopped early."""
 
-    steps: int  # a turn
-    slowest_ratio: float | None = None  # stop one whose turn steps this many times the first's (plan)
-    paired_with: str | None = None  # the baseline each runs with alone, when all do not fit in memory
+    steps: int  # a turn, in the baseline's batches (`same_examples`)
+    baseline: str | None = None  # the label of the row every other is read against
+    slowest_ratio: float | None = None  # stop one whose turn steps this many times the baseline's (plan)
+    paired: bool = False  # each runs with the baseline alone, when all do not fit in memory
     deadline: float | None = None  # the `time.monotonic()` after which no round starts (plan's budget)
-    first_step_ratio: float | None = None  # stop one whose start takes this many times the first's
+    first_step_ratio: float | None = None  # stop one whose start takes this many times the baseline's
     # never stopped by either ratio: the controls every verdict is read against (plan's A/A
     # twin, whose spread against the baseline is the noise floor; the baseline itself)
     controls: frozenset[str] = frozenset()
@@ -86,7 +87,7 @@ def run_rows(record, env: dict[str, str], turns: Turns, telling, verbose: bool =
     MLflow parent run by `env`), in turns in one session. The record is rewritten as each row
     ends, so a parent killed outright loses no row that ended. Returns the record with every
     row back in its order, with what its run measured, and the signal that interrupted them
-    (None: none did). Paired (`turns.paired_with`), each runs in turns with the baseline alone,
+    (None: none did). Paired (`turns.paired`), each runs in turns with the baseline alone,
     pair after pair (`pairs`), and its `baseline_rounds` are the baseline's in its pair."""
     from mptrain.config import load_config, variant
 
@@ -99,19 +100,21 @@ def run_rows(record, env: dict[str, str], turns: Turns, telling, verbose: bool =
         return record.model_copy(update={record.ROWS: [ended.get(r.label, r) for r in record.rows]})
 
     def keep(group: list[Variant], row: Variant) -> None:  # a row as it ends, on disk at once
-        if turns.paired_with is not None and row.label != group[0].label:  # its rounds' baseline: its pair's
+        if turns.paired and row.label != group[0].label:  # its rounds' baseline: its pair's
             row = row.model_copy(update={"baseline_rounds": ended[group[0].label].rounds})
         ended[row.label] = row
         as_ended().write()
 
     signal = None
-    for group in ([todo] if turns.paired_with is None else pairs(todo, turns.paired_with)):
+    for group in (pairs(todo, turns.baseline) if turns.paired else [todo]):
         launches = []
         for row in group:
             experiment = variant(staged, {"name": Path(row.run_dir).name, **row.settings})
             launches.append((row, experiment.train.batch_size,
                              spec_for(folder, row, experiment, verbose)))
-        signal = run_in_turns(launches, folder, env, turns, telling.turn, partial(keep, group))
+        # in a pair, each is read against the pair's baseline (the baseline's row, or its copy)
+        group_turns = replace(turns, baseline=group[0].label) if turns.paired else turns
+        signal = run_in_turns(launches, folder, env, group_turns, telling.turn, partial(keep, group))
         if signal is not None or past(turns.deadline):
             break
     return as_ended(), signal
@@ -188,13 +191,18 @@ def run_in_turns(launches: list[tuple[Variant, int, ChildSpec]], folder: Path, e
                  turns: Turns, on_turn, on_end) -> int | None:
     """Run every variant's child (beside its batch size) to its end in turns;
     `on_turn(round, label, step_ms)` after each turn, `on_end(variant)` as each ends, with
-    what it measured. With `turns.slowest_ratio`, a variant whose turn's median step is that
-    many times the first's (the baseline's) in the same round is stopped: it cannot win, and
-    finishing it would spend the budget (never one of `turns.controls`: a loaded host slows a
-    control too, and a cut control leaves nothing to judge against); past `turns.deadline`,
-    every one still training is stopped after its round. A Ctrl-C or SIGTERM is passed on to
-    the children (`ForwardSignals`); returns it (None: none came)."""
+    what it measured. Each is read against the baseline's child (`turns.baseline`) when it
+    runs: with `turns.slowest_ratio`, a variant whose turn's median step is that many times
+    the baseline's in the same round is stopped (it cannot win, and finishing it would spend
+    the budget), and with `turns.first_step_ratio` one whose start takes that many times
+    the baseline's; never one of `turns.controls` (a loaded host slows a control too, and a
+    cut control leaves nothing to judge against), and neither without the baseline (a
+    resume after it ended: another candidate's speed says nothing of what can win). Past
+    `turns.deadline`, every one still training is stopped after its round. A Ctrl-C or
+    SIGTERM is passed on to the children (`ForwardSignals`); returns it (None: none came)."""
     children: list[_Child] = []
+    base: _Child | None = None  # the baseline's child, once started
+    base_batch = next((batch for row, batch, _ in launches if row.label == turns.baseline), None)
     order = random.Random(0)
     with ForwardSignals() as signals:
         try:
@@ -202,13 +210,16 @@ def run_in_turns(launches: list[tuple[Variant, int, ChildSpec]], folder: Path, e
             for row, batch_size, spec in launches:  # one at a time: start-ups measured alone
                 if signals.received is not None or past(turns.deadline):
                     break
-                steps = same_examples(turns.steps, launches[0][1], batch_size)
+                # (without the baseline, the first's batch: a turn is the same examples for all)
+                steps = same_examples(turns.steps, base_batch or launches[0][1], batch_size)
                 child = _start((row, batch_size, spec), folder, env, steps, signals)
                 children.append(child)
                 _first_turn(child, on_turn, None if row.label in turns.controls else limit)
-                if limit is None and turns.first_step_ratio and child.first_step_done:
-                    limit = max(MIN_START_LIMIT_S, turns.first_step_ratio *
-                                (time.perf_counter() - child.started))
+                if row.label == turns.baseline:
+                    base = child
+                    if turns.first_step_ratio and child.first_step_done:
+                        limit = max(MIN_START_LIMIT_S, turns.first_step_ratio *
+                                    (time.perf_counter() - child.started))
             round_ = 0
             while signals.received is None and any(c.training for c in children):
                 round_ += 1
@@ -219,7 +230,7 @@ def run_in_turns(launches: list[tuple[Variant, int, ChildSpec]], folder: Path, e
                     if signals.received is not None:
                         break
                     stop = (f"cut by the budget after {len(child.rounds)} rounds" if budget else
-                            too_slow(child, children[0], turns))
+                            too_slow(child, base, turns))
                     _take_turn(child, on_turn, round_, stop)
         finally:  # evaluations (or the last step of an interrupted one) one by one
             for child in children:
@@ -248,11 +259,12 @@ def _start(launch: tuple[Variant, int, ChildSpec], folder: Path, env: dict[str, 
     return _Child(row, batch_size, spec, process, os.fdopen(read_end), log)
 
 
-def too_slow(child: _Child, base: _Child, turns: Turns) -> str | None:
+def too_slow(child: _Child, base: _Child | None, turns: Turns) -> str | None:
     """Why the child is to stop, when its last turn ran `turns.slowest_ratio` times the
-    baseline's in the same round; None for the baseline and the other controls."""
+    baseline's in the same round; None for the baseline and the other controls, and
+    without the baseline (`base` None: it is not running)."""
     ratio = turns.slowest_ratio
-    if (ratio is None or child is base or child.row.label in turns.controls
+    if (ratio is None or base is None or child is base or child.row.label in turns.controls
             or not child.rounds or not base.rounds):
         return None
     mine, theirs = child.rounds[-1], base.rounds[min(len(child.rounds), len(base.rounds)) - 1]

@@ -198,7 +198,7 @@ def run_study(record: S, telling: Telling = LOGGED, verbose: bool = False,
     record.write()
     signal = None
     if not past(deadline):
-        turns = Turns(record.turn_steps, paired_with=record.baseline if record.pairs else None,
+        turns = Turns(record.turn_steps, record.baseline, paired=record.pairs is not None,
                       deadline=deadline, **record.TURNS)
         record, signal = run_rows(record, tracking.env if tracking else {}, turns, telling, verbose)
     record, files, tags = record.closed(signal)

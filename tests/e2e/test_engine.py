@@ -88,7 +88,7 @@ def test_every_child_runs_its_turn_each_round_in_a_changing_order(tmp_path, stud
 
 
 def test_a_child_twice_as_slow_as_the_baseline_is_stopped_after_that_round(tmp_path, study):
-    ends, _ = in_turns(tmp_path, study, Turns(steps=5, slowest_ratio=2.0),
+    ends, _ = in_turns(tmp_path, study, Turns(steps=5, baseline="base", slowest_ratio=2.0),
                        base=(5, 26), close=(8, 26), slow=(15, 26))
     assert len(ends["base"].rounds) == 5 and len(ends["close"].rounds) == 5
     assert len(ends["slow"].rounds) <= 2  # told "too slow" at its first turn after the base's
@@ -113,7 +113,27 @@ def test_past_the_deadline_no_round_starts(tmp_path, study):
 
 def test_a_start_far_slower_than_the_first_is_stopped_there(tmp_path, study, monkeypatch):
     monkeypatch.setattr(engine, "MIN_START_LIMIT_S", 0.5)
-    ends, said = in_turns(tmp_path, study, Turns(steps=5, first_step_ratio=4.0),
+    ends, said = in_turns(tmp_path, study, Turns(steps=5, baseline="quick", first_step_ratio=4.0),
                           quick=(5, 11), compiling=(5, 11, 3.0))
     assert ends["compiling"].rounds == [] and "too slow to start" in ends["compiling"].failed
     assert len(ends["quick"].rounds) == 2 and ("quick" in {label for _, label in said})
+
+
+def test_a_child_is_read_against_the_baseline_not_the_first_started(tmp_path, study):
+    """Plan resumed after float32 ended, or a baseline not started first: a candidate twice as
+    slow as another candidate is no slower than the baseline, and can still win against it
+    (were the faster one refused for its loss). Read against the first started, it was cut."""
+    ends, _ = in_turns(tmp_path, study, Turns(steps=5, baseline="base", slowest_ratio=2.0),
+                       fast=(5, 26), base=(10, 26), slow=(15, 26))
+    assert [len(ends[label].rounds) for label in ("fast", "base", "slow")] == [5, 5, 5]
+    ends, _ = in_turns(tmp_path, study, Turns(steps=5, baseline="base", slowest_ratio=2.0),
+                       fast=(5, 26), slow=(15, 26))  # the baseline ended before: nothing to read against
+    assert len(ends["slow"].rounds) == 5
+
+
+def test_a_start_is_read_against_the_baselines_start(tmp_path, study, monkeypatch):
+    """The start limit is so many times the baseline's start, whoever started first."""
+    monkeypatch.setattr(engine, "MIN_START_LIMIT_S", 0.5)
+    ends, _ = in_turns(tmp_path, study, Turns(steps=5, baseline="base", first_step_ratio=4.0),
+                       quick=(5, 11), base=(5, 11, 1.5), other=(5, 11, 2.0))
+    assert [len(ends[label].rounds) for label in ("quick", "base", "other")] == [2, 2, 2]

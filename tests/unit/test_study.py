@@ -60,7 +60,7 @@ def test_each_pair_keeps_its_own_baselines_rounds_as_its_row_ends(tmp_path, monk
             on_end(row.model_copy(update={"summary": make_summary(), "rounds": [len(row.label) + index]}))
 
     monkeypatch.setattr(engine, "run_in_turns", pair_by_pair)
-    ended, signal = run_rows(record, {}, Turns(5, paired_with="float32-fit"), LOGGED)
+    ended, signal = run_rows(record, {}, Turns(5, "float32-fit", paired=True), LOGGED)
     base, bf16, fp16 = ended.variants
     assert signal is None and base.rounds == [len("float32-fit")]
     assert bf16.baseline_rounds == [len("float32-fit")]  # the baseline's own row, in the first pair

@@ -75,6 +75,8 @@ def test_too_slow_stops_a_candidate_but_never_a_control():
     assert too_slow(child("float32-twin", 3.0, 6.7), base, turns) is None
     assert too_slow(child("mixed_bfloat16", 3.0, 4.9), base, turns) is None  # within 2x
     assert too_slow(base, base, turns) is None
+    # without the baseline running (a plan resumed after it ended), nothing says who cannot win
+    assert too_slow(child("mixed_bfloat16", 3.0, 6.7), None, turns) is None
     # at twice the batch a step does twice the work: 6.7 ms is 1.3x float32's per example
     assert too_slow(child("mixed_bfloat16@b128", 3.0, 6.7, batch=128), base, turns) is None
     said = too_slow(child("mixed_bfloat16@b128", 3.0, 13.0, batch=128), base, turns)
