@@ -82,8 +82,14 @@ class ConsoleTelling(Telling):
         return stderr.status(text)
 
     def turn(self, round_: int, label: str, step_ms: list[float]) -> None:
+        """A child may run no step in a turn: resumed at its last step, or stopped before its
+        first."""
         import statistics
 
-        median = statistics.median(step_ms) if step_ms else float("nan")
-        say(f"{label}: started; first step {step_ms[0] / 1e3:.2f} s (tracing, kernels, compiling)"
-            if round_ == 0 else f"round {round_} · {label}: {len(step_ms)} steps, median {median:.1f} ms")
+        if round_ == 0:
+            first = (f"first step {step_ms[0] / 1e3:.2f} s (tracing, kernels, compiling)" if step_ms
+                     else "no step to run")
+            say(f"{label}: started; {first}")
+        else:
+            median = f", median {statistics.median(step_ms):.1f} ms" if step_ms else ""
+            say(f"round {round_} · {label}: {len(step_ms)} steps{median}")

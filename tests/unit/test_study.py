@@ -101,3 +101,20 @@ def test_a_plan_killed_as_its_trials_ended_has_nothing_left_untried(tmp_path):
     resumed = PlanRecord.load(tmp_path)
     assert resumed.untried == [] and resumed.nothing_left() is None
     assert [t.summary.status for t in resumed.trials] == ["finished", "diverged"]
+
+
+def test_a_turn_without_a_step_is_said_not_a_crash(capsys):
+    """A child resumed at its final step, or stopped before its first, reports no step time:
+    the compare goes on saying so (an IndexError stopped it)."""
+    from mptrain.report.progress import ConsoleTelling
+
+    telling = ConsoleTelling()
+    telling.turn(0, "mixed_bfloat16-fit", [])
+    telling.turn(3, "mixed_bfloat16-fit", [])
+    telling.turn(0, "float32-fit", [1234.0])
+    telling.turn(1, "float32-fit", [10.0, 12.0, 11.0])
+    said = capsys.readouterr().err
+    assert "mixed_bfloat16-fit: started; no step to run" in said
+    assert "round 3 · mixed_bfloat16-fit: 0 steps" in said and "nan" not in said
+    assert "float32-fit: started; first step 1.23 s" in said
+    assert "round 1 · float32-fit: 3 steps, median 11.0 ms" in said
