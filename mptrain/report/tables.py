@@ -322,7 +322,8 @@ def _plan_rows(record: PlanRecord) -> list:
         s, verdict = trial.summary, trial.verdict
         t = s.step_time if s is not None and s.step_time is not None and s.step_time.enough else None
         if s is None and trial.failed is None:
-            words = "not run (budget spent)" if record.status != "running" else "waiting"
+            words = {"running": "waiting", "interrupted": "not run (interrupted)"}.get(
+                record.status, "not run (budget spent)")
             colour = "yellow"
         elif trial.label == TWIN:
             words, colour = "A/A twin: the noise floor", ""

@@ -121,6 +121,25 @@ def test_plan_tables_keep_candidates_layers_and_numbers_whole():
           "ms/step", "speed-up", "progress", "verdict", "faster")
 
 
+def test_a_trial_not_run_says_why_the_plan_left_it():
+    """An interrupt leaves trials untried as the budget does: each says which it was."""
+    tried = Variant(label="float32", candidate=Candidate(name="float32", policy="float32"),
+                    summary=make_summary(), verdict=Verdict(baseline=True))
+    left = Variant(label="mixed_bfloat16", candidate=Candidate(name="mixed_bfloat16",
+                                                               policy="mixed_bfloat16"))
+    words = {}
+    for status in ("interrupted", "out of budget", "running"):
+        record = PlanRecord(experiment="synthetic", folder="/tmp/plan", machine="m", measured_at="t",
+                            steps=30, tolerance_pct=3.0, evaluate=False, budget_minutes=20.0,
+                            candidates=[], trials=[tried, left], status=status, winner="float32")
+        (line,) = [line for line in rendered(plan_tables(record)).splitlines()
+                   if line.startswith("mixed_bfloat16")]
+        words[status] = line
+    assert "not run (interrupted)" in words["interrupted"] and "budget" not in words["interrupted"]
+    assert "not run (budget spent)" in words["out of budget"]
+    assert "waiting" in words["running"]
+
+
 def test_summary_keeps_its_run_folder_on_one_line():
     text = rendered(summary_table(make_summary(
         name="synthetic", median=12345.6, scale=(32768.0, 1234), run_dir=FOLDER,
