@@ -151,8 +151,8 @@ def _quality_bars(ax, rows, colours) -> None:
     ax.barh(positions, [v or 0 for v in values], color=colours, alpha=0.8)
     for y, (value, row) in enumerate(zip(values, rows, strict=True)):
         delta = row.verdict.quality
-        text = "diverged" if value is None else f"{value:.4g}" + (
-            f" ({delta.shown()})" if delta is not None else "")
+        text = ("diverged" if row.summary.status == "diverged" else "no test figure" if value is None
+                else f"{value:.4g}" + (f" ({delta.shown()})" if delta is not None else ""))
         ax.text(0.01, y, text, va="center", fontsize=9, transform=ax.get_yaxis_transform())
     first = next((f for f in figures if f is not None), None)
     _by_row(ax, [r.label for r in rows], f"Test {first.label if first else 'accuracy'}")

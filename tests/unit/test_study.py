@@ -1,5 +1,6 @@
-"""A compare's or plan's record as its rows end, and what a resume makes of it, on records and
-run folders built here (no child process, no training)."""
+"""A compare's or plan's record as its rows end, what a resume makes of it, what it says as its
+rows take turns and how its picture captions them, on records and run folders built here (no
+child process, no training)."""
 
 import json
 from pathlib import Path
@@ -118,3 +119,23 @@ def test_a_turn_without_a_step_is_said_not_a_crash(capsys):
     assert "round 3 · mixed_bfloat16-fit: 0 steps" in said and "nan" not in said
     assert "float32-fit: started; first step 1.23 s" in said
     assert "round 1 · float32-fit: 3 steps, median 11.0 ms" in said
+
+
+def test_the_picture_captions_a_row_without_a_test_figure_as_such_not_as_diverged():
+    """A run interrupted before its evaluation has no test figure; it did not diverge."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from mptrain.measure.plot import _quality_bars
+    from mptrain.measure.variant import Verdict
+
+    rows = [compare_row("float32", summary=make_summary(accuracy=0.9), verdict=Verdict()),
+            compare_row("mixed_float16", summary=make_summary(status="diverged"), verdict=Verdict()),
+            compare_row("mixed_bfloat16", verdict=Verdict(),
+                        summary=make_summary(status="interrupted", test_accuracy=None, test_loss=None))]
+    figure, ax = plt.subplots()
+    _quality_bars(ax, rows, ["C0", "C1", "C2"])
+    plt.close(figure)
+    assert [text.get_text() for text in ax.texts] == ["0.9", "diverged", "no test figure"]
