@@ -1,8 +1,10 @@
-"""Chosen runs side by side (`mptrain runs --compare`), judge_compare as compare judges its variants
+"""Chosen runs side by side (`mptrain runs --compare`), judged as compare judges its variants
 (`compare.judge_compare`), even when no one compare made them. Runs from one compare folder are
-judge_compare on the rounds they ran in turns there, so `runs --compare` says what that compare
+judged on the rounds they ran in turns there, and with what that compare measured beside them
+(its input pipeline's time, why they ran in pairs), so `runs --compare` says what that compare
 said; runs made at different times are compared on their own medians (and not on their
-losses: they need not have started from the same weights)."""
+losses: they need not have started from the same weights), and their folders hold no input
+pipeline's time to call a step input-bound by."""
 
 from __future__ import annotations
 
@@ -37,7 +39,7 @@ def split_arguments(arguments: list[str]) -> tuple[Path, list[str]]:
 
 
 def compare_runs(refs: list[str], folder: Path = DEFAULT_FOLDER) -> CompareRecord:
-    """The runs named, side by side, judge_compare as compare judges. The baseline is the first
+    """The runs named, side by side, judged as compare judges. The baseline is the first
     float32 run named, else the first run; a run without a summary is a row saying so."""
     if len(refs) < 2:
         raise ConfigError("--compare: name at least two runs (folder names in "
@@ -56,9 +58,11 @@ def compare_runs(refs: list[str], folder: Path = DEFAULT_FOLDER) -> CompareRecor
     rows = [_row(path, state, folder, compare) for path, state in zip(paths, states, strict=True)]
     base_row = rows[states.index(base)]
     experiments = ", ".join(dict.fromkeys(s.name for s in summaries))
+    # what the compare that made them measured beside its runs: how they took turns, the input
+    # pipeline's own time (input-bound verdicts), why they ran in pairs
+    measured = compare.model_dump(include={"turn_steps", "input_ms_per_batch", "pairs"}) if compare else {}
     record = CompareRecord(experiment=experiments, folder=str(folder), baseline=base_row.label,
-                           baseline_policy=base.policy, variants=rows,
-                           turn_steps=compare.turn_steps if compare else 0)
+                           baseline_policy=base.policy, variants=rows, **measured)
     return judge_compare(record, same_start=compare is not None)
 
 

@@ -129,6 +129,26 @@ def test_compare_runs_side_by_side_with_compare_rules(runs):
     assert "f-fp16" in console.export_text()
 
 
+def test_runs_from_one_compare_are_judged_with_what_that_compare_measured(tmp_path):
+    """Its input pipeline's own time (which makes a step input-bound) and why its rows ran in
+    pairs are the compare's, in compare.json: `runs --compare` of its runs says what it said."""
+    from mptrain.measure.compare import CompareRecord
+    from tests.helpers import compare_row
+
+    folder = tmp_path / "runs" / "compare-tiny-1"
+    for policy, median in (("float32", 100.0), ("mixed_bfloat16", 50.0)):
+        run_folder(folder, f"tiny-{policy}-fit", make_summary(median=median, policy=policy), 500)
+    rows = [compare_row(p, run_dir=str(folder / f"tiny-{p}-fit")) for p in ("float32", "mixed_bfloat16")]
+    CompareRecord(experiment="tiny", folder=str(folder), baseline=rows[0].label,
+                  baseline_policy="float32", variants=rows, turn_steps=5, input_ms_per_batch=90.0,
+                  pairs="the 2 variants need more than the memory here").write()
+    record = compare_runs(["compare-tiny-1/tiny-float32-fit", "compare-tiny-1/tiny-mixed_bfloat16-fit"],
+                          tmp_path / "runs")
+    assert (record.input_ms_per_batch, record.turn_steps) == (90.0, 5)
+    assert record.pairs == "the 2 variants need more than the memory here"
+    assert [row.verdict.input_bound for row in record.variants] == [True, True]  # 100 and 50 ms <= 1.2 x 90
+
+
 def test_compare_refuses_what_it_cannot_compare(runs):
     with pytest.raises(ConfigError, match="at least two"):
         compare_runs(["a-finished"], runs)
