@@ -96,7 +96,7 @@ def run_rows(record, env: dict[str, str], turns: Turns, telling, verbose: bool =
     todo = [row for row in to_run(record.rows) if turns.rerun_failed or row.failed is None]
     ended: dict[str, Variant] = {}  # (a pair's extra baseline too, under a label no row has)
 
-    def as_ended() -> object:
+    def as_ended():  # the record with every row as it stands
         return record.model_copy(update={record.ROWS: [ended.get(r.label, r) for r in record.rows]})
 
     def keep(group: list[Variant], row: Variant) -> None:  # a row as it ends, on disk at once

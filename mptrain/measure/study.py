@@ -63,10 +63,10 @@ class StudyRecord(Record):
 
     @classmethod
     def load(cls, folder: Path) -> Self:
-        """The record a `--resume` continues, or an error naming the folder; each row whose
-        run has ended with the summary in its run folder (`engine.ended_summary`): a study
-        killed outright while a run's process exited never wrote it (the row is then judged
-        without the rounds of that session, kept only in the parent)."""
+        """The record a `--resume` continues, or an error naming the folder. A row whose run
+        has ended takes the summary in its run folder (`engine.ended_summary`): a study killed
+        outright while the run's process was exiting never wrote it into its record (the row
+        is then judged without that session's rounds, which only the killed process held)."""
         try:
             record = cls.model_validate_json((folder / f"{cls.KIND}.json").read_text())
         except (OSError, ValueError) as exc:
