@@ -20,7 +20,6 @@ from mptrain.runs.resume import experiment_to_run
 from mptrain.runs.runner import RunResult, Start, run_experiment
 from mptrain.runs.workers import (
     LocalRun,
-    WorkersResult,
     local_worker_count,
     run_local_workers,
     worker_overrides,
@@ -45,7 +44,7 @@ class RunOptions:
 
 def launch(experiment: str | ExperimentConfig | None, options: RunOptions = RunOptions(),
            telling: Telling = LOGGED,
-           listeners: list[TrainingListener] | None = None) -> RunResult | WorkersResult:
+           listeners: list[TrainingListener] | None = None) -> RunResult:
     """Train the experiment named (an experiment file or a built-in's name) or given (an
     `ExperimentConfig`, from Python), here or on local workers. With `options.start.resume`
     the run folder's own config is continued: an experiment named or given beside it is

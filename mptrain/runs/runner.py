@@ -25,7 +25,7 @@ from mptrain.model.flops import forward_profile
 from mptrain.precision.lint import lint, worth_saying
 from mptrain.runs.experiment import Prepared, prepare
 from mptrain.runs.folder import RunFolder
-from mptrain.runs.summary import ModelSave, RunSummary, Trained, summarize_run
+from mptrain.runs.summary import RunSummary, summarize_run
 from mptrain.runs.tracking import MlflowLogger, end_tracking, finish_tracking, start_tracking
 from mptrain.signals import RunAbandoned, end_code, stop_on_signals
 from mptrain.training.checkpoints import Checkpointer, Position
@@ -36,28 +36,25 @@ from mptrain.training.guard import DivergenceGuard
 from mptrain.training.loss_scale import scale_variable
 from mptrain.training.monitor import TrainingMonitor
 from mptrain.training.optimizer import learning_rate_at, value_of
-from mptrain.training.records import EpochRecord, StepRecord, TrainingListener, run_status
+from mptrain.training.records import EpochRecord, Status, StepRecord, TrainingListener, run_status
 from mptrain.training.tensorboard import TensorBoardWriter
 from mptrain.training.turns import TakeTurns, TurnLink, planned_steps
 
 
-@dataclass
+@dataclass(frozen=True)
 class RunResult:
-    summary: RunSummary
-    steps: list[StepRecord]
-    epochs: list[EpochRecord]
-    signal: int | None  # the signal that interrupted the run
+    """How `mptrain run` ended, trained in this process or on local workers
+    (`workers.run_local_workers`): the command and `mptrain.run` read this one shape."""
+
+    code: int  # the process's exit code, by how the run ended (`signals.end_code`)
+    summary: RunSummary | str  # the run's (local workers': the chief's), or why there is none
+    message: str | None = None  # the line a lost worker ended the run with (None: it ended by itself)
+    steps: list[StepRecord] = field(default_factory=list)  # a run in this process: its records
+    epochs: list[EpochRecord] = field(default_factory=list)
 
     @property
     def run_dir(self) -> Path:
         return Path(self.summary.run_dir)
-
-    @property
-    def code(self) -> int:
-        """The process's exit code, by how the run ended (`signals.end_code`)."""
-        return end_code(self.summary.status, self.signal)
-
-    message = None  # as `workers.WorkersResult`'s: a run in this process loses no worker
 
 
 @dataclass(frozen=True)
@@ -97,13 +94,13 @@ def run_experiment(config: ExperimentConfig, start: Start = Start(), *,
             tracking = start_tracking(config, folder.path, prepared.choice, prepared.machine,
                                       prepared.place.replicas)
         with scope(prepared.place):
-            session = TrainingSession.open(prepared, folder, listeners or [],
-                                           resume=start.resume is not None, tracking=tracking)
+            session = TrainingSession(prepared, folder, listeners or [],
+                                      resume=start.resume is not None, tracking=tracking)
         if on_start is not None:
             on_start(prepared, session.notes + [f"lint: {f}" for f in findings])
-        trained = session.run_training(prepared, start.turns)
-        saved = _save_model(prepared, folder) if trained.status == "finished" else ModelSave()
-        summary = summarize_run(prepared, trained, profile, started_at, saved)
+        session.train(start.turns)
+        session.save_model()
+        summary = summarize_run(session, profile, started_at)
         folder.flush_steps()
         summary = finish_tracking(tracking, summary, folder.path)  # MLflow's last word: a note
         folder.write_summary(summary)
@@ -116,46 +113,43 @@ def run_experiment(config: ExperimentConfig, start: Start = Start(), *,
         if scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)
     monitor = session.monitor
-    return RunResult(summary, monitor.steps, monitor.epoch_records, monitor.signal)
+    return RunResult(end_code(summary.status, monitor.signal), summary, steps=monitor.steps,
+                     epochs=monitor.epoch_records)
 
 
-@dataclass
 class TrainingSession:
-    monitor: TrainingMonitor
-    checkpointer: Checkpointer
-    guard: DivergenceGuard
-    start: Position
-    tensorboard: TensorBoardWriter
-    run_dir: Path
-    rules: EpochRules
-    notes: list[str] = field(default_factory=list)  # where a resumed run continues, and why
+    """One run's training, from where it starts to how it ended: the monitor and its
+    listeners, assembled once for both loops (`__init__`), training to the end and the test
+    set's figures (`train`), and the model saved (`save_model`); `summary.summarize_run`
+    reads the rest from it."""
 
-    @classmethod
-    def open(cls, prepared: Prepared, folder: RunFolder, listeners: list[TrainingListener], resume: bool,
-             tracking: MlflowLogger | None = None) -> TrainingSession:
+    def __init__(self, prepared: Prepared, folder: RunFolder, listeners: list[TrainingListener],
+                 resume: bool, tracking: MlflowLogger | None = None):
         """The session for `prepared` (its config, model, optimizer and batches), writing into
         `folder`; `resume`: from its latest checkpoint."""
         train, model, optimizer, batches = (prepared.config.train, prepared.model, prepared.optimizer,
                                             prepared.batches)
+        self.prepared, self.folder = prepared, folder
         total_steps = train.epochs * batches.steps_per_epoch
-        tensorboard = TensorBoardWriter(folder.path / "tensorboard",
-                                        learning_rate_at(optimizer, train.optimizer, total_steps))
-        checkpointer = Checkpointer(folder.path / "checkpoints", model, optimizer, train.checkpoint,
-                                    batches.steps_per_epoch, on_save=folder.flush_steps)
-        start, history, notes = Position(0, 0, 0), ([], []), []
+        self.tensorboard = TensorBoardWriter(folder.path / "tensorboard",
+                                             learning_rate_at(optimizer, train.optimizer, total_steps))
+        self.checkpointer = Checkpointer(folder.path / "checkpoints", model, optimizer, train.checkpoint,
+                                         batches.steps_per_epoch, on_save=folder.flush_steps)
+        # where a resumed run continues, recoveries from divergence: the summary's notes
+        self.start, history, self.notes = Position(0, 0, 0), ([], []), []
         if resume:
-            start = checkpointer.restore_latest()
-            if start is None:
+            self.start = self.checkpointer.restore_latest()
+            if self.start is None:
                 raise MptrainError(f"{folder.path}: no checkpoint to resume from (the run stopped "
                                    "before its first one); start it again instead")
-            history = (folder.read_steps(notes)[: start.global_step],
-                       folder.read_epochs(notes)[: start.epoch])
+            history = (folder.read_steps(self.notes)[: self.start.global_step],
+                       folder.read_epochs(self.notes)[: self.start.epoch])
             folder.truncate_records(len(history[0]), len(history[1]))
-            notes.append(f"resumed at epoch {start.epoch + 1}, step {start.step + 1} (after "
-                         f"{start.global_step} steps)")
-            notes += [f"checkpoint passed over: {why}" for why in checkpointer.passed_over]
+            self.notes.append(f"resumed at epoch {self.start.epoch + 1}, step {self.start.step + 1} "
+                              f"(after {self.start.global_step} steps)")
+            self.notes += [f"checkpoint passed over: {why}" for why in self.checkpointer.passed_over]
         scale = scale_variable(optimizer)
-        monitor = TrainingMonitor(
+        self.monitor = monitor = TrainingMonitor(
             epochs=train.epochs,
             steps_per_epoch=batches.steps_per_epoch,
             max_steps=train.max_steps,
@@ -164,26 +158,34 @@ class TrainingSession:
             initial_loss_scale=None if scale is None else value_of(scale),
             history=history,
         )
-        guard = DivergenceGuard(monitor, checkpointer, train.recovery)
-        rules = EpochRules(train, monitor, model, optimizer, folder.path, prepared.place.chief)
+        self.guard = DivergenceGuard(monitor, self.checkpointer, train.recovery)
+        self.rules = EpochRules(train, monitor, model, optimizer, folder.path, prepared.place.chief)
         # What is reported is saved: the records and the checkpoint go to disk before a line
         # is printed or logged, so a run killed right after its epoch line resumes after that
         # epoch. The epoch's record precedes its checkpoint (a resume reads the records up to
         # the checkpoint); the guard precedes the checkpointer (a diverged step is never saved
         # as "good"); so do the epoch rules (a lowered learning rate is checkpointed).
-        saving = [folder, guard, rules, *([checkpointer] if train.checkpoint.enabled else [])]
-        monitor.listeners = [*saving, tensorboard, *([tracking] if tracking else []), *listeners]
-        if start.start:
-            checkpointer.save(start)  # the last good checkpoint recovery can always go back to
+        saving = [folder, self.guard, self.rules, *([self.checkpointer] if train.checkpoint.enabled else [])]
+        monitor.listeners = [*saving, self.tensorboard, *([tracking] if tracking else []), *listeners]
+        if self.start.start:
+            self.checkpointer.save(self.start)  # the last good checkpoint recovery can always go back to
         if tracking is not None:
             tracking.catch_up(*history)  # what a resumed run's MLflow run may lack
-        return cls(monitor, checkpointer, guard, start, tensorboard, folder.path, rules, notes)
+        # how it ended, set by `train` and `save_model`
+        self.status: Status = "interrupted"
+        self.test: dict[str, float] = {}  # none for an interrupted run
+        self.evaluation_s: float | None = None  # None: not evaluated
+        self.waited_s = 0.0  # waiting for other variants' turns (compare, plan)
+        self.model_save_s: float | None = None
+        self.save_note: str | None = None  # why there is no model.keras, when there is none
 
-    def run_training(self, prepared: Prepared, turns_link: TurnLink | None = None) -> Trained:
+    def train(self, turns_link: TurnLink | None = None) -> None:
         """Training to its end, from where the session starts (in turns with other variants,
-        given `turns_link`: `TakeTurns`), a checkpoint where it stopped, then the test set's
-        figures (none for an interrupted run: its user wants it to stop, now)."""
-        monitor = self.monitor
+        given `turns_link`: `TakeTurns`); a checkpoint where it stopped (after an interrupt:
+        inside an epoch; none after a divergence: its last good checkpoint stays the latest),
+        telemetry flushed; then the test set's figures (none for an interrupted run: its user
+        wants it to stop, now)."""
+        prepared, monitor = self.prepared, self.monitor
         with stop_on_signals(monitor):
             turns = None
             if turns_link is not None:
@@ -193,46 +195,35 @@ class TrainingSession:
             prepared.loop.train(prepared.batches, monitor, self.start.epoch, self.start.step)
             if turns is not None:
                 turns.finish()
-        self._close()
-        restored = self.rules.finish()
-        waited_s = turns.waited_s if turns is not None else 0.0
-        ended = dict(monitor=monitor, notes=[*self.notes, *self.guard.recoveries,
-                                             *([restored] if restored else [])],
-                     checkpoint_save_s=self.checkpointer.save_seconds, run_dir=self.run_dir,
-                     waited_s=waited_s)
-        if monitor.stop_kind == "signal":
-            return Trained(**ended, test={}, evaluation_s=None, status="interrupted")
-        started = time.perf_counter()
-        test = prepared.loop.evaluate(prepared.batches.test)
-        return Trained(**ended, test=test, evaluation_s=time.perf_counter() - started,
-                       status=run_status(monitor.steps, test.get("loss"), monitor.stop_status))
-
-    def _close(self) -> None:
-        """After training, however it ended: a checkpoint where the run stopped (after an
-        interrupt: inside an epoch; none after a divergence: its last good checkpoint stays
-        the latest), telemetry flushed."""
-        m = self.monitor
-        if m.stop_kind != "divergence" and m.steps:
-            if m.epoch_complete:
-                self.checkpointer.save(Position(m.epoch, 0, len(m.steps)))
-            else:
-                self.checkpointer.save(Position(max(m.epoch - 1, 0), m.step_in_epoch, len(m.steps)))
+                self.waited_s = turns.waited_s
+        if monitor.stop_kind != "divergence" and monitor.steps:
+            steps = len(monitor.steps)
+            self.checkpointer.save(Position(monitor.epoch, 0, steps) if monitor.epoch_complete else
+                                   Position(max(monitor.epoch - 1, 0), monitor.step_in_epoch, steps))
         self.tensorboard.flush()
+        restored = self.rules.finish()
+        self.notes += [*self.guard.recoveries, *([restored] if restored else [])]
+        if monitor.stop_kind == "signal":
+            return
+        started = time.perf_counter()
+        self.test = prepared.loop.evaluate(prepared.batches.test)
+        self.evaluation_s = time.perf_counter() - started
+        self.status = run_status(monitor.steps, self.test.get("loss"), monitor.stop_status)
 
+    def save_model(self) -> None:
+        """The finished run's model, when the experiment asks (timed: plan's whole-run
+        estimate counts it); with fused layers, as Keras' own layers."""
+        config = self.prepared.config
+        if self.status != "finished" or not config.output.save_model:
+            return
+        started = time.perf_counter()
+        model = self.prepared.model
+        if config.model.fused_layers:
+            from mptrain.model.fused import unfused
 
-def _save_model(prepared: Prepared, folder: RunFolder) -> ModelSave:
-    """The finished run's model, when the experiment asks (timed: plan's whole-run estimate
-    counts it); with fused layers, as Keras' own layers."""
-    if not prepared.config.output.save_model:
-        return ModelSave()
-    started = time.perf_counter()
-    model = prepared.model
-    if prepared.config.model.fused_layers:
-        from mptrain.model.fused import unfused
-
-        model = unfused(model)
-    why_not = folder.save_model(model)
-    return ModelSave(time.perf_counter() - started, why_not)
+            model = unfused(model)
+        self.save_note = self.folder.save_model(model)
+        self.model_save_s = time.perf_counter() - started
 
 
 def _failed(exc: BaseException, prepared: Prepared, folder: RunFolder, tracking,

@@ -9,8 +9,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from pathlib import Path
-from typing import TYPE_CHECKING, Literal, NamedTuple
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import TypeAdapter
 
@@ -197,39 +196,18 @@ def finite_or_none(value: float | None) -> float | None:
     return value if value is not None and math.isfinite(value) else None
 
 
-class Trained(NamedTuple):
-    """What a run's training returned (`runner.TrainingSession.run_training`), the summary's input."""
-
-    monitor: TrainingMonitor  # every step and epoch, and why training stopped
-    notes: list[str]  # where a resumed run continued, recoveries from divergence
-    checkpoint_save_s: list[float]  # each checkpoint's save
-    run_dir: Path
-    waited_s: float  # waiting for other variants' turns (compare, plan)
-    test: dict[str, float]  # the test set's figures (none for an interrupted run)
-    evaluation_s: float | None  # the test evaluation's time (None: not evaluated)
-    status: Status
-
-
-class ModelSave(NamedTuple):
-    """The trained model's save (`output.save_model`): how long it took, and why there is no
-    model.keras when there is none."""
-
-    seconds: float | None = None
-    note: str | None = None
-
-
-def summarize_run(prepared: Prepared, trained: Trained, profile: ForwardProfile,
-                  started_at: float, saved: ModelSave) -> RunSummary:
-    """The run's summary, built once at its end, from what was decided (`prepared`), what
-    training measured and how it ended (`trained`), the model's FLOPs (`profile`) and its
-    save. Its wall time is the run's own work: another variant's turns (compare, plan) and
-    the model's save are timed on their own."""
-    config, choice, machine, monitor = prepared.config, prepared.choice, prepared.machine, trained.monitor
+def summarize_run(session, profile: ForwardProfile, started_at: float) -> RunSummary:
+    """The run's summary, built once at its end, from its `runner.TrainingSession`: what was
+    decided (`session.prepared`), what training measured and how it ended, and the model's
+    save; and the model's FLOPs (`profile`). Its wall time is the run's own work: another
+    variant's turns (compare, plan) and the model's save are timed on their own."""
+    prepared, monitor = session.prepared, session.monitor
+    config, choice, machine = prepared.config, prepared.choice, prepared.machine
     flops_per_example = profile.training_flops
     uncounted = ([f"FLOPs per example leave out {', '.join(profile.uncounted)}: TensorFlow's graph "
                   "does not give their sizes, so the compute figures are a lower bound"]
                  if profile.uncounted else [])
-    test = trained.test
+    test, saved_s, saves = session.test, session.model_save_s, session.checkpointer.save_seconds
     times = step_times(monitor.steps, config.train.warmup_steps)
     peak = None if machine.accelerated else cpu_peak(machine.cpu, choice.compute_dtype)
     last_epoch = monitor.epoch_records[-1] if monitor.epoch_records else None
@@ -237,7 +215,7 @@ def summarize_run(prepared: Prepared, trained: Trained, profile: ForwardProfile,
 
     return RunSummary(
         name=config.name,
-        status=trained.status,
+        status=session.status,
         **_decided(prepared),
         batch_size=config.train.batch_size,
         epochs_run=len(monitor.epoch_records), steps_run=len(monitor.steps),
@@ -249,10 +227,10 @@ def summarize_run(prepared: Prepared, trained: Trained, profile: ForwardProfile,
         peak_tflops=peak.flops_per_second / 1e12 if peak else None,
         peak_unit=peak.unit if peak else None,
         speed_warning=prepared.speed_warning,
-        notes=[*prepared.notes, *trained.notes,
+        notes=[*prepared.notes, *session.notes,
                *unlike_plain_keras(choice, config.deterministic, prepared.objective.loss_name),
                *uncounted,
-               *([saved.note] if saved.note else [])],
+               *([session.save_note] if session.save_note else [])],
         first_step_loss=finite_or_none(monitor.steps[0].loss) if monitor.steps else None,
         non_finite_loss_steps=sum(finite_or_none(r.loss) is None for r in monitor.steps),
         final_train_loss=finite_or_none(last_epoch.metrics.get("loss")) if last_epoch else None,
@@ -263,12 +241,12 @@ def summarize_run(prepared: Prepared, trained: Trained, profile: ForwardProfile,
         quality=quality_of(prepared.objective, test) if test else None,
         test_examples=prepared.data.test.size if test else None,
         loss_scale=loss_scale_stats(monitor), memory=prepared.memory.stats(),
-        checkpoint_save_s=statistics.fmean(trained.checkpoint_save_s) if trained.checkpoint_save_s else None,
-        wall_time_s=time.perf_counter() - started_at - trained.waited_s - (saved.seconds or 0.0),
-        turn_wait_s=trained.waited_s, evaluation_s=trained.evaluation_s, model_save_s=saved.seconds,
+        checkpoint_save_s=statistics.fmean(saves) if saves else None,
+        wall_time_s=time.perf_counter() - started_at - session.waited_s - (saved_s or 0.0),
+        turn_wait_s=session.waited_s, evaluation_s=session.evaluation_s, model_save_s=saved_s,
         time_to_first_step_s=time_to_first_step(monitor, started_at),
         tensorflow_version=machine.tensorflow_version, keras_version=machine.keras_version,
-        seed=config.seed, run_dir=str(trained.run_dir),
+        seed=config.seed, run_dir=str(session.folder.path),
     )
 
 

@@ -28,7 +28,8 @@ from pathlib import Path
 from mptrain.errors import WorkerLost
 from mptrain.runs.child import ChildSpec, read_summary
 from mptrain.runs.folder import RunFolder, last_checkpoint
-from mptrain.runs.summary import RunState, RunSummary
+from mptrain.runs.runner import RunResult
+from mptrain.runs.summary import RunState
 from mptrain.signals import ForwardSignals, die_with_parent, exit_code
 from mptrain.training.cluster import Hosts
 
@@ -184,15 +185,8 @@ def restart_message(lost: LostWorker, run: LocalRun, step: int | None, restart: 
             f"restart {restart} of {allowed}")
 
 
-@dataclass(frozen=True)
-class WorkersResult:
-    code: int  # the command's exit code
-    summary: RunSummary | str  # the chief's, or why there is none
-    message: str | None  # the line a lost worker ended the run with (None: it ended by itself)
-
-
 def run_local_workers(run: LocalRun, max_restarts: int,
-                      on_restart: Callable[[str], None]) -> WorkersResult:
+                      on_restart: Callable[[str], None]) -> RunResult:
     """Train `run` on its local workers, as Ray Train's `FailureConfig(max_failures)` does:
     when a worker is lost, stop them all and restart them all from the last checkpoint, up to
     `max_restarts` times; then give up, saying which worker was lost and how to continue.
@@ -208,7 +202,7 @@ def run_local_workers(run: LocalRun, max_restarts: int,
             summary = read_summary(spec, chief)
             lost = first_lost(ends)
             if lost is None:
-                return WorkersResult(chief, summary, None)
+                return RunResult(chief, summary)
             step = last_checkpoint(run.run_dir)
             # a run this command started, lost before its first checkpoint, starts again
             can_restart = lost.restartable and (step is not None or not run.resumed)
@@ -224,7 +218,7 @@ def run_local_workers(run: LocalRun, max_restarts: int,
             _mark_lost(run.run_dir, message)
             code = (exit_code(signals.received) if signals.received else
                     WorkerLost.exit_code if lost.restartable else lost.code)
-            return WorkersResult(code, summary, message)
+            return RunResult(code, summary, message)
 
 
 def run_workers(spec: ChildSpec, count: int, signals: ForwardSignals,

@@ -209,8 +209,8 @@ def test_a_resumed_session_gives_its_tracker_the_records_before_its_checkpoint(t
 
     tracker = Tracker()
     prepared = prepare(resume_config(first.run_dir, None, []))
-    session = TrainingSession.open(prepared, RunFolder(first.run_dir), [], resume=True,
-                                   tracking=tracker)
+    session = TrainingSession(prepared, RunFolder(first.run_dir), [], resume=True,
+                              tracking=tracker)
     assert session.start.global_step == 10
     assert tracker.caught == (list(range(1, 11)), [1])
 
