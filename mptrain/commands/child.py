@@ -18,9 +18,8 @@ from mptrain.commands.options import STARTED_AT, leave, user_errors
 
 def run_child(spec_json: str) -> int:
     """Run the child's spec; the process's exit code."""
-    from mptrain.errors import AlreadyFinished, WorkerLost
+    from mptrain.errors import WorkerLost
     from mptrain.record import write_atomic
-    from mptrain.report.console import say
     from mptrain.report.progress import ConsoleTelling, LiveProgress
     from mptrain.runs.child import ChildSpec
     from mptrain.runs.launch import RunOptions, launch
@@ -29,14 +28,10 @@ def run_child(spec_json: str) -> int:
     options = RunOptions(spec.overrides, verbose=spec.verbose, supervised=spec.supervised,
                          start=spec.start(STARTED_AT))
     try:
-        with user_errors("interrupted (the run folder, if made, keeps its last checkpoint)",
-                         spec.verbose, unsaid=WorkerLost if spec.supervised else None):
-            try:
-                with LiveProgress() as progress:
-                    result = launch(spec.experiment, options, ConsoleTelling(), listeners=[progress])
-            except AlreadyFinished as done:
-                say(str(done), "nothing to do")
-                return 0
+        with (user_errors("interrupted (the run folder, if made, keeps its last checkpoint)",
+                          spec.verbose, unsaid=WorkerLost if spec.supervised else None),
+              LiveProgress() as progress):
+            result = launch(spec.experiment, options, ConsoleTelling(), listeners=[progress])
     except typer.Exit as stopped:
         return stopped.exit_code
     if spec.summary_file is not None:

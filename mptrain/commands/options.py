@@ -141,7 +141,8 @@ def leave(code: int | str | None) -> None:
 def user_errors(interrupted: str = "interrupted", verbose: bool = False,
                 unsaid: type[MptrainError] | None = None):
     """Errors a user can fix → their message and exit code, never a traceback (with
-    --verbose, the traceback of the user's own code that caused it); Ctrl-C → 130. An
+    --verbose, the traceback of the user's own code that caused it); a resume with nothing
+    to do (`AlreadyFinished`) → what to do instead, exit 0; Ctrl-C → 130. An
     `unsaid` error ends with its exit code alone: someone else says it (a local worker's lost
     peer is said once, by `run --workers`).
 
@@ -150,12 +151,16 @@ def user_errors(interrupted: str = "interrupted", verbose: bool = False,
     `model.summary()`, a `print` in a model's `call`), and a summary table in front of `run
     --json`'s JSON broke what reads it."""
 
+    from mptrain.errors import AlreadyFinished
     from mptrain.report.console import say, stderr
     from mptrain.signals import RunAbandoned
 
     try:
         with redirect_stdout(sys.stderr):
             yield
+    except AlreadyFinished as done:  # a resume of a finished run: said, and not an error
+        say(str(done), "nothing to do")
+        raise typer.Exit(0) from None
     except MptrainError as exc:
         if verbose and exc.__cause__ is not None:
             import traceback

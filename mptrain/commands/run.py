@@ -59,53 +59,39 @@ def run_command(
     restarting them.
     """
 
-    from mptrain.errors import AlreadyFinished, ConfigError
+    from mptrain.errors import ConfigError
     from mptrain.report.console import say
     from mptrain.report.progress import ConsoleTelling, LiveProgress
     from mptrain.report.tables import summary_table
     from mptrain.runs.launch import RunOptions, launch
     from mptrain.runs.runner import Start
+    from mptrain.signals import ignoring_interrupts
     from mptrain.training.cluster import parse_hosts
 
     with options.user_errors("interrupted (a run folder, if one was made, keeps its last checkpoint)",
-                     verbose):
+                             verbose):
         cluster = parse_hosts(hosts, host_index) if hosts is not None else None
         if cluster is None and host_index is not None:
             raise ConfigError("--host-index names this host's entry of --hosts: give --hosts too")
         asked = RunOptions([*(set_ or []), *options.length_overrides(epochs, steps)], workers,
                            max_restarts, verbose=verbose, hosts=cluster,
                            start=Start(resume=resume, started_at=options.STARTED_AT))
-        try:
-            with LiveProgress() as progress:
-                result = launch(config, asked, ConsoleTelling(), listeners=[progress])
-        except AlreadyFinished as done:
-            say(str(done), "nothing to do")
-            raise typer.Exit(0) from None
-    summary, lost = result.summary, result.message
-    if lost is None and not isinstance(summary, str):
-        _finish(summary, json_out, result.code)
-    if not isinstance(summary, str):  # the chief's summary, then why a lost worker stopped it
-        options.emit(summary, json_out, summary_table)
-    if lost is not None:
-        options.say_error(lost)
-    raise typer.Exit(result.code)
-
-
-def _finish(summary, json_out: bool, code: int) -> None:
-    """The summary, then what the run's end asks of the user; exit with `code`."""
-
-    from mptrain.report.console import say
-    from mptrain.report.tables import summary_table
-    from mptrain.signals import ignoring_interrupts
-
+        with LiveProgress() as progress:
+            result = launch(config, asked, ConsoleTelling(), listeners=[progress])
+    summary = result.summary  # the run's (the chief's), or why there is none
+    # how the run ended by itself (None: no summary, or a lost worker ended it)
+    ended = None if isinstance(summary, str) or result.message else summary.status
     # a second Ctrl-C once training has stopped has nothing left to abandon: the summary and
     # the resume command are printed whole
-    with ignoring_interrupts() if summary.status == "interrupted" else contextlib.nullcontext():
-        options.emit(summary, json_out, summary_table)
-        if summary.status == "interrupted":
+    with ignoring_interrupts() if ended == "interrupted" else contextlib.nullcontext():
+        if not isinstance(summary, str):
+            options.emit(summary, json_out, summary_table)
+        if ended == "interrupted":
             say(f"checkpoint saved. Continue with:\n  mptrain run --resume {summary.run_dir}",
                 summary.stop_reason or "", "yellow")
-    if summary.status == "diverged":
+    if ended == "diverged":
         say(f"{summary.stop_reason or 'the loss became NaN/inf'}; the last good checkpoint is in "
             f"{summary.run_dir}/checkpoints", "diverged", "red")
-    raise typer.Exit(code)
+    if result.message is not None:  # why a lost worker stopped the run, after the chief's summary
+        options.say_error(result.message)
+    raise typer.Exit(result.code)
