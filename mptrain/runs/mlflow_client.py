@@ -14,9 +14,7 @@ from typing import Any
 
 from mptrain.record import Record, write_atomic
 
-MAX_BATCH_METRICS = 1000  # log_batch's limits
-MAX_BATCH_PARAMS = 100
-MAX_BATCH_TAGS = 100
+MAX_BATCH_METRICS = 1000  # log_batch's limit (params and tags it chunks itself)
 PARENT_ENV = "MPTRAIN_MLFLOW_PARENT"  # compare and plan: the parent run of their children
 RUN_FILE = "mlflow.json"
 # summary.json's status → MLflow's (a compare's or plan's own: KILLED when interrupted, else FINISHED)
@@ -66,11 +64,6 @@ def _experiment_id(client, name: str, artifacts: Path | None) -> str:
         if found is None:
             raise
         return found.experiment_id
-
-
-def _batches(items: list, size: int):
-    for start in range(0, len(items), size):
-        yield items[start:start + size]
 
 
 class Connection:
@@ -127,11 +120,9 @@ class Connection:
 
         def send() -> None:
             run_id = self.run.run_id
-            for chunk in _batches([Param(k, v) for k, v in (params or {}).items()], MAX_BATCH_PARAMS):
-                self.client.log_batch(run_id, params=chunk)
-            for chunk in _batches([RunTag(k, str(v)) for k, v in (tags or {}).items()], MAX_BATCH_TAGS):
-                self.client.log_batch(run_id, tags=chunk)
-            for chunk in metrics or []:
+            self.client.log_batch(run_id, params=[Param(k, v) for k, v in (params or {}).items()],
+                                  tags=[RunTag(k, str(v)) for k, v in (tags or {}).items()])
+            for chunk in metrics or []:  # `whole_steps`' chunks: one call each
                 self.client.log_batch(run_id, metrics=[Metric(k, v, ms, step) for k, v, ms, step in chunk])
 
         self.call(where, send)
@@ -159,10 +150,10 @@ class Connection:
         return [self.failure] if self.failure else []
 
     def finish(self, status: str, files: Iterable[Path] = (), texts: dict[str, str] | None = None,
-               tags: dict[str, str] | None = None) -> None:
-        """The run's end: its status (and `tags`) logged, `files` and `texts` as artifacts, then
-        MLflow's status (`RUN_STATUS`)."""
-        self.log("the end", tags={"status": status, **(tags or {})})
+               tags: dict[str, str] | None = None, metrics: list | None = None) -> None:
+        """The run's end: its status (and `tags`, `metrics`: `log`'s) logged, `files` and then
+        `texts` as artifacts, then MLflow's status (`RUN_STATUS`)."""
+        self.log("the end", metrics=metrics, tags={"status": status, **(tags or {})})
         self.files("the artifacts", files, texts or {})
         self.end(RUN_STATUS.get(status, "FINISHED"))
 

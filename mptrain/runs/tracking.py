@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mptrain.runs.folder import record_text
-from mptrain.runs.mlflow_client import PARENT_ENV, RUN_STATUS, Connection, read_tracked, whole_steps
+from mptrain.runs.mlflow_client import PARENT_ENV, Connection, read_tracked, whole_steps
 from mptrain.training.records import EpochRecord, StepRecord, TrainingListener
 from mptrain.version import __version__
 
@@ -69,25 +69,6 @@ def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, str]:
             flat[f"{prefix}{key}"] = text if len(text) <= MAX_PARAM_VALUE else \
                 text[:MAX_PARAM_VALUE - 3] + "..."
     return flat
-
-
-def run_params(config: ExperimentConfig, choice: PolicyChoice, replicas: int) -> dict[str, str]:
-    """The resolved config, and what mptrain decided for this machine (`policy: auto`, XLA)."""
-    return {**flatten(config.to_yaml_dict()),
-            "resolved.policy": choice.name,
-            "resolved.compute_dtype": choice.compute_dtype,
-            "resolved.variable_dtype": choice.variable_dtype,
-            "resolved.loop": config.train.loop,
-            "resolved.jit_compile": str(choice.jit_compile).lower(),
-            "resolved.xla_optimizer_update": str(choice.xla_optimizer_update).lower(),
-            "resolved.replicas": str(replicas)}
-
-
-def machine_tags(machine: Machine) -> dict[str, str]:
-    return {"machine": machine.gpus[0].describe() if machine.gpus else machine.device_label,
-            "mptrain_version": __version__,
-            "tensorflow_version": machine.tensorflow_version or "unknown",
-            "keras_version": machine.keras_version or "unknown"}
 
 
 def step_metrics(record: StepRecord) -> dict[str, float]:
@@ -190,8 +171,20 @@ def start_tracking(config: ExperimentConfig, folder: Path, choice: PolicyChoice,
     resumed = read_tracked(folder) is not None
     # a compare's or plan's child is named after its folder (the variant), whatever run_name
     name = folder.name if os.environ.get(PARENT_ENV) else (settings.run_name or folder.name)
-    connection, tags = _connect("run", config, folder, name, machine_tags(machine))
-    params = run_params(config, choice, replicas)
+    connection, tags = _connect("run", config, folder, name, {
+        "machine": machine.gpus[0].describe() if machine.gpus else machine.device_label,
+        "mptrain_version": __version__,
+        "tensorflow_version": machine.tensorflow_version or "unknown",
+        "keras_version": machine.keras_version or "unknown"})
+    # the resolved config, and what mptrain decided for this machine (`policy: auto`, XLA)
+    params = {**flatten(config.to_yaml_dict()),
+              "resolved.policy": choice.name,
+              "resolved.compute_dtype": choice.compute_dtype,
+              "resolved.variable_dtype": choice.variable_dtype,
+              "resolved.loop": config.train.loop,
+              "resolved.jit_compile": str(choice.jit_compile).lower(),
+              "resolved.xla_optimizer_update": str(choice.xla_optimizer_update).lower(),
+              "resolved.replicas": str(replicas)}
     if not resumed:
         connection.log("the start", params=params, tags=tags)
         return MlflowLogger(connection)
@@ -219,15 +212,14 @@ def finish_tracking(logger: MlflowLogger | None, summary: RunSummary, folder: Pa
         return summary
     connection = logger.connection
     logger.flush()
-    connection.log("the summary", metrics=[[(k, v, int(time.time() * 1000), summary.steps_run)
-                                            for k, v in summary_metrics(summary).items()
-                                            if math.isfinite(v)]],
-                   tags={"status": summary.status})
-    connection.files("the artifacts", [folder / "config.yaml", folder / "model.keras",
-                                       folder / "model.weights.h5"], {})
-    # sent only while nothing has failed, so this copy never lacks a note the folder's has
-    connection.files("summary.json", [], {"summary.json": record_text(summary)})
-    connection.end(RUN_STATUS[summary.status])
+    now = int(time.time() * 1000)
+    # summary.json is sent last, only while nothing has failed: this copy never lacks a note
+    # the folder's has
+    connection.finish(summary.status, [folder / "config.yaml", folder / "model.keras",
+                                       folder / "model.weights.h5"],
+                      {"summary.json": record_text(summary)},
+                      metrics=[[(k, v, now, summary.steps_run) for k, v in summary_metrics(summary).items()
+                                if math.isfinite(v)]])
     if connection.failure is None:
         return summary
     return summary.model_copy(update={"notes": [*summary.notes, connection.failure]})
