@@ -55,10 +55,7 @@ def _check_output(folder: Path) -> None:
     existing = folder
     while not existing.exists():
         existing = existing.parent
-    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
-        raise ConfigError(f"output.dir {folder}: cannot write in {existing} (permissions); "
-                          "choose another output.dir")
-    try:  # permissions are not the only obstacle (a read-only or virtual file system)
+    try:  # what stands in the way, found by trying: permissions, a file, a read-only or virtual file system
         os.rmdir(tempfile.mkdtemp(prefix=".mptrain-check-", dir=existing))
     except OSError as exc:
         raise ConfigError(f"output.dir {folder}: cannot create folders in {existing} "
