@@ -22,6 +22,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,15 +51,12 @@ def start(spec: ChildSpec, env: dict[str, str] | None = None, quiet: bool = Fals
 
 
 def free_ports(count: int) -> list[int]:
-    sockets, ports = [], []
-    for _ in range(count):
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        sockets.append(s)
-        ports.append(s.getsockname()[1])
-    for s in sockets:
-        s.close()
-    return ports
+    """`count` different ports free on 127.0.0.1: all bound at once, then let go for the workers."""
+    with ExitStack() as bound:
+        sockets = [bound.enter_context(socket.socket()) for _ in range(count)]
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
 
 
 # After a worker is lost, how long the others may take to stop by themselves before they are
