@@ -3,8 +3,8 @@
 A notebook defines its model in a cell, not a file; `register` keeps the function here and
 names it `mptrain.model.in_process:NAME`, an ordinary `model.builder` for the `python` kind,
 so the rest of mptrain (its checks, its loader) treats it like any builder. It exists only in
-this process: compare and plan run each variant in a process of its own, which cannot see it
-(the error says to save the builder in a .py file).
+this process: compare and plan run each variant in a process of its own, and `run --workers`
+each worker, which cannot see it (the error says to save the builder in a .py file).
 """
 
 from __future__ import annotations

@@ -166,13 +166,14 @@ def arguments(cfg: PythonConfig, declared: Parameters,
 
 
 def check_builder_travels(config: ExperimentConfig, command: str) -> None:
-    """compare and plan run each variant in a process of its own, which cannot see a builder
-    passed as a Python object: refuse before anything runs, not in every child."""
+    """compare and plan run each variant in a process of its own, and `run --workers` each
+    worker, which cannot see a builder passed as a Python object: refuse before anything
+    runs, not in every child."""
     builder = getattr(config.model, "builder", None)
     if config.model.kind == "python" and builder and is_registered(split_builder(builder)[0]):
         raise ConfigError(f"model.builder: a builder passed as a Python object exists only in "
-                          f"the process that passed it, and {command} runs each variant in a "
-                          "process of its own; save it in a .py file and give model.builder: "
+                          f"the process that passed it, and {command} runs its training in "
+                          "processes of their own; save it in a .py file and give model.builder: "
                           "path/to/file.py:function")
 
 

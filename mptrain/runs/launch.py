@@ -4,6 +4,7 @@ parses its options into `RunOptions` and renders what comes back. `mptrain.run` 
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from contextlib import contextmanager
@@ -12,18 +13,15 @@ from pathlib import Path
 
 import yaml
 
-from mptrain.config import ExperimentConfig
-from mptrain.errors import ConfigError
-from mptrain.precision.planned import plan_beside, start_environment
+from mptrain.config import ExperimentConfig, load_config, variant
+from mptrain.config.diff import changed_keys, value_at
+from mptrain.errors import ConfigError, MptrainError
+from mptrain.model.python_builder import check_builder_travels
+from mptrain.precision.planned import plan_beside
 from mptrain.runs.folder import unique_folder
 from mptrain.runs.resume import experiment_to_run
 from mptrain.runs.runner import RunResult, Start, run_experiment
-from mptrain.runs.workers import (
-    LocalRun,
-    local_worker_count,
-    run_local_workers,
-    worker_overrides,
-)
+from mptrain.runs.workers import LocalRun, local_worker_count, run_local_workers
 from mptrain.telling import LOGGED, Telling
 from mptrain.training.cluster import Hosts, form_cluster
 from mptrain.training.records import TrainingListener
@@ -43,40 +41,44 @@ class RunOptions:
 
 
 def launch(experiment: str | ExperimentConfig | None, options: RunOptions = RunOptions(),
-           telling: Telling = LOGGED,
-           listeners: list[TrainingListener] | None = None) -> RunResult:
+           telling: Telling = LOGGED, listeners: list[TrainingListener] | None = None) -> RunResult:
     """Train the experiment named (an experiment file or a built-in's name) or given (an
     `ExperimentConfig`, from Python), here or on local workers. With `options.start.resume`
     the run folder's own config is continued: an experiment named or given beside it is
     checked against it (changed keys refused by name), and a run with nothing left to do
     raises `AlreadyFinished`."""
-    overrides = [*options.overrides,
-                 *(worker_overrides(options.workers) if options.workers is not None else [])]
     if options.hosts is not None and options.workers is not None:
         raise ConfigError("--hosts starts this host's one worker of a cluster; --workers N "
                           "starts N on this machine: give one of them")
-    resume = options.start.resume
+    resume, overrides = options.start.resume, list(options.overrides)
+    if options.workers is not None:  # in the run's config.yaml: `--resume RUN_DIR` alone starts as many
+        overrides += ["distribute.strategy=multi_worker_mirrored", f"distribute.workers={options.workers}"]
     chosen = experiment_to_run(experiment, overrides, resume)
-    # $TF_CONFIG for this process, before TensorFlow starts: from --hosts, Slurm or a scheduler
-    said, cluster = form_cluster(options.hosts, chosen, options.supervised or chosen.distribute.workers
-                                 is not None, start_environment(chosen)[1], options.verbose)
-    if said is not None:
-        telling.say("cluster", said)
-    if cluster and chosen.distribute.strategy != "multi_worker_mirrored":
-        overrides.append("distribute.strategy=multi_worker_mirrored")
-        chosen = experiment_to_run(experiment, overrides, resume)
     count = local_worker_count(chosen.distribute.workers, options.workers, options.supervised,
                                "TF_CONFIG" in os.environ)
     if count is not None:
-        with relayable(experiment) as config:  # the run's folder: `resume`, or one reserved now
+        check_builder_travels(chosen, "run --workers")
+        with relayable(experiment) as (config, sets):
+            # the run's folder, known before any worker starts: `resume`, or one reserved now
             run_dir = resume if resume is not None else unique_folder(chosen.output.dir, chosen.name)
-            local = LocalRun(count, run_dir, resume is not None, config, overrides,
+            local = LocalRun(count, run_dir, resume is not None, config, [*sets, *overrides],
                              options.verbose)
             return run_local_workers(local, options.max_restarts,
                                      on_restart=lambda line: telling.say("restart", line))
     if options.max_restarts:
         raise ConfigError("--max-restarts restarts lost local workers: it needs --workers N "
                           "(or --resume of a run on local workers)")
+    # $TF_CONFIG for this process, before TensorFlow starts: from --hosts, Slurm or a scheduler
+    said, cluster = form_cluster(options.hosts, chosen, options.supervised, options.verbose)
+    if said is not None:
+        telling.say("cluster", said)
+    if cluster and chosen.distribute.strategy != "multi_worker_mirrored":
+        if resume is not None:
+            raise ConfigError(f"cannot resume {resume} on a cluster ({said}): it trained with "
+                              f"distribute.strategy {chosen.distribute.strategy}, and a cluster "
+                              "trains with multi_worker_mirrored; resume it on one machine "
+                              "(without --hosts, Slurm's srun or $TF_CONFIG), or start a new run")
+        chosen = variant(chosen, {"distribute.strategy": "multi_worker_mirrored"})
     source = experiment.source if isinstance(experiment, ExperimentConfig) else experiment
     if resume is None and source is not None and (beside := plan_beside(source)) is not None:
         if chosen.policy != "auto":  # only `policy: auto` follows a plan: else it reads as followed
@@ -88,12 +90,27 @@ def launch(experiment: str | ExperimentConfig | None, options: RunOptions = RunO
 
 @contextmanager
 def relayable(experiment: str | ExperimentConfig | None):
-    """The experiment as local workers are given it: its file or name, as the user gave it;
-    one given as an object (from Python) written to a file for as long as they run."""
+    """The experiment as local workers are given it, with the --set options that go first:
+    its file or name, as the user gave it; one given as an object (from Python), as its own
+    file and what differs from it (so `policy: auto` follows the plan beside that file, and
+    a worker's error names it), or else (a mapping has no file) written to a file for as
+    long as they run."""
     if not isinstance(experiment, ExperimentConfig):
-        yield experiment
+        yield experiment, []
+        return
+    given = experiment.to_yaml_dict()
+    try:
+        own = load_config(experiment.source).to_yaml_dict()
+        # both ways: a key one side resolved and the other asks to resolve (`policy: auto`) too
+        differ = sorted({*changed_keys(own, given), *changed_keys(given, own)})
+        sets = [f"{key}={json.dumps(value_at(given, key))}" for key in differ]
+        made_again = load_config(experiment.source, sets).to_yaml_dict() == given
+    except MptrainError:  # no such file (a mapping's), or one that no longer reads
+        made_again = False
+    if made_again:
+        yield experiment.source, sets
         return
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / f"{experiment.name}.yaml"
-        path.write_text(yaml.safe_dump(experiment.to_yaml_dict(), sort_keys=False))
-        yield str(path)
+        path.write_text(yaml.safe_dump(given, sort_keys=False))
+        yield str(path), []

@@ -81,12 +81,6 @@ def local_worker_count(configured: int | None, option: int | None, supervised: b
     return None if tf_config else configured
 
 
-def worker_overrides(count: int) -> list[str]:
-    """What `--workers N` means in the experiment: kept in the run's config.yaml, so that
-    `run --resume RUN_DIR` alone starts as many workers again."""
-    return ["distribute.strategy=multi_worker_mirrored", f"distribute.workers={count}"]
-
-
 @dataclass(frozen=True)
 class LocalRun:
     """One run on `count` local workers: its folder (known before any worker starts, so the

@@ -107,15 +107,14 @@ def slurm_hosts(tf, port_base: int) -> Hosts:
     return Hosts(tuple(workers), resolver.task_id)
 
 
-def form_cluster(hosts: Hosts | None, config, local: bool, environment: dict[str, str],
-                 verbose: bool = False) -> tuple[str | None, bool]:
+def form_cluster(hosts: Hosts | None, config, local: bool, verbose: bool = False) -> tuple[str | None, bool]:
     """Where this run's cluster comes from, and whether there is one: $TF_CONFIG (a
     scheduler's: it wins, for an experiment that asks for multi_worker_mirrored or with
     --hosts), `--hosts`, Slurm's srun (two tasks or more), or none (`local`: this is, or
     starts, local workers, whose $TF_CONFIG `runs.workers` writes). Sets $TF_CONFIG from
     `--hosts` or Slurm before TensorFlow forms anything, after this host's address is checked.
-    Returns (the line that says so, or None; whether it is a cluster). `environment`: what
-    TensorFlow must read when it starts (a Slurm cluster imports it here)."""
+    Returns (the line that says so, or None; whether it is a cluster). A Slurm cluster starts
+    TensorFlow here, with what it must read when it starts (`start_environment`)."""
     if local:
         return None, False
     if "TF_CONFIG" in os.environ:
@@ -138,9 +137,10 @@ def form_cluster(hosts: Hosts | None, config, local: bool, environment: dict[str
     if tasks == 1:
         return f"Slurm allocated this job step one task (SLURM_PROCID {rank}): a single-machine run", False
     from mptrain.hardware.runtime import import_tensorflow
+    from mptrain.precision.planned import start_environment
 
     port_base = config.distribute.port_base
-    found = slurm_hosts(import_tensorflow(verbose, environment=environment), port_base)
+    found = slurm_hosts(import_tensorflow(verbose, environment=start_environment(config)[1]), port_base)
     source = f"Slurm (SLURM_PROCID {rank})"
     check_own_address(found, source)
     os.environ["TF_CONFIG"] = found.tf_config()

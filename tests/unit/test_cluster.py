@@ -87,15 +87,15 @@ def test_where_the_cluster_comes_from_is_said_and_a_scheduler_wins(monkeypatch):
     monkeypatch.delenv("TF_CONFIG", raising=False)
     for name in SRUN:
         monkeypatch.delenv(name, raising=False)
-    assert form_cluster(None, config, False, {}) == (None, False)  # nothing: one machine
+    assert form_cluster(None, config, False) == (None, False)  # nothing: one machine
     monkeypatch.setenv("SLURM_PROCID", "0")
     monkeypatch.setenv("SLURM_NTASKS", "1")
-    said, cluster = form_cluster(None, config, False, {})
+    said, cluster = form_cluster(None, config, False)
     assert not cluster and said == ("Slurm allocated this job step one task (SLURM_PROCID 0): "
                                     "a single-machine run")
-    assert form_cluster(None, config, True, {}) == (None, False)  # a local worker says nothing
+    assert form_cluster(None, config, True) == (None, False)  # a local worker says nothing
     scheduled = Hosts(("10.0.0.1:2222", "10.0.0.2:2222"), 1)
     monkeypatch.setenv("TF_CONFIG", scheduled.tf_config())
-    said, cluster = form_cluster(Hosts(("127.0.0.1:1", "127.0.0.2:1"), 0), config, False, {})
+    said, cluster = form_cluster(Hosts(("127.0.0.1:1", "127.0.0.2:1"), 0), config, False)
     assert cluster and said == ("the cluster comes from $TF_CONFIG (it wins over --hosts and "
                                 "--host-index): worker 1 of 2 at 10.0.0.2:2222")

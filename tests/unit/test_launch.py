@@ -17,6 +17,7 @@ from mptrain.objective import label_stats
 from mptrain.runs import launch as launching
 from mptrain.runs.folder import RunFolder
 from mptrain.runs.launch import RunOptions, launch
+from mptrain.runs.runner import Start
 from mptrain.telling import Telling
 from tests.helpers import tiny_raw
 
@@ -103,6 +104,73 @@ def test_a_supervised_worker_trains_here_and_max_restarts_needs_workers(experime
     trained.clear()
     with pytest.raises(ConfigError, match="--max-restarts .* needs --workers N"):
         launch(str(experiment), RunOptions(max_restarts=2))
+    assert trained == {}
+
+
+def test_a_builder_passed_from_python_is_refused_before_local_workers_start(experiment, trained):
+    """Each local worker is a process of its own, which cannot see the function: refused
+    once, up front, whether the workers come from `workers=2` or the experiment's own
+    distribute.workers (they used to start, and each failed on its own)."""
+    from mptrain.api import load_experiment
+    from mptrain.config import variant
+
+    def my_model(input_shape, num_classes):
+        raise AssertionError("never built: no worker starts")
+
+    config = load_experiment(str(experiment), {"train.loop": "custom"}, builder=my_model)
+    on_workers = variant(config, {"distribute.strategy": "multi_worker_mirrored", "distribute.workers": 2})
+    for given, options in ((config, RunOptions(workers=2)), (on_workers, RunOptions())):
+        with pytest.raises(ConfigError, match="exists only in the process that passed it, and "
+                                              "run --workers runs"):
+            launch(given, options)
+    assert trained == {} and not (experiment.parent / "runs").exists()
+
+
+def test_an_experiment_from_python_reaches_local_workers_as_its_file_and_changes(experiment, trained):
+    """Given as an object, it is relayed as its own file and the --set options that make it
+    again: a worker's experiment keeps its source (the plan beside it, for `policy: auto`;
+    its errors name it). One without a file (a mapping) is written to a file while they run."""
+    from mptrain.api import load_experiment
+    from mptrain.config import load_config, variant
+
+    config = load_experiment(str(experiment), {"train.epochs": 1, "train.loop": "custom",
+                                               "policy": "auto", "model.hidden_units": [16, 8]})
+    launch(config, RunOptions(workers=2))
+    run, _ = trained["workers"]
+    again = load_config(run.config, run.overrides)
+    assert run.config == str(experiment) == again.source
+    wanted = variant(config, {"distribute.strategy": "multi_worker_mirrored", "distribute.workers": 2})
+    assert again.to_yaml_dict() == wanted.to_yaml_dict()
+
+    trained.clear()
+    launch(load_experiment(yaml.safe_load(experiment.read_text()), {"train.loop": "custom"}),
+           RunOptions(workers=2))
+    run, _ = trained["workers"]
+    assert run.config.endswith("tiny.yaml") and not Path(run.config).exists()  # gone after the run
+
+
+def test_a_cluster_trains_multi_worker_mirrored_and_a_resume_of_another_strategy_is_refused(
+        experiment, trained, monkeypatch, tmp_path):
+    """A cluster (here a scheduler's $TF_CONFIG, with --hosts) trains the experiment under
+    multi_worker_mirrored; a run resumed on one cannot change its strategy, and the refusal
+    names where the cluster came from and the strategy, not an option the user never gave."""
+    from mptrain.training.cluster import Hosts
+
+    hosts = Hosts(("127.0.0.1:1", "127.0.0.2:1"), 0)
+    monkeypatch.setenv("TF_CONFIG", hosts.tf_config())
+    launch(str(experiment), RunOptions(["train.loop=custom"], hosts=hosts))
+    config, _, _ = trained["here"]
+    assert config.distribute.strategy == "multi_worker_mirrored" and config.source == str(experiment)
+
+    run_dir = tmp_path / "stopped-run"
+    run_dir.mkdir()
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(config.model_copy(
+        update={"distribute": config.distribute.model_copy(update={"strategy": "mirrored"})}).to_yaml_dict()))
+    trained.clear()
+    with pytest.raises(ConfigError, match=r"cannot resume .*stopped-run on a cluster \(the cluster "
+                                          r"comes from \$TF_CONFIG .*distribute.strategy mirrored, .*"
+                                          r"without --hosts, Slurm's srun or \$TF_CONFIG"):
+        launch(None, RunOptions(hosts=hosts, start=Start(resume=run_dir)))
     assert trained == {}
 
 
