@@ -60,7 +60,8 @@ def run(experiment: ExperimentConfig, *, resume: str | Path | None = None, worke
     `workers` (or the experiment's `distribute.workers`): train on that many local worker
     processes, as `--workers`, restarting them all up to `max_restarts` times when one is lost;
     the chief's summary is returned, and a lost worker raises `WorkerLost` with the line the
-    command would print. Several hosts are the command's alone (`mptrain run --hosts`): each
+    command would print (the chief's own error, such as a missing data file, is raised as a
+    run in this process would raise it). Several hosts are the command's alone (`mptrain run --hosts`): each
     is a process of its own, and TensorFlow's collectives must be set up before anything in
     that process touches TensorFlow."""
     from mptrain.runs.launch import RunOptions, launch

@@ -18,20 +18,28 @@ from mptrain.commands.options import STARTED_AT, leave, user_errors
 
 def run_child(spec_json: str) -> int:
     """Run the child's spec; the process's exit code."""
-    from mptrain.errors import WorkerLost
+    from mptrain.errors import MptrainError, WorkerLost
     from mptrain.record import write_atomic
     from mptrain.report.progress import ConsoleTelling, LiveProgress
-    from mptrain.runs.child import ChildSpec
+    from mptrain.runs.child import ChildError, ChildSpec
     from mptrain.runs.launch import RunOptions, launch
 
     spec = ChildSpec.model_validate_json(spec_json)
     options = RunOptions(spec.overrides, verbose=spec.verbose, supervised=spec.supervised,
                          start=spec.start(STARTED_AT))
     try:
+        # a local worker's error is said once, by `run --workers`: a lost peer, and the
+        # chief's own error, which it relays in its summary file
         with (user_errors("interrupted (the run folder, if made, keeps its last checkpoint)",
-                          spec.verbose, unsaid=WorkerLost if spec.supervised else None),
+                          spec.verbose, unsaid=spec.supervised),
               LiveProgress() as progress):
-            result = launch(spec.experiment, options, ConsoleTelling(), listeners=[progress])
+            try:
+                result = launch(spec.experiment, options, ConsoleTelling(), listeners=[progress])
+            except MptrainError as exc:
+                if spec.supervised and spec.summary_file is not None and not isinstance(exc, WorkerLost):
+                    relayed = ChildError(error=type(exc).__name__, message=str(exc))
+                    write_atomic(Path(spec.summary_file), relayed.model_dump_json())
+                raise
     except typer.Exit as stopped:
         return stopped.exit_code
     if spec.summary_file is not None:

@@ -139,12 +139,12 @@ def leave(code: int | str | None) -> None:
 
 @contextmanager
 def user_errors(interrupted: str = "interrupted", verbose: bool = False,
-                unsaid: type[MptrainError] | None = None):
+                unsaid: bool = False):
     """Errors a user can fix → their message and exit code, never a traceback (with
     --verbose, the traceback of the user's own code that caused it); a resume with nothing
-    to do (`AlreadyFinished`) → what to do instead, exit 0; Ctrl-C → 130. An
-    `unsaid` error ends with its exit code alone: someone else says it (a local worker's lost
-    peer is said once, by `run --workers`).
+    to do (`AlreadyFinished`) → what to do instead, exit 0; Ctrl-C → 130. `unsaid`: an
+    error ends with its exit code alone, someone else says it (a local worker's is said
+    once, by `run --workers`).
 
     While the block runs, what anything prints goes to stderr: a command's results are
     printed after it, and stdout holds them alone. User code prints (a builder's
@@ -168,7 +168,7 @@ def user_errors(interrupted: str = "interrupted", verbose: bool = False,
             cause = exc.__cause__
             stderr.print("".join(traceback.format_exception(type(cause), cause, cause.__traceback__)),
                           markup=False, highlight=False, soft_wrap=True)
-        if unsaid is None or not isinstance(exc, unsaid):
+        if not unsaid:
             say_error(str(exc))
         raise typer.Exit(exc.exit_code) from None
     except RunAbandoned as exc:  # a second Ctrl-C: the run folder is known

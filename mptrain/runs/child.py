@@ -14,8 +14,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
+import mptrain.errors as errors
 from mptrain.record import Record
 from mptrain.runs.runner import Start
 from mptrain.runs.summary import RunSummary
@@ -56,12 +57,31 @@ class ChildSpec(Record):
             Path(self.summary_file).unlink(missing_ok=True)
 
 
+class ChildError(Record):
+    """What a local worker's chief writes instead of its summary when it stops on an error a
+    user can fix: `run --workers` raises it again, so it is said once, by the command, and
+    `mptrain.run` raises it as a run in one process would (not as a lost worker)."""
+
+    error: str  # its class's name in `mptrain.errors`
+    message: str
+
+    def again(self) -> errors.MptrainError:
+        return getattr(errors, self.error, errors.MptrainError)(self.message)
+
+
+WRITTEN = TypeAdapter(RunSummary | ChildError)  # what a child leaves in its summary file
+
+
 def read_summary(spec: ChildSpec, code: int) -> RunSummary | str:
-    """The summary the child wrote, or why there is none."""
+    """The summary the child wrote, or why there is none; an error it wrote instead
+    (`ChildError`) is raised."""
     why = f"exit code {code}" if code else "wrote no run summary"
     if spec.summary_file is None:
         return why
     try:
-        return RunSummary.model_validate_json(Path(spec.summary_file).read_text())
+        written = WRITTEN.validate_json(Path(spec.summary_file).read_text())
     except (OSError, ValidationError):
         return why
+    if isinstance(written, ChildError):
+        raise written.again()
+    return written

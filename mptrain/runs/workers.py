@@ -191,7 +191,7 @@ def run_local_workers(run: LocalRun, max_restarts: int,
             spec = run.spec(resume, Path(scratch) / "summary.json")
             ends = run_workers(spec, run.count, signals, run.verbose)
             chief = next(end.code for end in ends if end.index == 0)
-            summary = read_summary(spec, chief)
+            summary = read_summary(spec, chief)  # the chief's own error is raised: said once, here
             lost = first_lost(ends)
             if lost is None:
                 return RunResult(chief, summary)

@@ -117,6 +117,23 @@ def test_two_local_workers_train_one_run_written_by_the_chief(tmp_path):
     assert summary["test_loss"] == pytest.approx(one["test_loss"], rel=2e-2)
 
 
+def test_workers_that_all_stop_on_a_users_error_say_it_once_and_raise_it(tmp_path):
+    """A missing data file stops every local worker alike: that is the user's error, said once
+    by the command and raised from Python as in one process (it was a WorkerLost, 'the local
+    workers ended without a summary (exit code 2)')."""
+    import mptrain
+
+    config = tmp_path / "exp.yaml"
+    config.write_text(yaml.safe_dump(tiny_raw(f"output.dir={tmp_path / 'runs'}", "train.loop=custom",
+                                              "data.dataset=npz", "data.path=missing.npz")))
+    with pytest.raises(mptrain.DataError, match=f"^{config}: data.path {tmp_path / 'missing.npz'}: "
+                                                "no such file"):
+        mptrain.run(mptrain.load_experiment(config), workers=2, progress=False)
+    done = subprocess.run([sys.executable, "-m", "mptrain", "run", str(config), "--workers", "2"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2 and done.stderr.count("missing.npz") == 1, done.stderr
+
+
 def test_multi_worker_without_tf_config_says_how(tmp_path):
     config = tmp_path / "exp.yaml"
     config.write_text(yaml.safe_dump(tiny_raw(f"output.dir={tmp_path / 'runs'}", "train.loop=custom",

@@ -168,3 +168,40 @@ def test_a_reserved_run_folder_is_taken_only_while_empty(tmp_path):
     (reserved / "config.yaml").write_text("")
     with pytest.raises(FileExistsError, match="must start empty"):
         RunFolder.create_at(reserved)
+
+
+def test_the_chiefs_own_error_is_relayed_once_not_said_nor_taken_for_a_lost_worker(tmp_path, monkeypatch,
+                                                                                   capsys):
+    """Every worker stopping alike on a user's error (a missing data file) is that error, not
+    a lost worker: the chief writes it in its summary file instead of saying it, and `run
+    --workers` raises it (so the command says it once, and `mptrain.run` raises a DataError
+    as in one process). A lost peer is not relayed: `run --workers` names who was lost."""
+    from mptrain.commands.child import run_child
+    from mptrain.errors import DataError, WorkerLost
+    from mptrain.runs import launch as launching
+    from mptrain.runs import workers
+
+    raised = [DataError("exp.yaml: data.path /data/missing.npz: no such file")]
+
+    def stopped(*args, **kwargs):
+        raise raised[0]
+
+    monkeypatch.setattr(launching, "launch", stopped)
+    chief = run().spec(resume=False, summary_file=tmp_path / "summary.json")
+    assert run_child(chief.model_dump_json()) == 2
+    assert capsys.readouterr().err == ""  # said by `run --workers`, once
+    written = (tmp_path / "summary.json").read_text()
+    monkeypatch.setattr(workers, "run_workers", lambda spec, count, signals, verbose: [
+        Path(spec.summary_file).write_text(written), WorkerEnd(0, 2), WorkerEnd(1, 2)][1:])
+    with pytest.raises(DataError, match="^exp.yaml: data.path /data/missing.npz: no such file$"):
+        workers.run_local_workers(run(), 0, on_restart=print)
+
+    raised[0] = WorkerLost("worker 1 at 127.0.0.1:2 is gone")
+    chief.clear()  # as the parent does before a child starts
+    assert run_child(chief.model_dump_json()) == LOST
+    assert not (tmp_path / "summary.json").exists() and capsys.readouterr().err == ""
+    # compare's and plan's children say their own errors (their logs keep them)
+    raised[0] = DataError("exp.yaml: data.path /data/missing.npz: no such file")
+    variant = chief.model_copy(update={"supervised": False})
+    assert run_child(variant.model_dump_json()) == 2
+    assert "missing.npz" in capsys.readouterr().err and not (tmp_path / "summary.json").exists()
