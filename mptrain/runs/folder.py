@@ -102,8 +102,9 @@ class RunFolder(TrainingListener):
         self.write_summary(state)
 
     def write_status(self, status: str, reason: str) -> None:
-        """For a run that ended without a full summary: `failed` or abandoned. What was saved
-        (config, records, checkpoints) stays."""
+        """For a run that ended without a full summary: `failed` or abandoned, and why, if the
+        disk still takes that much; if not, the folder keeps `running` with a dead pid: still
+        recognisably stopped. What was saved (config, records, checkpoints) stays."""
         previous = self.state()
         name = previous.name if previous else self.path.name
         started = previous.started if isinstance(previous, RunState) else _now()
@@ -111,13 +112,12 @@ class RunFolder(TrainingListener):
                          started=started, ended=_now(), reason=reason)
         with contextlib.suppress(OSError):  # a full disk: the status matters more than records
             self.flush_steps()
-        self.write_summary(state)
+        with contextlib.suppress(OSError):  # nor can it take the status: the run stops all the same
+            self.write_summary(state)
 
     def mark_failed(self, exc: BaseException) -> None:
-        """summary.json says `failed` and why, if the disk still takes that much; if not, the
-        folder keeps `running` with a dead pid: still recognisably stopped."""
-        with contextlib.suppress(OSError):
-            self.write_status("failed", f"{type(exc).__name__}: {exc}")
+        """summary.json says `failed` and why (`write_status`)."""
+        self.write_status("failed", f"{type(exc).__name__}: {exc}")
 
     def state(self) -> RunRecord | None:
         """summary.json as whichever state it holds; None when there is none (or it is not

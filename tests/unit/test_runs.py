@@ -271,3 +271,24 @@ def test_a_run_folder_with_brackets_is_printed_as_it_is(capsys):
     with pytest.raises(typer.Exit), user_errors():
         raise RunAbandoned(folder)
     assert f"mptrain run --resume {folder}" in capsys.readouterr().err
+
+
+def test_a_second_ctrl_c_on_a_full_disk_abandons_the_run_without_a_traceback(tmp_path, monkeypatch):
+    """The run's last status cannot be written (the disk is full): a second Ctrl-C still
+    abandons it cleanly, saying how to resume, as a failure on a full disk does."""
+    import errno
+
+    from mptrain.runs.folder import RunFolder
+    from mptrain.runs.runner import Start, _failed
+    from mptrain.signals import RunAbandoned
+
+    folder = RunFolder(tmp_path)
+    folder.mark_running("tiny")
+
+    def full(path, text):
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr("mptrain.runs.folder.write_atomic", full)
+    instead = _failed(KeyboardInterrupt(), None, folder, None, Start())
+    assert isinstance(instead, RunAbandoned) and instead.run_dir == tmp_path
+    assert RunFolder(tmp_path).state().status == "running"  # its pid dead: recognisably stopped
