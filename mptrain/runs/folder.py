@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 import yaml
 from pydantic import ValidationError
 
+from mptrain.errors import MptrainError
 from mptrain.record import append_lines, read_jsonl, to_json, write_atomic
 from mptrain.runs.summary import RUN_RECORD, RunRecord, RunState, RunSummary
 from mptrain.training.records import EpochRecord, StepRecord, TrainingListener
@@ -52,6 +53,11 @@ class RunFolder(TrainingListener):
             if run_dir is not None:
                 return cls.create_at(run_dir), None
             return cls(unique_folder(parent, name)), None
+        if resume is not None and last_checkpoint(resume) is None:
+            raise MptrainError(f"cannot resume {resume}: it has no checkpoint on this host (the "
+                               "run stopped before its first one, or this host does not see the "
+                               "chief's run folder); give every host the run folder, or start the "
+                               "run again")
         scratch = Path(tempfile.mkdtemp())
         if resume is None:
             return cls(unique_folder(scratch, name)), scratch
@@ -71,7 +77,9 @@ class RunFolder(TrainingListener):
         whichever worker is lost)."""
         path.mkdir(parents=True, exist_ok=True)
         if any(path.iterdir()):
-            raise FileExistsError(f"{path}: a run folder must start empty")
+            raise MptrainError(f"{path}: a run folder must start empty, and this one holds "
+                               f"{', '.join(sorted(p.name for p in path.iterdir())[:3])}; give "
+                               "another folder, or empty this one")
         return cls(path)
 
     # --- files ---------------------------------------------------------------------------

@@ -3,6 +3,7 @@ process): where a run trains (`runs.launch`), which folder it writes (`RunFolder
 and what the loaded data fills in or refuses (`model.checks.fit_to_data`)."""
 
 import re
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -11,7 +12,7 @@ import yaml
 
 from mptrain.config import validate
 from mptrain.data.dataset import Dataset, InputSpec, Split
-from mptrain.errors import ConfigError, DataError
+from mptrain.errors import ConfigError, DataError, MptrainError
 from mptrain.model.checks import fit_to_data, objective_of
 from mptrain.objective import label_stats
 from mptrain.runs import launch as launching
@@ -177,6 +178,7 @@ def test_a_cluster_trains_multi_worker_mirrored_and_a_resume_of_another_strategy
 def test_the_folder_a_run_writes(tmp_path):
     resumed = tmp_path / "old-run"
     (resumed / "checkpoints").mkdir(parents=True)
+    (resumed / "checkpoints" / "ckpt-5.index").write_text("")
     (resumed / "steps.jsonl").write_text("{}\n")
 
     folder, scratch = RunFolder.for_run(True, tmp_path / "runs", "tiny")
@@ -191,6 +193,15 @@ def test_the_folder_a_run_writes(tmp_path):
     assert scratch is not None and folder.path.parent == scratch
     folder, scratch = RunFolder.for_run(False, tmp_path / "runs", "tiny", resume=resumed)
     assert folder.path == scratch / "old-run" and (folder.path / "steps.jsonl").is_file()
+    # what no run can start in is said, naming the folder (it was a raw traceback)
+    shutil.rmtree(resumed / "checkpoints")
+    with pytest.raises(MptrainError, match=f"cannot resume {resumed}: it has no checkpoint on "
+                                           "this host .*give every host the run folder"):
+        RunFolder.for_run(False, tmp_path / "runs", "tiny", resume=resumed)
+    (tmp_path / "named" / "config.yaml").write_text("")
+    with pytest.raises(MptrainError, match="named: a run folder must start empty, and this one holds "
+                                           "config.yaml"):
+        RunFolder.for_run(True, tmp_path / "runs", "tiny", run_dir=tmp_path / "named")
 
 
 def _data(labels: list, size: int = 8) -> Dataset:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from mptrain.errors import MptrainError
 from mptrain.runs.child import ChildSpec
 from mptrain.runs.folder import RunFolder, last_checkpoint
 from mptrain.runs.workers import (
@@ -166,7 +167,8 @@ def test_a_reserved_run_folder_is_taken_only_while_empty(tmp_path):
     reserved.mkdir()
     assert RunFolder.create_at(reserved).path == reserved
     (reserved / "config.yaml").write_text("")
-    with pytest.raises(FileExistsError, match="must start empty"):
+    with pytest.raises(MptrainError, match="tiny-1: a run folder must start empty, and this one "
+                                           "holds config.yaml; give another folder"):
         RunFolder.create_at(reserved)
 
 
