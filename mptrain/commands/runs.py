@@ -1,4 +1,4 @@
-"""`mptrain runs`: the run folders here, and any of them side by side (`runs.listing`,
+"""`mptrain runs`: the run folders here, and any of them side by side (`runs.folder`,
 `measure.side_by_side`)."""
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def runs_command(
     from mptrain.errors import ConfigError
     from mptrain.measure.side_by_side import compare_runs, split_arguments
     from mptrain.report.tables import compare_tables, runs_table
-    from mptrain.runs.listing import DEFAULT_FOLDER, list_runs
+    from mptrain.runs.folder import DEFAULT_FOLDER, list_runs
 
     arguments = arguments or []
     with user_errors():

@@ -15,8 +15,7 @@ from mptrain.errors import ConfigError
 from mptrain.measure.compare import CompareRecord, judge_compare
 from mptrain.measure.variant import Variant
 from mptrain.precision.candidates import Candidate
-from mptrain.runs.folder import RunFolder
-from mptrain.runs.listing import DEFAULT_FOLDER, is_run_folder, run_config, run_state_status
+from mptrain.runs.folder import DEFAULT_FOLDER, RunFolder, is_run_folder, run_config, run_state_status
 from mptrain.runs.summary import RunSummary
 
 

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from mptrain.measure.compare import CompareRecord
     from mptrain.measure.plan import PlanRecord
     from mptrain.precision.policy import PolicyChoice
-    from mptrain.runs.listing import RunsReport
+    from mptrain.runs.folder import RunsReport
 
 
 def run_header(experiment: ExperimentConfig, choice: PolicyChoice, warning: str | None,

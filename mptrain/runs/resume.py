@@ -13,8 +13,6 @@ given beside `--resume` is ignored in silence.
 
 from __future__ import annotations
 
-import os
-import socket
 from pathlib import Path
 
 from mptrain.config import ExperimentConfig, load_config, validate, variant
@@ -23,7 +21,7 @@ from mptrain.config.loading import apply_overrides, read_yaml
 from mptrain.config.schema import TrainConfig
 from mptrain.errors import AlreadyFinished, ConfigError
 from mptrain.precision.planned import PLANNED_KEYS
-from mptrain.runs.folder import RunFolder
+from mptrain.runs.folder import RunFolder, alive
 from mptrain.runs.summary import RunState, RunSummary
 
 # distribute.workers too: the checkpoint holds every worker's (mirrored) variables once, and
@@ -115,19 +113,3 @@ def _how_to_go_further(run_dir: Path, state: RunSummary, train: TrainConfig) -> 
                 f"continue it: --resume with --set train.{limit}=N (larger) or =null")
     return (f"{run_dir} finished already ({train.epochs} epochs); to train it longer: --resume "
             "with --set train.epochs=N")
-
-
-def alive(state: RunState) -> bool:
-    """Whether the process a `running` folder names is alive (on this host: elsewhere we
-    cannot tell, and say no). A process that exists but may not be signalled (another user's,
-    or another container's UID) is alive: taking it for dead would start a second run
-    writing the same folder."""
-    if state.host != socket.gethostname() or not state.pid:
-        return False
-    try:
-        os.kill(state.pid, 0)
-    except PermissionError:
-        return True
-    except (ProcessLookupError, ValueError, OverflowError):
-        return False
-    return True

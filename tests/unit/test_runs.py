@@ -15,8 +15,7 @@ from rich.console import Console
 from mptrain.config import validate
 from mptrain.errors import ConfigError
 from mptrain.measure.side_by_side import compare_runs, split_arguments
-from mptrain.runs.folder import record_text
-from mptrain.runs.listing import list_runs
+from mptrain.runs.folder import list_runs, record_text
 from mptrain.runs.summary import RunState
 from tests.helpers import make_summary, tiny_raw
 
@@ -216,7 +215,7 @@ def test_validate_without_mlflow_says_what_to_install(tmp_path, monkeypatch):
 def test_a_process_that_exists_but_cannot_be_signalled_is_alive(monkeypatch):
     """Another user's (or another container's) live process: os.kill(pid, 0) is refused, and
     the run it holds must not be taken for dead (a second resume would write the same folder)."""
-    from mptrain.runs import resume
+    from mptrain.runs import folder
 
     state = RunState(status="running", name="x", pid=4242, host=socket.gethostname(),
                      started="2026-12-01T00:00:00")
@@ -224,15 +223,15 @@ def test_a_process_that_exists_but_cannot_be_signalled_is_alive(monkeypatch):
     def refuse(pid, sig):
         raise PermissionError(1, "Operation not permitted")
 
-    monkeypatch.setattr(resume.os, "kill", refuse)
-    assert resume.alive(state)
+    monkeypatch.setattr(folder.os, "kill", refuse)
+    assert folder.alive(state)
 
     def gone(pid, sig):
         raise ProcessLookupError(3, "No such process")
 
-    monkeypatch.setattr(resume.os, "kill", gone)
-    assert not resume.alive(state)
-    assert not resume.alive(state.model_copy(update={"host": "another-host"}))
+    monkeypatch.setattr(folder.os, "kill", gone)
+    assert not folder.alive(state)
+    assert not folder.alive(state.model_copy(update={"host": "another-host"}))
 
 
 def test_a_torn_last_record_is_left_out_and_said_and_a_damaged_one_before_it_refused(tmp_path):

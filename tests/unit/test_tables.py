@@ -14,7 +14,7 @@ from mptrain.measure.variant import Speed, Training, Variant, Verdict
 from mptrain.precision.candidates import Candidate
 from mptrain.report.tables import compare_tables, plan_tables, runs_table, summary_table
 from mptrain.report.views import check_gpu_view, diagnose_view, lint_view, memory_view
-from mptrain.runs.listing import RunRow, RunsReport
+from mptrain.runs.folder import RunRow, RunsReport
 from tests.helpers import compare_row, make_summary
 
 RUN = "synthetic-mixed_float16-custom-20261201-120000"
