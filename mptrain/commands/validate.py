@@ -24,7 +24,6 @@ def validate_command(
     against the data, saved models' custom layers. --deep goes on to load the data and build
     the model.
     """
-    import yaml
 
     from mptrain.config import load_config
     from mptrain.runs.preflight import check_experiment
@@ -40,4 +39,4 @@ def validate_command(
     for note in notes:
         typer.echo(f"# note: {note}", err=True)
     with stdout_reader_may_stop():
-        typer.echo(yaml.safe_dump(experiment.to_yaml_dict(), sort_keys=False), nl=False)
+        typer.echo(experiment.yaml_text(), nl=False)

@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+import yaml
 from pydantic import Field, PrivateAttr, field_validator, model_validator
 
 from mptrain.config.kinds import OWN_MODELS, DataConfig, MLPConfig, ModelConfig, SyntheticData
@@ -362,3 +363,8 @@ class ExperimentConfig(_Strict):
 
     def to_yaml_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
+
+    def yaml_text(self) -> str:
+        """The experiment as an experiment file's text, its keys in the schema's order: a
+        run's config.yaml, `validate`'s output, an experiment relayed or staged for children."""
+        return yaml.safe_dump(self.to_yaml_dict(), sort_keys=False)

@@ -29,7 +29,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-import yaml
 from pydantic import ValidationError
 
 from mptrain.errors import ConfigError, DataError, MptrainError
@@ -102,8 +101,7 @@ class RunFolder(TrainingListener):
         lines.append(f"# jit_compile: {choice.jit_compile} ({choice.jit_reason})")
         lines.append(f"# xla_optimizer_update: {choice.xla_optimizer_update} "
                      f"({choice.xla_optimizer_reason})")
-        text = yaml.safe_dump(config.to_yaml_dict(), sort_keys=False)
-        write_atomic(self.path / "config.yaml", "\n".join(lines) + "\n" + text)
+        write_atomic(self.path / "config.yaml", "\n".join(lines) + "\n" + config.yaml_text())
 
     def write_files(self, files: dict[str, str]) -> None:
         """Text the data set hands over (class names, a tokenizer's vocabulary)."""

@@ -11,8 +11,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
 from mptrain.config import ExperimentConfig, load_config, variant
 from mptrain.config.diff import changed_keys, value_at
 from mptrain.errors import ConfigError, MptrainError
@@ -112,5 +110,5 @@ def relayable(experiment: str | ExperimentConfig | None):
         return
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / f"{experiment.name}.yaml"
-        path.write_text(yaml.safe_dump(given, sort_keys=False))
+        path.write_text(experiment.yaml_text())
         yield str(path), []
