@@ -44,8 +44,6 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import yaml
-
 from mptrain.precision.candidates import file_label
 from mptrain.record import write_atomic
 from mptrain.runs.child import ChildSpec, read_summary
@@ -159,7 +157,7 @@ def spec_for(folder: Path, row: Variant, experiment: ExperimentConfig, verbose: 
     shutil.rmtree(run_dir, ignore_errors=True)  # started, but with nothing to resume
     path = folder / "variants" / f"{file_label(row.label)}.yaml"
     path.parent.mkdir(exist_ok=True)
-    write_atomic(path, yaml.safe_dump(experiment.to_yaml_dict(), sort_keys=False))
+    write_atomic(path, experiment.yaml_text())
     return ChildSpec(experiment=str(path), run_dir=str(run_dir), summary_file=summary_file,
                      initial_weights=str(folder / "initial_weights.npz"), verbose=verbose)
 

@@ -22,8 +22,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Literal, NamedTuple, Self, TypeVar
 
-import yaml
-
 from mptrain.config.batch_scaling import at_batch
 from mptrain.errors import ConfigError
 from mptrain.measure.engine import Turns, ended_summary, past, run_rows, turn_steps
@@ -160,7 +158,7 @@ def new_study(record_type: type[S], config: ExperimentConfig,
     experiment = chosen.experiment or prepared.config
     # the experiment as prepared, and what the rows run (compare's: the same file; plan's: trial.yaml)
     for name, staged in {"experiment.yaml": prepared.config, record_type.STAGED: experiment}.items():
-        write_atomic(folder / name, yaml.safe_dump(staged.to_yaml_dict(), sort_keys=False))
+        write_atomic(folder / name, staged.yaml_text())
     run_steps = planned_steps(prepared.config.train, prepared.batches.steps_per_epoch)
     examples = prepared.data.train.size
     rows = [row.model_copy(update={
