@@ -51,7 +51,7 @@ def build_model(config: ExperimentConfig, spec: InputSpec, objective=None,
     them. A model its builder compiled keeps what it was compiled with (`BuiltModel.compiled`)."""
     import mptrain.model.fused  # noqa: F401  (registers mptrain's layers for saving/loading)
     import mptrain.model.layers  # noqa: F401
-    from mptrain.model.checks import check_inputs
+    from mptrain.model.checks import check_inputs, check_model_inputs
     from mptrain.model.keras_internals import compiled_with, reset_name_counters
     from mptrain.model.own_step import check_own_step, own_methods
 
@@ -70,6 +70,7 @@ def build_model(config: ExperimentConfig, spec: InputSpec, objective=None,
     # only a user's builder may read the training data (to adapt its preprocessing layers)
     model, notes = (build(config, spec, objective, train_inputs) if config.model.kind == "python"
                     else build(config, spec, objective))
+    check_model_inputs(model, spec)  # before anything calls it on the data's inputs
     compiled = compiled_with(model) if getattr(model, "compiled", False) else None
     notes += check_own_step(config, model)
     rules = config.model.layer_rules

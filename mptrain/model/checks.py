@@ -131,16 +131,15 @@ def _check_monitors(config: ExperimentConfig, objective) -> None:
                               "val_ first (train.metrics names others)")
 
 
-def check_built(config: ExperimentConfig, model, spec: InputSpec, objective) -> list[str]:
-    """The built model against its data and objective, before a step runs: it takes one
-    input of the data's shape, and its outputs are what the objective needs
-    (`Objective.check`: refused, naming the layer and the fix, where training would fail after
-    set-up or train with exit 0 on something that cannot learn; said, not refused, what is
-    merely odd)."""
+def check_built(config: ExperimentConfig, model, objective) -> list[str]:
+    """The built model against its objective, before a step runs (its inputs were checked
+    against the data as it was built: `check_model_inputs`): its outputs are what the
+    objective needs (`Objective.check`: refused, naming the layer and the fix, where training
+    would fail after set-up or train with exit 0 on something that cannot learn; said, not
+    refused, what is merely odd)."""
     from mptrain.model.outputs import read_output
     from mptrain.objective import Several
 
-    _check_model_inputs(model, spec)
     if isinstance(objective, Several):
         names = list(model.output_names)
         missing = [k for k in objective.parts if k not in names]
@@ -161,9 +160,10 @@ def check_built(config: ExperimentConfig, model, spec: InputSpec, objective) -> 
     return objective.check(units, read_output(model), config.train.class_weight)
 
 
-def _check_model_inputs(model, spec: InputSpec) -> None:
-    """One input, of the data's shape (a dimension the model leaves open takes any size); for
-    a table given column by column, one input named for each column."""
+def check_model_inputs(model, spec: InputSpec) -> None:
+    """A built model takes the data's inputs: one input, of the data's shape (a dimension
+    the model leaves open takes any size); for a table given column by column, one input named
+    for each column. `build_model` asks, for every kind, before anything calls the model."""
     structure = input_structure(model)
     if spec.kind == "columns":
         wanted = [name for name, _ in spec.columns]

@@ -35,11 +35,6 @@ def build_saved(config: ExperimentConfig, spec: InputSpec, objective):
                           "a model with custom layers needs them registered "
                           "(keras.saving.register_keras_serializable) in an importable module; "
                           "--verbose shows where") from exc
-    expected = tuple(original.inputs[0].shape[1:])
-    if any(a is not None and a != b for a, b in zip(expected, spec.shape, strict=False)) or \
-            len(expected) != len(spec.shape):
-        raise ConfigError(f"model.path {cfg.path}: the model takes inputs of shape {expected}; "
-                          f"this data set's examples are {spec.shape}")
     policy = keras.mixed_precision.global_policy().name
     last = original.layers[-1]
     keep = frozenset({last.name} if type(last).__name__ in ("Activation", "Softmax") else ())

@@ -132,7 +132,7 @@ def _model_for(config: ExperimentConfig, data: Dataset, held: Dataset, place: Pl
                                 train_inputs=partial(training_inputs, held, config.train.batch_size))
         if built.compiled is not None or objective is None:  # the builder's compile decides
             objective, said = objective_of(config, data.labels, built.compiled)
-        checked = check_built(config, built.model, data.spec, objective)
+        checked = check_built(config, built.model, objective)
     except MptrainError as exc:
         if str(exc).startswith(config.source):
             raise

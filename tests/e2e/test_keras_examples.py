@@ -460,3 +460,22 @@ def test_columns_that_do_not_match_the_models_inputs_are_refused_naming_both(tmp
                         name="vector.yaml")
     refuses(tmp_path, vector, "column 4 (thal): 'reversible' is not a finite number; features must be "
                               "finite numbers (a text column: data.inputs: columns")
+
+
+def test_a_saved_model_takes_a_csv_column_by_column(tmp_path):
+    """A saved model with one named input per column trains on data.inputs: columns, as a
+    builder's does (its first input was once checked against the columns' count, refusing
+    every saved model of more than one column)."""
+    import keras
+
+    rng = np.random.default_rng(0)
+    a, b = rng.normal(size=(2, 300)).round(3)
+    lines = ["a,b,target", *(f"{x:.3f},{y:.3f},{int(x + y > 0)}" for x, y in zip(a, b, strict=True))]
+    (tmp_path / "two.csv").write_text("\n".join(lines) + "\n")
+    inputs = {name: keras.Input(shape=(1,), name=name) for name in ("a", "b")}
+    hidden = keras.layers.Dense(8, activation="relu")(keras.layers.Concatenate()(list(inputs.values())))
+    keras.Model(inputs, keras.layers.Dense(1, activation="sigmoid")(hidden)).save(tmp_path / "two.keras")
+    config = experiment(tmp_path, "data={dataset: csv, path: two.csv, label_column: target, "
+                        "inputs: columns}", "model.kind=saved", f"model.path={tmp_path / 'two.keras'}",
+                        "train.loss=binary_crossentropy", "train.epochs=1", "train.batch_size=32")
+    assert run_json(tmp_path, config)["status"] == "finished"
