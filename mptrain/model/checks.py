@@ -6,16 +6,12 @@ fit is refused before TensorFlow allocates it.
 
 from __future__ import annotations
 
-import importlib.util
-import json
-import zipfile
 from pathlib import Path
 
 from mptrain.config.schema import ExperimentConfig
 from mptrain.data.dataset import Dataset, InputSpec
 from mptrain.errors import ConfigError, DataError, MptrainError
 from mptrain.hardware.machine import machine_memory_bytes
-from mptrain.model.dtypes import objects
 from mptrain.model.size import training_bytes_lower_bound
 from mptrain.model.walk import input_structure
 
@@ -31,7 +27,6 @@ def check_model(config: ExperimentConfig) -> None:
         from mptrain.model.saved import check_saved
 
         check_saved(model)
-        _check_saved_layers(model.path)
     elif model.kind == "application" and model.weights not in (None, "imagenet") \
             and not Path(model.weights).is_file():
         raise ConfigError(f"model.weights {model.weights}: no such file")
@@ -234,32 +229,3 @@ def check_inputs(config: ExperimentConfig, spec: InputSpec) -> None:
     elif kind == "cnn" and len(spec.shape) != 3:
         raise ConfigError(f"model.kind cnn needs image inputs (height, width, channels); this "
                           f"data set's examples have shape {spec.shape}")
-
-
-def _check_saved_layers(path: Path) -> None:
-    """Every class a saved model names can be found here: Keras' own, or one from a module
-    that imports. A custom layer saved from a script (not registered in an importable module)
-    cannot be loaded, and `run` would fail on it."""
-    try:
-        with zipfile.ZipFile(path) as archive:
-            saved = json.loads(archive.read("config.json"))
-    except (OSError, KeyError, ValueError, zipfile.BadZipFile) as exc:
-        raise ConfigError(f"model.path {path}: not a readable .keras file ({exc})") from None
-    missing = sorted({node.get("registered_name") or node["class_name"] for node in objects(saved)
-                      if "class_name" in node and "module" in node and not _importable(node["module"])})
-    if missing:
-        raise ConfigError(
-            f"model.path {path}: the model uses {', '.join(missing)}, which cannot be loaded "
-            "here: a custom layer must be registered (keras.saving.register_keras_serializable) "
-            "in a module this Python can import, e.g. the package of your builder")
-
-
-def _importable(module: str | None) -> bool:
-    if module is None or module in ("__main__", "builtins"):
-        return False
-    if module == "keras" or module.startswith("keras."):
-        return True
-    try:
-        return importlib.util.find_spec(module) is not None
-    except (ImportError, ValueError):
-        return False

@@ -9,18 +9,49 @@ output float32, and copies the saved weights into the rebuilt model.
 
 from __future__ import annotations
 
+import importlib.util
+import json
+import zipfile
+
 from mptrain.config.kinds import SavedConfig
 from mptrain.config.schema import ExperimentConfig
 from mptrain.data.dataset import InputSpec
 from mptrain.errors import ConfigError
-from mptrain.model.dtypes import rebuild_with_policies
+from mptrain.model.dtypes import objects, rebuild_with_policies
 
 
 def check_saved(cfg: SavedConfig) -> None:
-    if not cfg.path.is_file():
-        raise ConfigError(f"model.path {cfg.path}: no such file")
-    if cfg.path.suffix != ".keras":
-        raise ConfigError(f"model.path {cfg.path}: expected a .keras file (model.save('x.keras'))")
+    """A .keras file, every class of which can be found here: Keras' own, or one from a
+    module that imports. A custom layer saved from a script (not registered in an importable
+    module) cannot be loaded, and `run` would fail on it."""
+    path = cfg.path
+    if not path.is_file():
+        raise ConfigError(f"model.path {path}: no such file")
+    if path.suffix != ".keras":
+        raise ConfigError(f"model.path {path}: expected a .keras file (model.save('x.keras'))")
+    try:
+        with zipfile.ZipFile(path) as archive:
+            saved = json.loads(archive.read("config.json"))
+    except (OSError, KeyError, ValueError, zipfile.BadZipFile) as exc:
+        raise ConfigError(f"model.path {path}: not a readable .keras file ({exc})") from None
+    missing = sorted({node.get("registered_name") or node["class_name"] for node in objects(saved)
+                      if "class_name" in node and "module" in node and not _importable(node["module"])})
+    if missing:
+        raise ConfigError(
+            f"model.path {path}: the model uses {', '.join(missing)}, which cannot be loaded "
+            "here: a custom layer must be registered (keras.saving.register_keras_serializable) "
+            "in a module this Python can import, e.g. the package of your builder")
+
+
+def _importable(module: str | None) -> bool:
+    if module is None or module in ("__main__", "builtins"):
+        return False
+    if module == "keras" or module.startswith("keras."):
+        return True
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def build_saved(config: ExperimentConfig, spec: InputSpec, objective):
@@ -41,16 +72,13 @@ def build_saved(config: ExperimentConfig, spec: InputSpec, objective):
     rebuilt, kept = rebuild_with_policies(original, {}, default=policy, keep=keep)
     notes = [f"loaded {cfg.path} and rebuilt it under {policy}"]
     if cfg.unfreeze:
-        _unfreeze(rebuilt)
+        # Keras' trainable setter reaches every layer, a nested backbone's too, but on
+        # TensorFlow setting the value an attribute already holds is skipped (the model is
+        # trainable, its backbone not): False first, so that True is set
+        rebuilt.trainable = False
+        rebuilt.trainable = True
         notes.append("every layer trainable (model.unfreeze)")
     if kept:
         notes.append("layers kept at their own policy: " + ", ".join(kept))
     return rebuilt, notes
 
-
-def _unfreeze(layer) -> None:
-    """Make a layer and every layer inside it trainable. (A functional model's `trainable`
-    setter does not reach into a nested model, such as an application backbone.)"""
-    layer.trainable = True
-    for inner in getattr(layer, "layers", []):
-        _unfreeze(inner)
