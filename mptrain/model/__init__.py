@@ -8,7 +8,6 @@ kept in the summary).
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,19 +16,20 @@ from typing import Any
 from mptrain.config.schema import OWN_MODELS, ExperimentConfig
 from mptrain.data.dataset import InputSpec
 from mptrain.errors import ConfigError
+from mptrain.model.applications import build_application
+from mptrain.model.basic import build_basic
+from mptrain.model.hub import build_hub
 from mptrain.model.inputs import PixelRange, pixel_range
-from mptrain.model.outputs import OutputKind, kind_of_activation, read_output, sixteen_bit_probabilities
+from mptrain.model.outputs import PROBABILITY_ACTIVATIONS, OutputKind, read_output, sixteen_bit_probabilities
+from mptrain.model.python_builder import build_python
+from mptrain.model.saved import build_saved
+from mptrain.model.transformer import build_transformer
 
-# model.kind → "module:function(config, spec) -> (keras.Model, notes)", imported when used
-BUILDERS = {
-    "mlp": "mptrain.model.basic:build_basic",
-    "cnn": "mptrain.model.basic:build_basic",
-    "application": "mptrain.model.applications:build_application",
-    "transformer": "mptrain.model.transformer:build_transformer",
-    "keras_hub": "mptrain.model.hub:build_hub",
-    "python": "mptrain.model.python_builder:build_python",
-    "saved": "mptrain.model.saved:build_saved",
-}
+# model.kind → function(config, spec, objective) -> (keras.Model, notes); each imports Keras
+# (and its kind's extras) only when it runs
+BUILDERS = {"mlp": build_basic, "cnn": build_basic, "application": build_application,
+            "transformer": build_transformer, "keras_hub": build_hub, "python": build_python,
+            "saved": build_saved}
 
 
 @dataclass
@@ -50,7 +50,6 @@ def build_model(config: ExperimentConfig, spec: InputSpec, objective=None,
     `train_inputs()`: the training split's inputs, for a `python` builder that declares
     them. A model its builder compiled keeps what it was compiled with (`BuiltModel.compiled`)."""
     import mptrain.model.fused  # noqa: F401  (registers mptrain's layers for saving/loading)
-    import mptrain.model.layers  # noqa: F401
     from mptrain.model.checks import check_inputs, check_model_inputs
     from mptrain.model.keras_internals import compiled_with, reset_name_counters
     from mptrain.model.own_step import check_own_step, own_methods
@@ -65,8 +64,7 @@ def build_model(config: ExperimentConfig, spec: InputSpec, objective=None,
         from mptrain.objective import for_head
 
         objective = for_head(config.train.loss, config.model.num_classes)
-    module, _, function = BUILDERS[config.model.kind].partition(":")
-    build = getattr(importlib.import_module(module), function)
+    build = BUILDERS[config.model.kind]
     # only a user's builder may read the training data (to adapt its preprocessing layers)
     model, notes = (build(config, spec, objective, train_inputs) if config.model.kind == "python"
                     else build(config, spec, objective))
@@ -127,7 +125,7 @@ def _output_kind(config: ExperimentConfig, model, spec: InputSpec,
     named), are not read (their first output's reading, where it says, is kept)."""
     declared = config.model.output_activation
     if declared is not None:
-        return kind_of_activation(declared), []
+        return "probabilities" if declared in PROBABILITY_ACTIVATIONS else "logits", []
     if objective is None or objective.activation == "linear":
         return read_output(model).kind or "logits", []
     reading = read_output(model, _sample_inputs(spec))

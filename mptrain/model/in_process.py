@@ -26,7 +26,3 @@ def register(builder: Callable) -> str:
         name = f"{base}_{taken}"
     setattr(module, name, builder)
     return f"{MODULE}:{name}"
-
-
-def is_registered(target: str) -> bool:
-    return target == MODULE

@@ -19,12 +19,13 @@ from __future__ import annotations
 from typing import Literal, NamedTuple
 
 from mptrain.errors import ConfigError
+from mptrain.model.walk import leaf_layers
 
 PixelRange = Literal["0-255", "0-1"]
 
 # Layers that move or pick pixels without changing their scale: the reading looks past them.
 SCALE_KEEPING = {
-    "InputLayer", "Reshape", "Flatten", "Permute", "Resizing", "CenterCrop", "Cropping2D",
+    "Reshape", "Flatten", "Permute", "Resizing", "CenterCrop", "Cropping2D",
     "ZeroPadding2D", "Identity", "RandomFlip", "RandomCrop", "RandomRotation", "RandomZoom",
     "RandomTranslation", "RandomContrast", "RandomBrightness", "GaussianNoise", "Dropout",
 }
@@ -38,7 +39,8 @@ class Reading(NamedTuple):
 
 def read_pixel_range(model) -> Reading:
     """The range the model's first layer that computes expects (nested models looked into)."""
-    layer = next(_leading_layers(model), None)
+    layer = next((layer for layer in leaf_layers(model) if type(layer).__name__ not in SCALE_KEEPING),
+                 None)
     if layer is None:
         return Reading("0-1", "no layer reads the input")
     kind = type(layer).__name__
@@ -48,14 +50,6 @@ def read_pixel_range(model) -> Reading:
     if kind == "Normalization":
         return _normalization(layer, name)
     return Reading("0-1", f"it has no Rescaling or Normalization before {name}")
-
-
-def _leading_layers(model):
-    for layer in model.layers:
-        if getattr(layer, "layers", None):  # a nested model: its own first layers
-            yield from _leading_layers(layer)
-        elif type(layer).__name__ not in SCALE_KEEPING:
-            yield layer
 
 
 def _rescaling(layer, name: str) -> Reading:

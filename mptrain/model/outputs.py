@@ -39,11 +39,6 @@ class OutputReading:
     layer: object = None  # the layer whose activation made probabilities (read from the layers)
 
 
-def kind_of_activation(activation: str) -> OutputKind:
-    """What `model.output_activation` declares."""
-    return "probabilities" if activation in PROBABILITY_ACTIVATIONS else "logits"
-
-
 def read_output(model, sample=None, index: int = 0) -> OutputReading:
     """Probabilities or logits, from the final layers of the model's output `index`, else
     from its values on `sample` (a batch of inputs), else None."""
@@ -99,14 +94,6 @@ def sum_tolerance(compute_dtypes) -> float:
     return max(MIN_SUM_TOLERANCE, SUM_STEPS * max(steps, default=EPSILON["float32"]))
 
 
-def _compute_dtypes(model) -> set[str]:
-    """The dtypes the model computes in: its own policy's and the global one it was built
-    under (the layers of a subclassed model follow the global policy, not the wrapper's)."""
-    import keras
-
-    return {keras.config.dtype_policy().compute_dtype, getattr(model, "compute_dtype", "float32")}
-
-
 def _values(model, inputs):
     import numpy as np
 
@@ -115,6 +102,7 @@ def _values(model, inputs):
 
 
 def _read_values(model, sample) -> OutputReading:
+    import keras
     import numpy as np
 
     values = _values(model, sample)
@@ -133,7 +121,10 @@ def _read_values(model, sample) -> OutputReading:
             return OutputReading("probabilities", "its single output stays in [0, 1] on inputs of "
                                                   f"every scale up to {INPUT_SCALE:g}x (a sigmoid)")
         return OutputReading(None, "its single output lies in [0, 1] on a few inputs")
-    tolerance = sum_tolerance(_compute_dtypes(model))
+    # in the least precise of the model's own policy and the global one it was built under
+    # (the layers of a subclassed model follow the global policy, not the wrapper's)
+    tolerance = sum_tolerance({keras.config.dtype_policy().compute_dtype,
+                               getattr(model, "compute_dtype", "float32")})
     if np.allclose(values.sum(axis=1), 1.0, rtol=0, atol=tolerance):
         return OutputReading("probabilities", "its outputs on a few inputs are non-negative rows "
                                               f"that sum to 1 (within {tolerance:.2g})")

@@ -27,7 +27,7 @@ from mptrain.config.kinds import PythonConfig
 from mptrain.config.schema import ExperimentConfig
 from mptrain.data.dataset import InputSpec
 from mptrain.errors import ConfigError
-from mptrain.model.in_process import is_registered
+from mptrain.model.in_process import MODULE as IN_PROCESS
 from mptrain.model.own_step import own_methods
 
 # what mptrain offers every builder, beside model.kwargs: the data's shape of one example,
@@ -35,23 +35,15 @@ from mptrain.model.own_step import own_methods
 # targets), and the training split's inputs (a tf.data.Dataset of batches, as stored), for a
 # builder that adapts its Normalization or TextVectorization to them alone
 GIVEN = ("input_shape", "num_classes", "train_inputs")
+# why a builder handed over as an object (`in_process`) cannot go where a command takes it
+ELSEWHERE = ("a builder passed as a Python object exists only in the process that passed it, and "
+             "{} in processes of their own; save it in a .py file and give "
+             "model.builder: path/to/file.py:function")
 
 
 def split_builder(builder: str) -> tuple[str, str]:
     target, _, function = builder.rpartition(":")
     return target, function
-
-
-def builder_source(builder: str) -> Path | None:
-    """The .py file that defines the builder (None when a module is not installed)."""
-    target, _ = split_builder(builder)
-    if target.endswith(".py"):
-        return Path(target)
-    try:
-        spec = importlib.util.find_spec(target)
-    except (ImportError, ValueError):
-        return None
-    return Path(spec.origin) if spec and spec.origin and spec.origin.endswith(".py") else None
 
 
 @dataclass(frozen=True)
@@ -74,22 +66,30 @@ def check_builder(cfg: PythonConfig) -> None:
     such as TensorFlow, would make `validate` slow)."""
     builder = cfg.builder
     target, function = split_builder(builder)
-    if is_registered(target):  # a Python object handed over in this process (a notebook's)
+    if target == IN_PROCESS:  # a Python object handed over in this process (a notebook's)
         found = getattr(sys.modules[target], function, None)
         if not callable(found):
-            raise ConfigError(f"model.builder {builder!r}: a builder passed as a Python object "
-                              "exists only in the process that passed it (compare and plan run "
-                              "each variant in a process of its own); save it in a .py file and "
-                              "give model.builder: path/to/file.py:function")
+            raise ConfigError(f"model.builder {builder!r}: " + ELSEWHERE.format("compare and plan run each variant"))
         declared = declared_parameters(found)
     else:
-        source = builder_source(builder)
+        source = _source(target)
         if source is None or not source.is_file():
             what = "no such file" if target.endswith(".py") else "no such module on the Python path"
             raise ConfigError(f"model.builder {builder!r}: {target}: {what}")
         declared = _declared_in(source, function, builder)
     if declared is not None:
         arguments(cfg, declared, dict.fromkeys([*GIVEN, *cfg.kwargs]))
+
+
+def _source(target: str) -> Path | None:
+    """The .py file that defines a builder's `target` (None: a module not installed)."""
+    if target.endswith(".py"):
+        return Path(target)
+    try:
+        spec = importlib.util.find_spec(target)
+    except (ImportError, ValueError):
+        return None
+    return Path(spec.origin) if spec and spec.origin and spec.origin.endswith(".py") else None
 
 
 def _declared_in(source: Path, function: str, builder: str, depth: int = 0) -> Parameters | None:
@@ -170,11 +170,8 @@ def check_builder_travels(config: ExperimentConfig, command: str) -> None:
     worker, which cannot see a builder passed as a Python object: refuse before anything
     runs, not in every child."""
     builder = getattr(config.model, "builder", None)
-    if config.model.kind == "python" and builder and is_registered(split_builder(builder)[0]):
-        raise ConfigError(f"model.builder: a builder passed as a Python object exists only in "
-                          f"the process that passed it, and {command} runs its training in "
-                          "processes of their own; save it in a .py file and give model.builder: "
-                          "path/to/file.py:function")
+    if config.model.kind == "python" and builder and split_builder(builder)[0] == IN_PROCESS:
+        raise ConfigError("model.builder: " + ELSEWHERE.format(f"{command} runs its training"))
 
 
 @contextmanager
