@@ -53,19 +53,22 @@ class Diagnosis(Record):
     targets: str | None = None  # a regression's targets past what float16 holds (lint's rule)
 
 
-def fractions(values: np.ndarray, scale: float = 1.0) -> tuple[float, float]:
-    """(underflow, overflow) of `values * scale` in float16, as fractions of the nonzero ones."""
-    magnitudes = np.abs(values.astype(np.float64)) * scale
-    nonzero = magnitudes > 0
-    count = int(nonzero.sum())
-    if not count:
-        return 0.0, 0.0
-    under = float(np.count_nonzero(nonzero & (magnitudes < F16_MIN_SUBNORMAL))) / count
-    over = float(np.count_nonzero(magnitudes > F16_MAX)) / count
-    return under, over
+def gradient_fractions(values: np.ndarray, scale: float) -> dict[str, float]:
+    """Of the nonzero `values`, the fractions float16 flushes to zero, as they are and times
+    `scale`, and those past its max once scaled: the fields LayerNumbers and Diagnosis share."""
+    magnitudes = np.abs(values.astype(np.float64))
+    nonzero = magnitudes[magnitudes > 0]
+    if not nonzero.size:
+        return dict.fromkeys(("gradient_underflow", "gradient_underflow_scaled",
+                              "gradient_overflow_scaled"), 0.0)
+    return {"gradient_underflow": float(np.mean(nonzero < F16_MIN_SUBNORMAL)),
+            "gradient_underflow_scaled": float(np.mean(nonzero * scale < F16_MIN_SUBNORMAL)),
+            "gradient_overflow_scaled": float(np.mean(nonzero * scale > F16_MAX))}
 
 
 def diagnose(config, steps: int = 5, verbose: bool = False) -> Diagnosis:
+    import keras
+
     from mptrain.precision.lint import target_findings
     from mptrain.runs.experiment import prepare
     from mptrain.training.monitor import TrainingMonitor
@@ -90,13 +93,12 @@ def diagnose(config, steps: int = 5, verbose: bool = False) -> Diagnosis:
     numbers, all_grads = [], []
     for layer, output, activation_grad in zip(layers, outputs, activation_grads, strict=True):
         acts = np.asarray(output, np.float64)
-        grads = [_dense(g) for g in (activation_grad,) if g is not None]
-        grads += [_dense(g) for g, v in zip(weight_grads, model.trainable_variables, strict=True)
-                  if g is not None and owner.get(id(v)) == layer.name]
-        flat = np.concatenate([g.ravel() for g in grads]) if grads else np.zeros(0)
+        grads = [activation_grad, *(g for g, v in zip(weight_grads, model.trainable_variables, strict=True)
+                                    if owner.get(id(v)) == layer.name)]
+        # (an Embedding's gradient comes as IndexedSlices: convert_to_numpy makes it dense)
+        flat = np.concatenate([keras.ops.convert_to_numpy(g).ravel() for g in grads if g is not None]
+                              or [np.zeros(0)])
         all_grads.append(flat)
-        under, _ = fractions(flat)
-        under_scaled, over_scaled = fractions(flat, scale)
         nonzero = np.abs(flat[flat != 0])
         numbers.append(LayerNumbers(
             layer=layer.name,
@@ -104,15 +106,11 @@ def diagnose(config, steps: int = 5, verbose: bool = False) -> Diagnosis:
             activation_overflow=float(np.count_nonzero(np.abs(acts) > F16_MAX)) / max(acts.size, 1),
             gradient_max=float(nonzero.max()) if nonzero.size else 0.0,
             gradient_min_nonzero=float(nonzero.min()) if nonzero.size else None,
-            gradient_underflow=under, gradient_underflow_scaled=under_scaled,
-            gradient_overflow_scaled=over_scaled, bfloat16_error=errors.get(layer.name)))
+            **gradient_fractions(flat, scale), bfloat16_error=errors.get(layer.name)))
     everything = np.concatenate(all_grads) if all_grads else np.zeros(0)
-    under_all, _ = fractions(everything)
-    under_scaled_all, over_scaled_all = fractions(everything, scale)
     result = Diagnosis(
         experiment=config.name, steps=warm + 1, loss_scale=scale, layers=numbers,
-        gradient_underflow=under_all, gradient_underflow_scaled=under_scaled_all,
-        gradient_overflow_scaled=over_scaled_all, scale_range=scale_range(everything),
+        **gradient_fractions(everything, scale), scale_range=scale_range(everything),
         overflowing_layers=[n.layer for n in numbers if n.activation_overflow > 0])
     result.verdicts, result.recommendation = verdicts(result)
     said = target_findings(prepared.objective, prepared.data.labels, "float16")
@@ -139,13 +137,6 @@ def layer_probe(model):
               if type(layer).__name__ != "InputLayer" and id(layer) in outputs]
     return layers, keras.Model(model.inputs, [*(outputs[id(layer)] for layer in layers),
                                               model.outputs[0]])
-
-
-def _dense(gradient) -> np.ndarray:
-    """A gradient as an array (an Embedding's gradient comes as IndexedSlices)."""
-    import tensorflow as tf
-
-    return np.asarray(tf.convert_to_tensor(gradient))
 
 
 def scale_range(gradients: np.ndarray) -> tuple[float, float] | None:
