@@ -100,6 +100,10 @@ class KeepBestConfig(EpochRule):
     RUN_DIR/best.weights.h5 (load them with model.load_weights)."""
 
 
+# the train keys whose rule reads an epoch figure at each epoch's end (`EpochRule`)
+EPOCH_RULES = ("early_stopping", "reduce_lr_on_plateau", "keep_best")
+
+
 class TrainConfig(_Strict):
     loop: LoopName = Field("fit", description=(
         "fit: Keras' Model.fit; custom: mptrain's GradientTape loop with the guide's loss "
@@ -172,7 +176,7 @@ class TrainConfig(_Strict):
     def _epoch_rules_fit(self) -> TrainConfig:
         named = (self.metrics if isinstance(self.metrics, list) else
                  [f"{out}_{m}" for out, ms in (self.metrics or {}).items() for m in ms])
-        for key in ("early_stopping", "reduce_lr_on_plateau", "keep_best"):
+        for key in EPOCH_RULES:
             rule = getattr(self, key)
             watched = rule.monitor.removeprefix("val_") if rule else "loss"
             # the objective's own metrics (metrics: null) are known once the data is: checked then

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mptrain.config.schema import ExperimentConfig
+from mptrain.config.schema import EPOCH_RULES, ExperimentConfig
 from mptrain.data.dataset import Dataset, InputSpec
 from mptrain.errors import ConfigError, DataError, MptrainError
 from mptrain.hardware.machine import machine_memory_bytes
@@ -98,32 +98,30 @@ def fit_to_data(config: ExperimentConfig, data: Dataset, objective) -> Experimen
                     f"model.num_classes is {wanted}; set model.num_classes to at least "
                     f"{objective.units} (or leave it out: the data's classes)")
         check_fits(config, data.spec, data.train.size)
-        _check_monitors(config, objective)
-        if data.val is None:
-            watching = [key for key in ("early_stopping", "reduce_lr_on_plateau", "keep_best")
-                        if (rule := getattr(config.train, key)) and rule.monitor.startswith("val_")]
-            if watching:
-                raise ConfigError(f"train.{watching[0]} watches a validation figure and the data "
-                                  "has no validation split; set data.validation_split (e.g. 0.2) "
-                                  "or watch a training figure (monitor: loss)")
+        _check_monitors(config, objective, validation=data.val is not None)
     except MptrainError as exc:
         raise type(exc)(f"{config.source}: {exc}") from exc.__cause__
     return config
 
 
-def _check_monitors(config: ExperimentConfig, objective) -> None:
+def _check_monitors(config: ExperimentConfig, objective, validation: bool) -> None:
     """An epoch rule watches the loss or a metric the run reports: the ones `train.metrics`
-    names (checked with the file), else the objective's own (known once the data is)."""
-    if objective is None or config.train.metrics is not None:
-        return
-    names = objective.default_metrics()
-    for key in ("early_stopping", "reduce_lr_on_plateau", "keep_best"):
+    names (checked with the file), else the objective's own (known once the data is); and a
+    validation figure only where the data has a validation split."""
+    names = objective.default_metrics() if objective is not None and config.train.metrics is None else None
+    for key in EPOCH_RULES:
         rule = getattr(config.train, key)
-        watched = rule.monitor.removeprefix("val_") if rule else "loss"
-        if watched != "loss" and watched not in names:
+        if rule is None:
+            continue
+        watched = rule.monitor.removeprefix("val_")
+        if names is not None and watched != "loss" and watched not in names:
             raise ConfigError(f"train.{key}.monitor {rule.monitor}: not an epoch figure of this "
                               f"{objective.name}; allowed: loss, {', '.join(names)}, each with "
                               "val_ first (train.metrics names others)")
+        if rule.monitor.startswith("val_") and not validation:
+            raise ConfigError(f"train.{key} watches a validation figure and the data has no "
+                              "validation split; set data.validation_split (e.g. 0.2) or watch a "
+                              "training figure (monitor: loss)")
 
 
 def check_built(config: ExperimentConfig, model, objective) -> list[str]:

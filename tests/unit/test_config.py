@@ -118,6 +118,36 @@ def test_keras_callbacks_metrics_and_weights_are_checked_before_anything_runs(tm
     assert message in " ".join(error_of(tmp_path, TINY, overrides).split())
 
 
+@pytest.mark.parametrize(("overrides", "validation", "message"), [
+    (["train.keep_best={monitor: val_auc}"], True,
+     "train.keep_best.monitor val_auc: not an epoch figure of this classification"),
+    (["train.reduce_lr_on_plateau={monitor: val_accuracy}"], False,
+     "train.reduce_lr_on_plateau watches a validation figure and the data has no validation split"),
+    (["train.reduce_lr_on_plateau={monitor: accuracy}"], False, None),
+    (["train.keep_best={monitor: val_accuracy}"], True, None),
+])
+def test_epoch_rules_watch_what_the_data_and_objective_report(tiny_config, overrides, validation,
+                                                                message):
+    """Once the data is known: the objective's own metrics (train.metrics left out), and a
+    validation figure only with a validation split."""
+    from types import SimpleNamespace
+
+    from mptrain.data.dataset import InputSpec
+    from mptrain.errors import ConfigError
+    from mptrain.model.checks import fit_to_data
+    from mptrain.objective import for_head
+
+    config = tiny_config(*overrides)
+    data = SimpleNamespace(spec=InputSpec((16,), "vector"), train=SimpleNamespace(size=512),
+                           val=SimpleNamespace(size=128) if validation else None, source="synthetic")
+    objective = for_head(config.train.loss, 4)
+    if message is None:
+        fit_to_data(config, data, objective)
+        return
+    with pytest.raises(ConfigError, match=message):
+        fit_to_data(config, data, objective)
+
+
 def test_restore_best_weights_keeps_the_best_on_its_own_monitor(tmp_path):
     config = load_config(write(tmp_path, TINY), ["train.early_stopping={monitor: val_accuracy, "
                                                  "min_delta: 0.01, restore_best_weights: true}"])
