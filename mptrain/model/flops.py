@@ -22,10 +22,13 @@ from dataclasses import dataclass
 from mptrain.hardware.machine import CpuInfo
 from mptrain.model.walk import input_structure, layer_names, leaf_layers
 
-# Dense-matmul FLOP per cycle per physical core. AVX-512 FP32: 2 FMA ports x 16 lanes x 2
-# (multiply, add). AVX2 FP32: 2 x 8 x 2. AVX512_BF16 (VDPBF16PS): 2 ports x 16 lanes x 2 pairs
-# x 2. AMX-BF16 (TDPBF16PS): a 16x32 by 32x16 tile product (8192 multiply-adds) per 16 cycles.
-FLOP_PER_CYCLE = {"AVX-512 FP32": 64, "AVX2 FP32": 32, "AVX512_BF16": 128, "AMX-BF16": 1024}
+# The CPU's matrix units, fastest first: (unit, the /proc/cpuinfo flag that says it is there,
+# for bfloat16 only, dense-matmul FLOP per cycle per physical core). AMX-BF16 (TDPBF16PS): a
+# 16x32 by 32x16 tile product (8192 multiply-adds) per 16 cycles. AVX512_BF16 (VDPBF16PS): 2
+# ports x 16 lanes x 2 pairs x 2. AVX-512 FP32: 2 FMA ports x 16 lanes x 2 (multiply, add).
+# AVX2 FP32: 2 x 8 x 2.
+CPU_UNITS = (("AMX-BF16", "amx_bf16", True, 1024), ("AVX512_BF16", "avx512_bf16", True, 128),
+             ("AVX-512 FP32", "avx512f", False, 64), ("AVX2 FP32", "avx2", False, 32))
 
 
 @dataclass(frozen=True)
@@ -33,7 +36,7 @@ class Peak:
     """A CPU's peak FLOP/s for one compute dtype, and the unit that sets it."""
 
     flops_per_second: float
-    unit: str  # a key of FLOP_PER_CYCLE
+    unit: str  # a unit of CPU_UNITS
 
 
 def cpu_peak(cpu: CpuInfo, compute_dtype: str) -> Peak | None:
@@ -43,19 +46,12 @@ def cpu_peak(cpu: CpuInfo, compute_dtype: str) -> Peak | None:
     peak is higher, so utilisation above 100% means the cores ran faster than that clock.
     float16 has no fast CPU matmul path in TensorFlow, so it is counted at the fp32 rate.
     """
-    if not cpu.mhz or not cpu.flags:
+    if not cpu.mhz:
         return None
-    if compute_dtype == "bfloat16" and "amx_bf16" in cpu.flags:
-        unit = "AMX-BF16"
-    elif compute_dtype == "bfloat16" and "avx512_bf16" in cpu.flags:
-        unit = "AVX512_BF16"
-    elif "avx512f" in cpu.flags:
-        unit = "AVX-512 FP32"
-    elif "avx2" in cpu.flags:
-        unit = "AVX2 FP32"
-    else:
-        return None
-    return Peak(cpu.physical_cores * cpu.mhz * 1e6 * FLOP_PER_CYCLE[unit], unit)
+    for unit, flag, bfloat16_only, per_cycle in CPU_UNITS:
+        if flag in cpu.flags and (compute_dtype == "bfloat16" or not bfloat16_only):
+            return Peak(cpu.physical_cores * cpu.mhz * 1e6 * per_cycle, unit)
+    return None
 
 
 @dataclass(frozen=True)
@@ -162,8 +158,10 @@ def _recurrent_flops(model, layers, example_shape) -> dict[str, int | None]:
 
 
 def _layer_of(op_name: str, names: set[str]) -> str:
-    """The innermost layer in an op's name scope. Tracing a model again suffixes its scopes
-    (`dense_1/MatMul` becomes `dense_1_1/MatMul`), so the suffix is tried without first."""
+    """The innermost layer in an op's name scope. A traced call's scopes come suffixed (Keras
+    3.15: the ops of layers `dense`, `dense_1` and `dense_2` are under `dense_1/`,
+    `dense_1_2/` and `dense_2_1/`), so the name without its last suffix is tried first: the
+    exact name first would credit `dense`'s ops to `dense_1`."""
     for part in reversed(op_name.split("/")[:-1]):
         stem = re.sub(r"_\d+$", "", part)
         if stem in names:
@@ -180,6 +178,12 @@ def static_shape(shape) -> list[int] | None:
 
 
 CALLS = ("PartitionedCall", "StatefulPartitionedCall")  # a function's ops are in its own graph
+# each convolution op → where its kernel's dims that one element multiplies by end: window x
+# input channels (per group); a depthwise kernel sees one input channel per output channel;
+# a transposed kernel is (window..., output channels, input channels). Conv1D is a Conv2D of
+# height 1.
+CONVOLUTIONS = {"Conv2D": -1, "Conv3D": -1, "DepthwiseConv2dNative": -2,
+                "Conv2DBackpropInput": -1, "Conv3DBackpropInputV2": -1}
 
 
 def _op_flops(op) -> int | None:
@@ -196,22 +200,16 @@ def _op_flops(op) -> int | None:
         transposed = op.get_attr("transpose_a" if kind == "MatMul" else "adj_x")
         inner = a[-2] if transposed else a[-1]
         return 2 * math.prod(out) * inner
-    if kind in ("Conv2DBackpropInput", "Conv3DBackpropInputV2"):  # a transposed convolution
-        inputs = static_shape(op.inputs[2].shape)  # the layer's input: the gradient this op spreads
-        kernel = static_shape(op.inputs[1].shape)  # (window..., output channels, input channels)
-        if inputs is None or kernel is None:
-            return None
-        return 2 * math.prod(inputs) * math.prod(kernel[:-1])
     if kind == "Einsum":
         return _einsum_flops(op)
-    if kind in ("Conv2D", "Conv3D", "DepthwiseConv2dNative"):  # Conv1D: a Conv2D of height 1
-        out = static_shape(op.outputs[0].shape)
+    if kind in CONVOLUTIONS:
+        # a transposed convolution spreads each element of its input (the gradient it
+        # propagates) over a window; the others compute each output element from one
+        sized = static_shape((op.inputs[2] if "Backprop" in kind else op.outputs[0]).shape)
         kernel = static_shape(op.inputs[1].shape)
-        if out is None or kernel is None:
+        if sized is None or kernel is None:
             return None
-        if kind == "DepthwiseConv2dNative":  # each output channel sees one input channel
-            return 2 * math.prod(out) * math.prod(kernel[:-2])
-        return 2 * math.prod(out) * math.prod(kernel[:-1])  # window x input channels per group
+        return 2 * math.prod(sized) * math.prod(kernel[:CONVOLUTIONS[kind]])
     return 0
 
 

@@ -36,3 +36,18 @@ def test_every_name_the_walk_gives_is_one_float32_layers_accepts():
         assert f"{layer.name} (float32)" in changed
         kept = {inner.name: inner.dtype_policy.name for inner in leaf_layers(rebuilt)}
         assert kept[layer.name] == "float32"
+
+
+def test_flops_are_credited_to_the_layer_that_ran_them():
+    """A traced call suffixes each layer's scope (`dense`'s ops run under `dense_1/`): each
+    layer's count is its own matmul's, never its neighbour's."""
+    from mptrain.model.flops import forward_profile
+    from mptrain.model.keras_internals import reset_name_counters
+
+    reset_name_counters()  # dense, dense_1, dense_2: names that are one another's stems
+    inputs = keras.Input((4,))
+    x = keras.layers.Dense(8)(inputs)
+    x = keras.layers.Dense(16)(x)
+    model = keras.Model(inputs, keras.layers.Dense(2)(x))
+    assert forward_profile(model).flops_by_layer == {"dense": 2 * 4 * 8, "dense_1": 2 * 8 * 16,
+                                                     "dense_2": 2 * 16 * 2}
