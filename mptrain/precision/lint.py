@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal
 
-from mptrain.model.keras_internals import attention_dropout, attention_softmax
+from mptrain.model.keras_internals import attention_dropout, attention_softmax, inputs_of, producer
 from mptrain.precision.policy import F16_MAX
 from mptrain.record import FrozenRecord
 
@@ -31,9 +31,9 @@ TENSOR_CORE_MULTIPLE, TPU_MULTIPLE = 8, 128
 # A layer doing less of the work than this cannot make a model slow, whatever its shape.
 NEGLIGIBLE_SHARE = 0.01
 Target = Literal["auto", "gpu", "tpu", "cpu"]
-# Per-operation launch cost (kernel dispatch, framework bookkeeping): a rule of thumb, not a
-# measurement of this machine; small models are flagged only when far below it.
-LAUNCH_SECONDS = {"CPU": 5e-6, "GPU": 10e-6, "TPU": 10e-6}
+# Per-operation launch cost on a CPU (kernel dispatch, framework bookkeeping): a rule of
+# thumb, not a measurement of this machine; small models are flagged only when far below it.
+LAUNCH_SECONDS = 5e-6
 
 
 class Finding(FrozenRecord):
@@ -89,7 +89,7 @@ def lint(prepared, profile: ForwardProfile, target: Target = "auto") -> list[Fin
     units = alignment_units(machine, target)
     findings = [*(_alignment(profile, config, units) if units else []),
                 *_small_model(config, profile, machine),
-                *_numerics(profile.layers, prepared.choice, prepared.notes, prepared.output),
+                *_numerics(prepared.model, profile.layers, prepared.choice, prepared.output),
                 *target_findings(prepared.objective, prepared.data.labels, prepared.choice.compute_dtype)]
     return sorted(findings, key=lambda f: (f.severity != "warning", -(f.flops_share or 0)))
 
@@ -127,6 +127,8 @@ def target_findings(objective, stats, compute: str) -> list[Finding]:
 
 def _dimensions(layer) -> list[tuple[str, int]]:
     """(what, size) pairs of a layer that matrix units tile."""
+    import keras
+
     kind = type(layer).__name__
     kernel = getattr(layer, "kernel", None)
     if kind in ("Dense", "EinsumDense") and kernel is not None and len(kernel.shape) == 2:
@@ -135,13 +137,9 @@ def _dimensions(layer) -> list[tuple[str, int]]:
         return [("input channels", int(kernel.shape[-2])), ("filters", int(kernel.shape[-1]))]
     if kind == "Embedding":
         return [("vocabulary", int(layer.input_dim)), ("embedding size", int(layer.output_dim))]
-    if isinstance_name(layer, "MultiHeadAttention"):
+    if isinstance(layer, keras.layers.MultiHeadAttention):
         return [("head size (key_dim)", int(layer.key_dim))]
     return []
-
-
-def isinstance_name(layer, name: str) -> bool:
-    return any(cls.__name__ == name for cls in type(layer).__mro__)
 
 
 def _alignment(profile: ForwardProfile, config, units: str) -> list[Finding]:
@@ -176,16 +174,11 @@ def _alignment(profile: ForwardProfile, config, units: str) -> list[Finding]:
 
 
 def _misaligned(size: int, units: str) -> str | None:
-    """'is not a multiple of 8 (Tensor Cores): use 72' or None when aligned."""
+    """'is not a multiple of 8 (Tensor Cores): use 72' or None when aligned. The multiple
+    said is the closest (halfway: the larger one, more capacity rather than less)."""
     multiple = TPU_MULTIPLE if units == "TPU" else TENSOR_CORE_MULTIPLE
-    if size % multiple == 0:
-        return None
-    return f"is not a multiple of {multiple} ({units}): use {_nearest(size, multiple)}"
-
-
-def _nearest(size: int, multiple: int) -> int:
-    """The closest multiple (halfway: the larger one, more capacity rather than less)."""
-    return max(multiple, int(size / multiple + 0.5) * multiple)
+    nearest = max(multiple, int(size / multiple + 0.5) * multiple)
+    return None if size % multiple == 0 else f"is not a multiple of {multiple} ({units}): use {nearest}"
 
 
 def _yaml_hint(layer: str, what: str, config) -> str:
@@ -209,39 +202,38 @@ def _small_model(config, profile, machine) -> list[Finding]:
     a few percent of the AMX peak.)"""
     from mptrain.model.flops import cpu_peak
 
-    device = "TPU" if machine.tpu else "GPU" if machine.gpus else "CPU"
     peak = None if machine.accelerated else cpu_peak(machine.cpu, "float32")
     if peak is None:
         return []
     flops = profile.training_flops * config.train.batch_size
     compute = flops / peak.flops_per_second
-    launch = 3 * profile.ops * LAUNCH_SECONDS[device]
+    launch = 3 * profile.ops * LAUNCH_SECONDS
     if compute >= launch:
         return []
     # A note, never a warning: it is an estimate from a rule of thumb, which a measured step
     # time (`run`'s summary, `mptrain plan`) overrules; so `run` does not print it.
     return [_finding("small_model", "info", None,
                     f"model may be too small to gain from 16 bits (an estimate): a step's arithmetic "
-                    f"({flops / 1e6:,.1f} MFLOP) takes ~{compute * 1e6:,.0f} µs at this {device}'s "
+                    f"({flops / 1e6:,.1f} MFLOP) takes ~{compute * 1e6:,.0f} µs at this CPU's "
                     f"float32 peak, less than launching its ~{3 * profile.ops} operations "
                     f"(~{launch * 1e6:,.0f} µs): fixed costs dominate, and halving the arithmetic "
                     "cannot halve the step. A larger train.batch_size or a wider model gives 16 "
                     "bits work to speed up; `mptrain plan` measures it", None)]
 
 
-def _numerics(layers, choice, notes: list[str], output: str) -> list[Finding]:
+def _numerics(model, layers, choice, output: str) -> list[Finding]:
     import keras
 
     findings = []
     # Logits in 16 bits are fine: mptrain casts them to float32 and the loss applies its
     # softmax there (from_logits). Probabilities are not: their softmax already ran in 16 bits.
-    if output == "probabilities" and any("appended a float32" in note for note in notes):
+    if output == "probabilities" and _cast_after_16_bits(model):
         findings.append(_finding(
             "output_dtype", "warning", None,
             f"the model's softmax or sigmoid output computes in {choice.compute_dtype} (mptrain "
-            "appended a float32 cast after it): give that last activation dtype='float32' in "
-            "the model, as the guide does, or return logits (mptrain then applies the softmax "
-            "in float32 inside the loss)", None))
+            "casts it to float32 after): give that last activation dtype='float32' in the "
+            "model, as the guide does, or return logits (mptrain then applies the softmax in "
+            "float32 inside the loss)", None))
     if choice.compute_dtype == "float32":
         return findings
     for layer in layers:
@@ -255,23 +247,22 @@ def _numerics(layers, choice, notes: list[str], output: str) -> list[Finding]:
                                     f"{layer.name}: variables {', '.join(odd[:3])} are not "
                                     f"{wanted_variables} under {policy}: the layer creates them "
                                     "with a fixed dtype instead of following the policy", None))
-        output = getattr(layer, "output", None)
         compute = layer.compute_dtype
-        if output is not None and compute in ("float16", "bfloat16") and not isinstance_name(
-                layer, "InputLayer"):
-            out = keras.backend.standardize_dtype(output.dtype)
-            if out == "float32" and type(layer).__name__ not in ("LayerNormalization",
-                                                                   "BatchNormalization"):
-                findings.append(_finding("policy_ignored", "info", layer.name,
-                                        f"{layer.name}: computes under {policy} but outputs float32 "
-                                        "(it casts up, or ignores the policy)", None))
+        # every tensor of its output: an LSTM's states, an attention's scores come beside it
+        produced = keras.tree.flatten(getattr(layer, "output", []))
+        if compute in ("float16", "bfloat16") and "float32" in {
+                keras.backend.standardize_dtype(t.dtype) for t in produced} and type(
+                layer).__name__ not in ("LayerNormalization", "BatchNormalization"):
+            findings.append(_finding("policy_ignored", "info", layer.name,
+                                    f"{layer.name}: computes under {policy} but outputs float32 "
+                                    "(it casts up, or ignores the policy)", None))
         is_softmax = type(layer).__name__ == "Softmax" or (
             type(layer).__name__ == "Activation" and getattr(layer.activation, "__name__", "") == "softmax")
         if is_softmax and compute in ("float16", "bfloat16"):
             findings.append(_finding("softmax_16bit", "warning", layer.name,
                                     f"{layer.name}: softmax in {compute}; keep it float32 with "
                                     f"model.float32_layers: [{layer.name}]", None))
-        if isinstance_name(layer, "MultiHeadAttention") and attention_dropout(layer) > 0:
+        if isinstance(layer, keras.layers.MultiHeadAttention) and attention_dropout(layer) > 0:
             inner = attention_softmax(layer)
             if inner is not None and inner.compute_dtype in ("float16", "bfloat16"):
                 findings.append(_finding(
@@ -281,6 +272,21 @@ def _numerics(layers, choice, notes: list[str], output: str) -> list[Finding]:
                     "(Float32SoftmaxAttention), or keep the layer float32 with "
                     f"model.float32_layers: [{layer.name}]", None))
     return findings
+
+
+def _cast_after_16_bits(model) -> bool:
+    """Whether the model's first output was computed in 16 bits and cast to float32 after:
+    by the linear float32 Activation `model.ensure_float32_output` appends (or one of the
+    model's own), or in the call of a model with its own step (`own_step.casts_in_place`:
+    its symbolic output keeps the 16-bit dtype)."""
+    import keras
+
+    tensor = model.outputs[0]
+    cast = producer(tensor)
+    if type(cast).__name__ == "Activation" and cast.compute_dtype == "float32" and getattr(
+            cast.activation, "__name__", "") == "linear" and inputs_of(tensor):
+        tensor = inputs_of(tensor)[0]
+    return keras.backend.standardize_dtype(tensor.dtype) in ("float16", "bfloat16")
 
 
 def worth_saying(findings: list[Finding], limit: int = 5) -> list[str]:

@@ -88,6 +88,31 @@ def huge_activations(input_shape, num_classes):
     x = keras.layers.Rescaling(1e6, name="amplifier")(x)
     x = keras.layers.Dense(num_classes, name="scores")(keras.layers.Rescaling(1e-6)(x))
     return keras.Model(inputs, keras.layers.Activation("softmax", dtype="float32")(x))
+
+
+def states_and_scores(input_shape, num_classes):
+    """An LSTM returning its states and an attention returning its scores: layers whose
+    output is a list of tensors."""
+    inputs = keras.Input(shape=input_shape)
+    x = keras.layers.Reshape((4, -1))(inputs)
+    sequence, state, _ = keras.layers.LSTM(8, return_sequences=True, return_state=True,
+                                           name="lstm")(x)
+    attended, _ = keras.layers.MultiHeadAttention(2, 4, name="attention")(
+        sequence, sequence, return_attention_scores=True)
+    x = keras.layers.Concatenate()([keras.layers.Flatten()(attended), state])
+    return keras.Model(inputs, keras.layers.Dense(num_classes, name="scores")(x))
+
+
+class OwnStep(keras.Model):
+    def train_step(self, data):
+        return super().train_step(data)
+
+
+def own_step_softmax(input_shape, num_classes):
+    """A model with its own step: mptrain keeps it as it is, its softmax in the policy."""
+    inputs = keras.Input(shape=input_shape)
+    x = keras.layers.Dense(32, activation="relu", name="hidden")(inputs)
+    return OwnStep(inputs, keras.layers.Dense(num_classes, activation="softmax", name="probs")(x))
 '''
 
 
@@ -117,6 +142,28 @@ def test_lint_finds_a_16bit_softmax_inside_the_model_and_not_the_output_mptrain_
     code, report = lint_json(tmp_path, "model.kind=python", f"model.builder={builders}:logits_in_policy",
                              "policy=mixed_bfloat16", name="logits.yaml")
     assert "output_dtype" not in {f["kind"] for f in report["findings"]}, report["findings"]
+
+
+def test_lint_reads_layers_whose_output_is_a_list(tmp_path):
+    """An LSTM with return_state and an attention with return_attention_scores output lists:
+    lint read `.dtype` of the list, and every 16-bit run of such a model failed before
+    training (run lints first)."""
+    builders = with_builders(tmp_path)
+    _, report = lint_json(tmp_path, "model.kind=python", f"model.builder={builders}:states_and_scores",
+                          "policy=mixed_bfloat16")
+    assert report["flops_per_example"] > 0
+
+
+def test_lint_warns_of_a_16bit_softmax_output_that_mptrain_casts_after(tmp_path):
+    """A model with its own training step keeps its layers as built (own_step.py): its
+    softmax output computes in bfloat16, and the float32 cast mptrain adds comes after it.
+    lint read that from a note's wording, which a model cast in its own call did not have."""
+    builders = with_builders(tmp_path)
+    code, report = lint_json(tmp_path, "model.kind=python", f"model.builder={builders}:own_step_softmax",
+                             "policy=mixed_bfloat16")
+    (warning,) = [f for f in report["findings"] if f["kind"] == "output_dtype"]
+    assert warning["severity"] == "warning" and code == 1
+    assert warning["message"].startswith("the model's softmax or sigmoid output computes in bfloat16")
 
 
 def test_float32_layers_keeps_that_layer_float32_and_the_rest_16bit(tiny_config):
