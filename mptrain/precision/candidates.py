@@ -16,7 +16,7 @@ spells its candidate out in ordinary experiment keys (`Candidate.settings`).
 
 from __future__ import annotations
 
-from pydantic import model_validator
+from pydantic import Field
 
 from mptrain.config.names import MATH_MODES, POLICIES
 from mptrain.errors import ConfigError, did_you_mean
@@ -47,15 +47,9 @@ class Candidate(Record):
     float32_layers: list[str] = []
     fused: bool = False  # model.fused_layers: one fused BatchNorm op, float32 conv weight gradients
     why_not: str | None = None  # why it is not tried unless named (`--candidates NAME` tries it)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _older_records(cls, data):
-        """plan.json before 2026-12-03 (third session) marked the candidates a name lifts
-        `unless_named`; every candidate is lifted by its name now."""
-        if isinstance(data, dict):
-            data = {k: v for k, v in data.items() if k != "unless_named"}
-        return data
+    # plan.json before 2026-12-03 (third session) marked the candidates a name lifts; every
+    # candidate is lifted by its name now: read from an old file, never written
+    unless_named: bool | None = Field(None, exclude=True)
 
     @property
     def settings(self) -> dict[str, object]:

@@ -52,15 +52,10 @@ class MachineFacts(FrozenRecord):
 
     @classmethod
     def of(cls, machine: Machine) -> MachineFacts:
-        return _facts(cls, machine, cpu=_facts(CpuFacts, machine.cpu),
-                      gpus=[_facts(GpuFacts, gpu) for gpu in machine.gpus],
-                      onednn_state=describe_onednn(machine.onednn, machine.cpu.flags))
-
-
-def _facts(record: type[FrozenRecord], source, **given) -> FrozenRecord:
-    """`record` filled from `source`'s attributes of the same names (and `given`)."""
-    return record(**{name: getattr(source, name) for name in record.model_fields if name not in given},
-                  **given)
+        """The facts read from `machine`'s attributes of the same names (its CPU's and GPUs'
+        too), and oneDNN's state in words."""
+        facts = cls.model_validate(machine, from_attributes=True)
+        return facts.model_copy(update={"onednn_state": describe_onednn(machine.onednn, machine.cpu.flags)})
 
 
 class DistributionFacts(FrozenRecord):
