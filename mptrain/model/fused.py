@@ -103,8 +103,6 @@ def _swappable(layer: dict) -> bool:
 
 def fusable(model) -> bool:
     """Whether `fuse` would change the model (plan's `+fused` candidate is tried only then)."""
-    import keras
-
     from mptrain.model.dtypes import layer_configs
 
     return any(map(_swappable, layer_configs(keras.saving.serialize_keras_object(model))))
