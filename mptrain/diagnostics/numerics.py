@@ -67,13 +67,13 @@ def gradient_fractions(values: np.ndarray, scale: float) -> dict[str, float]:
 
 
 def diagnose(config, steps: int = 5, verbose: bool = False) -> Diagnosis:
-    import keras
-
     from mptrain.precision.lint import target_findings
     from mptrain.runs.experiment import prepare
     from mptrain.training.monitor import TrainingMonitor
 
     prepared = prepare(config, policy="float32", verbose=verbose)
+    import keras  # after prepare, which imports TensorFlow quietly
+
     tf, model, batches = prepared.tf, prepared.model, prepared.batches
     warm = min(steps, batches.steps_per_epoch) - 1
     if warm:  # the experiment's own training loop: its optimizer, loss, step
