@@ -69,7 +69,8 @@ def check_builder(cfg: PythonConfig) -> None:
     if target == IN_PROCESS:  # a Python object handed over in this process (a notebook's)
         found = getattr(sys.modules[target], function, None)
         if not callable(found):
-            raise ConfigError(f"model.builder {builder!r}: " + ELSEWHERE.format("compare and plan run each variant"))
+            raise ConfigError(f"model.builder {builder!r}: "
+                              + ELSEWHERE.format("compare and plan run each variant"))
         declared = declared_parameters(found)
     else:
         source = _source(target)
