@@ -6,6 +6,11 @@ Any other optimizer's `scale_loss` returns the loss unchanged, so the step has o
 every policy. The loss and metrics are those `training.make_loop` compiled the model with
 (`Model.compute_loss` adds the model's own losses, its regularisers, as fit's step does), so
 both loops minimise and report the same thing for every objective.
+
+Without a tf.distribute strategy the loop runs under TensorFlow's default one, as Keras' fit
+does (its `run` calls the step in a replica context of one, its `reduce` and
+`experimental_distribute_dataset` hand back what they are given): one code path for one
+device and for several.
 """
 
 from __future__ import annotations
@@ -27,11 +32,11 @@ def make_train_step(model, optimizer, class_weight, jit_compile: bool, strategy=
 
     Returns a float32 vector [loss, loss scale (NaN without scaling), *running metric values
     in `metric_names(model)`'s order], so the loop fetches every per-step value in one
-    device-to-host transfer (one sync per step). With a tf.distribute strategy the step runs
-    on every replica (`strategy.run`): Keras' losses divide each replica's mean by the number
-    of replicas, so the gradients the optimizer sums across replicas are those of the loss
-    averaged over the global batch; the replicas agree on whether to skip a non-finite step
-    (`distribute.agree_on_finite`).
+    device-to-host transfer (one sync per step). The step runs on every replica of `strategy`
+    (None: TensorFlow's default, one replica) through `strategy.run`: Keras' losses divide
+    each replica's mean by the number of replicas, so the gradients the optimizer sums across
+    replicas are those of the loss averaged over the global batch; the replicas agree on
+    whether to skip a non-finite step (`distribute.agree_on_finite`).
     """
     import tensorflow as tf
 
@@ -39,7 +44,8 @@ def make_train_step(model, optimizer, class_weight, jit_compile: bool, strategy=
 
     class_weights = weight_per_class(class_weight, model)
     scale = scale_variable(optimizer)
-    replicas = strategy.num_replicas_in_sync if strategy is not None else 1
+    strategy = strategy or tf.distribute.get_strategy()
+    replicas = strategy.num_replicas_in_sync
     tracker = step_loss(model)
 
     def replica_step(x, y):
@@ -59,29 +65,24 @@ def make_train_step(model, optimizer, class_weight, jit_compile: bool, strategy=
         model.compute_metrics(x, y, predictions, sample_weight=weights)
         return local_loss
 
-    def outputs(loss):
+    def step(x, y):
+        losses = strategy.run(replica_step, args=(x, y))
+        loss = strategy.reduce(tf.distribute.ReduceOp.MEAN, losses, axis=None)
         current_scale = tf.constant(float("nan")) if scale is None else scale
         results = model.get_metrics_result()
         return tf.stack([tf.cast(loss, tf.float32), tf.cast(current_scale, tf.float32),
                          *(tf.cast(results[name], tf.float32) for name in metric_names(model))])
 
-    if strategy is None:
-        return tf.function(lambda x, y: outputs(replica_step(x, y)), jit_compile=jit_compile)
-
-    def distributed_step(x, y):  # no XLA with several replicas (policy.choose_jit_compile)
-        losses = strategy.run(replica_step, args=(x, y))
-        return outputs(strategy.reduce(tf.distribute.ReduceOp.MEAN, losses, axis=None))
-
-    return tf.function(distributed_step)
+    return tf.function(step, jit_compile=jit_compile)
 
 
 def build_compiled(model, x, y, strategy=None) -> None:
     """The model's compiled loss and metrics built on one batch, then reset, before a step is
     traced: they create their variables on first use, which a traced or distributed step
     cannot (Keras' fit does the same first, `_symbolic_build`); in the strategy's scope."""
-    import contextlib
+    import tensorflow as tf
 
-    with strategy.scope() if strategy is not None else contextlib.nullcontext():
+    with (strategy or tf.distribute.get_strategy()).scope():
         predictions = model(x, training=False)
         model.compute_loss(x=x, y=y, y_pred=predictions, training=False)
         model.compute_metrics(x, y, predictions)
@@ -96,34 +97,31 @@ def metric_names(model) -> list[str]:
 
 class CustomLoop:
     def __init__(self, model, optimizer, class_weight, choice: PolicyChoice, strategy=None):
-        """`model` compiled by `training.make_loop` (its loss, metrics and loss tracker)."""
+        """`model` compiled by `training.make_loop` (its loss, metrics and loss tracker). XLA
+        as `policy.choose_jit_compile` decided, on one replica (a TPU's strategy compiles its
+        replicas' steps itself)."""
         import tensorflow as tf
 
-        self.model, self.optimizer, self.strategy = model, optimizer, strategy
+        self.model, self.strategy = model, strategy or tf.distribute.get_strategy()
         self.built = False
-        self.loss_tracker = step_loss(model)
         build_optimizer_state(optimizer, model.trainable_variables, choice.xla_optimizer_update)
-        self.train_step = make_train_step(model, optimizer, class_weight, choice.jit_compile, strategy)
-        replicas = strategy.num_replicas_in_sync if strategy is not None else 1
+        replicas = self.strategy.num_replicas_in_sync
+        jit_compile = choice.jit_compile and replicas == 1
+        self.train_step = make_train_step(model, optimizer, class_weight, jit_compile, self.strategy)
+        tracker = step_loss(model)
 
         def test_step(x, y):
             predictions = model(x, training=False)
             loss = model.compute_loss(x=x, y=y, y_pred=predictions, training=False)
-            self.loss_tracker.update_state(loss * replicas,
-                                           sample_weight=tf.shape(tf.nest.flatten(x)[0])[0])
+            tracker.update_state(loss * replicas, sample_weight=tf.shape(tf.nest.flatten(x)[0])[0])
             model.compute_metrics(x, y, predictions)
 
-        if strategy is None:
-            self.test_step = tf.function(test_step, jit_compile=choice.jit_compile)
-        else:
-            self.test_step = tf.function(lambda x, y: strategy.run(test_step, args=(x, y)))
+        self.test_step = tf.function(lambda x, y: self.strategy.run(test_step, args=(x, y)),
+                                     jit_compile=jit_compile)
 
     @property
     def loss_fn(self):
         return lambda y, y_pred: self.model.compute_loss(y=y, y_pred=y_pred)
-
-    def _reset(self) -> None:
-        self.model.reset_metrics()
 
     def _results(self, prefix: str = "") -> dict[str, float]:
         return {f"{prefix}{k}": float(v) for k, v in self.model.get_metrics_result().items()}
@@ -137,11 +135,12 @@ class CustomLoop:
               start_step: int = 0) -> None:
         self._build(batches.test)
         names = metric_names(self.model)
-        iterator = iter(self._distributed(batches.train_from(start_epoch, start_step)))
+        iterator = iter(self.strategy.experimental_distribute_dataset(
+            batches.train_from(start_epoch, start_step)))
         for epoch in range(start_epoch, batches.epochs):
             first = start_step if epoch == start_epoch else 0
             monitor.epoch_begin(epoch, first)
-            self._reset()
+            self.model.reset_metrics()
             for _ in range(first, batches.steps_per_epoch):
                 monitor.step_begin()
                 x, y = next(iterator)
@@ -160,10 +159,7 @@ class CustomLoop:
 
     def evaluate(self, dataset, prefix: str = "") -> dict[str, float]:
         self._build(dataset)
-        self._reset()
-        for x, y in self._distributed(dataset):
+        self.model.reset_metrics()
+        for x, y in self.strategy.experimental_distribute_dataset(dataset):
             self.test_step(x, y)
         return self._results(prefix)
-
-    def _distributed(self, dataset):
-        return dataset if self.strategy is None else self.strategy.experimental_distribute_dataset(dataset)
