@@ -47,4 +47,16 @@ def make_loop(config, built, objective, optimizer, choice: PolicyChoice,
 
         raise MptrainError("internal error: Model.compile replaced the configured optimizer "
                            f"({type(optimizer).__name__}) by a {type(model.optimizer).__name__}")
-    return Loop(model, optimizer, config.train.class_weight, choice, strategy)
+    return Loop(model, optimizer, every_class_weight(config.train.class_weight, model), choice,
+                strategy)
+
+
+def every_class_weight(class_weight: dict[int, float] | None, model) -> dict[int, float] | None:
+    """`train.class_weight` as both loops apply it, as Model.fit does: each example's loss
+    times its class's weight (the metrics unweighted), 1.0 for a class it leaves out. Every
+    class the model outputs is named, in order: Keras' fit looks labels up in a table only as
+    long as the highest class named (a higher label read past its end). None without."""
+    if not class_weight:
+        return None
+    classes = max(max(class_weight) + 1, model.outputs[0].shape[-1], 2)
+    return {c: class_weight.get(c, 1.0) for c in range(classes)}

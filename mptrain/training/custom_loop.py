@@ -19,7 +19,6 @@ import math
 
 from mptrain.data.pipeline import Batches
 from mptrain.precision.policy import PolicyChoice
-from mptrain.training.class_weights import example_weights, weight_per_class
 from mptrain.training.compiled import step_loss
 from mptrain.training.loss_scale import scale_variable
 from mptrain.training.monitor import TrainingMonitor
@@ -42,15 +41,17 @@ def make_train_step(model, optimizer, class_weight, jit_compile: bool, strategy=
 
     from mptrain.training.distribute import agree_on_finite
 
-    class_weights = weight_per_class(class_weight, model)
+    # `class_weight`: every class's, in order (`training.every_class_weight`)
+    class_weights = None if class_weight is None else tf.constant(list(class_weight.values()))
     scale = scale_variable(optimizer)
     strategy = strategy or tf.distribute.get_strategy()
     replicas = strategy.num_replicas_in_sync
     tracker = step_loss(model)
 
     def replica_step(x, y):
-        # each example's class weight, as Model.fit gives it to the loss (not to the metrics)
-        weights = None if class_weights is None else example_weights(class_weights, y)
+        # each example's class weight, by its label, as Model.fit gives it to the loss
+        weights = None if class_weights is None else tf.gather(
+            class_weights, tf.cast(tf.reshape(y, [-1]), tf.int32))
         with tf.GradientTape() as tape:
             predictions = model(x, training=True)
             # under a strategy, Keras losses already divide by the number of replicas

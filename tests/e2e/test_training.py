@@ -44,6 +44,18 @@ def test_fit_and_custom_see_the_same_batches_in_every_epoch(tiny_config):
         assert a.metrics["accuracy"] == pytest.approx(b.metrics["accuracy"], abs=1e-6)
 
 
+def test_class_weights_that_leave_out_the_highest_classes_weigh_them_one_in_both_loops(tiny_config):
+    """Keras' fit looks each label up in a table as long as the highest class named: {0: 2.0}
+    over 4 classes gathered past its end (an error on a CPU) where the custom loop weighed
+    classes 1-3 at 1.0; both loops are given every class's weight, and weigh alike."""
+    fit = run_experiment(tiny_config("train.loop=fit", "train.class_weight={0: 2.0}"))
+    custom = run_experiment(tiny_config("train.loop=custom", "train.class_weight={0: 2.0}"))
+    plain = run_experiment(tiny_config("train.loop=fit"))
+    np.testing.assert_allclose([r.loss for r in fit.steps], [r.loss for r in custom.steps],
+                               rtol=2e-3)
+    assert fit.steps[0].loss > plain.steps[0].loss * 1.05  # class 0 weighs twice
+
+
 def test_epoch_order_is_a_function_of_seed_and_epoch():
     from tests.helpers import epoch_order
 
