@@ -84,7 +84,7 @@ def diagnose(config, steps: int = 5, verbose: bool = False) -> Diagnosis:
     layers, probe = layer_probe(model)
     with tf.GradientTape() as tape:
         *outputs, prediction = probe(x, training=True)
-        loss = prepared.loop.loss_fn(y, prediction)
+        loss = model.compute_loss(y=y, y_pred=prediction)  # the loss the step minimises
     activation_grads, weight_grads = tape.gradient(loss, (outputs, model.trainable_variables))
     # the prepared experiment: what the data filled in (num_classes, input shape) included
     errors = _bfloat16_errors(prepared.config, prepared.data, prepared.objective, model, x)

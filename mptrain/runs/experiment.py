@@ -36,7 +36,7 @@ from mptrain.precision.policy import (
     speed_warning,
 )
 from mptrain.runs.preflight import check_experiment
-from mptrain.training import TrainingLoop, make_loop
+from mptrain.training import make_loop
 from mptrain.training.distribute import Placement, place_run, scope
 from mptrain.training.loss_scale import wrap_optimizer
 from mptrain.training.optimizer import build_optimizer
@@ -45,6 +45,8 @@ if TYPE_CHECKING:
     import keras
 
     from mptrain.objective import Objective
+    from mptrain.training.custom_loop import CustomLoop
+    from mptrain.training.fit_loop import FitLoop
 
 
 @dataclass(frozen=True)
@@ -64,7 +66,7 @@ class Prepared:
     output: OutputKind
     objective: Objective  # what kind of problem it is: its loss, metrics, quality (`objective`)
     optimizer: keras.optimizers.Optimizer
-    loop: TrainingLoop
+    loop: FitLoop | CustomLoop
     notes: tuple[str, ...] = ()  # what mptrain did to the model
 
 

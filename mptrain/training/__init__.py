@@ -1,39 +1,31 @@
 """Training loops behind one interface: `Model.fit` (`fit_loop`) and the guide's custom loop
-(`custom_loop`), both reporting every step to a `monitor.TrainingMonitor`."""
+(`custom_loop`), both reporting every step to a `monitor.TrainingMonitor`.
+
+What a run needs from a loop: `train(batches, monitor, start_epoch=0, start_step=0)` trains
+from (start_epoch, start_step) to the end of `batches.epochs`, reporting each step to the
+monitor and stopping after the step where it asks to; `evaluate(dataset)` gives the loss and
+metrics over a dataset, keyed like Keras' logs ("loss", "accuracy")."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from mptrain.data.pipeline import Batches
     from mptrain.precision.policy import PolicyChoice
-    from mptrain.training.monitor import TrainingMonitor
-
-
-class TrainingLoop(Protocol):
-    """What a run needs from a loop. `optimizer` is the one that applies the updates: a
-    `LossScaleOptimizer` under mixed_float16, which is how a loop knows to scale the loss."""
-
-    model: Any
-    optimizer: Any
-    loss_fn: Any  # (y, y_pred) → the loss the step minimises (diagnose differentiates it too)
-
-    def train(self, batches: Batches, monitor: TrainingMonitor, start_epoch: int = 0,
-              start_step: int = 0) -> None:
-        """Train from (start_epoch, start_step) to the end of `batches.epochs`, reporting each
-        step to the monitor and stopping after the step where it asks to."""
-
-    def evaluate(self, dataset) -> dict[str, float]:
-        """Loss and metrics over a dataset, keyed like Keras' logs ("loss", "accuracy")."""
+    from mptrain.training.custom_loop import CustomLoop
+    from mptrain.training.fit_loop import FitLoop
 
 
 def make_loop(config, built, objective, optimizer, choice: PolicyChoice,
-              strategy=None) -> TrainingLoop:
+              strategy=None) -> FitLoop | CustomLoop:
     """The experiment's loop (`train.loop`), constructed (inside the strategy's scope, when
     there is one) with the built model (`model.BuiltModel`) compiled for its `objective`
-    (`compiled.compile_arguments`); its module is imported only when used."""
+    (`compiled.compile_arguments`) and the optimizer's state built
+    (`optimizer.build_optimizer_state`); its module is imported only when used. `optimizer`
+    is the one that applies the updates: a `LossScaleOptimizer` under mixed_float16, which is
+    how a loop knows to scale the loss."""
     from mptrain.training.compiled import compile_arguments
+    from mptrain.training.optimizer import build_optimizer_state
 
     if config.train.loop == "fit":
         from mptrain.training.fit_loop import FitLoop as Loop
@@ -47,6 +39,7 @@ def make_loop(config, built, objective, optimizer, choice: PolicyChoice,
 
         raise MptrainError("internal error: Model.compile replaced the configured optimizer "
                            f"({type(optimizer).__name__}) by a {type(model.optimizer).__name__}")
+    build_optimizer_state(optimizer, model.trainable_variables, choice.xla_optimizer_update)
     return Loop(model, optimizer, every_class_weight(config.train.class_weight, model), choice,
                 strategy)
 

@@ -22,7 +22,6 @@ from mptrain.precision.policy import PolicyChoice
 from mptrain.training.compiled import step_loss
 from mptrain.training.loss_scale import scale_variable
 from mptrain.training.monitor import TrainingMonitor
-from mptrain.training.optimizer import build_optimizer_state
 
 
 def make_train_step(model, optimizer, class_weight, jit_compile: bool, strategy=None):
@@ -98,14 +97,14 @@ def metric_names(model) -> list[str]:
 
 class CustomLoop:
     def __init__(self, model, optimizer, class_weight, choice: PolicyChoice, strategy=None):
-        """`model` compiled by `training.make_loop` (its loss, metrics and loss tracker). XLA
+        """`model` compiled by `training.make_loop` (its loss, metrics and loss tracker), its
+        optimizer's state built. XLA
         as `policy.choose_jit_compile` decided, on one replica (a TPU's strategy compiles its
         replicas' steps itself)."""
         import tensorflow as tf
 
         self.model, self.strategy = model, strategy or tf.distribute.get_strategy()
         self.built = False
-        build_optimizer_state(optimizer, model.trainable_variables, choice.xla_optimizer_update)
         replicas = self.strategy.num_replicas_in_sync
         jit_compile = choice.jit_compile and replicas == 1
         self.train_step = make_train_step(model, optimizer, class_weight, jit_compile, self.strategy)
@@ -119,10 +118,6 @@ class CustomLoop:
 
         self.test_step = tf.function(lambda x, y: self.strategy.run(test_step, args=(x, y)),
                                      jit_compile=jit_compile)
-
-    @property
-    def loss_fn(self):
-        return lambda y, y_pred: self.model.compute_loss(y=y, y_pred=y_pred)
 
     def _results(self, prefix: str = "") -> dict[str, float]:
         return {f"{prefix}{k}": float(v) for k, v in self.model.get_metrics_result().items()}

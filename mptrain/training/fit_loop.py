@@ -10,7 +10,7 @@ from mptrain.precision.policy import PolicyChoice
 from mptrain.training.compiled import step_loss
 from mptrain.training.loss_scale import scale_variable, watch_scaling
 from mptrain.training.monitor import TrainingMonitor
-from mptrain.training.optimizer import build_optimizer_state, value_of
+from mptrain.training.optimizer import value_of
 
 
 class FitLoop:
@@ -22,13 +22,8 @@ class FitLoop:
 
     def __init__(self, model, optimizer, class_weight, choice: PolicyChoice, strategy=None):
         # Model.fit distributes itself: a model compiled in a strategy's scope trains under it
-        build_optimizer_state(optimizer, model.trainable_variables, choice.xla_optimizer_update)
         self.model, self.optimizer, self.class_weight = model, optimizer, class_weight
         self.scaled = watch_scaling(optimizer)
-
-    @property
-    def loss_fn(self):
-        return lambda y, y_pred: self.model.compute_loss(y=y, y_pred=y_pred)
 
     def train(self, batches: Batches, monitor: TrainingMonitor, start_epoch: int = 0,
               start_step: int = 0) -> None:
