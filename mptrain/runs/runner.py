@@ -167,7 +167,7 @@ class TrainingSession:
         # as "good"); so do the epoch rules (a lowered learning rate is checkpointed).
         saving = [folder, self.guard, self.rules, *([self.checkpointer] if train.checkpoint.enabled else [])]
         monitor.listeners = [*saving, self.tensorboard, *([tracking] if tracking else []), *listeners]
-        if self.start.start:
+        if self.start.global_step == 0:
             self.checkpointer.save(self.start)  # the last good checkpoint recovery can always go back to
         if tracking is not None:
             tracking.catch_up(*history)  # what a resumed run's MLflow run may lack
@@ -208,7 +208,7 @@ class TrainingSession:
         started = time.perf_counter()
         self.test = prepared.loop.evaluate(prepared.batches.test)
         self.evaluation_s = time.perf_counter() - started
-        self.status = run_status(monitor.steps, self.test.get("loss"), monitor.stop_status)
+        self.status = run_status(monitor.steps, self.test.get("loss"), monitor.stop_kind)
 
     def save_model(self) -> None:
         """The finished run's model, when the experiment asks (timed: plan's whole-run

@@ -34,10 +34,6 @@ class Position:
     step: int  # steps of that epoch already done
     global_step: int  # steps done in the whole run
 
-    @property
-    def start(self) -> bool:
-        return self.global_step == 0
-
 
 class Checkpointer(TrainingListener):
     """Saves when the configuration says, and restores on demand."""

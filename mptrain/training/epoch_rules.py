@@ -53,22 +53,22 @@ class EpochRules(TrainingListener):
         self.best_path = run_dir / BEST_WEIGHTS
         self.chief = chief
 
-    def _values(self, rule: EpochRule) -> list[float | None]:
-        return [record.metrics.get(rule.monitor) for record in self.monitor.epoch_records]
+    def _best(self, rule: EpochRule) -> tuple[list[float | None], int | None]:
+        """The rule's figure in every epoch so far, and the index of its best (`best_epoch`)."""
+        values = [record.metrics.get(rule.monitor) for record in self.monitor.epoch_records]
+        return values, best_epoch(rule, values)
 
     def epoch_finished(self, record: EpochRecord) -> None:
         records = self.monitor.epoch_records
         kept = self.train.best_kept
-        if kept is not None and best_epoch(kept, self._values(kept)) == len(records) - 1 \
-                and self.chief:
+        if kept is not None and self._best(kept)[1] == len(records) - 1 and self.chief:
             staged = self.best_path.with_name(f".{BEST_WEIGHTS}.tmp.weights.h5")
             self.model.save_weights(staged)
             os.replace(staged, self.best_path)
         if (rule := self.train.reduce_lr_on_plateau) is not None:
             self._reduce(rule, records)
         if (rule := self.train.early_stopping) is not None:
-            values = self._values(rule)
-            best = best_epoch(rule, values)
+            values, best = self._best(rule)
             if best is not None and len(records) - 1 - best >= rule.patience:
                 self.monitor.request_stop(
                     f"early stopping after epoch {record.epoch}: {rule.monitor} has not improved "
@@ -78,8 +78,7 @@ class EpochRules(TrainingListener):
     def _reduce(self, rule, records: list[EpochRecord]) -> None:
         """Lower the rate when the last `patience` epochs at today's rate have not improved
         on the best before them, as Keras' wait counter (restarted by a reduction) does."""
-        values = self._values(rule)
-        best = best_epoch(rule, values)
+        best = self._best(rule)[1]
         since = max(best + 1 if best is not None else 0, last_reduction(records))
         if best is None or len(records) - since < rule.patience:
             return
@@ -93,13 +92,15 @@ class EpochRules(TrainingListener):
 
     def finish(self) -> str | None:
         """After training: the best epoch's weights back, when early stopping restores them
-        (as Keras' does, however training ended); what was done, for the run's notes."""
-        rule = self.train.early_stopping
-        if rule is None or not rule.restore_best_weights or not self.best_path.is_file():
+        (as Keras' does, however training ended); what was done, for the run's notes. The
+        epoch named is the one the weights' file holds: the best by the rule that wrote it
+        (`train.best_kept`: keep_best's own min_delta, when it is set)."""
+        stopping = self.train.early_stopping
+        if stopping is None or not stopping.restore_best_weights or not self.best_path.is_file():
             return None
         self.model.load_weights(self.best_path)
-        values = self._values(rule)
-        best = best_epoch(rule, values)
+        rule = self.train.best_kept
+        values, best = self._best(rule)
         return (f"weights restored from epoch {best + 1} ({rule.monitor} {values[best]:.4g}; "
                 "train.early_stopping.restore_best_weights)")
 

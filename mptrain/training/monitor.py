@@ -21,25 +21,17 @@ from time import perf_counter
 from mptrain.training.loss_scale import LossScaleTracker
 from mptrain.training.records import EpochRecord, StepRecord, StopKind, TrainingListener
 
-STOP_STATUS = {"max_steps": "stopped", "max_step_seconds": "stopped", "signal": "interrupted",
-               "divergence": "diverged", "early_stopping": "stopped"}
 
-
-@dataclass
-class _Carry:
-    """An epoch's steps before a resume: their examples and running metrics."""
-
-    examples: int
-    metrics: dict[str, float]
-
-    def combine(self, metrics: dict[str, float], examples: int) -> dict[str, float]:
-        """Running means over the whole epoch from the means before and after the resume."""
-        total = self.examples + examples
-        out = dict(metrics)
-        for key, before in self.metrics.items():
-            if key in metrics and total:
-                out[key] = (before * self.examples + metrics[key] * examples) / total
-        return out
+def _carried(carry: tuple[int, dict[str, float]] | None, metrics: dict[str, float],
+             examples: int) -> dict[str, float]:
+    """Running means over the whole epoch from the means before a resume (`carry`: that
+    part's examples and metrics) and after it (`examples` since the resume)."""
+    if carry is None:
+        return metrics
+    before_examples, before = carry
+    total = before_examples + examples
+    return {key: (before[key] * before_examples + value * examples) / total
+            if key in before and total else value for key, value in metrics.items()}
 
 
 @dataclass
@@ -68,18 +60,12 @@ class TrainingMonitor:
             self.loss_scale.skipped_steps = sum(bool(r.skipped) for r in self.steps)
         self.epoch = 0  # 1-based, the epoch in progress
         self.step_in_epoch = 0  # steps of it done
-        self._carry: _Carry | None = None
+        self._carry: tuple[int, dict[str, float]] | None = None  # an epoch's part before a resume
         self._examples_since_resume = 0
-        self._steps_since_start = 0  # the steps this process ran (its first traces, compiles)
 
     @property
     def stop_requested(self) -> bool:
         return self.stop_reason is not None
-
-    @property
-    def stop_status(self) -> str | None:
-        """stopped | interrupted | diverged, or None while training goes on."""
-        return STOP_STATUS[self.stop_kind] if self.stop_kind else None
 
     @property
     def epoch_complete(self) -> bool:
@@ -103,7 +89,7 @@ class TrainingMonitor:
         if first_step:
             earlier = [r for r in self.steps if r.epoch == self.epoch]
             if earlier:
-                self._carry = _Carry(sum(r.examples for r in earlier), earlier[-1].metrics)
+                self._carry = (sum(r.examples for r in earlier), earlier[-1].metrics)
         for listener in self.listeners:
             listener.epoch_started(self.epoch, self.epochs, self.steps_per_epoch)
 
@@ -126,15 +112,13 @@ class TrainingMonitor:
         seconds, self._step_started = perf_counter() - self._step_started, None
         self.step_in_epoch += 1
         self._examples_since_resume += examples
-        if self._carry is not None:
-            metrics = self._carry.combine(metrics, self._examples_since_resume)
+        metrics = _carried(self._carry, metrics, self._examples_since_resume)
         skipped = None
         if loss_scale is not None and self.loss_scale is not None:
             skipped = self.loss_scale.step(loss_scale)
         record = StepRecord(len(self.steps) + 1, self.epoch, loss, seconds, examples,
                             loss_scale, metrics, skipped)
         self.steps.append(record)
-        self._steps_since_start += 1
         for listener in self.listeners:
             listener.step_finished(record, self.step_in_epoch)
         if self.loss_scale is not None and (notice := self.loss_scale.skip_rate_notice()):
@@ -142,10 +126,11 @@ class TrainingMonitor:
         if self.max_steps is not None and record.step >= self.max_steps:
             self.request_stop(f"stopped after {_steps(record.step)} (step limit {self.max_steps})",
                               "max_steps")
-        # not the first step of a start: it traces the step function and creates the kernels
-        # (a ViT's first bfloat16 step took 10 s, its next ones 0.2 s), and is never timed
+        # not the first step this process ran (after a resume's history): it traces the step
+        # function and creates the kernels (a ViT's first bfloat16 step took 10 s, its next
+        # ones 0.2 s), and is never timed
         elif (self.max_step_seconds is not None and seconds > self.max_step_seconds
-              and self._steps_since_start > 1):
+              and len(self.steps) > len(self.history[0]) + 1):
             self.request_stop(f"stopped after {_steps(record.step)}: a step took {seconds:.1f} s "
                               f"(limit {self.max_step_seconds:g} s)", "max_step_seconds")
 
@@ -156,9 +141,8 @@ class TrainingMonitor:
         finite = [r for r in self.steps if r.epoch == self.epoch and math.isfinite(r.loss)]
         loss = (sum(r.loss * r.examples for r in finite) / sum(r.examples for r in finite)
                 if finite else math.nan)
-        values = {k: float(v) for k, v in metrics.items()}
-        if self._carry is not None:
-            values = self._carry.combine(values, self._examples_since_resume)
+        values = _carried(self._carry, {k: float(v) for k, v in metrics.items()},
+                          self._examples_since_resume)
         record = EpochRecord(
             epoch=self.epoch,
             steps=self.step_in_epoch,

@@ -61,14 +61,12 @@ class TrainingListener:
         only renders it."""
 
 
-def run_status(steps: list[StepRecord], test_loss: float | None, stopped: str | None) -> Status:
-    """`interrupted` (a signal) and `diverged` (the divergence guard) as training stopped;
-    otherwise `diverged` when the trained model's test loss is NaN/inf, or training ended on
-    a run of non-finite losses. An occasional NaN step is not divergence: under loss scaling
-    it is a skipped step, and the next steps are finite again."""
-    if stopped in ("interrupted", "diverged"):
-        return stopped  # type: ignore[return-value]
-    if test_loss is None or not math.isfinite(test_loss):
+def run_status(steps: list[StepRecord], test_loss: float | None, stopped_by: StopKind | None) -> Status:
+    """`diverged` when the divergence guard stopped training, the trained model's test loss is
+    NaN/inf, or training ended on a run of non-finite losses; else `finished` (a run a signal
+    stopped is `interrupted`, and is not evaluated). An occasional NaN step is not divergence:
+    under loss scaling it is a skipped step, and the next steps are finite again."""
+    if stopped_by == "divergence" or test_loss is None or not math.isfinite(test_loss):
         return "diverged"
     last = steps[-5:]
     return "diverged" if last and not any(math.isfinite(r.loss) for r in last) else "finished"

