@@ -5,7 +5,8 @@ ModelCheckpoint(save_best_only=True)).
 One listener on the monitor's epoch records, so the custom loop and `Model.fit` behave alike
 (Keras' callbacks exist for `fit` only). Every decision is made from the records of all the
 epochs so far, not from counters kept in memory: a resumed run has the records of the
-epochs before its checkpoint, so it decides as an uninterrupted run would. A learning rate it
+epochs before its checkpoint, so it decides as an uninterrupted run would; an epoch a stop
+cut short decides nothing, and is never the best (a resume redoes it whole). A learning rate it
 lowered is in the optimizer's checkpoint and in each epoch's record; the best weights are in
 RUN_DIR/best.weights.h5, written (by the chief) whenever an epoch beats every earlier one.
 """
@@ -54,11 +55,16 @@ class EpochRules(TrainingListener):
         self.chief = chief
 
     def _best(self, rule: EpochRule) -> tuple[list[float | None], int | None]:
-        """The rule's figure in every epoch so far, and the index of its best (`best_epoch`)."""
-        values = [record.metrics.get(rule.monitor) for record in self.monitor.epoch_records]
+        """The rule's figure in every whole epoch so far (None for one cut short), and the
+        index of its best (`best_epoch`)."""
+        whole = self.monitor.steps_per_epoch
+        values = [r.metrics.get(rule.monitor) if r.steps == whole else None
+                  for r in self.monitor.epoch_records]
         return values, best_epoch(rule, values)
 
     def epoch_finished(self, record: EpochRecord) -> None:
+        if record.steps < self.monitor.steps_per_epoch:
+            return  # a stop cut it short
         records = self.monitor.epoch_records
         kept = self.train.best_kept
         if kept is not None and self._best(kept)[1] == len(records) - 1 and self.chief:

@@ -175,10 +175,11 @@ def test_epoch_records_keep_loss_first_and_validation_last():
 
 class FakeModel:
     def __init__(self):
-        self.loaded = None
+        self.loaded, self.saves = None, 0
 
     def save_weights(self, path):
         path.write_text("weights")
+        self.saves += 1
 
     def load_weights(self, path):
         self.loaded = path
@@ -202,3 +203,24 @@ def test_restored_weights_are_named_by_the_epoch_keep_best_wrote_them_at(tmp_pat
     assert rules.finish() == ("weights restored from epoch 3 (loss 0.7; "
                               "train.early_stopping.restore_best_weights)")
     assert model.loaded == tmp_path / "best.weights.h5"
+
+
+def test_an_epoch_a_stop_cut_short_decides_nothing_and_is_never_the_best(tmp_path):
+    """Stopped after 1 of epoch 2's 3 steps (its running loss 0.5, better than epoch 1's):
+    a resume redoes epoch 2 whole, so the rules act on it then, as an uninterrupted run would
+    (they lowered the rate, or kept these weights as the best, on the part)."""
+    from mptrain.config.schema import TrainConfig
+    from mptrain.training.epoch_rules import EpochRules
+
+    train = TrainConfig(epochs=3, early_stopping={"monitor": "loss", "patience": 1,
+                                                  "restore_best_weights": True})
+    monitor, model = TrainingMonitor(epochs=3, steps_per_epoch=3, max_steps=4), FakeModel()
+    rules = EpochRules(train, monitor, model, None, tmp_path, chief=True)
+    monitor.listeners = [rules]
+    for epoch, loss in enumerate([1.0, 0.5]):
+        monitor.epoch_begin(epoch)
+        while not monitor.stop_requested and not monitor.epoch_complete:
+            step(monitor, loss=loss)
+        monitor.epoch_end({})
+    assert model.saves == 1 and monitor.stop_kind == "max_steps"
+    assert rules.finish().startswith("weights restored from epoch 1 (loss 1;")
