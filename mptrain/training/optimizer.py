@@ -45,9 +45,12 @@ def value_of(variable) -> float:
 
 
 def learning_rate_at(optimizer, cfg: OptimizerConfig, total_steps: int):
-    """step → the learning rate at that step (for telemetry), without touching the optimizer."""
-    rate = (value_of(optimizer.learning_rate) if cfg.schedule is None
-            else learning_rate_schedule(cfg.schedule, total_steps))
+    """step → the learning rate at that step (for telemetry), without touching the optimizer:
+    its schedule's, or without one the optimizer's rate when asked (reduce_lr_on_plateau
+    lowers it between epochs; a resume restores it from its checkpoint)."""
+    if cfg.schedule is None:
+        return lambda step: value_of(optimizer.learning_rate)
+    rate = learning_rate_schedule(cfg.schedule, total_steps)
     return (lambda step: float(rate(step))) if callable(rate) else (lambda step: rate)
 
 

@@ -4,7 +4,9 @@
 loss scale and whether the step was skipped (mixed_float16), the step time and examples/s;
 per epoch, the epoch's metrics. `tensorboard --logdir runs` shows every run and every compare
 variant side by side. Steps are buffered and written at the end of each epoch (and when the
-run stops), with their own step numbers: a write per step would tax short steps.
+run stops), with their own step numbers: a write per step would tax short steps. Each step's
+learning rate is asked for when the step finishes: the rate it trained at (a rule lowers it
+after an epoch's last step).
 """
 
 from __future__ import annotations
@@ -23,10 +25,10 @@ class TensorBoardWriter(TrainingListener):
         self.tf = tf
         self.writer = tf.summary.create_file_writer(str(logdir))
         self.learning_rate_at = learning_rate_at
-        self.pending: list[StepRecord] = []
+        self.pending: list[tuple[StepRecord, float]] = []  # each step and its learning rate
 
     def step_finished(self, record: StepRecord, step_in_epoch: int) -> None:
-        self.pending.append(record)
+        self.pending.append((record, self.learning_rate_at(record.step)))
 
     def epoch_finished(self, record: EpochRecord) -> None:
         self.flush(record)
@@ -35,11 +37,11 @@ class TensorBoardWriter(TrainingListener):
         """The buffered steps, then the finished epoch's metrics (when there is one)."""
         scalar = self.tf.summary.scalar
         with self.writer.as_default():
-            for r in self.pending:
+            for r, rate in self.pending:
                 scalar("step/loss", r.loss, step=r.step)
                 for key, value in r.metrics.items():
                     scalar(f"step/{key}", value, step=r.step)
-                scalar("step/learning_rate", self.learning_rate_at(r.step), step=r.step)
+                scalar("step/learning_rate", rate, step=r.step)
                 scalar("step/seconds", r.seconds, step=r.step)
                 scalar("step/examples_per_sec", r.examples / r.seconds if r.seconds else 0.0,
                        step=r.step)

@@ -90,3 +90,33 @@ def test_gradient_accumulation_needs_two_steps_or_more(tiny_config):
 
     with pytest.raises(ConfigError, match="gradient_accumulation_steps = 1: must be at least 2"):
         tiny_config("train.optimizer.kwargs={gradient_accumulation_steps: 1}")
+
+
+def test_tensorboard_logs_the_rate_each_step_trained_at_after_a_reduction_and_a_resume(tiny_config):
+    """No epoch beats the first by min_delta 100: reduce_lr_on_plateau halves the rate after
+    epoch 2, so epoch 3's steps train at half the first rate (metrics.jsonl's record).
+    TensorBoard logged the rate read when the session opened for every step, and a resumed
+    run's opening rate was read before its checkpoint (the lowered rate) was restored."""
+    import tensorflow as tf
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from mptrain.runs.resume import resume_config
+
+    def logged_as_trained(result):
+        events = EventAccumulator(str(result.run_dir / "tensorboard"), size_guidance={"tensors": 0})
+        events.Reload()
+        logged = {e.step: float(tf.make_ndarray(e.tensor_proto))
+                  for e in events.Tensors("step/learning_rate")}
+        rates = {e.epoch: e.learning_rate for e in result.epochs}
+        assert logged == pytest.approx({r.step: rates[r.epoch] for r in result.steps})
+        return rates
+
+    reducing = ("train.reduce_lr_on_plateau={monitor: loss, patience: 1, min_delta: 100, "
+                "factor: 0.5}")
+    assert logged_as_trained(run_experiment(tiny_config(reducing))) == pytest.approx(
+        {1: 0.01, 2: 0.01, 3: 0.005})
+    stopped = run_experiment(tiny_config(reducing, "train.max_steps=14"))  # inside epoch 3
+    resumed = run_experiment(resume_config(stopped.run_dir, None, ["train.max_steps=null"]),
+                             Start(resume=stopped.run_dir))
+    # the stop inside epoch 3 decided nothing: the resumed epoch trained as the whole run's did
+    assert logged_as_trained(resumed) == pytest.approx({1: 0.01, 2: 0.01, 3: 0.005})
