@@ -352,14 +352,7 @@ class ExperimentConfig(_Strict):
         if self.train.math_mode in ("onednn_bf16", "graph_bf16") and self.policy != "float32":
             raise ValueError(f"train.math_mode {self.train.math_mode} changes how float32 math runs: "
                              f"it needs policy: float32 (the experiment has {self.policy})")
-        if self.distribute.strategy != "multi_worker_mirrored":
-            return self
-        stopping = self.train.early_stopping
-        if stopping and stopping.restore_best_weights:
-            raise ValueError("train.early_stopping.restore_best_weights: the best weights are "
-                             "kept by the chief alone, and every worker would have to restore "
-                             "them; leave it out under multi_worker_mirrored")
-        if self.train.loop == "fit":
+        if self.distribute.strategy == "multi_worker_mirrored" and self.train.loop == "fit":
             raise ValueError("distribute.strategy multi_worker_mirrored needs train.loop: custom "
                              "(Keras 3's Model.fit does not run under MultiWorkerMirroredStrategy: "
                              "keras-team/keras#20585)")

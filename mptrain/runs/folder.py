@@ -67,11 +67,11 @@ class RunFolder(TrainingListener):
         scratch = Path(tempfile.mkdtemp())
         if resume is None:
             return cls(unique_folder(scratch, name)), scratch
-        # a resumed run's checkpoints and records, copied: the same state restored, the same
-        # decisions taken, while only the chief writes the run folder
+        # a resumed run's checkpoints, records and best weights, copied: the same state
+        # restored, the same decisions taken, while only the chief writes the run folder
         copy = scratch / resume.name
         shutil.copytree(resume / "checkpoints", copy / "checkpoints")
-        for record in ("steps.jsonl", "metrics.jsonl"):
+        for record in ("steps.jsonl", "metrics.jsonl", "best.weights.h5"):
             if (resume / record).exists():
                 shutil.copy2(resume / record, copy / record)
         return cls(copy), scratch

@@ -159,7 +159,7 @@ class TrainingSession:
             history=history,
         )
         self.guard = DivergenceGuard(monitor, self.checkpointer, train.recovery)
-        self.rules = EpochRules(train, monitor, model, optimizer, folder.path, prepared.place.chief)
+        self.rules = EpochRules(train, monitor, model, optimizer, folder.path)
         # What is reported is saved: the records and the checkpoint go to disk before a line
         # is printed or logged, so a run killed right after its epoch line resumes after that
         # epoch. The epoch's record precedes its checkpoint (a resume reads the records up to

@@ -8,7 +8,8 @@ epochs so far, not from counters kept in memory: a resumed run has the records o
 epochs before its checkpoint, so it decides as an uninterrupted run would; an epoch a stop
 cut short decides nothing, and is never the best (a resume redoes it whole). A learning rate it
 lowered is in the optimizer's checkpoint and in each epoch's record; the best weights are in
-RUN_DIR/best.weights.h5, written (by the chief) whenever an epoch beats every earlier one.
+RUN_DIR/best.weights.h5, written whenever an epoch beats every earlier one (by every worker
+of a cluster in its own folder, the chief's the run's: each restores its own copy).
 """
 
 from __future__ import annotations
@@ -49,10 +50,9 @@ def last_reduction(records: list[EpochRecord]) -> int:
 class EpochRules(TrainingListener):
     """Early stopping, the learning rate on a plateau, and the best epoch's weights."""
 
-    def __init__(self, train: TrainConfig, monitor, model, optimizer, run_dir: Path, chief: bool):
+    def __init__(self, train: TrainConfig, monitor, model, optimizer, run_dir: Path):
         self.train, self.monitor, self.model, self.optimizer = train, monitor, model, optimizer
         self.best_path = run_dir / BEST_WEIGHTS
-        self.chief = chief
 
     def _best(self, rule: EpochRule) -> tuple[list[float | None], int | None]:
         """The rule's figure in every whole epoch so far (None for one cut short), and the
@@ -67,7 +67,7 @@ class EpochRules(TrainingListener):
             return  # a stop cut it short
         records = self.monitor.epoch_records
         kept = self.train.best_kept
-        if kept is not None and self._best(kept)[1] == len(records) - 1 and self.chief:
+        if kept is not None and self._best(kept)[1] == len(records) - 1:
             staged = self.best_path.with_name(f".{BEST_WEIGHTS}.tmp.weights.h5")
             self.model.save_weights(staged)
             os.replace(staged, self.best_path)

@@ -134,6 +134,26 @@ def test_workers_that_all_stop_on_a_users_error_say_it_once_and_raise_it(tmp_pat
     assert done.returncode == 2 and done.stderr.count("missing.npz") == 1, done.stderr
 
 
+def test_every_local_worker_restores_the_best_epochs_weights(tmp_path):
+    """restore_best_weights under multi_worker_mirrored (no epoch beats the first by min_delta
+    100: epoch 1's weights are restored): every worker keeps the best weights in its own
+    folder and restores them, so each worker's share of the test set is evaluated with epoch
+    1's weights, as one process evaluates it. With the chief alone keeping them, the other
+    worker evaluated its share with the last epoch's."""
+    import mptrain
+
+    config = tmp_path / "exp.yaml"
+    config.write_text(yaml.safe_dump(tiny_raw(
+        f"output.dir={tmp_path / 'runs'}", "train.loop=custom", "train.xla_optimizer_update=false",
+        "train.early_stopping={monitor: loss, min_delta: 100, patience: 5, "
+        "restore_best_weights: true}")))
+    summary = mptrain.run(mptrain.load_experiment(config), workers=2, progress=False)
+    one = mptrain.run(mptrain.load_experiment(config), progress=False)
+    assert summary.status == one.status == "finished"
+    assert "weights restored from epoch 1" in " ".join(summary.notes)
+    assert summary.test_loss == pytest.approx(one.test_loss, rel=1e-3)  # 3% off, chief alone
+
+
 def test_multi_worker_without_tf_config_says_how(tmp_path):
     config = tmp_path / "exp.yaml"
     config.write_text(yaml.safe_dump(tiny_raw(f"output.dir={tmp_path / 'runs'}", "train.loop=custom",

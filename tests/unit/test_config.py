@@ -109,8 +109,6 @@ def test_cross_field_rules(tmp_path):
                                 "train.optimizer.schedule sets it too"),
     (["train.early_stopping={restore_best_weights: true}", "train.keep_best={monitor: loss}"],
      "give both one monitor (now val_loss and loss)"),
-    (["train.early_stopping={restore_best_weights: true}", "train.loop=custom",
-      "distribute.strategy=multi_worker_mirrored"], "leave it out under multi_worker_mirrored"),
     (["train.class_weight={0: -1}"], "train.class_weight.0 = -1: Input should be greater than 0"),
 ])
 def test_keras_callbacks_metrics_and_weights_are_checked_before_anything_runs(tmp_path, overrides,

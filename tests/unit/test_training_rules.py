@@ -194,7 +194,7 @@ def test_restored_weights_are_named_by_the_epoch_keep_best_wrote_them_at(tmp_pat
     train = TrainConfig(epochs=3, keep_best={"monitor": "loss"}, early_stopping={
         "monitor": "loss", "min_delta": 0.5, "patience": 5, "restore_best_weights": True})
     monitor, model = TrainingMonitor(epochs=3, steps_per_epoch=1), FakeModel()
-    rules = EpochRules(train, monitor, model, None, tmp_path, chief=True)
+    rules = EpochRules(train, monitor, model, None, tmp_path)
     monitor.listeners = [rules]
     for epoch, loss in enumerate([1.0, 0.8, 0.7]):
         monitor.epoch_begin(epoch)
@@ -215,7 +215,7 @@ def test_an_epoch_a_stop_cut_short_decides_nothing_and_is_never_the_best(tmp_pat
     train = TrainConfig(epochs=3, early_stopping={"monitor": "loss", "patience": 1,
                                                   "restore_best_weights": True})
     monitor, model = TrainingMonitor(epochs=3, steps_per_epoch=3, max_steps=4), FakeModel()
-    rules = EpochRules(train, monitor, model, None, tmp_path, chief=True)
+    rules = EpochRules(train, monitor, model, None, tmp_path)
     monitor.listeners = [rules]
     for epoch, loss in enumerate([1.0, 0.5]):
         monitor.epoch_begin(epoch)
