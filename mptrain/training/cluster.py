@@ -168,12 +168,10 @@ def check_same_experiment(config, strategy, tf) -> None:
     # int32: the collectives gather no 8-bit integers
     text = np.frombuffer(yaml.safe_dump(mine, sort_keys=True).encode(), np.uint8).astype(np.int32)
     lengths = _all_gather(strategy, tf, np.array([len(text)], np.int32))
-    longest = int(lengths.max())
-    padded = np.zeros(longest, np.int32)
-    padded[: len(text)] = text
-    everyone = _all_gather(strategy, tf, padded).reshape(len(lengths), longest)
-    for index, (row, length) in enumerate(zip(everyone, lengths, strict=True)):
-        theirs = yaml.safe_load(row[:length].astype(np.uint8).tobytes().decode())
+    # TensorFlow's all_gather takes lengths that differ (it pads and unpads): they split it
+    everyone = np.split(_all_gather(strategy, tf, text), np.cumsum(lengths)[:-1])
+    for index, row in enumerate(everyone):
+        theirs = yaml.safe_load(row.astype(np.uint8).tobytes().decode())
         differ = [key for key in changed_keys(mine, theirs) if not key.startswith(HOST_KEYS)]
         if differ:
             raise ConfigError(f"worker {index} runs another experiment: {', '.join(differ[:6])} "

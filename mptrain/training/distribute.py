@@ -19,6 +19,7 @@ Only the chief (worker 0) writes the run folder (`runs.folder.RunFolder.for_run`
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 from dataclasses import dataclass
 
@@ -55,9 +56,10 @@ def place_run(config, tf) -> Placement:
     strategy (`placement`); in a cluster, formed within its join timeout (a worker lost after
     it is named by a watchdog, which `cluster_formed` stands down) and with every worker on
     this experiment; and its batch split evenly where Keras' fit needs it."""
-    prepare_devices(config.distribute, tf)
+    cfg = config.distribute
+    prepare_devices(cfg, tf)
     try:
-        place = placement(config.distribute, tf)
+        place = placement(cfg.strategy, tuple(cfg.devices or ()), cfg.tpu, cfg.join_timeout_s, tf)
         if place.task is not None:
             check_same_experiment(config, place.strategy, tf)
     finally:
@@ -66,27 +68,20 @@ def place_run(config, tf) -> Placement:
     return place
 
 
-def placement(cfg, tf) -> Placement:
-    """The strategy for `distribute.strategy`, created once per process and reused: several
-    strategies in one process would hand out clashing collective-op keys."""
-    key = (cfg.strategy, tuple(cfg.devices or ()), cfg.tpu)
-    if key not in _PLACEMENTS:
-        _PLACEMENTS[key] = _new_placement(cfg, tf)
-    return _PLACEMENTS[key]
-
-
-_PLACEMENTS: dict[tuple, Placement] = {}
-
-
-def _new_placement(cfg, tf) -> Placement:
-    kind = cfg.strategy
+@functools.cache
+def placement(kind: str, devices: tuple[str, ...], tpu: str | None, join_timeout_s: float,
+              tf) -> Placement:
+    """The strategy for `distribute.strategy` (`kind`) on `distribute.devices`, created once
+    per process and reused: several strategies in one process would hand out clashing
+    collective-op keys (one that failed is not kept). The join timeout is in the key too,
+    harmlessly: a process forms one cluster."""
     if kind == "none":
         return Placement(None, 1, True, "one device (TensorFlow's default)")
     if kind == "one_device":
-        device = (cfg.devices or ["/cpu:0"])[0]
+        device = (devices or ("/cpu:0",))[0]
         return Placement(tf.distribute.OneDeviceStrategy(device), 1, True, f"one device ({device})")
     if kind == "mirrored":
-        strategy = tf.distribute.MirroredStrategy(devices=cfg.devices or None)
+        strategy = tf.distribute.MirroredStrategy(devices=list(devices) or None)
         return Placement(strategy, strategy.num_replicas_in_sync, True,
                          f"mirrored over {', '.join(strategy.extended.worker_devices)}")
     if kind == "multi_worker_mirrored":
@@ -95,7 +90,7 @@ def _new_placement(cfg, tf) -> Placement:
                               "$TF_CONFIG; set it on every worker (docs/scale-out.md), or try it "
                               "on one machine with `mptrain run --workers N` (a stopped run: "
                               "`mptrain run --resume RUN_DIR --workers N`)")
-        join(cfg.join_timeout_s)  # every worker up, before TensorFlow waits without end
+        join(join_timeout_s)  # every worker up, before TensorFlow waits without end
         strategy = tf.distribute.MultiWorkerMirroredStrategy()
         task = strategy.cluster_resolver.task_type, strategy.cluster_resolver.task_id
         cluster = strategy.cluster_resolver.cluster_spec().as_dict()
@@ -104,12 +99,12 @@ def _new_placement(cfg, tf) -> Placement:
         return Placement(strategy, strategy.num_replicas_in_sync, chief,
                          f"{strategy.num_replicas_in_sync} replicas on "
                          f"{len(cluster.get('worker', []))} workers", task)
-    resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=cfg.tpu or "")
+    resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu or "")
     tf.config.experimental_connect_to_cluster(resolver)
     tf.tpu.experimental.initialize_tpu_system(resolver)
     strategy = tf.distribute.TPUStrategy(resolver)
     return Placement(strategy, strategy.num_replicas_in_sync, True,
-                     f"TPU {cfg.tpu or '(local)'} with {strategy.num_replicas_in_sync} cores")
+                     f"TPU {tpu or '(local)'} with {strategy.num_replicas_in_sync} cores")
 
 
 def check_batch_split(config, replicas: int) -> None:

@@ -73,7 +73,8 @@ def test_hosts_given_different_experiments_both_refuse_before_step_1(tmp_path):
     with NetnsCluster(2) as cluster:
         chief = cluster.mptrain(0, "run", str(config), "--hosts", cluster.hosts_option(),
                                 "--host-index", "0", cwd=tmp_path)
-        other = cluster.mptrain(1, "run", str(config), "--set", "train.batch_size=32", "--hosts",
+        # 128 against 64: the experiments exchanged differ in length too (all_gather pads them)
+        other = cluster.mptrain(1, "run", str(config), "--set", "train.batch_size=128", "--hosts",
                                 cluster.hosts_option(), "--host-index", "1", cwd=tmp_path)
         ends = [worker.communicate(timeout=120) for worker in (chief, other)]
     for worker, (_, stderr), peer in zip((chief, other), ends, ("worker 1", "worker 0"), strict=True):
