@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 import statistics
 import time
@@ -138,6 +137,8 @@ def measure(tf, devices: list[str], dtypes: tuple[str, ...] = TIMED_DTYPES, scal
             xla_modes: tuple[bool, ...] = (False,)) -> list[KernelTiming]:
     """Time every kernel in every dtype (and XLA mode) on every device, interleaved; each
     ratio is against float32 in the same XLA mode."""
+    import numpy as np
+
     timings: list[KernelTiming] = []
     settings = [(dtype, xla) for xla in xla_modes for dtype in dtypes]
     for device in devices:
@@ -158,8 +159,8 @@ def measure(tf, devices: list[str], dtypes: tuple[str, ...] = TIMED_DTYPES, scal
                 control = medians.get(("float32", xla))
                 timings.append(KernelTiming(
                     device=device, kernel=name, dtype=dtype, xla=xla,
-                    ms_per_call=statistics.median(ms), ms_p10=percentile(ms, 10),
-                    ms_p90=percentile(ms, 90), tflops=flops / medians[dtype, xla] / 1e12,
+                    ms_per_call=statistics.median(ms), ms_p10=float(np.percentile(ms, 10)),
+                    ms_p90=float(np.percentile(ms, 90)), tflops=flops / medians[dtype, xla] / 1e12,
                     calls=len(ms), cut_short=len(ms) == 1,
                     ratio_to_float32=control / medians[dtype, xla] if control else None))
     return timings
@@ -190,13 +191,6 @@ def interleaved(calls: dict, budget_s: float) -> dict:
                 active.remove(setting)
         rounds += 1
     return samples
-
-
-def percentile(sorted_values: list[float], q: float) -> float:
-    """Linear interpolation between closest ranks (NumPy's default), without NumPy."""
-    position = (len(sorted_values) - 1) * q / 100
-    low, high = math.floor(position), math.ceil(position)
-    return sorted_values[low] + (sorted_values[high] - sorted_values[low]) * (position - low)
 
 
 def bench_devices(tf) -> list[str]:

@@ -73,9 +73,7 @@ class GpuInfo:
     def fast_bfloat16(self) -> bool:
         return self._at_least(8, 0)
 
-    @property
-    def tf32_by_default(self) -> bool:
-        return self._at_least(8, 0)
+    tf32_by_default = fast_bfloat16  # Ampere (8.0) brought both
 
     @property
     def float8(self) -> bool:

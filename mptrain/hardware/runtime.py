@@ -1,4 +1,4 @@
-"""Importing TensorFlow without flooding the terminal, and seeding everything it uses.
+"""Importing TensorFlow without flooding the terminal, and its op determinism.
 
 TensorFlow prints CUDA probes, oneDNN notices and C++ log lines to the process's stderr file
 descriptor while it loads, before Python logging exists (TF_CPP_MIN_LOG_LEVEL does not silence
@@ -96,13 +96,6 @@ def import_tensorflow(verbose: bool = False, environment: dict[str, str] | None 
     tf.get_logger().setLevel(logging.ERROR)
     logging.getLogger("absl").setLevel(logging.ERROR)
     return tf
-
-
-def seed_everything(seed: int) -> None:
-    """Python, NumPy and TensorFlow seeds: the same seed builds identical initial weights."""
-    import keras
-
-    keras.utils.set_random_seed(seed)
 
 
 def set_op_determinism(tf, on: bool) -> None:

@@ -39,8 +39,9 @@ def layer_timings(config: ExperimentConfig, candidate: Candidate, seconds: float
     import time
 
     import keras
+    import numpy as np
 
-    from mptrain.hardware.kernels import interleaved, percentile
+    from mptrain.hardware.kernels import interleaved
     from mptrain.precision.policy import DTYPES, apply_policy
     from mptrain.runs.experiment import prepare
 
@@ -68,11 +69,12 @@ def layer_timings(config: ExperimentConfig, candidate: Candidate, seconds: float
                 copy(*inputs) if len(inputs) > 1 else copy(inputs[0])
                 calls[label] = (_fwd_bwd(tf, copy, candidate.jit_compile is True), tuple(inputs))
             seconds = interleaved(calls, LAYER_BUDGET_S)
-            ms = {k: sorted(1e3 * s for s in v) for k, v in seconds.items()}
+            # each setting's 10th, 50th and 90th percentile, in ms
+            ms = {k: np.percentile([1e3 * s for s in v], (10, 50, 90)).tolist()
+                  for k, v in seconds.items()}
             timings.append(LayerTiming(
-                layer=layer.name, ms_16bit=percentile(ms["16"], 50), ms_float32=percentile(ms["32"], 50),
-                spread_16bit=(percentile(ms["16"], 10), percentile(ms["16"], 90)),
-                spread_float32=(percentile(ms["32"], 10), percentile(ms["32"], 90))))
+                layer=layer.name, ms_16bit=ms["16"][1], ms_float32=ms["32"][1],
+                spread_16bit=(ms["16"][0], ms["16"][2]), spread_float32=(ms["32"][0], ms["32"][2])))
     finally:
         apply_policy("float32")
         keras.backend.clear_session()

@@ -19,7 +19,7 @@ from mptrain.data.pipeline import Batches, hold_on_host, make_batches, training_
 from mptrain.errors import MptrainError
 from mptrain.hardware.kernels import measured_kernels
 from mptrain.hardware.machine import Machine, probe
-from mptrain.hardware.runtime import import_tensorflow, seed_everything, set_op_determinism
+from mptrain.hardware.runtime import import_tensorflow, set_op_determinism
 from mptrain.model import build_model
 from mptrain.model.checks import check_built, fit_to_data, objective_of
 from mptrain.model.outputs import OutputKind
@@ -105,7 +105,11 @@ def prepare(config: ExperimentConfig, *, policy: str | None = None, verbose: boo
     held = hold_on_host(data)  # before the meter starts: the data set is not training memory
     memory = MemoryMeter(tf, machine.memory_device).start()
 
-    seed_everything(config.seed)  # the data's order has its own seeds (stateless shuffles)
+    import keras  # imported with TensorFlow
+
+    # Python's, NumPy's and TensorFlow's seeds: the same seed builds identical initial weights
+    # (the data's order has its own seeds: stateless shuffles)
+    keras.utils.set_random_seed(config.seed)
     config, objective, built, said = _model_for(config, data, held, place, initial_weights)
     batches = make_batches(held, config, objective.batch_labels,
                            scale_pixels=built.pixel_range == "0-1", replicas=place.replicas)

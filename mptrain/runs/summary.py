@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import TypeAdapter
 
-from mptrain.hardware.kernels import percentile
 from mptrain.model.flops import ForwardProfile, Peak, cpu_peak
 from mptrain.model.size import MemoryStats
 from mptrain.record import FrozenRecord
@@ -61,6 +60,8 @@ def timed_steps(steps: list[StepRecord], warmup_steps: int) -> list[StepRecord]:
 
 
 def step_times(steps: list[StepRecord], warmup_steps: int) -> StepTimes | None:
+    import numpy as np  # here: `mptrain runs` reads summaries without it
+
     timed = timed_steps(steps, warmup_steps)
     if not timed:
         return None
@@ -68,8 +69,8 @@ def step_times(steps: list[StepRecord], warmup_steps: int) -> StepTimes | None:
     short = sum(1 for r in steps[warmup_steps:] if r.examples != timed[0].examples)
     return StepTimes(
         median_ms=statistics.median(ms),
-        p10_ms=percentile(ms, 10),
-        p90_ms=percentile(ms, 90),
+        p10_ms=float(np.percentile(ms, 10)),
+        p90_ms=float(np.percentile(ms, 90)),
         mean_ms=statistics.fmean(ms),
         timed_steps=len(ms),
         warmup_steps_excluded=len(steps) - len(ms) - short,

@@ -113,7 +113,6 @@ def test_custom_loop_differentiates_the_scaled_loss(tiny_config):
     step would be ~32768x too small."""
     import keras
 
-    from mptrain.hardware.runtime import seed_everything
     from mptrain.precision.policy import apply_policy
     from mptrain.training.custom_loop import build_compiled, make_train_step
     from mptrain.training.loss_scale import wrap_optimizer
@@ -125,7 +124,7 @@ def test_custom_loop_differentiates_the_scaled_loss(tiny_config):
     for policy in ("float32", "mixed_float16"):
         config = tiny_config(f"policy={policy}", "train.optimizer.name=sgd",
                              "train.optimizer.kwargs={learning_rate: 0.5}")
-        seed_everything(0)
+        keras.utils.set_random_seed(0)
         apply_policy(policy)
         model = model_of(config)
         optimizer = wrap_optimizer(build_optimizer(config.train.optimizer, 100),
