@@ -98,9 +98,8 @@ def metric_names(model) -> list[str]:
 class CustomLoop:
     def __init__(self, model, optimizer, class_weight, choice: PolicyChoice, strategy=None):
         """`model` compiled by `training.make_loop` (its loss, metrics and loss tracker), its
-        optimizer's state built. XLA
-        as `policy.choose_jit_compile` decided, on one replica (a TPU's strategy compiles its
-        replicas' steps itself)."""
+        optimizer's state built. XLA as `policy.choose_jit_compile` decided, on one replica
+        (a TPU's strategy compiles its replicas' steps itself)."""
         import tensorflow as tf
 
         self.model, self.strategy = model, strategy or tf.distribute.get_strategy()
