@@ -42,11 +42,13 @@ def built(model: dict, shape, policy: str):
     from mptrain.config import validate
     from mptrain.data.dataset import InputSpec
     from mptrain.model import build_model
+    from mptrain.objective import for_head
 
     keras.mixed_precision.set_global_policy(policy)
     keras.utils.set_random_seed(0)
     config = validate({"name": "bench", "policy": policy, "model": model}, "<bench>")
-    return build_model(config, InputSpec(shape, "image" if len(shape) == 3 else "vector")).model
+    spec = InputSpec(shape, "image" if len(shape) == 3 else "vector")
+    return build_model(config, spec, for_head(config.train.loss, config.model.num_classes)).model
 
 
 def main() -> str:

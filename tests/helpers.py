@@ -233,3 +233,12 @@ def compare_row(policy: str, loop: str = "fit", strategy: str = "none", **fields
 
     return Variant(**{"label": compare_label(policy, loop, strategy), "candidate": candidate(policy),
                       "loop": loop, "strategy": strategy, **fields})
+
+
+def built_for_head(config, spec):
+    """`model.build_model` for a test that has no data: the head the experiment's loss and
+    `model.num_classes` ask for (`objective.for_head`), as a run's objective would give it."""
+    from mptrain.model import build_model
+    from mptrain.objective import for_head
+
+    return build_model(config, spec, for_head(config.train.loss, config.model.num_classes))

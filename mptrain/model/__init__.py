@@ -41,11 +41,13 @@ class BuiltModel:
     compiled: dict | None = None  # what its builder compiled it with (`keras_internals.compiled_with`)
 
 
-def build_model(config: ExperimentConfig, spec: InputSpec, objective=None,
+def build_model(config: ExperimentConfig, spec: InputSpec, objective,
                 initial_weights: Path | None = None,
                 train_inputs: Callable[[], Any] | None = None) -> BuiltModel:
     """The experiment's model under the current global policy, with float32 outputs, its head
-    what `objective` asks (a python builder is given its `num_classes`); `initial_weights`
+    what `objective` asks (a python builder is given its `num_classes`; None only for a
+    builder whose own compile decides it, and without data `objective.for_head` says what a
+    head of `model.num_classes` serves); `initial_weights`
     (from `save_initial_weights`) makes several builds start from the same weights;
     `train_inputs()`: the training split's inputs, for a `python` builder that declares
     them. A model its builder compiled keeps what it was compiled with (`BuiltModel.compiled`)."""
@@ -60,10 +62,6 @@ def build_model(config: ExperimentConfig, spec: InputSpec, objective=None,
     # reset the global dtype policy and every traced graph.)
     reset_name_counters()
     check_inputs(config, spec)
-    if objective is None and config.model.kind != "python":  # built without its data
-        from mptrain.objective import for_head
-
-        objective = for_head(config.train.loss, config.model.num_classes)
     build = BUILDERS[config.model.kind]
     # only a user's builder may read the training data (to adapt its preprocessing layers)
     model, notes = (build(config, spec, objective, train_inputs) if config.model.kind == "python"

@@ -82,8 +82,8 @@ def prepare(config: ExperimentConfig, *, policy: str | None = None, verbose: boo
     requested = policy or config.policy
     plan, environment = start_environment(config, requested)
     tf = import_tensorflow(verbose, environment=environment)
-    place = place_run(config, tf)
     set_op_determinism(tf, config.deterministic)
+    place = place_run(config, tf)
     machine = probe(tf, check_xla=False)
     notes = []
     if plan is not None:

@@ -184,14 +184,17 @@ class RunFolder(TrainingListener):
                                                 for k, v in r["metrics"].items()}})
                 for r in read_jsonl(self.path / "metrics.jsonl", said)]
 
-    def truncate_records(self, steps: int, epochs: int) -> None:
-        """Keep the first `steps` step records and `epochs` epoch records: what a resume
-        restarts from (later ones are redone)."""
-        for name, keep in (("steps.jsonl", steps), ("metrics.jsonl", epochs)):
+    def records_until(self, steps: int, epochs: int,
+                      said: list[str]) -> tuple[list[StepRecord], list[EpochRecord]]:
+        """The records a resume keeps, the first `steps` step records and `epochs` epoch
+        records (later ones are redone), and the files cut to them; `said` is told of a torn
+        last line left out."""
+        kept = self.read_steps(said)[:steps], self.read_epochs(said)[:epochs]
+        for name, records in (("steps.jsonl", kept[0]), ("metrics.jsonl", kept[1])):
             path = self.path / name
             if path.exists():
-                lines = path.read_text().splitlines(keepends=True)[:keep]
-                write_atomic(path, "".join(lines))
+                write_atomic(path, "".join(path.read_text().splitlines(keepends=True)[: len(records)]))
+        return kept
 
     # TrainingListener: epoch records are appended as they happen (`tail -f metrics.jsonl`).
     def step_finished(self, record: StepRecord, step_in_epoch: int) -> None:

@@ -55,8 +55,7 @@ def launch(experiment: str | ExperimentConfig | None, options: RunOptions = RunO
     count = local_worker_count(chosen.distribute.workers, options.workers, options.supervised,
                                "TF_CONFIG" in os.environ)
     if count is not None:
-        check_builder_travels(chosen, "run --workers")
-        with relayable(experiment) as (config, sets):
+        with relayable(experiment, chosen) as (config, sets):
             # the run's folder, known before any worker starts: `resume`, or one reserved now
             run_dir = resume if resume is not None else unique_folder(chosen.output.dir, chosen.name)
             local = LocalRun(count, run_dir, resume is not None, config, [*sets, *overrides],
@@ -87,12 +86,14 @@ def launch(experiment: str | ExperimentConfig | None, options: RunOptions = RunO
 
 
 @contextmanager
-def relayable(experiment: str | ExperimentConfig | None):
+def relayable(experiment: str | ExperimentConfig | None, chosen: ExperimentConfig):
     """The experiment as local workers are given it, with the --set options that go first:
     its file or name, as the user gave it; one given as an object (from Python), as its own
     file and what differs from it (so `policy: auto` follows the plan beside that file, and
     a worker's error names it), or else (a mapping has no file) written to a file for as
-    long as they run."""
+    long as they run. What they would train (`chosen`) with a builder passed as a Python
+    object cannot go to another process: refused before any starts."""
+    check_builder_travels(chosen, "run --workers")
     if not isinstance(experiment, ExperimentConfig):
         yield experiment, []
         return

@@ -35,13 +35,13 @@ def check_experiment(config: ExperimentConfig, thorough: bool = False) -> list[s
         notes = source.check_files(config.data)  # what cannot be known before `run` (a download)
         examples, labels = (source.training_examples(config.data) if thorough or source.counts_cheaply
                             else (None, None))
+        check_model(config)
+        check_fits(config, source.input_spec(config.data), examples)
         # the labels against the objective, when they were read and the loss is known (a
         # builder that compiles its model names its loss only when it runs)
         if labels is not None and (config.train.loss is not None or config.model.kind != "python"):
             objective_for(config.train.loss, labels,
                           scale_targets=config.train.target_scaling == "standard")
-        check_model(config)
-        check_fits(config, source.input_spec(config.data), examples)
     except MptrainError as exc:
         raise type(exc)(f"{config.source}: {exc}") from exc.__cause__
     return notes

@@ -142,9 +142,7 @@ class TrainingSession:
             if self.start is None:
                 raise MptrainError(f"{folder.path}: no checkpoint to resume from (the run stopped "
                                    "before its first one); start it again instead")
-            history = (folder.read_steps(self.notes)[: self.start.global_step],
-                       folder.read_epochs(self.notes)[: self.start.epoch])
-            folder.truncate_records(len(history[0]), len(history[1]))
+            history = folder.records_until(self.start.global_step, self.start.epoch, self.notes)
             self.notes.append(f"resumed at epoch {self.start.epoch + 1}, step {self.start.step + 1} "
                               f"(after {self.start.global_step} steps)")
             self.notes += [f"checkpoint passed over: {why}" for why in self.checkpointer.passed_over]

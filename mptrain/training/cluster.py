@@ -140,7 +140,9 @@ def form_cluster(hosts: Hosts | None, config, local: bool, verbose: bool = False
     from mptrain.precision.planned import start_environment
 
     port_base = config.distribute.port_base
-    found = slurm_hosts(import_tensorflow(verbose, environment=start_environment(config)[1]), port_base)
+    environment = start_environment(config)[1]  # what TensorFlow must read as it starts
+    tf = import_tensorflow(verbose, environment=environment)
+    found = slurm_hosts(tf, port_base)
     source = f"Slurm (SLURM_PROCID {rank})"
     check_own_address(found, source)
     os.environ["TF_CONFIG"] = found.tf_config()

@@ -168,11 +168,11 @@ def test_lint_warns_of_a_16bit_softmax_output_that_mptrain_casts_after(tmp_path)
 
 def test_float32_layers_keeps_that_layer_float32_and_the_rest_16bit(tiny_config):
     from mptrain.data.dataset import InputSpec
-    from mptrain.model import build_model
     from mptrain.precision.policy import apply_policy
+    from tests.helpers import built_for_head
 
     apply_policy("mixed_bfloat16")
-    built = build_model(tiny_config("model.float32_layers=[dense_2]",
+    built = built_for_head(tiny_config("model.float32_layers=[dense_2]",
                                     "model.layer_policies={'dense_1': mixed_float16}"),
                         InputSpec((16,), "vector"))
     model = built.model
@@ -184,7 +184,7 @@ def test_float32_layers_keeps_that_layer_float32_and_the_rest_16bit(tiny_config)
     from mptrain.errors import ConfigError
 
     with pytest.raises(ConfigError, match="'dens_9' matches no layer"):
-        build_model(tiny_config("model.float32_layers=[dens_9]"), InputSpec((16,), "vector"))
+        built_for_head(tiny_config("model.float32_layers=[dens_9]"), InputSpec((16,), "vector"))
 
 
 def test_diagnose_finds_underflow_that_loss_scaling_fixes(tmp_path):

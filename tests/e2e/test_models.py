@@ -37,9 +37,9 @@ def test_transformer_mixed_float16_stays_finite_where_naive_float16_overflows(ti
     import tensorflow as tf
 
     from mptrain.data.dataset import InputSpec
-    from mptrain.model import build_model
     from mptrain.precision.policy import apply_policy
     from mptrain.runs.runner import run_experiment
+    from tests.helpers import built_for_head
 
     rng = np.random.default_rng(0)
     x = rng.normal(0, 400, (192, 16, 16, 1)).astype(np.float32)
@@ -53,7 +53,7 @@ def test_transformer_mixed_float16_stays_finite_where_naive_float16_overflows(ti
                          "train.loop=custom", "train.optimizer.kwargs={learning_rate: 1e-3}",
                          "train.jit_compile=false")  # XLA compiles add 25 s here
     apply_policy("mixed_float16")
-    model = build_model(config, InputSpec((16, 16, 1), "image")).model
+    model = built_for_head(config, InputSpec((16, 16, 1), "image")).model
     # the softmax of dropout attention (Keras' explicit path) is float32; its projections are not
     attention = model.get_layer("block_1_attention")
     assert attention._softmax.compute_dtype == "float32"
@@ -245,12 +245,12 @@ def test_fine_tuning_recipe_freezes_then_unfreezes(tiny_config, tmp_path):
     """Stage 1 trains the head of a frozen application; stage 2 reloads it as `saved` with
     `unfreeze: true` and every weight trains (the README's fine-tuning recipe)."""
     from mptrain.data.dataset import InputSpec
-    from mptrain.model import build_model
     from mptrain.precision.policy import apply_policy
+    from tests.helpers import built_for_head
 
     spec = InputSpec((32, 32, 3), "image")
     apply_policy("mixed_bfloat16")
-    frozen = build_model(tiny_config("model.kind=application", "model.name=MobileNet",
+    frozen = built_for_head(tiny_config("model.kind=application", "model.name=MobileNet",
                                      "model.kwargs={alpha: 0.25}", "model.trainable_backbone=false",
                                      "data.input_shape=[32, 32, 3]"), spec)
     assert any("frozen" in note for note in frozen.notes)
@@ -261,7 +261,7 @@ def test_fine_tuning_recipe_freezes_then_unfreezes(tiny_config, tmp_path):
     for unfreeze in ("false", "true"):
         config = tiny_config("model.kind=saved", f"model.path={tmp_path / 'stage1.keras'}",
                              f"model.unfreeze={unfreeze}", "data.input_shape=[32, 32, 3]")
-        trainable[unfreeze] = len(build_model(config, spec).model.trainable_weights)
+        trainable[unfreeze] = len(built_for_head(config, spec).model.trainable_weights)
     assert trainable["false"] == head_only  # the saved model stays as it was saved
     # all but BatchNorm's moving statistics: every kernel, BN scale and offset
     assert trainable["true"] == len([w for w in frozen.model.weights if "moving" not in w.path])

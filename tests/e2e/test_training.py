@@ -143,9 +143,9 @@ def test_custom_loop_differentiates_the_scaled_loss(tiny_config):
 
 def model_of(config):
     from mptrain.data.dataset import InputSpec
-    from mptrain.model import build_model
+    from tests.helpers import built_for_head
 
-    return build_model(config, InputSpec((16,), "vector")).model
+    return built_for_head(config, InputSpec((16,), "vector")).model
 
 
 @pytest.mark.parametrize("xla_update", [False, True])
@@ -320,14 +320,13 @@ def test_training_flops_of_the_guide_mlp_match_a_hand_count():
 
     from mptrain.config import validate
     from mptrain.data.dataset import InputSpec
-    from mptrain.model import build_model
     from mptrain.model.flops import forward_profile
     from mptrain.precision.policy import apply_policy
-    from tests.helpers import tiny_raw
+    from tests.helpers import built_for_head, tiny_raw
 
     apply_policy("mixed_bfloat16")  # the count does not depend on the dtype
     config = validate(tiny_raw("model.hidden_units=[4096, 4096]", "model.num_classes=10"), "<test>")
-    model = build_model(config, InputSpec((784,), "vector")).model
+    model = built_for_head(config, InputSpec((784,), "vector")).model
     multiply_adds = 784 * 4096 + 4096 * 4096 + 4096 * 10
     assert forward_profile(model).training_flops == 3 * 2 * multiply_adds
     conv = keras.Sequential([keras.Input((8, 8, 3)), keras.layers.Conv2D(4, 3, padding="same")])

@@ -5,19 +5,19 @@ import pytest
 
 from mptrain.config import validate
 from mptrain.data.dataset import InputSpec
-from mptrain.model import build_model, output_dtype
+from mptrain.model import output_dtype
 from mptrain.precision.policy import (
     DTYPES,
     apply_policy,
 )
-from tests.helpers import tiny_raw
+from tests.helpers import built_for_head, tiny_raw
 
 POLICIES = list(DTYPES)
 
 
 def model_of(*overrides, shape=(5,)):
     config = validate(tiny_raw(*overrides), "<test>")
-    return build_model(config, InputSpec(shape, "image" if len(shape) == 3 else "vector")).model
+    return built_for_head(config, InputSpec(shape, "image" if len(shape) == 3 else "vector")).model
 
 
 @pytest.mark.parametrize("policy", POLICIES)
@@ -66,7 +66,7 @@ def test_an_application_sees_its_own_preprocessing(tmp_path):
     apply_policy("float32")
     config = validate(tiny_raw("data.input_shape=[32, 32, 3]", "model.kind=application",
                                "model.name=MobileNet", "model.kwargs={alpha: 0.25}"), "<test>")
-    model = build_model(config, InputSpec((32, 32, 3), "image")).model
+    model = built_for_head(config, InputSpec((32, 32, 3), "image")).model
     backbone = next(layer for layer in model.layers if isinstance(layer, keras.Model))
     (node,) = [node for nodes in model._nodes_by_depth.values() for node in nodes
                if node.operation is backbone]
