@@ -37,11 +37,11 @@ def build_optimizer(cfg: OptimizerConfig, total_steps: int):
 
 
 def value_of(variable) -> float:
-    """A scalar variable's value (a learning rate, a loss scale) as a float, wherever it lives
-    (a tf.distribute strategy's mirrored variables do not convert with float())."""
-    import keras
-
-    return float(keras.ops.convert_to_numpy(variable))
+    """A scalar variable's value (a learning rate, a loss scale) as a float, wherever it lives:
+    read with `.numpy()`, since float() does not take a tf.distribute strategy's mirrored
+    variable and NumPy's conversion of a Keras variable warns under NumPy 2 (its `__array__`
+    takes no `copy`), at every step it is read."""
+    return float(variable.numpy() if hasattr(variable, "numpy") else variable)
 
 
 def learning_rate_at(optimizer, cfg: OptimizerConfig, total_steps: int):
