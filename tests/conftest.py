@@ -8,13 +8,12 @@ from pathlib import Path
 import pytest
 
 from mptrain.config import validate
-from mptrain.hardware.runtime import ALLOCATOR
+from mptrain.hardware.runtime import ALLOCATOR, QUIET_LOGS
 from tests.helpers import tiny_raw
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # what mptrain's own processes set before TensorFlow starts: this process imports TensorFlow
-# (test modules do) before any mptrain call could
-for _name, _value in ALLOCATOR.items():
+# (test modules do) before any mptrain call could, and the processes it starts inherit it
+for _name, _value in {**QUIET_LOGS, **ALLOCATOR}.items():
     os.environ.setdefault(_name, _value)
 # Rich reads COLUMNS when a console is made: the shared stderr console must read it at each
 # print, so that `mptrain(..., env_extra={"COLUMNS": ...})` in this process is obeyed.

@@ -46,6 +46,14 @@ def _without(modules: tuple[str, ...]):
 ALLOCATOR = {"TF_CPU_ALLOCATOR_USE_BFC": "true"}
 
 
+# TensorFlow's C++ log, errors included: oneDNN logs "E... oneDNN supports DT_HALF only on
+# platforms with AVX-512" at a float16 run's first op on CPUs with AVX-512 but not its FP16
+# part (an AMD EPYC Zen 4), an alarm about nothing mptrain runs (float16 there runs XLA's or
+# Eigen's kernels, as the summary says), and aborted collectives log errors when mptrain has
+# said which worker was lost. A failing op still raises in Python; --verbose shows every line.
+QUIET_LOGS = {"TF_CPP_MIN_LOG_LEVEL": "3"}
+
+
 def import_tensorflow(verbose: bool = False, environment: dict[str, str] | None = None):
     """Return the `tensorflow` module, imported quietly unless `verbose`, with `environment`
     set first (variables TensorFlow reads once, when it starts)."""
@@ -72,7 +80,8 @@ def import_tensorflow(verbose: bool = False, environment: dict[str, str] | None 
             import tensorflow as tf
 
         return tf
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    for name, value in QUIET_LOGS.items():
+        os.environ.setdefault(name, value)
     warnings.filterwarnings("ignore", module=r"(tensorflow|keras|google|absl)(\.|$)")
     sys.stderr.flush()
     saved = os.dup(2)

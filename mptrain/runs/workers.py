@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mptrain.errors import WorkerLost
+from mptrain.hardware.runtime import QUIET_LOGS
 from mptrain.runs.child import ChildSpec, read_summary
 from mptrain.runs.folder import RunFolder, last_checkpoint
 from mptrain.runs.runner import RunResult
@@ -220,7 +221,7 @@ def run_workers(spec: ChildSpec, count: int, signals: ForwardSignals,
     quiet. TensorFlow's C++ error lines about aborted collectives are hidden unless
     `verbose`: the loss is said once, in mptrain's own line."""
     addresses = tuple(f"127.0.0.1:{port}" for port in free_ports(count))
-    quiet_tf = {} if verbose else {"TF_CPP_MIN_LOG_LEVEL": "3"}
+    quiet_tf = {} if verbose else QUIET_LOGS
     others = spec.model_copy(update={"summary_file": None})
     workers = [start(spec if i == 0 else others,
                      {"TF_CONFIG": Hosts(addresses, i).tf_config(), **quiet_tf}, quiet=i > 0)
