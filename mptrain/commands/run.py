@@ -29,7 +29,8 @@ def run_command(
     workers: Annotated[int | None, typer.Option(
         min=2, metavar="N", show_default=False,
         help="Try multi-worker training on this machine: N worker processes on 127.0.0.1 "
-             "(distribute.strategy multi_worker_mirrored); the chief prints the summary. "
+             "(distribute.strategy multi_worker_mirrored, which needs train.loop custom: "
+             "--set train.loop=custom); the chief prints the summary. "
              "With --resume: continue that run on N workers.")] = None,
     hosts: Annotated[str | None, typer.Option(
         metavar="HOST:PORT,...", show_default=False,

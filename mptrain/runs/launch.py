@@ -50,6 +50,10 @@ def launch(experiment: str | ExperimentConfig | None, options: RunOptions = RunO
                           "starts N on this machine: give one of them")
     resume, overrides = options.start.resume, list(options.overrides)
     if options.workers is not None:  # in the run's config.yaml: `--resume RUN_DIR` alone starts as many
+        if resume is None and experiment_to_run(experiment, overrides, None).train.loop == "fit":
+            raise ConfigError(f"--workers {options.workers}: local workers train under "
+                              "multi_worker_mirrored, where Keras 3's Model.fit does not run "
+                              "(keras-team/keras#20585): add --set train.loop=custom")
         overrides += ["distribute.strategy=multi_worker_mirrored", f"distribute.workers={options.workers}"]
     chosen = experiment_to_run(experiment, overrides, resume)
     count = local_worker_count(chosen.distribute.workers, options.workers, options.supervised,

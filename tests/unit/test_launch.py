@@ -97,6 +97,11 @@ def test_workers_n_trains_on_local_workers_which_are_told_what_it_means(experime
     assert run.overrides == ["train.loop=custom", "distribute.strategy=multi_worker_mirrored",
                              "distribute.workers=2"]
     assert run.run_dir.parent == experiment.parent / "runs" and run.run_dir.is_dir()
+    trained.clear()  # the built-ins' loop is fit: the option says what to add, not the schema
+    with pytest.raises(ConfigError, match="^--workers 2: .*Model.fit does not run .*: add --set "
+                                          "train.loop=custom$"):
+        launch(str(experiment), RunOptions(workers=2))
+    assert trained == {}
 
 
 def test_a_supervised_worker_trains_here_and_max_restarts_needs_workers(experiment, trained):
