@@ -138,7 +138,7 @@ def judge(row: Variant, base: Variant | None, steps: Steps | None = None,
         quality=quality, memory_ratio=memory,
         refused=refused, input_bound=input_bound(s.step_time.median_ms if s.step_time else None,
                                                  rules.input_ms),
-        stopped_early=s.stop_reason if s.stopped_by in ("max_steps", "signal") else None)
+        stopped_early=s.stop_reason if s.stopped_by in ("budget", "signal") else None)
 
 
 def judge_rows(rows: list[Variant], steps: dict[str, list], rules: Rules,

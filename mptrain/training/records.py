@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 # What can stop a run before its configured end.
-StopKind = Literal["max_steps", "max_step_seconds", "signal", "divergence", "early_stopping"]
+StopKind = Literal["max_steps", "max_step_seconds", "budget", "signal", "divergence", "early_stopping"]
 # How a run's training ended.
 Status = Literal["finished", "interrupted", "diverged"]
 

@@ -87,7 +87,7 @@ class TakeTurns(TrainingListener):
             self.report = None
         if command.startswith("too slow "):  # it cannot win: stopped as by max_step_seconds
             self.monitor.request_stop(command.removeprefix("too slow "), "max_step_seconds")
-        elif command.startswith("cut "):  # out of the plan's budget: stopped as by a step limit
-            self.monitor.request_stop(command.removeprefix("cut "), "max_steps")
+        elif command.startswith("cut "):  # out of the plan's budget: stopped before its planned end
+            self.monitor.request_stop(command.removeprefix("cut "), "budget")
         elif command != "go":  # "stop", or the engine is gone (end of input): stop like a Ctrl-C
             signal.raise_signal(signal.SIGTERM if not command else signal.SIGINT)

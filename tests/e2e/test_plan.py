@@ -219,6 +219,7 @@ def test_the_budget_holds_trials_stop_at_it_and_are_judged_on_what_they_measured
                                                                    "mixed_bfloat16"}
     cut = [t for t in record["trials"] if t["summary"] and t["summary"]["steps_run"] < 20000]
     assert cut and all(t["summary"]["stop_reason"].startswith("cut by the budget") for t in cut)
+    assert all(t["summary"]["stopped_by"] == "budget" for t in cut)  # said "(stopped early)"
     assert {t["label"] for t in cut} <= set(record["trials"][i]["label"] for i in range(3))
     assert all(t["rounds"] for t in cut)  # judged on the rounds they ran
     assert took < 15 + 60, took  # the budget, and the staging, starts and last round after it

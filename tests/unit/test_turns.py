@@ -54,7 +54,7 @@ def test_cut_by_the_budget_stops_it_as_a_step_limit_would(monkeypatch):
     turns, reports, monitor = take_turns(monkeypatch, "go\ncut after 3 rounds\n", total=20, every=5)
     for step in range(1, 7):
         turns.step_finished(StepRecord(step, 1, 1.0, 0.01, 8), step)
-    assert monitor.stops == [("after 3 rounds", "max_steps")]
+    assert monitor.stops == [("after 3 rounds", "budget")]
 
 
 def test_turns_cut_a_run_into_about_ten_rounds_of_at_least_five_steps():

@@ -12,6 +12,7 @@ from mptrain.measure.compare import CompareRecord, judge_compare
 from mptrain.measure.variant import QualityDelta, Verdict
 from mptrain.measure.verdicts import (
     accuracy_noise_pt,
+    judge,
     quality_against,
     quality_figure,
     speed,
@@ -299,3 +300,16 @@ def test_compare_names_the_rows_that_run_xla_and_adds_float32_with_xla_as_their_
     assert fp16.control == "float32-xla-fit" and fp16.against_control.ratio == pytest.approx(139 / 160)
     assert "precision alone 0.87x vs float32-xla-fit (slower)" in fp16.words()
     assert record.variants[2].verdict.control is None  # the control itself is XLA's own effect
+
+
+def test_only_a_run_cut_before_its_planned_end_is_said_stopped_early():
+    """A trial's own step limit is its planned end; the plan's budget or a signal cut it
+    short (every plan trial and every `compare --steps` row read "(stopped early)")."""
+    base = measured("float32", summary=make_summary())
+
+    def words(stopped_by, reason):
+        row = measured("b", summary=make_summary(stopped_by=stopped_by, stop_reason=reason))
+        return judge(row, base).words()
+
+    assert "stopped early" not in words("max_steps", "stopped after 50 steps (step limit 50)")
+    assert words("budget", "cut by the budget after 3 rounds").endswith("(stopped early)")
