@@ -152,33 +152,36 @@ def _alignment(profile: ForwardProfile, config, units: str) -> list[Finding]:
             # units are the classes, whoever wrote the model)
             fixed = ((index == 0 and what in ("input features", "input channels"))
                      or (index == len(sized) - 1 and what == "units"))
-            message = _misaligned(size, units)
-            if message is None:
+            misaligned = _misaligned(size, units)
+            if misaligned is None:
                 continue
+            message, nearest = misaligned
             negligible = share < NEGLIGIBLE_SHARE and what != "vocabulary"
             severity = "info" if fixed or negligible else "warning"
-            if fixed:
+            if fixed:  # no size to suggest: it is not the model's to choose
                 fix = "set by the data or the number of classes; padding them seldom pays"
             elif negligible:
-                fix = f"only {share:.1%} of the FLOPs: aligning it would not change the step time"
+                fix = (f"use {nearest}; only {share:.1%} of the FLOPs: aligning it would not change "
+                       "the step time")
             else:
-                fix = _yaml_hint(layer.name, what, config)
+                fix = f"use {nearest}; {_yaml_hint(layer.name, what, config)}"
             findings.append(_finding("alignment", severity, layer.name,
-                                    f"{layer.name}: {what} {size} {message}; {fix}", share))
+                                    f"{layer.name}: {what} {size} {message}: {fix}", share))
     batch = config.train.batch_size
-    message = _misaligned(batch, units)
-    if message is not None:
+    if (misaligned := _misaligned(batch, units)) is not None:
+        message, nearest = misaligned
         findings.append(_finding("alignment", "warning", None,
-                                f"batch size {batch} {message}; set train.batch_size", None))
+                                f"batch size {batch} {message}: use {nearest}; set train.batch_size",
+                                None))
     return findings
 
 
-def _misaligned(size: int, units: str) -> str | None:
-    """'is not a multiple of 8 (Tensor Cores): use 72' or None when aligned. The multiple
-    said is the closest (halfway: the larger one, more capacity rather than less)."""
+def _misaligned(size: int, units: str) -> tuple[str, int] | None:
+    """('is not a multiple of 8 (Tensor Cores)', the closest multiple: halfway, the larger
+    one, more capacity rather than less), or None when aligned."""
     multiple = TPU_MULTIPLE if units == "TPU" else TENSOR_CORE_MULTIPLE
     nearest = max(multiple, int(size / multiple + 0.5) * multiple)
-    return None if size % multiple == 0 else f"is not a multiple of {multiple} ({units}): use {nearest}"
+    return None if size % multiple == 0 else (f"is not a multiple of {multiple} ({units})", nearest)
 
 
 def _yaml_hint(layer: str, what: str, config) -> str:

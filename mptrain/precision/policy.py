@@ -243,12 +243,12 @@ def cpu_float16(machine: Machine, kernels: KernelSpeeds | None) -> tuple[bool, s
             return True, (f"float16's {worst.kernel} kernel without XLA measured "
                           f"{times(worst.ratio_to_float32)} float32 on this CPU (oneDNN's reference "
                           f"kernel): XLA avoids it{after}")
-        return False, (f"{kernels.describe('float16', '/CPU:0')} without XLA: none collapsed, "
-                       f"so TensorFlow's default, no XLA{with_xla_said('float16', kernels)}")
+        return False, (f"{kernels.describe('float16', '/CPU:0')} without XLA, and none collapsed: "
+                       f"no XLA, TensorFlow's default{with_xla_said('float16', kernels)}")
     if machine.onednn:
         return True, f"oneDNN is on: {CPU_FLOAT16}; XLA avoids that kernel"
-    return False, ("oneDNN is off (not measured): TensorFlow's own float16 kernels do not collapse, "
-                   "so TensorFlow's default, no XLA")
+    return False, ("oneDNN is off (not measured): TensorFlow's own float16 kernels do not collapse: "
+                   "no XLA, TensorFlow's default")
 
 
 def with_xla_said(dtype: str, kernels: KernelSpeeds | None) -> str:

@@ -35,6 +35,8 @@ def test_lint_finds_misaligned_dimensions_sorted_by_flops(tmp_path):
     # the classes are the task's: a note, not a warning
     notes = [f["message"] for f in report["findings"] if f["severity"] == "info"]
     assert any(m.startswith("logits: units 4") for m in notes)
+    # and no size is suggested for them ('use 8' would drop or invent classes)
+    assert not any(m.startswith("logits: units") and "use " in m for m in notes)
 
 
 def test_lint_passes_an_aligned_model(tmp_path):
