@@ -356,7 +356,11 @@ def _describe(err: dict[str, Any], set_keys: dict[tuple[str, ...], str]) -> str:
         where = f"{key}: " if loc else ""
         return f"  {origin}{where}{err['msg'].removeprefix('Value error, ')}"
     shown = repr(value) if not isinstance(value, dict) else "{…}"
-    if kind == "literal_error":  # a name from a fixed list: say the list, and the nearest
+    if kind == "union_tag_invalid":  # a kind (model.kind, data.dataset) that names no member
+        ctx = err["ctx"]
+        key, value, shown = key + "." + ctx["discriminator"].strip("'"), ctx["tag"], repr(ctx["tag"])
+        err = {**err, "type": "literal_error", "ctx": {"expected": ctx["expected_tags"]}}
+    if err["type"] == "literal_error":  # a name from a fixed list: say the list, and the nearest
         choices = re.findall(r"'([^']*)'", str(err.get("ctx", {}).get("expected", "")))
         hint = did_you_mean(str(value), choices) if isinstance(value, str) else ""
         return f"  {origin}{key} = {shown}: not one of {', '.join(choices)}{hint}"

@@ -81,6 +81,10 @@ def test_bad_choice_lists_allowed_values(tmp_path):
     assert "Input should be" not in message  # mptrain's wording, as for unknown keys
     near = error_of(tmp_path, {**TINY, "policy": "mixed_bfloat"})
     assert "not one of float32, mixed_float16" in near and "(did you mean mixed_bfloat16?)" in near
+    # a kind names the schema of its section: its key and the kinds, as for any fixed list
+    kind = error_of(tmp_path, {**TINY, "model": {"kind": "mpl"}})
+    assert "model.kind = 'mpl': not one of mlp, cnn, application" in kind
+    assert "(did you mean mlp?)" in kind and "Input tag" not in kind
 
 
 def test_model_kind_switch_validates_the_right_schema(tmp_path):
