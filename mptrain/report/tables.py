@@ -245,13 +245,14 @@ def _compare_footnotes(record: CompareRecord) -> list[str]:
              f"rounds of {base}'s median step / this one's in the same round, a verdict says "
              "faster or slower only when its 95% interval (from the rounds' ratios) is on one side "
              "of 1" if record.turn_steps else
-             f"speed-up: {base}'s median / this median; a verdict says faster or slower only when "
-             "the 95% interval of the speed-up (from each median, its spread and its timed steps) "
-             "is on one side of 1")
+             f"[yellow]not measured in turns[/] (runs made apart: a speed-up can be the machine's "
+             f"drift between their times; `mptrain compare` measures in turns); speed-up: {base}'s "
+             "median / this median; a verdict says faster or slower only when the 95% interval of "
+             "the speed-up (from each median, its spread and its timed steps) is on one side of 1")
     notes.append(f"ms/step: median over timed steps (warm-up and short batches left out); {turns} "
                  f"(with fewer than {MIN_ROUNDS} rounds, no speed-up: the verdict says how many "
-                 "steps give enough); loss behind float32's: its training loss fell short of "
-                 f"float32's progress by more than {DEFAULT_TOLERANCE_PCT:g}% "
+                 f"steps give enough); loss behind {base}'s: its training loss fell short of "
+                 f"{base}'s progress by more than {DEFAULT_TOLERANCE_PCT:g}% "
                  "(docs/choosing-a-precision.md); higher or "
                  "lower accuracy only beyond what the test set's size can resolve (a 95% Wilson "
                  "interval); another figure (MAE, AUC, IoU) better or worse beyond 1% of the "

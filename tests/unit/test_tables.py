@@ -94,6 +94,10 @@ def test_compare_tables_keep_numbers_names_and_verdicts_whole():
     whole(text, "12345.6", "321.9", "38.35x", "0.7912 (-12.11)", "32768/1234", "12098.7–12592.5",
           "1.1 GiB 1.00x", "verdict",
           *(word for row in record.variants for word in row.verdict.words().split()))
+    # runs made apart (no turns): their speed-ups can be the machine's drift, and it is said
+    whole(text, "not", "measured", "in", "turns", "drift")
+    turns = rendered(compare_tables(record.model_copy(update={"turn_steps": 50})))
+    assert "not measured in turns" not in " ".join(turns.split())
 
 
 def test_plan_tables_keep_candidates_layers_and_numbers_whole():
