@@ -35,7 +35,7 @@ from mptrain.training.epoch_rules import EpochRules
 from mptrain.training.guard import DivergenceGuard
 from mptrain.training.loss_scale import scale_variable
 from mptrain.training.monitor import TrainingMonitor
-from mptrain.training.optimizer import learning_rate_at, value_of
+from mptrain.training.optimizer import scheduled_rate, value_of
 from mptrain.training.records import EpochRecord, Status, StepRecord, TrainingListener, run_status
 from mptrain.training.tensorboard import TensorBoardWriter
 from mptrain.training.turns import TakeTurns, TurnLink, planned_steps
@@ -131,8 +131,12 @@ class TrainingSession:
                                             prepared.batches)
         self.prepared, self.folder = prepared, folder
         total_steps = train.epochs * batches.steps_per_epoch
+
+        def current_rate() -> float:
+            return value_of(optimizer.learning_rate)
+
         self.tensorboard = TensorBoardWriter(folder.path / "tensorboard",
-                                             learning_rate_at(optimizer, train.optimizer, total_steps))
+                                             scheduled_rate(train.optimizer, total_steps), current_rate)
         self.checkpointer = Checkpointer(folder.path / "checkpoints", model, optimizer, train.checkpoint,
                                          batches.steps_per_epoch, on_save=folder.flush_steps)
         # where a resumed run continues, recoveries from divergence: the summary's notes
@@ -152,7 +156,7 @@ class TrainingSession:
             steps_per_epoch=batches.steps_per_epoch,
             max_steps=train.max_steps,
             max_step_seconds=train.max_step_seconds,
-            learning_rate=lambda: value_of(optimizer.learning_rate),
+            learning_rate=current_rate,
             initial_loss_scale=None if scale is None else value_of(scale),
             history=history,
         )

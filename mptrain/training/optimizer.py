@@ -17,6 +17,8 @@ step stays on oneDNN, which keeps AMX for bfloat16.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from mptrain.config.optimizers import OPTIMIZERS
 from mptrain.config.schema import OptimizerConfig
 from mptrain.errors import ConfigError
@@ -44,12 +46,12 @@ def value_of(variable) -> float:
     return float(variable.numpy() if hasattr(variable, "numpy") else variable)
 
 
-def learning_rate_at(optimizer, cfg: OptimizerConfig, total_steps: int):
-    """step → the learning rate at that step (for telemetry), without touching the optimizer:
-    its schedule's, or without one the optimizer's rate when asked (reduce_lr_on_plateau
-    lowers it between epochs; a resume restores it from its checkpoint)."""
+def scheduled_rate(cfg: OptimizerConfig, total_steps: int) -> Callable[[int], float] | None:
+    """step → the learning rate its schedule gives that step (for telemetry), without touching
+    the optimizer; None without a schedule: the optimizer's own rate then changes only between
+    epochs (reduce_lr_on_plateau, a resume's checkpoint), and each epoch's record carries it."""
     if cfg.schedule is None:
-        return lambda step: value_of(optimizer.learning_rate)
+        return None
     rate = learning_rate_schedule(cfg.schedule, total_steps)
     return (lambda step: float(rate(step))) if callable(rate) else (lambda step: rate)
 
