@@ -48,14 +48,12 @@ def launch(experiment: str | ExperimentConfig | None, options: RunOptions = RunO
     if options.hosts is not None and options.workers is not None:
         raise ConfigError("--hosts starts this host's one worker of a cluster; --workers N "
                           "starts N on this machine: give one of them")
-    resume, overrides = options.start.resume, list(options.overrides)
-    if options.workers is not None:  # in the run's config.yaml: `--resume RUN_DIR` alone starts as many
-        if resume is None and experiment_to_run(experiment, overrides, None).train.loop == "fit":
-            raise ConfigError(f"--workers {options.workers}: local workers train under "
-                              "multi_worker_mirrored, where Keras 3's Model.fit does not run "
-                              "(keras-team/keras#20585): add --set train.loop=custom")
-        overrides += ["distribute.strategy=multi_worker_mirrored", f"distribute.workers={options.workers}"]
-    chosen = experiment_to_run(experiment, overrides, resume)
+    resume, overrides = options.start.resume, [*options.overrides, *_workers_sets(options.workers)]
+    if options.workers is not None and resume is None:  # a resume's own config says as many
+        chosen = _on_workers(experiment_to_run(experiment, list(options.overrides), None),
+                             f"--workers {options.workers}", {"distribute.workers": options.workers})
+    else:
+        chosen = experiment_to_run(experiment, overrides, resume)
     count = local_worker_count(chosen.distribute.workers, options.workers, options.supervised,
                                "TF_CONFIG" in os.environ)
     if count is not None:
@@ -79,7 +77,7 @@ def launch(experiment: str | ExperimentConfig | None, options: RunOptions = RunO
                               f"distribute.strategy {chosen.distribute.strategy}, and a cluster "
                               "trains with multi_worker_mirrored; resume it on one machine "
                               "(without --hosts, Slurm's srun or $TF_CONFIG), or start a new run")
-        chosen = variant(chosen, {"distribute.strategy": "multi_worker_mirrored"})
+        chosen = _on_workers(chosen, f"a cluster ({said})", {})
     source = experiment.source if isinstance(experiment, ExperimentConfig) else experiment
     if resume is None and source is not None and (beside := plan_beside(source)) is not None:
         if chosen.policy != "auto":  # only `policy: auto` follows a plan: else it reads as followed
@@ -87,6 +85,22 @@ def launch(experiment: str | ExperimentConfig | None, options: RunOptions = RunO
         telling.say("plan", beside)
     return run_experiment(chosen, options.start, listeners=listeners,
                           verbose=options.verbose, on_start=telling.started, status=telling.status)
+
+
+def _workers_sets(workers: int | None) -> list[str]:
+    """The --set options that `--workers N` stands for (its workers are given them)."""
+    return [] if workers is None else ["distribute.strategy=multi_worker_mirrored",
+                                       f"distribute.workers={workers}"]
+
+
+def _on_workers(chosen: ExperimentConfig, why: str, changes: dict[str, object]) -> ExperimentConfig:
+    """`chosen` trained by worker processes, as `why` (an option, a cluster) asks: under
+    multi_worker_mirrored, refused for a Model.fit loop by what the user did ask for (the
+    schema's refusal would name a strategy they never set)."""
+    if chosen.train.loop == "fit":
+        raise ConfigError(f"{why}: workers train under multi_worker_mirrored, where Keras 3's "
+                          "Model.fit does not run (keras-team/keras#20585): add --set train.loop=custom")
+    return variant(chosen, {"distribute.strategy": "multi_worker_mirrored", **changes})
 
 
 @contextmanager

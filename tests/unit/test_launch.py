@@ -167,6 +167,11 @@ def test_a_cluster_trains_multi_worker_mirrored_and_a_resume_of_another_strategy
     launch(str(experiment), RunOptions(["train.loop=custom"], hosts=hosts))
     config, _, _ = trained["here"]
     assert config.distribute.strategy == "multi_worker_mirrored" and config.source == str(experiment)
+    trained.clear()  # a fit loop is refused by what asked for workers, not by the schema
+    with pytest.raises(ConfigError, match=r"^a cluster \(the cluster comes from \$TF_CONFIG .*\): .*"
+                                          r"Model.fit does not run .*: add --set train.loop=custom$"):
+        launch(str(experiment), RunOptions(hosts=hosts))
+    assert trained == {}
 
     run_dir = tmp_path / "stopped-run"
     run_dir.mkdir()
