@@ -227,8 +227,9 @@ def run_in_turns(launches: list[tuple[Variant, int, ChildSpec]], folder: Path, e
                 for child in playing:
                     if signals.received is not None:
                         break
-                    stop = (f"cut by the budget after {len(child.rounds)} rounds" if budget else
-                            too_slow(child, base, turns))
+                    slow = None if budget else too_slow(child, base, turns)
+                    stop = (("cut", f"cut by the budget after {len(child.rounds)} rounds") if budget
+                            else ("too slow", slow) if slow else None)
                     _take_turn(child, on_turn, round_, stop)
         finally:  # evaluations (or the last step of an interrupted one) one by one
             for child in children:
@@ -289,12 +290,13 @@ def _first_turn(child: _Child, on_turn, limit: float | None) -> None:
     _take_turn(child, on_turn, 0)
 
 
-def _take_turn(child: _Child, on_turn, round_: int, stop: str | None = None) -> None:
+def _take_turn(child: _Child, on_turn, round_: int, stop: tuple[str, str] | None = None) -> None:
     """Let the child run its next turn (its first step, for round 0) and read its report;
-    `stop`: tell it to stop instead, and why (it still reports its last step): cut by the
-    budget, it stops as a step limit stops a run (it did nothing wrong), else as too slow."""
+    `stop`: tell it to stop instead, how and why (it still reports its last step): "cut" by
+    the budget (before its planned end: it did nothing wrong), or "too slow" (as by
+    max_step_seconds)."""
     if child.first_step_done:
-        command = "go" if stop is None else f"{'cut' if stop.startswith('cut') else 'too slow'} {stop}"
+        command = "go" if stop is None else " ".join(stop)
         if not _say(child, command):
             child.training = False
             return

@@ -132,8 +132,7 @@ class PlanRecord(StudyRecord):
     @property
     def cut(self) -> list[str]:
         """Trials the budget stopped before their end (judged on the rounds they ran)."""
-        return [t.label for t in self.trials if t.summary and (t.summary.stop_reason or "")
-                .startswith("cut by the budget")]
+        return [t.label for t in self.trials if t.summary and t.summary.stopped_by == "budget"]
 
 
 @dataclass(frozen=True)

@@ -95,9 +95,9 @@ def refuse_resume(folder: Path, kind: str, experiment: str | ExperimentConfig | 
 
 
 def _goes_further(state: RunSummary, before: TrainConfig, after: TrainConfig) -> bool:
-    """Whether a finished run has more to do with the new settings: more epochs, or a raised
-    (or removed) limit where that limit is what stopped it."""
-    if after.epochs > before.epochs:
+    """Whether a finished run has more to do with the new settings: more epochs, a raised (or
+    removed) limit where that limit is what stopped it, or any when a plan's budget cut it."""
+    if after.epochs > before.epochs or state.stopped_by == "budget":
         return True
     for limit in ("max_steps", "max_step_seconds"):
         if state.stopped_by == limit:

@@ -544,3 +544,20 @@ def test_plan_judges_a_regression_by_its_mae_and_refuses_one_worse_beyond_the_to
     assert worse.refused == ["MAE +5.0%"] and "MAE worse (+5.0%)" in worse.words()
     assert not fine.refused and fine.quality.word() == "MAE worse (+1.0%)"
     assert choose(trials)[0] == "float32+onednn_bf16"
+
+
+def test_only_trials_the_budget_stopped_are_cut_short():
+    """A trial the budget stopped is cut short (the plan is then "out of budget"), whatever
+    its reason says; one stopped at its own step limit ended as planned."""
+    from mptrain.measure.plan import PlanRecord
+
+    def stopped(name, kind, reason):
+        made, _ = trial(name, "float32", 100.0)
+        return made.model_copy(update={"summary": made.summary.model_copy(
+            update={"stopped_by": kind, "stop_reason": reason})})
+
+    record = PlanRecord(experiment="e", folder="/tmp/x", machine="m", measured_at="t", steps=12,
+                        tolerance_pct=3.0, evaluate=False, budget_minutes=1, candidates=[],
+                        trials=[stopped("float32", "budget", "the plan's minutes ran out"),
+                                stopped("mixed_bfloat16", "max_steps", "cut by the budget (no)")])
+    assert record.cut == ["float32"]

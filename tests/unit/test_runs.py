@@ -291,3 +291,22 @@ def test_a_second_ctrl_c_on_a_full_disk_abandons_the_run_without_a_traceback(tmp
     instead = _failed(KeyboardInterrupt(), None, folder, None, Start())
     assert isinstance(instead, RunAbandoned) and instead.run_dir == tmp_path
     assert RunFolder(tmp_path).state().status == "running"  # its pid dead: recognisably stopped
+
+
+def test_a_finished_run_resumes_only_where_it_has_more_to_do(tmp_path):
+    """A run cut by a plan's budget stopped before its planned end: it resumes as it is; one
+    that ended (or stopped at its own limit) says how to train it further."""
+    from mptrain.errors import AlreadyFinished
+    from mptrain.runs.resume import resume_config
+
+    cut = run_folder(tmp_path, "cut", make_summary(stopped_by="budget", stop_reason="cut by the "
+                                                   "budget after 3 rounds"), 1000, "train.max_steps=40")
+    assert resume_config(cut, None, []).train.max_steps == 40
+    ended = run_folder(tmp_path, "ended", make_summary(), 1000)
+    with pytest.raises(AlreadyFinished, match="finished already .*--set train.epochs=N"):
+        resume_config(ended, None, [])
+    limited = run_folder(tmp_path, "limited", make_summary(stopped_by="max_steps"), 1000,
+                         "train.max_steps=40")
+    with pytest.raises(AlreadyFinished, match="its limit train.max_steps 40"):
+        resume_config(limited, None, [])
+    assert resume_config(limited, None, ["train.max_steps=80"]).train.max_steps == 80
