@@ -27,10 +27,6 @@ def make_loop(config, built, objective, optimizer, choice: PolicyChoice,
     from mptrain.training.compiled import compile_arguments
     from mptrain.training.optimizer import build_optimizer_state
 
-    if config.train.loop == "fit":
-        from mptrain.training.fit_loop import FitLoop as Loop
-    else:
-        from mptrain.training.custom_loop import CustomLoop as Loop
     model = built.model
     model.compile(optimizer=optimizer, jit_compile=choice.jit_compile,
                   **compile_arguments(config, objective, built.output))
@@ -40,8 +36,14 @@ def make_loop(config, built, objective, optimizer, choice: PolicyChoice,
         raise MptrainError("internal error: Model.compile replaced the configured optimizer "
                            f"({type(optimizer).__name__}) by a {type(model.optimizer).__name__}")
     build_optimizer_state(optimizer, model.trainable_variables, choice.xla_optimizer_update)
-    return Loop(model, optimizer, every_class_weight(config.train.class_weight, model), choice,
-                strategy)
+    class_weight = every_class_weight(config.train.class_weight, model)
+    if config.train.loop == "fit":  # Model.fit distributes itself: compiled in the strategy's scope
+        from mptrain.training.fit_loop import FitLoop
+
+        return FitLoop(model, optimizer, class_weight)
+    from mptrain.training.custom_loop import CustomLoop
+
+    return CustomLoop(model, optimizer, class_weight, choice, strategy)
 
 
 def every_class_weight(class_weight: dict[int, float] | None, model) -> dict[int, float] | None:

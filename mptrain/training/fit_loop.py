@@ -6,7 +6,6 @@ import keras  # this module is imported only when a fit run starts (training.mak
 
 from mptrain.data.pipeline import Batches
 from mptrain.errors import ConfigError
-from mptrain.precision.policy import PolicyChoice
 from mptrain.training.compiled import step_loss
 from mptrain.training.loss_scale import scale_variable, watch_scaling
 from mptrain.training.monitor import TrainingMonitor
@@ -20,8 +19,7 @@ class FitLoop:
     `train_step` that never calls `scale_loss` (even through a helper method) would train on
     gradients divided by the loss scale, in silence (`loss_scale.watch_scaling`)."""
 
-    def __init__(self, model, optimizer, class_weight, choice: PolicyChoice, strategy=None):
-        # Model.fit distributes itself: a model compiled in a strategy's scope trains under it
+    def __init__(self, model, optimizer, class_weight):
         self.model, self.optimizer, self.class_weight = model, optimizer, class_weight
         self.scaled = watch_scaling(optimizer)
 
