@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,17 @@ def write_atomic(path: Path, text: str) -> None:
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, path)
+
+
+def write_cache(path: Path, text: str) -> None:
+    """A cache file, moved into place whole (its temporary file is this process's: workers
+    may write the same cache at once), or not at all: an unwritable cache costs its work
+    again next time, nothing more."""
+    with suppress(OSError):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(text)
+        os.replace(tmp, path)
 
 
 def append_lines(path: Path, records: list[Any]) -> None:

@@ -23,7 +23,7 @@ import os
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import nullcontext, suppress
+from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -32,6 +32,7 @@ from mptrain.data.dataset import Dataset, InputSpec, Split, hash_fraction, train
 from mptrain.data.source import Source
 from mptrain.errors import DataError
 from mptrain.objective import label_stats
+from mptrain.record import write_cache
 
 IMAGE_FILES = {".png", ".jpg", ".jpeg", ".gif", ".bmp"}  # what TensorFlow's decode_image reads
 FILES = {  # data.dataset → the files it reads (extensions) and what they are called
@@ -132,11 +133,7 @@ def check_images(splits: FolderSplits, skip_bad: bool,
         with status(f"checking {len(unknown):,} images (once; cached)…") if shown else nullcontext():
             known.update(_decode_all(unknown))
         cached.update({f: [*stamps[f], known[f][0], *known[f][1]] for f in unknown})
-        with suppress(OSError):  # an unwritable cache costs a check next time, nothing more
-            cache_path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = cache_path.with_name(f".{cache_path.name}.{os.getpid()}.tmp")  # one per process
-            tmp.write_text(json.dumps(cached))
-            os.replace(tmp, cache_path)
+        write_cache(cache_path, json.dumps(cached))
     bad = {f: known[f][0] for f in files if known[f][0]}
     if bad and not skip_bad:
         first, problem = next(iter(bad.items()))

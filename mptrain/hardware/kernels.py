@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
-from mptrain.record import FrozenRecord
+from mptrain.record import FrozenRecord, write_cache
 
 if TYPE_CHECKING:
     from mptrain.hardware.machine import Machine
@@ -268,14 +268,7 @@ def store_kernels(machine: Machine, timings: list[KernelTiming], seconds: float,
                           seconds=round(seconds, 2), timings=timings)
     if not keep:
         return speeds
-    path = cache_path(machine)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(speeds.model_dump(), indent=1))
-        os.replace(tmp, path)
-    except OSError:
-        pass  # an unwritable cache costs a measurement next time, nothing more
+    write_cache(cache_path(machine), json.dumps(speeds.model_dump(), indent=1))
     return speeds
 
 
