@@ -40,8 +40,9 @@ def make_train_step(model, optimizer, class_weight, jit_compile: bool, strategy=
 
     from mptrain.training.distribute import agree_on_finite
 
-    # `class_weight`: every class's, in order (`training.every_class_weight`)
-    class_weights = None if class_weight is None else tf.constant(list(class_weight.values()))
+    # `class_weight`: every class's (`training.every_class_weight`), looked up by label
+    class_weights = None if class_weight is None else tf.constant(
+        [class_weight[c] for c in range(len(class_weight))])
     scale = scale_variable(optimizer)
     strategy = strategy or tf.distribute.get_strategy()
     replicas = strategy.num_replicas_in_sync
