@@ -251,7 +251,7 @@ def judge_compare(record: CompareRecord, same_start: bool = True) -> CompareReco
     """Every row judged against the baseline (`verdicts.judge`), on the rounds they ran in
     turns and, when they started from the same weights on the same batches (`same_start`),
     the losses of their runs (read from their steps.jsonl)."""
-    steps = {r.label: steps_of(r) for r in record.variants if r.summary is not None} if same_start else {}
+    steps = steps_of(record.variants) if same_start else {}
     rules = Rules(turn_steps=record.turn_steps, input_ms=record.input_ms_per_batch)
     return record.model_copy(update={"variants": judge_rows(record.variants, steps, rules, record.baseline)})
 

@@ -345,7 +345,7 @@ def judge_plan(record: PlanRecord) -> PlanRecord:
     tolerance, and the experiment's length for the whole-run estimate, the process's start
     and exit taken as the median over the trials' processes (the same program for each: one
     trial's exit once took 46 s longer)."""
-    steps = {t.label: steps_of(t) for t in record.trials if t.summary is not None}
+    steps = steps_of(record.trials)
     overheads = [t.overhead_s for t in record.trials if t.overhead_s is not None]
     length = RunLength(record.experiment_steps, record.experiment_eval_batches,
                        record.experiment_checkpoints,

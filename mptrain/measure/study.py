@@ -107,11 +107,10 @@ class Measurement:
     notes: list[str] = field(default_factory=list)  # what MLflow tracking could not log
 
 
-def steps_of(row: Variant | None) -> list:
-    """The step records of the run a row measured; none when it has not run."""
-    if row is None or row.summary is None or row.run_dir is None:
-        return []
-    return RunFolder(Path(row.run_dir)).read_steps()
+def steps_of(rows: list[Variant]) -> dict[str, list]:
+    """label → the step records of the run each row measured (a row that has not run has none)."""
+    return {r.label: RunFolder(Path(r.run_dir)).read_steps() for r in rows
+            if r.summary is not None and r.run_dir is not None}
 
 
 class Staging(NamedTuple):

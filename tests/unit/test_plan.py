@@ -460,7 +460,7 @@ def test_one_trials_slow_exit_does_not_move_the_whole_run_estimates(monkeypatch)
     seen = {}
     monkeypatch.setattr(planning, "judge_rows",
                         lambda trials, steps, rules: seen.setdefault("length", rules.length) and trials)
-    monkeypatch.setattr(planning, "steps_of", lambda row: [])
+    monkeypatch.setattr(planning, "steps_of", lambda rows: {})
     planning.judge_plan(record)
     assert seen["length"] == RunLength(87, 20, 4, pytest.approx(1.1))
 
