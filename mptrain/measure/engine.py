@@ -231,9 +231,15 @@ def run_in_turns(launches: list[tuple[Variant, int, ChildSpec]], folder: Path, e
                     stop = (("cut", f"cut by the budget after {len(child.rounds)} rounds") if budget
                             else ("too slow", slow) if slow else None)
                     _take_turn(child, on_turn, round_, stop)
-        finally:  # evaluations (or the last step of an interrupted one) one by one
+        finally:  # evaluations (or the last step of an interrupted one) one by one, each row
+            unkept = []  # kept as it ends; one that cannot be (a full disk) leaves none running
             for child in children:
-                on_end(_finish(child))
+                try:
+                    on_end(_finish(child))
+                except OSError as exc:
+                    unkept.append(exc)
+            if unkept:
+                raise unkept[0]
     return signals.received
 
 
@@ -358,19 +364,24 @@ def overhead(summary: RunSummary, lifetime_s: float) -> float:
 
 def to_run(rows: list[Variant]) -> list[Variant]:
     """The rows a compare or plan runs now, one way for both, new or resumed: every row whose
-    run has not ended (`ended_summary`), in a new session of turns; a run stopped with a
+    run has not ended (a resumed record's rows hold their folders' ended summaries:
+    `StudyRecord.load`), in a new session of turns; a run stopped with a
     checkpoint continues from it (`spec_for`), one never started starts. Rounds pair only
     within a session, so a row resumed after its baseline ended is judged on the two runs'
     medians (`verdicts.speed`)."""
     session = max((r.session for r in rows if r.summary is not None or r.failed is not None),
                   default=0) + 1
     return [row.model_copy(update={"session": session}) for row in rows
-            if ended_summary(row) is None]
+            if not has_ended(row.summary)]
 
 
 def ended_summary(row: Variant) -> RunSummary | None:
-    """The summary in the row's run folder when its run has ended (finished, or diverged);
-    None while it has not (never started, stopped with a checkpoint, or failed)."""
+    """The summary in the row's run folder when its run has ended; None while it has not
+    (never started, stopped with a checkpoint, or failed)."""
     state = RunFolder(Path(row.run_dir)).state() if row.run_dir else None
-    ended = isinstance(state, RunSummary) and state.status in ("finished", "diverged")
-    return state if ended else None
+    return state if isinstance(state, RunSummary) and has_ended(state) else None
+
+
+def has_ended(summary: RunSummary | None) -> bool:
+    """Whether a run ended for good (finished, or diverged): an interrupted one continues."""
+    return summary is not None and summary.status in ("finished", "diverged")

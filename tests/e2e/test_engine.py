@@ -137,3 +137,21 @@ def test_a_start_is_read_against_the_baselines_start(tmp_path, study, monkeypatc
     ends, _ = in_turns(tmp_path, study, Turns(steps=5, baseline="base", first_step_ratio=4.0),
                        quick=(5, 11), base=(5, 11, 1.5), other=(5, 11, 2.0))
     assert [len(ends[label].rounds) for label in ("quick", "base", "other")] == [2, 2, 2]
+
+
+def test_a_row_that_cannot_be_kept_leaves_no_child_running(tmp_path, study, monkeypatch):
+    """A row the study cannot write (a full disk) is raised, after every other child has
+    ended and been kept: none is left running, no kept row is lost."""
+    kept, started = [], []
+    real_start = engine._start
+    monkeypatch.setattr(engine, "_start", lambda *a: started.append(c := real_start(*a)) or c)
+
+    def keep(row):
+        if row.label == "a":
+            raise OSError(28, "No space left on device")
+        kept.append(row.label)
+
+    with pytest.raises(OSError, match="No space left"):
+        run_in_turns(children(tmp_path, a=(5, 12), b=(5, 12)), *study, Turns(steps=4),
+                     on_turn=lambda *a: None, on_end=keep)
+    assert kept == ["b"] and all(c.process.returncode is not None for c in started)
