@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mptrain.errors import WorkerLost
-from mptrain.hardware.runtime import QUIET_LOGS
 from mptrain.runs.child import ChildSpec, read_summary
 from mptrain.runs.folder import RunFolder, last_checkpoint
 from mptrain.runs.runner import RunResult
@@ -190,7 +189,7 @@ def run_local_workers(run: LocalRun, max_restarts: int,
     with ForwardSignals() as signals, tempfile.TemporaryDirectory() as scratch:
         while True:
             spec = run.spec(resume, Path(scratch) / "summary.json")
-            ends = run_workers(spec, run.count, signals, run.verbose)
+            ends = run_workers(spec, run.count, signals)
             chief = next(end.code for end in ends if end.index == 0)
             summary = read_summary(spec, chief)  # the chief's own error is raised: said once, here
             lost = first_lost(ends)
@@ -214,17 +213,16 @@ def run_local_workers(run: LocalRun, max_restarts: int,
             return RunResult(code, summary, message)
 
 
-def run_workers(spec: ChildSpec, count: int, signals: ForwardSignals,
-                verbose: bool) -> list[WorkerEnd]:
+def run_workers(spec: ChildSpec, count: int, signals: ForwardSignals) -> list[WorkerEnd]:
     """`count` workers of one cluster on fresh ports, each to its end (in the order they
     end). Worker 0, the chief, shows its progress and writes the summary; the others are
-    quiet. TensorFlow's C++ error lines about aborted collectives are hidden unless
-    `verbose`: the loss is said once, in mptrain's own line."""
+    quiet. TensorFlow's C++ error lines about aborted collectives are hidden unless the
+    spec says verbose (each worker's `runtime.import_tensorflow`): the loss is said once, in
+    mptrain's own line."""
     addresses = tuple(f"127.0.0.1:{port}" for port in free_ports(count))
-    quiet_tf = {} if verbose else QUIET_LOGS
     others = spec.model_copy(update={"summary_file": None})
     workers = [start(spec if i == 0 else others,
-                     {"TF_CONFIG": Hosts(addresses, i).tf_config(), **quiet_tf}, quiet=i > 0)
+                     {"TF_CONFIG": Hosts(addresses, i).tf_config()}, quiet=i > 0)
                for i in range(count)]
     signals.children = workers
     ends: list[WorkerEnd] = []

@@ -67,7 +67,7 @@ def test_a_survivor_that_does_not_stop_by_itself_is_killed_after_the_grace():
 
     started = time.monotonic()
     with ForwardSignals() as signals:
-        ends = run_workers(StandIn(run_dir="unused"), 2, signals, verbose=False)
+        ends = run_workers(StandIn(run_dir="unused"), 2, signals)
     assert ends == [WorkerEnd(1, -signal.SIGKILL), WorkerEnd(0, -signal.SIGKILL, stopped=True)]
     assert first_lost(ends) == LostWorker(1, -signal.SIGKILL)
     assert LOST_GRACE_SECONDS <= time.monotonic() - started < LOST_GRACE_SECONDS + 3

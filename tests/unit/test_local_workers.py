@@ -193,7 +193,7 @@ def test_the_chiefs_own_error_is_relayed_once_not_said_nor_taken_for_a_lost_work
     assert run_child(chief.model_dump_json()) == 2
     assert capsys.readouterr().err == ""  # said by `run --workers`, once
     written = (tmp_path / "summary.json").read_text()
-    monkeypatch.setattr(workers, "run_workers", lambda spec, count, signals, verbose: [
+    monkeypatch.setattr(workers, "run_workers", lambda spec, count, signals: [
         Path(spec.summary_file).write_text(written), WorkerEnd(0, 2), WorkerEnd(1, 2)][1:])
     with pytest.raises(DataError, match="^exp.yaml: data.path /data/missing.npz: no such file$"):
         workers.run_local_workers(run(), 0, on_restart=print)
