@@ -155,9 +155,9 @@ def new_study(record_type: type[S], config: ExperimentConfig,
         folder = unique_folder(config.output.dir, f"{kind}-{config.name}")
         shutil.move(weights, folder / "initial_weights.npz")
     experiment = chosen.experiment or prepared.config
-    # the experiment as prepared, and what the rows run (compare's: the same file; plan's: trial.yaml)
-    for name, staged in {"experiment.yaml": prepared.config, record_type.STAGED: experiment}.items():
-        write_atomic(folder / name, staged.yaml_text())
+    write_atomic(folder / "experiment.yaml", prepared.config.yaml_text())  # the experiment as prepared
+    if record_type.STAGED != "experiment.yaml":  # what the rows run (plan's trial.yaml; compare's: it)
+        write_atomic(folder / record_type.STAGED, experiment.yaml_text())
     run_steps = planned_steps(prepared.config.train, prepared.batches.steps_per_epoch)
     examples = prepared.data.train.size
     rows = [row.model_copy(update={
