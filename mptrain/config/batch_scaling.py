@@ -76,7 +76,7 @@ def scaled_optimizer(optimizer: dict, factor: float, warmup: int) -> dict:
             schedule["learning_rate"] *= factor
         optimizer["schedule"] = schedule
         return optimizer
-    old = optimizer["kwargs"].pop("learning_rate", None) or OPTIMIZERS[optimizer["name"]][1]
+    old = optimizer["kwargs"].pop("learning_rate", None) or OPTIMIZERS[optimizer["name"]].default_rate
     if warmup:
         optimizer["schedule"] = {"kind": "constant", "learning_rate": old * factor,
                                  "warmup_steps": warmup, "warmup_from": old}

@@ -10,7 +10,7 @@ fails instead of users meeting a confusing optimizer error after the data has lo
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, NamedTuple
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
@@ -31,26 +31,33 @@ COMMON: dict[str, Kind] = {
     "gradient_accumulation_steps": "int",
 }
 
-# name in the experiment → (Keras class, its learning rate when kwargs give none: Keras'
-# default, checked by a test, what a batch-size change scales (`config.batch_scaling`), its
-# own arguments)
-OPTIMIZERS: dict[str, tuple[str, float, dict[str, Kind]]] = {
-    "rmsprop": ("RMSprop", 0.001, {"learning_rate": "number", "rho": "number", "momentum": "number",
-                                   "epsilon": "number", "centered": "bool"}),
-    "adam": ("Adam", 0.001, {"learning_rate": "number", "beta_1": "number", "beta_2": "number",
-                             "epsilon": "number", "amsgrad": "bool"}),
-    "adamw": ("AdamW", 0.001, {"learning_rate": "number", "beta_1": "number", "beta_2": "number",
-                               "epsilon": "number", "amsgrad": "bool"}),
-    "sgd": ("SGD", 0.01, {"learning_rate": "number", "momentum": "number", "nesterov": "bool"}),
-    "nadam": ("Nadam", 0.001, {"learning_rate": "number", "beta_1": "number", "beta_2": "number",
-                               "epsilon": "number"}),
-    "adamax": ("Adamax", 0.001, {"learning_rate": "number", "beta_1": "number", "beta_2": "number",
-                                 "epsilon": "number"}),
-    "adagrad": ("Adagrad", 0.001, {"learning_rate": "number", "initial_accumulator_value": "number",
-                                   "epsilon": "number"}),
-    "lion": ("Lion", 0.001, {"learning_rate": "number", "beta_1": "number", "beta_2": "number"}),
-    "lamb": ("Lamb", 0.001, {"learning_rate": "number", "beta_1": "number", "beta_2": "number",
-                             "epsilon": "number"}),
+class KerasOptimizer(NamedTuple):
+    """What an optimizer's name in an experiment stands for in Keras."""
+
+    keras_name: str  # its class in keras.optimizers
+    # its learning rate when kwargs give none: Keras' default (checked by a test), what a
+    # batch-size change scales (`config.batch_scaling`)
+    default_rate: float
+    arguments: dict[str, Kind]  # its own keyword arguments (besides `COMMON`), by kind
+
+
+_ADAM_LIKE: dict[str, Kind] = {"learning_rate": "number", "beta_1": "number", "beta_2": "number",
+                               "epsilon": "number"}
+OPTIMIZERS: dict[str, KerasOptimizer] = {
+    "rmsprop": KerasOptimizer("RMSprop", 0.001, {"learning_rate": "number", "rho": "number",
+                                                 "momentum": "number", "epsilon": "number",
+                                                 "centered": "bool"}),
+    "adam": KerasOptimizer("Adam", 0.001, {**_ADAM_LIKE, "amsgrad": "bool"}),
+    "adamw": KerasOptimizer("AdamW", 0.001, {**_ADAM_LIKE, "amsgrad": "bool"}),
+    "sgd": KerasOptimizer("SGD", 0.01, {"learning_rate": "number", "momentum": "number",
+                                        "nesterov": "bool"}),
+    "nadam": KerasOptimizer("Nadam", 0.001, _ADAM_LIKE),
+    "adamax": KerasOptimizer("Adamax", 0.001, _ADAM_LIKE),
+    "adagrad": KerasOptimizer("Adagrad", 0.001, {"learning_rate": "number", "epsilon": "number",
+                                                 "initial_accumulator_value": "number"}),
+    "lion": KerasOptimizer("Lion", 0.001, {"learning_rate": "number", "beta_1": "number",
+                                           "beta_2": "number"}),
+    "lamb": KerasOptimizer("Lamb", 0.001, _ADAM_LIKE),
 }
 
 MINIMUM = {"gradient_accumulation_steps": 2}  # Keras refuses 1

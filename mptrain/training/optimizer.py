@@ -28,7 +28,7 @@ def build_optimizer(cfg: OptimizerConfig, total_steps: int):
     """`total_steps` (epochs x steps per epoch) is where a cosine decay ends by default."""
     import keras
 
-    name = OPTIMIZERS[cfg.name][0]
+    name = OPTIMIZERS[cfg.name].keras_name
     kwargs = dict(cfg.kwargs)
     if cfg.schedule is not None:
         kwargs["learning_rate"] = learning_rate_schedule(cfg.schedule, total_steps)
