@@ -131,12 +131,8 @@ class TrainingSession:
                                             prepared.batches)
         self.prepared, self.folder = prepared, folder
         total_steps = train.epochs * batches.steps_per_epoch
-
-        def current_rate() -> float:
-            return value_of(optimizer.learning_rate)
-
-        self.tensorboard = TensorBoardWriter(folder.path / "tensorboard",
-                                             scheduled_rate(train.optimizer, total_steps), current_rate)
+        self.tensorboard = TensorBoardWriter(folder.path / "tensorboard", optimizer,
+                                             scheduled_rate(train.optimizer, total_steps))
         self.checkpointer = Checkpointer(folder.path / "checkpoints", model, optimizer, train.checkpoint,
                                          batches.steps_per_epoch, on_save=folder.flush_steps)
         # where a resumed run continues, recoveries from divergence: the summary's notes
@@ -156,7 +152,7 @@ class TrainingSession:
             steps_per_epoch=batches.steps_per_epoch,
             max_steps=train.max_steps,
             max_step_seconds=train.max_step_seconds,
-            learning_rate=current_rate,
+            learning_rate=lambda: value_of(optimizer.learning_rate),
             initial_loss_scale=None if scale is None else value_of(scale),
             history=history,
         )

@@ -47,9 +47,10 @@ def value_of(variable) -> float:
 
 
 def scheduled_rate(cfg: OptimizerConfig, total_steps: int) -> Callable[[int], float] | None:
-    """step → the learning rate its schedule gives that step (for telemetry), without touching
-    the optimizer; None without a schedule: the optimizer's own rate then changes only between
-    epochs (reduce_lr_on_plateau, a resume's checkpoint), and each epoch's record carries it."""
+    """The schedule's learning rate after a number of applied updates (for telemetry), without
+    touching the optimizer; None without a schedule: the optimizer's own rate then changes
+    only between epochs (reduce_lr_on_plateau, a resume's checkpoint), and each epoch's
+    record carries it."""
     if cfg.schedule is None:
         return None
     rate = learning_rate_schedule(cfg.schedule, total_steps)

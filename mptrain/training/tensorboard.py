@@ -4,9 +4,8 @@
 loss scale and whether the step was skipped (mixed_float16), the step time and examples/s;
 per epoch, the epoch's metrics. `tensorboard --logdir runs` shows every run and every compare
 variant side by side. Steps are buffered and written at the end of each epoch (and when the
-run stops), with their own step numbers: a write per step would tax short steps. A step's
-learning rate is its schedule's, or without one its epoch's (the record holds the rate the
-epoch trained at; a rule lowers it after the epoch's last step).
+run stops), with their own step numbers: a write per step would tax short steps; a step's
+learning rate is worked out then (`_rates`), not read at every step.
 """
 
 from __future__ import annotations
@@ -14,20 +13,21 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from mptrain.training.optimizer import value_of
 from mptrain.training.records import EpochRecord, StepRecord, TrainingListener
 
 
 class TensorBoardWriter(TrainingListener):
 
-    def __init__(self, logdir: Path, scheduled_rate: Callable[[int], float] | None,
-                 current_rate: Callable[[], float]):
-        """`scheduled_rate`: step → its rate, None without a schedule; `current_rate`: the
-        optimizer's, for the steps of an epoch the run stopped inside."""
+    def __init__(self, logdir: Path, optimizer, scheduled_rate: Callable[[int], float] | None):
+        """`optimizer`: the one that applies the updates (its rate and its count of applied
+        updates are read once per flush); `scheduled_rate`: its schedule (`optimizer.
+        scheduled_rate`: applied updates → rate), None without one."""
         import tensorflow as tf
 
         self.tf = tf
         self.writer = tf.summary.create_file_writer(str(logdir))
-        self.scheduled_rate, self.current_rate = scheduled_rate, current_rate
+        self.optimizer, self.scheduled_rate = optimizer, scheduled_rate
         self.pending: list[StepRecord] = []
 
     def step_finished(self, record: StepRecord, step_in_epoch: int) -> None:
@@ -39,12 +39,8 @@ class TensorBoardWriter(TrainingListener):
     def flush(self, epoch: EpochRecord | None = None) -> None:
         """The buffered steps, then the finished epoch's metrics (when there is one)."""
         scalar = self.tf.summary.scalar
-        if self.scheduled_rate is None and self.pending:
-            rate = epoch.learning_rate if epoch is not None else self.current_rate()
         with self.writer.as_default():
-            for r in self.pending:
-                if self.scheduled_rate is not None:
-                    rate = self.scheduled_rate(r.step)
+            for r, rate in zip(self.pending, self._rates(epoch), strict=True):
                 scalar("step/loss", r.loss, step=r.step)
                 for key, value in r.metrics.items():
                     scalar(f"step/{key}", value, step=r.step)
@@ -62,3 +58,18 @@ class TensorBoardWriter(TrainingListener):
                     scalar("epoch/learning_rate", epoch.learning_rate, step=epoch.epoch)
         self.pending.clear()
         self.writer.flush()
+
+    def _rates(self, epoch: EpochRecord | None) -> list[float]:
+        """The rate each pending step trained at. Without a schedule, its epoch's (the record
+        holds it; a rule lowers it only after the epoch's last step). A schedule gives an
+        update the rate at the number of updates applied before it (Keras counts applied
+        updates: a step mixed_float16 skipped applies none), counted back from the
+        optimizer's count now, which a resume restores with its checkpoint."""
+        if self.scheduled_rate is None:
+            rate = epoch.learning_rate if epoch is not None else value_of(self.optimizer.learning_rate)
+            return [rate] * len(self.pending)
+        applied, rates = int(value_of(self.optimizer.iterations)), []
+        for r in reversed(self.pending):
+            applied -= not r.skipped
+            rates.append(self.scheduled_rate(applied))
+        return rates[::-1]
