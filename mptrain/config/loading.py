@@ -364,6 +364,8 @@ def _describe(err: dict[str, Any], set_keys: dict[tuple[str, ...], str]) -> str:
         choices = re.findall(r"'([^']*)'", str(err.get("ctx", {}).get("expected", "")))
         hint = did_you_mean(str(value), choices) if isinstance(value, str) else ""
         return f"  {origin}{key} = {shown}: not one of {', '.join(choices)}{hint}"
+    if kind == "list_type" and isinstance(value, str | int | float):  # `--set KEY=64,64`: a string
+        return f"  {origin}{key} = {shown}: a list is written in brackets: [{str(value).replace(',', ', ')}]"
     return f"  {origin}{key} = {shown}: {err['msg']}"
 
 

@@ -201,6 +201,10 @@ def test_override_through_a_scalar_is_an_error():
 def test_override_is_validated_like_the_file(tmp_path):
     message = error_of(tmp_path, TINY, ["train.loop=eager"])
     assert "train.loop = 'eager'" in message and "not one of fit, custom" in message
+    # a list given as `--set KEY=64,64` (YAML reads a string) is shown written as a list
+    message = error_of(tmp_path, TINY, ["model.hidden_units=64,64"])
+    assert "model.hidden_units = '64,64': a list is written in brackets: [64, 64]" in message
+    assert "a list is written in brackets: [64]" in error_of(tmp_path, TINY, ["model.hidden_units=64"])
 
 
 def test_repository_configs_folder_is_the_shipped_one():
