@@ -48,6 +48,7 @@ from mptrain.measure.to_target import ToTarget, to_target
 from mptrain.measure.variant import QualityDelta, Speed, SpeedWord, Training, Variant, Verdict
 from mptrain.measure.whole_run import RunLength, in_batches_of, whole_run_estimate
 from mptrain.runs.summary import MIN_TIMED_STEPS, QualityFigure, RunSummary
+from mptrain.training.records import STOPPED_EARLY
 
 Z95 = 1.96
 MIN_ROUNDS = 3  # fewer paired rounds are no measurement of a ratio
@@ -138,7 +139,7 @@ def judge(row: Variant, base: Variant | None, steps: Steps | None = None,
         quality=quality, memory_ratio=memory,
         refused=refused, input_bound=input_bound(s.step_time.median_ms if s.step_time else None,
                                                  rules.input_ms),
-        stopped_early=s.stop_reason if s.stopped_by in ("budget", "signal") else None)
+        stopped_early=s.stop_reason if s.stopped_by in STOPPED_EARLY else None)
 
 
 def judge_rows(rows: list[Variant], steps: dict[str, list], rules: Rules,

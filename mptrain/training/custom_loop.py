@@ -147,7 +147,7 @@ class CustomLoop:
                 if monitor.stop_requested:
                     break
             logs = self._results()
-            if batches.val is not None:
+            if batches.val is not None and monitor.validates_epoch:
                 logs.update(self.evaluate(batches.val, prefix="val_"))
             monitor.epoch_end(logs)
             if monitor.stop_requested:

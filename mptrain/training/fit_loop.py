@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import keras  # this module is imported only when a fit run starts (training.make_loop)
 
 from mptrain.data.pipeline import Batches
@@ -28,9 +30,10 @@ class FitLoop:
         """One stream of every epoch's batches (see data/pipeline.py): with steps_per_epoch
         set, Keras keeps the iterator across epochs; shuffle=False, the stream is in order. A
         run resumed inside an epoch first finishes that epoch with its remaining steps."""
-        callback = _MonitorCallback(monitor, batches, scale_variable(self.optimizer), self.scaled)
-        same = dict(validation_data=batches.val, class_weight=self.class_weight, callbacks=[callback],
-                    shuffle=False, verbose=0)
+        validate = None if batches.val is None else (
+            lambda: {f"val_{k}": v for k, v in self.evaluate(batches.val).items()})
+        callback = _MonitorCallback(monitor, batches, scale_variable(self.optimizer), self.scaled, validate)
+        same = dict(class_weight=self.class_weight, callbacks=[callback], shuffle=False, verbose=0)
         if start_step:
             callback.first_step = start_step
             self.model.fit(batches.train_from(start_epoch, start_step, start_epoch + 1),
@@ -47,11 +50,16 @@ class FitLoop:
 
 
 class _MonitorCallback(keras.callbacks.Callback):
-    """Feeds the monitor with each step's own loss, running metrics and loss scale."""
+    """Feeds the monitor with each step's own loss, running metrics and loss scale, and each
+    epoch's metrics with its validation (`validate`), which the callback runs rather than
+    fit: fit validates every epoch it ends, and one a run stopped early cut short is not
+    (`TrainingMonitor.validates_epoch`)."""
 
-    def __init__(self, monitor: TrainingMonitor, batches: Batches, loss_scale, scaled):
+    def __init__(self, monitor: TrainingMonitor, batches: Batches, loss_scale, scaled,
+                 validate: Callable[[], dict[str, float]] | None):
         super().__init__()
         self.monitor, self.batches, self.loss_scale, self.scaled = monitor, batches, loss_scale, scaled
+        self.validate = validate
         self.first_step = 0  # > 0 while finishing an epoch a resumed run started inside
         self.tracker = None
 
@@ -84,6 +92,9 @@ class _MonitorCallback(keras.callbacks.Callback):
             self.model.stop_training = True
 
     def on_epoch_end(self, epoch, logs=None):
-        self.monitor.epoch_end(dict(logs or {}))
+        logs = {k: float(v) for k, v in (logs or {}).items()}  # before validating resets the metrics
+        if self.validate is not None and self.monitor.validates_epoch:
+            logs.update(self.validate())
+        self.monitor.epoch_end(logs)
         if self.monitor.stop_requested:  # a signal during validation: stop before the next epoch
             self.model.stop_training = True

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from time import perf_counter
 
 from mptrain.training.loss_scale import LossScaleTracker
-from mptrain.training.records import EpochRecord, StepRecord, StopKind, TrainingListener
+from mptrain.training.records import STOPPED_EARLY, EpochRecord, StepRecord, StopKind, TrainingListener
 
 
 def _carried(carry: tuple[int, dict[str, float]] | None, metrics: dict[str, float],
@@ -70,6 +70,13 @@ class TrainingMonitor:
     @property
     def epoch_complete(self) -> bool:
         return self.step_in_epoch >= self.steps_per_epoch
+
+    @property
+    def validates_epoch(self) -> bool:
+        """Whether the epoch ending is validated: every one but an epoch a run stopped early
+        cut short (a Ctrl-C does not wait for a validation pass nobody reads; the epoch is
+        resumed, and validated, whole)."""
+        return self.epoch_complete or self.stop_kind not in STOPPED_EARLY
 
     def request_stop(self, reason: str, kind: StopKind) -> None:
         """Stop after the current step (the first request wins)."""

@@ -13,6 +13,7 @@ from typing import Literal
 
 # What can stop a run before its configured end.
 StopKind = Literal["max_steps", "max_step_seconds", "budget", "signal", "divergence", "early_stopping"]
+STOPPED_EARLY: tuple[StopKind, ...] = ("budget", "signal")  # before the run's planned end
 # How a run's training ended.
 Status = Literal["finished", "interrupted", "diverged"]
 

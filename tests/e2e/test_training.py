@@ -405,3 +405,27 @@ def test_a_pure_16bit_policy_trains_and_says_its_weights_are_16bit(tiny_config):
     assert any(n.startswith("bfloat16: the weights and their updates are bfloat16") for n in s.notes), s.notes
     mixed = run_experiment(tiny_config("policy=mixed_bfloat16", "train.epochs=1")).summary
     assert not any("the weights and their updates" in n for n in mixed.notes)
+
+
+@pytest.mark.parametrize("loop", ["fit", "custom"])
+def test_an_epoch_a_ctrl_c_cut_short_is_not_validated_one_a_step_limit_ended_is(tiny_config, loop):
+    """A Ctrl-C does not wait for a validation pass over an epoch it cut short (nobody reads
+    it: the run resumes the epoch and validates it whole); a run that ends at its step limit
+    inside an epoch validates it (its last figures)."""
+    import os
+    import signal
+
+    from mptrain.training.records import TrainingListener
+
+    class CtrlCAtStepTwo(TrainingListener):
+        def step_finished(self, record, step_in_epoch):
+            if record.step == 2:
+                os.kill(os.getpid(), signal.SIGINT)  # the run's own handler takes it
+
+    stopped = run_experiment(tiny_config(f"train.loop={loop}"), listeners=[CtrlCAtStepTwo()])
+    assert stopped.summary.stopped_by == "signal" and len(stopped.steps) == 2
+    assert "val_loss" not in stopped.epochs[-1].metrics and "loss" in stopped.epochs[-1].metrics
+    resumed = run_experiment(tiny_config(f"train.loop={loop}"), Start(resume=stopped.run_dir))
+    assert [("val_loss" in e.metrics) for e in resumed.epochs] == [True, True, True]
+    limited = run_experiment(tiny_config(f"train.loop={loop}", "train.max_steps=2"))
+    assert limited.summary.stopped_by == "max_steps" and "val_loss" in limited.epochs[-1].metrics
