@@ -265,6 +265,18 @@ USABLE_FRACTION = 0.8  # of the machine's memory: what training may plan to use
 MEMORY_ENV = "MPTRAIN_MEMORY_BYTES"  # the memory mptrain may plan with (a shared machine's share)
 
 
+def training_memory(machine: Machine) -> tuple[int | None, str]:
+    """The memory a run's training state lives in (None: not known), and what it is, said:
+    $MPTRAIN_MEMORY_BYTES when set; on a machine with GPUs, the smallest GPU's (TensorFlow
+    places a run on a GPU, and each replica keeps a whole copy); else the machine's own."""
+    if os.environ.get(MEMORY_ENV, "").strip().isdigit():
+        return int(os.environ[MEMORY_ENV]), f"${MEMORY_ENV}"
+    if machine.gpus:
+        known = [g.memory_bytes for g in machine.gpus if g.memory_bytes]
+        return (min(known) if known else None), "GPU memory"
+    return machine_memory_bytes(), "memory here"
+
+
 def machine_memory_bytes() -> int | None:
     """The machine's memory, or what $MPTRAIN_MEMORY_BYTES says mptrain may use of it."""
     if os.environ.get(MEMORY_ENV, "").strip().isdigit():

@@ -4,7 +4,8 @@ whether compare's and plan's variants fit in memory together (`too_big_together`
 For each policy the experiment is set up as `run` would (`runs.experiment.prepare`) and its
 training state estimated part by part (`model.size.estimate`); a short real run per policy gives
 TensorFlow's allocator peak where the allocator reports one. The largest batch that fits in
-80% of this machine's memory follows from the estimate, scaled up by the measurement where it
+80% of the memory training uses (a GPU's, or the machine's: `hardware.machine.training_memory`)
+follows from the estimate, scaled up by the measurement where it
 is larger (XLA's buffers, for one, are in no estimate): a figure never more hopeful than what
 was measured.
 """
@@ -15,7 +16,7 @@ import tempfile
 from typing import TYPE_CHECKING
 
 from mptrain.config import ExperimentConfig, variant
-from mptrain.hardware.machine import USABLE_FRACTION, machine_memory_bytes
+from mptrain.hardware.machine import USABLE_FRACTION, machine_memory_bytes, training_memory
 from mptrain.model.size import MemoryPlan, estimate, peak_rss_bytes
 from mptrain.record import Record
 
@@ -44,6 +45,8 @@ class MemoryReport(Record):
     training_examples: int
     plans: list[MemoryPlan]
     why: str
+    memory_bytes: int | None = None  # what the largest batches fit in 80% of (None: not known)
+    memory_of: str = "memory here"  # what that memory is ("GPU memory", $MPTRAIN_MEMORY_BYTES)
 
 
 def plan_memory(config: ExperimentConfig, policies: list[str], measure: bool = True,
@@ -52,11 +55,11 @@ def plan_memory(config: ExperimentConfig, policies: list[str], measure: bool = T
     from mptrain.precision.policy import apply_policy
     from mptrain.runs.experiment import prepare
 
-    plans, examples = [], 0
+    plans, examples, memory = [], 0, (None, "")
     for policy in policies:
         try:
             prepared = prepare(config, policy=policy, verbose=verbose)
-            choice = prepared.choice
+            choice, memory = prepared.choice, training_memory(prepared.machine)
             plans.append(estimate(prepared.model, prepared.optimizer, policy, choice.compute_dtype,
                                   choice.variable_dtype, config.train.batch_size))
         finally:
@@ -68,13 +71,14 @@ def plan_memory(config: ExperimentConfig, policies: list[str], measure: bool = T
     if measure:
         plans = [p.model_copy(update={"measured_peak_bytes": _measured(config, p.policy, verbose)})
                  for p in plans]
-    plans = [with_largest_batch(p, machine_memory_bytes(), examples) for p in plans]
+    plans = [with_largest_batch(p, memory[0], examples) for p in plans]
     first = plans[0]
     # (to a tenth: the optimizer also keeps a few scalars, its iteration count)
     state = round(first.optimizer_bytes / first.weights_bytes, 1) if first.weights_bytes else 0
     return MemoryReport(experiment=config.name, batch_size=config.train.batch_size,
                         parameters=first.parameters, training_examples=examples, plans=plans,
-                        why=why_not_half(config.train.optimizer.name, state))
+                        why=why_not_half(config.train.optimizer.name, state), memory_bytes=memory[0],
+                        memory_of=memory[1])
 
 
 def with_largest_batch(plan: MemoryPlan, available: int | None, examples: int) -> MemoryPlan:

@@ -10,6 +10,7 @@ from rich.console import Group
 from rich.markup import escape
 from rich.table import Table
 
+from mptrain.hardware.machine import USABLE_FRACTION
 from mptrain.report.console import fmt, human_bytes
 from mptrain.report.fitted import Fitted
 
@@ -140,8 +141,11 @@ def memory_view(report: MemoryReport):
                      ["policy", "estimate", "measured", "largest batch\nthat fits"], total_rows)
     parts = Fitted("the estimate's parts", ["policy", "weights", "16-bit\ncopies", "gradients",
                                              "optimizer", "activations"], part_rows)
+    fits = (f"largest batch: its training state in {USABLE_FRACTION:.0%} of the "
+            f"{human_bytes(report.memory_bytes)} of {report.memory_of}, by the estimate, or by the "
+            "measurement where it is larger (m)" if report.memory_bytes else
+            f"largest batch: n/a, the size of {report.memory_of} is not known")
     return Group(totals, "", parts, "", report.why,
                  "measured: TensorFlow's allocator peak above the data set in a 3-step run "
                  "(n/a where the allocator reports nothing, as for small models on a CPU); "
-                 "largest batch from the estimate, or from the measurement where it is larger "
-                 "(m)", *notes)
+                 f"{fits}", *notes)

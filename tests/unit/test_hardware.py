@@ -272,3 +272,20 @@ def test_a_failed_kernel_measurement_is_said_not_swallowed(tmp_path, monkeypatch
     assert kernels.measured_kernels(None, Machine(cpu=cpu(SAPPHIRE)), said=said) is None
     assert said == ["this machine's kernels could not be measured (RuntimeError: the device went "
                     "away); the policy is chosen by the hardware's flags instead"]
+
+
+def test_training_memory_is_the_gpus_where_a_run_trains_on_one(monkeypatch):
+    """`mptrain memory`'s largest batch fits a run's training state where it lives: the
+    smallest GPU's memory (recorded device details, as TensorFlow and nvidia-smi give them),
+    the machine's without a GPU, and $MPTRAIN_MEMORY_BYTES over both."""
+    from mptrain.hardware.machine import machine_memory_bytes, training_memory
+
+    monkeypatch.delenv("MPTRAIN_MEMORY_BYTES", raising=False)
+    t4 = {"device_name": "Tesla T4", "compute_capability": (7, 5)}
+    a100 = {"device_name": "NVIDIA A100-SXM4-40GB", "compute_capability": (8, 0)}
+    two = Machine(cpu=cpu(), gpus=(gpu_from_details(a100, 40 * 2**30), gpu_from_details(t4, 15 * 2**30)))
+    assert training_memory(two) == (15 * 2**30, "GPU memory")
+    assert training_memory(Machine(cpu=cpu(), gpus=(gpu(8, 0),))) == (None, "GPU memory")  # no nvidia-smi
+    assert training_memory(Machine(cpu=cpu())) == (machine_memory_bytes(), "memory here")
+    monkeypatch.setenv("MPTRAIN_MEMORY_BYTES", str(2**30))
+    assert training_memory(two) == (2**30, "$MPTRAIN_MEMORY_BYTES")

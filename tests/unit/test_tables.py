@@ -245,14 +245,16 @@ def test_memory_keeps_every_figure_whole():
             "total_bytes": 4200 * 2**30, "measured_peak_bytes": 4300 * 2**30,
             "largest_batch": 1_234_567_890, "largest_batch_basis": "measured"}
     report = MemoryReport(experiment="synthetic", batch_size=4096, parameters=123_456_789,
-                          training_examples=4096, why="why",
+                          training_examples=4096, why="why", memory_bytes=80 * 2**30,
+                          memory_of="GPU memory",
                           plans=[MemoryPlan(policy=p, **plan) for p in
                                  ("float32", "mixed_float16", "mixed_bfloat16")])
     text = rendered(memory_view(report))
     for name in ("float32", "mixed_float16", "mixed_bfloat16"):
         leads_a_line(text, name)
     whole(text, "1,234,567,890 (m)", "4200.0 GiB", "4300.0 GiB", "2046.0 GiB", "999.0 MiB",
-          "123,456,789 parameters", "activations", "optimizer")
+          "123,456,789 parameters", "activations", "optimizer", "80.0 GiB")
+    assert "80% of the 80.0 GiB of GPU memory" in " ".join(text.split())  # what it fits in
 
 
 
