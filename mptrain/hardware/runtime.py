@@ -43,7 +43,11 @@ def _without(modules: tuple[str, ...]):
 # AVX2-only CPU, TF_ENABLE_ONEDNN_OPTS=0) `get_memory_info("CPU:0")` raised and no run had a
 # memory figure. Asking for it everywhere gives every CPU the oneDNN path's allocator (its
 # step times measured the same within noise here: 83 and 89 ms for a 2048² matmul).
-ALLOCATOR = {"TF_CPU_ALLOCATOR_USE_BFC": "true"}
+# On a GPU, TensorFlow maps nearly all of its memory at the first op unless told to grow as
+# needed (TensorFlow's GPU guide, "Limiting GPU memory growth"): compare's and plan's parent
+# and variants and local workers are processes on one GPU at once, of which the second would
+# fail out of memory. (Written from TensorFlow's docs: no GPU was here to run it on.)
+ALLOCATOR = {"TF_CPU_ALLOCATOR_USE_BFC": "true", "TF_FORCE_GPU_ALLOW_GROWTH": "true"}
 
 
 # TensorFlow's C++ log, errors included: oneDNN logs "E... oneDNN supports DT_HALF only on

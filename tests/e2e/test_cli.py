@@ -188,11 +188,13 @@ def test_check_gpu_says_whether_it_measured_now_or_read_the_cache(tmp_path):
 def test_tensorflow_starts_without_kerass_optional_imports_which_import_after(tmp_path):
     """Keras imports scikit-learn, matplotlib and pandas when installed (2.0 s of a process's
     5.9 s start here); mptrain's processes start it without them, and a user's code can still
-    import them."""
+    import them. They ask for GPU memory that grows as needed (several share one GPU)."""
     code = (
-        "import sys\n"
+        "import os, sys\n"
         "from mptrain.hardware.runtime import import_tensorflow\n"
+        "os.environ.pop('TF_FORCE_GPU_ALLOW_GROWTH', None)\n"
         "import_tensorflow()\n"
+        "assert os.environ['TF_FORCE_GPU_ALLOW_GROWTH'] == 'true'\n"
         "assert 'keras' in sys.modules\n"
         "skipped = [m for m in ('sklearn', 'matplotlib', 'pandas') if m in sys.modules]\n"
         "assert not skipped, skipped\n"
