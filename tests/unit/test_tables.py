@@ -263,3 +263,17 @@ def test_the_summary_shows_every_test_metric_asked_for():
                                          "precision": 0.8765})
     text = rendered(summary_table(summary))
     whole(text, "recall 0.4321", "precision 0.8765")
+
+
+def test_the_summarys_status_says_how_the_run_stopped_once():
+    """'interrupted by SIGINT at the end of epoch 3', not 'interrupted, interrupted by ...';
+    a reason that is no status word follows the status."""
+    def status(**changes):
+        text = " ".join(rendered(summary_table(make_summary(**changes))).split())
+        return text.split("status ", 1)[1].split(" policy ")[0]
+
+    assert status(status="interrupted", stopped_by="signal",
+                  stop_reason="interrupted by SIGINT at the end of epoch 3") == \
+        "interrupted by SIGINT at the end of epoch 3"
+    assert status(stopped_by="max_steps", stop_reason="stopped after 8 steps (step limit 8)") == \
+        "finished, stopped after 8 steps (step limit 8)"
