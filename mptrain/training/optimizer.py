@@ -46,11 +46,19 @@ def value_of(variable) -> float:
     return float(variable.numpy() if hasattr(variable, "numpy") else variable)
 
 
+def applied_updates(optimizer) -> int:
+    """The steps whose gradients the optimizer has applied, as its schedule counts them:
+    Keras' own counter (`_iterations`; a step a LossScaleOptimizer skipped applies none, and
+    the public `iterations` is divided by gradient_accumulation_steps, which the schedule's
+    count is not)."""
+    return int(value_of(getattr(optimizer, "inner_optimizer", optimizer)._iterations))
+
+
 def scheduled_rate(cfg: OptimizerConfig, total_steps: int) -> Callable[[int], float] | None:
-    """The schedule's learning rate after a number of applied updates (for telemetry), without
-    touching the optimizer; None without a schedule: the optimizer's own rate then changes
-    only between epochs (reduce_lr_on_plateau, a resume's checkpoint), and each epoch's
-    record carries it."""
+    """The schedule's learning rate after a number of applied updates (`applied_updates`; for
+    telemetry), without touching the optimizer; None without a schedule: the optimizer's own
+    rate then changes only between epochs (reduce_lr_on_plateau, a resume's checkpoint), and
+    each epoch's record carries it."""
     if cfg.schedule is None:
         return None
     rate = learning_rate_schedule(cfg.schedule, total_steps)

@@ -5,7 +5,7 @@ loss scale and whether the step was skipped (mixed_float16), the step time and e
 per epoch, the epoch's metrics. `tensorboard --logdir runs` shows every run and every compare
 variant side by side. Steps are buffered and written at the end of each epoch (and when the
 run stops), with their own step numbers: a write per step would tax short steps; a step's
-learning rate is worked out then (`_rates`), not read at every step.
+learning rate is worked out then (`_rates`).
 """
 
 from __future__ import annotations
@@ -13,25 +13,32 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from mptrain.training.optimizer import value_of
+from mptrain.training.optimizer import applied_updates, value_of
 from mptrain.training.records import EpochRecord, StepRecord, TrainingListener
 
 
 class TensorBoardWriter(TrainingListener):
 
     def __init__(self, logdir: Path, optimizer, scheduled_rate: Callable[[int], float] | None):
-        """`optimizer`: the one that applies the updates (its rate and its count of applied
-        updates are read once per flush); `scheduled_rate`: its schedule (`optimizer.
-        scheduled_rate`: applied updates → rate), None without one."""
+        """`optimizer`: the one that applies the updates; `scheduled_rate`: its schedule
+        (`optimizer.scheduled_rate`: the updates applied before a step → its rate), None
+        without one."""
         import tensorflow as tf
 
         self.tf = tf
         self.writer = tf.summary.create_file_writer(str(logdir))
         self.optimizer, self.scheduled_rate = optimizer, scheduled_rate
-        self.pending: list[StepRecord] = []
+        self.pending: list[tuple[StepRecord, int | None]] = []  # each step, the updates before it
+        self.applied: int | None = None  # the updates applied so far (with a schedule)
+
+    def epoch_started(self, epoch: int, epochs: int, steps: int) -> None:
+        if self.scheduled_rate is not None:  # a resume's checkpoint restored the count
+            self.applied = applied_updates(self.optimizer)
 
     def step_finished(self, record: StepRecord, step_in_epoch: int) -> None:
-        self.pending.append(record)
+        self.pending.append((record, self.applied))
+        if self.scheduled_rate is not None:  # read again: a skipped step applied none, and a
+            self.applied = applied_updates(self.optimizer)  # recovery went back to a checkpoint
 
     def epoch_finished(self, record: EpochRecord) -> None:
         self.flush(record)
@@ -40,7 +47,7 @@ class TensorBoardWriter(TrainingListener):
         """The buffered steps, then the finished epoch's metrics (when there is one)."""
         scalar = self.tf.summary.scalar
         with self.writer.as_default():
-            for r, rate in zip(self.pending, self._rates(epoch), strict=True):
+            for (r, _), rate in zip(self.pending, self._rates(epoch), strict=True):
                 scalar("step/loss", r.loss, step=r.step)
                 for key, value in r.metrics.items():
                     scalar(f"step/{key}", value, step=r.step)
@@ -60,16 +67,12 @@ class TensorBoardWriter(TrainingListener):
         self.writer.flush()
 
     def _rates(self, epoch: EpochRecord | None) -> list[float]:
-        """The rate each pending step trained at. Without a schedule, its epoch's (the record
-        holds it; a rule lowers it only after the epoch's last step). A schedule gives an
-        update the rate at the number of updates applied before it (Keras counts applied
-        updates: a step mixed_float16 skipped applies none), counted back from the
-        optimizer's count now, which a resume restores with its checkpoint."""
-        if self.scheduled_rate is None:
-            rate = epoch.learning_rate if epoch is not None else value_of(self.optimizer.learning_rate)
-            return [rate] * len(self.pending)
-        applied, rates = int(value_of(self.optimizer.iterations)), []
-        for r in reversed(self.pending):
-            applied -= not r.skipped
-            rates.append(self.scheduled_rate(applied))
-        return rates[::-1]
+        """The rate each pending step trained at: its schedule's at the updates applied
+        before it (read from the optimizer after each step: about 60 us, with a schedule
+        only); without a schedule its epoch's (the record holds it; a rule lowers it only
+        after the epoch's last step), or the optimizer's for the steps of an epoch training
+        left by an error."""
+        if self.scheduled_rate is not None:
+            return [self.scheduled_rate(applied) for _, applied in self.pending]
+        rate = epoch.learning_rate if epoch is not None else value_of(self.optimizer.learning_rate)
+        return [rate] * len(self.pending)

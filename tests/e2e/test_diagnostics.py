@@ -305,7 +305,8 @@ def test_tensorboard_events_hold_the_telemetry(tmp_path):
     s = run_json(tmp_path, experiment(tmp_path, "policy=mixed_float16", "train.epochs=2",
                                       "train.loss_scale.initial_scale=1048576",
                                       "train.optimizer={name: adam, schedule: {kind: cosine, "
-                                      "learning_rate: 0.01, warmup_steps: 3}}"))
+                                      "learning_rate: 0.01, warmup_steps: 3}, "
+                                      "kwargs: {gradient_accumulation_steps: 2}}"))
     events = EventAccumulator(str(Path(s["run_dir"]) / "tensorboard"), size_guidance={"tensors": 0})
     events.Reload()
     tags = set(events.Tags()["tensors"]) | set(events.Tags()["scalars"])
@@ -318,13 +319,40 @@ def test_tensorboard_events_hold_the_telemetry(tmp_path):
     rates = [float(tf.make_ndarray(e.tensor_proto)) for e in events.Tensors("step/learning_rate")]
     skipped = [bool(tf.make_ndarray(e.tensor_proto)) for e in events.Tensors("step/skipped")]
     # each step at the rate of the updates applied before it (a skipped step applies none; a
-    # loss scale of 2^20 overflows float16 in the first steps): the warm-up climbs from 0 to
-    # its peak in 3 applied updates
+    # loss scale of 2^20 overflows float16 in the first steps; the schedule counts every step
+    # applied, accumulated or not): the warm-up climbs from 0 to its peak in 3 applied updates
     applied = [sum(not s for s in skipped[:i]) for i in range(len(skipped))]
     assert rates[0] == 0.0 and any(skipped[:4]) and max(applied) > 3
     for rate, before in zip(rates, applied, strict=True):
         if before <= 3:
             assert rate == pytest.approx(0.01 * before / 3, abs=1e-6), (rates, skipped)
+
+
+def test_tensorboard_dates_each_scheduled_rate_by_the_updates_applied_before_its_step(tmp_path):
+    """A schedule gives a step the rate at the updates applied before it, as Keras counts
+    them (`_iterations` of a LossScaleOptimizer's inner optimizer; its public `iterations` is
+    divided by gradient_accumulation_steps): a skipped step applies none, and after a recovery
+    goes back to a checkpoint the count is the checkpoint's."""
+    from types import SimpleNamespace
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from mptrain.training.records import StepRecord
+    from mptrain.training.tensorboard import TensorBoardWriter
+
+    inner = SimpleNamespace(_iterations=10, iterations=5)  # two updates accumulated in each
+    writer = TensorBoardWriter(tmp_path, SimpleNamespace(inner_optimizer=inner), float)
+    writer.epoch_started(1, 1, 4)
+    # applied; skipped; diverged (a NaN loss: the guard restores a checkpoint at 6); applied
+    for step, count_after, skipped in ((1, 11, False), (2, 11, True), (3, 6, False), (4, 7, False)):
+        inner._iterations = count_after
+        writer.step_finished(StepRecord(step=step, epoch=1, loss=1.0, seconds=0.1, examples=8,
+                                        loss_scale=2.0**15, skipped=skipped), step)
+    writer.flush()
+    events = EventAccumulator(str(tmp_path), size_guidance={"tensors": 0})
+    events.Reload()
+    rates = [float(tf.make_ndarray(e.tensor_proto)) for e in events.Tensors("step/learning_rate")]
+    assert rates == [10.0, 11.0, 11.0, 6.0]
 
 
 def test_injected_overflows_give_exact_skips_in_steps_and_summary(tiny_config, tmp_path):
