@@ -22,10 +22,10 @@ def run_command(
     steps: StepsOpt = None,
     resume: Annotated[Path | None, typer.Option(
         "--resume", metavar="RUN_DIR", show_default=False,
-        help="Continue the interrupted, killed or failed run in RUN_DIR from its last "
-             "checkpoint, with its own config.yaml (a run on local workers: on as many "
-             "again); --set train.epochs=N (or a raised train.max_steps) trains a run "
-             "further.")] = None,
+        help="Continue the interrupted, killed or failed run in RUN_DIR (or a plan's trial "
+             "its budget cut) from its last checkpoint, with its own config.yaml (a run on "
+             "local workers: on as many again); --set train.epochs=N (or a raised "
+             "train.max_steps) trains a run further.")] = None,
     workers: Annotated[int | None, typer.Option(
         min=2, metavar="N", show_default=False,
         help="Try multi-worker training on this machine: N worker processes on 127.0.0.1 "

@@ -253,10 +253,11 @@ def record_text(record: RunRecord) -> str:
 
 
 def resumable(run_dir: Path) -> bool:
-    """A run folder with a config and a checkpoint that did not finish."""
+    """A run folder with a config and a checkpoint that stopped before its planned end
+    (interrupted, killed, or cut by a plan's budget)."""
     state = RunFolder(run_dir).state()
-    stopped = isinstance(state, RunState) or (isinstance(state, RunSummary)
-                                              and state.status == "interrupted")
+    stopped = isinstance(state, RunState) or (isinstance(state, RunSummary) and (
+        state.status == "interrupted" or state.stopped_by == "budget"))
     return stopped and (run_dir / "config.yaml").is_file() and \
         any((run_dir / "checkpoints").glob("ckpt-*.index"))
 

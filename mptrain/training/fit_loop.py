@@ -92,7 +92,7 @@ class _MonitorCallback(keras.callbacks.Callback):
             self.model.stop_training = True
 
     def on_epoch_end(self, epoch, logs=None):
-        logs = {k: float(v) for k, v in (logs or {}).items()}  # before validating resets the metrics
+        logs = dict(logs or {})
         if self.validate is not None and self.monitor.validates_epoch:
             logs.update(self.validate())
         self.monitor.epoch_end(logs)

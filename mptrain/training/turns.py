@@ -5,8 +5,9 @@ the engine (told once, in its `runs.child.ChildSpec`: a `TurnLink`) stops
 after its first step (tracing, kernel creation: a one-off cost) and then after every turn of
 steps, writes what it measured to the pipe as one JSON line, and waits on stdin until the
 engine says `go` (or `too slow REASON`: it cannot win, and stops as `train.max_step_seconds`
-would stop it; or `cut REASON`: the plan's budget is spent, and it stops as `train.max_steps`
-would). After its last step it reports `final` and waits once more, so its evaluation does
+would stop it; or `cut REASON`: the plan's budget is spent, and it stops before its planned
+end, as a Ctrl-C does: without validating the epoch it cut, resumable with `--resume` alone).
+After its last step it reports `final` and waits once more, so its evaluation does
 not overlap another variant's turn. The time spent waiting is kept, and subtracted from the
 run's wall time: a variant's whole-run time is its own work only.
 

@@ -15,7 +15,7 @@ from rich.console import Console
 from mptrain.config import validate
 from mptrain.errors import ConfigError
 from mptrain.measure.side_by_side import compare_runs, split_arguments
-from mptrain.runs.folder import list_runs, record_text
+from mptrain.runs.folder import list_runs, record_text, resumable
 from mptrain.runs.summary import RunState
 from tests.helpers import make_summary, tiny_raw
 
@@ -300,9 +300,11 @@ def test_a_finished_run_resumes_only_where_it_has_more_to_do(tmp_path):
     from mptrain.runs.resume import resume_config
 
     cut = run_folder(tmp_path, "cut", make_summary(stopped_by="budget", stop_reason="cut by the "
-                                                   "budget after 3 rounds"), 1000, "train.max_steps=40")
+                                                   "budget after 3 rounds"), 1000, "train.max_steps=40",
+                     checkpoint=True)
     assert resume_config(cut, None, []).train.max_steps == 40
-    ended = run_folder(tmp_path, "ended", make_summary(), 1000)
+    ended = run_folder(tmp_path, "ended", make_summary(), 1000, checkpoint=True)
+    assert resumable(cut) and not resumable(ended)  # `mptrain runs` marks the one, not the other
     with pytest.raises(AlreadyFinished, match="finished already .*--set train.epochs=N"):
         resume_config(ended, None, [])
     limited = run_folder(tmp_path, "limited", make_summary(stopped_by="max_steps"), 1000,
