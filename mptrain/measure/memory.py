@@ -1,5 +1,5 @@
 """`mptrain memory`: training memory per policy, estimated and measured, and what fits; and
-whether compare's and plan's variants fit in memory together (`too_big_together`).
+whether compare's and plan's variants fit in it together (`too_big_together`).
 
 For each policy the experiment is set up as `run` would (`runs.experiment.prepare`) and its
 training state estimated part by part (`model.size.estimate`); a short real run per policy gives
@@ -16,7 +16,7 @@ import tempfile
 from typing import TYPE_CHECKING
 
 from mptrain.config import ExperimentConfig, variant
-from mptrain.hardware.machine import USABLE_FRACTION, machine_memory_bytes, training_memory
+from mptrain.hardware.machine import USABLE_FRACTION, training_memory
 from mptrain.model.size import MemoryPlan, estimate, peak_rss_bytes
 from mptrain.record import Record
 
@@ -113,43 +113,46 @@ def _measured(config: ExperimentConfig, policy: str, verbose: bool) -> int | Non
     return summary.memory.training_peak_bytes
 
 
-def process_bytes(prepared: Prepared, policy: str, batch: int | None) -> int:
-    """A variant's process: what the staging process holds (its peak resident memory) plus
-    its training state under `policy` at `batch` (None: the experiment's)."""
+def variant_bytes(prepared: Prepared, policy: str, batch: int | None) -> int:
+    """What a variant's process needs of the memory training uses (`training_memory`): its
+    training state under `policy` at `batch` (None: the experiment's) by the estimate and,
+    without a GPU, where both share the machine's memory, what the staging process holds
+    (TensorFlow, the data, the model built once: its peak resident memory)."""
     from mptrain.precision.policy import DTYPES
 
-    return peak_rss_bytes() + estimate(prepared.model, prepared.optimizer, policy, *DTYPES[policy],
-                                       batch or prepared.config.train.batch_size).total_bytes
+    state = estimate(prepared.model, prepared.optimizer, policy, *DTYPES[policy],
+                     batch or prepared.config.train.batch_size).total_bytes
+    return state if prepared.machine.gpus else peak_rss_bytes() + state
 
 
 def too_big_alone(prepared: Prepared, policy: str, batch: int) -> str | None:
-    """Why a variant at `batch` would not fit in this machine's memory, with the estimate;
-    None when it fits (or the memory is not known)."""
-    available = machine_memory_bytes()
-    need = process_bytes(prepared, policy, batch)
+    """Why a variant at `batch` would not fit in the memory training uses, with the
+    estimate; None when it fits (or the memory is not known)."""
+    available, where = training_memory(prepared.machine)
+    need = variant_bytes(prepared, policy, batch)
     if available is None or need <= USABLE_FRACTION * available:
         return None
     gib = 2.0**30
     return (f"batch {batch} needs about {need / gib:.1f} GiB by the estimate, more than "
-            f"{USABLE_FRACTION:.0%} of the {available / gib:.1f} GiB here")
+            f"{USABLE_FRACTION:.0%} of the {available / gib:.1f} GiB of {where}")
 
 
 def too_big_together(prepared: Prepared, cells: dict[str, tuple[str, int | None]],
                      baseline: str) -> str | None:
-    """None when every variant's process fits in memory beside the others; else why not, said
-    as the engine then runs them (each with the baseline alone). `cells`: label → (policy,
-    batch size; None: the experiment's). A variant's process needs what the staging process
-    holds (TensorFlow, the data, the model built once: its peak resident memory) plus its
-    training state under its policy at its batch (`model.size.estimate`)."""
-    available = machine_memory_bytes()
+    """None when every variant's process fits in the memory training uses beside the others
+    (on a GPU, their training states share its memory); else why not, said as the engine
+    then runs them (each with the baseline alone). `cells`: label → (policy, batch size;
+    None: the experiment's); what each needs: `variant_bytes`."""
+    available, where = training_memory(prepared.machine)
     if available is None or len(cells) <= 2:  # two variants in pairs are the same two
         return None
-    needs = {label: process_bytes(prepared, policy, batch) for label, (policy, batch) in cells.items()}
-    floor = peak_rss_bytes()
+    needs = {label: variant_bytes(prepared, policy, batch) for label, (policy, batch) in cells.items()}
     if sum(needs.values()) <= USABLE_FRACTION * available:
         return None
     gib = 2.0**30
+    each = ("each one's training state" if prepared.machine.gpus else
+            f"{peak_rss_bytes() / gib:.1f} GiB a process, and each one's training state")
     return (f"the {len(needs)} variants need about {sum(needs.values()) / gib:.1f} GiB together "
-            f"({floor / gib:.1f} GiB a process, and each one's training state by the estimate), "
-            f"more than {USABLE_FRACTION:.0%} of the {available / gib:.1f} GiB here: each runs in "
-            f"turns with {baseline} alone, pair after pair")
+            f"({each} by the estimate), more than {USABLE_FRACTION:.0%} of the "
+            f"{available / gib:.1f} GiB of {where}: each runs in turns with {baseline} alone, "
+            "pair after pair")

@@ -234,3 +234,34 @@ def test_compare_across_batch_sizes_judges_each_cell_by_its_time_to_float32s_los
     assert "speed-up is per example" in text
     refused = mptrain("compare", "--resume", record.folder, "--batch-sizes", "64", cwd=tmp_path)
     assert refused.returncode == 2 and "--batch-sizes 64: a compare resumes" in refused.stderr
+
+
+def test_variants_are_weighed_against_the_memory_their_training_state_lives_in(tiny_config, monkeypatch):
+    """On a machine with GPUs the variants' training states share a GPU's memory (each
+    process's resident memory is the host's): three that fit in this machine's memory do not
+    fit together in a GPU (recorded device details) with room for two and a half, where the
+    engine then runs them in pairs; one alone fits, at a batch 100 times larger it does not."""
+    from dataclasses import replace
+
+    from mptrain.hardware.machine import Machine, gpu_from_details
+    from mptrain.measure.memory import too_big_alone, too_big_together, variant_bytes
+    from mptrain.runs.experiment import prepare
+
+    monkeypatch.delenv("MPTRAIN_MEMORY_BYTES", raising=False)
+    prepared = prepare(tiny_config())
+
+    def on_a_gpu(memory_bytes):
+        t4 = gpu_from_details({"device_name": "Tesla T4", "compute_capability": (7, 5)}, memory_bytes)
+        return replace(prepared, machine=Machine(cpu=prepared.machine.cpu, gpus=(t4,)))
+
+    state = variant_bytes(on_a_gpu(2**40), "float32", None)
+    assert state < variant_bytes(prepared, "float32", None)  # the host's part is not the GPU's
+    gpu = on_a_gpu(int(2.5 * state / 0.8))
+    cells = {label: ("float32", None) for label in ("float32", "again", "once more")}
+    assert too_big_together(prepared, cells, "float32") is None
+    said = too_big_together(gpu, cells, "float32")
+    assert said and "GiB of GPU memory: each runs in turns with float32 alone" in said
+    assert "a process" not in said
+    batch = prepared.config.train.batch_size
+    assert too_big_alone(gpu, "float32", batch) is None
+    assert "GiB of GPU memory" in too_big_alone(gpu, "float32", 100 * batch)
