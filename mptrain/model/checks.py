@@ -142,6 +142,7 @@ def check_built(config: ExperimentConfig, model, objective) -> list[str]:
         notes = []
         for index, name in enumerate(names):
             if name in objective.parts:
+                objective.parts[name].check_positions(tuple(model.outputs[index].shape))
                 notes += objective.parts[name].check(model.outputs[index].shape[-1],
                                                      read_output(model, index=index), None)
         return notes
@@ -150,7 +151,9 @@ def check_built(config: ExperimentConfig, model, objective) -> list[str]:
         raise ConfigError(f"the model has {len(model.outputs)} outputs ({', '.join(model.output_names)}) "
                           f"and train.loss is one loss: give one per output (train.loss: "
                           "{OUTPUT: LOSS, ...}), or compile the model in its builder")
-    return objective.check(units, read_output(model), config.train.class_weight)
+    notes = objective.check(units, read_output(model), config.train.class_weight)
+    objective.check_positions(tuple(model.outputs[0].shape))
+    return notes
 
 
 def check_model_inputs(model, spec: InputSpec) -> None:

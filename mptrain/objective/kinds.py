@@ -80,6 +80,21 @@ class Objective:
                               "(model.num_classes, or what its builder takes)")
         return []
 
+    def check_positions(self, shape: tuple) -> None:
+        """A head outputs its units at each label position (`labels.dense`; none for a label
+        per example), a dimension left open taking any size: refused where it outputs more
+        or other positions, which the loss would broadcast its labels against, training on
+        nothing sensible in silence."""
+        positions, dense = tuple(shape[1:-1]), self.labels.dense
+        if len(positions) == len(dense) and all(p in (None, d)
+                                                for p, d in zip(positions, dense, strict=True)):
+            return
+        given = "x".join("?" if d is None else str(d) for d in shape[1:])
+        wanted = "x".join(map(str, (*dense, self.units)))
+        raise ConfigError(f"the model outputs {given} values per example and the data has "
+                          f"{self.labels.describe()}: its output must be {wanted} per example "
+                          "(flatten or pool what comes before its last layer)")
+
     def builder_classes(self) -> int:
         """The `num_classes` a builder function is given: what its head must output."""
         return self.units
@@ -281,6 +296,9 @@ class _Composed(Objective):
 
     def check(self, units: int, reading, class_weight: dict | None) -> list[str]:
         return []
+
+    def check_positions(self, shape: tuple) -> None:
+        return None
 
 
 class Compiled(_Composed):

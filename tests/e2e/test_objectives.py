@@ -68,6 +68,31 @@ def test_a_regression_on_a_csv_with_only_its_required_keys_learns_and_is_judged_
     assert resolved["model"]["num_classes"] == 1 and resolved["model"]["output_activation"] == "linear"
 
 
+def test_a_head_with_more_positions_than_the_labels_is_refused_before_training(tmp_path):
+    """A builder's head that outputs 8x1 values per example for one target per example: the
+    loss would broadcast the target against all 8 and train with exit 0 on nothing sensible;
+    `validate --deep` and `run` refuse it, saying the shape the data needs."""
+    regression_table(tmp_path / "houses.csv")
+    (tmp_path / "wide.py").write_text(
+        "import keras\n"
+        "def build(input_shape, num_classes):\n"
+        "    inputs = keras.Input(shape=input_shape)\n"
+        "    x = keras.layers.Dense(8)(inputs)\n"
+        "    return keras.Model(inputs, keras.layers.Dense(num_classes)(x[:, :, None]))\n")
+    config = tmp_path / "wide.yaml"
+    config.write_text(yaml.safe_dump({"data": {"dataset": "csv", "path": "houses.csv",
+                                               "label_column": "price"},
+                                      "model": {"kind": "python", "builder": "wide.py:build"},
+                                      "train": {"loss": "mean_squared_error"}}))
+    for command in (["validate", "--deep"], ["run"]):
+        done = mptrain(*command[:1], str(config), *command[1:], cwd=tmp_path)
+        assert done.returncode == 2, (command, done.stderr[-2000:])
+        assert "the model outputs 8x1 values per example and the data has 1 target: its output " \
+               "must be 1 per example" in " ".join(done.stderr.split()), done.stderr[-2000:]
+        assert "Traceback" not in done.stderr
+    assert not (tmp_path / "runs").exists()
+
+
 def test_keras_ios_forecaster_trains_on_its_own_compile_over_windows_split_by_time(tmp_path):
     """keras.io's weather model, compiled in its own code (Adam, mse), on windows of a CSV:
     the LSTM's FLOPs counted over its timesteps, the compile's loss used, nothing refused."""
