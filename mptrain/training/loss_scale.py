@@ -72,12 +72,15 @@ class LossScaleTracker:
     _warned: bool = False
 
     def step(self, new_scale: float) -> bool:
-        """Record the scale after a step; True when that step was skipped."""
+        """Record the scale after a step; True when that step was skipped. The skips before
+        the first applied step are the scale coming down from its start (32,768 halves to
+        what the gradients allow), not the recent rate's: they say nothing is wrong."""
         skipped = new_scale < self.scale
         self.scale = new_scale
         self.skipped_steps += skipped
         self.in_a_row = self.in_a_row + 1 if skipped else 0
-        self.recent.append(skipped)
+        if self.recent or not skipped:
+            self.recent.append(skipped)
         return skipped
 
     def skip_rate_notice(self) -> str | None:

@@ -59,6 +59,15 @@ def test_the_skip_rate_notice_reaches_listeners_once():
     assert len(recorder.notices) == 1 and "of the last" in recorder.notices[0]
     assert recorder.labels == ["warning"]  # advice, where a rule's doing is a "note"
     assert [r.skipped for r in recorder.steps[:4]] == [False, True, False, True]
+    # the skips of the scale coming down from its start (before any step applied) are no rate
+    settling = TrainingMonitor(epochs=1, steps_per_epoch=100, listeners=[recorder := Recorder()],
+                               initial_loss_scale=2.0**15)
+    settling.epoch_begin(0)
+    scale = 2.0**15
+    for i in range(20):
+        scale = scale / 2 if i < 4 else scale  # four skipped, then every step applied
+        step(settling, loss=math.nan if i < 4 else 1.0, scale=scale)
+    assert recorder.notices == [] and settling.loss_scale.skipped_steps == 4
 
 
 def test_step_limits_stop_the_run_and_say_which():
