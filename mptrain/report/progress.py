@@ -54,7 +54,7 @@ class LiveProgress(TrainingListener):
         metrics = "  ".join(f"{k} {v:.4f}" for k, v in record.metrics.items())
         extra = ""
         if record.loss_scale is not None:
-            extra = f"  loss scale {record.loss_scale:g}, skipped {record.skipped_steps}"
+            extra = f"  loss scale {record.loss_scale:g}, skipped {record.skipped_steps} in all"
         steps = f"{record.steps} step" + ("" if record.steps == 1 else "s")
         say(f"epoch {record.epoch}: {steps}  {metrics}{extra}")
 
