@@ -64,7 +64,8 @@ def summary_table(s: RunSummary) -> Group:
         ("step time", _step_time(s)),
         ("throughput", f"{fmt(s.examples_per_sec, ',.0f')} examples/s"),
         ("compute", _compute_line(s)),
-        ("test", "  ".join([f"loss {fmt(s.test_loss)}",
+        ("test", "  ".join([*(["on standardised targets:"] if _standardised(s) else []),
+                            f"loss {fmt(s.test_loss)}",
                             *(f"{name} {fmt(value)}" for name, value in s.test_metrics.items()
                               if name != "loss")])),
     ]
@@ -101,6 +102,14 @@ def _memory_line(m) -> str:
     else:
         training = f"training {human_bytes(m.training_peak_bytes)} (peak on {m.device})"
     return f"{training}; process peak {human_bytes(m.process_peak_bytes)}"
+
+
+def _standardised(s: RunSummary) -> bool:
+    """Whether the test metrics are Keras' on standardised targets (train.target_scaling),
+    where the figure a regression is judged by is back in the targets' units."""
+    q = s.quality
+    return q is not None and q.value is not None and q.metric in s.test_metrics \
+        and s.test_metrics[q.metric] != q.value
 
 
 def _status(s: RunSummary) -> str:

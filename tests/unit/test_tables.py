@@ -263,6 +263,15 @@ def test_the_summary_shows_every_test_metric_asked_for():
                                          "precision": 0.8765})
     text = rendered(summary_table(summary))
     whole(text, "recall 0.4321", "precision 0.8765")
+    assert "standardised" not in text
+    # a regression on standardised targets: Keras' MAE is theirs, the verdict's in dollars
+    from mptrain.runs.summary import QualityFigure
+
+    mae = QualityFigure(metric="mae", label="MAE", value=1117.8236, higher_is_better=False,
+                        proportion=False)
+    scaled = make_summary(test_loss=0.2061, test_metrics={"loss": 0.2061, "mae": 0.3075}, quality=mae)
+    text = " ".join(rendered(summary_table(scaled)).split())
+    assert "test on standardised targets: loss 0.2061 mae 0.3075" in text
 
 
 def test_the_summarys_status_says_how_the_run_stopped_once():
