@@ -147,5 +147,5 @@ def memory_view(report: MemoryReport):
             f"largest batch: n/a, the size of {report.memory_of} is not known")
     return Group(totals, "", parts, "", report.why,
                  "measured: TensorFlow's allocator peak above the data set in a 3-step run "
-                 "(n/a where the allocator reports nothing, as for small models on a CPU); "
+                 "(n/a where the allocator reports nothing); "
                  f"{fits}", *notes)
