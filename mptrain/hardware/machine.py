@@ -269,18 +269,21 @@ def training_memory(machine: Machine) -> tuple[int | None, str]:
     """The memory a run's training state lives in (None: not known), and what it is, said:
     $MPTRAIN_MEMORY_BYTES when set; on a machine with GPUs, the smallest GPU's (TensorFlow
     places a run on a GPU, and each replica keeps a whole copy); else the machine's own."""
-    if os.environ.get(MEMORY_ENV, "").strip().isdigit():
-        return int(os.environ[MEMORY_ENV]), f"${MEMORY_ENV}"
-    if machine.gpus:
+    if machine.gpus and _memory_given() is None:
         known = [g.memory_bytes for g in machine.gpus if g.memory_bytes]
         return (min(known) if known else None), "GPU memory"
-    return machine_memory_bytes(), "memory here"
+    return machine_memory_bytes(), "memory here" if _memory_given() is None else f"${MEMORY_ENV}"
+
+
+def _memory_given() -> int | None:
+    value = os.environ.get(MEMORY_ENV, "").strip()
+    return int(value) if value.isdigit() else None
 
 
 def machine_memory_bytes() -> int | None:
     """The machine's memory, or what $MPTRAIN_MEMORY_BYTES says mptrain may use of it."""
-    if os.environ.get(MEMORY_ENV, "").strip().isdigit():
-        return int(os.environ[MEMORY_ENV])
+    if (given := _memory_given()) is not None:
+        return given
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):

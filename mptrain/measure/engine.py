@@ -227,19 +227,20 @@ def run_in_turns(launches: list[tuple[Variant, int, ChildSpec]], folder: Path, e
                 for child in playing:
                     if signals.received is not None:
                         break
-                    slow = None if budget else too_slow(child, base, turns)
-                    stop = (("cut", f"cut by the budget after {len(child.rounds)} rounds") if budget
-                            else ("too slow", slow) if slow else None)
+                    if budget:
+                        stop = ("cut", f"cut by the budget after {len(child.rounds)} rounds")
+                    else:
+                        stop = ("too slow", slow) if (slow := too_slow(child, base, turns)) else None
                     _take_turn(child, on_turn, round_, stop)
         finally:  # evaluations (or the last step of an interrupted one) one by one, each row
-            unkept = []  # kept as it ends; one that cannot be (a full disk) leaves none running
+            unkept = None  # kept as it ends; one that cannot be (a full disk) leaves none running
             for child in children:
                 try:
                     on_end(_finish(child))
                 except OSError as exc:
-                    unkept.append(exc)
+                    unkept = unkept or exc
             if unkept:
-                raise unkept[0]
+                raise unkept
     return signals.received
 
 

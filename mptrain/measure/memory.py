@@ -55,11 +55,11 @@ def plan_memory(config: ExperimentConfig, policies: list[str], measure: bool = T
     from mptrain.precision.policy import apply_policy
     from mptrain.runs.experiment import prepare
 
-    plans, examples, memory = [], 0, (None, "")
+    plans, examples = [], 0
     for policy in policies:
         try:
             prepared = prepare(config, policy=policy, verbose=verbose)
-            choice, memory = prepared.choice, training_memory(prepared.machine)
+            choice = prepared.choice
             plans.append(estimate(prepared.model, prepared.optimizer, policy, choice.compute_dtype,
                                   choice.variable_dtype, config.train.batch_size))
         finally:
@@ -71,14 +71,15 @@ def plan_memory(config: ExperimentConfig, policies: list[str], measure: bool = T
     if measure:
         plans = [p.model_copy(update={"measured_peak_bytes": _measured(config, p.policy, verbose)})
                  for p in plans]
-    plans = [with_largest_batch(p, memory[0], examples) for p in plans]
+    available, memory_of = training_memory(prepared.machine)
+    plans = [with_largest_batch(p, available, examples) for p in plans]
     first = plans[0]
     # (to a tenth: the optimizer also keeps a few scalars, its iteration count)
     state = round(first.optimizer_bytes / first.weights_bytes, 1) if first.weights_bytes else 0
     return MemoryReport(experiment=config.name, batch_size=config.train.batch_size,
                         parameters=first.parameters, training_examples=examples, plans=plans,
-                        why=why_not_half(config.train.optimizer.name, state), memory_bytes=memory[0],
-                        memory_of=memory[1])
+                        why=why_not_half(config.train.optimizer.name, state), memory_bytes=available,
+                        memory_of=memory_of)
 
 
 def with_largest_batch(plan: MemoryPlan, available: int | None, examples: int) -> MemoryPlan:

@@ -116,7 +116,7 @@ def _status(s: RunSummary) -> str:
     if s.status == "diverged":
         return (f"[red]diverged[/]: {s.non_finite_loss_steps} step(s) had a NaN/inf loss (JSON "
                 "shows them as null); try mixed_bfloat16 or float32, or a lower learning rate")
-    if s.stop_reason and s.stop_reason.startswith(s.status):  # "interrupted by SIGINT ..."
+    if s.stopped_by == "signal" and s.stop_reason:  # "interrupted by SIGINT at ..."
         return f"[yellow]{s.stop_reason}[/]"
     return f"{s.status}" + (f", [yellow]{s.stop_reason}[/]" if s.stop_reason else "")
 

@@ -48,10 +48,12 @@ def launch(experiment: str | ExperimentConfig | None, options: RunOptions = RunO
     if options.hosts is not None and options.workers is not None:
         raise ConfigError("--hosts starts this host's one worker of a cluster; --workers N "
                           "starts N on this machine: give one of them")
-    resume, overrides = options.start.resume, [*options.overrides, *_workers_sets(options.workers)]
-    if options.workers is not None and resume is None:  # a resume's own config says as many
+    workers = {} if options.workers is None else {"distribute.strategy": "multi_worker_mirrored",
+                                                  "distribute.workers": options.workers}
+    resume, overrides = options.start.resume, [*options.overrides, *(f"{k}={v}" for k, v in workers.items())]
+    if workers and resume is None:  # a resume's own config says as many
         chosen = _on_workers(experiment_to_run(experiment, list(options.overrides), None),
-                             f"--workers {options.workers}", {"distribute.workers": options.workers})
+                             f"--workers {options.workers}", workers)
     else:
         chosen = experiment_to_run(experiment, overrides, resume)
     count = local_worker_count(chosen.distribute.workers, options.workers, options.supervised,
@@ -85,12 +87,6 @@ def launch(experiment: str | ExperimentConfig | None, options: RunOptions = RunO
         telling.say("plan", beside)
     return run_experiment(chosen, options.start, listeners=listeners,
                           verbose=options.verbose, on_start=telling.started, status=telling.status)
-
-
-def _workers_sets(workers: int | None) -> list[str]:
-    """The --set options that `--workers N` stands for (its workers are given them)."""
-    return [] if workers is None else ["distribute.strategy=multi_worker_mirrored",
-                                       f"distribute.workers={workers}"]
 
 
 def _on_workers(chosen: ExperimentConfig, why: str, changes: dict[str, object]) -> ExperimentConfig:

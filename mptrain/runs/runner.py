@@ -131,10 +131,10 @@ class TrainingSession:
                                             prepared.batches)
         self.prepared, self.folder = prepared, folder
         total_steps = train.epochs * batches.steps_per_epoch
-        self.tensorboard = TensorBoardWriter(folder.path / "tensorboard", optimizer,
-                                             scheduled_rate(train.optimizer, total_steps))
         self.checkpointer = Checkpointer(folder.path / "checkpoints", model, optimizer, train.checkpoint,
                                          batches.steps_per_epoch, on_save=folder.flush_steps)
+        self.tensorboard = TensorBoardWriter(folder.path / "tensorboard", optimizer,
+                                             scheduled_rate(train.optimizer, total_steps), self.checkpointer)
         # where a resumed run continues, recoveries from divergence: the summary's notes
         self.start, history, self.notes = Position(0, 0, 0), ([], []), []
         if resume:

@@ -51,6 +51,7 @@ class Checkpointer(TrainingListener):
                                                   max_to_keep=cfg.keep)
         self.suspended = False  # while a run is diverging, nothing it holds is worth saving
         self.passed_over: list[str] = []  # damaged checkpoints a restore skipped, and why
+        self.restores = 0  # how often a checkpoint was restored (a resume, a recovery)
         self.save_seconds: list[float] = []  # each save's time (plan's whole-run estimate)
         self._global_step = 0
 
@@ -104,6 +105,7 @@ class Checkpointer(TrainingListener):
                 self.passed_over.append(f"{Path(path).name}: unreadable ({reason.splitlines()[0]})")
                 continue
             epoch, step, global_step = (int(v) for v in self.position.numpy())
+            self.restores += 1
             return Position(epoch, step, global_step)
         raise MptrainError(
             f"{self.folder}: none of its {len(candidates)} checkpoints reads "

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import keras  # this module is imported only when a fit run starts (training.make_loop)
 
 from mptrain.data.pipeline import Batches
@@ -30,9 +28,7 @@ class FitLoop:
         """One stream of every epoch's batches (see data/pipeline.py): with steps_per_epoch
         set, Keras keeps the iterator across epochs; shuffle=False, the stream is in order. A
         run resumed inside an epoch first finishes that epoch with its remaining steps."""
-        validate = None if batches.val is None else (
-            lambda: {f"val_{k}": v for k, v in self.evaluate(batches.val).items()})
-        callback = _MonitorCallback(monitor, batches, scale_variable(self.optimizer), self.scaled, validate)
+        callback = _MonitorCallback(monitor, batches, scale_variable(self.optimizer), self.scaled)
         same = dict(class_weight=self.class_weight, callbacks=[callback], shuffle=False, verbose=0)
         if start_step:
             callback.first_step = start_step
@@ -45,21 +41,23 @@ class FitLoop:
                            epochs=batches.epochs, steps_per_epoch=batches.steps_per_epoch, **same)
 
     def evaluate(self, dataset) -> dict[str, float]:
-        results = self.model.evaluate(dataset, return_dict=True, verbose=0)
-        return {k: float(v) for k, v in results.items()}
+        return _evaluated(self.model, dataset)
+
+
+def _evaluated(model, dataset, prefix: str = "") -> dict[str, float]:
+    results = model.evaluate(dataset, return_dict=True, verbose=0)
+    return {f"{prefix}{k}": float(v) for k, v in results.items()}
 
 
 class _MonitorCallback(keras.callbacks.Callback):
     """Feeds the monitor with each step's own loss, running metrics and loss scale, and each
-    epoch's metrics with its validation (`validate`), which the callback runs rather than
-    fit: fit validates every epoch it ends, and one a run stopped early cut short is not
+    epoch's metrics with its validation, which the callback runs rather than fit: fit
+    validates every epoch it ends, and one a run stopped early cut short is not
     (`TrainingMonitor.validates_epoch`)."""
 
-    def __init__(self, monitor: TrainingMonitor, batches: Batches, loss_scale, scaled,
-                 validate: Callable[[], dict[str, float]] | None):
+    def __init__(self, monitor: TrainingMonitor, batches: Batches, loss_scale, scaled):
         super().__init__()
         self.monitor, self.batches, self.loss_scale, self.scaled = monitor, batches, loss_scale, scaled
-        self.validate = validate
         self.first_step = 0  # > 0 while finishing an epoch a resumed run started inside
         self.tracker = None
 
@@ -93,8 +91,8 @@ class _MonitorCallback(keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         logs = dict(logs or {})
-        if self.validate is not None and self.monitor.validates_epoch:
-            logs.update(self.validate())
+        if self.batches.val is not None and self.monitor.validates_epoch:
+            logs.update(_evaluated(self.model, self.batches.val, "val_"))
         self.monitor.epoch_end(logs)
         if self.monitor.stop_requested:  # a signal during validation: stop before the next epoch
             self.model.stop_training = True

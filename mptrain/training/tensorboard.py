@@ -13,32 +13,39 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from mptrain.training.checkpoints import Checkpointer
 from mptrain.training.optimizer import applied_updates, value_of
 from mptrain.training.records import EpochRecord, StepRecord, TrainingListener
 
 
 class TensorBoardWriter(TrainingListener):
 
-    def __init__(self, logdir: Path, optimizer, scheduled_rate: Callable[[int], float] | None):
+    def __init__(self, logdir: Path, optimizer, scheduled_rate: Callable[[int], float] | None,
+                 checkpointer: Checkpointer):
         """`optimizer`: the one that applies the updates; `scheduled_rate`: its schedule
         (`optimizer.scheduled_rate`: the updates applied before a step → its rate), None
-        without one."""
+        without one; `checkpointer`: whose restores set the optimizer's count back."""
         import tensorflow as tf
 
         self.tf = tf
         self.writer = tf.summary.create_file_writer(str(logdir))
         self.optimizer, self.scheduled_rate = optimizer, scheduled_rate
         self.pending: list[tuple[StepRecord, int | None]] = []  # each step, the updates before it
+        self.checkpointer, self.restores = checkpointer, 0
         self.applied: int | None = None  # the updates applied so far (with a schedule)
 
     def epoch_started(self, epoch: int, epochs: int, steps: int) -> None:
-        if self.scheduled_rate is not None:  # a resume's checkpoint restored the count
-            self.applied = applied_updates(self.optimizer)
+        if self.scheduled_rate is not None and self.applied is None:  # after a resume's restore
+            self.applied, self.restores = applied_updates(self.optimizer), self.checkpointer.restores
 
     def step_finished(self, record: StepRecord, step_in_epoch: int) -> None:
         self.pending.append((record, self.applied))
-        if self.scheduled_rate is not None:  # read again: a skipped step applied none, and a
-            self.applied = applied_updates(self.optimizer)  # recovery went back to a checkpoint
+        if self.scheduled_rate is None:
+            return
+        if self.checkpointer.restores != self.restores:  # a recovery went back to a checkpoint
+            self.applied, self.restores = applied_updates(self.optimizer), self.checkpointer.restores
+        else:  # counted, not read from the device each step: a skipped step applies none
+            self.applied += not record.skipped
 
     def epoch_finished(self, record: EpochRecord) -> None:
         self.flush(record)
@@ -68,8 +75,8 @@ class TensorBoardWriter(TrainingListener):
 
     def _rates(self, epoch: EpochRecord | None) -> list[float]:
         """The rate each pending step trained at: its schedule's at the updates applied
-        before it (read from the optimizer after each step: about 60 us, with a schedule
-        only); without a schedule its epoch's (the record holds it; a rule lowers it only
+        before it (read from the optimizer at the start and after a restore, counted in
+        between); without a schedule its epoch's (the record holds it; a rule lowers it only
         after the epoch's last step), or the optimizer's for the steps of an epoch training
         left by an error."""
         if self.scheduled_rate is not None:

@@ -341,11 +341,13 @@ def test_tensorboard_dates_each_scheduled_rate_by_the_updates_applied_before_its
     from mptrain.training.tensorboard import TensorBoardWriter
 
     inner = SimpleNamespace(_iterations=10, iterations=5)  # two updates accumulated in each
-    writer = TensorBoardWriter(tmp_path, SimpleNamespace(inner_optimizer=inner), float)
+    checkpointer = SimpleNamespace(restores=0)
+    writer = TensorBoardWriter(tmp_path, SimpleNamespace(inner_optimizer=inner), float, checkpointer)
     writer.epoch_started(1, 1, 4)
     # applied; skipped; diverged (a NaN loss: the guard restores a checkpoint at 6); applied
     for step, count_after, skipped in ((1, 11, False), (2, 11, True), (3, 6, False), (4, 7, False)):
         inner._iterations = count_after
+        checkpointer.restores += step == 3
         writer.step_finished(StepRecord(step=step, epoch=1, loss=1.0, seconds=0.1, examples=8,
                                         loss_scale=2.0**15, skipped=skipped), step)
     writer.flush()
