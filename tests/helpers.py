@@ -197,31 +197,42 @@ def step_records(*seconds_and_sizes, epoch: int = 1) -> list[StepRecord]:
 
 def record_kernels(machine, bfloat16: float, float16: float | None = 1.0, device: str = "/CPU:0",
                    xla_bfloat16: float | None = None, xla_float16: float | None = None,
-                   xla_gain: float = 1.0):
+                   xla_gain: float = 1.0, library_gain: float | None = None,
+                   kinds: dict[str, float] | None = None):
     """A kernel measurement of `machine` in its cache, as if measured: each 16-bit dtype at
     the given speed relative to float32 on every kernel; on a CPU also with XLA (`xla_*`:
     against float32 with XLA, default the same as without, and float16 1.0 where it
-    collapsed without; `xla_gain`: float32 with XLA against float32 without)."""
+    collapsed without; `xla_gain`: float32 with XLA against float32 without) and, given a
+    `library_gain` (float32 with the other math library against float32 with the machine's),
+    the other library's kernels too, its 16-bit ones at the same ratios. `kinds`: kinds of
+    kernel beyond the general three, each with bfloat16's speed on it."""
     from mptrain.hardware.kernels import KernelTiming, store_kernels
 
     plain = {"float32": 1.0, "bfloat16": bfloat16, "float16": float16}
-    modes = {False: (10.0, plain)}
-    if device == "/CPU:0":
+    on_cpu = device == "/CPU:0"
+    modes = {(False, machine.onednn if on_cpu else None): (10.0, plain)}
+    if on_cpu:
         collapsed = float16 is not None and float16 < 0.25
-        modes[True] = (10.0 / xla_gain, {
+        modes[True, None] = (10.0 / xla_gain, {
             "float32": 1.0, "bfloat16": xla_bfloat16 if xla_bfloat16 is not None else bfloat16,
             "float16": xla_float16 if xla_float16 is not None else 1.0 if collapsed else float16})
+        if library_gain is not None:
+            modes[False, not machine.onednn] = (10.0 / library_gain, plain)
+    kernels = [("matmul 1024²", "matmul", bfloat16), ("dense 512² fused", "dense", bfloat16),
+               ("conv3x3 16×56²×64", "conv2d", bfloat16),
+               *((f"{kind} kernel", kind, ratio) for kind, ratio in (kinds or {}).items())]
     timings = []
-    for kernel in ("matmul 1024²", "dense 512² fused", "conv3x3 16×56²×64"):
-        for xla, (float32_ms, ratios) in modes.items():
+    for kernel, kind, bf16 in kernels:
+        for (xla, onednn), (float32_ms, ratios) in modes.items():
             for dtype, ratio in ratios.items():
+                ratio = bf16 if dtype == "bfloat16" and not xla else ratio
                 if ratio is None:
                     continue
                 ms = float32_ms / ratio
-                timings.append(KernelTiming(device=device, kernel=kernel, dtype=dtype, xla=xla,
-                                            ms_per_call=ms, ms_p10=ms * 0.95, ms_p90=ms * 1.05,
-                                            tflops=1.0 * ratio, calls=20, cut_short=False,
-                                            ratio_to_float32=ratio))
+                timings.append(KernelTiming(device=device, kernel=kernel, kind=kind, dtype=dtype,
+                                            xla=xla, onednn=onednn, ms_per_call=ms,
+                                            ms_p10=ms * 0.95, ms_p90=ms * 1.05, tflops=10.0 / ms,
+                                            calls=20, cut_short=False, ratio_to_float32=ratio))
     return store_kernels(machine, timings, seconds=1.0)
 
 

@@ -29,7 +29,8 @@ def runs_command(
     """
     from mptrain.errors import ConfigError
     from mptrain.measure.side_by_side import compare_runs, split_arguments
-    from mptrain.report.tables import compare_tables, runs_table
+    from mptrain.report.tables import compare_tables
+    from mptrain.report.views import runs_table
     from mptrain.runs.folder import DEFAULT_FOLDER, list_runs
 
     arguments = arguments or []

@@ -1,21 +1,26 @@
-"""How fast each dtype really is on this machine: kernels timed, cached, and summarised.
+"""How fast each dtype and math library really is on this machine: kernels timed, cached,
+and summarised.
 
-Three kernels per dtype: a plain matmul, a fused dense layer (MatMul+BiasAdd+ReLU, the op that
-collapses for float16 on oneDNN CPUs) and a 3x3 convolution. On a CPU each is timed twice per
-dtype, as TensorFlow runs it and compiled with XLA: XLA and precision are two axes, and each
-16-bit figure is read against float32 in the same mode (its control), so XLA's own gain is
-never credited to a precision. The settings of a kernel are timed in interleaved rounds so
-that a machine whose speed drifts slows every side alike. One whose call takes over
-`CUT_SHORT_S` is not repeated (cut short), so a pathological one (float16 through oneDNN's
-reference kernel) costs one call, not minutes.
+One kernel per kind of layer (`kernel_calls.kernels`): a plain matmul, a fused dense layer
+(MatMul+BiasAdd+ReLU, the op that collapses for float16 on oneDNN CPUs), a 3x3 convolution, a
+Conv1D, an LSTM's steps and scaled dot-product attention, so a model is read by the kinds it
+has (`kinds_of`: a Conv1D autoencoder ran bfloat16 at 0.15x where matrix products measured
+0.95x). On a CPU each is timed per dtype as TensorFlow runs it and compiled with XLA, and
+with the other math library in a peer process (oneDNN where TensorFlow leaves it off, as on
+AVX2-only CPUs, where float32 ResNet50 ran 3.2x faster with it; Eigen where it turns it on):
+precision, XLA and the library are axes of their own, and each 16-bit figure is read against
+float32 in the same mode and library (its control). The settings of a kernel are timed in
+interleaved rounds so that a machine whose speed drifts slows every side alike. One whose
+call takes over `CUT_SHORT_S` is not repeated (cut short), so a pathological one (float16
+through oneDNN's reference kernel) costs one call, not minutes.
 
 CPU flags do not say which policy is fast: on a Xeon with AMX-BF16, oneDNN's bfloat16
 matmuls run several times float32; with AVX512_BF16 alone they were measured 0.5-0.8x; on an
 AVX2-only CPU TensorFlow leaves oneDNN off and float16 without XLA ran at float32's speed. So
 `policy: auto`, whether float16 needs XLA, plan's candidates and `check-gpu` decide on this
 measurement (`policy.recommend`). It is made once per machine and cached (`measured_kernels`),
-keyed by the CPU, its flags, the GPUs, TensorFlow and oneDNN: a measurement never outlives the
-machine or the TensorFlow it describes.
+keyed by the CPU, its flags, the GPUs and TensorFlow (one file holds both libraries): a
+measurement never outlives the machine or the TensorFlow it describes.
 """
 
 from __future__ import annotations
@@ -29,78 +34,152 @@ from collections.abc import Callable
 from contextlib import nullcontext
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
+from mptrain.hardware.kernel_calls import Peer, kernels, prepared_calls
+from mptrain.hardware.machine import LIBRARY_NAMES, Machine, library_of
 from mptrain.record import FrozenRecord, write_cache
-
-if TYPE_CHECKING:
-    from mptrain.hardware.machine import Machine
 
 TIMED_DTYPES = ("float32", "float16", "bfloat16")
 CACHE_ENV = "MPTRAIN_CACHE_DIR"
-ROUND_BUDGET_S = 1.5  # per kernel, all its settings together (6 on a CPU: about 7 rounds)
+CACHE_VERSION = 2  # 2: both math libraries and six kernel kinds (2026-12-05)
+ROUND_BUDGET_S = 1.0  # per kernel, all its settings together (9 on a CPU: 3 rounds or more)
 CUT_SHORT_S = 0.5  # a single call slower than this is not repeated
+# The kinds whose figures stand for "this machine's kernels" where no model is named (`policy:
+# auto`, check-gpu's recommendation): the matrix products and convolutions most models run.
+GENERAL_KINDS = ("matmul", "dense", "conv2d")
+KINDS = (*GENERAL_KINDS, "conv1d", "recurrent", "attention")  # every kind `kernel_calls.kernels` times
+# Keras layer classes → the kernel kind that times their math (`kinds_of`)
+LAYER_KINDS = {
+    "Dense": "dense", "EinsumDense": "dense",
+    "Conv2D": "conv2d", "DepthwiseConv2D": "conv2d", "SeparableConv2D": "conv2d",
+    "Conv2DTranspose": "conv2d", "Conv3D": "conv2d",
+    "Conv1D": "conv1d", "Conv1DTranspose": "conv1d", "SeparableConv1D": "conv1d",
+    "DepthwiseConv1D": "conv1d",
+    "LSTM": "recurrent", "GRU": "recurrent", "SimpleRNN": "recurrent", "Bidirectional": "recurrent",
+    "MultiHeadAttention": "attention", "GroupedQueryAttention": "attention", "Attention": "attention",
+}
 
 
 class KernelTiming(FrozenRecord):
     device: str
     kernel: str
+    kind: str = "matmul"  # what it stands for: matmul, dense, conv2d, conv1d, recurrent, attention
     dtype: str
     xla: bool = False  # compiled with XLA (`tf.function(jit_compile=True)`)
+    # the CPU's math library: True oneDNN, False Eigen; None where it does not apply (an
+    # accelerator, or XLA, which compiles its own kernels)
+    onednn: bool | None = None
     ms_per_call: float  # median over the calls
     ms_p10: float
     ms_p90: float
     tflops: float
     calls: int
     cut_short: bool
-    ratio_to_float32: float | None  # float32's median in the same XLA mode / this one's: > 1 is faster
+    ratio_to_float32: float | None  # float32's median (same XLA mode and library) / this one's: > 1 is faster
 
     @property
     def setting(self) -> str:
-        """The dtype as a candidate spells its XLA: `bfloat16+xla`."""
-        return self.dtype + ("+xla" if self.xla else "")
+        """The dtype as a candidate spells its XLA and library: `bfloat16+xla`, `float32+eigen`."""
+        library = "" if self.onednn is None else "+onednn" if self.onednn else "+eigen"
+        return self.dtype + ("+xla" if self.xla else "") + library
 
 
 class KernelSpeeds(FrozenRecord):
-    """One measurement of this machine's kernels, and what it is valid for."""
+    """One measurement of this machine's kernels, and what it is valid for. On a CPU it holds
+    both math libraries (`onednn` True and False: the other one timed by a peer process in
+    the same rounds), read as the library of the process reading it (`onednn`, set by
+    `cached_kernels`): `speedup` is that library's, `library_gain` the other's over it."""
 
-    machine_key: str  # the machine and TensorFlow it was measured on (`machine_key`)
+    machine_key: str  # the machine and TensorFlow it was measured on (`plan_key`)
     measured_at: str
     seconds: float
+    onednn: bool | None = None  # the library of the process that reads it (None: the measurer's)
     timings: list[KernelTiming]
+    peer_failed: str | None = None  # why the other library could not be timed
 
-    def speedup(self, dtype: str, device: str, xla: bool = False) -> float | None:
-        """Geometric mean over the kernels of `dtype`'s speed relative to float32 in the same
-        XLA mode (its control): the precision's own effect."""
-        ratios = [t.ratio_to_float32 for t in self._of(dtype, device, xla)]
+    def speedup(self, dtype: str, device: str, xla: bool = False,
+                kinds: tuple[str, ...] = GENERAL_KINDS, onednn: bool | None = None) -> float | None:
+        """Geometric mean over the kernels of `kinds` (a model's: `kinds_of`) of `dtype`'s
+        speed relative to float32 in the same XLA mode and library (its control): the
+        precision's own effect. `onednn`: that library's (default: the reader's)."""
+        ratios = [t.ratio_to_float32 for t in self._of(dtype, device, xla, kinds, onednn)]
         return statistics.geometric_mean(ratios) if ratios else None
 
     def xla_gain(self, dtype: str, device: str) -> float | None:
         """Geometric mean over the kernels of XLA's effect on `dtype`: its median without XLA
-        over its median with (above 1: faster with XLA)."""
-        plain = {t.kernel: t.ms_per_call for t in self._of(dtype, device, False)}
-        ratios = [plain[t.kernel] / t.ms_per_call for t in self._of(dtype, device, True)
+        (in the reader's library) over its median with (above 1: faster with XLA)."""
+        plain = {t.kernel: t.ms_per_call for t in self._of(dtype, device, False, GENERAL_KINDS)}
+        ratios = [plain[t.kernel] / t.ms_per_call for t in self._of(dtype, device, True, GENERAL_KINDS)
                   if t.kernel in plain]
         return statistics.geometric_mean(ratios) if ratios else None
 
-    def describe(self, dtype: str, device: str, xla: bool = False) -> str:
-        """'bfloat16 kernels run 0.80x float32 on CPU:0 (matmul 0.80x, dense 0.78x, conv
-        0.54x)'; with `xla`, both sides compiled with XLA."""
-        parts = [f"{t.kernel.split()[0]} {times(t.ratio_to_float32)}" for t in self._of(dtype, device, xla)]
+    def library_gain(self, dtype: str = "float32", kinds: tuple[str, ...] = GENERAL_KINDS) -> float | None:
+        """The other math library's speed over the reader's for `dtype`, geometric mean over
+        the kernels (of `kinds`) both timed: above 1, the other library is faster here."""
+        mine = {t.kernel: t.ms_per_call for t in self._of(dtype, "/CPU:0", False, kinds)}
+        ratios = [mine[t.kernel] / t.ms_per_call
+                  for t in self._of(dtype, "/CPU:0", False, kinds, not self.onednn)
+                  if t.kernel in mine]
+        return statistics.geometric_mean(ratios) if ratios and self.onednn is not None else None
+
+    def describe(self, dtype: str, device: str, xla: bool = False,
+                 kinds: tuple[str, ...] = GENERAL_KINDS, onednn: bool | None = None) -> str:
+        """'bfloat16 kernels run 0.80x float32 on CPU:0 (matmul 0.80x, dense 0.78x, conv2d
+        0.54x)'; with `xla`, both sides compiled with XLA; with another `onednn` than the
+        reader's, that library's kernels."""
+        timed = self._of(dtype, device, xla, kinds, onednn)
+        parts = [f"{t.kind} {times(t.ratio_to_float32)}" for t in timed]
         mode = " with XLA" if xla else ""
-        return (f"{dtype} kernels{mode} run {times(self.speedup(dtype, device, xla))} float32{mode} "
+        library = ("" if onednn is None or onednn == self.onednn or xla
+                   else f" with {LIBRARY_NAMES[library_of(onednn)]}")
+        return (f"{dtype} kernels{mode}{library} run "
+                f"{times(self.speedup(dtype, device, xla, kinds, onednn))} float32{mode}{library} "
                 f"on {device.strip('/')} ({', '.join(parts)})")
 
-    def slowest(self, dtype: str, device: str, xla: bool = False) -> KernelTiming | None:
-        """`dtype`'s kernel slowest against float32 (in the same XLA mode), if measured."""
-        return min(self._of(dtype, device, xla), key=lambda t: t.ratio_to_float32, default=None)
+    def describe_library(self, kinds: tuple[str, ...] = GENERAL_KINDS) -> str:
+        """'float32 kernels with oneDNN run 3.10x Eigen's here (matmul 1.21x, conv2d 4.02x, ...)'."""
+        other = not self.onednn
+        mine = {t.kernel: t.ms_per_call for t in self._of("float32", "/CPU:0", False, kinds)}
+        parts = [f"{t.kind} {times(mine[t.kernel] / t.ms_per_call)}"
+                 for t in self._of("float32", "/CPU:0", False, kinds, other) if t.kernel in mine]
+        gain = times(self.library_gain("float32", kinds))
+        return (f"float32 kernels with {LIBRARY_NAMES[library_of(other)]} run {gain} "
+                f"{LIBRARY_NAMES[library_of(not other)]}'s here ({', '.join(parts)})")
 
-    def _of(self, dtype: str, device: str, xla: bool) -> list[KernelTiming]:
-        """`dtype`'s timings against float32 (in that XLA mode) on `device`."""
-        return [t for t in self.timings
-                if (t.device, t.dtype, t.xla) == (device, dtype, xla) and t.ratio_to_float32]
+    def slowest(self, dtype: str, device: str, xla: bool = False,
+                kinds: tuple[str, ...] = GENERAL_KINDS) -> KernelTiming | None:
+        """`dtype`'s kernel slowest against float32 (in the same XLA mode), if measured."""
+        return min(self._of(dtype, device, xla, kinds), key=lambda t: t.ratio_to_float32, default=None)
+
+    def by_kind(self, dtype: str, device: str) -> list[KernelTiming]:
+        """`dtype`'s timing of every kind of kernel (no XLA, the reader's library)."""
+        return self._of(dtype, device, False, KINDS)
+
+    def fastest_product(self, dtypes: tuple[str, ...]) -> KernelTiming | None:
+        """The fastest matrix product measured in any of `dtypes`, with either library or
+        XLA: this machine's peak as measured (a summary's MFU reads against it)."""
+        products = [t for t in self.timings if t.kind in ("matmul", "dense") and t.dtype in dtypes
+                    and t.device == "/CPU:0"]
+        return max(products, key=lambda t: t.tflops, default=None)
+
+    def _of(self, dtype: str, device: str, xla: bool, kinds: tuple[str, ...] = GENERAL_KINDS,
+            onednn: bool | None = None) -> list[KernelTiming]:
+        """`dtype`'s timings against float32 (in that XLA mode and library) on `device`, of
+        `kinds` where any of them was timed (else of the general kinds)."""
+        library = self.onednn if onednn is None else onednn
+        timed = [t for t in self.timings
+                 if (t.device, t.dtype, t.xla) == (device, dtype, xla) and t.ratio_to_float32
+                 and t.onednn in (None, library)]
+        return [t for t in timed if t.kind in kinds] or [t for t in timed if t.kind in GENERAL_KINDS]
+
+
+def kinds_of(layer_classes: list[str]) -> tuple[str, ...]:
+    """The kernel kinds a model's layers (their class names) run: what a plan reads its
+    candidates' kernels by. A Conv1D autoencoder ran bfloat16 at 0.15x float32 on a CPU where
+    the matrix products and 3x3 convolutions measured 0.95x."""
+    return tuple(sorted({LAYER_KINDS[name] for name in layer_classes if name in LAYER_KINDS}))
 
 
 def times(ratio: float) -> str:
@@ -108,89 +187,91 @@ def times(ratio: float) -> str:
     return f"{ratio:.2f}x" if ratio >= 0.1 else f"{ratio:.2g}x"
 
 
-def _kernels(tf, scale: float):
-    """(name, FLOPs per call, its inputs' shapes, function) for each benchmark kernel."""
-    n = max(8, int(1024 * scale))
-    d = max(8, int(512 * scale))
-    batch, hw, ch = max(1, int(16 * scale)), max(4, int(56 * scale)), max(4, int(64 * scale))
-
-    # Each returns one element so that fetching it waits for the device but copies ~nothing.
-    def matmul(a, b):
-        return tf.matmul(a, b)[0, 0]
-
-    def dense(x, w, bias):
-        return tf.nn.relu(tf.matmul(x, w) + bias)[0, 0]
-
-    def conv(x, w):
-        return tf.nn.conv2d(x, w, 1, "SAME")[0, 0, 0, 0]
-
-    return [
-        (f"matmul {n}²", 2 * n**3, [(n, n), (n, n)], matmul),
-        (f"dense {d}² fused", 2 * d**3, [(d, d), (d, d), (d,)], dense),
-        (f"conv3x3 {batch}×{hw}²×{ch}", 2 * batch * hw * hw * ch * ch * 9,
-         [(batch, hw, hw, ch), (3, 3, ch, ch)], conv),
-    ]
-
-
-def measure(tf, devices: list[str], dtypes: tuple[str, ...] = TIMED_DTYPES, scale: float = 1.0,
-            budget_s: float = ROUND_BUDGET_S,
-            xla_modes: tuple[bool, ...] = (False,)) -> list[KernelTiming]:
-    """Time every kernel in every dtype (and XLA mode) on every device, interleaved; each
-    ratio is against float32 in the same XLA mode."""
+def measure(tf, devices: list[str], settings: list[tuple[str, bool]] | None = None,
+            scale: float = 1.0, budget_s: float = ROUND_BUDGET_S,
+            peer: Peer | None = None) -> list[KernelTiming]:
+    """Time every kernel in every setting (dtype, XLA; default: each dtype without XLA) on
+    every device, interleaved; each ratio is against float32 in the same XLA mode and
+    library. On the CPU, `peer` is a process running the other math library than this one's
+    (`kernel_calls.Peer`), whose calls (each dtype, no XLA) take their turns in the same
+    rounds."""
     import numpy as np
 
+    onednn = None if peer is None else not peer.onednn  # this process's library
     timings: list[KernelTiming] = []
-    settings = [(dtype, xla) for xla in xla_modes for dtype in dtypes]
+    settings = settings or [(dtype, False) for dtype in TIMED_DTYPES]
+    dtypes = tuple(dict.fromkeys(dtype for dtype, _ in settings))
     for device in devices:
-        for name, flops, shapes, fn in _kernels(tf, scale):
-            calls: dict[tuple[str, bool], tuple[Callable, tuple]] = {}
-            with tf.device(device):
-                for dtype, xla in settings:
-                    inputs = tuple(tf.cast(tf.random.normal(shape), dtype) for shape in shapes)
-                    compiled = tf.function(fn, autograph=False, jit_compile=xla)
-                    compiled.get_concrete_function(*inputs)  # trace outside the timing
-                    if xla:
-                        compiled(*inputs).numpy()  # and compile: the warm-up then times a call
-                    calls[dtype, xla] = (compiled, inputs)
-                seconds = interleaved(calls, budget_s)
+        on_cpu = device == "/CPU:0"
+        for index, (name, kind, flops, shapes, fn) in enumerate(kernels(tf, scale)):
+            calls: dict = prepared_calls(tf, fn, shapes, settings, device)
+            if on_cpu and peer is not None:
+                calls.update(peer.calls(index, dtypes))
+            seconds = {setting: s for setting, s in interleaved(calls, budget_s).items() if s}
             medians = {setting: statistics.median(s) for setting, s in seconds.items()}
-            for (dtype, xla), samples in seconds.items():
+            for setting, samples in seconds.items():
+                dtype, xla, *by_peer = setting  # a peer's setting: (dtype, False, PEER)
+                library = None if not on_cpu or xla or onednn is None else onednn != bool(by_peer)
                 ms = sorted(1e3 * s for s in samples)
-                control = medians.get(("float32", xla))
+                control = medians.get(("float32", xla, *by_peer))
                 timings.append(KernelTiming(
-                    device=device, kernel=name, dtype=dtype, xla=xla,
+                    device=device, kernel=name, kind=kind, dtype=dtype, xla=xla, onednn=library,
                     ms_per_call=statistics.median(ms), ms_p10=float(np.percentile(ms, 10)),
-                    ms_p90=float(np.percentile(ms, 90)), tflops=flops / medians[dtype, xla] / 1e12,
+                    ms_p90=float(np.percentile(ms, 90)), tflops=flops / medians[setting] / 1e12,
                     calls=len(ms), cut_short=len(ms) == 1,
-                    ratio_to_float32=control / medians[dtype, xla] if control else None))
+                    ratio_to_float32=control / medians[setting] if control else None))
     return timings
+
+
+def measure_machine(tf, machine: Machine, devices: list[str], dtypes: tuple[str, ...],
+                    xla_modes: tuple[bool, ...], scale: float = 1.0) -> tuple[list[KernelTiming], str | None]:
+    """`measure` on this machine, with a peer process timing the CPU's other math library
+    (oneDNN where TensorFlow leaves it off, Eigen where it turns it on); the timings, and why
+    the other library has none when its peer failed."""
+    peer = None if machine.accelerated else Peer.start(not machine.onednn, dtypes, scale)
+    try:
+        settings = [(dtype, xla) for xla in xla_modes for dtype in dtypes]
+        timings = measure(tf, devices, settings, scale, peer=peer)
+    finally:
+        if peer is not None:
+            peer.close()
+    return timings, peer.failed if peer is not None else None
 
 
 def interleaved(calls: dict, budget_s: float) -> dict:
     """Seconds per call of each setting, in rounds that visit every setting in turn
     (rotating which goes first), until the budget is spent; one too slow to repeat stops
-    early."""
+    early. A call is a (function, inputs) pair, or a `kernel_peer.PeerCall` (a call the peer
+    process makes and times itself)."""
     samples: dict = {setting: [] for setting in calls}
     active = list(calls)
-    for setting, (fn, inputs) in calls.items():  # warm-up: allocations, primitives, XLA compiling
-        began = time.perf_counter()
-        fn(*inputs).numpy()
-        if time.perf_counter() - began > 4 * CUT_SHORT_S:  # a collapse (0.001x): its one call
-            samples[setting].append(time.perf_counter() - began)
+    for setting, call in calls.items():  # warm-up: allocations, primitives, XLA compiling
+        took = _call(call)
+        if took is None or took > 4 * CUT_SHORT_S:  # a collapse (0.001x): its one call
+            samples[setting] += [took] if took is not None else []
             active.remove(setting)
     start = time.perf_counter()
     rounds = 0
     while active and (rounds < 3 or time.perf_counter() - start < budget_s):
         order = active[rounds % len(active):] + active[:rounds % len(active)]
         for setting in order:
-            fn, inputs = calls[setting]
-            began = time.perf_counter()
-            fn(*inputs).numpy()
-            samples[setting].append(time.perf_counter() - began)
-            if samples[setting][-1] > CUT_SHORT_S:
+            took = _call(calls[setting])
+            if took is not None:
+                samples[setting].append(took)
+            if took is None or took > CUT_SHORT_S:
                 active.remove(setting)
         rounds += 1
     return samples
+
+
+def _call(call) -> float | None:
+    """Seconds one call took: timed here, or by the peer that made it (None: it failed)."""
+    if hasattr(call, "seconds"):
+        return call.seconds()
+    fn, inputs = call
+    began = time.perf_counter()
+    fn(*inputs).numpy()
+    return time.perf_counter() - began
 
 
 def bench_devices(tf) -> list[str]:
@@ -201,12 +282,18 @@ def bench_devices(tf) -> list[str]:
 # --- the cached measurement `policy: auto` decides on ------------------------------------
 
 
-def machine_key(machine: Machine) -> str:
-    """What a measurement describes: CPU model and flags, GPUs, TensorFlow, oneDNN."""
+def plan_key(machine: Machine) -> str:
+    """What a plan describes: CPU model and flags, GPUs, TensorFlow; not the math library this
+    process runs: a plan's pick names its own (`train.math_library`), which a run that follows
+    it runs whatever its shell's TF_ENABLE_ONEDNN_OPTS says."""
     gpus = ", ".join(f"{g.name} {g.compute_capability}" for g in machine.gpus) or "no GPU"
     flags = hashlib.sha256(" ".join(sorted(machine.cpu.flags)).encode()).hexdigest()[:12]
-    return (f"{machine.cpu.model} (flags {flags}); {gpus}; TensorFlow {machine.tensorflow_version}; "
-            f"oneDNN {'on' if machine.onednn else 'off'}")
+    return f"{machine.cpu.model} (flags {flags}); {gpus}; TensorFlow {machine.tensorflow_version}"
+
+
+def machine_key(machine: Machine) -> str:
+    """What a kernel measurement describes: the machine (`plan_key`) and oneDNN's state."""
+    return f"{plan_key(machine)}; oneDNN {'on' if machine.onednn else 'off'}"
 
 
 def cache_dir() -> Path:
@@ -218,7 +305,9 @@ def cache_dir() -> Path:
 
 
 def cache_path(machine: Machine) -> Path:
-    digest = hashlib.sha256(machine_key(machine).encode()).hexdigest()[:16]
+    """One file for both math libraries (a process with either reads it): keyed by the
+    machine and TensorFlow (`plan_key`) and the measurement's own version."""
+    digest = hashlib.sha256(f"v{CACHE_VERSION} {plan_key(machine)}".encode()).hexdigest()[:16]
     return cache_dir() / f"kernels-{digest}.json"
 
 
@@ -244,14 +333,16 @@ def decision_device(machine: Machine) -> str:
 
 
 def cached_kernels(machine: Machine) -> KernelSpeeds | None:
-    """The cached measurement for exactly this machine and TensorFlow, if there is one."""
+    """The cached measurement for exactly this machine and TensorFlow, read as this
+    process's math library (`KernelSpeeds.onednn`), if it holds that library's timings."""
     path = cache_path(machine)
     try:
         speeds = KernelSpeeds.model_validate_json(path.read_text())
     except (OSError, ValueError, ValidationError):
         return None
-    if speeds.machine_key != machine_key(machine):
+    if speeds.machine_key != plan_key(machine):
         return None
+    speeds = speeds.model_copy(update={"onednn": None if machine.accelerated else machine.onednn})
     device = decision_device(machine)
     if not all(speeds.speedup(d, device, xla) for d in decision_dtypes(machine)
                for xla in decision_xla_modes(machine)):
@@ -260,37 +351,41 @@ def cached_kernels(machine: Machine) -> KernelSpeeds | None:
 
 
 def store_kernels(machine: Machine, timings: list[KernelTiming], seconds: float,
-                  keep: bool = True) -> KernelSpeeds:
+                  keep: bool = True, peer_failed: str | None = None) -> KernelSpeeds:
     """The measurement, written to this machine's cache when `keep` (kernels of another
     size than `policy: auto` measures are shown, not kept)."""
-    speeds = KernelSpeeds(machine_key=machine_key(machine),
+    speeds = KernelSpeeds(machine_key=plan_key(machine),
                           measured_at=datetime.now().isoformat(timespec="seconds"),
-                          seconds=round(seconds, 2), timings=timings)
-    if not keep:
-        return speeds
-    write_cache(cache_path(machine), json.dumps(speeds.model_dump(), indent=1))
+                          seconds=round(seconds, 2), timings=timings, peer_failed=peer_failed,
+                          onednn=None if machine.accelerated else machine.onednn)
+    if keep:
+        write_cache(cache_path(machine), json.dumps(speeds.model_dump(), indent=1))
     return speeds
 
 
 def measured_kernels(tf, machine: Machine, status: Callable[[str], object] | None = None,
                      said: list[str] | None = None) -> KernelSpeeds | None:
-    """This machine's kernel speeds: cached, or measured now (10-30 s) and cached. None
-    when the measurement fails: the caller falls back to rules on the hardware's flags, and
-    `said` is told why. `status(text)` is a context manager that shows progress while
+    """This machine's kernel speeds: cached, or measured now (half a minute or so: each
+    kernel kind in each dtype, with and without XLA, and the other math library) and cached.
+    None when the measurement fails: the caller falls back to rules on the hardware's flags,
+    and `said` is told why. `status(text)` is a context manager that shows progress while
     measuring."""
     speeds = cached_kernels(machine)
     if speeds is not None or machine.tpu:
         return speeds
     started = time.perf_counter()
-    saying = "measuring this machine's float32 and 16-bit kernels (once; cached)…"
+    saying = ("measuring this machine's float32 and 16-bit kernels" +
+              ("" if machine.accelerated else ", with oneDNN and with Eigen") + " (once; cached)…")
     try:
         with status(saying) if status is not None else nullcontext():
-            timings = measure(tf, [decision_device(machine)], decision_dtypes(machine),
-                              xla_modes=decision_xla_modes(machine))
+            timings, peer_failed = measure_machine(tf, machine, [decision_device(machine)],
+                                                   decision_dtypes(machine), decision_xla_modes(machine))
     except Exception as exc:  # a broken device or kernel: fall back to the rules, never crash a run
         if said is not None:
             said.append(f"this machine's kernels could not be measured ({type(exc).__name__}: "
                         f"{str(exc).splitlines()[0][:160] if str(exc) else 'no message'}); the "
                         "policy is chosen by the hardware's flags instead")
         return None
-    return store_kernels(machine, timings, time.perf_counter() - started)
+    if peer_failed and said is not None:
+        said.append(f"the other math library's kernels were not measured ({peer_failed})")
+    return store_kernels(machine, timings, time.perf_counter() - started, peer_failed=peer_failed)

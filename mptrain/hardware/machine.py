@@ -188,13 +188,30 @@ ONEDNN_DEFAULT_FLAGS = frozenset({"avx512_vnni", "avx512_bf16", "avx_vnni", "amx
 ONEDNN_BFLOAT16_FLAGS = frozenset({"avx512f", "avx_ne_convert"})
 
 
+ONEDNN_ENV = "TF_ENABLE_ONEDNN_OPTS"  # read once, as TensorFlow starts
+# `train.math_library` → the variable's value (default: the environment's own, or TensorFlow's rule)
+LIBRARY_SETTINGS = {"onednn": "1", "eigen": "0"}
+LIBRARY_NAMES = {"onednn": "oneDNN", "eigen": "Eigen"}  # oneDNN off: TensorFlow's own Eigen kernels
+
+
+def library_environment(library: str) -> dict[str, str]:
+    """What TensorFlow must read as it starts to run `library` (`train.math_library`)."""
+    return {ONEDNN_ENV: LIBRARY_SETTINGS[library]} if library in LIBRARY_SETTINGS else {}
+
+
+def library_of(onednn: bool) -> str:
+    """The `train.math_library` value that runs this state: onednn, or eigen."""
+    return "onednn" if onednn else "eigen"
+
+
 def _onednn_setting() -> bool | None:
     """TF_ENABLE_ONEDNN_OPTS as TensorFlow reads it (0/false/1/true); None: not set."""
-    setting = os.environ.get("TF_ENABLE_ONEDNN_OPTS", "").strip().lower()
+    setting = os.environ.get(ONEDNN_ENV, "").strip().lower()
     return setting in ("1", "true") if setting in ("0", "false", "1", "true") else None
 
 
-def _onednn_default(flags: frozenset[str]) -> bool:
+def onednn_by_default(flags: frozenset[str]) -> bool:
+    """Whether TensorFlow turns oneDNN on for this CPU when nobody says (its own rule)."""
     return platform.system() == "Linux" and bool(ONEDNN_DEFAULT_FLAGS & flags)
 
 
@@ -202,17 +219,31 @@ def onednn_enabled(flags: frozenset[str]) -> bool:
     """Whether TensorFlow runs oneDNN on this CPU, known before it starts: its own rule,
     TF_ENABLE_ONEDNN_OPTS over the default its CPU flags give."""
     setting = _onednn_setting()
-    return _onednn_default(flags) if setting is None else setting
+    return onednn_by_default(flags) if setting is None else setting
+
+
+def describe_library(on: bool, flags: frozenset[str], experiment_library: str = "default") -> str:
+    """The math library that ran, and what decided it: the experiment's `train.math_library`,
+    else the variable or TensorFlow's default for this CPU ('oneDNN (TensorFlow's default on
+    this CPU)')."""
+    why = (f"train.math_library: {experiment_library}" if experiment_library != "default"
+           else _decided_by(on, flags))
+    return LIBRARY_NAMES[library_of(on)] + (f" ({why})" if why else "")
+
+
+def _decided_by(on: bool, flags: frozenset[str]) -> str | None:
+    """What set oneDNN's state: the variable, or TensorFlow's default for this CPU (an
+    AVX2-only CPU runs without it though nobody turned it off)."""
+    setting = _onednn_setting()
+    return (f"{ONEDNN_ENV}={int(setting)}" if setting == on else
+            "TensorFlow's default on this CPU" if on else
+            "TensorFlow's default on a CPU without AVX512_VNNI, AVX512_BF16, AVX-VNNI or AMX"
+            if on == onednn_by_default(flags) else None)
 
 
 def describe_onednn(on: bool, flags: frozenset[str]) -> str:
-    """oneDNN's state in words, with what decided it: the variable, or TensorFlow's default
-    for this CPU (an AVX2-only CPU runs without it though nobody turned it off)."""
-    setting = _onednn_setting()
-    why = (f"TF_ENABLE_ONEDNN_OPTS={int(setting)}" if setting == on else
-           "TensorFlow's default on this CPU" if on else
-           "TensorFlow's default on a CPU without AVX512_VNNI, AVX512_BF16, AVX-VNNI or AMX"
-           if on == _onednn_default(flags) else None)
+    """oneDNN's state in words, with what decided it (`_decided_by`)."""
+    why = _decided_by(on, flags)
     state = ("on" if on else "off") + (f" ({why})" if why else "")
     if on and not ONEDNN_BFLOAT16_FLAGS & flags:
         state += "; 16-bit math runs through Eigen (oneDNN takes bfloat16 and float16 only with AVX-512)"

@@ -63,13 +63,14 @@ def import_tensorflow(verbose: bool = False, environment: dict[str, str] | None 
     set first (variables TensorFlow reads once, when it starts)."""
     environment = environment or {}
     if "tensorflow" in sys.modules:
-        late = [name for name, value in environment.items() if os.environ.get(name) != value]
+        late = [f"{name}={value}" for name, value in environment.items() if not _in_effect(name, value)]
         if late:
             from mptrain.errors import ConfigError
 
             raise ConfigError(f"{', '.join(late)} must be set before TensorFlow starts, and this "
-                              "process has started it already: run the experiment in a process "
-                              "of its own (`mptrain run`)")
+                              "process (a notebook's, a script's) has started it already, without "
+                              "it: run the experiment in a process of its own (`mptrain run`, or "
+                              "set it before TensorFlow is imported)")
         return sys.modules["tensorflow"]
     os.environ.update(environment)
     for name, value in ALLOCATOR.items():  # a user's own setting wins
@@ -109,6 +110,16 @@ def import_tensorflow(verbose: bool = False, environment: dict[str, str] | None 
     tf.get_logger().setLevel(logging.ERROR)
     logging.getLogger("absl").setLevel(logging.ERROR)
     return tf
+
+
+def _in_effect(name: str, value: str) -> bool:
+    """Whether the running TensorFlow already does what `name=value` asks: for oneDNN, its
+    state (on by TensorFlow's default for this CPU needs no variable), else the variable."""
+    from mptrain.hardware.machine import ONEDNN_ENV, onednn_enabled, probe_cpu
+
+    if name == ONEDNN_ENV:
+        return onednn_enabled(probe_cpu().flags) == (value == "1")
+    return os.environ.get(name) == value
 
 
 def set_op_determinism(tf, on: bool) -> None:

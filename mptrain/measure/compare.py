@@ -132,7 +132,8 @@ def default_policies(config: ExperimentConfig, verbose: bool = False,
     from mptrain.hardware.runtime import import_tensorflow
     from mptrain.precision.policy import math_environment
 
-    tf = import_tensorflow(verbose, environment=math_environment(config.train.math_mode))
+    tf = import_tensorflow(verbose, environment=math_environment(config.train.math_mode,
+                                                                 config.train.math_library))
     machine = probe(tf, check_xla=False)
     return policies_worth_comparing(machine, measured_kernels(tf, machine, status))
 
@@ -199,16 +200,14 @@ def with_xla_axis(config: ExperimentConfig, variants: list[Variant], machine,
             row = under(row, named)
         rows.append(row)
     base = next((r for r in rows if r.candidate.policy == "float32"), rows[0])
-    if base.candidate.jit_compile:
-        return rows, list(dict.fromkeys(said))
     for row in list(rows):
-        axes = (row.loop, row.strategy, row.batch_size)
-        if row.candidate.jit_compile and not any(r.candidate.name == "float32+xla" and
-                                                 (r.loop, r.strategy, r.batch_size) == axes for r in rows):
-            rows.append(under(row, candidate("float32+xla")))
-            said.append(f"float32+xla runs beside {row.label} as its control: the speed-up "
-                        "of a row with XLA is also given against float32 with XLA, the "
-                        "precision's own effect")
+        axes, control = (row.loop, row.strategy, row.batch_size), row.candidate.control_name
+        if (row.candidate.sixteen_bit and control != base.candidate.control_name and not any(
+                r.candidate.name == control and (r.loop, r.strategy, r.batch_size) == axes for r in rows)):
+            rows.append(under(row, candidate(control)))
+            said.append(f"{control} runs beside {row.label} as its control: the speed-up of a "
+                        "row with XLA or another math library is also given against float32 "
+                        "with the same, the precision's own effect")
     return rows, list(dict.fromkeys(said))
 
 

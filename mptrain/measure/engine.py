@@ -39,10 +39,11 @@ import shutil
 import statistics
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from mptrain.precision.candidates import file_label
 from mptrain.record import write_atomic
@@ -75,6 +76,19 @@ class Turns:
     # twin, whose spread against the baseline is the noise floor; the baseline itself)
     controls: frozenset[str] = frozenset()
     rerun_failed: bool = True  # a resume runs a row that failed again (plan's: a result, kept)
+    # plan's race (`trials.race`): after each round, label → what to tell it instead of go
+    race: Callable[[dict[str, Racer]], dict[str, tuple[str, str]]] | None = None
+
+
+class Racer(NamedTuple):
+    """A trial as the race sees it after a round: its median step in each round (ms), its
+    batch, whether it still takes turns, and whether it is a control (float32, its twin:
+    never dropped)."""
+
+    rounds: list[float | None]
+    batch_size: int
+    running: bool
+    control: bool = False
 
 
 def run_rows(record, env: dict[str, str], turns: Turns, telling, verbose: bool = False):
@@ -112,7 +126,7 @@ def run_rows(record, env: dict[str, str], turns: Turns, telling, verbose: bool =
                              spec_for(folder, row, experiment, verbose)))
         # in a pair, each is read against the pair's baseline (the baseline's row, or its copy)
         group_turns = replace(turns, baseline=group[0].label) if turns.paired else turns
-        signal = run_in_turns(launches, folder, env, group_turns, telling.turn, partial(keep, group))
+        signal = run_in_turns(launches, folder, env, group_turns, telling, partial(keep, group))
         if signal is not None or past(turns.deadline):
             break
     return as_ended(), signal
@@ -186,10 +200,12 @@ class _Child:
 
 
 def run_in_turns(launches: list[tuple[Variant, int, ChildSpec]], folder: Path, env: dict[str, str],
-                 turns: Turns, on_turn, on_end) -> int | None:
+                 turns: Turns, telling, on_end) -> int | None:
     """Run every variant's child (beside its batch size) to its end in turns;
-    `on_turn(round, label, step_ms)` after each turn, `on_end(variant)` as each ends, with
-    what it measured. Each is read against the baseline's child (`turns.baseline`) when it
+    `telling.turn(round, label, step_ms)` after each turn, `on_end(variant)` as each ends,
+    with what it measured; `telling.say` why one was stopped early. With `turns.race`, the
+    rounds so far decide before each round who stops (plan's race: `trials.race`). Each is
+    read against the baseline's child (`turns.baseline`) when it
     runs: with `turns.slowest_ratio`, a variant whose turn's median step is that many times
     the baseline's in the same round is stopped (it cannot win, and finishing it would spend
     the budget), and with `turns.first_step_ratio` one whose start takes that many times
@@ -212,7 +228,7 @@ def run_in_turns(launches: list[tuple[Variant, int, ChildSpec]], folder: Path, e
                 steps = same_examples(turns.steps, base_batch or launches[0][1], batch_size)
                 child = _start((row, batch_size, spec), folder, env, steps, signals)
                 children.append(child)
-                _first_turn(child, on_turn, None if row.label in turns.controls else limit)
+                _first_turn(child, telling.turn, None if row.label in turns.controls else limit)
                 if row.label == turns.baseline:
                     base = child
                     if turns.first_step_ratio and child.first_step_done:
@@ -223,15 +239,14 @@ def run_in_turns(launches: list[tuple[Variant, int, ChildSpec]], folder: Path, e
                 round_ += 1
                 playing = [c for c in children if c.training]
                 order.shuffle(playing)
-                budget = past(turns.deadline)
+                stops = round_stops(children, base, turns)
                 for child in playing:
                     if signals.received is not None:
                         break
-                    if budget:
-                        stop = ("cut", f"cut by the budget after {len(child.rounds)} rounds")
-                    else:
-                        stop = ("too slow", slow) if (slow := too_slow(child, base, turns)) else None
-                    _take_turn(child, on_turn, round_, stop)
+                    stop = stops.get(child.row.label)
+                    if stop is not None and stop[0] != "cut":
+                        telling.say("plan", f"{child.row.label}: {stop[1]}")
+                    _take_turn(child, telling.turn, round_, stop)
         finally:  # evaluations (or the last step of an interrupted one) one by one, each row
             unkept = None  # kept as it ends; one that cannot be (a full disk) leaves none running
             for child in children:
@@ -242,6 +257,24 @@ def run_in_turns(launches: list[tuple[Variant, int, ChildSpec]], folder: Path, e
             if unkept:
                 raise unkept
     return signals.received
+
+
+def round_stops(children: list[_Child], base: _Child | None, turns: Turns) -> dict[str, tuple[str, str]]:
+    """What each child still training is told instead of `go` this round (the word, and
+    why; `training.turns.STOPS`): past the deadline, cut; else what the race says
+    (`turns.race`, from every child's rounds so far), or too slow (`too_slow`)."""
+    playing = [c for c in children if c.training]
+    if past(turns.deadline):
+        return {c.row.label: ("cut", f"cut by the budget after {len(c.rounds)} rounds") for c in playing}
+    raced = turns.race({c.row.label: Racer(c.rounds, c.batch_size, c.training, c.row.label in turns.controls)
+                        for c in children}) if turns.race is not None else {}
+    stops = {}
+    for child in playing:
+        if child.row.label in raced:
+            stops[child.row.label] = raced[child.row.label]
+        elif slow := too_slow(child, base, turns):
+            stops[child.row.label] = ("too slow", slow)
+    return stops
 
 
 def same_examples(steps: int, base_batch: int, batch: int) -> int:

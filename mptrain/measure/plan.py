@@ -7,14 +7,20 @@ than float32 on the guide's MLP, and on AMX the same MLP runs 3x faster while a 
 
 1. Candidates this machine can run (`precision.candidates`): float32; mixed_bfloat16 through
    oneDNN and with XLA; mixed_float16 where it can be fast (Tensor Cores, or XLA on a CPU);
-   on CPUs float32 with oneDNN's bfloat16 math and with TensorFlow's bfloat16 graph rewrite;
-   on Ampere+ GPUs float32 without TF32. What cannot win here is skipped with its reason.
+   on CPUs float32 with oneDNN's bfloat16 math and with TensorFlow's bfloat16 graph rewrite,
+   and the math library TensorFlow does not run here (oneDNN on an AVX2-only CPU, where it
+   leaves oneDNN off); on Ampere+ GPUs float32 without TF32. What cannot win here is skipped
+   with its reason, read from the kernels of the model's own kinds of layer, which also order
+   the rest, most promising first.
 2. Float32 islands: for the most promising 16-bit candidate, each layer's forward and
    backward is timed in 16 bits and in float32 (`measure.islands`); the layers slower in 16
    bits, and under float16 those whose activations overflow, become `model.float32_layers`
    in one more candidate.
 3. A trial of each, in turns (`measure.engine`), most promising first, float32 twice (its twin is
-   the A/A test of the machine's noise); no round starts after the budget: what was measured is judged.
+   the A/A test of the machine's noise); a trial that cannot be picked stops taking turns once
+   its interval says so, and the trials end once the pick is decided (`trials.race`: a plan of
+   the guide's MLP took 8 minutes running every trial to its end); no round starts after the
+   budget: what was measured is judged.
 4. The judgement (`measure.verdicts`): each candidate's speed-up over
    float32 beyond the twin's noise, its loss progress against float32's, no non-finite loss a
    loss scaler does not explain, and not slower over the experiment's whole length.
@@ -47,7 +53,7 @@ from mptrain.measure.islands import LayerTiming, islands, layer_timings
 from mptrain.measure.memory import too_big_alone
 from mptrain.measure.plot import plot_study
 from mptrain.measure.study import Measurement, Staging, StudyRecord, new_study, run_study, steps_of
-from mptrain.measure.trials import choose
+from mptrain.measure.trials import choose, race
 from mptrain.measure.variant import Variant
 from mptrain.measure.verdicts import DEFAULT_TOLERANCE_PCT, TWIN, Rules, judge_rows
 from mptrain.measure.whole_run import RunLength
@@ -76,10 +82,11 @@ class PlanRecord(StudyRecord):
         "slowest_ratio": SLOWEST_RATIO, "first_step_ratio": FIRST_STEP_RATIO,
         # never stopped early: float32, and its twin whose spread is the noise floor
         "controls": frozenset({"float32", TWIN}),
-        "rerun_failed": False}  # a failed trial stays failed: its row says why
+        "rerun_failed": False,  # a failed trial stays failed: its row says why
+        "race": race}  # a trial that cannot be picked stops taking turns; a decided plan ends
 
     machine: str  # where it was measured, in words
-    machine_key: str = ""  # the same, as `policy: auto` checks it (`hardware.kernels.machine_key`)
+    machine_key: str = ""  # the same, as `policy: auto` checks it (`hardware.kernels.plan_key`)
     measured_at: str
     steps: int
     tolerance_pct: float
@@ -90,6 +97,7 @@ class PlanRecord(StudyRecord):
     experiment_eval_batches: int = 0  # its validation batches over its epochs, and its test's
     experiment_checkpoints: int = 0  # the checkpoints it saves
     candidates: list[Candidate]  # in the order tried; skipped ones carry why_not
+    kernel_kinds: list[str] = []  # the model's kinds of layer, whose kernels ordered the candidates
     batch_sizes: list[int] | None = None  # --batch-sizes (None: the experiment's, and 2x for one)
     cells_not_tried: list[str] = []  # candidates at a batch size that was not tried, and why
     trials: list[Variant] = []  # float32, its A/A twin, then each candidate tried, in that order
@@ -222,7 +230,8 @@ def start_plan(config: ExperimentConfig, settings: PlanSettings = PlanSettings()
     """A new plan (`study.new_study`): the candidates this machine can run (those named), each
     at its batch sizes, float32 and its A/A twin first; the trials run the experiment at a
     trial's length (trial.yaml). Bad input fails here, before any folder exists."""
-    from mptrain.hardware.kernels import machine_key, measured_kernels
+    from mptrain.hardware.kernels import GENERAL_KINDS, kinds_of, measured_kernels, plan_key
+    from mptrain.model.walk import leaf_layers
 
     settings.check()
 
@@ -230,15 +239,17 @@ def start_plan(config: ExperimentConfig, settings: PlanSettings = PlanSettings()
         from mptrain.model.fused import fusable  # Keras: once TensorFlow was imported quietly
 
         machine, config = prepared.machine, prepared.config
+        kinds = kinds_of([type(layer).__name__ for layer in leaf_layers(prepared.model)])
         found = select(candidates(machine, measured_kernels(prepared.tf, machine, status),
-                                  fusable=fusable(prepared.model), deterministic=config.deterministic),
+                                  fusable=fusable(prepared.model), deterministic=config.deterministic,
+                                  kinds=kinds or GENERAL_KINDS),
                        settings.candidates)
         not_tried: list[str] = []
         cells = batch_cells(prepared, [c for c in found if c.why_not is None], settings.batch_sizes,
                             not_tried)
         per_epoch = prepared.batches.steps_per_epoch
         return Staging(_trials(cells), dict(
-            machine=describe_machine(machine), machine_key=machine_key(machine),
+            machine=describe_machine(machine), machine_key=plan_key(machine),
             measured_at=datetime.now().isoformat(timespec="seconds"), steps=settings.steps,
             tolerance_pct=settings.tolerance_pct, evaluate=settings.evaluate,
             budget_minutes=settings.budget_minutes,
@@ -246,6 +257,7 @@ def start_plan(config: ExperimentConfig, settings: PlanSettings = PlanSettings()
             train_examples=prepared.data.train.size, batch_sizes=settings.batch_sizes,
             cells_not_tried=not_tried, experiment_eval_batches=eval_batches(prepared),
             experiment_checkpoints=checkpoint_saves(config.train, per_epoch), candidates=found,
+            kernel_kinds=list(kinds),
             plan_file=str(settings.out) if settings.out else None),
             trial_experiment(config, settings.steps, per_epoch, settings.evaluate), settings.steps)
 
@@ -393,6 +405,11 @@ def write_plan_file(record: PlanRecord, folder: Path, path: Path) -> str:
     experiment = load_config(folder / "experiment.yaml")
     batch = winner.batch_size
     changes = at_batch(experiment, batch, record.experiment_steps, record.train_examples) if batch else {}
+    # the math library the pick ran, named: a run that follows the plan runs what was measured,
+    # whatever its shell's TF_ENABLE_ONEDNN_OPTS says (`precision.planned`)
+    ran = winner.summary.math_library if winner.summary is not None else None
+    if winner.candidate.math_library == "default" and ran is not None:
+        changes["train.math_library"] = ran
     chosen = variant(experiment, {**winner.candidate.settings, **changes})
     lines = [f"# mptrain plan for {record.experiment}: {record.winner} ({record.reason}).",
              f"# Measured {record.measured_at} on {record.machine}:",

@@ -1,12 +1,17 @@
 """plan's choice among its trials, each judged against float32's from the same rounds
-(`verdicts.judge_rows`: its speed, loss, time to target and whole-run estimate).
+(`verdicts.judge_rows`: its speed, loss, time to target and whole-run estimate), and the race
+that stops a trial from taking turns once it cannot be picked (`race`).
 
 Pure functions of what the trials recorded, so every rule is tested on recorded numbers."""
 
 from __future__ import annotations
 
+import math
+import statistics
+
+from mptrain.measure.engine import Racer
 from mptrain.measure.variant import Variant
-from mptrain.measure.verdicts import TWIN
+from mptrain.measure.verdicts import MIN_ROUNDS, TWIN, median_interval
 
 PRACTICAL_GAIN = 1.05  # less than this between two candidates is not worth a change of precision
 
@@ -55,3 +60,111 @@ def choose(trials: list[Variant], ruled_out: list[str] | None = None) -> tuple[s
             f"{t.label}: {', '.join(t.verdict.refused) or t.verdict.words()}" for t in ran) + ")"
     return "float32", (f"no candidate tried ({', '.join(t.label for t in ran)}) was faster than "
                        "float32 beyond the noise")
+
+
+# --- the race: trials that cannot be picked stop taking turns -------------------------------
+
+
+def race(racers: dict[str, Racer], baseline: str = "float32",
+         min_rounds: int = MIN_ROUNDS) -> dict[str, tuple[str, str]]:
+    """What a plan's engine tells its trials before the next round (`training.turns.STOPS`:
+    the word, and why), from the rounds run so far in turns, each trial's speed-up over
+    float32 per round (per example) and its 95% interval (`verdicts.median_interval`), beside
+    float32's A/A twin's (the machine's own noise):
+
+    - `drop` a trial that cannot be picked: its whole interval below what a pick needs (the
+      `PRACTICAL_GAIN` and the twin's noise: `choose`), or, at the experiment's batch, below
+      the leader's (the fastest trial still running) by more than both;
+    - `decided` for every trial still running once the pick is (`_settled`): the trials left
+      are faster than float32 beyond the noise by the `PRACTICAL_GAIN`, and the first listed
+      within it of the others (or alone), or no trial but the controls is left: nothing more
+      rounds could show would change the pick.
+
+    A trial is judged only after `min_rounds` paired rounds; nothing is decided before every
+    trial has run as many. A trial at another batch size is judged by its time to float32's
+    loss, which its speed per example bounds from above, so it can be dropped but never leads."""
+    base = racers.get(baseline)
+    if base is None:
+        return {}
+    speedups = {label: _speedups(r, base) for label, r in racers.items() if label != baseline}
+    running = {label for label, r in racers.items() if r.running and not r.control}
+    if any(len(speedups[label]) < min_rounds for label in running):
+        return {}  # every trial gets as many rounds before any is judged
+    twin = speedups.get(TWIN, [])
+    floor = median_interval(twin) if len(twin) >= min_rounds else (1.0, 1.0)
+    stops = {label: ("drop", why) for label in sorted(running)
+             if (why := _below_a_pick(speedups[label], floor)) is not None}
+    same_batch = [label for label in running - set(stops) if racers[label].batch_size == base.batch_size]
+    leader = max(same_batch, key=lambda label: statistics.median(speedups[label]), default=None)
+    stops |= {label: ("drop", why) for label in same_batch if label != leader
+              and (why := _behind(speedups[label], speedups[leader], leader, floor)) is not None}
+    left = [label for label in racers if label in running and label not in stops]  # as listed
+    if left:
+        same_batch = all(racers[label].batch_size == base.batch_size for label in left)
+        why = _settled(left, speedups, same_batch, floor)
+    elif any(not r.control for r in racers.values()):
+        why = "decided: no trial but float32 is left to race"
+    else:
+        return stops  # float32 alone: nothing was raced
+    if why is None:
+        return stops
+    return stops | {label: ("decided", why) for label, r in racers.items()
+                    if r.running and label not in stops}
+
+
+def _settled(left: list[str], speedups: dict[str, list[float]], same_batch: bool,
+             floor: tuple[float, float]) -> str | None:
+    """Why the pick among the trials `left` (as listed) is decided, or None while it is not:
+    each at the experiment's batch and faster than float32 beyond the noise by the
+    `PRACTICAL_GAIN`, and the first listed (which `choose` prefers, as the simpler, within the
+    `PRACTICAL_GAIN` of the best) within it of every other one beyond the noise."""
+    if not same_batch:
+        return None  # a cell at another batch is judged by its time to target: raced to its end
+    for label in left:
+        low = median_interval(speedups[label])[0]
+        if low <= max(1.0, floor[1]) or statistics.median(speedups[label]) < PRACTICAL_GAIN:
+            return None  # its own verdict is still open
+    first, *others = left
+    for other in others:
+        ratios = [mine / theirs for mine, theirs in zip(speedups[first], speedups[other], strict=False)]
+        if median_interval(ratios)[0] < 1 / PRACTICAL_GAIN:
+            return None
+    low, high = median_interval(speedups[first])
+    rest = (f"within {PRACTICAL_GAIN - 1:.0%} of {', '.join(others)} or faster, and simpler"
+            if others else "every other trial dropped")
+    return (f"decided after {len(speedups[first])} rounds: {first} "
+            f"{statistics.median(speedups[first]):.2f}x float32 (95% {low:.2f}-{high:.2f}x), {rest}")
+
+
+def _below_a_pick(speedups: list[float], floor: tuple[float, float]) -> str | None:
+    """Why a trial cannot be picked (None: it can): its speed-up's whole 95% interval below
+    the `PRACTICAL_GAIN` and the noise floor's top, what `choose` needs of a pick."""
+    high = median_interval(speedups)[1]
+    need = max(PRACTICAL_GAIN, floor[1])
+    if high >= need:
+        return None
+    return (f"dropped after {len(speedups)} rounds: at most {_at_most(high)} float32 (95%), a "
+            f"pick needs {need:.2f}x")
+
+
+def _behind(speedups: list[float], leaders: list[float], leader: str,
+            floor: tuple[float, float]) -> str | None:
+    """Why a trial cannot be picked over the leader (None: it can): its speed over the
+    leader's, round by round, below 1 by more than the `PRACTICAL_GAIN` (within which
+    `choose` prefers the simpler) and the noise floor's bottom, over its whole interval."""
+    ratios = [mine / theirs for mine, theirs in zip(speedups, leaders, strict=False)]
+    high = median_interval(ratios)[1]
+    if high >= min(1 / PRACTICAL_GAIN, floor[0]):
+        return None
+    return f"dropped after {len(ratios)} rounds: at most {_at_most(high)} {leader}'s speed (95%)"
+
+
+def _at_most(bound: float) -> str:
+    """An upper bound as said, rounded down: 1.049 is "1.04x", never the 1.05x it is below."""
+    return f"{math.floor(bound * 100) / 100:.2f}x"
+
+
+def _speedups(racer: Racer, base: Racer) -> list[float]:
+    """Its speed-up over the baseline in each round both ran, per example."""
+    per_example = racer.batch_size / base.batch_size
+    return [per_example * b / v for b, v in zip(base.rounds, racer.rounds, strict=False) if b and v]

@@ -82,14 +82,15 @@ class Steps(NamedTuple):
 
 
 def control_of(row: Variant, rows: list[Variant], base: Variant | None) -> Variant | None:
-    """The control a row's speed-up is also read against: for a 16-bit row that runs XLA
-    where the baseline does not, float32+xla of the same loop, strategy and batch (so XLA's
-    own gain is not credited to the precision); None for any other row."""
-    if (base is None or base.candidate.jit_compile or not row.candidate.jit_compile
-            or not row.candidate.sixteen_bit):
+    """The control a row's speed-up is also read against: for a 16-bit row that runs XLA or
+    another math library than the baseline, float32 with that XLA and library
+    (`Candidate.control_name`: float32+xla, float32+onednn) of the same loop, strategy and
+    batch, so neither axis's own gain is credited to the precision; None for any other row."""
+    wanted = row.candidate.control_name
+    if base is None or not row.candidate.sixteen_bit or wanted == base.candidate.control_name:
         return None
     axes = (row.loop, row.strategy, row.batch_size)
-    return next((r for r in rows if r.candidate.name == "float32+xla"
+    return next((r for r in rows if r.candidate.name == wanted
                  and (r.loop, r.strategy, r.batch_size) == axes), None)
 
 
@@ -169,7 +170,7 @@ def _stopped(s: RunSummary) -> list[str]:
     """What the way its run ended refuses."""
     if s.status == "diverged":
         return ["diverged (NaN/inf loss)"]
-    if s.stopped_by == "max_step_seconds":
+    if s.stopped_by in ("max_step_seconds", "dropped"):  # too slow to wait for, or to win
         return [s.stop_reason or "too slow"]
     if s.status == "interrupted":
         return ["interrupted: not finished"]

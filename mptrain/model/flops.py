@@ -33,10 +33,25 @@ CPU_UNITS = (("AMX-BF16", "amx_bf16", True, 1024), ("AVX512_BF16", "avx512_bf16"
 
 @dataclass(frozen=True)
 class Peak:
-    """A CPU's peak FLOP/s for one compute dtype, and the unit that sets it."""
+    """A CPU's peak FLOP/s for one compute dtype, and what sets it: the unit of CPU_UNITS at
+    the base clock (nominal), or the fastest matrix product this machine's kernel check found
+    (measured)."""
 
     flops_per_second: float
-    unit: str  # a unit of CPU_UNITS
+    unit: str  # "AVX-512 FP32", or the kernel measured: "matmul 1024² in bfloat16+onednn"
+    measured: bool = False
+
+
+def machine_peak(cpu: CpuInfo, compute_dtype: str, kernels=None) -> Peak | None:
+    """The peak a run's MFU reads against: measured where this machine's kernels were
+    (`hardware.kernels.KernelSpeeds.fastest_product`: the fastest matrix product in the
+    compute dtype or float32, with either math library or XLA), else nominal (`cpu_peak`).
+    The nominal one assumes the base clock and one unit: on an AVX2-only EPYC it was 0.157
+    TFLOP/s, which an XLA step read as 84% and a oneDNN step would have read as 113%."""
+    fastest = kernels.fastest_product((compute_dtype, "float32")) if kernels is not None else None
+    if fastest is None:
+        return cpu_peak(cpu, compute_dtype)
+    return Peak(fastest.tflops * 1e12, f"{fastest.kernel} in {fastest.setting}", measured=True)
 
 
 def cpu_peak(cpu: CpuInfo, compute_dtype: str) -> Peak | None:

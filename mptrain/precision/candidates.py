@@ -1,14 +1,16 @@
 """A precision candidate: one way to run an experiment's numbers, with one name.
 
-A candidate is a dtype policy, whole-step XLA or mptrain's choice of it, a math mode, fused
-layers, and the layers kept in float32. Its name is the policy followed by what differs from
-mptrain's own choices, joined by `+`: `mixed_bfloat16` (XLA as mptrain chooses it for the
-policy and device), `mixed_bfloat16+xla` and `float32+xla` (XLA forced on: XLA is an axis of
-its own, and float32+xla is the control a 16-bit candidate with XLA is read against),
-`mixed_bfloat16+fused` (one fused
-BatchNorm op, float32 convolution weight gradients: `model.fused_layers`),
-`float32+onednn_bf16` and `float32+graph_bf16` (float32 storage, bfloat16 math on a CPU),
-`float32+tf32_off` (no TF32 on an Ampere GPU).
+A candidate is a dtype policy, whole-step XLA or mptrain's choice of it, a math mode, the
+CPU's math library, fused layers, and the layers kept in float32. Its name is the policy
+followed by what differs from mptrain's own choices, joined by `+`: `mixed_bfloat16` (XLA as
+mptrain chooses it for the policy and device), `mixed_bfloat16+xla` and `float32+xla` (XLA
+forced on: XLA is an axis of its own, and float32+xla is the control a 16-bit candidate with
+XLA is read against), `float32+onednn` and `float32+eigen` (the math library TensorFlow does
+not choose on this CPU, `train.math_library`: oneDNN where it leaves oneDNN off, as on
+AVX2-only CPUs, Eigen where it turns it on; the control of a 16-bit candidate in that
+library), `mixed_bfloat16+fused` (one fused BatchNorm op, float32 convolution weight
+gradients: `model.fused_layers`), `float32+onednn_bf16` and `float32+graph_bf16` (float32
+storage, bfloat16 math on a CPU), `float32+tf32_off` (no TF32 on an Ampere GPU).
 `candidate` parses a name and `Candidate.name` is what plan prints, so compare takes every
 name plan prints (`mptrain compare --policies float32,mixed_bfloat16+xla`), and a plan.yaml
 spells its candidate out in ordinary experiment keys (`Candidate.settings`).
@@ -18,10 +20,10 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from mptrain.config.names import MATH_MODES, POLICIES
+from mptrain.config.names import MATH_LIBRARIES, MATH_MODES, POLICIES
 from mptrain.errors import ConfigError, did_you_mean
-from mptrain.hardware.kernels import KernelSpeeds
-from mptrain.hardware.machine import Machine
+from mptrain.hardware.kernels import GENERAL_KINDS, KernelSpeeds, times
+from mptrain.hardware.machine import LIBRARY_NAMES, ONEDNN_BFLOAT16_FLAGS, Machine, library_of
 from mptrain.precision.policy import NO_XLA_DETERMINISTIC, cpu_float16
 from mptrain.record import Record
 
@@ -30,7 +32,10 @@ NOTHING_TO_FUSE = "the model has no Conv2D or BatchNormalization: the same as mi
 # every candidate plan knows, on some machine (which are tried depends on this one)
 CANDIDATE_NAMES = ("float32", "float32+xla", "mixed_bfloat16", "mixed_bfloat16+fused",
                    "mixed_bfloat16+xla", "float32+onednn_bf16", "float32+graph_bf16",
-                   "mixed_float16+xla", "mixed_float16", "float32+tf32_off")
+                   "mixed_float16+xla", "mixed_float16", "float32+tf32_off",
+                   *(f"{policy}+{library}" for library in ("onednn", "eigen")
+                     for policy in ("float32", "mixed_bfloat16", "mixed_float16")))
+ONEDNN_MODES = ("onednn_bf16", "graph_bf16")  # math modes of oneDNN's: they need it on
 # A 16-bit candidate whose kernels measured below this against float32 (in the same XLA mode)
 # on this machine is not tried unless named: a model whose time is in its matmuls and
 # convolutions cannot win with them a fifth slower.
@@ -44,6 +49,7 @@ class Candidate(Record):
     policy: str
     jit_compile: bool | None = None  # None: mptrain's choice for the policy and device
     math_mode: str = "default"
+    math_library: str = "default"  # `train.math_library`: default, onednn, eigen
     float32_layers: list[str] = []
     fused: bool = False  # model.fused_layers: one fused BatchNorm op, float32 conv weight gradients
     why_not: str | None = None  # why it is not tried unless named (`--candidates NAME` tries it)
@@ -56,6 +62,7 @@ class Candidate(Record):
         """The candidate in ordinary experiment keys (`config.variant` applies them): what its
         runs are given, and what a plan.yaml spells out."""
         settings: dict[str, object] = {"policy": self.policy, "train.math_mode": self.math_mode,
+                                       "train.math_library": self.math_library,
                                        "train.jit_compile": self.jit_compile,
                                        "model.fused_layers": self.fused}
         if self.float32_layers:  # else the experiment's own stay (a plan.yaml's islands, compared)
@@ -64,7 +71,15 @@ class Candidate(Record):
 
     @property
     def sixteen_bit(self) -> bool:
-        return self.policy != "float32" or self.math_mode in ("onednn_bf16", "graph_bf16")
+        return self.policy != "float32" or self.math_mode in ONEDNN_MODES
+
+    @property
+    def control_name(self) -> str:
+        """The float32 candidate this one's precision is read against: float32 with the same
+        XLA and math library (`float32+xla`, `float32+onednn`), so neither axis's own gain is
+        credited to 16 bits."""
+        return "+".join(["float32", *(["xla"] if self.jit_compile else []),
+                         *([self.math_library] if self.math_library != "default" else [])])
 
     @property
     def sixteen_bit_dtype(self) -> str:
@@ -79,6 +94,7 @@ def candidate_name(config, policy: str | None = None) -> str:
     train, model = config.train, config.model
     parts = [policy or config.policy, *(["xla"] if train.jit_compile else []),
              *([train.math_mode] if train.math_mode != "default" else []),
+             *([train.math_library] if train.math_library != "default" else []),
              *(["fused"] if model.fused_layers else []),
              *(["islands"] if model.float32_layers else [])]
     return "+".join(parts)
@@ -97,42 +113,50 @@ def cell_label(label: str, batch_size: int | None) -> str:
 
 
 def candidate(name: str, why_not: str | None = None) -> Candidate:
-    """The candidate a name means: `POLICY[+xla][+MATH_MODE]`."""
+    """The candidate a name means: `POLICY[+xla][+MATH_MODE][+LIBRARY][+fused]`."""
     policy, *parts = name.split("+")
+    modes = [m for m in MATH_MODES if m != "default"]
+    libraries = [m for m in MATH_LIBRARIES if m != "default"]
     if policy not in POLICIES or policy == "auto":
         known = [p for p in POLICIES if p != "auto"]
         raise ConfigError(f"{name!r}: {policy!r} is not a policy{did_you_mean(policy, known)}; a "
-                          f"candidate is a policy ({', '.join(known)}) with +xla or a math mode "
-                          f"({', '.join(m for m in MATH_MODES if m != 'default')}), e.g. "
+                          f"candidate is a policy ({', '.join(known)}) with +xla, a math mode "
+                          f"({', '.join(modes)}) or a math library ({', '.join(libraries)}), e.g. "
                           "mixed_bfloat16+xla")
-    jit, math_mode, fused = None, "default", False
+    jit, math_mode, library, fused = None, "default", "default", False
     for part in parts:
         if part == "xla" and jit is None:
             jit = True
         elif part == "fused" and not fused:
             fused = True
-        elif part in MATH_MODES and part != "default" and math_mode == "default":
+        elif part in modes and math_mode == "default":
             math_mode = part
+        elif part in libraries and library == "default":
+            library = part
         else:
-            raise ConfigError(f"{name!r}: {part!r} is not +xla, +fused or a math mode "
-                              f"({', '.join(m for m in MATH_MODES if m != 'default')}), or is "
-                              "given twice")
-    if math_mode in ("onednn_bf16", "graph_bf16") and policy != "float32":
+            raise ConfigError(f"{name!r}: {part!r} is not +xla, +fused, a math mode "
+                              f"({', '.join(modes)}) or a math library ({', '.join(libraries)}), "
+                              "or is given twice")
+    if math_mode in ONEDNN_MODES and policy != "float32":
         raise ConfigError(f"{name!r}: {math_mode} is bfloat16 math under a float32 policy; "
                           f"use float32+{math_mode}")
-    return Candidate(name=name, policy=policy, jit_compile=jit, math_mode=math_mode, fused=fused,
-                     why_not=why_not)
+    if math_mode in ONEDNN_MODES and library == "eigen":
+        raise ConfigError(f"{name!r}: {math_mode} is a mode of oneDNN's, and eigen turns oneDNN off")
+    return Candidate(name=name, policy=policy, jit_compile=jit, math_mode=math_mode,
+                     math_library=library, fused=fused, why_not=why_not)
 
 
 def candidates(machine: Machine, kernels: KernelSpeeds | None = None, *,
-               fusable: bool = True, deterministic: bool = False) -> list[Candidate]:
+               fusable: bool = True, deterministic: bool = False,
+               kinds: tuple[str, ...] = GENERAL_KINDS) -> list[Candidate]:
     """What this machine can run: float32, float32+xla (XLA's own effect, and the control of
-    every 16-bit candidate with XLA), then the 16-bit ways, most promising first by its
-    measured kernels. One that cannot win here carries why, with the figure this machine's
-    kernels measured (or the rule, said as one, when they were not). `fusable`: the model has
-    a Conv2D or BatchNormalization for `+fused` to change (`model.fused.fusable`).
-    `deterministic`: the experiment's op determinism, under which no step runs XLA
-    (`policy.NO_XLA_DETERMINISTIC`): those candidates cannot run at all."""
+    every 16-bit candidate with XLA), then the 16-bit ways and, on a CPU, the math library
+    TensorFlow does not choose here, most promising first by the measured kernels of the
+    model's kinds (`kinds`: `hardware.kernels.kinds_of`). One that cannot win here carries
+    why, with the figure this machine's kernels measured (or the rule, said as one, when they
+    were not). `fusable`: the model has a Conv2D or BatchNormalization for `+fused` to change
+    (`model.fused.fusable`). `deterministic`: the experiment's op determinism, under which no
+    step runs XLA (`policy.NO_XLA_DETERMINISTIC`): those candidates cannot run at all."""
     found = [candidate("float32")]
     if machine.tpu:
         found.append(candidate("mixed_bfloat16"))
@@ -140,7 +164,7 @@ def candidates(machine: Machine, kernels: KernelSpeeds | None = None, *,
     found.append(candidate("float32+xla"))
     gpu = machine.gpus[0] if machine.gpus else None
     if gpu is None:
-        bf16 = _cpu_rule("bfloat16", False, machine, kernels)
+        bf16 = _cpu_rule("bfloat16", False, machine, kernels, kinds)
         needs_xla, why = cpu_float16(machine, kernels)
         no_onednn = (None if machine.onednn_bfloat16 else
                      "oneDNN takes no bfloat16 on this CPU (it needs AVX-512): no math mode of "
@@ -150,13 +174,14 @@ def candidates(machine: Machine, kernels: KernelSpeeds | None = None, *,
         found += [
             candidate("mixed_bfloat16", bf16),
             candidate("mixed_bfloat16+fused", bf16 or (None if fusable else NOTHING_TO_FUSE)),
-            candidate("mixed_bfloat16+xla", _cpu_rule("bfloat16", True, machine, kernels)),
+            candidate("mixed_bfloat16+xla", _cpu_rule("bfloat16", True, machine, kernels, kinds)),
             candidate("float32+onednn_bf16", no_onednn or bf16),
             candidate("float32+graph_bf16", no_onednn or bf16),
-            candidate("mixed_float16+xla", _cpu_rule("float16", True, machine, kernels)),
+            candidate("mixed_float16+xla", _cpu_rule("float16", True, machine, kernels, kinds)),
             candidate("mixed_float16", f"the same as mixed_float16+xla here: {why}"
                       if needs_xla and not deterministic
-                      else _cpu_rule("float16", False, machine, kernels)),
+                      else _cpu_rule("float16", False, machine, kernels, kinds)),
+            *_other_library(machine, kernels, kinds),
         ]
     else:
         no_tc = None if gpu.float16_tensor_cores else f"{gpu.describe()}: no Tensor Cores (CC < 7.0)"
@@ -173,26 +198,73 @@ def candidates(machine: Machine, kernels: KernelSpeeds | None = None, *,
         found = [c.model_copy(update={"why_not": NO_XLA_DETERMINISTIC}) if c.jit_compile else c
                  for c in found]
     if kernels is not None:
-        device = "/GPU:0" if gpu else "/CPU:0"
         first, control, *rest = found
-
-        def gain(option: Candidate) -> float:
-            xla = bool(option.jit_compile) and gpu is None
-            return kernels.speedup(option.sixteen_bit_dtype, device, xla) or 0.0
-
-        rest.sort(key=lambda c: -gain(c) if c.sixteen_bit else 0.0)
+        rest.sort(key=lambda c: -expected_gain(c, machine, kernels, kinds))
         found = [first, control, *rest]
     return found
 
 
-def _cpu_rule(dtype: str, xla: bool, machine: Machine, kernels: KernelSpeeds | None) -> str | None:
-    """Why a `dtype` candidate (with XLA or not) cannot win on this CPU: its kernels measured
-    below `RULE_OUT` against float32 in the same mode; unmeasured, bfloat16 without the
-    instructions oneDNN needs (a rule, said as one). None: worth a trial."""
-    if kernels is not None and (gain := kernels.speedup(dtype, "/CPU:0", xla)) is not None:
+def expected_gain(option: Candidate, machine: Machine, kernels: KernelSpeeds,
+                  kinds: tuple[str, ...] = GENERAL_KINDS) -> float:
+    """What the measured kernels (of the model's kinds) say a candidate gains over float32 as
+    TensorFlow runs it here: its precision's own speed-up in its XLA mode and library, times
+    what that mode or library does to float32 (0 where not measured): the order plan tries
+    them in."""
+    device = "/GPU:0" if machine.gpus else "/CPU:0"
+    xla = bool(option.jit_compile) and not machine.gpus
+    library = None if option.math_library == "default" else option.math_library == "onednn"
+    dtype = option.sixteen_bit_dtype if option.sixteen_bit else "float32"
+    precision = kernels.speedup(dtype, device, xla, kinds, library) if option.sixteen_bit else 1.0
+    base = (kernels.xla_gain("float32", device) if xla else
+            kernels.library_gain("float32", kinds) if library is not None else 1.0)
+    return (precision or 0.0) * (base or 0.0)
+
+
+def _other_library(machine: Machine, kernels: KernelSpeeds | None,
+                   kinds: tuple[str, ...]) -> list[Candidate]:
+    """float32 and the 16-bit policies (without XLA, which compiles kernels of its own) with
+    the math library TensorFlow does not run on this CPU: oneDNN where it leaves oneDNN off
+    (AVX2-only CPUs, where float32 ResNet50 ran 3.2x faster with it), Eigen where it turns it
+    on (tried if it measured near oneDNN). Each ruled out by the kernels measured with that
+    library, against float32 as TensorFlow runs it here."""
+    library = library_of(not machine.onednn)
+    name = LIBRARY_NAMES[library]
+    gain = kernels.library_gain("float32", kinds) if kernels is not None else None
+    if gain is not None:
+        float32_why = (None if gain >= RULE_OUT else
+                       f"{kernels.describe_library(kinds)}, below the {RULE_OUT:g}x a trial could win from")
+    else:
+        float32_why = (None if library == "onednn" else
+                       "oneDNN is TensorFlow's choice on this CPU, and Eigen's kernels were not "
+                       "measured (not measured: the kernels could not be timed)")
+    found = [candidate(f"float32+{library}", float32_why)]
+    for policy, dtype in (("mixed_bfloat16", "bfloat16"), ("mixed_float16", "float16")):
+        precision = (kernels.speedup(dtype, "/CPU:0", False, kinds, library == "onednn")
+                     if kernels is not None else None)
+        if library == "onednn" and not ONEDNN_BFLOAT16_FLAGS & machine.cpu.flags:
+            why = (f"oneDNN takes no {dtype} on this CPU (it needs AVX-512): its {dtype} runs "
+                   "through Eigen either way")
+        elif precision is None or gain is None:
+            why = f"{name}'s {dtype} kernels were not measured (the kernels could not be timed)"
+        elif precision * gain < RULE_OUT:
+            why = (f"{dtype} kernels with {name} run {times(precision)} float32 with {name}, and "
+                   f"float32 with {name} {times(gain)} float32 as TensorFlow runs it here: "
+                   f"{times(precision * gain)} in all, below the {RULE_OUT:g}x a trial could win from")
+        else:
+            why = None
+        found.append(candidate(f"{policy}+{library}", why))
+    return found
+
+
+def _cpu_rule(dtype: str, xla: bool, machine: Machine, kernels: KernelSpeeds | None,
+              kinds: tuple[str, ...] = GENERAL_KINDS) -> str | None:
+    """Why a `dtype` candidate (with XLA or not) cannot win on this CPU: its kernels (of the
+    model's kinds) measured below `RULE_OUT` against float32 in the same mode; unmeasured,
+    bfloat16 without the instructions oneDNN needs (a rule, said as one). None: worth a trial."""
+    if kernels is not None and (gain := kernels.speedup(dtype, "/CPU:0", xla, kinds)) is not None:
         if gain >= RULE_OUT:
             return None
-        return (f"{kernels.describe(dtype, '/CPU:0', xla)} on this machine, below the "
+        return (f"{kernels.describe(dtype, '/CPU:0', xla, kinds)} on this machine, below the "
                 f"{RULE_OUT:g}x a trial could win from")
     if dtype == "bfloat16" and not machine.cpu.has_bf16_matrix_units:
         return ("the CPU has no bfloat16 instructions (AVX512_BF16 or AMX-BF16), so its bfloat16 "

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from mptrain.errors import ConfigError
-from mptrain.hardware.kernels import KernelSpeeds, KernelTiming
+from mptrain.hardware.kernels import TIMED_DTYPES, KernelSpeeds, KernelTiming
 from mptrain.hardware.machine import Machine, describe_onednn
 from mptrain.precision.policy import Recommendation, compatibility_check, recommend
 from mptrain.record import FrozenRecord
@@ -104,7 +104,7 @@ def machine_report(*, bench: bool = False, no_bench: bool = False, bench_scale: 
     from mptrain.hardware.kernels import (
         bench_devices,
         cached_kernels,
-        measure,
+        measure_machine,
         measured_kernels,
         store_kernels,
     )
@@ -120,9 +120,11 @@ def machine_report(*, bench: bool = False, no_bench: bool = False, bench_scale: 
     if bench:
         started = time.perf_counter()
         with status("benchmarking kernels per dtype…") if status else contextlib.nullcontext():
-            timings = measure(tf, bench_devices(tf), scale=bench_scale, xla_modes=(False, True))
+            timings, peer_failed = measure_machine(tf, machine, bench_devices(tf), TIMED_DTYPES,
+                                                   (False, True), bench_scale)
         kernels = store_kernels(machine, timings, time.perf_counter() - started,
-                                keep=bench_scale == 1.0)
+                                keep=bench_scale == 1.0, peer_failed=peer_failed)
+        said += [f"the other math library's kernels were not measured ({peer_failed})"] if peer_failed else []
     elif not no_bench:
         cached = cached_kernels(machine) is not None
         kernels = measured_kernels(tf, machine, status, said)

@@ -9,7 +9,8 @@ beside it was not followed (another machine, an experiment changed since).
 
 A plan applies when:
 - its stamp (the last comment line of EXPERIMENT.plan.yaml, written by `measure.plan`) names
-  this machine: the same CPU and flags, GPUs, TensorFlow and oneDNN (`machine_key`);
+  this machine: the same CPU and flags, GPUs and TensorFlow (`plan_key`; the pick names its
+  math library, which a run that follows it runs);
 - it is no older than the experiment's file (an edited experiment is another experiment);
 - its experiment is this one, but for the keys a plan chooses (`PLANNED_KEYS`; with a pick at
   another batch size, `BATCH_KEYS`, and the experiment's batch must be the one it was made
@@ -30,8 +31,8 @@ from mptrain.errors import ConfigError
 
 STAMP = "# mptrain-plan: "
 # what a plan decides, and so may differ between the plan and the experiment it was made for
-PLANNED_KEYS = ("policy", "train.jit_compile", "train.math_mode", "model.fused_layers",
-                "model.float32_layers")
+PLANNED_KEYS = ("policy", "train.jit_compile", "train.math_mode", "train.math_library",
+                "model.fused_layers", "model.float32_layers")
 # what a plan whose pick runs at another batch size decides too (`config.batch_scaling`)
 BATCH_KEYS = ("train.batch_size", "train.optimizer", "train.max_steps")
 IGNORED = ("name", "output")  # the run's name and output folder: never a reason to re-plan
@@ -60,11 +61,12 @@ class Planned:
     why_not: str | None = None
     other_length: tuple[str, ...] = ()  # the run-length keys this experiment sets otherwise
 
-    def follow(self, machine_key: str) -> str | None:
+    def follow(self, plan_key: str) -> str | None:
         """Why the plan does not apply to this machine (None: follow it)."""
         if self.why_not is not None:
             return self.why_not
-        if machine_key != self.machine_key:
+        # (a stamp from before 2026-12-05 ends with oneDNN's state, which `plan_key` leaves out)
+        if plan_key != self.machine_key.rsplit("; oneDNN ", 1)[0]:
             return (f"{self.path} was measured on another machine ({self.machine_key}); run "
                     "`mptrain plan` here")
         return None
@@ -136,18 +138,18 @@ def start_environment(config, policy: str | None = None) -> tuple[Planned | None
     CPU, its flags, TensorFlow's version: `Planned.follow`)."""
     from importlib.metadata import version
 
-    from mptrain.hardware.kernels import machine_key
+    from mptrain.hardware.kernels import plan_key
     from mptrain.hardware.machine import Machine, onednn_enabled, probe_cpu
     from mptrain.precision.policy import math_environment
 
     plan = planned(config) if (policy or config.policy) == "auto" else None
-    mode = config.train.math_mode
+    mode, library = config.train.math_mode, config.train.math_library
     if plan is not None:
         cpu = probe_cpu()
         here = Machine(cpu=cpu, tensorflow_version=version("tensorflow"), onednn=onednn_enabled(cpu.flags))
-        if plan.follow(machine_key(here)) is None:
-            mode = plan.settings["train.math_mode"]
-    return plan, math_environment(mode)
+        if plan.follow(plan_key(here)) is None:
+            mode, library = plan.settings["train.math_mode"], plan.settings["train.math_library"]
+    return plan, math_environment(mode, library)
 
 
 def follow_plan(config, plan: Planned, machine) -> tuple[object, str, str]:
@@ -155,9 +157,9 @@ def follow_plan(config, plan: Planned, machine) -> tuple[object, str, str]:
     float32 layers; the policy to request), and what to say; or, when the plan does not
     apply here, the experiment as it is, `auto` to decide, and why not."""
     from mptrain.config import variant
-    from mptrain.hardware.kernels import machine_key
+    from mptrain.hardware.kernels import plan_key
 
-    why_not = plan.follow(machine_key(machine))
+    why_not = plan.follow(plan_key(machine))
     if why_not is not None:
         return config, "auto", f"policy auto did not follow the plan beside the experiment: {why_not}"
     said = f"follows {plan.path}, measured on this machine: {plan.pick}"

@@ -18,7 +18,13 @@ from itertools import groupby
 
 from mptrain.errors import ConfigError
 from mptrain.hardware.kernels import KernelSpeeds, decision_device, decision_dtypes, times
-from mptrain.hardware.machine import GpuInfo, Machine
+from mptrain.hardware.machine import (
+    ONEDNN_ENV,
+    GpuInfo,
+    Machine,
+    describe_library,
+    library_of,
+)
 from mptrain.record import FrozenRecord
 
 F16_MAX = 65504.0  # the largest finite float16
@@ -48,12 +54,15 @@ MIN_GAIN = 1.1
 
 
 class Recommendation(FrozenRecord):
-    """The policy `auto` resolves to, and why (also the check-gpu report's)."""
+    """The policy `auto` resolves to, and why (also the check-gpu report's); on a CPU, the
+    math library to run when the other one measured faster (`library_advice`)."""
 
     policy: str
     reason: str
     warnings: list[str] = []
     measured: bool = False  # decided on this machine's measured kernels (else on its flags)
+    math_library: str | None = None  # train.math_library to set (None: TensorFlow's choice is right)
+    math_library_reason: str = ""  # what was measured (or why nothing was)
 
 
 def recommend(machine: Machine, kernels: KernelSpeeds | None = None) -> Recommendation:
@@ -64,9 +73,40 @@ def recommend(machine: Machine, kernels: KernelSpeeds | None = None) -> Recommen
         return Recommendation(
             policy="mixed_bfloat16",
             reason="TPUs compute in bfloat16 natively; bfloat16 needs no loss scaling")
-    if kernels is not None:
-        return _measured(machine, kernels)
-    return _by_rule(machine)
+    chosen = _measured(machine, kernels) if kernels is not None else _by_rule(machine)
+    if machine.accelerated:
+        return chosen
+    library, why = library_advice(machine, kernels)
+    return chosen.model_copy(update={"math_library": library, "math_library_reason": why})
+
+
+def library_advice(machine: Machine, kernels: KernelSpeeds | None) -> tuple[str | None, str]:
+    """The CPU's math library to set (`train.math_library`), when the one TensorFlow does not
+    run here measured faster by `MIN_GAIN` (oneDNN on an AVX2-only CPU, where TensorFlow
+    leaves it off: float32 ResNet50 ran 3.2x faster), in float32 or in bfloat16 where that
+    library's bfloat16 pays off, and what was measured; None where TensorFlow's choice
+    stands. A setting of the process (TF_ENABLE_ONEDNN_OPTS): a run sets it as it starts, a
+    notebook cannot."""
+    running = describe_library(machine.onednn, machine.cpu.flags)
+    gain = kernels.library_gain("float32") if kernels is not None else None
+    if gain is None:
+        return None, f"{running}; the other library was not measured"
+    other = library_of(not machine.onednn)
+
+    def best(onednn: bool) -> float:  # float32, or bfloat16 where it pays off, with a library
+        bf16 = kernels.speedup("bfloat16", "/CPU:0", onednn=onednn) or 0.0
+        return bf16 if bf16 >= MIN_GAIN else 1.0
+
+    here, there = best(machine.onednn), gain * best(not machine.onednn)
+    also = (f"; {kernels.describe('bfloat16', '/CPU:0', onednn=not machine.onednn)}"
+            if best(not machine.onednn) > 1.0 else "")
+    if there < here * MIN_GAIN:
+        return None, f"{running}, stays: {kernels.describe_library()}{also}"
+    return other, (f"{kernels.describe_library()}{also}, where {running} runs now: set "
+                   f"train.math_library: {other} in an experiment (or "
+                   f"{ONEDNN_ENV}={int(other == 'onednn')} before TensorFlow starts, for any "
+                   "TensorFlow program); precision is unchanged. `mptrain plan` measures it on "
+                   "your model")
 
 
 def _measured(machine: Machine, kernels: KernelSpeeds) -> Recommendation:
@@ -87,6 +127,11 @@ def _measured(machine: Machine, kernels: KernelSpeeds) -> Recommendation:
     measured = "; ".join(kernels.describe(dtype, device) for dtype in gains)
     if gains[best] >= MIN_GAIN:
         policy = "mixed_bfloat16" if best == "bfloat16" else "mixed_float16"
+        slower = [f"{t.kind} {times(t.ratio_to_float32)}" for t in kernels.by_kind(best, device)
+                  if t.ratio_to_float32 < 1 / MIN_GAIN]
+        if slower:
+            plan += (f"; its {best} is slower than float32 on other kinds of layer here "
+                     f"({', '.join(slower)}): a model made of those gains nothing")
         return Recommendation(policy=policy, reason=f"measured on {where}: {measured}{plan}",
                               warnings=warnings, measured=True)
     return Recommendation(
@@ -371,9 +416,13 @@ def apply_policy(name: str) -> None:
     keras.mixed_precision.set_global_policy(name)
 
 
-def math_environment(mode: str) -> dict[str, str]:
-    """Environment variables a math mode needs before TensorFlow starts."""
-    return {"TF_SET_ONEDNN_FPMATH_MODE": "BF16"} if mode == "onednn_bf16" else {}
+def math_environment(mode: str, library: str = "default") -> dict[str, str]:
+    """Environment variables a math mode and a math library (`train.math_library`) need
+    before TensorFlow starts."""
+    from mptrain.hardware.machine import library_environment
+
+    mode_variables = {"TF_SET_ONEDNN_FPMATH_MODE": "BF16"} if mode == "onednn_bf16" else {}
+    return {**mode_variables, **library_environment(library)}
 
 
 def apply_math_mode(tf, mode: str) -> None:

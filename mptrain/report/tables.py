@@ -23,7 +23,6 @@ if TYPE_CHECKING:
     from mptrain.measure.compare import CompareRecord
     from mptrain.measure.plan import PlanRecord
     from mptrain.precision.policy import PolicyChoice
-    from mptrain.runs.folder import RunsReport
 
 
 def run_header(experiment: ExperimentConfig, choice: PolicyChoice, warning: str | None,
@@ -60,6 +59,7 @@ def summary_table(s: RunSummary) -> Group:
         ("XLA", f"step {'on' if s.jit_compile else 'off'} ({s.jit_compile_reason}); "
                 f"optimizer update {'on' if s.xla_optimizer_update else 'off'}"),
         ("device", s.device if s.replicas == 1 else f"{s.device}; {s.distribution}"),
+        *([("math library", s.math_library_reason)] if s.math_library else []),
         ("steps", f"{s.steps_run} in {s.epochs_run} epoch(s), batch {s.batch_size}"),
         ("step time", _step_time(s)),
         ("throughput", f"{fmt(s.examples_per_sec, ',.0f')} examples/s"),
@@ -135,13 +135,13 @@ def _step_time(s: RunSummary) -> str:
 
 
 def _compute_line(s: RunSummary) -> str:
-    if s.achieved_tflops is None:
-        return "n/a"
-    line = f"{s.achieved_tflops:.3f} TFLOP/s achieved"
-    if s.mfu is not None:
-        line += (f" = {s.mfu:.0%} of this CPU's {s.peak_unit} peak ({s.peak_tflops:.2f} TFLOP/s, "
-                 "the unit that runs this policy's matmuls)")
-    return line
+    if s.achieved_tflops is None or s.mfu is None:
+        return "n/a" if s.achieved_tflops is None else f"{s.achieved_tflops:.3f} TFLOP/s achieved"
+    return f"{s.achieved_tflops:.3f} TFLOP/s achieved = {s.mfu:.0%} of " + (
+        f"this machine's peak as measured ({s.peak_tflops:.2f} TFLOP/s: {s.peak_unit}, the fastest "
+        "matrix product its kernel check found)" if s.peak_measured else
+        f"this CPU's nominal {s.peak_unit} peak ({s.peak_tflops:.2f} TFLOP/s at the base clock, "
+        "not measured: `mptrain check-gpu` measures it)")
 
 
 def compare_tables(record: CompareRecord) -> Group:
@@ -366,6 +366,10 @@ def _plan_notes(record: PlanRecord) -> list[str]:
             record.untried and f"not tried: {', '.join(record.untried)}"]))
         notes.append(f"[yellow]{record.status}[/]: {escape(what)}; mptrain plan --resume "
                      f"{escape(record.folder)} runs what was not")
+    decided = next((t.summary.stop_reason for t in record.trials
+                    if t.summary is not None and t.summary.stopped_by == "decided"), None)
+    if decided:
+        notes.append(f"race {escape(decided)}: the trials still running stopped there")
     if any(t.verdict.input_bound for t in record.trials):
         notes.append(escape(INPUT_BOUND_NOTE))
     return notes
@@ -401,48 +405,3 @@ def _duration(seconds: float | None) -> str:
     if seconds < 120:
         return f"{seconds:.0f} s"
     return f"{seconds / 60:.0f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
-
-
-RUN_STATUS_COLOUR = {"finished": "green", "diverged": "red", "failed": "red", "killed": "yellow",
-                     "interrupted": "yellow", "running": "cyan"}
-
-
-def runs_table(report: RunsReport) -> Group:
-    """`mptrain runs`: one row per run folder, newest first; * marks the resumable. A run's
-    name is what `--compare` and `--resume` take (a run inside a compare or plan folder:
-    FOLDER/RUN), on one line: its policy and loop go under it, so the name has the columns
-    the two would take; a name wider still has its own line above its row."""
-    from datetime import datetime
-
-    now = datetime.now()
-    rows, notes = [], []
-    for run in report.runs:
-        colour = RUN_STATUS_COLOUR[run.status]
-        rows.append((run.name, [
-            f"{run.candidate or run.policy or '-'} {run.loop or '-'}",
-            f"[{colour}]{run.status}[/]" + ("*" if run.resumable else ""),
-            fmt(run.epochs, "d", "-"),
-            fmt(run.median_step_ms, ".1f", "-"),
-            run.test_quality or "-",
-            time_ago(datetime.fromisoformat(run.when), now),
-        ]))
-        if run.status in ("failed", "killed") and run.reason:
-            notes.append(f"[{colour}]{escape(run.name)}[/]: {escape(run.reason)}")
-    if not rows:
-        return Group(f"no run folders in {escape(report.folder)} (a run folder holds config.yaml "
-                     "and summary.json)")
-    if any(run.resumable for run in report.runs):
-        notes.append(f"* resumable: mptrain run --resume {escape(report.folder)}/RUN")
-    # one space between columns (the box's own): it leaves the names room
-    return Group(Fitted(f"mptrain runs: {escape(report.folder)}",
-                         ["run\ncandidate loop", "status", "epochs", "ms/step", "test", "when"],
-                         rows, text_columns={1}, gap=1), *notes)
-
-
-def time_ago(when, now) -> str:
-    """How long ago, in the largest unit that is not 0: "45s ago", "3h ago", "12d ago"."""
-    seconds = max((now - when).total_seconds(), 0)
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{seconds // size:.0f}{unit} ago"
-    return f"{seconds:.0f}s ago"

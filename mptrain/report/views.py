@@ -1,6 +1,6 @@
 """What the commands that look before training print: check-gpu's panel, lint's findings,
-diagnose's layers, memory's estimates (the results of training are `tables`'); each table
-fits 80 columns (`report.fitted`)."""
+diagnose's layers, memory's estimates; and `mptrain runs`' list of run folders (the results
+of training are `tables`'); each table fits 80 columns (`report.fitted`)."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from mptrain.measure.memory import MemoryReport
     from mptrain.precision.check import CheckReport
     from mptrain.precision.lint import LintReport
+    from mptrain.runs.folder import RunsReport
 
 
 def check_gpu_view(report: CheckReport):
@@ -56,6 +57,9 @@ def check_gpu_view(report: CheckReport):
     parts.append(f"[bold green]Recommended policy: {rec.policy}[/] ({escape(basis)})\n"
                  f"{escape(rec.reason)}")
     parts += [f"[yellow]warning:[/] {escape(w)}" for w in rec.warnings]
+    if rec.math_library_reason:
+        setting = f"[bold green]{rec.math_library}[/]: " if rec.math_library else ""
+        parts.append(f"[bold]Math library:[/] {setting}{escape(rec.math_library_reason)}")
     parts.append("`policy: auto` runs this policy, except in an experiment with a plan beside "
                  "its file (`mptrain plan`) measured on this machine: there, the plan's pick, "
                  "measured on the model itself.")
@@ -149,3 +153,48 @@ def memory_view(report: MemoryReport):
                  "measured: TensorFlow's allocator peak above the data set in a 3-step run "
                  "(n/a where the allocator reports nothing); "
                  f"{fits}", *notes)
+
+
+RUN_STATUS_COLOUR = {"finished": "green", "diverged": "red", "failed": "red", "killed": "yellow",
+                     "interrupted": "yellow", "running": "cyan"}
+
+
+def runs_table(report: RunsReport) -> Group:
+    """`mptrain runs`: one row per run folder, newest first; * marks the resumable. A run's
+    name is what `--compare` and `--resume` take (a run inside a compare or plan folder:
+    FOLDER/RUN), on one line: its policy and loop go under it, so the name has the columns
+    the two would take; a name wider still has its own line above its row."""
+    from datetime import datetime
+
+    now = datetime.now()
+    rows, notes = [], []
+    for run in report.runs:
+        colour = RUN_STATUS_COLOUR[run.status]
+        rows.append((run.name, [
+            f"{run.candidate or run.policy or '-'} {run.loop or '-'} {run.math_library or ''}",
+            f"[{colour}]{run.status}[/]" + ("*" if run.resumable else ""),
+            fmt(run.epochs, "d", "-"),
+            fmt(run.median_step_ms, ".1f", "-"),
+            run.test_quality or "-",
+            time_ago(datetime.fromisoformat(run.when), now),
+        ]))
+        if run.status in ("failed", "killed") and run.reason:
+            notes.append(f"[{colour}]{escape(run.name)}[/]: {escape(run.reason)}")
+    if not rows:
+        return Group(f"no run folders in {escape(report.folder)} (a run folder holds config.yaml "
+                     "and summary.json)")
+    if any(run.resumable for run in report.runs):
+        notes.append(f"* resumable: mptrain run --resume {escape(report.folder)}/RUN")
+    # one space between columns (the box's own): it leaves the names room
+    return Group(Fitted(f"mptrain runs: {escape(report.folder)}",
+                         ["run\ncandidate loop library", "status", "epochs", "ms/step", "test", "when"],
+                         rows, text_columns={1}, gap=1), *notes)
+
+
+def time_ago(when, now) -> str:
+    """How long ago, in the largest unit that is not 0: "45s ago", "3h ago", "12d ago"."""
+    seconds = max((now - when).total_seconds(), 0)
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size:.0f}{unit} ago"
+    return f"{seconds:.0f}s ago"

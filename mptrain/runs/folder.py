@@ -32,10 +32,11 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import ValidationError
 
 from mptrain.errors import ConfigError, DataError, MptrainError
+from mptrain.hardware.machine import LIBRARY_NAMES
 from mptrain.precision.candidates import candidate_name
 from mptrain.record import Record, append_lines, read_jsonl, to_json, write_atomic
 from mptrain.runs.summary import RUN_RECORD, RunRecord, RunState, RunSummary
-from mptrain.training.records import EpochRecord, StepRecord, TrainingListener
+from mptrain.training.records import CUT_SHORT, EpochRecord, StepRecord, TrainingListener
 
 if TYPE_CHECKING:
     from mptrain.config import ExperimentConfig
@@ -254,10 +255,10 @@ def record_text(record: RunRecord) -> str:
 
 def resumable(run_dir: Path) -> bool:
     """A run folder with a config and a checkpoint that stopped before its planned end
-    (interrupted, killed, or cut by a plan's budget)."""
+    (interrupted, killed, or cut short by a plan: its budget, or its race decided)."""
     state = RunFolder(run_dir).state()
     stopped = isinstance(state, RunState) or (isinstance(state, RunSummary) and (
-        state.status == "interrupted" or state.stopped_by == "budget"))
+        state.status == "interrupted" or state.stopped_by in CUT_SHORT))
     return stopped and (run_dir / "config.yaml").is_file() and \
         any((run_dir / "checkpoints").glob("ckpt-*.index"))
 
@@ -297,6 +298,7 @@ class RunRow(Record):
     policy: str | None = None  # what ran (a run without a summary: what its config asked)
     candidate: str | None = None  # the precision candidate, as plan and compare name it
     loop: str | None = None
+    math_library: str | None = None  # the CPU's that ran: oneDNN, Eigen (None: not known, a GPU's run)
     epochs: int | None = None  # epochs run
     median_step_ms: float | None = None
     test_quality: str | None = None  # its objective's test figure, named: "accuracy 0.9123", "MAE 2.41"
@@ -349,6 +351,7 @@ def run_row(path: Path, root: Path) -> RunRow:
         return RunRow(**where, status=state.status, resumable=resumable(path),
                       reason=state.stop_reason, policy=state.policy, loop=state.loop,
                       candidate=state.candidate or state.policy,
+                      math_library=LIBRARY_NAMES.get(state.math_library),
                       epochs=state.epochs_run, median_step_ms=times.median_ms if times else None,
                       test_quality=_quality(state))
     status = run_state_status(state)

@@ -23,6 +23,7 @@ from mptrain.errors import AlreadyFinished, ConfigError
 from mptrain.precision.planned import PLANNED_KEYS
 from mptrain.runs.folder import RunFolder, alive
 from mptrain.runs.summary import RunState, RunSummary
+from mptrain.training.records import CUT_SHORT
 
 # distribute.workers too: the checkpoint holds every worker's (mirrored) variables once, and
 # the data position counts global batches, so any number of local workers continues it
@@ -96,8 +97,9 @@ def refuse_resume(folder: Path, kind: str, experiment: str | ExperimentConfig | 
 
 def _goes_further(state: RunSummary, before: TrainConfig, after: TrainConfig) -> bool:
     """Whether a finished run has more to do with the new settings: more epochs, a raised (or
-    removed) limit where that limit is what stopped it, or any when a plan's budget cut it."""
-    if after.epochs > before.epochs or state.stopped_by == "budget":
+    removed) limit where that limit is what stopped it, or any when a plan cut it short (its
+    budget, or its race decided)."""
+    if after.epochs > before.epochs or state.stopped_by in CUT_SHORT:
         return True
     for limit in ("max_steps", "max_step_seconds"):
         if state.stopped_by == limit:

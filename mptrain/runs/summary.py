@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import TypeAdapter
 
-from mptrain.model.flops import ForwardProfile, Peak, cpu_peak
+from mptrain.hardware.kernels import cached_kernels
+from mptrain.model.flops import ForwardProfile, Peak, machine_peak
 from mptrain.model.size import MemoryStats
 from mptrain.record import FrozenRecord
 from mptrain.training.records import Status, StepRecord, StopKind
@@ -124,6 +125,9 @@ class RunSummary(FrozenRecord):
     jit_compile_reason: str
     xla_optimizer_update: bool
     xla_optimizer_update_reason: str
+    # the CPU's math library that ran (None: a GPU or TPU did the math), and what chose it
+    math_library: Literal["onednn", "eigen"] | None = None
+    math_library_reason: str = ""
     device: str
     distribution: str  # tf.distribute: how the run was placed
     replicas: int  # batch_size is the global batch, split across these
@@ -139,6 +143,7 @@ class RunSummary(FrozenRecord):
     achieved_tflops: float | None
     peak_tflops: float | None
     peak_unit: str | None
+    peak_measured: bool = False  # the peak is this machine's fastest product measured (else nominal)
     mfu: float | None
     speed_warning: str | None
     notes: list[str]  # what mptrain did to the model (resized inputs, appended a float32 output...)
@@ -210,7 +215,8 @@ def summarize_run(session, profile: ForwardProfile, started_at: float) -> RunSum
                  if profile.uncounted else [])
     test, saved_s, saves = session.test, session.model_save_s, session.checkpointer.save_seconds
     times = step_times(monitor.steps, config.train.warmup_steps)
-    peak = None if machine.accelerated else cpu_peak(machine.cpu, choice.compute_dtype)
+    peak = None if machine.accelerated else machine_peak(machine.cpu, choice.compute_dtype,
+                                                         cached_kernels(machine))
     last_epoch = monitor.epoch_records[-1] if monitor.epoch_records else None
     from mptrain.precision.policy import unlike_plain_keras
 
@@ -226,7 +232,7 @@ def summarize_run(session, profile: ForwardProfile, started_at: float) -> RunSum
         **throughput(times, config.train.batch_size, flops_per_example, peak),
         flops_per_example=flops_per_example,
         peak_tflops=peak.flops_per_second / 1e12 if peak else None,
-        peak_unit=peak.unit if peak else None,
+        peak_unit=peak.unit if peak else None, peak_measured=bool(peak and peak.measured),
         speed_warning=prepared.speed_warning,
         notes=[*prepared.notes, *session.notes,
                *unlike_plain_keras(choice, config.deterministic, prepared.objective.loss_name),
@@ -253,11 +259,16 @@ def summarize_run(session, profile: ForwardProfile, started_at: float) -> RunSum
 
 def _decided(prepared: Prepared) -> dict:
     """What the run was set up as: its policy and candidate, dtypes, loop, XLA, device."""
+    from mptrain.hardware.machine import describe_library, library_of
     from mptrain.model import output_dtype
     from mptrain.precision.candidates import candidate_name
 
     config, choice, machine = prepared.config, prepared.choice, prepared.machine
+    on_cpu = not machine.accelerated
     return dict(
+        math_library=library_of(machine.onednn) if on_cpu else None,
+        math_library_reason=describe_library(machine.onednn, machine.cpu.flags,
+                                             config.train.math_library) if on_cpu else "",
         policy=choice.name, policy_requested=choice.requested,
         candidate=candidate_name(config, choice.name),
         policy_reason=choice.reason,

@@ -12,8 +12,12 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 # What can stop a run before its configured end.
-StopKind = Literal["max_steps", "max_step_seconds", "budget", "signal", "divergence", "early_stopping"]
-STOPPED_EARLY: tuple[StopKind, ...] = ("budget", "signal")  # before the run's planned end
+# "budget": a plan's time ran out; "dropped": a plan's race found it cannot be picked;
+# "decided": a plan's race decided its pick (the run stopped with the others)
+StopKind = Literal["max_steps", "max_step_seconds", "budget", "dropped", "decided", "signal",
+                   "divergence", "early_stopping"]
+STOPPED_EARLY: tuple[StopKind, ...] = ("budget", "decided", "signal")  # before the run's planned end
+CUT_SHORT: tuple[StopKind, ...] = ("budget", "decided")  # by a plan, and resumable to its planned end
 # How a run's training ended.
 Status = Literal["finished", "interrupted", "diverged"]
 

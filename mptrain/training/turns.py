@@ -4,9 +4,11 @@ compare and plan run their variants in turns (why: `measure/engine.py`). A child
 the engine (told once, in its `runs.child.ChildSpec`: a `TurnLink`) stops
 after its first step (tracing, kernel creation: a one-off cost) and then after every turn of
 steps, writes what it measured to the pipe as one JSON line, and waits on stdin until the
-engine says `go` (or `too slow REASON`: it cannot win, and stops as `train.max_step_seconds`
-would stop it; or `cut REASON`: the plan's budget is spent, and it stops before its planned
-end, as a Ctrl-C does: without validating the epoch it cut, resumable with `--resume` alone).
+engine says `go`, or one of `STOPS` with its reason: `too slow` (it cannot win, and stops as
+`train.max_step_seconds` would stop it), `drop` (a plan's race found it cannot be picked),
+`cut` (the plan's budget is spent) or `decided` (the plan's race decided its pick): the last
+two stop it before its planned end, as a Ctrl-C does, without validating the epoch they cut,
+resumable with `--resume` alone.
 After its last step it reports `final` and waits once more, so its evaluation does
 not overlap another variant's turn. The time spent waiting is kept, and subtracted from the
 run's wall time: a variant's whole-run time is its own work only.
@@ -24,7 +26,11 @@ import sys
 import time
 from dataclasses import dataclass
 
-from mptrain.training.records import StepRecord, TrainingListener
+from mptrain.training.records import StepRecord, StopKind, TrainingListener
+
+# what the engine may tell a child instead of `go` (followed by the reason), and the stop it makes
+STOPS: dict[str, StopKind] = {"too slow": "max_step_seconds", "drop": "dropped", "cut": "budget",
+                              "decided": "decided"}
 
 
 @dataclass(frozen=True)
@@ -86,9 +92,8 @@ class TakeTurns(TrainingListener):
         if final:
             self.report.close()
             self.report = None
-        if command.startswith("too slow "):  # it cannot win: stopped as by max_step_seconds
-            self.monitor.request_stop(command.removeprefix("too slow "), "max_step_seconds")
-        elif command.startswith("cut "):  # out of the plan's budget: stopped before its planned end
-            self.monitor.request_stop(command.removeprefix("cut "), "budget")
+        stop = next((word for word in STOPS if command.startswith(word + " ")), None)
+        if stop is not None:
+            self.monitor.request_stop(command.removeprefix(stop + " "), STOPS[stop])
         elif command != "go":  # "stop", or the engine is gone (end of input): stop like a Ctrl-C
             signal.raise_signal(signal.SIGTERM if not command else signal.SIGINT)

@@ -12,11 +12,11 @@ import pytest
 def test_microbench_tiny_sizes_give_positive_rates():
     import tensorflow as tf
 
-    from mptrain.hardware.kernels import measure
+    from mptrain.hardware.kernels import KINDS, measure
 
     results = measure(tf, ["/CPU:0"], scale=0.03, budget_s=0.02)
     assert {r.dtype for r in results} == {"float32", "float16", "bfloat16"}
-    assert len(results) == 9
+    assert len(results) == 18 and {r.kind for r in results} == set(KINDS)
     assert all(r.tflops > 0 and r.calls >= 3 and r.ms_p10 <= r.ms_per_call <= r.ms_p90
                for r in results)
     assert all(r.ratio_to_float32 == 1.0 for r in results if r.dtype == "float32")
@@ -30,7 +30,7 @@ def test_bench_and_its_warnings_agree_and_onednn_is_what_tensorflow_says(tmp_pat
     CPUs without TF_ENABLE_ONEDNN_OPTS saying so)."""
     from tensorflow.python.util import _pywrap_util_port
 
-    from mptrain.hardware.kernels import KernelSpeeds, times
+    from mptrain.hardware.kernels import KINDS, times
     from mptrain.precision.check import machine_report
 
     monkeypatch.setenv("MPTRAIN_CACHE_DIR", str(tmp_path))
@@ -40,7 +40,12 @@ def test_bench_and_its_warnings_agree_and_onednn_is_what_tensorflow_says(tmp_pat
         (d, x) for d in ("float32", "float16", "bfloat16") for x in (False, True)}
     if report.gpu_found:
         pytest.skip("a GPU is here: the CPU's float16 warning is not given")
-    measured = KernelSpeeds(machine_key="", measured_at="", seconds=0, timings=report.bench)
+    # both math libraries, this process's and its peer's, each dtype of each kind of kernel
+    plain = [r for r in report.bench if not r.xla]
+    assert {r.onednn for r in plain} == {True, False} and len(plain) == 2 * 3 * len(KINDS)
+    measured = report.kernels
+    assert measured.onednn == report.machine.onednn and measured.library_gain() > 0
+    assert measured.describe_library() in report.recommendation.math_library_reason
     worst = measured.slowest("float16", "/CPU:0")
     warning = next(w for w in report.recommendation.warnings if w.startswith("mixed_float16 on this CPU"))
     assert times(worst.ratio_to_float32) in warning and "not measured" not in warning
@@ -78,6 +83,7 @@ def test_check_gpu_bench_through_the_cli(tmp_path):
                           capture_output=True, text=True, cwd=tmp_path, timeout=600)
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
-    assert len(report["bench"]) == 18 * (1 + len(report["machine"]["gpus"]))  # with and without XLA
+    # 6 kinds x 3 dtypes, with and without XLA, and without it in the other math library
+    assert len(report["bench"]) == 6 * 3 * (3 + 2 * len(report["machine"]["gpus"]))
     assert all(r["tflops"] > 0 for r in report["bench"])
     assert "measured on" in report["recommendation"]["reason"]

@@ -11,6 +11,7 @@ import pytest
 from mptrain.measure import engine
 from mptrain.measure.engine import Turns, run_in_turns
 from mptrain.runs.child import ChildSpec
+from mptrain.telling import Telling
 from tests.helpers import compare_row, make_summary
 
 # A child: `STEP_MS TOTAL_STEPS START_S`, then the spec the engine gives it (`runs.child`).
@@ -68,12 +69,24 @@ def children(tmp_path: Path, **speeds) -> list:
             for label, spec in speeds.items()]
 
 
-def in_turns(tmp_path, study, turns: Turns, **speeds):
-    said, ends = [], {}
-    run_in_turns(children(tmp_path, **speeds), *study, turns,
-                 on_turn=lambda round_, label, ms: said.append((round_, label)),
+class Heard(Telling):
+    """What the engine tells: each turn, as (round, label), and each line it says."""
+
+    def __init__(self):
+        self.turns, self.lines = [], []
+
+    def turn(self, round_, label, step_ms):
+        self.turns.append((round_, label))
+
+    def say(self, kind, line):
+        self.lines.append(line)
+
+
+def in_turns(tmp_path, study, turns: Turns, heard: Heard | None = None, **speeds):
+    heard, ends = heard or Heard(), {}
+    run_in_turns(children(tmp_path, **speeds), *study, turns, heard,
                  on_end=lambda row: ends.setdefault(row.label, row))
-    return ends, said
+    return ends, heard.turns
 
 
 def test_every_child_runs_its_turn_each_round_in_a_changing_order(tmp_path, study):
@@ -92,6 +105,25 @@ def test_a_child_twice_as_slow_as_the_baseline_is_stopped_after_that_round(tmp_p
                        base=(5, 26), close=(8, 26), slow=(15, 26))
     assert len(ends["base"].rounds) == 5 and len(ends["close"].rounds) == 5
     assert len(ends["slow"].rounds) <= 2  # told "too slow" at its first turn after the base's
+
+
+def test_a_plans_race_stops_who_cannot_win_and_ends_once_decided(tmp_path, study):
+    """Plan's race (`trials.race`) in the engine: after three rounds, the trial too slow to be
+    picked takes no more turns, and once the leader is alone and faster beyond the noise,
+    every trial still running stops after the same round, with the reason said; without the
+    race, every trial runs all its rounds."""
+    from mptrain.measure.trials import race
+
+    heard = Heard()
+    turns = Turns(steps=5, baseline="float32", controls=frozenset({"float32"}), race=race)
+    ends, said = in_turns(tmp_path, study, turns, heard, float32=(10, 51), fast=(4, 51),
+                          slow=(12, 51))
+    assert [len(ends[label].rounds) for label in ("float32", "fast", "slow")] == [4, 4, 4]
+    assert any(line.startswith("slow: dropped after 3 rounds") for line in heard.lines)
+    assert any(line.startswith("fast: decided after 3 rounds: fast 2.50x float32") for line in heard.lines)
+    ends, _ = in_turns(tmp_path, study, Turns(steps=5, baseline="float32"), float32=(10, 26),
+                       fast=(4, 26), slow=(12, 26))
+    assert [len(ends[label].rounds) for label in ("float32", "fast", "slow")] == [5, 5, 5]
 
 
 def test_past_the_deadline_no_round_starts(tmp_path, study):
@@ -152,6 +184,6 @@ def test_a_row_that_cannot_be_kept_leaves_no_child_running(tmp_path, study, monk
         kept.append(row.label)
 
     with pytest.raises(OSError, match="No space left"):
-        run_in_turns(children(tmp_path, a=(5, 12), b=(5, 12)), *study, Turns(steps=4),
-                     on_turn=lambda *a: None, on_end=keep)
+        run_in_turns(children(tmp_path, a=(5, 12), b=(5, 12)), *study, Turns(steps=4), Heard(),
+                     on_end=keep)
     assert kept == ["b"] and all(c.process.returncode is not None for c in started)

@@ -175,13 +175,13 @@ def test_auto_runs_the_pick_of_the_plan_beside_the_experiment_measured_here(tmp_
 
     import tensorflow as tf
 
-    from mptrain.hardware.kernels import machine_key
+    from mptrain.hardware.kernels import plan_key
     from mptrain.hardware.machine import probe
     from mptrain.precision.planned import stamp
     from tests.helpers import tiny_raw
 
     config = experiment(tmp_path, "policy=auto", "train.epochs=1")
-    here = machine_key(probe(tf, check_xla=False))
+    here = plan_key(probe(tf, check_xla=False))
 
     def plan_beside(key):
         raw = tiny_raw(f"output.dir={tmp_path / 'runs'}", "policy=float32", "train.epochs=1",
@@ -223,3 +223,59 @@ def test_the_budget_holds_trials_stop_at_it_and_are_judged_on_what_they_measured
     assert {t["label"] for t in cut} <= set(record["trials"][i]["label"] for i in range(3))
     assert all(t["rounds"] for t in cut)  # judged on the rounds they ran
     assert took < 15 + 60, took  # the budget, and the staging, starts and last round after it
+
+
+def other_library() -> tuple[str, str]:
+    """The math library this process's TensorFlow runs, and the other one."""
+    from tensorflow.python.util import _pywrap_util_port
+
+    return ("onednn", "eigen") if _pywrap_util_port.IsMklEnabled() else ("eigen", "onednn")
+
+
+@pytest.mark.kernel_path
+def test_a_math_library_is_set_as_its_process_starts_and_said(tmp_path):
+    """`train.math_library` sets TF_ENABLE_ONEDNN_OPTS before TensorFlow starts: a run of the
+    library TensorFlow does not choose here runs it (TensorFlow's own switch says so in the
+    process) and its summary, candidate and `mptrain runs` say which ran; a process whose
+    TensorFlow has started already (a notebook's: this one) refuses the other library by name,
+    and leaves nothing; the library it runs is no change, and runs in it."""
+    running, other = other_library()
+    config = experiment(tmp_path, "train.epochs=1")
+    done = mptrain("run", str(config), "--json", "--set", f"train.math_library={other}",
+                   cwd=tmp_path, process=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    summary = json.loads(done.stdout)
+    assert summary["math_library"] == other and summary["candidate"] == f"float32+{other}"
+    assert summary["math_library_reason"] == f"{'oneDNN' if other == 'onednn' else 'Eigen'} " \
+                                             f"(train.math_library: {other})"
+    listed = mptrain("runs", str(tmp_path / "runs"), cwd=tmp_path, env_extra={"COLUMNS": "120"})
+    assert f"float32+{other} fit {'oneDNN' if other == 'onednn' else 'Eigen'}" in listed.stdout
+    refused = mptrain("run", str(config), "--set", f"train.math_library={other}", cwd=tmp_path)
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    assert f"TF_ENABLE_ONEDNN_OPTS={int(other == 'onednn')} must be set before TensorFlow starts" \
+        in refused.stderr
+    assert [p.name for p in (tmp_path / "runs").iterdir()] == [Path(summary["run_dir"]).name]
+    same = json.loads(mptrain("run", str(config), "--json", "--set", f"train.math_library={running}",
+                              cwd=tmp_path).stdout)
+    assert same["math_library"] == running
+
+
+@pytest.mark.kernel_path
+def test_plan_races_the_other_math_library_and_its_file_names_the_library_measured(tmp_path):
+    """The library TensorFlow does not choose here is a candidate of its own (named, it runs
+    whatever the kernels said), its trial runs that library, and plan.yaml spells out the
+    library its pick ran, which `policy: auto` then runs in a process of its own."""
+    running, other = other_library()
+    config = experiment(tmp_path, "policy=auto", "train.epochs=1")
+    done = mptrain("plan", str(config), "--candidates", f"float32+{other}", "--steps", "16",
+                   "--json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    record = json.loads(done.stdout)
+    libraries = {t["label"]: t["summary"]["math_library"] for t in record["trials"]}
+    assert libraries == {"float32": running, "float32-twin": running, f"float32+{other}": other}
+    assert record["kernel_kinds"] == ["dense"]
+    pick = record["winner"]
+    planned = yaml.safe_load((tmp_path / "exp.plan.yaml").read_text())
+    assert planned["train"]["math_library"] == libraries[pick]
+    followed = json.loads(mptrain("run", str(config), "--json", cwd=tmp_path, process=True).stdout)
+    assert followed["math_library"] == libraries[pick] and followed["policy_requested"] == "auto"

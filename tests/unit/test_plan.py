@@ -50,7 +50,14 @@ def test_each_machine_gets_the_candidates_that_can_win_there():
     plain = candidates(PLAIN)
     assert names(plain) == ["float32", "float32+xla", "mixed_float16+xla"]
     assert all("no bfloat16 instructions" in c.why_not and "not measured" in c.why_not
-               for c in plain if c.policy == "mixed_bfloat16")
+               for c in plain if c.policy == "mixed_bfloat16" and c.math_library == "default")
+    # the math library TensorFlow does not choose: oneDNN is tried unmeasured where TensorFlow
+    # leaves it off (the largest lever of an AVX2-only CPU), Eigen only once it measured near
+    zen3 = candidates(Machine(cpu=PLAIN.cpu, tensorflow_version="2.21.0", onednn=False))
+    assert "float32+onednn" in names(zen3) and "float32+eigen" not in {c.name for c in zen3}
+    zen3_skipped = {c.name: c.why_not for c in zen3 if c.why_not}
+    assert "oneDNN takes no bfloat16 on this CPU" in zen3_skipped["mixed_bfloat16+onednn"]
+    assert "not measured" in skipped["float32+eigen"]
     # oneDNN off: no math mode of its to change, and float16 needs no XLA (TensorFlow's own kernels)
     off = Machine(cpu=AMX.cpu, tensorflow_version="2.21.0", onednn=False)
     off_skipped = {c.name: c.why_not for c in candidates(off) if c.why_not}
@@ -78,10 +85,13 @@ def test_a_candidate_is_ruled_out_by_this_machines_own_figure_and_tried_when_nam
     candidate named is tried."""
     monkeypatch.setenv("MPTRAIN_CACHE_DIR", str(tmp_path))
     zen3 = Machine(cpu=PLAIN.cpu, tensorflow_version="2.21.0", onednn=False)
-    kernels = record_kernels(zen3, bfloat16=0.27, float16=0.96, xla_gain=1.3)
+    kernels = record_kernels(zen3, bfloat16=0.27, float16=0.96, xla_gain=1.3, library_gain=3.2)
     found = candidates(zen3, kernels)
-    assert names(found) == ["float32", "float32+xla", "mixed_float16+xla", "mixed_float16"]
+    # the kernels order what is tried: oneDNN's 3.2x first (float32+xla, a control, stays second)
+    assert names(found) == ["float32", "float32+xla", "float32+onednn", "mixed_float16+xla",
+                            "mixed_float16"]
     why = {c.name: c.why_not for c in found if c.why_not}
+    assert "oneDNN takes no float16 on this CPU" in why["mixed_float16+onednn"]
     assert "bfloat16 kernels run 0.27x float32 on CPU:0" in why["mixed_bfloat16"]
     assert "bfloat16 kernels with XLA run 0.27x float32 with XLA" in why["mixed_bfloat16+xla"]
     assert not any("guide's MLP" in w or "bench/NOTES" in w for w in why.values())
@@ -91,6 +101,30 @@ def test_a_candidate_is_ruled_out_by_this_machines_own_figure_and_tried_when_nam
     why = {c.name: c.why_not for c in candidates(AVX512_BF16, xeon) if c.why_not}
     assert "0.001x float32 on this CPU (oneDNN's reference kernel)" in why["mixed_float16"]
     assert "mixed_bfloat16+xla" not in why and "0.67x" in why["mixed_bfloat16"]
+    # Eigen where TensorFlow runs oneDNN: ruled out by its own figure, each library's 16 bits
+    # read against float32 as TensorFlow runs it here (0.67x in Eigen x Eigen's 0.5x)
+    eigen_slow = record_kernels(AVX512_BF16, bfloat16=0.67, float16=0.001, library_gain=0.5)
+    why = {c.name: c.why_not for c in candidates(AVX512_BF16, eigen_slow) if c.why_not}
+    assert "float32 kernels with Eigen run 0.50x oneDNN's here (matmul 0.50x" in why["float32+eigen"]
+    assert "0.34x in all, below the 0.8x" in why["mixed_bfloat16+eigen"]
+    eigen_near = record_kernels(AVX512_BF16, bfloat16=0.67, float16=0.001, library_gain=0.95)
+    assert "float32+eigen" in names(candidates(AVX512_BF16, eigen_near))
+
+
+def test_the_models_own_kinds_of_layer_decide_its_candidates(tmp_path, monkeypatch):
+    """bfloat16's matrix products measured 1.2x but its Conv1D 0.15x: a Conv1D model does not
+    try bfloat16 (a Conv1D autoencoder ran 0.15x where check-gpu had measured 0.95x), an MLP
+    does; a model with none of the timed kinds is read by the general ones."""
+    from mptrain.hardware.kernels import kinds_of
+
+    monkeypatch.setenv("MPTRAIN_CACHE_DIR", str(tmp_path))
+    kernels = record_kernels(AVX512_BF16, bfloat16=1.2, float16=0.001, kinds={"conv1d": 0.15})
+    conv1d = kinds_of(["InputLayer", "Conv1D", "Conv1DTranspose", "Dropout"])
+    assert conv1d == ("conv1d",) and kinds_of(["Dense", "LSTM"]) == ("dense", "recurrent")
+    why = {c.name: c.why_not for c in candidates(AVX512_BF16, kernels, kinds=conv1d) if c.why_not}
+    assert "bfloat16 kernels run 0.15x float32 on CPU:0 (conv1d 0.15x)" in why["mixed_bfloat16"]
+    assert "mixed_bfloat16" in names(candidates(AVX512_BF16, kernels, kinds=("dense",)))
+    assert "mixed_bfloat16" in names(candidates(AVX512_BF16, kernels, kinds=("embedding",)))
 
 
 def test_measured_kernels_put_the_promising_candidates_first(tmp_path, monkeypatch):
@@ -394,8 +428,9 @@ def test_every_candidate_plan_prints_is_a_name_compare_takes():
     for machine in (AMX, AVX512_BF16, PLAIN, gpu_machine(7, 0), gpu_machine(8, 0)):
         for planned in candidates(machine):
             parsed = candidate(planned.name)
-            assert (parsed.policy, parsed.jit_compile, parsed.math_mode, parsed.fused) == \
-                (planned.policy, planned.jit_compile, planned.math_mode, planned.fused), planned.name
+            assert (parsed.policy, parsed.jit_compile, parsed.math_mode, parsed.math_library,
+                    parsed.fused) == (planned.policy, planned.jit_compile, planned.math_mode,
+                                      planned.math_library, planned.fused), planned.name
             # and a run made with its settings is called by that name (runs, the summary)
             assert candidate_name(variant(base, parsed.settings)) == planned.name
     islands = variant(base, {"policy": "mixed_float16", "train.jit_compile": True,
@@ -403,14 +438,21 @@ def test_every_candidate_plan_prints_is_a_name_compare_takes():
     assert candidate_name(islands) == "mixed_float16+xla+islands"
     assert candidate_name(variant(base, {"policy": "auto"}), "mixed_bfloat16") == "mixed_bfloat16"
     assert candidate("mixed_bfloat16+xla").settings == {
-        "policy": "mixed_bfloat16", "train.math_mode": "default", "train.jit_compile": True,
-        "model.fused_layers": False}
+        "policy": "mixed_bfloat16", "train.math_mode": "default", "train.math_library": "default",
+        "train.jit_compile": True, "model.fused_layers": False}
+    # the math library is an axis of its own, in any order a user writes it
+    assert candidate("float32+xla+onednn").settings["train.math_library"] == "onednn"
+    assert candidate_name(variant(base, candidate("float32+onednn+xla").settings)) == "float32+xla+onednn"
+    assert candidate("mixed_bfloat16+eigen").control_name == "float32+eigen"
+    assert candidate("mixed_bfloat16+xla").control_name == "float32+xla"
     assert candidate("mixed_bfloat16+fused").settings["model.fused_layers"] is True
     islands = candidate("mixed_bfloat16").model_copy(update={"float32_layers": ["softmax"]})
     assert islands.settings["model.float32_layers"] == ["softmax"]
     for bad, says in (("mixed_bfloat+xla", "did you mean mixed_bfloat16?"),
-                      ("mixed_bfloat16+fast", "'fast' is not +xla, +fused or a math mode"),
+                      ("mixed_bfloat16+fast", "'fast' is not +xla, +fused, a math mode"),
                       ("mixed_bfloat16+fused+fused", "or is given twice"),
+                      ("float32+onednn+eigen", "or is given twice"),
+                      ("float32+onednn_bf16+eigen", "a mode of oneDNN's, and eigen turns oneDNN off"),
                       ("mixed_bfloat16+onednn_bf16", "use float32+onednn_bf16")):
         with pytest.raises(ConfigError, match=re.escape(says)):
             candidate(bad)
@@ -561,3 +603,65 @@ def test_only_trials_the_budget_stopped_are_cut_short():
                         trials=[stopped("float32", "budget", "the plan's minutes ran out"),
                                 stopped("mixed_bfloat16", "max_steps", "cut by the budget (no)")])
     assert record.cut == ["float32"]
+
+
+def racers(rounds: int, **speedups):
+    """The race's view after `rounds` rounds: float32 at 100 ms a round, its twin within 2%,
+    and each trial at 100 / SPEEDUP ms (a tuple: its rounds one by one; `@b` in a label: twice
+    the batch), all still running."""
+    from mptrain.measure.engine import Racer
+
+    field = {"float32": Racer([100.0] * rounds, 32, True, True),
+             TWIN: Racer([100.0 * (1.02 if r % 2 else 0.98) for r in range(rounds)], 32, True, True)}
+    for label, speedup in speedups.items():
+        batch = 64 if "_at_b" in label else 32
+        each = speedup if isinstance(speedup, tuple) else (speedup,) * rounds
+        field[label.replace("_at_b", "@b")] = Racer([100.0 * batch / 32 / s for s in each[:rounds]],
+                                                    batch, True)
+    return field
+
+
+def test_the_race_drops_a_trial_that_cannot_be_picked_and_ends_a_decided_plan():
+    """After 3 rounds in turns (not before), a trial whose speed-up cannot reach the 1.05x a
+    pick needs stops taking turns, as does one slower than the leader beyond the noise; one
+    within 5% of the leader races on (`choose` may prefer it, as the simpler). Once the
+    leader is alone and faster than float32 beyond the noise, every trial still running stops:
+    the pick is decided, and what they measured is judged."""
+    from mptrain.measure.trials import race
+
+    assert race(racers(2, slow=0.6, fast=2.0)) == {}  # too few rounds to judge anyone
+    stops = race(racers(3, slow=0.6, near=(1.95, 2.1, 1.9), fast=(2.0, 1.9, 2.1)))
+    assert stops["slow"] == ("drop", "dropped after 3 rounds: at most 0.60x float32 (95%), a pick "
+                                     "needs 1.05x")
+    assert "near" not in stops
+    assert "fast" not in stops and "float32" not in stops
+    behind = race(racers(4, fast=2.0, fair=1.5))
+    assert behind["fair"] == ("drop", "dropped after 4 rounds: at most 0.75x fast's speed (95%)")
+    # ...and with it gone the leader is alone, faster beyond the noise: decided for everyone left
+    assert {label: word for label, (word, _) in behind.items()} == {
+        "fair": "drop", "fast": "decided", "float32": "decided", TWIN: "decided"}
+    assert "decided after 4 rounds: fast 2.00x float32" in behind["fast"][1]
+    # two left, both faster beyond the noise, the first listed within 5% of the other: `choose`
+    # picks it (the simpler) whatever more rounds show, so it is decided too
+    twins = race(racers(3, first=(2.0, 2.02, 1.98), second=(2.04, 2.0, 2.06)))
+    assert set(twins.values()) == {("decided", "decided after 3 rounds: first 2.00x float32 (95% "
+                                               "1.98-2.02x), within 5% of second or faster, and simpler")}
+    assert race(racers(3, first=(2.0, 2.02, 1.98), second=(2.0, 2.4, 1.9))) == {}  # not yet sure
+    # a leader whose own interval still reaches float32's noise is not decided
+    assert race(racers(4, unsure=(1.4, 0.99, 1.5, 1.3))) == {}
+    # an upper bound is said rounded down: 1.049x is "at most 1.04x", below the 1.05x needed
+    assert "at most 1.04x float32" in race(racers(3, close=1.049))["close"][1]
+    # nothing left but the controls: float32 is the pick, nothing to race
+    gone = race(racers(3, slow=0.5, slower=0.4))
+    assert gone["float32"] == ("decided", "decided: no trial but float32 is left to race")
+
+
+def test_a_trial_at_another_batch_is_dropped_by_its_speed_per_example_but_never_leads():
+    """Its pick is judged by its time to float32's loss, which its speed per example bounds
+    from above: a double batch at 0.9x per example cannot win; one at 3x cannot lead the race
+    (the others are not dropped against it, nor decided while it runs)."""
+    from mptrain.measure.trials import race
+
+    stops = race(racers(3, fast=2.0, mixed_at_b=0.9))
+    assert stops["mixed@b"][0] == "drop" and stops["fast"][0] == "decided"
+    assert race(racers(3, fast=2.0, mixed_at_b=3.0)) == {}

@@ -80,7 +80,7 @@ def test_every_run_folder_with_its_status_newest_first(runs):
 
 
 def test_the_table_fits_80_columns_and_marks_the_resumable(runs):
-    from mptrain.report.tables import runs_table
+    from mptrain.report.views import runs_table
 
     console = Console(width=80, record=True, file=open(os.devnull, "w"))  # noqa: SIM115
     console.print(runs_table(list_runs(runs)))
@@ -95,7 +95,7 @@ def test_the_table_fits_80_columns_and_marks_the_resumable(runs):
 def test_when_reads_as_how_long_ago():
     from datetime import datetime, timedelta
 
-    from mptrain.report.tables import time_ago
+    from mptrain.report.views import time_ago
 
     now = datetime(2026, 12, 1, 12, 0, 0)
     assert [time_ago(now - timedelta(seconds=s), now) for s in (5, 125, 7300, 3 * 86400 + 5)] == [

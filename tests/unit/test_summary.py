@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from mptrain.config.names import MATH_LIBRARIES
 from mptrain.model.flops import Peak
 from mptrain.model.size import MemoryStats
 from mptrain.runs.summary import (
@@ -46,11 +47,44 @@ def test_throughput_and_mfu_arithmetic():
     assert throughput(None, 100, 10, None)["examples_per_sec"] is None
 
 
+def test_mfu_reads_against_this_machines_measured_peak_or_says_its_is_nominal(tmp_path, monkeypatch):
+    """The nominal peak assumes the base clock (a oneDNN step read 113% of it on an AVX2-only
+    EPYC): where this machine's kernels were measured, the peak is the fastest matrix product
+    they found in the run's dtype or float32; where not, the summary says it is nominal."""
+    from rich.console import Console
+
+    from mptrain.hardware.machine import Machine, parse_cpuinfo
+    from mptrain.model.flops import machine_peak
+    from mptrain.report.tables import summary_table
+    from tests.helpers import make_summary, record_kernels
+
+    monkeypatch.setenv("MPTRAIN_CACHE_DIR", str(tmp_path))
+    cpu = parse_cpuinfo("model name : Xeon\ncpu MHz : 2000\nflags : avx512f avx512_bf16 amx_bf16")
+    kernels = record_kernels(Machine(cpu=cpu), bfloat16=3.0, xla_gain=1.5)  # 1 TFLOP/s in float32
+    bf16, fp32 = machine_peak(cpu, "bfloat16", kernels), machine_peak(cpu, "float32", kernels)
+    assert bf16.measured and bf16.flops_per_second == pytest.approx(4.5e12)  # XLA's, the fastest
+    assert bf16.unit == "matmul 1024² in bfloat16+xla" and fp32.flops_per_second == pytest.approx(1.5e12)
+    nominal = machine_peak(cpu, "float32", None)
+    assert not nominal.measured
+    assert nominal.flops_per_second == pytest.approx(2000e6 * 64 * cpu.physical_cores)
+
+    def shown(**fields):
+        console = Console(width=300, record=True)
+        console.print(summary_table(make_summary(**fields)))
+        return console.export_text()
+
+    assert "10% of this machine's peak as measured (1.00 TFLOP/s: matmul 1024² in float32+onednn" in \
+        shown(peak_measured=True, peak_unit="matmul 1024² in float32+onednn")
+    assert "10% of this CPU's nominal AVX-512 FP32 peak (1.00 TFLOP/s at the base clock, not measured" in \
+        shown()
+
+
 def test_readme_documents_every_summary_key():
     """The summary.json key list (docs/outputs.md) and the RunSummary model stay in step."""
     readme = (Path(__file__).resolve().parents[2] / "docs" / "outputs.md").read_text()
     section = readme.split("`summary.json` keys:")[1].split("\n\n")[0]
-    values = {"auto", "null", *typing.get_args(Status), *typing.get_args(StopKind)}  # not keys
+    values = {"auto", "null", *typing.get_args(Status), *typing.get_args(StopKind),  # not keys
+              *MATH_LIBRARIES}
     documented = set(re.findall(r"`([a-z0-9_]+)`", section)) - values
     nested = {"median_ms", "p10_ms", "p90_ms", "mean_ms", "timed_steps", "warmup_steps_excluded",
               "short_batches_excluded", "enough", "final", "skipped_steps", "skip_rate", "min_scale",

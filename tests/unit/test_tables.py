@@ -12,8 +12,8 @@ from mptrain.measure.islands import LayerTiming
 from mptrain.measure.plan import PlanRecord
 from mptrain.measure.variant import Speed, Training, Variant, Verdict
 from mptrain.precision.candidates import Candidate
-from mptrain.report.tables import compare_tables, plan_tables, runs_table, summary_table
-from mptrain.report.views import check_gpu_view, diagnose_view, lint_view, memory_view
+from mptrain.report.tables import compare_tables, plan_tables, summary_table
+from mptrain.report.views import check_gpu_view, diagnose_view, lint_view, memory_view, runs_table
 from mptrain.runs.folder import RunRow, RunsReport
 from tests.helpers import compare_row, make_summary
 
