@@ -105,7 +105,8 @@ def plan(experiment: ExperimentConfig | None = None, *, resume: str | Path | Non
     """The fastest safe precision for the experiment on this machine, as `mptrain plan`,
     through the same library call. `settings` are `PlanSettings`' fields, as the CLI's
     options: `candidates` (names to try), `batch_sizes`, `steps`, `tolerance_pct`, `budget_minutes`,
-    `evaluate`, and `out`: where to write the runnable plan (default, as the command's:
+    `evaluate`, `race` (False: every trial to its end), and `out`: where to write the runnable
+    plan (default, as the command's:
     EXPERIMENT.plan.yaml beside the experiment's file). `resume`: finish the plan in that
     folder."""
     import mptrain.measure.plan

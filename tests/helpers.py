@@ -198,14 +198,15 @@ def step_records(*seconds_and_sizes, epoch: int = 1) -> list[StepRecord]:
 def record_kernels(machine, bfloat16: float, float16: float | None = 1.0, device: str = "/CPU:0",
                    xla_bfloat16: float | None = None, xla_float16: float | None = None,
                    xla_gain: float = 1.0, library_gain: float | None = None,
-                   kinds: dict[str, float] | None = None):
+                   kinds: dict[str, float] | None = None, other_bfloat16: float | None = None):
     """A kernel measurement of `machine` in its cache, as if measured: each 16-bit dtype at
     the given speed relative to float32 on every kernel; on a CPU also with XLA (`xla_*`:
     against float32 with XLA, default the same as without, and float16 1.0 where it
     collapsed without; `xla_gain`: float32 with XLA against float32 without) and, given a
     `library_gain` (float32 with the other math library against float32 with the machine's),
-    the other library's kernels too, its 16-bit ones at the same ratios. `kinds`: kinds of
-    kernel beyond the general three, each with bfloat16's speed on it."""
+    the other library's kernels too, its 16-bit ones at the same ratios (bfloat16 at
+    `other_bfloat16` when given). `kinds`: kinds of kernel beyond the general three, each with
+    bfloat16's speed on it."""
     from mptrain.hardware.kernels import KernelTiming, store_kernels
 
     plain = {"float32": 1.0, "bfloat16": bfloat16, "float16": float16}
@@ -217,7 +218,8 @@ def record_kernels(machine, bfloat16: float, float16: float | None = 1.0, device
             "float32": 1.0, "bfloat16": xla_bfloat16 if xla_bfloat16 is not None else bfloat16,
             "float16": xla_float16 if xla_float16 is not None else 1.0 if collapsed else float16})
         if library_gain is not None:
-            modes[False, not machine.onednn] = (10.0 / library_gain, plain)
+            modes[False, not machine.onednn] = (10.0 / library_gain, {
+                **plain, "bfloat16": other_bfloat16 or bfloat16})
     kernels = [("matmul 1024²", "matmul", bfloat16), ("dense 512² fused", "dense", bfloat16),
                ("conv3x3 16×56²×64", "conv2d", bfloat16),
                *((f"{kind} kernel", kind, ratio) for kind, ratio in (kinds or {}).items())]
@@ -225,7 +227,7 @@ def record_kernels(machine, bfloat16: float, float16: float | None = 1.0, device
     for kernel, kind, bf16 in kernels:
         for (xla, onednn), (float32_ms, ratios) in modes.items():
             for dtype, ratio in ratios.items():
-                ratio = bf16 if dtype == "bfloat16" and not xla else ratio
+                ratio = bf16 if dtype == "bfloat16" and not xla and onednn == machine.onednn else ratio
                 if ratio is None:
                     continue
                 ms = float32_ms / ratio

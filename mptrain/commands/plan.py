@@ -33,6 +33,11 @@ def plan_command(
     evaluate: Annotated[bool, typer.Option(
         "--eval", metavar="", help="Also judge each candidate's test accuracy (evaluates the "
                                    "whole test set per trial).")] = False,
+    race: Annotated[bool, typer.Option(
+        "--race/--no-race", help="Stop a trial from taking turns once its 95% interval says it "
+                                 "cannot be picked, and every trial once the pick is decided; "
+                                 "--no-race runs each to its end (the same pick, every "
+                                 "candidate's whole figure, more time).")] = True,
     out: Annotated[Path | None, typer.Option(
         metavar="FILE", show_default=False,
         help="Where to write the chosen experiment; default: EXPERIMENT.plan.yaml beside the "
@@ -53,8 +58,11 @@ def plan_command(
 
     Candidates (this machine's): float32; mixed_bfloat16, without and with XLA; mixed_float16
     where it can be fast; on CPUs float32 with oneDNN's bfloat16 math and with TensorFlow's
-    bfloat16 graph rewrite; on GPUs float32 without TF32. Each is a short trial from the same
-    initial weights on the same batches, all run in turns, with the most promising 16-bit one
+    bfloat16 graph rewrite, and the math library TensorFlow does not run on this CPU (oneDNN
+    where it leaves it off: AVX2-only CPUs); on GPUs float32 without TF32, each ruled out or
+    ordered by this machine's kernels of the model's kinds of layer. Each is a short trial
+    from the same initial weights on the same batches, all run in turns, in a race (a trial
+    that cannot be picked stops; --no-race), with the most promising 16-bit one
     also tried with its slow layers kept float32 (measured per layer first) and at twice the
     experiment's batch where that fits in memory (the guide's second lever; --batch-sizes
     tries every candidate at each size). Judged per example, over the whole experiment
@@ -74,7 +82,7 @@ def plan_command(
             candidates=(options.parse_choices(candidates, CANDIDATE_NAMES, "--candidates")
                         if candidates else None),
             batch_sizes=options.parse_batch_sizes(batch_sizes), steps=steps, tolerance_pct=tolerance,
-            budget_minutes=budget, evaluate=evaluate, out=out, sets=set_ or [])
+            budget_minutes=budget, evaluate=evaluate, race=race, out=out, sets=set_ or [])
         result = mptrain.measure.plan.run_plan(config, settings, resume=resume, telling=ConsoleTelling(),
                                            verbose=verbose, as_text=as_text(plan_tables))
     options.end_measuring(result, json_out, plan_tables)

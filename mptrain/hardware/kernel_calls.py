@@ -17,11 +17,18 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from mptrain.hardware.machine import LIBRARY_SETTINGS, ONEDNN_ENV, library_of
+from mptrain.hardware.machine import (
+    LIBRARY_NAMES,
+    ONEDNN_ENV,
+    library_environment,
+    library_of,
+    onednn_running,
+)
 
 PEER = "peer"  # the third part of a peer's setting, (dtype, False, PEER), in `kernels.measure`
 START_TIMEOUT_S = 120.0  # TensorFlow's import and the first kernel's tracing, on a loaded machine
@@ -78,15 +85,19 @@ def kernels(tf, scale: float):
 
 
 def prepared_calls(tf, fn, shapes, settings, device: str) -> dict[tuple[str, bool], tuple[Callable, tuple]]:
-    """Each (dtype, XLA) setting of one kernel traced (and compiled) outside the timing."""
+    """Each (dtype, XLA) setting of one kernel traced (and compiled) outside the timing; one
+    this TensorFlow cannot build (a dtype its kernels lack here) is left out, not the check."""
     calls = {}
     with tf.device(device):
         for dtype, xla in settings:
-            inputs = tuple(tf.cast(tf.random.normal(shape), dtype) for shape in shapes)
-            compiled = tf.function(fn, autograph=False, jit_compile=xla)
-            compiled.get_concrete_function(*inputs)
-            if xla:
-                compiled(*inputs).numpy()  # and compile: the warm-up then times a call
+            try:
+                inputs = tuple(tf.cast(tf.random.normal(shape), dtype) for shape in shapes)
+                compiled = tf.function(fn, autograph=False, jit_compile=xla)
+                compiled.get_concrete_function(*inputs)
+                if xla:
+                    compiled(*inputs).numpy()  # and compile: the warm-up then times a call
+            except Exception:  # TensorFlow raises many kinds of error for a kernel it lacks
+                continue
             calls[dtype, xla] = (compiled, inputs)
     return calls
 
@@ -97,31 +108,47 @@ class PeerError(Exception):
 
 class Peer:
     """The peer process and the pipes to it. Its calls are `PeerCall`s; a peer that fails
+    (or whose TensorFlow runs the same library as this one: the variable changed nothing)
     stops answering (`failed` says why) and its calls time nothing from then on."""
 
-    def __init__(self, process: subprocess.Popen, answers, onednn: bool):
-        self.process, self.answers, self.onednn = process, answers, onednn
+    def __init__(self, process: subprocess.Popen | None, answers, onednn: bool, log=None):
+        self.process, self.answers, self.onednn, self.log = process, answers, onednn, log
         self.failed: str | None = None
+        self.checked = False  # its library, as its TensorFlow says, once it has traced
 
     @classmethod
     def start(cls, onednn: bool, dtypes: tuple[str, ...], scale: float) -> Peer:
         """A peer running `onednn` (True: oneDNN, False: Eigen), tracing `dtypes`' kernels."""
+        library = LIBRARY_NAMES[library_of(onednn)]
+        log = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115  (closed in close: its stderr)
         read_end, write_end = os.pipe()
         spec = json.dumps({"dtypes": list(dtypes), "scale": scale, "answers": write_end})
-        env = {**os.environ, ONEDNN_ENV: LIBRARY_SETTINGS[library_of(onednn)]}
-        process = subprocess.Popen([sys.executable, "-m", "mptrain.hardware.kernel_calls", spec],
-                                   stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                                   stderr=subprocess.DEVNULL, env=env, text=True,
-                                   pass_fds=(write_end,), start_new_session=True)
-        os.close(write_end)
-        return cls(process, os.fdopen(read_end), onednn)
+        try:
+            process = subprocess.Popen([sys.executable, "-m", "mptrain.hardware.kernel_calls", spec],
+                                       stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=log,
+                                       env={**os.environ, **library_environment(library_of(onednn))},
+                                       text=True, pass_fds=(write_end,), start_new_session=True)
+        except OSError as exc:
+            os.close(read_end)
+            peer = cls(None, None, onednn, log)
+            peer.failed = f"the {library} peer process did not start: {exc}"
+            return peer
+        finally:
+            os.close(write_end)
+        return cls(process, os.fdopen(read_end), onednn, log)
 
     def calls(self, kernel: int, dtypes: tuple[str, ...]) -> dict[tuple, PeerCall]:
-        """Kernel number `kernel` traced in the peer, each dtype as a call for `interleaved`
-        (none once the peer has failed)."""
-        if self._ask({"op": "trace", "kernel": kernel}, START_TIMEOUT_S) is None:
+        """Kernel number `kernel` traced in the peer, each dtype it could build as a call for
+        `interleaved` (none once the peer has failed)."""
+        answer = self._ask({"op": "trace", "kernel": kernel}, START_TIMEOUT_S)
+        if answer is not None and not self.checked:
+            self.checked = True
+            if answer["onednn"] is not None and answer["onednn"] != self.onednn:
+                self._fail(f"{ONEDNN_ENV} changed nothing: this TensorFlow runs "
+                           f"{LIBRARY_NAMES[library_of(answer['onednn'])]} either way here")
+        if answer is None or self.failed is not None:
             return {}
-        return {(dtype, False, PEER): PeerCall(self, kernel, dtype) for dtype in dtypes}
+        return {(dtype, False, PEER): PeerCall(self, kernel, dtype) for dtype in answer["traced"]}
 
     def _ask(self, request: dict, timeout_s: float) -> dict | None:
         """Send one request and read its answer; None once the peer has failed."""
@@ -136,23 +163,39 @@ class Peer:
                 raise PeerError(f"no answer in {timeout_s:.0f} s")
             line = self.answers.readline()
             if not line:
-                raise PeerError(f"it ended (exit code {self.process.wait()})")
+                raise BrokenPipeError
             return json.loads(line)
         except (OSError, ValueError, PeerError) as exc:
-            self.failed = f"the {'oneDNN' if self.onednn else 'Eigen'} peer process failed: {exc}"
-            self.close()
+            why = self._ended() if isinstance(exc, BrokenPipeError) else str(exc)
+            self._fail(f"the {LIBRARY_NAMES[library_of(self.onednn)]} peer process failed: {why}")
             return None
+
+    def _ended(self) -> str:
+        """How it ended (its pipes closed), with the last line it wrote on stderr."""
+        try:
+            code = self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            return "its pipes closed"
+        self.log.seek(0)
+        lines = [line for line in self.log.read().splitlines() if line.strip()]
+        return f"it ended (exit code {code}" + (f": {lines[-1][:200]})" if lines else ")")
+
+    def _fail(self, why: str) -> None:
+        self.failed = why
+        self.close()
 
     def close(self) -> None:
         """End the peer (it ends by itself at the end of its input)."""
-        if self.process.poll() is None:
+        if self.process is not None and self.process.poll() is None:
             try:
                 self.process.stdin.close()
                 self.process.wait(timeout=10)
             except (OSError, subprocess.TimeoutExpired):
                 self.process.kill()
                 self.process.wait()
-        self.answers.close()
+        if self.answers is not None:
+            self.answers.close()
+        self.log.close()
 
 
 @dataclass(frozen=True)
@@ -171,7 +214,8 @@ class PeerCall:
 
 
 def serve(spec: dict) -> None:
-    """The peer's side: trace a kernel when asked, then time a call of it when asked."""
+    """The peer's side: trace a kernel when asked (and say which dtypes it could build, and
+    its library as its TensorFlow says), then time a call of it when asked."""
     from mptrain.hardware.runtime import import_tensorflow
 
     tf = import_tensorflow()
@@ -185,7 +229,8 @@ def serve(spec: dict) -> None:
             _, _, _, shapes, fn = catalog[index]
             traced = {index: prepared_calls(tf, fn, shapes, [(d, False) for d in spec["dtypes"]],
                                             "/CPU:0")}
-            answers.write(json.dumps({"traced": index}) + "\n")
+            answers.write(json.dumps({"traced": [d for d, _ in traced[index]],
+                                      "onednn": onednn_running()}) + "\n")
         else:
             fn, inputs = traced[index][request["dtype"], False]
             began = time.perf_counter()

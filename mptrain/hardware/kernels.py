@@ -82,7 +82,7 @@ class KernelTiming(FrozenRecord):
     @property
     def setting(self) -> str:
         """The dtype as a candidate spells its XLA and library: `bfloat16+xla`, `float32+eigen`."""
-        library = "" if self.onednn is None else "+onednn" if self.onednn else "+eigen"
+        library = "" if self.onednn is None else f"+{library_of(self.onednn)}"
         return self.dtype + ("+xla" if self.xla else "") + library
 
 
@@ -95,7 +95,9 @@ class KernelSpeeds(FrozenRecord):
     machine_key: str  # the machine and TensorFlow it was measured on (`plan_key`)
     measured_at: str
     seconds: float
-    onednn: bool | None = None  # the library of the process that reads it (None: the measurer's)
+    # the library of the process that reads it (set by `cached_kernels`; None: none, as on an
+    # accelerator, where only timings without a library are read)
+    onednn: bool | None = None
     timings: list[KernelTiming]
     peer_failed: str | None = None  # why the other library could not be timed
 
@@ -107,11 +109,11 @@ class KernelSpeeds(FrozenRecord):
         ratios = [t.ratio_to_float32 for t in self._of(dtype, device, xla, kinds, onednn)]
         return statistics.geometric_mean(ratios) if ratios else None
 
-    def xla_gain(self, dtype: str, device: str) -> float | None:
-        """Geometric mean over the kernels of XLA's effect on `dtype`: its median without XLA
-        (in the reader's library) over its median with (above 1: faster with XLA)."""
-        plain = {t.kernel: t.ms_per_call for t in self._of(dtype, device, False, GENERAL_KINDS)}
-        ratios = [plain[t.kernel] / t.ms_per_call for t in self._of(dtype, device, True, GENERAL_KINDS)
+    def xla_gain(self, dtype: str, device: str, kinds: tuple[str, ...] = GENERAL_KINDS) -> float | None:
+        """Geometric mean over the kernels (of `kinds`) of XLA's effect on `dtype`: its median
+        without XLA (in the reader's library) over its median with (above 1: faster with XLA)."""
+        plain = {t.kernel: t.ms_per_call for t in self._of(dtype, device, False, kinds)}
+        ratios = [plain[t.kernel] / t.ms_per_call for t in self._of(dtype, device, True, kinds)
                   if t.kernel in plain]
         return statistics.geometric_mean(ratios) if ratios else None
 
@@ -144,7 +146,9 @@ class KernelSpeeds(FrozenRecord):
         mine = {t.kernel: t.ms_per_call for t in self._of("float32", "/CPU:0", False, kinds)}
         parts = [f"{t.kind} {times(mine[t.kernel] / t.ms_per_call)}"
                  for t in self._of("float32", "/CPU:0", False, kinds, other) if t.kernel in mine]
-        gain = times(self.library_gain("float32", kinds))
+        if (gain := self.library_gain("float32", kinds)) is None:
+            return "the other math library's kernels were not measured"
+        gain = times(gain)
         return (f"float32 kernels with {LIBRARY_NAMES[library_of(other)]} run {gain} "
                 f"{LIBRARY_NAMES[library_of(not other)]}'s here ({', '.join(parts)})")
 
@@ -175,11 +179,15 @@ class KernelSpeeds(FrozenRecord):
         return [t for t in timed if t.kind in kinds] or [t for t in timed if t.kind in GENERAL_KINDS]
 
 
-def kinds_of(layer_classes: list[str]) -> tuple[str, ...]:
-    """The kernel kinds a model's layers (their class names) run: what a plan reads its
-    candidates' kernels by. A Conv1D autoencoder ran bfloat16 at 0.15x float32 on a CPU where
-    the matrix products and 3x3 convolutions measured 0.95x."""
-    return tuple(sorted({LAYER_KINDS[name] for name in layer_classes if name in LAYER_KINDS}))
+def kinds_of(layer_types) -> tuple[str, ...]:
+    """The kernel kinds a model's layers (their classes) run, each class read by the first
+    class in its ancestry that `LAYER_KINDS` names (mptrain's Float32SoftmaxAttention is a
+    MultiHeadAttention): what a plan reads its candidates' kernels by. A Conv1D autoencoder
+    ran bfloat16 at 0.15x float32 on a CPU where the matrix products and 3x3 convolutions
+    measured 0.95x."""
+    kinds = {next((LAYER_KINDS[c.__name__] for c in layer_type.__mro__ if c.__name__ in LAYER_KINDS), None)
+             for layer_type in layer_types}
+    return tuple(sorted(kinds - {None}))
 
 
 def times(ratio: float) -> str:
@@ -270,7 +278,10 @@ def _call(call) -> float | None:
         return call.seconds()
     fn, inputs = call
     began = time.perf_counter()
-    fn(*inputs).numpy()
+    try:
+        fn(*inputs).numpy()
+    except Exception:  # a kernel that fails when it runs is left out, not the whole check
+        return None
     return time.perf_counter() - began
 
 
@@ -289,11 +300,6 @@ def plan_key(machine: Machine) -> str:
     gpus = ", ".join(f"{g.name} {g.compute_capability}" for g in machine.gpus) or "no GPU"
     flags = hashlib.sha256(" ".join(sorted(machine.cpu.flags)).encode()).hexdigest()[:12]
     return f"{machine.cpu.model} (flags {flags}); {gpus}; TensorFlow {machine.tensorflow_version}"
-
-
-def machine_key(machine: Machine) -> str:
-    """What a kernel measurement describes: the machine (`plan_key`) and oneDNN's state."""
-    return f"{plan_key(machine)}; oneDNN {'on' if machine.onednn else 'off'}"
 
 
 def cache_dir() -> Path:
@@ -386,6 +392,6 @@ def measured_kernels(tf, machine: Machine, status: Callable[[str], object] | Non
                         f"{str(exc).splitlines()[0][:160] if str(exc) else 'no message'}); the "
                         "policy is chosen by the hardware's flags instead")
         return None
-    if peer_failed and said is not None:
-        said.append(f"the other math library's kernels were not measured ({peer_failed})")
-    return store_kernels(machine, timings, time.perf_counter() - started, peer_failed=peer_failed)
+    # (a measurement whose peer failed is used, not kept: the next use measures both again)
+    return store_kernels(machine, timings, time.perf_counter() - started, keep=peer_failed is None,
+                         peer_failed=peer_failed)

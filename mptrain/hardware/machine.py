@@ -250,6 +250,18 @@ def describe_onednn(on: bool, flags: frozenset[str]) -> str:
     return state
 
 
+def onednn_running() -> bool | None:
+    """Whether this process's TensorFlow (imported already) runs oneDNN, as it says itself
+    (None: it does not say): what TF_ENABLE_ONEDNN_OPTS and the CPU's flags predict is not
+    what a build without oneDNN (or another platform's default) does."""
+    try:
+        from tensorflow.python.util import _pywrap_util_port
+
+        return bool(_pywrap_util_port.IsMklEnabled())
+    except (ImportError, AttributeError):
+        return None
+
+
 def probe(tf, check_xla: bool = True) -> Machine:
     """Read this machine through TensorFlow (passed in: the caller owns the quiet import)."""
     import keras
@@ -266,7 +278,7 @@ def probe(tf, check_xla: bool = True) -> Machine:
         tpu=bool(tf.config.list_physical_devices("TPU")),
         tensorflow_version=tf.__version__,
         keras_version=keras.__version__,
-        onednn=onednn_enabled(cpu.flags),
+        onednn=running if (running := onednn_running()) is not None else onednn_enabled(cpu.flags),
         xla=_xla_works(tf) if check_xla else None,
         # TF32 is a GPU math mode (Ampere and later): on a machine without one it is n/a,
         # whatever TensorFlow's switch says

@@ -20,11 +20,10 @@ from typing import ClassVar, Literal
 
 from mptrain.config import ExperimentConfig, load_config
 from mptrain.errors import ConfigError, DataError
-from mptrain.measure.engine import to_run
 from mptrain.measure.plot import plot_study
-from mptrain.measure.study import Measurement, Staging, StudyRecord, new_study, run_study, steps_of
+from mptrain.measure.study import Measurement, Staging, StudyRecord, new_study, run_study, steps_of, to_run
 from mptrain.measure.variant import Variant, compare_label
-from mptrain.measure.verdicts import Rules, judge_rows
+from mptrain.measure.verdicts import Rules, control_of, judge_rows
 from mptrain.precision.candidates import candidate
 from mptrain.runs.resume import refuse_resume
 from mptrain.telling import LOGGED, Telling
@@ -201,9 +200,9 @@ def with_xla_axis(config: ExperimentConfig, variants: list[Variant], machine,
         rows.append(row)
     base = next((r for r in rows if r.candidate.policy == "float32"), rows[0])
     for row in list(rows):
-        axes, control = (row.loop, row.strategy, row.batch_size), row.candidate.control_name
-        if (row.candidate.sixteen_bit and control != base.candidate.control_name and not any(
-                r.candidate.name == control and (r.loop, r.strategy, r.batch_size) == axes for r in rows)):
+        control = row.candidate.control_name
+        needed = row.candidate.sixteen_bit and control != base.candidate.control_name
+        if needed and control_of(row, rows, base) is None:
             rows.append(under(row, candidate(control)))
             said.append(f"{control} runs beside {row.label} as its control: the speed-up of a "
                         "row with XLA or another math library is also given against float32 "

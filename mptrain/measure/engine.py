@@ -6,7 +6,7 @@ different winners. Benchmark tools interleave (Google Benchmark, asv, ReBench); 
 
 - every variant is a child process of its own, training as `mptrain run` does (`runs.child`;
   Keras' global policy, traced graphs, the XLA and oneDNN caches and some math switches are
-  per process), started one at a time, each
+  per process), started two at a time (a start is one-threaded work: `_Starts`), each
   running its first step (tracing, kernel creation, XLA compiling: one-off costs it reports
   in its summary) and then waiting (`training.turns`);
 - then the engine advances them round-robin, a turn of steps each, in a random order every
@@ -22,10 +22,8 @@ step, save its checkpoint and write its summary, so an interrupted compare or pl
 like a run. A child's live progress would garble the terminal, so its stderr
 goes to a log file beside its run folder (shown when it fails); the engine reports turns.
 
-Compare and plan differ as data given to `run_rows`, the one sequence both run: which rows,
-from which staged experiment, in which turns. Their folder and MLflow parent run are
-`study.py`'s; their record is rewritten here as each row ends, and each variant's experiment
-file and run folder are made here (`spec_for`).
+What the children run, and what becomes of the rows as they end, is the study's
+(`study.run_rows`); the engine runs processes in turns.
 """
 
 from __future__ import annotations
@@ -35,30 +33,26 @@ import math
 import os
 import random
 import select
-import shutil
 import statistics
 import subprocess
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
-from functools import partial
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
 from mptrain.precision.candidates import file_label
-from mptrain.record import write_atomic
 from mptrain.runs.child import ChildSpec, read_summary
-from mptrain.runs.folder import RunFolder, resumable
 from mptrain.runs.summary import RunSummary
 from mptrain.runs.workers import start
 from mptrain.signals import ForwardSignals
 
 if TYPE_CHECKING:
-    from mptrain.config import ExperimentConfig
     from mptrain.measure.variant import Variant
 
 MIN_TURN_STEPS = 5  # fewer steps a turn: their median is mostly noise
 MIN_START_LIMIT_S = 60.0  # a start is never stopped sooner (`Turns.first_step_ratio`)
+STARTS_AT_ONCE = min(2, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 2)
 TARGET_ROUNDS = 10  # rounds a run of the experiment's length is cut into, when it can be
 
 
@@ -76,8 +70,9 @@ class Turns:
     # twin, whose spread against the baseline is the noise floor; the baseline itself)
     controls: frozenset[str] = frozenset()
     rerun_failed: bool = True  # a resume runs a row that failed again (plan's: a result, kept)
-    # plan's race (`trials.race`): after each round, label → what to tell it instead of go
-    race: Callable[[dict[str, Racer]], dict[str, tuple[str, str]]] | None = None
+    # plan's race (`trials.race`): after each round, from every child's rounds and the
+    # baseline's label, label → what to tell it instead of go (not in pairs: none sees the others)
+    race: Callable[[dict[str, Racer], str | None], dict[str, tuple[str, str]]] | None = None
 
 
 class Racer(NamedTuple):
@@ -91,89 +86,9 @@ class Racer(NamedTuple):
     control: bool = False
 
 
-def run_rows(record, env: dict[str, str], turns: Turns, telling, verbose: bool = False):
-    """The one sequence compare and plan run, on a study's record (a `study.StudyRecord`): the
-    rows whose runs have not ended (`to_run`; not one that failed, unless
-    `turns.rerun_failed`), each the experiment staged in the study's folder (`STAGED`) with
-    its own settings, from the initial weights staged there (its run nested in the study's
-    MLflow parent run by `env`), in turns in one session. The record is rewritten as each row
-    ends, so a parent killed outright loses no row that ended. Returns the record with every
-    row back in its order, with what its run measured, and the signal that interrupted them
-    (None: none did). Paired (`turns.paired`), each runs in turns with the baseline alone,
-    pair after pair (`pairs`), and its `baseline_rounds` are the baseline's in its pair."""
-    from mptrain.config import load_config, variant
-
-    folder = Path(record.folder)
-    staged = load_config(folder / record.STAGED)
-    todo = [row for row in to_run(record.rows) if turns.rerun_failed or row.failed is None]
-    ended: dict[str, Variant] = {}  # (a pair's extra baseline too, under a label no row has)
-
-    def as_ended():  # the record with every row as it stands
-        return record.model_copy(update={record.ROWS: [ended.get(r.label, r) for r in record.rows]})
-
-    def keep(group: list[Variant], row: Variant) -> None:  # a row as it ends, on disk at once
-        if turns.paired and row.label != group[0].label:  # its rounds' baseline: its pair's
-            row = row.model_copy(update={"baseline_rounds": ended[group[0].label].rounds})
-        ended[row.label] = row
-        as_ended().write()
-
-    signal = None
-    for group in (pairs(todo, turns.baseline) if turns.paired else [todo]):
-        launches = []
-        for row in group:
-            experiment = variant(staged, {"name": Path(row.run_dir).name, **row.settings})
-            launches.append((row, experiment.train.batch_size,
-                             spec_for(folder, row, experiment, verbose)))
-        # in a pair, each is read against the pair's baseline (the baseline's row, or its copy)
-        group_turns = replace(turns, baseline=group[0].label) if turns.paired else turns
-        signal = run_in_turns(launches, folder, env, group_turns, telling, partial(keep, group))
-        if signal is not None or past(turns.deadline):
-            break
-    return as_ended(), signal
-
-
 def past(deadline: float | None) -> bool:
     """Whether a `time.monotonic()` deadline (None: none) has passed."""
     return deadline is not None and time.monotonic() > deadline
-
-
-def pairs(rows: list[Variant], baseline: str) -> list[list[Variant]]:
-    """Each variant with the baseline, in turns two by two: the baseline's own row in the
-    first pair, a copy of it (its own run folder, `BASELINE with LABEL`) in each other. Without
-    the baseline among the rows (a resume after it finished), each runs alone."""
-    base = next((r for r in rows if r.label == baseline), None)
-    others = [r for r in rows if r.label != baseline]
-    if base is None:
-        return [[r] for r in others]
-    if not others:
-        return [[base]]
-
-    def baseline_for(index: int, row: Variant) -> Variant:
-        if index == 0:
-            return base
-        run_dir = Path(base.run_dir)
-        return base.model_copy(update={
-            "label": f"{base.label} with {row.label}",
-            "run_dir": str(run_dir.with_name(f"{run_dir.name}-with-{file_label(row.label)}"))})
-
-    return [[baseline_for(i, r), r] for i, r in enumerate(others)]
-
-
-def spec_for(folder: Path, row: Variant, experiment: ExperimentConfig, verbose: bool) -> ChildSpec:
-    """The variant's run (`runs.child`): a resume when it stopped with a checkpoint (a compare
-    or plan resumed), else anew from its own experiment file (variants/LABEL.yaml) and the
-    initial weights; its summary written to logs/LABEL.summary.json."""
-    run_dir = Path(row.run_dir)
-    summary_file = str(folder / "logs" / f"{file_label(row.label)}.summary.json")
-    if resumable(run_dir):
-        return ChildSpec(run_dir=str(run_dir), resume=True, summary_file=summary_file,
-                         verbose=verbose)
-    shutil.rmtree(run_dir, ignore_errors=True)  # started, but with nothing to resume
-    path = folder / "variants" / f"{file_label(row.label)}.yaml"
-    path.parent.mkdir(exist_ok=True)
-    write_atomic(path, experiment.yaml_text())
-    return ChildSpec(experiment=str(path), run_dir=str(run_dir), summary_file=summary_file,
-                     initial_weights=str(folder / "initial_weights.npz"), verbose=verbose)
 
 
 def turn_steps(total_steps: int) -> int:
@@ -215,38 +130,32 @@ def run_in_turns(launches: list[tuple[Variant, int, ChildSpec]], folder: Path, e
     `turns.deadline`, every one still training is stopped after its round. A Ctrl-C or
     SIGTERM is passed on to the children (`ForwardSignals`); returns it (None: none came)."""
     children: list[_Child] = []
-    base: _Child | None = None  # the baseline's child, once started
     base_batch = next((batch for row, batch, _ in launches if row.label == turns.baseline), None)
     order = random.Random(0)
     with ForwardSignals() as signals:
         try:
-            limit = None
-            for row, batch_size, spec in launches:  # one at a time: start-ups measured alone
+            starts = _Starts(turns, telling.turn)
+            for row, batch_size, spec in launches:
                 if signals.received is not None or past(turns.deadline):
                     break
                 # (without the baseline, the first's batch: a turn is the same examples for all)
                 steps = same_examples(turns.steps, base_batch or launches[0][1], batch_size)
-                child = _start((row, batch_size, spec), folder, env, steps, signals)
-                children.append(child)
-                _first_turn(child, telling.turn, None if row.label in turns.controls else limit)
-                if row.label == turns.baseline:
-                    base = child
-                    if turns.first_step_ratio and child.first_step_done:
-                        limit = max(MIN_START_LIMIT_S, turns.first_step_ratio *
-                                    (time.perf_counter() - child.started))
+                children.append(starts.add(_start((row, batch_size, spec), folder, env, steps, signals)))
+            starts.wait()
+            base = starts.base
             round_ = 0
             while signals.received is None and any(c.training for c in children):
                 round_ += 1
                 playing = [c for c in children if c.training]
                 order.shuffle(playing)
                 stops = round_stops(children, base, turns)
+                for (word, why), labels in _grouped(stops).items():
+                    if word != "cut":  # (the budget's cut is said by the record's status)
+                        telling.say("plan", f"{', '.join(labels)}: {why}")
                 for child in playing:
                     if signals.received is not None:
                         break
-                    stop = stops.get(child.row.label)
-                    if stop is not None and stop[0] != "cut":
-                        telling.say("plan", f"{child.row.label}: {stop[1]}")
-                    _take_turn(child, telling.turn, round_, stop)
+                    _take_turn(child, telling.turn, round_, stops.get(child.row.label))
         finally:  # evaluations (or the last step of an interrupted one) one by one, each row
             unkept = None  # kept as it ends; one that cannot be (a full disk) leaves none running
             for child in children:
@@ -266,8 +175,9 @@ def round_stops(children: list[_Child], base: _Child | None, turns: Turns) -> di
     playing = [c for c in children if c.training]
     if past(turns.deadline):
         return {c.row.label: ("cut", f"cut by the budget after {len(c.rounds)} rounds") for c in playing}
+    racing = turns.race is not None and not turns.paired  # in pairs, none sees the others
     raced = turns.race({c.row.label: Racer(c.rounds, c.batch_size, c.training, c.row.label in turns.controls)
-                        for c in children}) if turns.race is not None else {}
+                        for c in children}, turns.baseline) if racing else {}
     stops = {}
     for child in playing:
         if child.row.label in raced:
@@ -275,6 +185,14 @@ def round_stops(children: list[_Child], base: _Child | None, turns: Turns) -> di
         elif slow := too_slow(child, base, turns):
             stops[child.row.label] = ("too slow", slow)
     return stops
+
+
+def _grouped(stops: dict[str, tuple[str, str]]) -> dict[tuple[str, str], list[str]]:
+    """The stops by what is said (a decided race stops every trial for one reason)."""
+    grouped: dict[tuple[str, str], list[str]] = {}
+    for label, stop in stops.items():
+        grouped.setdefault(stop, []).append(label)
+    return grouped
 
 
 def same_examples(steps: int, base_batch: int, batch: int) -> int:
@@ -318,10 +236,46 @@ def too_slow(child: _Child, base: _Child | None, turns: Turns) -> str | None:
             f"{theirs:.1f} ms{per} in the same round")
 
 
+class _Starts:
+    """The children's starts, `STARTS_AT_ONCE` at a time: a start (Python, TensorFlow's import,
+    the model, tracing the step) is one-threaded work, ResNet50's 25-30 s of it, so two share
+    two cores without slowing each other much, where one at a time left a core idle through
+    every start (eleven ResNet50 trials took six minutes to start). Each start is waited for
+    to the end of its first step (`_first_turn`) in the order they began; once the baseline's
+    has ended, a later start is stopped past `turns.first_step_ratio` times it."""
+
+    def __init__(self, turns: Turns, on_turn):
+        self.turns, self.on_turn = turns, on_turn
+        self.starting: list[_Child] = []
+        self.base: _Child | None = None  # the baseline's child, once its first step ended
+        self.limit: float | None = None
+
+    def add(self, child: _Child) -> _Child:
+        self.starting.append(child)
+        if len(self.starting) >= STARTS_AT_ONCE:
+            self._first(self.starting.pop(0))
+        return child
+
+    def wait(self) -> None:
+        while self.starting:
+            self._first(self.starting.pop(0))
+
+    def _first(self, child: _Child) -> None:
+        label = child.row.label
+        _first_turn(child, self.on_turn, None if label in self.turns.controls else self.limit)
+        if label == self.turns.baseline:
+            self.base = child
+            if self.turns.first_step_ratio and child.first_step_done:
+                self.limit = max(MIN_START_LIMIT_S, self.turns.first_step_ratio *
+                                 (time.perf_counter() - child.started))
+
+
 def _first_turn(child: _Child, on_turn, limit: float | None) -> None:
-    """The child's start, to the end of its first step; past `limit` seconds, it is stopped
-    there (a kill: it is compiling, and would not hear a word before its step ends)."""
-    if limit is not None and not select.select([child.reports], [], [], limit)[0]:
+    """The child's start, to the end of its first step; past `limit` seconds from its start,
+    it is stopped there (a kill: it is compiling, and would not hear a word before its step
+    ends)."""
+    left = None if limit is None else max(0.0, limit - (time.perf_counter() - child.started))
+    if left is not None and not select.select([child.reports], [], [], left)[0]:
         child.process.kill()
         child.training = False
         child.stopped = (f"too slow to start: its first step had not ended after {limit:.0f} s "
@@ -394,28 +348,3 @@ def overhead(summary: RunSummary, lifetime_s: float) -> float:
     save, which is timed on its own, left out)."""
     s = summary
     return max(0.0, lifetime_s - s.wall_time_s - s.turn_wait_s - (s.model_save_s or 0.0))
-
-
-def to_run(rows: list[Variant]) -> list[Variant]:
-    """The rows a compare or plan runs now, one way for both, new or resumed: every row whose
-    run has not ended (a resumed record's rows hold their folders' ended summaries:
-    `StudyRecord.load`), in a new session of turns; a run stopped with a
-    checkpoint continues from it (`spec_for`), one never started starts. Rounds pair only
-    within a session, so a row resumed after its baseline ended is judged on the two runs'
-    medians (`verdicts.speed`)."""
-    session = max((r.session for r in rows if r.summary is not None or r.failed is not None),
-                  default=0) + 1
-    return [row.model_copy(update={"session": session}) for row in rows
-            if not has_ended(row.summary)]
-
-
-def ended_summary(row: Variant) -> RunSummary | None:
-    """The summary in the row's run folder when its run has ended; None while it has not
-    (never started, stopped with a checkpoint, or failed)."""
-    state = RunFolder(Path(row.run_dir)).state() if row.run_dir else None
-    return state if isinstance(state, RunSummary) and has_ended(state) else None
-
-
-def has_ended(summary: RunSummary | None) -> bool:
-    """Whether a run ended for good (finished, or diverged): an interrupted one continues."""
-    return summary is not None and summary.status in ("finished", "diverged")

@@ -78,13 +78,6 @@ class PlanRecord(StudyRecord):
     KIND: ClassVar[str] = "plan"
     ROWS: ClassVar[str] = "trials"
     STAGED: ClassVar[str] = "trial.yaml"  # the experiment at a trial's length
-    TURNS: ClassVar[dict[str, object]] = {
-        "slowest_ratio": SLOWEST_RATIO, "first_step_ratio": FIRST_STEP_RATIO,
-        # never stopped early: float32, and its twin whose spread is the noise floor
-        "controls": frozenset({"float32", TWIN}),
-        "rerun_failed": False,  # a failed trial stays failed: its row says why
-        "race": race}  # a trial that cannot be picked stops taking turns; a decided plan ends
-
     machine: str  # where it was measured, in words
     machine_key: str = ""  # the same, as `policy: auto` checks it (`hardware.kernels.plan_key`)
     measured_at: str
@@ -92,6 +85,7 @@ class PlanRecord(StudyRecord):
     tolerance_pct: float
     evaluate: bool
     budget_minutes: float
+    race: bool = True  # a trial that cannot be picked stops taking turns, a decided plan ends
     experiment_steps: int = 0  # the experiment's own length, for the whole-run estimates
     train_examples: int = 0  # an epoch's, for a step limit at another batch (`at_batch`)
     experiment_eval_batches: int = 0  # its validation batches over its epochs, and its test's
@@ -113,6 +107,13 @@ class PlanRecord(StudyRecord):
 
     def nothing_left(self) -> str | None:
         return "the plan has finished" if self.status == "finished" else None
+
+    def turn_rules(self) -> dict[str, object]:
+        return {"slowest_ratio": SLOWEST_RATIO, "first_step_ratio": FIRST_STEP_RATIO,
+                # never stopped early: float32, and its twin whose spread is the noise floor
+                "controls": frozenset({"float32", TWIN}),
+                "rerun_failed": False,  # a failed trial stays failed: its row says why
+                "race": race if self.race else None}
 
     def draw(self, path: Path) -> None:
         plot_study(self, path, f"mptrain plan: {self.experiment} → {self.winner} ({self.machine})",
@@ -156,6 +157,7 @@ class PlanSettings:
     tolerance_pct: float = DEFAULT_TOLERANCE_PCT
     budget_minutes: float = DEFAULT_BUDGET_MINUTES
     evaluate: bool = False
+    race: bool = True  # stop a trial once it cannot be picked, and the trials once the pick is decided
     out: Path | None = None
     sets: list[str] = field(default_factory=list)  # changes to the experiment (`--set`)
 
@@ -179,6 +181,9 @@ class PlanSettings:
             applied["budget_minutes"] = self.budget_minutes
             said.append(f"--budget {self.budget_minutes:g}: this resume's budget (the plan "
                         f"started with {record.budget_minutes:g} minutes)")
+        if not self.race and record.race:
+            applied["race"] = False
+            said.append("--no-race: the trials left run to their ends")
         if self.out is not None and str(self.out) != record.plan_file:
             applied["plan_file"] = str(self.out)
             said.append(f"--out {self.out}: the plan's experiment is written there")
@@ -230,7 +235,7 @@ def start_plan(config: ExperimentConfig, settings: PlanSettings = PlanSettings()
     """A new plan (`study.new_study`): the candidates this machine can run (those named), each
     at its batch sizes, float32 and its A/A twin first; the trials run the experiment at a
     trial's length (trial.yaml). Bad input fails here, before any folder exists."""
-    from mptrain.hardware.kernels import GENERAL_KINDS, kinds_of, measured_kernels, plan_key
+    from mptrain.hardware.kernels import GENERAL_KINDS, LAYER_KINDS, kinds_of, measured_kernels, plan_key
     from mptrain.model.walk import leaf_layers
 
     settings.check()
@@ -239,7 +244,7 @@ def start_plan(config: ExperimentConfig, settings: PlanSettings = PlanSettings()
         from mptrain.model.fused import fusable  # Keras: once TensorFlow was imported quietly
 
         machine, config = prepared.machine, prepared.config
-        kinds = kinds_of([type(layer).__name__ for layer in leaf_layers(prepared.model)])
+        kinds = kinds_of(type(layer) for layer in leaf_layers(prepared.model, whole=tuple(LAYER_KINDS)))
         found = select(candidates(machine, measured_kernels(prepared.tf, machine, status),
                                   fusable=fusable(prepared.model), deterministic=config.deterministic,
                                   kinds=kinds or GENERAL_KINDS),
@@ -251,7 +256,7 @@ def start_plan(config: ExperimentConfig, settings: PlanSettings = PlanSettings()
         return Staging(_trials(cells), dict(
             machine=describe_machine(machine), machine_key=plan_key(machine),
             measured_at=datetime.now().isoformat(timespec="seconds"), steps=settings.steps,
-            tolerance_pct=settings.tolerance_pct, evaluate=settings.evaluate,
+            tolerance_pct=settings.tolerance_pct, evaluate=settings.evaluate, race=settings.race,
             budget_minutes=settings.budget_minutes,
             experiment_steps=planned_steps(config.train, per_epoch),
             train_examples=prepared.data.train.size, batch_sizes=settings.batch_sizes,
@@ -372,8 +377,10 @@ def _add_islands(record: PlanRecord, seconds: float, on_layers, verbose: bool) -
     kernels) with its slow (or overflowing) layers kept in float32, as one more trial, so it
     runs in the same rounds as the others. Decided before the trials from each layer's own
     timing, in 16 bits and in float32, the heaviest first, for at most `seconds`."""
+    # (its layers are timed in this process, in its math library: not a candidate of the other)
     best = next((t.candidate for t in record.trials if t.candidate.sixteen_bit
-                 and t.candidate.policy != "float32" and not t.candidate.float32_layers), None)
+                 and t.candidate.policy != "float32" and not t.candidate.float32_layers
+                 and t.candidate.math_library == "default"), None)
     if best is None:
         return record
     folder = Path(record.folder)
@@ -408,7 +415,9 @@ def write_plan_file(record: PlanRecord, folder: Path, path: Path) -> str:
     # the math library the pick ran, named: a run that follows the plan runs what was measured,
     # whatever its shell's TF_ENABLE_ONEDNN_OPTS says (`precision.planned`)
     ran = winner.summary.math_library if winner.summary is not None else None
-    if winner.candidate.math_library == "default" and ran is not None:
+    # (but for a oneDNN math mode named where oneDNN was off: it ran as plain float32)
+    moot = winner.candidate.needs_onednn and ran == "eigen"
+    if winner.candidate.math_library == "default" and ran is not None and not moot:
         changes["train.math_library"] = ran
     chosen = variant(experiment, {**winner.candidate.settings, **changes})
     lines = [f"# mptrain plan for {record.experiment}: {record.winner} ({record.reason}).",

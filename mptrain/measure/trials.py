@@ -11,7 +11,7 @@ import statistics
 
 from mptrain.measure.engine import Racer
 from mptrain.measure.variant import Variant
-from mptrain.measure.verdicts import MIN_ROUNDS, TWIN, median_interval
+from mptrain.measure.verdicts import MIN_ROUNDS, TWIN, median_interval, round_ratios, worded
 
 PRACTICAL_GAIN = 1.05  # less than this between two candidates is not worth a change of precision
 
@@ -65,43 +65,47 @@ def choose(trials: list[Variant], ruled_out: list[str] | None = None) -> tuple[s
 # --- the race: trials that cannot be picked stop taking turns -------------------------------
 
 
-def race(racers: dict[str, Racer], baseline: str = "float32",
+def race(racers: dict[str, Racer], baseline: str | None = "float32",
          min_rounds: int = MIN_ROUNDS) -> dict[str, tuple[str, str]]:
     """What a plan's engine tells its trials before the next round (`training.turns.STOPS`:
-    the word, and why), from the rounds run so far in turns, each trial's speed-up over
-    float32 per round (per example) and its 95% interval (`verdicts.median_interval`), beside
-    float32's A/A twin's (the machine's own noise):
+    the word, and why), from the rounds run so far in turns: each trial's speed-up over
+    float32 per round (per example: `verdicts.round_ratios`) and its interval
+    (`verdicts.median_interval`: the whole range below 6 rounds), beside float32's A/A
+    twin's (the machine's own noise):
 
     - `drop` a trial that cannot be picked: its whole interval below what a pick needs (the
       `PRACTICAL_GAIN` and the twin's noise: `choose`), or, at the experiment's batch, below
-      the leader's (the fastest trial still running) by more than both;
+      the leader's (the fastest trial still running) by more than both, round by round;
     - `decided` for every trial still running once the pick is (`_settled`): the trials left
       are faster than float32 beyond the noise by the `PRACTICAL_GAIN`, and the first listed
-      within it of the others (or alone), or no trial but the controls is left: nothing more
-      rounds could show would change the pick.
+      within it of the others (or alone), or no trial but the controls is left.
 
-    A trial is judged only after `min_rounds` paired rounds; nothing is decided before every
-    trial has run as many. A trial at another batch size is judged by its time to float32's
-    loss, which its speed per example bounds from above, so it can be dropped but never leads."""
-    base = racers.get(baseline)
+    A dropped trial is judged on the rounds it ran, as one the budget cut, and stays
+    eligible: were the leader refused at the end (its loss behind float32's), `choose` picks
+    as it would have. A trial is judged only after `min_rounds` rounds, and nothing is
+    decided before every trial has run as many. A trial at another batch size is judged by
+    its time to float32's loss, which its speed per example bounds from above, so it can be
+    dropped but never leads."""
+    base = racers.get(baseline) if baseline is not None else None
     if base is None:
         return {}
-    speedups = {label: _speedups(r, base) for label, r in racers.items() if label != baseline}
+    speedups = {label: round_ratios(base.rounds, r.rounds, r.batch_size / base.batch_size)
+                for label, r in racers.items() if label != baseline}
     running = {label for label, r in racers.items() if r.running and not r.control}
-    if any(len(speedups[label]) < min_rounds for label in running):
+    if any(len(_known(speedups[label])) < min_rounds for label in running):
         return {}  # every trial gets as many rounds before any is judged
-    twin = speedups.get(TWIN, [])
+    twin = _known(speedups.get(TWIN, []))
     floor = median_interval(twin) if len(twin) >= min_rounds else (1.0, 1.0)
     stops = {label: ("drop", why) for label in sorted(running)
              if (why := _below_a_pick(speedups[label], floor)) is not None}
     same_batch = [label for label in running - set(stops) if racers[label].batch_size == base.batch_size]
-    leader = max(same_batch, key=lambda label: statistics.median(speedups[label]), default=None)
+    leader = max(same_batch, key=lambda label: statistics.median(_known(speedups[label])), default=None)
     stops |= {label: ("drop", why) for label in same_batch if label != leader
               and (why := _behind(speedups[label], speedups[leader], leader, floor)) is not None}
     left = [label for label in racers if label in running and label not in stops]  # as listed
     if left:
-        same_batch = all(racers[label].batch_size == base.batch_size for label in left)
-        why = _settled(left, speedups, same_batch, floor)
+        same = all(racers[label].batch_size == base.batch_size for label in left)
+        why = _settled(left, speedups, floor) if same else None  # another batch: raced to its end
     elif any(not r.control for r in racers.values()):
         why = "decided: no trial but float32 is left to race"
     else:
@@ -112,59 +116,69 @@ def race(racers: dict[str, Racer], baseline: str = "float32",
                     if r.running and label not in stops}
 
 
-def _settled(left: list[str], speedups: dict[str, list[float]], same_batch: bool,
+def _settled(left: list[str], speedups: dict[str, list[float | None]],
              floor: tuple[float, float]) -> str | None:
-    """Why the pick among the trials `left` (as listed) is decided, or None while it is not:
-    each at the experiment's batch and faster than float32 beyond the noise by the
-    `PRACTICAL_GAIN`, and the first listed (which `choose` prefers, as the simpler, within the
-    `PRACTICAL_GAIN` of the best) within it of every other one beyond the noise."""
-    if not same_batch:
-        return None  # a cell at another batch is judged by its time to target: raced to its end
+    """Why the pick among the trials `left` (as listed, at the experiment's batch) is
+    decided, or None while it is not: each faster than float32 beyond the noise
+    (`verdicts.worded`) by the `PRACTICAL_GAIN`, and the first listed (which `choose`
+    prefers, as the simpler, within the `PRACTICAL_GAIN` of the best) within it of every
+    other one, round by round, over its whole interval."""
     for label in left:
-        low = median_interval(speedups[label])[0]
-        if low <= max(1.0, floor[1]) or statistics.median(speedups[label]) < PRACTICAL_GAIN:
+        known = _known(speedups[label])
+        median = statistics.median(known)
+        if worded(median, median_interval(known), True, floor).word != "faster" or median < PRACTICAL_GAIN:
             return None  # its own verdict is still open
     first, *others = left
     for other in others:
-        ratios = [mine / theirs for mine, theirs in zip(speedups[first], speedups[other], strict=False)]
-        if median_interval(ratios)[0] < 1 / PRACTICAL_GAIN:
+        if median_interval(_over(speedups[first], speedups[other]))[0] < 1 / PRACTICAL_GAIN:
             return None
-    low, high = median_interval(speedups[first])
+    known = _known(speedups[first])
+    low, high = median_interval(known)
     rest = (f"within {PRACTICAL_GAIN - 1:.0%} of {', '.join(others)} or faster, and simpler"
             if others else "every other trial dropped")
-    return (f"decided after {len(speedups[first])} rounds: {first} "
-            f"{statistics.median(speedups[first]):.2f}x float32 (95% {low:.2f}-{high:.2f}x), {rest}")
+    return (f"decided after {len(known)} rounds: {first} {statistics.median(known):.2f}x float32 "
+            f"({_interval_words(len(known))} {low:.2f}-{high:.2f}x), {rest}")
 
 
-def _below_a_pick(speedups: list[float], floor: tuple[float, float]) -> str | None:
-    """Why a trial cannot be picked (None: it can): its speed-up's whole 95% interval below
-    the `PRACTICAL_GAIN` and the noise floor's top, what `choose` needs of a pick."""
-    high = median_interval(speedups)[1]
+def _below_a_pick(speedups: list[float | None], floor: tuple[float, float]) -> str | None:
+    """Why a trial cannot be picked (None: it can): its speed-up's whole interval below the
+    `PRACTICAL_GAIN` and the noise floor's top, what `choose` needs of a pick."""
+    known = _known(speedups)
+    high = median_interval(known)[1]
     need = max(PRACTICAL_GAIN, floor[1])
     if high >= need:
         return None
-    return (f"dropped after {len(speedups)} rounds: at most {_at_most(high)} float32 (95%), a "
-            f"pick needs {need:.2f}x")
+    return (f"dropped after {len(known)} rounds: at most {_at_most(high)} float32 "
+            f"({_interval_words(len(known))}), a pick needs {need:.2f}x")
 
 
-def _behind(speedups: list[float], leaders: list[float], leader: str,
+def _behind(speedups: list[float | None], leaders: list[float | None], leader: str,
             floor: tuple[float, float]) -> str | None:
     """Why a trial cannot be picked over the leader (None: it can): its speed over the
     leader's, round by round, below 1 by more than the `PRACTICAL_GAIN` (within which
     `choose` prefers the simpler) and the noise floor's bottom, over its whole interval."""
-    ratios = [mine / theirs for mine, theirs in zip(speedups, leaders, strict=False)]
+    ratios = _over(speedups, leaders)
     high = median_interval(ratios)[1]
     if high >= min(1 / PRACTICAL_GAIN, floor[0]):
         return None
-    return f"dropped after {len(ratios)} rounds: at most {_at_most(high)} {leader}'s speed (95%)"
+    return (f"dropped after {len(ratios)} rounds: at most {_at_most(high)} {leader}'s speed "
+            f"({_interval_words(len(ratios))})")
+
+
+def _over(mine: list[float | None], theirs: list[float | None]) -> list[float]:
+    """My speed-up over theirs in each round both have one (the rounds are aligned)."""
+    return [a / b for a, b in zip(mine, theirs, strict=False) if a and b]
+
+
+def _known(ratios: list[float | None]) -> list[float]:
+    return [r for r in ratios if r is not None]
+
+
+def _interval_words(rounds: int) -> str:
+    """What the interval is: below 6 rounds, the whole range (every round was inside it)."""
+    return "95%" if rounds >= 6 else f"in each of {rounds} rounds"
 
 
 def _at_most(bound: float) -> str:
     """An upper bound as said, rounded down: 1.049 is "1.04x", never the 1.05x it is below."""
     return f"{math.floor(bound * 100) / 100:.2f}x"
-
-
-def _speedups(racer: Racer, base: Racer) -> list[float]:
-    """Its speed-up over the baseline in each round both ran, per example."""
-    per_example = racer.batch_size / base.batch_size
-    return [per_example * b / v for b, v in zip(base.rounds, racer.rounds, strict=False) if b and v]

@@ -89,7 +89,7 @@ class Verdict(FrozenRecord):
     quality: QualityDelta | None = None  # its test quality against the baseline's
     refused: list[str] = []  # why it cannot be picked: diverged, behind, failed, too slow...
     input_bound: bool = False  # its step is no slower than the input pipeline alone
-    stopped_early: str | None = None  # why it stopped before its planned end
+    stopped_early: str | None = None  # why it stopped before its planned end (a budget, the race)
 
     @property
     def eligible(self) -> bool:
@@ -139,7 +139,7 @@ class Verdict(FrozenRecord):
         if self.input_bound:
             parts.append("input-bound")
         text = ", ".join(parts) or "n/a"
-        return f"{text} (stopped early)" if self.stopped_early and not self.refused else text
+        return f"{text} ({self.stopped_early})" if self.stopped_early and not self.refused else text
 
 
 

@@ -170,7 +170,7 @@ def _stopped(s: RunSummary) -> list[str]:
     """What the way its run ended refuses."""
     if s.status == "diverged":
         return ["diverged (NaN/inf loss)"]
-    if s.stopped_by in ("max_step_seconds", "dropped"):  # too slow to wait for, or to win
+    if s.stopped_by == "max_step_seconds":
         return [s.stop_reason or "too slow"]
     if s.status == "interrupted":
         return ["interrupted: not finished"]
@@ -222,23 +222,30 @@ def speed(row: Variant, base: Variant, turn_steps: int = 0,
         row.baseline_rounds is not None or base.rounds)
     if together:
         base_rounds = row.baseline_rounds if row.baseline_rounds is not None else base.rounds
-        paired = [(b, v) for b, v in zip(base_rounds, row.rounds, strict=False) if b and v]
-        if len(paired) < MIN_ROUNDS:
+        ratios = sorted(r for r in round_ratios(base_rounds, row.rounds, per_example) if r is not None)
+        if len(ratios) < MIN_ROUNDS:
             steps = 1 + MIN_ROUNDS * turn_steps if turn_steps else None
             more = f": --steps {steps} gives {MIN_ROUNDS}" if steps else ""
-            return Speed(unknown=f"{len(paired)} round(s) in turns, {MIN_ROUNDS} needed{more}")
-        ratios = sorted(per_example * b / v for b, v in paired)
-        return _worded(statistics.median(ratios), median_interval(ratios), True, floor)
+            return Speed(unknown=f"{len(ratios)} round(s) in turns, {MIN_ROUNDS} needed{more}")
+        return worded(statistics.median(ratios), median_interval(ratios), True, floor)
     a, b = base.summary.step_time, row.summary.step_time
     if a is None or b is None or not a.enough or not b.enough:
         timed = min(t.timed_steps if t else 0 for t in (a, b))
         return Speed(unknown=f"too few steps timed ({timed}, {MIN_TIMED_STEPS} needed)")
     ratio = per_example * a.median_ms / b.median_ms
     margin = math.exp(Z95 * math.hypot(_relative_error(a), _relative_error(b)))
-    return _worded(ratio, (ratio / margin, ratio * margin), False, floor)
+    return worded(ratio, (ratio / margin, ratio * margin), False, floor)
 
 
-def _worded(ratio: float, interval: tuple[float, float], paired: bool,
+def round_ratios(base_rounds: list[float | None], rounds: list[float | None],
+                 per_example: float = 1.0) -> list[float | None]:
+    """The speed-up in each round both ran in turns (the baseline's median step over this
+    one's, per example: `per_example` is this one's batch over the baseline's), None in a
+    round either has no time for: rounds stay aligned, so two rows' ratios pair by round."""
+    return [per_example * b / v if b and v else None for b, v in zip(base_rounds, rounds, strict=False)]
+
+
+def worded(ratio: float, interval: tuple[float, float], paired: bool,
             floor: tuple[float, float] | None) -> Speed:
     """Faster or slower only when the whole interval is on one side of 1, and of the noise
     floor's interval when one was measured; the same speed only when it lies within

@@ -62,16 +62,22 @@ class Candidate(Record):
         """The candidate in ordinary experiment keys (`config.variant` applies them): what its
         runs are given, and what a plan.yaml spells out."""
         settings: dict[str, object] = {"policy": self.policy, "train.math_mode": self.math_mode,
-                                       "train.math_library": self.math_library,
                                        "train.jit_compile": self.jit_compile,
                                        "model.fused_layers": self.fused}
         if self.float32_layers:  # else the experiment's own stay (a plan.yaml's islands, compared)
             settings["model.float32_layers"] = list(self.float32_layers)
+        if self.math_library != "default":  # else the experiment's own (what its parent runs)
+            settings["train.math_library"] = self.math_library
         return settings
 
     @property
     def sixteen_bit(self) -> bool:
-        return self.policy != "float32" or self.math_mode in ONEDNN_MODES
+        return self.policy != "float32" or self.needs_onednn
+
+    @property
+    def needs_onednn(self) -> bool:
+        """Its math mode is one of oneDNN's (it changes nothing where oneDNN is off)."""
+        return self.math_mode in ONEDNN_MODES
 
     @property
     def control_name(self) -> str:
@@ -198,10 +204,37 @@ def candidates(machine: Machine, kernels: KernelSpeeds | None = None, *,
         found = [c.model_copy(update={"why_not": NO_XLA_DETERMINISTIC}) if c.jit_compile else c
                  for c in found]
     if kernels is not None:
-        first, control, *rest = found
+        first, control, *rest = [_in_all(c, machine, kernels, kinds) for c in found]
+        if any(c.jit_compile and c.why_not is None for c in rest):  # float32+xla: their control
+            control = found[1]
         rest.sort(key=lambda c: -expected_gain(c, machine, kernels, kinds))
         found = [first, control, *rest]
     return found
+
+
+def _in_all(option: Candidate, machine: Machine, kernels: KernelSpeeds,
+            kinds: tuple[str, ...]) -> Candidate:
+    """The candidate ruled out when its axes together (precision, XLA, library) measured
+    below `RULE_OUT` against float32 as TensorFlow runs it here, on the model's kinds of
+    layer, though each passed against its own control: bfloat16 with XLA at 0.94x float32
+    with XLA, whose convolutions ran 0.71x TensorFlow's, is 0.67x in all, and ResNet50's three
+    XLA trials each took 36-69 s to start, then ran 3.5-4.6x float32's step."""
+    if option.why_not is not None or option.name == "float32" or machine.gpus:
+        return option
+    gain = expected_gain(option, machine, kernels, kinds)
+    if gain <= 0.0 or gain >= RULE_OUT:  # (not measured: a rule, or a trial, decides)
+        return option
+    return option.model_copy(update={"why_not": (
+        f"its kernels (of the model's {', '.join(kinds)}) measured {times(gain)} float32 as "
+        f"TensorFlow runs it here, with {_axes(option)} together, below the {RULE_OUT:g}x a "
+        "trial could win from")})
+
+
+def _axes(option: Candidate) -> str:
+    """A candidate's axes as said: 'bfloat16 and XLA', 'float32 and oneDNN'."""
+    return " and ".join([option.sixteen_bit_dtype if option.sixteen_bit else "float32",
+                         *(["XLA"] if option.jit_compile else []),
+                         *([LIBRARY_NAMES[option.math_library]] if option.math_library != "default" else [])])
 
 
 def expected_gain(option: Candidate, machine: Machine, kernels: KernelSpeeds,
@@ -215,7 +248,7 @@ def expected_gain(option: Candidate, machine: Machine, kernels: KernelSpeeds,
     library = None if option.math_library == "default" else option.math_library == "onednn"
     dtype = option.sixteen_bit_dtype if option.sixteen_bit else "float32"
     precision = kernels.speedup(dtype, device, xla, kinds, library) if option.sixteen_bit else 1.0
-    base = (kernels.xla_gain("float32", device) if xla else
+    base = (kernels.xla_gain("float32", device, kinds) if xla else
             kernels.library_gain("float32", kinds) if library is not None else 1.0)
     return (precision or 0.0) * (base or 0.0)
 
@@ -234,9 +267,11 @@ def _other_library(machine: Machine, kernels: KernelSpeeds | None,
         float32_why = (None if gain >= RULE_OUT else
                        f"{kernels.describe_library(kinds)}, below the {RULE_OUT:g}x a trial could win from")
     else:
+        unmeasured = (f"not measured: {kernels.peer_failed or 'this measurement holds one library'}"
+                      if kernels is not None else "not measured: the kernels could not be timed")
         float32_why = (None if library == "onednn" else
-                       "oneDNN is TensorFlow's choice on this CPU, and Eigen's kernels were not "
-                       "measured (not measured: the kernels could not be timed)")
+                       f"oneDNN is TensorFlow's choice on this CPU, and Eigen's kernels were "
+                       f"{unmeasured}")
     found = [candidate(f"float32+{library}", float32_why)]
     for policy, dtype in (("mixed_bfloat16", "bfloat16"), ("mixed_float16", "float16")):
         precision = (kernels.speedup(dtype, "/CPU:0", False, kinds, library == "onednn")
@@ -245,7 +280,7 @@ def _other_library(machine: Machine, kernels: KernelSpeeds | None,
             why = (f"oneDNN takes no {dtype} on this CPU (it needs AVX-512): its {dtype} runs "
                    "through Eigen either way")
         elif precision is None or gain is None:
-            why = f"{name}'s {dtype} kernels were not measured (the kernels could not be timed)"
+            why = f"{name}'s {dtype} kernels were {unmeasured if gain is None else 'not measured'}"
         elif precision * gain < RULE_OUT:
             why = (f"{dtype} kernels with {name} run {times(precision)} float32 with {name}, and "
                    f"float32 with {name} {times(gain)} float32 as TensorFlow runs it here: "

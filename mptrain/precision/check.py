@@ -123,8 +123,7 @@ def machine_report(*, bench: bool = False, no_bench: bool = False, bench_scale: 
             timings, peer_failed = measure_machine(tf, machine, bench_devices(tf), TIMED_DTYPES,
                                                    (False, True), bench_scale)
         kernels = store_kernels(machine, timings, time.perf_counter() - started,
-                                keep=bench_scale == 1.0, peer_failed=peer_failed)
-        said += [f"the other math library's kernels were not measured ({peer_failed})"] if peer_failed else []
+                                keep=bench_scale == 1.0 and peer_failed is None, peer_failed=peer_failed)
     elif not no_bench:
         cached = cached_kernels(machine) is not None
         kernels = measured_kernels(tf, machine, status, said)

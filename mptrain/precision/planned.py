@@ -95,6 +95,10 @@ def planned(config) -> Planned | None:
     batch_from = fields.get("batch_from")
     keys = PLANNED_KEYS + (BATCH_KEYS if batch_from is not None else ())
     settings = {key: value_at(plan.to_yaml_dict(), key) for key in keys}
+    # a stamp from before 2026-12-05 ends with the oneDNN state its trials ran: its library
+    measured = fields["machine_key"].rpartition("; oneDNN ")[2]
+    if settings["train.math_library"] == "default" and measured in ("on", "off"):
+        settings["train.math_library"] = "onednn" if measured == "on" else "eigen"
     found = Planned(path, fields["pick"], settings, fields["machine_key"])
     if path.stat().st_mtime < source.stat().st_mtime:
         return replace(found, why_not=f"{path} is older than {source}: run `mptrain plan` again")
@@ -139,14 +143,13 @@ def start_environment(config, policy: str | None = None) -> tuple[Planned | None
     from importlib.metadata import version
 
     from mptrain.hardware.kernels import plan_key
-    from mptrain.hardware.machine import Machine, onednn_enabled, probe_cpu
+    from mptrain.hardware.machine import Machine, probe_cpu
     from mptrain.precision.policy import math_environment
 
     plan = planned(config) if (policy or config.policy) == "auto" else None
     mode, library = config.train.math_mode, config.train.math_library
     if plan is not None:
-        cpu = probe_cpu()
-        here = Machine(cpu=cpu, tensorflow_version=version("tensorflow"), onednn=onednn_enabled(cpu.flags))
+        here = Machine(cpu=probe_cpu(), tensorflow_version=version("tensorflow"))
         if plan.follow(plan_key(here)) is None:
             mode, library = plan.settings["train.math_mode"], plan.settings["train.math_library"]
     return plan, math_environment(mode, library)

@@ -19,6 +19,7 @@ from itertools import groupby
 from mptrain.errors import ConfigError
 from mptrain.hardware.kernels import KernelSpeeds, decision_device, decision_dtypes, times
 from mptrain.hardware.machine import (
+    LIBRARY_SETTINGS,
     ONEDNN_ENV,
     GpuInfo,
     Machine,
@@ -90,7 +91,9 @@ def library_advice(machine: Machine, kernels: KernelSpeeds | None) -> tuple[str 
     running = describe_library(machine.onednn, machine.cpu.flags)
     gain = kernels.library_gain("float32") if kernels is not None else None
     if gain is None:
-        return None, f"{running}; the other library was not measured"
+        why = ("no kernel was measured" if kernels is None else
+               kernels.peer_failed or "this measurement holds one library")
+        return None, f"{running}; the other library was not measured ({why})"
     other = library_of(not machine.onednn)
 
     def best(onednn: bool) -> float:  # float32, or bfloat16 where it pays off, with a library
@@ -102,9 +105,10 @@ def library_advice(machine: Machine, kernels: KernelSpeeds | None) -> tuple[str 
             if best(not machine.onednn) > 1.0 else "")
     if there < here * MIN_GAIN:
         return None, f"{running}, stays: {kernels.describe_library()}{also}"
+    policy = " (with policy: mixed_bfloat16)" if best(not machine.onednn) > 1.0 else ""
     return other, (f"{kernels.describe_library()}{also}, where {running} runs now: set "
-                   f"train.math_library: {other} in an experiment (or "
-                   f"{ONEDNN_ENV}={int(other == 'onednn')} before TensorFlow starts, for any "
+                   f"train.math_library: {other}{policy} in an experiment (or "
+                   f"{ONEDNN_ENV}={LIBRARY_SETTINGS[other]} before TensorFlow starts, for any "
                    "TensorFlow program); precision is unchanged. `mptrain plan` measures it on "
                    "your model")
 

@@ -93,9 +93,11 @@ def _bench_parts(report: CheckReport) -> list:
         if any(r.cut_short for r in report.bench):
             parts.append("* 1 call, cut short: a single call took longer than the budget")
         parts.append("dense = MatMul+BiasAdd+ReLU, which oneDNN fuses (the op behind float16's CPU "
-                     "collapse); +xla: compiled with XLA; × fp32: against float32 in the same "
-                     "mode (+xla against float32+xla); settings timed in interleaved rounds, "
-                     "medians and p10–p90 spreads")
+                     "collapse); +xla: compiled with XLA; +onednn, +eigen: the CPU's math "
+                     "library (the one TensorFlow does not run here timed by a process of its "
+                     "own); × fp32: against float32 in the same mode and library (+xla against "
+                     "float32+xla); settings timed in interleaved rounds, medians and p10–p90 "
+                     "spreads")
     return parts
 
 
@@ -171,7 +173,8 @@ def runs_table(report: RunsReport) -> Group:
     for run in report.runs:
         colour = RUN_STATUS_COLOUR[run.status]
         rows.append((run.name, [
-            f"{run.candidate or run.policy or '-'} {run.loop or '-'} {run.math_library or ''}",
+            " ".join([run.candidate or run.policy or "-", run.loop or "-",
+                      *([run.math_library] if run.math_library else [])]),
             f"[{colour}]{run.status}[/]" + ("*" if run.resumable else ""),
             fmt(run.epochs, "d", "-"),
             fmt(run.median_step_ms, ".1f", "-"),

@@ -16,8 +16,8 @@ from typing import Literal
 # "decided": a plan's race decided its pick (the run stopped with the others)
 StopKind = Literal["max_steps", "max_step_seconds", "budget", "dropped", "decided", "signal",
                    "divergence", "early_stopping"]
-STOPPED_EARLY: tuple[StopKind, ...] = ("budget", "decided", "signal")  # before the run's planned end
-CUT_SHORT: tuple[StopKind, ...] = ("budget", "decided")  # by a plan, and resumable to its planned end
+CUT_SHORT: tuple[StopKind, ...] = ("budget", "dropped", "decided")  # by a plan: resumable to its end
+STOPPED_EARLY: tuple[StopKind, ...] = (*CUT_SHORT, "signal")  # before the run's planned end
 # How a run's training ended.
 Status = Literal["finished", "interrupted", "diverged"]
 

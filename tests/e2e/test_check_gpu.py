@@ -22,6 +22,23 @@ def test_microbench_tiny_sizes_give_positive_rates():
     assert all(r.ratio_to_float32 == 1.0 for r in results if r.dtype == "float32")
 
 
+def test_a_peer_that_cannot_run_leaves_only_its_library_unmeasured(monkeypatch):
+    """The other math library's peer process ends at once (here: an interpreter that exits 1):
+    this process's kernels are timed all the same, and the failure is said, with its exit."""
+    import tensorflow as tf
+
+    from mptrain.hardware.kernels import measure_machine
+    from mptrain.hardware.machine import probe
+
+    machine = probe(tf, check_xla=False)
+    monkeypatch.setattr(sys, "executable", "/bin/false")
+    timings, failed = measure_machine(tf, machine, ["/CPU:0"], ("float32", "bfloat16"), (False,),
+                                      scale=0.03)
+    library = "Eigen" if machine.onednn else "oneDNN"
+    assert failed.startswith(f"the {library} peer process failed: it ended (exit code 1")
+    assert {t.onednn for t in timings} == {machine.onednn} and len(timings) == 2 * 6
+
+
 @pytest.mark.kernel_path
 def test_bench_and_its_warnings_agree_and_onednn_is_what_tensorflow_says(tmp_path, monkeypatch):
     """`check-gpu --bench`'s recommendation and warnings quote the figures its own table
@@ -83,7 +100,9 @@ def test_check_gpu_bench_through_the_cli(tmp_path):
                           capture_output=True, text=True, cwd=tmp_path, timeout=600)
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
-    # 6 kinds x 3 dtypes, with and without XLA, and without it in the other math library
-    assert len(report["bench"]) == 6 * 3 * (3 + 2 * len(report["machine"]["gpus"]))
+    # 6 kinds x 3 dtypes, with and without XLA on each device, and on a CPU alone without it in
+    # the other math library too (a GPU does the math where there is one)
+    gpus = len(report["machine"]["gpus"])
+    assert len(report["bench"]) == 6 * 3 * (2 * (1 + gpus) + (0 if gpus else 1))
     assert all(r["tflops"] > 0 for r in report["bench"])
     assert "measured on" in report["recommendation"]["reason"]

@@ -120,10 +120,34 @@ def test_a_plans_race_stops_who_cannot_win_and_ends_once_decided(tmp_path, study
                           slow=(12, 51))
     assert [len(ends[label].rounds) for label in ("float32", "fast", "slow")] == [4, 4, 4]
     assert any(line.startswith("slow: dropped after 3 rounds") for line in heard.lines)
-    assert any(line.startswith("fast: decided after 3 rounds: fast 2.50x float32") for line in heard.lines)
+    decided = [line for line in heard.lines if "decided after 3 rounds: fast 2.50x float32" in line]
+    assert len(decided) == 1 and set(decided[0].split(":")[0].split(", ")) == {"float32", "fast"}
     ends, _ = in_turns(tmp_path, study, Turns(steps=5, baseline="float32"), float32=(10, 26),
                        fast=(4, 26), slow=(12, 26))
     assert [len(ends[label].rounds) for label in ("float32", "fast", "slow")] == [5, 5, 5]
+
+
+def test_children_start_two_at_a_time_and_first_steps_are_read_in_order(tmp_path, study, monkeypatch):
+    """A start is one-threaded work (ResNet50's 25-30 s): the second child starts while the
+    first is still starting, the third once the first's first step has ended."""
+    events = []
+    real_start, real_first = engine._start, engine._first_turn
+
+    def start(launch, *args):
+        events.append(("start", launch[0].label))
+        return real_start(launch, *args)
+
+    def first(child, *args):
+        real_first(child, *args)
+        events.append(("first step", child.row.label))
+
+    monkeypatch.setattr(engine, "STARTS_AT_ONCE", 2)
+    monkeypatch.setattr(engine, "_start", start)
+    monkeypatch.setattr(engine, "_first_turn", first)
+    ends, _ = in_turns(tmp_path, study, Turns(steps=5), a=(5, 11, 0.3), b=(5, 11, 0.3), c=(5, 11))
+    assert events == [("start", "a"), ("start", "b"), ("first step", "a"), ("start", "c"),
+                      ("first step", "b"), ("first step", "c")]
+    assert all(len(ends[label].rounds) == 2 for label in "abc")
 
 
 def test_past_the_deadline_no_round_starts(tmp_path, study):

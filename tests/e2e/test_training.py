@@ -256,6 +256,16 @@ def test_auto_follows_this_machines_recorded_kernel_speeds(tiny_config, tmp_path
     header = (result.run_dir / "config.yaml").read_text()
     # config.yaml holds what ran: a resume continues in it, whatever auto would pick by then
     assert f"policy: auto resolved to {expected}" in header and f"\npolicy: {expected}\n" in header
+    # its MFU reads against the fastest matrix product measured in its dtype or float32 (the
+    # recording's: 1 TFLOP/s a ratio), not the nominal peak at the base clock
+    s = result.summary
+    assert s.peak_measured and s.peak_tflops == pytest.approx(max(bf16_ratio, 1.0) if expected
+                                                              != "float32" else 1.0)
+    assert s.mfu == pytest.approx(s.achieved_tflops / s.peak_tflops)
+    if bf16_ratio < 1:  # (once) where nothing was measured, the peak is nominal, and said so
+        monkeypatch.setenv("MPTRAIN_CACHE_DIR", str(tmp_path / "empty"))
+        nominal = run_experiment(tiny_config("train.epochs=1")).summary
+        assert not nominal.peak_measured and "FP32" in nominal.peak_unit
 
 
 def test_json_outputs_are_strict_even_when_a_run_diverges():

@@ -274,6 +274,29 @@ def test_a_failed_kernel_measurement_is_said_not_swallowed(tmp_path, monkeypatch
                     "away); the policy is chosen by the hardware's flags instead"]
 
 
+def test_a_measurement_whose_peer_failed_is_used_said_and_not_kept(tmp_path, monkeypatch):
+    """The other library's peer failed (a TensorFlow that runs one library either way, a
+    start that timed out): this process's own figures serve it, the failure is what its
+    library advice says, and nothing is cached, so the next use measures both again."""
+    from mptrain.hardware import kernels
+    from mptrain.hardware.kernels import KernelTiming
+    from mptrain.precision.policy import library_advice
+
+    monkeypatch.setenv("MPTRAIN_CACHE_DIR", str(tmp_path))
+    machine = Machine(cpu=cpu(SAPPHIRE), tensorflow_version="2.21.0")
+    timings = [KernelTiming(device="/CPU:0", kernel="matmul", kind="matmul", dtype=d, xla=x,
+                            onednn=None if x else True, ms_per_call=1.0, ms_p10=1.0, ms_p90=1.0,
+                            tflops=1.0, calls=5, cut_short=False, ratio_to_float32=1.0)
+               for d in kernels.TIMED_DTYPES for x in (False, True)]
+    failed = "the Eigen peer process failed: it ended (exit code 1: ImportError)"
+    monkeypatch.setattr(kernels, "measure_machine", lambda *a, **k: (timings, failed))
+    speeds = kernels.measured_kernels(None, machine)
+    assert speeds.peer_failed == failed and speeds.library_gain() is None
+    assert kernels.cached_kernels(machine) is None  # not kept
+    assert library_advice(machine, speeds) == (None, "oneDNN (TensorFlow's default on this CPU); the "
+                                                     f"other library was not measured ({failed})")
+
+
 def test_training_memory_is_the_gpus_where_a_run_trains_on_one(monkeypatch):
     """`mptrain memory`'s largest batch fits a run's training state where it lives: the
     smallest GPU's memory (recorded device details, as TensorFlow and nvidia-smi give them),

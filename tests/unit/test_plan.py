@@ -119,8 +119,15 @@ def test_the_models_own_kinds_of_layer_decide_its_candidates(tmp_path, monkeypat
 
     monkeypatch.setenv("MPTRAIN_CACHE_DIR", str(tmp_path))
     kernels = record_kernels(AVX512_BF16, bfloat16=1.2, float16=0.001, kinds={"conv1d": 0.15})
-    conv1d = kinds_of(["InputLayer", "Conv1D", "Conv1DTranspose", "Dropout"])
-    assert conv1d == ("conv1d",) and kinds_of(["Dense", "LSTM"]) == ("dense", "recurrent")
+    import keras
+
+    from mptrain.model.layers import Float32SoftmaxAttention
+
+    conv1d = kinds_of([keras.layers.InputLayer, keras.layers.Conv1D, keras.layers.Conv1DTranspose,
+                       keras.layers.Dropout])
+    assert conv1d == ("conv1d",) and kinds_of([keras.layers.Dense, keras.layers.LSTM]) == (
+        "dense", "recurrent")
+    assert kinds_of([Float32SoftmaxAttention]) == ("attention",)  # by its ancestry
     why = {c.name: c.why_not for c in candidates(AVX512_BF16, kernels, kinds=conv1d) if c.why_not}
     assert "bfloat16 kernels run 0.15x float32 on CPU:0 (conv1d 0.15x)" in why["mixed_bfloat16"]
     assert "mixed_bfloat16" in names(candidates(AVX512_BF16, kernels, kinds=("dense",)))
@@ -437,9 +444,9 @@ def test_every_candidate_plan_prints_is_a_name_compare_takes():
                              "model.float32_layers": ["softmax"]})
     assert candidate_name(islands) == "mixed_float16+xla+islands"
     assert candidate_name(variant(base, {"policy": "auto"}), "mixed_bfloat16") == "mixed_bfloat16"
-    assert candidate("mixed_bfloat16+xla").settings == {
-        "policy": "mixed_bfloat16", "train.math_mode": "default", "train.math_library": "default",
-        "train.jit_compile": True, "model.fused_layers": False}
+    assert candidate("mixed_bfloat16+xla").settings == {  # the experiment's own library stays
+        "policy": "mixed_bfloat16", "train.math_mode": "default", "train.jit_compile": True,
+        "model.fused_layers": False}
     # the math library is an axis of its own, in any order a user writes it
     assert candidate("float32+xla+onednn").settings["train.math_library"] == "onednn"
     assert candidate_name(variant(base, candidate("float32+onednn+xla").settings)) == "float32+xla+onednn"
@@ -538,9 +545,9 @@ def test_auto_follows_a_plan_only_where_it_applies(tmp_path):
     config = load_config(experiment)
     assert planned(config) is None  # no plan beside it
 
-    def write_plan(*changes, mark=True):
+    def write_plan(*changes, mark=True, key="this machine"):
         raw = tiny_raw("policy=float32", "train.math_mode=graph_bf16", *changes)
-        head = stamp("this machine", "float32+graph_bf16") + "\n" if mark else ""
+        head = stamp(key, "float32+graph_bf16") + "\n" if mark else ""
         (tmp_path / "exp.plan.yaml").write_text(head + yaml.safe_dump(raw))
         later = experiment.stat().st_mtime + 10
         os.utime(tmp_path / "exp.plan.yaml", (later, later))
@@ -559,6 +566,13 @@ def test_auto_follows_a_plan_only_where_it_applies(tmp_path):
     assert shorter.other_length == ("train.epochs", "train.max_steps")
     write_plan(mark=False)
     assert "has no machine stamp" in planned(config).follow("this machine")
+    # a stamp from before the math library was an axis names the oneDNN state its trials ran:
+    # followed on this machine, in that library, whatever the shell says now
+    write_plan(key="this machine; oneDNN off")
+    old = planned(config)
+    assert old.follow("this machine") is None and old.settings["train.math_library"] == "eigen"
+    write_plan("train.math_library=onednn", key="this machine; oneDNN off")
+    assert planned(config).settings["train.math_library"] == "onednn"  # the file's own, named
     write_plan()
     newer = (tmp_path / "exp.plan.yaml").stat().st_mtime + 10
     os.utime(experiment, (newer, newer))
@@ -631,12 +645,13 @@ def test_the_race_drops_a_trial_that_cannot_be_picked_and_ends_a_decided_plan():
 
     assert race(racers(2, slow=0.6, fast=2.0)) == {}  # too few rounds to judge anyone
     stops = race(racers(3, slow=0.6, near=(1.95, 2.1, 1.9), fast=(2.0, 1.9, 2.1)))
-    assert stops["slow"] == ("drop", "dropped after 3 rounds: at most 0.60x float32 (95%), a pick "
-                                     "needs 1.05x")
+    assert stops["slow"] == ("drop", "dropped after 3 rounds: at most 0.60x float32 (in each of 3 "
+                                     "rounds), a pick needs 1.05x")
     assert "near" not in stops
     assert "fast" not in stops and "float32" not in stops
     behind = race(racers(4, fast=2.0, fair=1.5))
-    assert behind["fair"] == ("drop", "dropped after 4 rounds: at most 0.75x fast's speed (95%)")
+    assert behind["fair"] == ("drop", "dropped after 4 rounds: at most 0.75x fast's speed (in each "
+                                      "of 4 rounds)")
     # ...and with it gone the leader is alone, faster beyond the noise: decided for everyone left
     assert {label: word for label, (word, _) in behind.items()} == {
         "fair": "drop", "fast": "decided", "float32": "decided", TWIN: "decided"}
@@ -644,8 +659,9 @@ def test_the_race_drops_a_trial_that_cannot_be_picked_and_ends_a_decided_plan():
     # two left, both faster beyond the noise, the first listed within 5% of the other: `choose`
     # picks it (the simpler) whatever more rounds show, so it is decided too
     twins = race(racers(3, first=(2.0, 2.02, 1.98), second=(2.04, 2.0, 2.06)))
-    assert set(twins.values()) == {("decided", "decided after 3 rounds: first 2.00x float32 (95% "
-                                               "1.98-2.02x), within 5% of second or faster, and simpler")}
+    assert set(twins.values()) == {("decided", "decided after 3 rounds: first 2.00x float32 (in "
+                                               "each of 3 rounds 1.98-2.02x), within 5% of second or "
+                                               "faster, and simpler")}
     assert race(racers(3, first=(2.0, 2.02, 1.98), second=(2.0, 2.4, 1.9))) == {}  # not yet sure
     # a leader whose own interval still reaches float32's noise is not decided
     assert race(racers(4, unsure=(1.4, 0.99, 1.5, 1.3))) == {}
@@ -665,3 +681,62 @@ def test_a_trial_at_another_batch_is_dropped_by_its_speed_per_example_but_never_
     stops = race(racers(3, fast=2.0, mixed_at_b=0.9))
     assert stops["mixed@b"][0] == "drop" and stops["fast"][0] == "decided"
     assert race(racers(3, fast=2.0, mixed_at_b=3.0)) == {}
+
+
+def test_the_race_pairs_its_rounds_by_round_and_races_only_beside_its_baseline():
+    """A round a trial has no time for (a shorter batch) leaves the others' rounds where they
+    are: ratios pair round by round. Without the baseline (a resume after it ended, or pairs,
+    where the engine gives none) nothing is raced."""
+    from mptrain.measure.trials import race
+
+    field = racers(4, fast=2.0, fair=1.5)
+    field["fair"] = field["fair"]._replace(rounds=[None, *field["fair"].rounds[1:]])
+    assert race(field)["fair"] == ("drop", "dropped after 3 rounds: at most 0.75x fast's speed (in "
+                                           "each of 3 rounds)")
+    assert race(field, None) == {} and race(field, "float32 with fair") == {}
+
+
+def test_a_candidate_whose_axes_together_cannot_win_is_not_tried(tmp_path, monkeypatch):
+    """Each axis read against its own control passes (bfloat16 with XLA at 0.94x float32 with
+    XLA), yet XLA's convolutions at 0.7x TensorFlow's make it 0.66x in all: ResNet50's three
+    XLA trials each took 36-69 s to start on an AMX Xeon and then ran 3.5-4.6x float32's step.
+    float32+xla stays while a candidate it is the control of is tried."""
+    monkeypatch.setenv("MPTRAIN_CACHE_DIR", str(tmp_path))
+    slow_xla = record_kernels(AMX, bfloat16=2.5, float16=0.001, xla_gain=0.7, xla_bfloat16=0.94,
+                              xla_float16=0.93)
+    why = {c.name: c.why_not for c in candidates(AMX, slow_xla) if c.why_not}
+    assert "measured 0.66x float32 as TensorFlow runs it here, with bfloat16 and XLA together" in \
+        why["mixed_bfloat16+xla"]
+    assert "with float32 and XLA together" in why["float32+xla"]
+    assert "mixed_bfloat16" in names(candidates(AMX, slow_xla))
+    fast_bf16_xla = record_kernels(AMX, bfloat16=2.5, float16=0.001, xla_gain=0.7, xla_bfloat16=1.5)
+    assert {"float32+xla", "mixed_bfloat16+xla"} <= set(names(candidates(AMX, fast_bf16_xla)))
+
+
+def test_one_measurement_serves_both_math_libraries_each_read_as_its_own(tmp_path, monkeypatch):
+    """A process running Eigen reads the cache a oneDNN process wrote (one file holds both
+    libraries): its own figures are Eigen's, the other library's gain the inverse; and it
+    is advised oneDNN where oneDNN's bfloat16 is what pays off, with the policy to run."""
+    from mptrain.precision.policy import library_advice
+
+    monkeypatch.setenv("MPTRAIN_CACHE_DIR", str(tmp_path))
+    on = Machine(cpu=AMX.cpu, tensorflow_version="2.21.0", onednn=True)
+    record_kernels(on, bfloat16=2.5, float16=0.001, library_gain=0.86, other_bfloat16=0.93)
+    mine = cached_kernels(on)
+    assert mine.onednn is True and mine.speedup("bfloat16", "/CPU:0") == pytest.approx(2.5)
+    assert library_advice(on, mine)[0] is None
+    assert library_advice(on, mine)[1].startswith("oneDNN (TensorFlow's default on this CPU), stays: "
+                                                  "float32 kernels with Eigen run 0.86x oneDNN's")
+    off = Machine(cpu=AMX.cpu, tensorflow_version="2.21.0", onednn=False)
+    theirs = cached_kernels(off)
+    assert theirs.onednn is False and theirs.speedup("bfloat16", "/CPU:0") == pytest.approx(0.93)
+    assert theirs.library_gain() == pytest.approx(1 / 0.86)
+    library, why = library_advice(off, theirs)
+    assert library == "onednn" and "set train.math_library: onednn (with policy: mixed_bfloat16)" in why
+    # the AVX2-only CPU: oneDNN's float32 alone is the lever
+    zen3 = Machine(cpu=PLAIN.cpu, tensorflow_version="2.21.0", onednn=False)
+    library, why = library_advice(zen3, record_kernels(zen3, bfloat16=0.27, library_gain=3.2))
+    assert library == "onednn" and why.startswith("float32 kernels with oneDNN run 3.20x Eigen's here")
+    assert "TF_ENABLE_ONEDNN_OPTS=1" in why and "(with policy" not in why
+    assert "not measured (no kernel was measured)" in library_advice(zen3, None)[1]
+

@@ -10,7 +10,7 @@ import pytest
 
 from mptrain.config import validate
 from mptrain.hardware.machine import Machine, parse_cpuinfo
-from mptrain.measure.engine import spec_for
+from mptrain.measure.study import spec_for
 from mptrain.precision.policy import choose_policy
 from tests.helpers import compare_row, record_kernels, tiny_raw
 
@@ -70,7 +70,7 @@ def test_every_variant_starts_from_the_staged_initial_weights(tmp_path):
 
 
 def test_variants_that_do_not_fit_together_pair_with_the_baseline_each(tmp_path):
-    from mptrain.measure.engine import pairs
+    from mptrain.measure.study import pairs
 
     entries = [compare_row("float32", label=name, run_dir=str(tmp_path / name))
                for name in ("float32", "bf16", "f16+xla")]

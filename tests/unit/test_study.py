@@ -8,10 +8,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mptrain.measure import engine
+from mptrain.measure import study
 from mptrain.measure.compare import CompareRecord, CompareSettings, run_compare
-from mptrain.measure.engine import Turns, run_rows
+from mptrain.measure.engine import Turns
 from mptrain.measure.plan import PlanRecord
+from mptrain.measure.study import run_rows
 from mptrain.runs.folder import RunFolder
 from mptrain.telling import LOGGED
 from tests.helpers import compare_row, make_summary, tiny_raw
@@ -44,7 +45,7 @@ def test_a_row_is_in_the_record_as_it_ends_not_when_the_study_ends(tmp_path, mon
         seen.append(on_disk(tmp_path))
         raise SystemExit(9)
 
-    monkeypatch.setattr(engine, "run_in_turns", one_ends_then_the_parent_dies)
+    monkeypatch.setattr(study, "run_in_turns", one_ends_then_the_parent_dies)
     with pytest.raises(SystemExit):
         run_rows(record, {}, Turns(5), LOGGED)
     first, second = seen[0]["variants"]
@@ -60,7 +61,7 @@ def test_each_pair_keeps_its_own_baselines_rounds_as_its_row_ends(tmp_path, monk
         for index, (row, _, _) in enumerate(launches):
             on_end(row.model_copy(update={"summary": make_summary(), "rounds": [len(row.label) + index]}))
 
-    monkeypatch.setattr(engine, "run_in_turns", pair_by_pair)
+    monkeypatch.setattr(study, "run_in_turns", pair_by_pair)
     ended, signal = run_rows(record, {}, Turns(5, "float32-fit", paired=True), LOGGED)
     base, bf16, fp16 = ended.variants
     assert signal is None and base.rounds == [len("float32-fit")]

@@ -303,13 +303,19 @@ def test_compare_names_the_rows_that_run_xla_and_adds_float32_with_xla_as_their_
 
 
 def test_only_a_run_cut_before_its_planned_end_is_said_stopped_early():
-    """A trial's own step limit is its planned end; the plan's budget or a signal cut it
-    short (every plan trial and every `compare --steps` row read "(stopped early)")."""
+    """A trial's own step limit is its planned end; the plan's budget, its race or a signal
+    cut it short, and its verdict says how (every plan trial and every `compare --steps` row
+    once read "(stopped early)"). A trial the race dropped is judged on the rounds it ran and
+    stays eligible: it is not refused."""
     base = measured("float32", summary=make_summary())
 
-    def words(stopped_by, reason):
+    def verdict(stopped_by, reason):
         row = measured("b", summary=make_summary(stopped_by=stopped_by, stop_reason=reason))
-        return judge(row, base).words()
+        return judge(row, base)
 
-    assert "stopped early" not in words("max_steps", "stopped after 50 steps (step limit 50)")
-    assert words("budget", "cut by the budget after 3 rounds").endswith("(stopped early)")
+    assert "(" not in verdict("max_steps", "stopped after 50 steps (step limit 50)").words()
+    assert verdict("budget", "cut by the budget after 3 rounds").words().endswith(
+        "(cut by the budget after 3 rounds)")
+    dropped = verdict("dropped", "dropped after 3 rounds: at most 0.80x float32 (in each of 3 rounds)")
+    assert dropped.words().endswith("(dropped after 3 rounds: at most 0.80x float32 (in each of 3 rounds))")
+    assert not dropped.refused
