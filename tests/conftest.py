@@ -22,9 +22,13 @@ os.environ.pop("COLUMNS", None)
 
 @pytest.fixture(scope="session", autouse=True)
 def shared_cache(tmp_path_factory):
-    """One cache folder for the session (children inherit it): this machine's kernel
-    measurement is made once, not once per test that uses `policy: auto`."""
-    os.environ["MPTRAIN_CACHE_DIR"] = str(tmp_path_factory.mktemp("mptrain-cache"))
+    """One cache folder for the session, its xdist workers' too (children inherit it): this
+    machine's kernel measurement is made once, not once per worker or per test that uses
+    `policy: auto`."""
+    root = tmp_path_factory.getbasetemp()
+    shared = (root.parent if root.name.startswith("popen-gw") else root) / "mptrain-cache"
+    shared.mkdir(exist_ok=True)
+    os.environ["MPTRAIN_CACHE_DIR"] = str(shared)
 
 
 @pytest.fixture

@@ -4,7 +4,7 @@ and summarised.
 One kernel per kind of layer (`kernel_calls.kernels`): a plain matmul, a fused dense layer
 (MatMul+BiasAdd+ReLU, the op that collapses for float16 on oneDNN CPUs), a 3x3 convolution, a
 Conv1D, an LSTM's steps and scaled dot-product attention, so a model is read by the kinds it
-has (`kinds_of`: a Conv1D autoencoder ran bfloat16 at 0.15x where matrix products measured
+has (`kind_shares`: a Conv1D autoencoder ran bfloat16 at 0.15x where matrix products measured
 0.95x). On a CPU each is timed per dtype as TensorFlow runs it and compiled with XLA, and
 with the other math library in a peer process (oneDNN where TensorFlow leaves it off, as on
 AVX2-only CPUs, where float32 ResNet50 ran 3.2x faster with it; Eigen where it turns it on):
@@ -50,7 +50,9 @@ CUT_SHORT_S = 0.5  # a single call slower than this is not repeated
 # auto`, check-gpu's recommendation): the matrix products and convolutions most models run.
 GENERAL_KINDS = ("matmul", "dense", "conv2d")
 KINDS = (*GENERAL_KINDS, "conv1d", "recurrent", "attention")  # every kind `kernel_calls.kernels` times
-# Keras layer classes → the kernel kind that times their math (`kinds_of`)
+# the kinds a figure reads: some (each alike), or a model's with their FLOP shares (`kind_shares`)
+Kinds = tuple[str, ...] | dict[str, float]
+# Keras layer classes → the kernel kind that times their math (`kind_of`)
 LAYER_KINDS = {
     "Dense": "dense", "EinsumDense": "dense",
     "Conv2D": "conv2d", "DepthwiseConv2D": "conv2d", "SeparableConv2D": "conv2d",
@@ -102,32 +104,32 @@ class KernelSpeeds(FrozenRecord):
     peer_failed: str | None = None  # why the other library could not be timed
 
     def speedup(self, dtype: str, device: str, xla: bool = False,
-                kinds: tuple[str, ...] = GENERAL_KINDS, onednn: bool | None = None) -> float | None:
-        """Geometric mean over the kernels of `kinds` (a model's: `kinds_of`) of `dtype`'s
-        speed relative to float32 in the same XLA mode and library (its control): the
-        precision's own effect. `onednn`: that library's (default: the reader's)."""
-        ratios = [t.ratio_to_float32 for t in self._of(dtype, device, xla, kinds, onednn)]
-        return statistics.geometric_mean(ratios) if ratios else None
+                kinds: Kinds = GENERAL_KINDS, onednn: bool | None = None) -> float | None:
+        """`dtype`'s speed relative to float32 in the same XLA mode and library (its
+        control), over the kernels of `kinds` (`mean_over`): the precision's own effect.
+        `onednn`: that library's (default: the reader's)."""
+        return mean_over([(t.kind, t.ratio_to_float32) for t in self._of(dtype, device, xla, kinds, onednn)],
+                         kinds)
 
-    def xla_gain(self, dtype: str, device: str, kinds: tuple[str, ...] = GENERAL_KINDS) -> float | None:
-        """Geometric mean over the kernels (of `kinds`) of XLA's effect on `dtype`: its median
-        without XLA (in the reader's library) over its median with (above 1: faster with XLA)."""
+    def xla_gain(self, dtype: str, device: str, kinds: Kinds = GENERAL_KINDS) -> float | None:
+        """XLA's effect on `dtype` over the kernels of `kinds`: its median without XLA (in
+        the reader's library) over its median with (above 1: faster with XLA)."""
         plain = {t.kernel: t.ms_per_call for t in self._of(dtype, device, False, kinds)}
-        ratios = [plain[t.kernel] / t.ms_per_call for t in self._of(dtype, device, True, kinds)
-                  if t.kernel in plain]
-        return statistics.geometric_mean(ratios) if ratios else None
+        return mean_over([(t.kind, plain[t.kernel] / t.ms_per_call)
+                          for t in self._of(dtype, device, True, kinds) if t.kernel in plain], kinds)
 
-    def library_gain(self, dtype: str = "float32", kinds: tuple[str, ...] = GENERAL_KINDS) -> float | None:
-        """The other math library's speed over the reader's for `dtype`, geometric mean over
-        the kernels (of `kinds`) both timed: above 1, the other library is faster here."""
+    def library_gain(self, dtype: str = "float32", kinds: Kinds = GENERAL_KINDS) -> float | None:
+        """The other math library's speed over the reader's for `dtype`, over the kernels (of
+        `kinds`) both timed: above 1, the other library is faster here."""
+        if self.onednn is None:
+            return None
         mine = {t.kernel: t.ms_per_call for t in self._of(dtype, "/CPU:0", False, kinds)}
-        ratios = [mine[t.kernel] / t.ms_per_call
-                  for t in self._of(dtype, "/CPU:0", False, kinds, not self.onednn)
-                  if t.kernel in mine]
-        return statistics.geometric_mean(ratios) if ratios and self.onednn is not None else None
+        return mean_over([(t.kind, mine[t.kernel] / t.ms_per_call)
+                          for t in self._of(dtype, "/CPU:0", False, kinds, not self.onednn)
+                          if t.kernel in mine], kinds)
 
     def describe(self, dtype: str, device: str, xla: bool = False,
-                 kinds: tuple[str, ...] = GENERAL_KINDS, onednn: bool | None = None) -> str:
+                 kinds: Kinds = GENERAL_KINDS, onednn: bool | None = None) -> str:
         """'bfloat16 kernels run 0.80x float32 on CPU:0 (matmul 0.80x, dense 0.78x, conv2d
         0.54x)'; with `xla`, both sides compiled with XLA; with another `onednn` than the
         reader's, that library's kernels."""
@@ -140,7 +142,7 @@ class KernelSpeeds(FrozenRecord):
                 f"{times(self.speedup(dtype, device, xla, kinds, onednn))} float32{mode}{library} "
                 f"on {device.strip('/')} ({', '.join(parts)})")
 
-    def describe_library(self, kinds: tuple[str, ...] = GENERAL_KINDS) -> str:
+    def describe_library(self, kinds: Kinds = GENERAL_KINDS) -> str:
         """'float32 kernels with oneDNN run 3.10x Eigen's here (matmul 1.21x, conv2d 4.02x, ...)'."""
         other = not self.onednn
         mine = {t.kernel: t.ms_per_call for t in self._of("float32", "/CPU:0", False, kinds)}
@@ -153,7 +155,7 @@ class KernelSpeeds(FrozenRecord):
                 f"{LIBRARY_NAMES[library_of(not other)]}'s here ({', '.join(parts)})")
 
     def slowest(self, dtype: str, device: str, xla: bool = False,
-                kinds: tuple[str, ...] = GENERAL_KINDS) -> KernelTiming | None:
+                kinds: Kinds = GENERAL_KINDS) -> KernelTiming | None:
         """`dtype`'s kernel slowest against float32 (in the same XLA mode), if measured."""
         return min(self._of(dtype, device, xla, kinds), key=lambda t: t.ratio_to_float32, default=None)
 
@@ -168,7 +170,7 @@ class KernelSpeeds(FrozenRecord):
                     and t.device == "/CPU:0"]
         return max(products, key=lambda t: t.tflops, default=None)
 
-    def _of(self, dtype: str, device: str, xla: bool, kinds: tuple[str, ...] = GENERAL_KINDS,
+    def _of(self, dtype: str, device: str, xla: bool, kinds: Kinds = GENERAL_KINDS,
             onednn: bool | None = None) -> list[KernelTiming]:
         """`dtype`'s timings against float32 (in that XLA mode and library) on `device`, of
         `kinds` where any of them was timed (else of the general kinds)."""
@@ -179,15 +181,41 @@ class KernelSpeeds(FrozenRecord):
         return [t for t in timed if t.kind in kinds] or [t for t in timed if t.kind in GENERAL_KINDS]
 
 
-def kinds_of(layer_types) -> tuple[str, ...]:
-    """The kernel kinds a model's layers (their classes) run, each class read by the first
-    class in its ancestry that `LAYER_KINDS` names (mptrain's Float32SoftmaxAttention is a
-    MultiHeadAttention): what a plan reads its candidates' kernels by. A Conv1D autoencoder
-    ran bfloat16 at 0.15x float32 on a CPU where the matrix products and 3x3 convolutions
-    measured 0.95x."""
-    kinds = {next((LAYER_KINDS[c.__name__] for c in layer_type.__mro__ if c.__name__ in LAYER_KINDS), None)
-             for layer_type in layer_types}
-    return tuple(sorted(kinds - {None}))
+def kind_of(layer_type: type) -> str | None:
+    """The kernel kind a layer's class runs: the first class in its ancestry that
+    `LAYER_KINDS` names (mptrain's Float32SoftmaxAttention is a MultiHeadAttention)."""
+    return next((LAYER_KINDS[c.__name__] for c in layer_type.__mro__ if c.__name__ in LAYER_KINDS), None)
+
+
+def kind_shares(layers: list[tuple[type, int]]) -> dict[str, float]:
+    """Each kernel kind's share of a model's FLOPs, from its layers' classes and FLOPs
+    (`model.flops.forward_profile`), the kinds weighing as the model's time does: ResNet50's
+    convolutions are 99% of it, and a mean over kinds that weighed its last Dense as much read
+    XLA at 0.89x where the model ran 0.2x. Kinds with no FLOPs counted (a layer TensorFlow's
+    graph does not size) weigh alike; none found: empty (the general kinds are read)."""
+    flops: dict[str, int] = {}
+    for layer_type, count in layers:
+        if (kind := kind_of(layer_type)) is not None:
+            flops[kind] = flops.get(kind, 0) + count
+    total = sum(flops.values())
+    return {kind: (count / total if total else 1 / len(flops)) for kind, count in sorted(flops.items())}
+
+
+def mean_over(ratios: list[tuple[str, float]], kinds: Kinds) -> float | None:
+    """Ratios of kernels (each with its kind) as one figure: where `kinds` weighs them (a
+    model's FLOP shares: `kind_shares`), the model's time at the one speed over its time at
+    the other, each kind's ratio (geometric, over its kernels) weighed by its share; else
+    their geometric mean."""
+    if not ratios:
+        return None
+    if not isinstance(kinds, dict) or not any(kind in kinds for kind, _ in ratios):
+        return statistics.geometric_mean([r for _, r in ratios])
+    by_kind: dict[str, list[float]] = {}
+    for kind, ratio in ratios:
+        by_kind.setdefault(kind, []).append(ratio)
+    weight = {kind: kinds.get(kind, 0.0) for kind in by_kind}
+    total = sum(weight.values())
+    return total / sum(w / statistics.geometric_mean(by_kind[k]) for k, w in weight.items() if w)
 
 
 def times(ratio: float) -> str:

@@ -91,7 +91,8 @@ class PlanRecord(StudyRecord):
     experiment_eval_batches: int = 0  # its validation batches over its epochs, and its test's
     experiment_checkpoints: int = 0  # the checkpoints it saves
     candidates: list[Candidate]  # in the order tried; skipped ones carry why_not
-    kernel_kinds: list[str] = []  # the model's kinds of layer, whose kernels ordered the candidates
+    # the model's kinds of layer and their FLOP shares, whose kernels ordered the candidates
+    kernel_kinds: dict[str, float] = {}
     batch_sizes: list[int] | None = None  # --batch-sizes (None: the experiment's, and 2x for one)
     cells_not_tried: list[str] = []  # candidates at a batch size that was not tried, and why
     trials: list[Variant] = []  # float32, its A/A twin, then each candidate tried, in that order
@@ -235,8 +236,8 @@ def start_plan(config: ExperimentConfig, settings: PlanSettings = PlanSettings()
     """A new plan (`study.new_study`): the candidates this machine can run (those named), each
     at its batch sizes, float32 and its A/A twin first; the trials run the experiment at a
     trial's length (trial.yaml). Bad input fails here, before any folder exists."""
-    from mptrain.hardware.kernels import GENERAL_KINDS, LAYER_KINDS, kinds_of, measured_kernels, plan_key
-    from mptrain.model.walk import leaf_layers
+    from mptrain.hardware.kernels import GENERAL_KINDS, kind_shares, measured_kernels, plan_key
+    from mptrain.model.flops import forward_profile
 
     settings.check()
 
@@ -244,7 +245,9 @@ def start_plan(config: ExperimentConfig, settings: PlanSettings = PlanSettings()
         from mptrain.model.fused import fusable  # Keras: once TensorFlow was imported quietly
 
         machine, config = prepared.machine, prepared.config
-        kinds = kinds_of(type(layer) for layer in leaf_layers(prepared.model, whole=tuple(LAYER_KINDS)))
+        profile = forward_profile(prepared.model, prepared.data.spec.shape)
+        kinds = kind_shares([(type(layer), profile.flops_by_layer.get(layer.name, 0))
+                             for layer in profile.layers])
         found = select(candidates(machine, measured_kernels(prepared.tf, machine, status),
                                   fusable=fusable(prepared.model), deterministic=config.deterministic,
                                   kinds=kinds or GENERAL_KINDS),
@@ -262,7 +265,7 @@ def start_plan(config: ExperimentConfig, settings: PlanSettings = PlanSettings()
             train_examples=prepared.data.train.size, batch_sizes=settings.batch_sizes,
             cells_not_tried=not_tried, experiment_eval_batches=eval_batches(prepared),
             experiment_checkpoints=checkpoint_saves(config.train, per_epoch), candidates=found,
-            kernel_kinds=list(kinds),
+            kernel_kinds=kinds,
             plan_file=str(settings.out) if settings.out else None),
             trial_experiment(config, settings.steps, per_epoch, settings.evaluate), settings.steps)
 

@@ -84,8 +84,9 @@ def race(racers: dict[str, Racer], baseline: str | None = "float32",
     eligible: were the leader refused at the end (its loss behind float32's), `choose` picks
     as it would have. A trial is judged only after `min_rounds` rounds, and nothing is
     decided before every trial has run as many. A trial at another batch size is judged by
-    its time to float32's loss, which its speed per example bounds from above, so it can be
-    dropped but never leads."""
+    its time to float32's loss, which its speed per example bounds from above (a larger batch
+    takes at least as many examples to a loss): it can be dropped, against float32 or the
+    leader, but never leads."""
     base = racers.get(baseline) if baseline is not None else None
     if base is None:
         return {}
@@ -100,7 +101,8 @@ def race(racers: dict[str, Racer], baseline: str | None = "float32",
              if (why := _below_a_pick(speedups[label], floor)) is not None}
     same_batch = [label for label in running - set(stops) if racers[label].batch_size == base.batch_size]
     leader = max(same_batch, key=lambda label: statistics.median(_known(speedups[label])), default=None)
-    stops |= {label: ("drop", why) for label in same_batch if label != leader
+    stops |= {label: ("drop", why) for label in sorted(running - set(stops))
+              if leader is not None and label != leader
               and (why := _behind(speedups[label], speedups[leader], leader, floor)) is not None}
     left = [label for label in racers if label in running and label not in stops]  # as listed
     if left:

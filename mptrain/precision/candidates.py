@@ -22,7 +22,7 @@ from pydantic import Field
 
 from mptrain.config.names import MATH_LIBRARIES, MATH_MODES, POLICIES
 from mptrain.errors import ConfigError, did_you_mean
-from mptrain.hardware.kernels import GENERAL_KINDS, KernelSpeeds, times
+from mptrain.hardware.kernels import GENERAL_KINDS, KernelSpeeds, Kinds, times
 from mptrain.hardware.machine import LIBRARY_NAMES, ONEDNN_BFLOAT16_FLAGS, Machine, library_of
 from mptrain.precision.policy import NO_XLA_DETERMINISTIC, cpu_float16
 from mptrain.record import Record
@@ -154,15 +154,16 @@ def candidate(name: str, why_not: str | None = None) -> Candidate:
 
 def candidates(machine: Machine, kernels: KernelSpeeds | None = None, *,
                fusable: bool = True, deterministic: bool = False,
-               kinds: tuple[str, ...] = GENERAL_KINDS) -> list[Candidate]:
+               kinds: Kinds = GENERAL_KINDS) -> list[Candidate]:
     """What this machine can run: float32, float32+xla (XLA's own effect, and the control of
     every 16-bit candidate with XLA), then the 16-bit ways and, on a CPU, the math library
     TensorFlow does not choose here, most promising first by the measured kernels of the
-    model's kinds (`kinds`: `hardware.kernels.kinds_of`). One that cannot win here carries
-    why, with the figure this machine's kernels measured (or the rule, said as one, when they
-    were not). `fusable`: the model has a Conv2D or BatchNormalization for `+fused` to change
-    (`model.fused.fusable`). `deterministic`: the experiment's op determinism, under which no
-    step runs XLA (`policy.NO_XLA_DETERMINISTIC`): those candidates cannot run at all."""
+    model's kinds (`kinds`: their FLOP shares, `hardware.kernels.kind_shares`). One that
+    cannot win here carries why, with the figure this machine's kernels measured (or the
+    rule, said as one, when they were not). `fusable`: the model has a Conv2D or
+    BatchNormalization for `+fused` to change (`model.fused.fusable`). `deterministic`: the
+    experiment's op determinism, under which no step runs XLA (`policy.NO_XLA_DETERMINISTIC`):
+    those candidates cannot run at all."""
     found = [candidate("float32")]
     if machine.tpu:
         found.append(candidate("mixed_bfloat16"))
@@ -213,7 +214,7 @@ def candidates(machine: Machine, kernels: KernelSpeeds | None = None, *,
 
 
 def _in_all(option: Candidate, machine: Machine, kernels: KernelSpeeds,
-            kinds: tuple[str, ...]) -> Candidate:
+            kinds: Kinds) -> Candidate:
     """The candidate ruled out when its axes together (precision, XLA, library) measured
     below `RULE_OUT` against float32 as TensorFlow runs it here, on the model's kinds of
     layer, though each passed against its own control: bfloat16 with XLA at 0.94x float32
@@ -225,9 +226,16 @@ def _in_all(option: Candidate, machine: Machine, kernels: KernelSpeeds,
     if gain <= 0.0 or gain >= RULE_OUT:  # (not measured: a rule, or a trial, decides)
         return option
     return option.model_copy(update={"why_not": (
-        f"its kernels (of the model's {', '.join(kinds)}) measured {times(gain)} float32 as "
+        f"its kernels (of the model's {_kinds_said(kinds)}) measured {times(gain)} float32 as "
         f"TensorFlow runs it here, with {_axes(option)} together, below the {RULE_OUT:g}x a "
         "trial could win from")})
+
+
+def _kinds_said(kinds: Kinds) -> str:
+    """'conv2d 99%, dense 1%', or the kinds alike."""
+    if isinstance(kinds, dict):
+        return ", ".join(f"{kind} {share:.0%}" for kind, share in kinds.items())
+    return ", ".join(kinds)
 
 
 def _axes(option: Candidate) -> str:
@@ -238,7 +246,7 @@ def _axes(option: Candidate) -> str:
 
 
 def expected_gain(option: Candidate, machine: Machine, kernels: KernelSpeeds,
-                  kinds: tuple[str, ...] = GENERAL_KINDS) -> float:
+                  kinds: Kinds = GENERAL_KINDS) -> float:
     """What the measured kernels (of the model's kinds) say a candidate gains over float32 as
     TensorFlow runs it here: its precision's own speed-up in its XLA mode and library, times
     what that mode or library does to float32 (0 where not measured): the order plan tries
@@ -254,7 +262,7 @@ def expected_gain(option: Candidate, machine: Machine, kernels: KernelSpeeds,
 
 
 def _other_library(machine: Machine, kernels: KernelSpeeds | None,
-                   kinds: tuple[str, ...]) -> list[Candidate]:
+                   kinds: Kinds) -> list[Candidate]:
     """float32 and the 16-bit policies (without XLA, which compiles kernels of its own) with
     the math library TensorFlow does not run on this CPU: oneDNN where it leaves oneDNN off
     (AVX2-only CPUs, where float32 ResNet50 ran 3.2x faster with it), Eigen where it turns it
@@ -292,7 +300,7 @@ def _other_library(machine: Machine, kernels: KernelSpeeds | None,
 
 
 def _cpu_rule(dtype: str, xla: bool, machine: Machine, kernels: KernelSpeeds | None,
-              kinds: tuple[str, ...] = GENERAL_KINDS) -> str | None:
+              kinds: Kinds = GENERAL_KINDS) -> str | None:
     """Why a `dtype` candidate (with XLA or not) cannot win on this CPU: its kernels (of the
     model's kinds) measured below `RULE_OUT` against float32 in the same mode; unmeasured,
     bfloat16 without the instructions oneDNN needs (a rule, said as one). None: worth a trial."""

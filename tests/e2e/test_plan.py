@@ -273,7 +273,7 @@ def test_plan_races_the_other_math_library_and_its_file_names_the_library_measur
     record = json.loads(done.stdout)
     libraries = {t["label"]: t["summary"]["math_library"] for t in record["trials"]}
     assert libraries == {"float32": running, "float32-twin": running, f"float32+{other}": other}
-    assert record["kernel_kinds"] == ["dense"]
+    assert record["kernel_kinds"] == {"dense": 1.0}  # its FLOPs: all Dense
     pick = record["winner"]
     planned = yaml.safe_load((tmp_path / "exp.plan.yaml").read_text())
     assert planned["train"]["math_library"] == libraries[pick]

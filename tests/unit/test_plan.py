@@ -114,22 +114,24 @@ def test_a_candidate_is_ruled_out_by_this_machines_own_figure_and_tried_when_nam
 def test_the_models_own_kinds_of_layer_decide_its_candidates(tmp_path, monkeypatch):
     """bfloat16's matrix products measured 1.2x but its Conv1D 0.15x: a Conv1D model does not
     try bfloat16 (a Conv1D autoencoder ran 0.15x where check-gpu had measured 0.95x), an MLP
-    does; a model with none of the timed kinds is read by the general ones."""
-    from mptrain.hardware.kernels import kinds_of
+    does; a model with none of the timed kinds is read by the general ones. A model's kinds
+    weigh as its FLOPs do: a Conv1D stack with a small Dense head reads its convolutions."""
+    import keras
+
+    from mptrain.hardware.kernels import kind_shares
+    from mptrain.model.layers import Float32SoftmaxAttention
 
     monkeypatch.setenv("MPTRAIN_CACHE_DIR", str(tmp_path))
     kernels = record_kernels(AVX512_BF16, bfloat16=1.2, float16=0.001, kinds={"conv1d": 0.15})
-    import keras
-
-    from mptrain.model.layers import Float32SoftmaxAttention
-
-    conv1d = kinds_of([keras.layers.InputLayer, keras.layers.Conv1D, keras.layers.Conv1DTranspose,
-                       keras.layers.Dropout])
-    assert conv1d == ("conv1d",) and kinds_of([keras.layers.Dense, keras.layers.LSTM]) == (
-        "dense", "recurrent")
-    assert kinds_of([Float32SoftmaxAttention]) == ("attention",)  # by its ancestry
+    conv1d = kind_shares([(keras.layers.InputLayer, 0), (keras.layers.Conv1D, 900),
+                          (keras.layers.Conv1DTranspose, 90), (keras.layers.Dense, 10)])
+    assert conv1d == {"conv1d": 0.99, "dense": 0.01}
+    assert kind_shares([(keras.layers.Dense, 0), (keras.layers.LSTM, 0)]) == {"dense": 0.5, "recurrent": 0.5}
+    assert kind_shares([(Float32SoftmaxAttention, 5)]) == {"attention": 1.0}  # by its ancestry
     why = {c.name: c.why_not for c in candidates(AVX512_BF16, kernels, kinds=conv1d) if c.why_not}
-    assert "bfloat16 kernels run 0.15x float32 on CPU:0 (conv1d 0.15x)" in why["mixed_bfloat16"]
+    assert "bfloat16 kernels run 0.15x float32 on CPU:0 (dense 1.20x, conv1d 0.15x)" in why["mixed_bfloat16"]
+    weighed = 1 / (0.99 / 0.15 + 0.01 / 1.2)  # the model's time at float32 over its time at bfloat16
+    assert kernels.speedup("bfloat16", "/CPU:0", kinds=conv1d) == pytest.approx(weighed)
     assert "mixed_bfloat16" in names(candidates(AVX512_BF16, kernels, kinds=("dense",)))
     assert "mixed_bfloat16" in names(candidates(AVX512_BF16, kernels, kinds=("embedding",)))
 
@@ -674,13 +676,19 @@ def test_the_race_drops_a_trial_that_cannot_be_picked_and_ends_a_decided_plan():
 
 def test_a_trial_at_another_batch_is_dropped_by_its_speed_per_example_but_never_leads():
     """Its pick is judged by its time to float32's loss, which its speed per example bounds
-    from above: a double batch at 0.9x per example cannot win; one at 3x cannot lead the race
-    (the others are not dropped against it, nor decided while it runs)."""
+    from above: a double batch at 0.9x per example cannot win, nor one at 1.4x beside a
+    leader at 2x; one at 3x cannot lead the race (the others are not dropped against it, nor
+    decided while it runs)."""
     from mptrain.measure.trials import race
 
     stops = race(racers(3, fast=2.0, mixed_at_b=0.9))
     assert stops["mixed@b"][0] == "drop" and stops["fast"][0] == "decided"
     assert race(racers(3, fast=2.0, mixed_at_b=3.0)) == {}
+    # at most 1.4x per example where the leader is 2x: its time to target cannot beat it
+    behind = race(racers(3, fast=2.0, mixed_at_b=1.4))
+    assert behind["mixed@b"] == ("drop", "dropped after 3 rounds: at most 0.70x fast's speed (in "
+                                         "each of 3 rounds)")
+    assert behind["fast"][0] == "decided"
 
 
 def test_the_race_pairs_its_rounds_by_round_and_races_only_beside_its_baseline():
