@@ -19,7 +19,9 @@ from pydantic import Field, PrivateAttr, field_validator, model_validator
 from mptrain.config.kinds import OWN_MODELS, DataConfig, MLPConfig, ModelConfig, SyntheticData
 from mptrain.config.names import LoopName, MathLibrary, MathMode, PolicyName, StrategyName, _Strict
 from mptrain.config.optimizers import LrScaling, OptimizerConfig
-from mptrain.objective import DEFAULT_LOSS, family_of, head_activation, lower_is_better
+from mptrain.errors import ConfigError
+from mptrain.objective import DEFAULT_LOSS, head_activation, lower_is_better
+from mptrain.objective.losses import resolve
 
 # --- training -----------------------------------------------------------------------------
 
@@ -56,11 +58,23 @@ class RecoveryConfig(_Strict):
         "mixed_float16: this many skipped steps in a row is a loss-scale collapse."))
 
 
-# Keras resolves loss and metric names (`keras.losses.get`, `keras.metrics.get`, compile's
-# "accuracy") when the model is built: a name here is any identifier, and one Keras does not
-# know is refused then, before anything runs, with Keras' own names (`objective.py`)
+# Keras resolves metric names (`keras.metrics.get`, compile's "accuracy") when the model is
+# built: one Keras does not know is refused then, before anything runs, with Keras' own
+# names; a loss name is read here, by the objectives' own table (`objective.losses`)
 KerasName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
-LossSpec = KerasName | dict[str, KerasName]
+
+
+class LossConfig(_Strict):
+    """A Keras loss with its arguments, as `compile(loss=keras.losses.CLASS(**kwargs))` takes
+    them: `{name: binary_focal_crossentropy, kwargs: {gamma: 3.0}}`."""
+
+    name: KerasName = Field(description="A Keras loss, by the name compile takes.")
+    kwargs: dict[str, Any] = Field(default_factory=dict, description=(
+        "Its arguments (focal's gamma and alpha, label_smoothing, huber's delta); from_logits "
+        "is mptrain's, from the model's output."))
+
+
+LossSpec = KerasName | LossConfig | dict[str, KerasName | LossConfig]
 MetricsSpec = list[KerasName] | dict[str, list[KerasName]]
 
 
@@ -119,11 +133,12 @@ class TrainConfig(_Strict):
         "The optimizer (wrapped in a LossScaleOptimizer under mixed_float16)."))
     loss: LossSpec | None = Field(None, description=(
         "A Keras loss, by the name compile takes (sparse_categorical_crossentropy, "
-        "categorical_crossentropy, binary_crossentropy, mean_squared_error, "
-        "mean_absolute_error, huber, ...), or output name → loss for a model with several "
-        "outputs. It sets the objective: class ids, 0/1 labels (one or several per example), "
-        "or values (regression). null: the model's own compile when its builder compiled it, "
-        "else sparse_categorical_crossentropy."))
+        "categorical_crossentropy, binary_crossentropy, binary_focal_crossentropy, "
+        "mean_squared_error, mean_absolute_error, huber, ...), or {name: ..., kwargs: {...}} "
+        "with its arguments, or output name → loss for a model with several outputs. It sets "
+        "the objective: class ids, 0/1 labels (one or several per example), or values "
+        "(regression). null: the model's own compile when its builder compiled it, else "
+        "sparse_categorical_crossentropy."))
     loss_weights: dict[str, float] | None = Field(None, description=(
         "With a loss per output: output name → its weight in the total loss (Keras' "
         "compile(loss_weights=...))."))
@@ -316,13 +331,21 @@ class ExperimentConfig(_Strict):
         """The head's activation and the metrics against the loss's family (`objective`):
         what can be told from the file alone; the labels are checked once read."""
         loss, head = self.train.loss, self.model.output_activation
+        try:
+            if isinstance(loss, dict):
+                for output, one in loss.items():
+                    resolve(one, f"train.loss.{output}")
+            else:
+                family = resolve(loss or DEFAULT_LOSS).family
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from None
         if isinstance(loss, dict):
             if self.model.kind not in OWN_MODELS:
                 raise ValueError("train.loss per output (a mapping) is for a model of your own "
                                  f"with several outputs (model.kind python or saved); "
                                  f"model.kind {self.model.kind} has one")
             return self
-        family = family_of(loss or DEFAULT_LOSS)
+        loss = loss if isinstance(loss, str) or loss is None else loss.name
         if head == "sigmoid" and family != "binary":
             raise ValueError(f"model.output_activation sigmoid needs train.loss binary_crossentropy "
                              f"(train.loss is {loss or DEFAULT_LOSS}); use softmax or linear")

@@ -65,9 +65,8 @@ def objective_of(config: ExperimentConfig, labels, compiled: dict | None = None,
     if isinstance(objective, Compiled):
         return objective, []
     notes = []
-    if getattr(objective.labels, "one_hot", False):
-        notes.append("one-hot labels read as class ids (the same loss: sparse_categorical_"
-                     "crossentropy on ids is categorical_crossentropy on one-hot)")
+    if getattr(objective.labels, "one_hot", False) and not objective.one_hot:
+        notes.append(f"one-hot labels read as class ids, which {objective.loss_name} takes")
     if (scale := objective.labels.scale) is not None:
         shown = ", ".join(f"{m:.4g} ± {d:.4g}" for m, d in zip(scale.mean, scale.std, strict=True))
         notes.append(f"targets standardised (train.target_scaling): (y - mean) / std with mean ± "

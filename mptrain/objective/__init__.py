@@ -9,21 +9,24 @@ loss by name.
 
 The objective follows from the loss and what the labels turned out to be (`objective_for`):
 
-- a categorical cross-entropy: `Classes` (an id per example; one-hot rows are read as ids),
-  or `DenseClasses` when each example has an id per pixel or token (segmentation masks,
+- a categorical loss (cross-entropy, focal, hinge): `Classes` (an id per example; one-hot
+  rows are read as ids, and a loss that takes one-hot rows is given them), or
+  `DenseClasses` when each example has an id per pixel or token (segmentation masks,
   sequence tagging), judged by mean IoU;
-- a binary cross-entropy: `Binary` (one 0/1 label per example), or `MultiLabel` (several
-  0/1 labels per example, a sigmoid each), judged by AUC;
-- any other loss Keras knows (mean_squared_error, mean_absolute_error, huber, ...): `Values`,
+- a binary loss (cross-entropy, focal, hinge): `Binary` (one 0/1 label per example), or
+  `MultiLabel` (several 0/1 labels per example, a sigmoid each), judged by AUC;
+- a regression loss (mean_squared_error, mean_absolute_error, huber, ...): `Values`,
   regression on one target or several, judged by the mean absolute error;
 - a model its builder compiled itself: `Compiled`, whose loss, loss weights and metrics are
   Keras' own from that compile (mptrain adds the precision, loss scaling and float32 outputs);
 - a loss per output (`train.loss` a mapping): `Several`, one objective per output.
 
-Names are resolved by Keras (`keras.losses.get`, `keras.metrics.get`, and `compile`'s own
-"accuracy"), not by a list of ours; mptrain builds an object itself only where the model's
-output changes what the name means (a cross-entropy on logits, accuracy at a logit of 0, AUC
-over several labels). Nothing here imports TensorFlow at module level.
+Which objective a loss belongs to is `losses.py`'s table of Keras' losses (each claimed by
+one family, or refused by name); metric names are resolved by Keras (`keras.metrics.get`,
+and `compile`'s own "accuracy"). mptrain builds an object itself only where the model's
+output changes what the name means (a loss on logits, keeping every argument given; accuracy
+at a logit of 0, AUC over several labels) or the labels' form does (one-hot rows for a
+categorical loss). Nothing here imports TensorFlow at module level.
 """
 
 from __future__ import annotations
@@ -40,15 +43,8 @@ from mptrain.objective.kinds import (
     Values,
     lower_is_better,
 )
-from mptrain.objective.labels import (
-    DEFAULT_LOSS,
-    Labels,
-    LabelStats,
-    family_of,
-    head_activation,
-    label_stats,
-    labels_for,
-)
+from mptrain.objective.labels import Labels, LabelStats, label_stats, labels_for
+from mptrain.objective.losses import DEFAULT_LOSS, family_of, head_activation, resolve
 
 __all__ = ["DEFAULT_LOSS", "Binary", "Classes", "Compiled", "DenseClasses", "LabelStats", "MultiLabel",
            "Objective", "Several", "Values", "family_of", "for_head", "head_activation", "label_stats",
@@ -58,7 +54,7 @@ __all__ = ["DEFAULT_LOSS", "Binary", "Classes", "Compiled", "DenseClasses", "Lab
 def objective_for(loss, stats: LabelStats | dict[str, LabelStats], compiled: dict | None = None,
                   scale_targets: bool = False) -> Objective:
     """The experiment's objective: its builder's compile, when it compiled the model and
-    `train.loss` is left out; else from the loss (`family_of`) and the labels it reads
+    `train.loss` is left out; else from the loss (`losses.resolve`) and the labels it reads
     (`labels_for`), which must suit it."""
     if compiled is not None and loss is None:
         return Compiled(compiled, stats)
@@ -77,25 +73,24 @@ def objective_for(loss, stats: LabelStats | dict[str, LabelStats], compiled: dic
         raise ConfigError(f"the data gives labels for several outputs ({', '.join(stats)}): give "
                           "train.loss a loss for each (train.loss: {OUTPUT: LOSS, ...}), or "
                           "compile the model in its builder")
-    name = loss or DEFAULT_LOSS
-    family = family_of(name)
-    labels = labels_for(family, stats, scale_targets)
-    if family == "classes":
-        return (DenseClasses if labels.dense else Classes)(name, labels)
-    if family == "binary":
-        return (MultiLabel if labels.form == "multi_hot" else Binary)(name, labels)
-    return Values(name, labels)
+    spec = resolve(loss or DEFAULT_LOSS)
+    labels = labels_for(spec.family, stats, scale_targets)
+    if spec.family == "classes":
+        return (DenseClasses if labels.dense else Classes)(spec, labels)
+    if spec.family == "binary":
+        return (MultiLabel if labels.form == "multi_hot" else Binary)(spec, labels)
+    return Values(spec, labels)
 
 
 def for_head(loss, units: int | None) -> Objective:
     """The objective a head of `units` outputs (`model.num_classes`) serves under `loss`,
     with no data to read: what a model built without its data (a test, a tool) is built for.
     Under a binary cross-entropy, one unit is one 0/1 label and more are that many labels."""
-    name, units = loss if isinstance(loss, str) else DEFAULT_LOSS, units or 1
-    family = family_of(name)
-    if family == "classes":
-        return Classes(name, Labels("classes", max(units, 2)))
-    if family == "binary":
-        return (MultiLabel(name, Labels("multi_hot", units)) if units > 1
-                else Binary(name, Labels("classes", 2)))
-    return Values(name, Labels("values", units))
+    spec = resolve(loss if loss is not None and not isinstance(loss, dict) else DEFAULT_LOSS)
+    units = units or 1
+    if spec.family == "classes":
+        return Classes(spec, Labels("classes", max(units, 2)))
+    if spec.family == "binary":
+        return (MultiLabel(spec, Labels("multi_hot", units)) if units > 1
+                else Binary(spec, Labels("classes", 2)))
+    return Values(spec, Labels("values", units))

@@ -9,6 +9,7 @@ from typing import Any, ClassVar
 
 from mptrain.errors import ConfigError
 from mptrain.objective.labels import Labels, LabelStats
+from mptrain.objective.losses import Loss
 
 
 @dataclass(frozen=True)
@@ -34,8 +35,13 @@ class Objective:
     quality: ClassVar[Quality]
     one_head: ClassVar[bool] = True  # one output whose width `units` is (not a compile's, nor several)
 
-    def __init__(self, loss: str, labels: Labels):
-        self.loss_name, self.labels = loss, labels
+    def __init__(self, loss: Loss, labels: Labels):
+        self.spec, self.loss_name, self.labels = loss, loss.describe(), labels
+
+    @property
+    def one_hot(self) -> bool:
+        """Its loss takes one-hot rows (a categorical loss), not class ids."""
+        return self.spec is not None and self.spec.kind.one_hot
 
     # --- the head and the data ---------------------------------------------------------
 
@@ -54,8 +60,9 @@ class Objective:
 
     def loss(self, output: str) -> Any:
         """What `compile` is given as the loss, for a model whose output is `output`
-        (probabilities or logits)."""
-        return self.loss_name
+        (probabilities or logits): the loss named, with every argument given
+        (`losses.Loss.build`)."""
+        return self.spec.build(output)
 
     def metric(self, name: str, output: str) -> Any:
         """What `compile` is given for a metric name; Keras resolves it, but where the output
@@ -111,24 +118,24 @@ class Classes(Objective):
     quality = ACCURACY
 
     def batch_labels(self, tf, y):
+        """Class ids (one-hot rows read as ids), as one-hot rows again for a loss that takes
+        them (categorical_crossentropy, its focal and hinge forms)."""
         if self.labels.one_hot:
-            return tf.argmax(y, axis=-1, output_type=tf.int32)
-        if self.labels.trailing_one:
+            y = tf.argmax(y, axis=-1, output_type=tf.int32)
+        elif self.labels.trailing_one:
             y = tf.squeeze(y, -1)
-        return tf.cast(y, tf.int32)
-
-    def loss(self, output: str) -> Any:
-        import keras
-
-        # categorical_crossentropy too: its labels were read as ids (one-hot rows are), and
-        # the sparse form is the same loss without a one-hot tensor each batch
-        return keras.losses.SparseCategoricalCrossentropy(from_logits=output == "logits")
+        y = tf.cast(y, tf.int32)
+        return tf.one_hot(y, self.units) if self.one_hot else y
 
     def metric(self, name: str, output: str) -> Any:
-        if name in ("accuracy", "acc"):
-            import keras
+        import keras
 
+        if name in ("accuracy", "acc"):
+            if self.one_hot:
+                return keras.metrics.CategoricalAccuracy(name=name)
             return keras.metrics.SparseCategoricalAccuracy(name=name)
+        if name == "top5_accuracy" and self.one_hot:
+            return keras.metrics.TopKCategoricalAccuracy(k=5, name=name)
         return super().metric(name, output)
 
     def check(self, units: int, reading, class_weight: dict | None) -> list[str]:
@@ -167,7 +174,7 @@ class DenseClasses(Classes):
 
             # Keras' MeanIoU takes ids; MeanIoU(sparse_y_pred=False) takes the softmax's scores
             return keras.metrics.MeanIoU(num_classes=max(self.units, 2), sparse_y_pred=False,
-                                         name=name)
+                                         sparse_y_true=not self.one_hot, name=name)
         return super().metric(name, output)
 
     def default_metrics(self) -> list[str]:
@@ -191,11 +198,6 @@ class Binary(Objective):
     def batch_labels(self, tf, y):
         y = tf.cast(y, tf.float32)
         return tf.expand_dims(y, -1) if len(y.shape) == 1 else y  # (N, 1), as the output is
-
-    def loss(self, output: str) -> Any:
-        import keras
-
-        return keras.losses.BinaryCrossentropy(from_logits=output == "logits")
 
     def metric(self, name: str, output: str) -> Any:
         import keras
@@ -308,12 +310,11 @@ class Compiled(_Composed):
     name = "the model's own compile"
 
     def __init__(self, compiled: dict, stats: LabelStats | dict[str, LabelStats]):
-        self.compiled = compiled
+        self.compiled, self.spec = compiled, None
         first = next(iter(stats.values())) if isinstance(stats, dict) else stats
         # labels go to the model's own loss as stored (one-hot rows stay one-hot)
-        super().__init__(_describe_loss(compiled.get("loss")),
-                         Labels("classes" if first.whole else "values",
-                                first.shape[0] if first.shape else 1))
+        self.loss_name = _describe_loss(compiled.get("loss"))
+        self.labels = Labels("classes" if first.whole else "values", first.shape[0] if first.shape else 1)
         metrics = compiled.get("metrics")
         metric = (next(iter(metrics.values())) if isinstance(metrics, dict) else metrics) or []
         metric = metric[0] if isinstance(metric, list | tuple) and metric else metric
@@ -342,9 +343,10 @@ class Several(_Composed):
     name = "several outputs"
 
     def __init__(self, parts: dict[str, Objective]):
-        self.parts = parts
+        self.parts, self.spec = parts, None
         first_name, first = next(iter(parts.items()))
-        super().__init__(", ".join(f"{k}: {o.loss_name}" for k, o in parts.items()), first.labels)
+        self.loss_name = ", ".join(f"{k}: {o.loss_name}" for k, o in parts.items())
+        self.labels = first.labels
         self.quality = Quality(f"{first_name}_{first.quality.metric}", first.quality.higher_is_better,
                                f"{first_name} {first.quality.label}", first.quality.proportion)
 

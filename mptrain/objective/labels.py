@@ -8,29 +8,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 from mptrain.errors import ConfigError, DataError
+from mptrain.objective.losses import Family
 
-Family = Literal["classes", "binary", "values"]
 LabelForm = Literal["classes", "multi_hot", "values"]
-DEFAULT_LOSS = "sparse_categorical_crossentropy"
-
-
-def family_of(loss: str) -> Family:
-    """The labels a Keras loss takes, from its name or class name: class ids for a
-    categorical cross-entropy, 0/1 for a binary one, values for every other loss."""
-    key = loss.lower().replace("_", "")
-    if "crossentropy" in key and "binary" in key:
-        return "binary"
-    if "crossentropy" in key and "categorical" in key:
-        return "classes"
-    return "values"
-
-
-def head_activation(loss: str | dict | None) -> str:
-    """The activation mptrain's own heads end in for a loss: softmax over classes, a sigmoid
-    per 0/1 label, linear values."""
-    if not isinstance(loss, str):
-        loss = DEFAULT_LOSS
-    return {"classes": "softmax", "binary": "sigmoid", "values": "linear"}[family_of(loss)]
 
 
 @dataclass(frozen=True)

@@ -36,30 +36,27 @@ OURS = ("top5_accuracy",)  # mptrain's: SparseTopKCategoricalAccuracy(k=5)
 
 
 def check_names(config) -> None:
-    """Every loss and metric `train` names is one Keras knows, as compile resolves names
-    (`keras.losses.get`, `keras.metrics.get`): an unknown one is refused here, naming the
-    key and Keras' own names, not as Keras' error from inside compile."""
+    """Every metric `train` names is one Keras knows, as compile resolves names
+    (`keras.metrics.get`): an unknown one is refused here, naming the key and Keras' own
+    names, not as Keras' error from inside compile. (Losses are read by the objectives' own
+    table when the experiment is: `objective.losses`.)"""
     import keras
 
     from mptrain.errors import ConfigError, did_you_mean
 
-    train = config.train
-    losses = train.loss.values() if isinstance(train.loss, dict) else [train.loss]
-    metrics = ([m for ms in train.metrics.values() for m in ms] if isinstance(train.metrics, dict)
-               else train.metrics or [])
-    for key, names, table in (("train.loss", losses, keras.losses),
-                              ("train.metrics", metrics, keras.metrics)):
-        for name in names:
-            if name is None or name in COMPILE_NAMES + OURS:
-                continue
-            try:
-                table.get(name)
-            except (ValueError, TypeError):
-                known = sorted(n for n in dir(table) if n[:1].islower()
-                               and n not in ("get", "serialize", "deserialize"))
-                raise ConfigError(f"{key} {name!r}: not a name Keras knows{did_you_mean(name, known)}; "
-                                  f"Keras' own include {', '.join(known)} (and their classes, "
-                                  "e.g. MeanAbsoluteError)") from None
+    metrics = config.train.metrics
+    names = [m for ms in metrics.values() for m in ms] if isinstance(metrics, dict) else metrics or []
+    for name in names:
+        if name in COMPILE_NAMES + OURS:
+            continue
+        try:
+            keras.metrics.get(name)
+        except (ValueError, TypeError):
+            known = sorted(n for n in dir(keras.metrics) if n[:1].islower()
+                           and n not in ("get", "serialize", "deserialize"))
+            raise ConfigError(f"train.metrics {name!r}: not a name Keras knows"
+                              f"{did_you_mean(name, known)}; Keras' own include {', '.join(known)} "
+                              "(and their classes, e.g. MeanAbsoluteError)") from None
 
 
 def step_loss(model):

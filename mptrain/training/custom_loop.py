@@ -49,9 +49,9 @@ def make_train_step(model, optimizer, class_weight, jit_compile: bool, strategy=
     tracker = step_loss(model)
 
     def replica_step(x, y):
-        # each example's class weight, by its label, as Model.fit gives it to the loss
-        weights = None if class_weights is None else tf.gather(
-            class_weights, tf.cast(tf.reshape(y, [-1]), tf.int32))
+        # each example's class weight, by its label (a one-hot row's: its class), as Model.fit
+        # gives it to the loss
+        weights = None if class_weights is None else tf.gather(class_weights, class_ids(tf, y))
         with tf.GradientTape() as tape:
             predictions = model(x, training=True)
             # under a strategy, Keras losses already divide by the number of replicas
@@ -75,6 +75,14 @@ def make_train_step(model, optimizer, class_weight, jit_compile: bool, strategy=
                          *(tf.cast(results[name], tf.float32) for name in metric_names(model))])
 
     return tf.function(step, jit_compile=jit_compile)
+
+
+def class_ids(tf, y):
+    """Each example's class, as Model.fit reads it for its class weights: a one-hot row's
+    index (a categorical loss's labels), else the label itself ((N,) or (N, 1))."""
+    if len(y.shape) >= 2 and y.shape[-1] > 1:
+        return tf.argmax(y, axis=-1, output_type=tf.int32)
+    return tf.cast(tf.reshape(y, [-1]), tf.int32)
 
 
 def build_compiled(model, x, y, strategy=None) -> None:

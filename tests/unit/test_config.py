@@ -114,6 +114,12 @@ def test_cross_field_rules(tmp_path):
     (["train.early_stopping={restore_best_weights: true}", "train.keep_best={monitor: loss}"],
      "give both one monitor (now val_loss and loss)"),
     (["train.class_weight={0: -1}"], "train.class_weight.0 = -1: Input should be greater than 0"),
+    # a loss is read by the objectives' own table, before TensorFlow (`validate` too)
+    (["train.loss=not_a_loss"], "train.loss 'not_a_loss': not a loss Keras knows"),
+    (["train.loss=poisson"], "train.loss poisson: mptrain has no objective to judge it"),
+    (["train.loss={name: binary_focal_crossentropy, kwargs: {from_logits: true}}"],
+     "kwargs from_logits is mptrain's to set"),
+    (["train.loss={out: mse, other: not_a_loss}"], "train.loss.other 'not_a_loss': not a loss Keras knows"),
 ])
 def test_keras_callbacks_metrics_and_weights_are_checked_before_anything_runs(tmp_path, overrides,
                                                                               message):

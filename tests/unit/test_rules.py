@@ -43,9 +43,12 @@ def test_the_loss_is_told_whether_the_model_emits_logits(loss):
     if loss:
         accuracy = compile_arguments(config, objective, "logits")["metrics"][0]
         assert accuracy.get_config()["threshold"] == 0.0
-    regression = validate(tiny_raw("train.loss=huber", "train.metrics=[mae, TruePositives]"), "<test>")
-    arguments = compile_arguments(regression, for_head("huber", 1), "logits")
-    assert arguments["loss"] == "huber" and arguments["metrics"] == ["mae", "TruePositives"]
+    regression = validate(tiny_raw("train.loss={name: huber, kwargs: {delta: 0.3}}",
+                                   "train.metrics=[mae, TruePositives]"), "<test>")
+    arguments = compile_arguments(regression, for_head(regression.train.loss, 1), "logits")
+    huber = arguments["loss"]  # its delta given: an error of 1 beyond it counts 0.3 * (1 - 0.3 / 2)
+    assert type(huber).__name__ == "Huber" and float(huber([[0.0]], [[1.0]])) == pytest.approx(0.255)
+    assert arguments["metrics"] == ["mae", "TruePositives"]
 
 
 def test_every_variant_starts_from_the_staged_initial_weights(tmp_path):

@@ -1,0 +1,165 @@
+"""Keras' losses, each claimed by the objective that judges it: the one table a loss name is
+read by (`resolve`), without TensorFlow (`mptrain validate` reads it too).
+
+A loss is what Keras compiles from the name the experiment gives (a function's name, its
+class's, or one of Keras' short names: `bce`, `mse`), with the arguments given
+(`train.loss: {name: binary_focal_crossentropy, kwargs: {gamma: 3}}`). Which objective it
+belongs to is this table's, never a test on the name's letters (one read every name holding
+"binary" and "crossentropy" as plain binary cross-entropy, and trained a focal loss as one).
+mptrain makes the loss object itself (`Loss.build`) only to say what the model's output is
+(`from_logits`), keeping every argument, and gives the loss its labels as it takes them
+(class ids, or one-hot rows for a categorical loss). A loss no objective of mptrain's can
+judge is refused by name, with what to do instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from mptrain.errors import ConfigError, did_you_mean
+
+Family = Literal["classes", "binary", "values"]
+
+
+@dataclass(frozen=True)
+class LossKind:
+    """One of Keras' losses: its class, its function's name, the objective family that
+    judges it (None: none of mptrain's, and `refused` says why), whether its labels are
+    one-hot rows (a categorical loss; class ids for a sparse one), whether it takes
+    `from_logits`, and the activation mptrain's own heads end in for it."""
+
+    keras_class: str
+    function: str
+    family: Family | None
+    one_hot: bool = False
+    logits: bool = False
+    head: str | None = None  # None: the family's (softmax, sigmoid, linear)
+    refused: str = ""
+
+
+LOSSES = (
+    LossKind("SparseCategoricalCrossentropy", "sparse_categorical_crossentropy", "classes", logits=True),
+    LossKind("CategoricalCrossentropy", "categorical_crossentropy", "classes", one_hot=True, logits=True),
+    LossKind("CategoricalFocalCrossentropy", "categorical_focal_crossentropy", "classes", one_hot=True,
+             logits=True),
+    LossKind("CategoricalHinge", "categorical_hinge", "classes", one_hot=True, head="linear"),
+    LossKind("CategoricalGeneralizedCrossEntropy", "categorical_generalized_cross_entropy", "classes"),
+    LossKind("BinaryCrossentropy", "binary_crossentropy", "binary", logits=True),
+    LossKind("BinaryFocalCrossentropy", "binary_focal_crossentropy", "binary", logits=True),
+    LossKind("Hinge", "hinge", "binary", head="linear"),
+    LossKind("SquaredHinge", "squared_hinge", "binary", head="linear"),
+    LossKind("MeanSquaredError", "mean_squared_error", "values"),
+    LossKind("MeanAbsoluteError", "mean_absolute_error", "values"),
+    LossKind("MeanAbsolutePercentageError", "mean_absolute_percentage_error", "values"),
+    LossKind("MeanSquaredLogarithmicError", "mean_squared_logarithmic_error", "values"),
+    LossKind("Huber", "huber", "values"),
+    LossKind("LogCosh", "log_cosh", "values"),
+    LossKind("CosineSimilarity", "cosine_similarity", "values"),
+    LossKind("Poisson", "poisson", None, refused=(
+        "its predictions must be positive rates (an exponential or softplus head), and "
+        "mptrain's regression heads are linear")),
+    LossKind("KLDivergence", "kl_divergence", None, refused=(
+        "its targets are distributions over classes, which no data kind of mptrain's gives")),
+    LossKind("Dice", "dice", None, refused="it scores overlapping masks, not mptrain's labels"),
+    LossKind("Tversky", "tversky", None, refused="it scores overlapping masks, not mptrain's labels"),
+    LossKind("Circle", "circle", None, refused="it learns embeddings from pairs, not labels"),
+    LossKind("CTC", "ctc", None, refused="it aligns sequences of unequal length, not labels"),
+)
+# Keras' own short names (`keras.losses.get`: `ALL_OBJECTS_DICT`)
+ALIASES = {"bce": "BinaryCrossentropy", "BCE": "BinaryCrossentropy", "kld": "KLDivergence",
+           "KLD": "KLDivergence", "mae": "MeanAbsoluteError", "MAE": "MeanAbsoluteError",
+           "mse": "MeanSquaredError", "MSE": "MeanSquaredError", "mape": "MeanAbsolutePercentageError",
+           "MAPE": "MeanAbsolutePercentageError", "msle": "MeanSquaredLogarithmicError",
+           "MSLE": "MeanSquaredLogarithmicError"}
+BY_NAME = {**{k.keras_class: k for k in LOSSES}, **{k.function: k for k in LOSSES},
+           **{alias: next(k for k in LOSSES if k.keras_class == cls) for alias, cls in ALIASES.items()}}
+DEFAULT_LOSS = "sparse_categorical_crossentropy"
+# set by mptrain from the model's output, never by the experiment
+MPTRAIN_ARGUMENTS = ("from_logits",)
+
+
+@dataclass(frozen=True)
+class Loss:
+    """A loss as the experiment names it (`written`, with its `kwargs`), and its kind."""
+
+    written: str
+    kind: LossKind
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def family(self) -> Family:
+        return self.kind.family  # (resolve refuses a loss that has none)
+
+    @property
+    def head(self) -> str:
+        """The activation mptrain's own heads end in for it."""
+        return self.kind.head or {"classes": "softmax", "binary": "sigmoid", "values": "linear"}[self.family]
+
+    def describe(self) -> str:
+        """'binary_focal_crossentropy (gamma=3)': what the summary's objective says."""
+        given = ", ".join(f"{k}={v}" for k, v in self.kwargs.items())
+        return self.written + (f" ({given})" if given else "")
+
+    def build(self, output: str) -> Any:
+        """The Keras loss object, with every argument given, `from_logits` as the model's
+        output is (`output`: probabilities or logits) where the loss takes it."""
+        import keras
+
+        arguments = dict(self.kwargs)
+        if self.kind.logits:
+            arguments["from_logits"] = output == "logits"
+        loss_class = getattr(keras.losses, self.kind.keras_class)
+        try:
+            return loss_class(**arguments)
+        except TypeError as exc:  # an argument the class does not take
+            import inspect
+
+            taken = [p for p in inspect.signature(loss_class).parameters
+                     if p not in ("self", "reduction", "name", "dtype", *MPTRAIN_ARGUMENTS)]
+            raise ConfigError(f"train.loss {self.written}: {exc}; its arguments: "
+                              f"{', '.join(taken)}") from None
+
+
+def resolve(spec, key: str = "train.loss") -> Loss:
+    """The loss a name, or a `{name, kwargs}` mapping (`config.schema.LossConfig`, or as
+    written), means; a ConfigError naming `key` for a name no Keras loss has, one no
+    objective of mptrain's judges (with why and what to do), or an argument mptrain sets
+    itself."""
+    if isinstance(spec, str):
+        name, kwargs = spec, {}
+    elif isinstance(spec, dict):
+        name, kwargs = spec.get("name"), dict(spec.get("kwargs") or {})
+    else:
+        name, kwargs = spec.name, dict(spec.kwargs)
+    kind = BY_NAME.get(name)
+    if kind is None:
+        names = sorted(k.function for k in LOSSES if k.family is not None)
+        raise ConfigError(f"{key} {name!r}: not a loss Keras knows{did_you_mean(name, list(BY_NAME))}; "
+                          f"the ones mptrain trains: {', '.join(names)} (their classes too, e.g. "
+                          "MeanAbsoluteError, and Keras' short names: mse, mae, bce)")
+    if kind.family is None:
+        raise ConfigError(f"{key} {name}: mptrain has no objective to judge it ({kind.refused}); "
+                          "compile it in your model's builder and leave train.loss out (the "
+                          "builder's own compile is trained as it is)")
+    mine = [a for a in kwargs if a in MPTRAIN_ARGUMENTS]
+    if mine:
+        raise ConfigError(f"{key} {name}: kwargs {mine[0]} is mptrain's to set, from the model's "
+                          "output (its last activation): leave it out")
+    return Loss(name, kind, kwargs)
+
+
+def family_of(spec) -> Family:
+    """The labels a loss takes (`resolve`): class ids, 0/1, or values."""
+    return resolve(spec).family
+
+
+def head_activation(spec) -> str:
+    """The activation mptrain's own heads end in for a loss (as written in the experiment:
+    the default's for none or a loss per output; a name no loss has is refused elsewhere,
+    with its key, and heads for nothing here)."""
+    single = isinstance(spec, str) or isinstance(spec, dict) and isinstance(spec.get("name"), str)
+    try:
+        return resolve(spec if single else DEFAULT_LOSS).head
+    except ConfigError:
+        return "linear"
