@@ -13,7 +13,7 @@ sys.path.insert(0, str(HERE))
 from common import cpu_model  # noqa: E402
 
 BENCHMARKS = ["startup.py", "overhead.py", "precision.py", "plan.py", "reproduce.py", "batch_size.py",
-              "every_cpu.py"]
+              "every_cpu.py", "every_lever.py"]
 
 
 def main() -> None:
