@@ -224,9 +224,8 @@ def speed(row: Variant, base: Variant, turn_steps: int = 0,
         base_rounds = row.baseline_rounds if row.baseline_rounds is not None else base.rounds
         ratios = sorted(r for r in round_ratios(base_rounds, row.rounds, per_example) if r is not None)
         if len(ratios) < MIN_ROUNDS:
-            steps = 1 + MIN_ROUNDS * turn_steps if turn_steps else None
-            more = f": --steps {steps} gives {MIN_ROUNDS}" if steps else ""
-            return Speed(unknown=f"{len(ratios)} round(s) in turns, {MIN_ROUNDS} needed{more}")
+            return Speed(unknown=f"{len(ratios)} round(s) in turns, {MIN_ROUNDS} needed"
+                                 f"{_what_gives_rounds(row.summary, turn_steps)}")
         return worded(statistics.median(ratios), median_interval(ratios), True, floor)
     a, b = base.summary.step_time, row.summary.step_time
     if a is None or b is None or not a.enough or not b.enough:
@@ -235,6 +234,18 @@ def speed(row: Variant, base: Variant, turn_steps: int = 0,
     ratio = per_example * a.median_ms / b.median_ms
     margin = math.exp(Z95 * math.hypot(_relative_error(a), _relative_error(b)))
     return worded(ratio, (ratio / margin, ratio * margin), False, floor)
+
+
+def _what_gives_rounds(s: RunSummary, turn_steps: int) -> str:
+    """What gives MIN_ROUNDS rounds, as the option that does it: a run its step limit ended
+    (plan's trials, `compare --steps`), more steps; one its epochs ended, more epochs (where
+    `--steps 16` changed nothing: it only caps the steps the epochs give)."""
+    if not turn_steps:
+        return ""
+    steps = 1 + MIN_ROUNDS * turn_steps
+    if s.stopped_by == "max_steps" or not s.epochs_run:
+        return f": --steps {steps} gives {MIN_ROUNDS}"
+    return f": --epochs {math.ceil(steps * s.epochs_run / s.steps_run)} gives {MIN_ROUNDS}"
 
 
 def round_ratios(base_rounds: list[float | None], rounds: list[float | None],

@@ -187,12 +187,14 @@ def ensure_float32_output(model):
         wrapped = keras.Model(model.inputs, outputs, name=model.name)
     else:  # the model nested, so each float32 output can keep its output's name
         from mptrain.model.keras_internals import producer
-        from mptrain.model.walk import input_structure
+        from mptrain.model.walk import input_structure, named_outputs
 
         inputs = keras.tree.map_structure(
             lambda t: keras.Input(shape=t.shape[1:], dtype=t.dtype, name=producer(t).name),
             input_structure(model))
-        results = dict(zip(model.output_names, keras.tree.flatten(model(inputs)), strict=True))
+        called = model(inputs)  # by the names a loss per output is keyed by (`named_outputs`)
+        results = (dict(called) if isinstance(called, dict) else
+                   dict(zip(named_outputs(model), keras.tree.flatten(called), strict=True)))
         outputs = {name: keras.layers.Activation("linear", dtype="float32", name=name)(t)
                    for name, t in results.items()}
         wrapped = keras.Model(inputs, outputs, name=f"{model.name}_float32")

@@ -130,24 +130,26 @@ def check_built(config: ExperimentConfig, model, objective) -> list[str]:
     would fail after set-up or train with exit 0 on something that cannot learn; said, not
     refused, what is merely odd)."""
     from mptrain.model.outputs import read_output
+    from mptrain.model.walk import named_outputs
     from mptrain.objective import Several
 
     if isinstance(objective, Several):
-        names = list(model.output_names)
-        missing = [k for k in objective.parts if k not in names]
+        named = named_outputs(model)
+        missing = [k for k in objective.parts if k not in named]
         if missing:
             raise ConfigError(f"train.loss names output {missing[0]!r}, and the model's outputs are "
-                              f"{', '.join(names)}")
+                              f"{', '.join(named)}")
         notes = []
-        for index, name in enumerate(names):
+        for name, tensor in named.items():
             if name in objective.parts:
-                objective.parts[name].check_positions(tuple(model.outputs[index].shape))
-                notes += objective.parts[name].check(model.outputs[index].shape[-1],
-                                                     read_output(model, index=index), None)
+                index = next(i for i, t in enumerate(model.outputs) if t is tensor)
+                objective.parts[name].check_positions(tuple(tensor.shape))
+                notes += objective.parts[name].check(tensor.shape[-1], read_output(model, index=index),
+                                                     None)
         return notes
     units = model.outputs[0].shape[-1]
     if len(model.outputs) > 1 and objective.one_head:
-        raise ConfigError(f"the model has {len(model.outputs)} outputs ({', '.join(model.output_names)}) "
+        raise ConfigError(f"the model has {len(model.outputs)} outputs ({', '.join(named_outputs(model))}) "
                           f"and train.loss is one loss: give one per output (train.loss: "
                           "{OUTPUT: LOSS, ...}), or compile the model in its builder")
     notes = objective.check(units, read_output(model), config.train.class_weight)

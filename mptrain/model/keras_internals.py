@@ -2,8 +2,8 @@
 not serve. A Keras release may rename any of them: `tests/unit/test_keras_internals.py`
 calls each one on a small model and fails, naming it, when one is gone or changed.
 
-- A functional model's graph: which layer call produced a symbolic tensor, and from what
-  (`_keras_history`, `_inbound_nodes`); the calls of this model's own graph
+- A functional model's graph: which layer call produced a symbolic tensor, which of its
+  outputs it is, and from what (`_keras_history`, `_inbound_nodes`); the calls of this model's own graph
   (`_nodes_by_depth`: `layer.output` is a nested model's first call, in its own graph).
 - Keras' layer-name counters (`global_state`'s `object_name_uids`), reset by `build_model`.
 - `MultiHeadAttention`'s softmax layer and attention dropout (`_softmax`, `_dropout`; its
@@ -28,6 +28,13 @@ def producer(tensor):
     """The layer (operation) that produced a symbolic tensor, or None."""
     history = getattr(tensor, "_keras_history", None)
     return history.operation if history is not None else None
+
+
+def output_index(tensor) -> int:
+    """Which of its producer's outputs a symbolic tensor is (a nested model's second output
+    is its 1)."""
+    history = getattr(tensor, "_keras_history", None)
+    return history.tensor_index if history is not None else 0
 
 
 def inputs_of(tensor) -> list:

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from mptrain.model.keras_internals import inputs_of, producer
+from mptrain.model.keras_internals import inputs_of, output_index, producer
 
 OutputKind = Literal["probabilities", "logits"]
 PROBABILITY_ACTIVATIONS = ("softmax", "sigmoid")
@@ -78,8 +78,8 @@ def _read_layers(model, index: int = 0) -> OutputReading:
         if activation == "linear" and kind in ("Dense", "EinsumDense", "Conv1D", "Conv2D", "Conv3D"):
             return OutputReading("logits", f"its last layer {layer.name!r} is a {kind} without "
                                            "activation")
-        if isinstance(layer, keras.Model):
-            inner = _read_layers(layer)  # a nested model: read its own last layers
+        if isinstance(layer, keras.Model):  # a nested model: read the last layers of this output
+            inner = _read_layers(layer, output_index(tensor))
             if inner.kind is not None:
                 return inner
         return OutputReading(None, f"its last layer {layer.name!r} ({kind}"

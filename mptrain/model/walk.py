@@ -36,3 +36,17 @@ def input_structure(model):
         return model.input
     except (AttributeError, ValueError):
         return model.inputs[0] if len(model.inputs) == 1 else list(model.inputs)
+
+
+def named_outputs(model) -> dict:
+    """The model's outputs by the names Keras matches a loss per output by: a dict output's
+    keys (compile reads y_pred's keys), else its output layers' names, in the outputs' order.
+    A builder's `{"value": Dense(1), "kind": Dense(3)}` has outputs "value" and "kind" whatever
+    Keras named its layers (dense_1, dense_2), and in that order of keys wherever it is read."""
+    try:
+        structure = model.output
+    except (AttributeError, ValueError):
+        structure = None
+    if isinstance(structure, dict):
+        return dict(structure)
+    return dict(zip(model.output_names, model.outputs, strict=True))

@@ -66,7 +66,7 @@ class Objective:
 
     def metric(self, name: str, output: str) -> Any:
         """What `compile` is given for a metric name; Keras resolves it, but where the output
-        changes what it means (accuracy of logits, AUC over several labels)."""
+        changes what it means (accuracy of logits, AUC of logits)."""
         if name == "top5_accuracy":
             import keras
 
@@ -207,8 +207,10 @@ class Binary(Objective):
                 "acc": lambda: keras.metrics.BinaryAccuracy(name=name, threshold=threshold),
                 "precision": lambda: keras.metrics.Precision(thresholds=threshold, name=name),
                 "recall": lambda: keras.metrics.Recall(thresholds=threshold, name=name),
-                "auc": lambda: keras.metrics.AUC(from_logits=output == "logits", name=name,
-                                                 multi_label=self.units > 1)}
+                # Keras' `auc`, as compile makes it from the name: one curve over every label's
+                # scores pooled (multi_label=True averaged a curve per label, and a column
+                # never positive, StringLookup's [UNK], read 0.88 where Keras' own read 0.99)
+                "auc": lambda: keras.metrics.AUC(from_logits=output == "logits", name=name)}
         return made[name]() if name in made else super().metric(name, output)
 
     def check(self, units: int, reading, class_weight: dict | None) -> list[str]:
@@ -235,7 +237,8 @@ class Binary(Objective):
 
 
 class MultiLabel(Binary):
-    """Several 0/1 labels per example (tags), a sigmoid each, judged by the AUC over them."""
+    """Several 0/1 labels per example (tags), a sigmoid each, judged by Keras' `auc`: one curve
+    over every label's scores pooled."""
 
     name = "multi-label classification"
     quality = Quality("auc", True, "AUC")
@@ -355,6 +358,11 @@ class Several(_Composed):
 
     def loss(self, output: str) -> Any:
         return {k: o.loss(output) for k, o in self.parts.items()}
+
+    def describe(self) -> str:
+        """'several outputs: value, a regression (1 target; loss mse); kind, a classification
+        (3 classes; ...)': each output's own objective, not the first's labels for all."""
+        return f"{self.name}: " + "; ".join(f"{k}, a {o.describe()}" for k, o in self.parts.items())
 
 
 def _one_unit_softmax(reading, units: int) -> None:

@@ -1,6 +1,7 @@
 """`mptrain compare` for real (tiny variants through the CLI) and its pure parts."""
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -127,6 +128,23 @@ def test_verdict_needs_enough_rounds_and_says_how_many_steps_give_them(tmp_path)
     assert side.returncode == 0, side.stderr
     again = CompareRecord.model_validate_json(side.stdout).variants[1]
     assert again.speedup is None and again.verdict.speed.unknown == bf16.verdict.speed.unknown
+
+
+def test_the_advice_for_too_few_rounds_followed_literally_gives_them(tmp_path):
+    """Runs their epochs ended (6 steps): the advice names --epochs (--steps only caps the
+    steps the epochs give, and `--steps 16` once changed nothing), and the compare it names
+    is timed."""
+    config = experiment(tmp_path, "train.epochs=1")
+    first = mptrain("compare", str(config), "--policies", "float32,mixed_bfloat16", "--json", cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    words = CompareRecord.model_validate_json(first.stdout).variants[1].verdict.words()
+    advice = re.search(r"needed: (--\w+) (\d+) gives 3", words)
+    assert advice is not None and advice.group(1) == "--epochs", words
+    again = mptrain("compare", str(config), "--policies", "float32,mixed_bfloat16", *advice.groups(),
+                    "--json", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    followed = CompareRecord.model_validate_json(again.stdout).variants[1]
+    assert followed.speedup is not None and len(followed.rounds) >= 3, followed.verdict.words()
 
 
 def test_compare_takes_a_candidate_plan_prints_and_runs_xla_beside_its_control(tmp_path, monkeypatch):

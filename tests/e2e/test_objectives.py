@@ -147,6 +147,52 @@ def test_two_outputs_on_their_own_compile_in_both_loops(tmp_path, loop):
     assert summary["quality"]["metric"] == "priority_mae" and summary["output_dtype"] == "float32"
 
 
+TWO_HEADS = '''
+import keras
+from keras import layers
+
+
+def build(input_shape):
+    inputs = keras.Input(shape=input_shape)
+    x = layers.Dense(16, activation="relu")(inputs)
+    return keras.Model(inputs, {"value": layers.Dense(1)(x),
+                                "kind": layers.Dense(3, activation="softmax")(x)})
+'''
+
+
+@pytest.mark.parametrize(("policy", "loop"), [("float32", "fit"), ("mixed_bfloat16", "custom"),
+                                              ("mixed_float16", "fit"), ("mixed_float16", "custom")])
+def test_a_dict_output_model_trains_each_output_on_its_own_objective_under_every_policy(
+        tmp_path, policy, loop):
+    """A builder's `{"value": Dense(1), "kind": Dense(3, softmax)}`, a loss per output by the
+    dict's keys (Keras' names its layers dense_1, dense_2): refused under every 16-bit policy,
+    where the float32 output wrapper read its nested model's first output for each (the
+    softmax, for the regression), and under float32 too, where its outputs went by their
+    layers' names."""
+    rng = np.random.default_rng(0)
+
+    def part(n):
+        x = rng.normal(size=(n, 8)).astype(np.float32)
+        return x, (3 * x[:, :1] + 1).astype(np.float32), (x[:, 1] > 0).astype(np.int64) + (x[:, 2] > 0)
+    (x, value, kind), (xt, vt, kt) = part(384), part(96)
+    np.savez(tmp_path / "two.npz", x_train=x, y_train_value=value, y_train_kind=kind, x_test=xt,
+             y_test_value=vt, y_test_kind=kt)
+    (tmp_path / "two.py").write_text(TWO_HEADS)
+    config = experiment(tmp_path, f"data={{dataset: npz, path: {tmp_path / 'two.npz'}}}",
+                        f"model={{kind: python, builder: '{tmp_path / 'two.py'}:build'}}",
+                        "train.loss={value: mean_squared_error, kind: sparse_categorical_crossentropy}",
+                        "train.loss_weights={value: 0.5, kind: 2.0}", "train.epochs=12",
+                        f"policy={policy}", f"train.loop={loop}")
+    summary = run(tmp_path, config)
+    metrics = summary["test_metrics"]
+    assert metrics["kind_accuracy"] > 0.7 and metrics["value_mae"] < 1.0, metrics
+    said = summary["objective"]  # each output's own objective (the file's order: kind, value)
+    assert said.startswith("several outputs: ") and "value, a regression (1 target; loss " \
+        "mean_squared_error)" in said and "kind, a classification (3 classes; loss " \
+        "sparse_categorical_crossentropy)" in said
+    assert summary["quality"]["metric"] == "kind_accuracy"  # the first output's, by its name
+
+
 def test_an_autoencoder_learns_its_inputs_back(tmp_path):
     rng = np.random.default_rng(0)
     codes = rng.normal(0, 1, (320, 3))

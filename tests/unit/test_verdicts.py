@@ -198,9 +198,14 @@ def test_rounds_in_turns_see_through_a_drift_the_old_rule_called_a_speed_up():
 def test_too_few_rounds_say_so_and_how_many_steps_give_enough():
     """compare, plan and `runs --compare` give the same two runs the same answer: from their
     rounds in turns, or none, and why (the one rule: `verdicts.speed`)."""
-    two = speed(measured("b", summary=make_summary(median=50.0), rounds=[50.0, 50.0]),
+    two = speed(measured("b", summary=make_summary(median=50.0, stopped_by="max_steps"), rounds=[50.0, 50.0]),
                 measured("a", summary=make_summary(median=100.0), rounds=[100.0, 100.0]), 5)
     assert two.ratio is None and two.unknown == "2 round(s) in turns, 3 needed: --steps 16 gives 3"
+    # a run its epochs ended (2 of 6 steps): more steps would change nothing, more epochs do
+    ended = make_summary(median=50.0, steps=12, epochs_run=2)
+    by_epochs = speed(measured("b", summary=ended, rounds=[50.0, 50.0]),
+                      measured("a", summary=make_summary(median=100.0), rounds=[100.0, 100.0]), 5)
+    assert by_epochs.unknown == "2 round(s) in turns, 3 needed: --epochs 3 gives 3"
     record = record_of(("float32", make_summary(median=100.0)), ("mixed_bfloat16", make_summary(median=50.0)),
                        rounds={"float32-fit": [100.0, 100.0], "mixed_bfloat16-fit": [50.0, 50.0]})
     assert record.variants[1].speedup is None
