@@ -20,6 +20,12 @@ def test_a_symbolic_tensor_names_the_layer_that_made_it_and_its_inputs():
     assert internals.producer(hidden).name == "hidden"
     eager = keras.ops.ones((1,))
     assert internals.producer(eager) is None and internals.inputs_of(eager) == []
+    # which of a nested model's outputs a tensor is: a dict's, in its flattened (sorted) order
+    inputs = keras.Input((4,))
+    two = keras.Model(inputs, {"value": keras.layers.Dense(1)(inputs), "kind": keras.layers.Dense(3)(inputs)})
+    called = two(keras.Input((4,)))
+    assert [internals.output_index(called[k]) for k in ("kind", "value")] == [0, 1]
+    assert internals.output_index(eager) == 0
 
 
 def test_a_layers_first_call_and_the_models_own_graph():
