@@ -188,7 +188,7 @@ def candidates(machine: Machine, kernels: KernelSpeeds | None = None, *,
             candidate("mixed_float16", f"the same as mixed_float16+xla here: {why}"
                       if needs_xla and not deterministic
                       else _cpu_rule("float16", False, machine, kernels, kinds)),
-            *_other_library(machine, kernels, kinds),
+            *_other_library(machine, kernels),
         ]
     else:
         no_tc = None if gpu.float16_tensor_cores else f"{gpu.describe()}: no Tensor Cores (CC < 7.0)"
@@ -261,41 +261,22 @@ def expected_gain(option: Candidate, machine: Machine, kernels: KernelSpeeds,
     return (precision or 0.0) * (base or 0.0)
 
 
-def _other_library(machine: Machine, kernels: KernelSpeeds | None,
-                   kinds: Kinds) -> list[Candidate]:
+def _other_library(machine: Machine, kernels: KernelSpeeds | None) -> list[Candidate]:
     """float32 and the 16-bit policies (without XLA, which compiles kernels of its own) with
     the math library TensorFlow does not run on this CPU: oneDNN where it leaves oneDNN off
     (AVX2-only CPUs, where float32 ResNet50 ran 3.2x faster with it), Eigen where it turns it
-    on (tried if it measured near oneDNN). Each ruled out by the kernels measured with that
-    library, against float32 as TensorFlow runs it here."""
+    on. What their kernels measured rules them out with the rest (`_in_all`); here, what
+    cannot be measured or run: oneDNN's 16 bits without AVX-512, an Eigen not measured."""
     library = library_of(not machine.onednn)
-    name = LIBRARY_NAMES[library]
-    gain = kernels.library_gain("float32", kinds) if kernels is not None else None
-    if gain is not None:
-        float32_why = (None if gain >= RULE_OUT else
-                       f"{kernels.describe_library(kinds)}, below the {RULE_OUT:g}x a trial could win from")
-    else:
-        unmeasured = (f"not measured: {kernels.peer_failed or 'this measurement holds one library'}"
-                      if kernels is not None else "not measured: the kernels could not be timed")
-        float32_why = (None if library == "onednn" else
-                       f"oneDNN is TensorFlow's choice on this CPU, and Eigen's kernels were "
-                       f"{unmeasured}")
-    found = [candidate(f"float32+{library}", float32_why)]
+    why = ("no kernel was measured" if kernels is None else kernels.peer_failed
+           or ("" if kernels.library_gain() is not None else "this measurement holds one library"))
+    unmeasured = f"{LIBRARY_NAMES[library]}'s kernels were not measured ({why})" if why else None
+    found = [candidate(f"float32+{library}", None if library == "onednn" else unmeasured)]
     for policy, dtype in (("mixed_bfloat16", "bfloat16"), ("mixed_float16", "float16")):
-        precision = (kernels.speedup(dtype, "/CPU:0", False, kinds, library == "onednn")
-                     if kernels is not None else None)
-        if library == "onednn" and not ONEDNN_BFLOAT16_FLAGS & machine.cpu.flags:
-            why = (f"oneDNN takes no {dtype} on this CPU (it needs AVX-512): its {dtype} runs "
-                   "through Eigen either way")
-        elif precision is None or gain is None:
-            why = f"{name}'s {dtype} kernels were {unmeasured if gain is None else 'not measured'}"
-        elif precision * gain < RULE_OUT:
-            why = (f"{dtype} kernels with {name} run {times(precision)} float32 with {name}, and "
-                   f"float32 with {name} {times(gain)} float32 as TensorFlow runs it here: "
-                   f"{times(precision * gain)} in all, below the {RULE_OUT:g}x a trial could win from")
-        else:
-            why = None
-        found.append(candidate(f"{policy}+{library}", why))
+        no_16_bit = (f"oneDNN takes no {dtype} on this CPU (it needs AVX-512): its {dtype} runs "
+                     "through Eigen either way" if library == "onednn" and not ONEDNN_BFLOAT16_FLAGS &
+                     machine.cpu.flags else None)
+        found.append(candidate(f"{policy}+{library}", no_16_bit or unmeasured))
     return found
 
 
