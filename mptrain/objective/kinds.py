@@ -189,11 +189,21 @@ class DenseClasses(Classes):
 
 
 class Binary(Objective):
-    """One 0/1 label per example, the probability of 1 from one sigmoid."""
+    """One 0/1 label per example, the probability of 1 from one sigmoid; targets that are
+    probabilities themselves (soft: a rating scaled to 0..1) are judged by the loss, which an
+    accuracy cannot read."""
 
     name = "binary classification"
     activation = "sigmoid"
     quality = ACCURACY
+
+    def __init__(self, loss: Loss, labels: Labels):
+        super().__init__(loss, labels)
+        if labels.soft:
+            self.quality = Quality("loss", False, "loss")
+
+    def default_metrics(self) -> list[str]:
+        return [] if self.labels.soft else super().default_metrics()
 
     def batch_labels(self, tf, y):
         y = tf.cast(y, tf.float32)
@@ -244,7 +254,7 @@ class MultiLabel(Binary):
     quality = Quality("auc", True, "AUC")
 
     def default_metrics(self) -> list[str]:
-        return ["auc"]
+        return [] if self.labels.soft else ["auc"]
 
     @property
     def units(self) -> int:

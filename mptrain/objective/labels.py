@@ -33,11 +33,15 @@ class Labels:
     dense: tuple[int, ...] = ()
     scale: TargetScale | None = None
     one_hot: bool = False  # stored as one-hot rows: read as class ids
+    soft: bool = False  # 0/1 labels given as probabilities between (a rating scaled to 0..1)
     trailing_one: bool = False  # stored with a last axis of 1 ((N, H, W, 1) masks): dropped
 
     def describe(self) -> str:
         what = {"classes": f"{self.units} classes", "multi_hot": f"{self.units} labels (0/1 each)",
                 "values": f"{self.units} target{'s' if self.units != 1 else ''}"}[self.form]
+        if self.soft:
+            what = ("a probability of 1 per example" if self.form == "classes" else
+                    f"{self.units} probabilities per example")
         return what + (f" at each of {'x'.join(map(str, self.dense))} positions" if self.dense else "")
 
 
@@ -95,16 +99,21 @@ def labels_for(family: Family, stats: LabelStats, scale_targets: bool = False) -
     labels, one per example or several; target values, (N,) or (N, k)."""
     shape, source = stats.shape, stats.source
     trailing = len(shape) >= 1 and shape[-1] == 1
-    if family == "values":
-        if len(shape) > 1 and not trailing:
-            raise DataError(f"{source}: targets of shape {shape}; a regression takes one value per "
-                            "example (N,) or several (N, k)")
+    if family == "values":  # targets of any rank, compared whole: the last axis a position's
         if scale_targets and not stats.mean:
             raise ConfigError(f"train.target_scaling standard: {source}'s targets are not read "
                               "before training, so nothing can be fitted to them; leave it out")
+        if scale_targets and len(shape) > 1:
+            raise ConfigError(f"train.target_scaling standard scales each of an example's targets, "
+                              f"and {source} has {'x'.join(map(str, shape))} per example: leave it "
+                              "out")
         scale = (TargetScale([*stats.mean], [s if s > 0 and math.isfinite(s) else 1.0
                                              for s in stats.std]) if scale_targets else None)
-        return Labels("values", shape[0] if shape else 1, scale=scale)
+        return Labels("values", shape[-1] if shape else 1, tuple(shape[:-1]), scale=scale)
+    if family == "binary" and not stats.whole and stats.low >= 0 and stats.high <= 1:
+        # probabilities as targets (Keras' binary losses take them): a rating scaled to 0..1
+        return Labels("classes", 2, trailing_one=trailing, soft=True) if len(shape) <= 1 or \
+            shape == (1,) else Labels("multi_hot", shape[0], soft=True)
     if not stats.whole or stats.low < 0:
         what = (f"values from {stats.low:g} to {stats.high:g}" if stats.whole else
                 "values that are not whole numbers")

@@ -193,6 +193,47 @@ def test_a_dict_output_model_trains_each_output_on_its_own_objective_under_every
     assert summary["quality"]["metric"] == "kind_accuracy"  # the first output's, by its name
 
 
+CONV1D_AUTOENCODER = '''
+import keras
+from keras import layers
+
+
+def build(input_shape):  # keras.io's timeseries anomaly detection, smaller
+    inputs = keras.Input(shape=input_shape)
+    x = layers.Conv1D(8, 7, padding="same", strides=2, activation="relu")(inputs)
+    x = layers.Conv1DTranspose(8, 7, padding="same", strides=2, activation="relu")(x)
+    return keras.Model(inputs, layers.Conv1DTranspose(1, 7, padding="same")(x))
+'''
+
+
+def test_targets_as_keras_takes_them_probabilities_and_windows(tmp_path):
+    """Ratings scaled to 0..1 under a binary cross-entropy (keras.io's collaborative
+    filtering) train, judged by the loss; a Conv1D autoencoder's (32, 1) windows, its targets,
+    are compared whole (keras.io's anomaly detector was refused: "the model outputs 1 value(s)
+    per example and the data has 288 targets")."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(480, 8)).astype(np.float32)
+    rating = (1 / (1 + np.exp(-(x[:, 0] - x[:, 1])))).astype(np.float32)
+    np.savez(tmp_path / "ratings.npz", x_train=x[:384], y_train=rating[:384], x_test=x[384:],
+             y_test=rating[384:])
+    soft = run(tmp_path, experiment(tmp_path, f"data={{dataset: npz, path: {tmp_path / 'ratings.npz'}}}",
+                                    "train.loss=binary_crossentropy", "model.num_classes=1",
+                                    "train.epochs=6", name="ratings.yaml"))
+    assert soft["quality"]["metric"] == "loss" and soft["quality"]["value"] < 0.62  # ln 2: 0.69
+    assert "binary classification (a probability of 1 per example" in soft["objective"]
+    waves = np.sin(np.linspace(0, 20, 32)[None, :] + rng.uniform(0, 6, (240, 1)))[..., None]
+    waves = waves.astype(np.float32)
+    np.savez(tmp_path / "waves.npz", x_train=waves[:192], y_train=waves[:192], x_test=waves[192:],
+             y_test=waves[192:])
+    (tmp_path / "autoencoder.py").write_text(CONV1D_AUTOENCODER)
+    builder = f"model={{kind: python, builder: '{tmp_path / 'autoencoder.py'}:build'}}"
+    windows = run(tmp_path, experiment(tmp_path, f"data={{dataset: npz, path: {tmp_path / 'waves.npz'}}}",
+                                       builder, "train.loss=mean_squared_error", "train.epochs=8",
+                                       "train.batch_size=32", name="waves.yaml"))
+    assert windows["quality"]["metric"] == "mae" and windows["quality"]["value"] < 0.5
+    assert "regression (1 target at each of 32 positions" in windows["objective"]
+
+
 def test_an_autoencoder_learns_its_inputs_back(tmp_path):
     rng = np.random.default_rng(0)
     codes = rng.normal(0, 1, (320, 3))

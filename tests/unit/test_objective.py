@@ -103,6 +103,23 @@ def test_a_head_without_data_serves_the_objective_its_width_says():
     assert isinstance(targets, Values) and targets.units == 2 and for_head("mse", None).units == 1
 
 
+def test_targets_are_read_as_keras_takes_them_soft_probabilities_and_any_rank():
+    """A binary loss takes probabilities as targets (keras.io's collaborative filtering trains
+    on ratings scaled to 0..1), judged by its loss, which an accuracy cannot read; a
+    regression's targets of any rank are compared whole, the last axis a position's (a Conv1D
+    autoencoder's (288, 1) windows were refused: "1 value(s) per example and 288 targets")."""
+    soft = objective_for("binary_crossentropy", stats([0.1, 0.75, 1.0, 0.0]))
+    assert isinstance(soft, Binary) and soft.labels.soft and soft.quality.metric == "loss"
+    assert soft.default_metrics() == [] and "a probability of 1 per example" in soft.describe()
+    windows = objective_for("mse", stats(np.zeros((4, 288, 1)) + np.arange(4)[:, None, None]))
+    assert isinstance(windows, Values) and windows.units == 1 and windows.labels.dense == (288,)
+    windows.check_positions((None, 288, 1))
+    with pytest.raises(ConfigError, match="its output must be 288x1 per example"):
+        windows.check_positions((None, 1))
+    with pytest.raises(ConfigError, match="has 288x1 per example: leave it out"):
+        objective_for("mse", stats(np.zeros((4, 288, 1)) + np.arange(4)[:, None, None]), scale_targets=True)
+
+
 def test_labels_a_loss_cannot_take_are_refused_naming_the_data_and_the_fix():
     with pytest.raises(DataError, match="labels must be class ids .* not whole numbers; for values "
                                         "to predict use a regression loss"):
