@@ -93,11 +93,15 @@ TinyShapes(data_dir=DATA_DIR).download_and_prepare(
 '''
 
 
-def regression_table(path: Path, rows=240, seed=0, scale=1000.0, sort=False) -> Path:
+def regression_table(path: Path, rows=240, seed=0, scale=1000.0, sort=False,
+                     raw: bool = False) -> Path:
     """A regression: two targets linear in four features, plus noise; `scale` their size
-    (house prices in the thousands); `sort`: rows sorted by the first target."""
+    (house prices in the thousands); `sort`: rows sorted by the first target; `raw`: the
+    features on their own scales (an age in tens, a size in the thousands, a distance in
+    tenths), as a house table stores them."""
     rng = np.random.default_rng(seed)
     x = rng.normal(0, 1, (rows, 4))
+    stored = x * [12.0, 700.0, 0.3, 1.0] + [35.0, 2400.0, 1.5, 0.0] if raw else x
     price = scale * (3 + x @ np.array([1.0, -0.5, 0.25, 0.0]) + 0.05 * rng.normal(0, 1, rows))
     rooms = 2 + x[:, 3] + 0.05 * rng.normal(0, 1, rows)
     order = np.argsort(price) if sort else np.arange(rows)
@@ -106,8 +110,8 @@ def regression_table(path: Path, rows=240, seed=0, scale=1000.0, sort=False) -> 
         writer = csv.writer(fh)
         writer.writerow(["age", "size", "price", "distance", "rooms", "floor"])
         for i in order:
-            writer.writerow([f"{x[i, 0]:.4f}", f"{x[i, 1]:.4f}", f"{price[i]:.2f}", f"{x[i, 2]:.4f}",
-                             f"{rooms[i]:.3f}", f"{x[i, 3]:.4f}"])
+            writer.writerow([f"{stored[i, 0]:.4f}", f"{stored[i, 1]:.4f}", f"{price[i]:.2f}",
+                             f"{stored[i, 2]:.4f}", f"{rooms[i]:.3f}", f"{stored[i, 3]:.4f}"])
     return path
 
 

@@ -150,6 +150,12 @@ class CsvData(_FileData):
         "vector: the feature columns as one input of numbers; columns: one named input per "
         "column, shape (1,), numbers as float32 and text as strings, for a model of your own "
         "with one keras.Input per column (keras.io's structured data models)."))
+    normalize: bool = Field(True, description=(
+        "inputs: vector: each feature standardised with the training split's mean and "
+        "deviation, as keras.io's structured data examples adapt a Normalization layer on "
+        "the training split (a model saved from the run takes features standardised so: the "
+        "summary's notes give both); false: the features as stored (a size in the thousands "
+        "beside an age in tens kept a regression from learning)."))
 
     @model_validator(mode="after")
     def _columns_are_streamed(self) -> CsvData:

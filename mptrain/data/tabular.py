@@ -249,10 +249,12 @@ class Csv(Source, dataset="csv"):
 
     def load(self, cfg: CsvData, seed: int = 0, status=None) -> Dataset:
         table = read_table(cfg)
+        mean, std, notes = _standardisation(cfg, table)
 
         def features(row: list[str]):
             if cfg.inputs == "vector":
-                return np.array([float(row[i]) for i in table.feature_idx], np.float32)
+                values = np.array([float(row[i]) for i in table.feature_idx])
+                return ((values - mean) / std).astype(np.float32)
             read = {"string": str.strip, "int64": int, "float32": float}
             return {name: np.array([read[dtype](row[i])], object if dtype == "string" else dtype)
                     for (name, dtype), i in zip(table.columns, table.feature_idx, strict=True)}
@@ -287,4 +289,27 @@ class Csv(Source, dataset="csv"):
             labels=table.stats,
             source=str(cfg.path),
             files={} if table.classes is None else {"classes.txt": "\n".join(table.classes) + "\n"},
+            notes=notes,
         )
+
+
+def _standardisation(cfg: CsvData, table: Table) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """Each feature's mean and deviation over the training rows (`data.normalize`, vector
+    inputs), what the features are standardised with, as keras.io adapts a Normalization
+    layer on its training split; 0 and 1 (the features as stored) otherwise."""
+    width = len(table.feature_idx)
+    if cfg.inputs != "vector" or not cfg.normalize:
+        return np.zeros(width), np.ones(width), []
+    wanted = set(table.train_rows.tolist())
+    rows = table_rows(cfg.path, cfg.delimiter)
+    next(rows, None)  # the header
+    seen = np.array([[float(row[i]) for i in table.feature_idx]
+                     for index, (_, row) in enumerate(rows) if index in wanted])
+    mean, std = seen.mean(axis=0), seen.std(axis=0)
+    std = np.where(std > 0, std, 1.0)
+    shown = ", ".join(f"{name} {m:,.4g} ± {d:,.4g}" for (name, _), m, d in
+                      list(zip(table.columns, mean, std, strict=True))[:6])
+    more = f", and {width - 6} more" if width > 6 else ""
+    return mean, std, [f"{cfg.path}: features standardised with the training split's mean and "
+                       f"deviation (data.normalize: {shown}{more}); a model saved from this run "
+                       "takes features standardised so"]
