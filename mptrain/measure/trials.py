@@ -103,11 +103,11 @@ def race(racers: dict[str, Racer], baseline: str | None = "float32",
     leader = max(same_batch, key=lambda label: statistics.median(_known(speedups[label])), default=None)
     stops |= {label: ("drop", why) for label in sorted(running - set(stops))
               if leader is not None and label != leader
-              and (why := _behind(speedups[label], speedups[leader], leader, floor)) is not None}
+              and (why := _behind(speedups[label], speedups[leader], leader, floor, min_rounds)) is not None}
     left = [label for label in racers if label in running and label not in stops]  # as listed
     if left:
         same = all(racers[label].batch_size == base.batch_size for label in left)
-        why = _settled(left, speedups, floor) if same else None  # another batch: raced to its end
+        why = _settled(left, speedups, floor, min_rounds) if same else None  # another batch: raced to its end
     elif any(not r.control for r in racers.values()):
         why = "decided: no trial but float32 is left to race"
     else:
@@ -119,12 +119,13 @@ def race(racers: dict[str, Racer], baseline: str | None = "float32",
 
 
 def _settled(left: list[str], speedups: dict[str, list[float | None]],
-             floor: tuple[float, float]) -> str | None:
+             floor: tuple[float, float], min_rounds: int) -> str | None:
     """Why the pick among the trials `left` (as listed, at the experiment's batch) is
     decided, or None while it is not: each faster than float32 beyond the noise
     (`verdicts.worded`) by the `PRACTICAL_GAIN`, and the first listed (which `choose`
     prefers, as the simpler, within the `PRACTICAL_GAIN` of the best) within it of every
-    other one, round by round, over its whole interval."""
+    other one, round by round, over its whole interval (`min_rounds` rounds both ran, at
+    least)."""
     for label in left:
         known = _known(speedups[label])
         median = statistics.median(known)
@@ -132,7 +133,8 @@ def _settled(left: list[str], speedups: dict[str, list[float | None]],
             return None  # its own verdict is still open
     first, *others = left
     for other in others:
-        if median_interval(_over(speedups[first], speedups[other]))[0] < 1 / PRACTICAL_GAIN:
+        pairs = _over(speedups[first], speedups[other])
+        if len(pairs) < min_rounds or median_interval(pairs)[0] < 1 / PRACTICAL_GAIN:
             return None
     known = _known(speedups[first])
     low, high = median_interval(known)
@@ -155,11 +157,15 @@ def _below_a_pick(speedups: list[float | None], floor: tuple[float, float]) -> s
 
 
 def _behind(speedups: list[float | None], leaders: list[float | None], leader: str,
-            floor: tuple[float, float]) -> str | None:
+            floor: tuple[float, float], min_rounds: int) -> str | None:
     """Why a trial cannot be picked over the leader (None: it can): its speed over the
     leader's, round by round, below 1 by more than the `PRACTICAL_GAIN` (within which
-    `choose` prefers the simpler) and the noise floor's bottom, over its whole interval."""
+    `choose` prefers the simpler) and the noise floor's bottom, over its whole interval of
+    the rounds both ran (`min_rounds` at least: a trial is not behind in rounds it never
+    shared with the leader)."""
     ratios = _over(speedups, leaders)
+    if len(ratios) < min_rounds:
+        return None
     high = median_interval(ratios)[1]
     if high >= min(1 / PRACTICAL_GAIN, floor[0]):
         return None

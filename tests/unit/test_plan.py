@@ -634,7 +634,7 @@ def racers(rounds: int, **speedups):
     for label, speedup in speedups.items():
         batch = 64 if "_at_b" in label else 32
         each = speedup if isinstance(speedup, tuple) else (speedup,) * rounds
-        field[label.replace("_at_b", "@b")] = Racer([100.0 * batch / 32 / s for s in each[:rounds]],
+        field[label.replace("_at_b", "@b")] = Racer([s and 100.0 * batch / 32 / s for s in each[:rounds]],
                                                     batch, True)
     return field
 
@@ -704,6 +704,9 @@ def test_the_race_pairs_its_rounds_by_round_and_races_only_beside_its_baseline()
     assert race(field)["fair"] == ("drop", "dropped after 3 rounds: at most 0.75x fast's speed (in "
                                            "each of 3 rounds)")
     assert race(field, None) == {} and race(field, "float32 with fair") == {}
+    # rounds the two never shared cannot put one behind the other
+    apart = racers(5, fast=(2.0, 2.0, 2.0, None, None), fair=(None, None, None, 1.5, 1.5))
+    assert "fair" not in race(apart, min_rounds=2)
 
 
 def test_a_candidate_whose_axes_together_cannot_win_is_not_tried(tmp_path, monkeypatch):
