@@ -146,11 +146,17 @@ class Classes(Objective):
                               f"go up to {max(classes, 2) - 1}")
         _one_unit_softmax(reading, units)
         if units == 1:
+            labels = self.labels
+            if classes == 2 and len(labels.dense) == 1:  # (N, k) of 0/1: k yes/no labels?
+                hint = (f"if they are {labels.dense[0]} yes/no labels per example (multi-hot), use "
+                        f"train.loss: binary_crossentropy with {labels.dense[0]} sigmoid outputs")
+            else:
+                hint = ("with one sigmoid output for two classes, use train.loss: "
+                        "binary_crossentropy")
             raise ConfigError(
-                f"train.loss {self.loss_name} needs one output per class and the model has 1 (for "
-                f"the data's {classes} classes); with one sigmoid output for two classes, use "
-                "train.loss: binary_crossentropy; for a value to predict, a regression loss "
-                "(train.loss: mean_squared_error)")
+                f"train.loss {self.loss_name} needs one output per class and the model has 1 (the "
+                f"data's labels read as {labels.describe()}); {hint}; for a value to predict, a "
+                "regression loss (train.loss: mean_squared_error)")
         if units < classes:
             raise ConfigError(f"the labels go up to {classes - 1} and the model has {units} "
                               f"outputs; give it {classes} (model.num_classes, or what its "

@@ -181,7 +181,7 @@ def test_keras_ios_make_model_learns_a_binary_task(tmp_path):
 @pytest.mark.parametrize("builder, loss, message", [
     ("softmax_one", "binary_crossentropy", "is a softmax over 1 unit, which outputs 1.0 for every input"),
     ("sigmoid_one", "sparse_categorical_crossentropy",
-     "needs one output per class and the model has 1 (for the data's 2 classes)"),
+     "needs one output per class and the model has 1 (the data's labels read as 2 classes)"),
     ("two_inputs", "sparse_categorical_crossentropy", "it takes 2 inputs (a, b)"),
 ], ids=["softmax-one-unit", "one-unit-for-two-classes", "dict-inputs"])
 def test_validate_deep_refuses_what_run_could_not_train(tmp_path, builder, loss, message):

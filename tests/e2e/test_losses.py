@@ -57,3 +57,55 @@ def test_the_first_step_loss_is_keras_own_for_the_name_and_arguments_given(tiny_
     assert ours == pytest.approx(theirs, rel=1e-5)
     said = ", ".join(f"{k}={v}" for k, v in kwargs.items())
     assert prepared.objective.loss_name == (f"{kind.keras_class} ({said})" if kwargs else kind.function)
+
+
+TWO_HEADS = '''
+import keras
+from keras import layers
+
+
+def build(input_shape, compiled=False):
+    inputs = keras.Input(shape=input_shape)
+    x = layers.Dense(16, activation="relu")(inputs)
+    model = keras.Model(inputs, {"value": layers.Dense(1)(x),
+                                 "kind": layers.Dense(3, activation="softmax")(x)})
+    if compiled:  # the builder's own compile, its loss weights kept by mptrain's recompile
+        model.compile(loss={"value": "mean_squared_error", "kind": "sparse_categorical_crossentropy"},
+                      loss_weights={"value": 0.25, "kind": 3.0})
+    return model
+'''
+WEIGHTS = {"value": 0.25, "kind": 3.0}
+
+
+@pytest.mark.parametrize("where", ["train.loss_weights", "builder's compile"])
+def test_each_outputs_loss_is_weighed_as_keras_weighs_it(tmp_path, tiny_config, where):
+    """A dict-output model's first-batch loss is Keras' own compile's with the same loss
+    weights: given in `train.loss_weights`, or in the builder's compile (a weight dropped on
+    either path changes the loss several-fold: 0.25 and 3.0 against 1 and 1)."""
+    import keras
+
+    from mptrain.runs.experiment import prepare
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(96, 8)).astype(np.float32)
+    kind = (x[:, 1] > 0).astype(np.int64) + (x[:, 2] > 0)
+    np.savez(tmp_path / "two.npz", x_train=x, y_train_value=3 * x[:, :1] + 1, y_train_kind=kind,
+             x_test=x[:32], y_test_value=3 * x[:32, :1] + 1, y_test_kind=kind[:32])
+    (tmp_path / "two.py").write_text(TWO_HEADS)
+    own = where != "train.loss_weights"
+    overrides = (["model.kwargs={compiled: true}"] if own else
+                 ["train.loss={value: mean_squared_error, kind: sparse_categorical_crossentropy}",
+                  "train.loss_weights={value: 0.25, kind: 3.0}"])
+    prepared = prepare(tiny_config(f"data={{dataset: npz, path: {tmp_path / 'two.npz'}}}",
+                                   f"model={{kind: python, builder: '{tmp_path / 'two.py'}:build'}}",
+                                   *overrides, "train.xla_optimizer_update=false"))
+    x_batch, y_batch = next(iter(prepared.batches.train))
+    ours = prepared.model.evaluate(x_batch, y_batch, verbose=0, return_dict=True)["loss"]
+    plain = keras.models.clone_model(prepared.model)
+    plain.set_weights(prepared.model.get_weights())
+    plain.compile(loss={"value": "mean_squared_error", "kind": "sparse_categorical_crossentropy"},
+                  loss_weights=WEIGHTS)
+    theirs = plain.evaluate(x_batch, y_batch, verbose=0, return_dict=True)["loss"]
+    plain.compile(loss={"value": "mean_squared_error", "kind": "sparse_categorical_crossentropy"})
+    unweighted = plain.evaluate(x_batch, y_batch, verbose=0, return_dict=True)["loss"]
+    assert ours == pytest.approx(theirs, rel=1e-5) and abs(theirs - unweighted) > 0.1 * theirs

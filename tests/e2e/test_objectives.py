@@ -64,6 +64,8 @@ def test_a_regression_on_a_csv_with_only_its_required_keys_learns_and_is_judged_
     assert "± " in scaled
     # the prices' deviation is about 1,150: a model that learned nothing has an MAE near 900
     assert summary["quality"]["value"] < 300, summary["quality"]
+    # in dollars: the noise alone is about 40 (in deviations, as trained, it would be 0.0x)
+    assert summary["quality"]["value"] > 10, summary["quality"]
     resolved = yaml.safe_load((Path(summary["run_dir"]) / "config.yaml").read_text())
     assert resolved["model"]["num_classes"] == 1 and resolved["model"]["output_activation"] == "linear"
 

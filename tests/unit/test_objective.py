@@ -153,6 +153,14 @@ def test_each_objective_refuses_a_head_that_cannot_learn_its_labels():
         objective_for("mse", stats([0.5, 2.5])).check(1, linear, {0: 1.0})
     assert objective_for(None, stats([0, 1])).check(3, linear, None) == [
         "the model has 3 outputs and the data 2 classes: outputs 2..2 are never a label"]
+    # 5 multi-hot labels under a sparse loss read as a class at each of 5 positions: the
+    # fix named is the multi-label one, not "2 classes"
+    with pytest.raises(ConfigError) as refused:
+        objective_for("sparse_categorical_crossentropy",
+                      stats([[1, 0, 1, 0, 0], [0, 1, 1, 0, 1]])).check(1, linear, None)
+    assert ("labels read as 2 classes at each of 5 positions); if they are 5 yes/no labels per "
+            "example (multi-hot), use train.loss: binary_crossentropy with 5 sigmoid outputs"
+            in str(refused.value)), refused.value
 
 
 def test_an_epoch_rule_knows_which_way_each_metric_improves():
@@ -174,6 +182,10 @@ def test_a_csv_sorted_by_class_gives_validation_every_class_and_says_its_rule(tm
     labels = np.array([i // 50 for i in range(100)])
     val = labels[table.val_rows]
     assert set(val) == {0, 1} and abs((val == 0).sum() - (val == 1).sum()) <= 1
+    # spread through each class, not its last (or first) rows: a file sorted by time within
+    # each class would validate on its newest only
+    places = np.asarray(table.val_rows) % 50
+    assert places.min() < 25 <= places.max(), sorted(places)
     assert not set(table.val_rows) & set(table.train_rows) & set(table.test_rows)
     prices = read_table(CsvData(dataset="csv", path=regression_table(tmp_path / "h.csv", sort=True),
                                 label_column="price", validation_split=0.2))
