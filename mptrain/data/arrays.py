@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from mptrain.config.kinds import MnistData, NpzData, SyntheticData, SyntheticTextData
-from mptrain.data.dataset import Dataset, InputSpec, Split, split_sizes
+from mptrain.data.dataset import Dataset, InputSpec, Split, largest, split_sizes
 from mptrain.data.source import Source
 from mptrain.errors import DataError
 from mptrain.objective import label_stats
@@ -63,15 +63,19 @@ class InMemory(Source):
                             f"examples {x_test.shape[1:]}")
         tokens = x_train.dtype == np.int32  # `preprocess`'s token ids
         vocab_size = int(max(x_train.max(), x_test.max())) + 1 if tokens else None
+        spec = InputSpec.of(x_train.shape[1:], x_train.dtype, vocab_size)
+        raw = (largest(x_train[:cut], [f"x_train[:, {i}]" for i in range(x_train.shape[1])])
+               if spec.kind == "vector" and x_train.ndim == 2 else ())
         return Dataset(
             train=Split(cut, arrays=(x_train[:cut], each(y_train, lambda y: y[:cut]))),
             val=(Split(len(x_train) - cut, arrays=(x_train[cut:], each(y_train, lambda y: y[cut:])))
                  if cut < len(x_train) else None),
             test=Split(len(x_test), arrays=(x_test, y_test)),
-            spec=InputSpec.of(x_train.shape[1:], x_train.dtype, vocab_size),
+            spec=spec,
             labels=stats_of(y_train, y_test, cut, source),
             source=source,
             notes=notes,
+            raw_features=raw,
         )
 
 

@@ -70,6 +70,19 @@ class Dataset:
     source: str
     files: dict[str, str] = field(default_factory=dict)  # name → text the run folder keeps
     notes: list[str] = field(default_factory=list)  # what the loader did (files left out...)
+    # vector features fed as stored: (name, largest magnitude over the training rows) each,
+    # for lint to name features on scales apart (empty: standardised, or not vectors)
+    raw_features: tuple[tuple[str, float], ...] = ()
+
+
+def largest(features: np.ndarray, names: Sequence[str]) -> tuple[tuple[str, float], ...]:
+    """Each vector feature's largest magnitude over the `features` rows (N, k), by name: its
+    scale as stored, what `Dataset.raw_features` holds (a largest magnitude, not a
+    deviation: a pixel that is rarely lit is on the same scale as one often lit)."""
+    import numpy as np
+
+    top = np.abs(features).max(axis=0) if len(features) else np.zeros(len(names))
+    return tuple((name, float(m)) for name, m in zip(names, top, strict=True))
 
 
 def split_sizes(cfg, train: int, test: int = 0) -> tuple[int, int, int]:

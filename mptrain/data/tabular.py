@@ -22,7 +22,15 @@ from pathlib import Path
 import numpy as np
 
 from mptrain.config.kinds import CsvData
-from mptrain.data.dataset import Dataset, InputSpec, Split, hash_fraction, split_keys, train_and_test
+from mptrain.data.dataset import (
+    Dataset,
+    InputSpec,
+    Split,
+    hash_fraction,
+    largest,
+    split_keys,
+    train_and_test,
+)
 from mptrain.data.source import Source
 from mptrain.errors import DataError
 from mptrain.objective import LabelStats, label_stats
@@ -249,7 +257,7 @@ class Csv(Source, dataset="csv"):
 
     def load(self, cfg: CsvData, seed: int = 0, status=None) -> Dataset:
         table = read_table(cfg)
-        mean, std, notes = _standardisation(cfg, table)
+        mean, std, notes, raw = _standardisation(cfg, table)
 
         def features(row: list[str]):
             if cfg.inputs == "vector":
@@ -290,21 +298,25 @@ class Csv(Source, dataset="csv"):
             source=str(cfg.path),
             files={} if table.classes is None else {"classes.txt": "\n".join(table.classes) + "\n"},
             notes=notes,
+            raw_features=raw,
         )
 
 
-def _standardisation(cfg: CsvData, table: Table) -> tuple[np.ndarray, np.ndarray, list[str]]:
+def _standardisation(cfg: CsvData, table: Table):
     """Each feature's mean and deviation over the training rows (`data.normalize`, vector
     inputs), what the features are standardised with, as keras.io adapts a Normalization
-    layer on its training split; 0 and 1 (the features as stored) otherwise."""
+    layer on its training split, and the note saying so; 0 and 1 (the features as stored)
+    otherwise, with each vector feature's largest magnitude (`Dataset.raw_features`)."""
     width = len(table.feature_idx)
-    if cfg.inputs != "vector" or not cfg.normalize:
-        return np.zeros(width), np.ones(width), []
+    if cfg.inputs != "vector":
+        return np.zeros(width), np.ones(width), [], ()
     wanted = set(table.train_rows.tolist())
     rows = table_rows(cfg.path, cfg.delimiter)
     next(rows, None)  # the header
     seen = np.array([[float(row[i]) for i in table.feature_idx]
                      for index, (_, row) in enumerate(rows) if index in wanted])
+    if not cfg.normalize:
+        return np.zeros(width), np.ones(width), [], largest(seen, [name for name, _ in table.columns])
     mean, std = seen.mean(axis=0), seen.std(axis=0)
     std = np.where(std > 0, std, 1.0)
     shown = ", ".join(f"{name} {m:,.4g} ± {d:,.4g}" for (name, _), m, d in
@@ -312,4 +324,4 @@ def _standardisation(cfg: CsvData, table: Table) -> tuple[np.ndarray, np.ndarray
     more = f", and {width - 6} more" if width > 6 else ""
     return mean, std, [f"{cfg.path}: features standardised with the training split's mean and "
                        f"deviation (data.normalize: {shown}{more}); a model saved from this run "
-                       "takes features standardised so"]
+                       "takes features standardised so"], ()

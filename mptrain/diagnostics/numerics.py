@@ -51,6 +51,7 @@ class Diagnosis(Record):
     verdicts: dict[str, str] = {}
     recommendation: str = ""
     targets: str | None = None  # a regression's targets past what float16 holds (lint's rule)
+    features: str | None = None  # features fed as stored on scales apart (lint's rule): any policy
 
 
 def gradient_fractions(values: np.ndarray, scale: float) -> dict[str, float]:
@@ -67,7 +68,7 @@ def gradient_fractions(values: np.ndarray, scale: float) -> dict[str, float]:
 
 
 def diagnose(config, steps: int = 5, verbose: bool = False) -> Diagnosis:
-    from mptrain.precision.lint import target_findings
+    from mptrain.precision.lint import feature_findings, target_findings
     from mptrain.runs.experiment import prepare
     from mptrain.training.monitor import TrainingMonitor
 
@@ -118,6 +119,9 @@ def diagnose(config, steps: int = 5, verbose: bool = False) -> Diagnosis:
         result.targets = said[0].message
         before = result.verdicts.get("mixed_float16")
         result.verdicts["mixed_float16"] = f"{before}; {said[0].message}" if before else said[0].message
+    apart = feature_findings(prepared.data.raw_features, model, prepared.config)
+    if apart:  # not a 16-bit matter: said before the recommendation, which it outranks
+        result.features = apart[0].message
     return result
 
 

@@ -51,7 +51,9 @@ class LabelStats:
     kinds know nothing of objectives): one example's label shape, whether every value is a
     whole number, the range, one-hot rows, how many distinct values the training split has
     (a learnability check: one class teaches nothing), the training targets' mean and
-    deviation (for `train.target_scaling`), and the classes' names when the data named them."""
+    deviation (for `train.target_scaling`), each target's mean distance from that mean over
+    every labelled row (the MAE of always predicting the mean, what a regression that learned
+    nothing scores), and the classes' names when the data named them."""
 
     source: str
     shape: tuple[int, ...]
@@ -62,6 +64,7 @@ class LabelStats:
     training_distinct: int
     mean: tuple[float, ...] = ()
     std: tuple[float, ...] = ()
+    mean_mae: tuple[float, ...] = ()
     names: tuple[str, ...] | None = None
 
 
@@ -84,12 +87,17 @@ def label_stats(train, every, source: str, names=None) -> LabelStats:
                    and (every.sum(axis=1) == 1).all())
     kept = train.argmax(axis=1) if one_hot else train
     flat = kept.reshape(len(kept), -1).astype(np.float64) if len(kept) else np.zeros((0, 1))
+    mean = flat.mean(axis=0) if len(flat) else None
+    spread = (np.abs(every.reshape(len(every), -1) - mean).mean(axis=0)
+              if mean is not None and not one_hot and len(every) and every.size // len(every) == len(mean)
+              else ())
     return LabelStats(
         source=source, shape=tuple(every.shape[1:]), whole=whole,
         low=float(every.min()) if every.size else 0.0, high=float(every.max()) if every.size else 0.0,
         one_hot=one_hot, training_distinct=len(np.unique(kept[: 100_000])),
-        mean=tuple(float(m) for m in flat.mean(axis=0)) if len(flat) else (),
+        mean=tuple(float(m) for m in mean) if mean is not None else (),
         std=tuple(float(v) for v in flat.std(axis=0)) if len(flat) else (),
+        mean_mae=tuple(float(d) for d in spread),
         names=tuple(names) if names is not None else None)
 
 

@@ -11,13 +11,16 @@ From the built model (nothing trains):
   step's operations;
 - numerics: an output that was not float32, a layer that ignores the policy (variables or
   outputs in an unexpected dtype), a softmax computed in 16 bits, a regression whose targets
-  square past float16's range or outgrow a 16-bit output layer's precision.
+  square past float16's range or outgrow a 16-bit output layer's precision;
+- features fed as stored on scales orders of magnitude apart (not a 16-bit matter, but a
+  run that learns nothing in any precision: a regression no better than its mean).
 Every finding says what to change in the YAML. Warnings decide the exit code; infos
 (dimensions fixed by the data or the task) are listed for completeness.
 """
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Literal
 
 from mptrain.model.keras_internals import attention_dropout, attention_softmax, inputs_of, producer
@@ -38,7 +41,7 @@ LAUNCH_SECONDS = 5e-6
 
 class Finding(FrozenRecord):
     kind: Literal["alignment", "small_model", "output_dtype", "policy_ignored", "softmax_16bit",
-                  "targets"]
+                  "targets", "features"]
     severity: Literal["warning", "info"]
     layer: str | None
     message: str
@@ -90,7 +93,8 @@ def lint(prepared, profile: ForwardProfile, target: Target = "auto") -> list[Fin
     findings = [*(_alignment(profile, config, units) if units else []),
                 *_small_model(config, profile, machine),
                 *_numerics(prepared.model, profile.layers, prepared.choice, prepared.output),
-                *target_findings(prepared.objective, prepared.data.labels, prepared.choice.compute_dtype)]
+                *target_findings(prepared.objective, prepared.data.labels, prepared.choice.compute_dtype),
+                *feature_findings(prepared.data.raw_features, prepared.model, config)]
     return sorted(findings, key=lambda f: (f.severity != "warning", -(f.flops_share or 0)))
 
 
@@ -123,6 +127,31 @@ def target_findings(objective, stats, compute: str) -> list[Finding]:
                          f"them are {step:g} apart (mptrain's own heads compute a regression's "
                          f"last layer in float32; a model of your own may not); {fix}")]
     return []
+
+
+def feature_findings(features: tuple[tuple[str, float], ...], model, config) -> list[Finding]:
+    """Vector features fed as stored (`Dataset.raw_features`) whose largest magnitudes are
+    two orders of magnitude apart or more, unless the model adapts a Normalization of its
+    own: a Dense layer's first steps follow the largest and learn little from the rest (a
+    CSV of house sizes in the thousands beside distances in tenths trained to an MAE no
+    better than predicting the mean)."""
+    from mptrain.model.walk import leaf_layers
+
+    scaled = sorted((top, name) for name, top in features if top > 0)
+    if len(scaled) < 2 or scaled[-1][0] < 100 * scaled[0][0]:
+        return []
+    if any(type(layer).__name__ == "Normalization" for layer in leaf_layers(model)):
+        return []
+    (low, low_name), (high, high_name) = scaled[0], scaled[-1]
+    fix = ("set data.normalize: true (each feature standardised with the training rows' mean "
+           "and deviation)" if getattr(config.data, "normalize", None) is not None else
+           "standardise them with the training rows' mean and deviation before saving, or start "
+           "the model with a keras.layers.Normalization adapted on the training features")
+    return [_finding("features", "warning", None,
+                     f"the features are fed as stored, on scales {math.log10(high / low):.0f} orders "
+                     f"of magnitude apart: {high_name} reaches {high:,.4g} and {low_name} "
+                     f"{low:,.4g}; a Dense layer's first steps follow the largest and learn little "
+                     f"from the rest (a regression can end no better than predicting the mean); {fix}")]
 
 
 def _dimensions(layer) -> list[tuple[str, int]]:

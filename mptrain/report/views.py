@@ -126,7 +126,9 @@ def diagnose_view(d: Diagnosis):
                     f"{d.loss_scale:g})", ["layer", "act\nmax", "act\n>65504", "grad\nunderflow",
                                           "underflow\n× scale", "bf16\nerror"], rows)
     verdicts = [f"[bold]{policy}[/]: {escape(text)}" for policy, text in d.verdicts.items()]
-    return Group(table, *verdicts, f"[bold green]recommendation[/]: {escape(d.recommendation)}")
+    features = [f"[bold yellow]every policy[/]: {escape(d.features)}"] if d.features else []
+    return Group(table, *verdicts, *features,
+                 f"[bold green]recommendation[/]: {escape(d.recommendation)}")
 
 
 def memory_view(report: MemoryReport):

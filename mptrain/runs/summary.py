@@ -182,6 +182,22 @@ def quality_of(objective, test: dict[str, float]) -> QualityFigure | None:
                          higher_is_better=wanted.higher_is_better, proportion=wanted.proportion)
 
 
+def learned_nothing(quality: QualityFigure | None, stats) -> list[str]:
+    """A regression's test MAE beside what always predicting the training targets' mean
+    scores (`LabelStats.mean_mae`): a run that learned nothing exits 0 with a number that
+    looks like any other (a CSV's raw features trained so to an MAE of 2,629 on prices whose
+    mean alone scores about as well)."""
+    baseline = getattr(stats, "mean_mae", ())
+    if quality is None or quality.value is None or quality.metric not in TARGET_UNITS[:2] \
+            or len(baseline) != 1 or quality.value < 0.9 * baseline[0]:
+        return []
+    return [f"test MAE {quality.value:,.4g} is no better than always predicting the training "
+            f"targets' mean ({baseline[0]:,.4g}): the model learned nothing from its inputs. "
+            "Features on scales orders of magnitude apart are a common cause (`mptrain lint` "
+            "names them; data.normalize standardises a CSV's), as are too few epochs "
+            "(train.epochs) and too high a learning rate (train.optimizer.kwargs.learning_rate)"]
+
+
 def throughput(times: StepTimes | None, batch_size: int, flops_per_example: int | None,
                peak: Peak | None) -> dict[str, float | None]:
     """The summary's speed keys. Steady state: a full batch per median step. A mean over all
@@ -218,6 +234,7 @@ def summarize_run(session, profile: ForwardProfile, started_at: float) -> RunSum
     peak = None if machine.accelerated else machine_peak(machine.cpu, choice.compute_dtype,
                                                          cached_kernels(machine))
     last_epoch = monitor.epoch_records[-1] if monitor.epoch_records else None
+    quality = quality_of(prepared.objective, test) if test else None
     from mptrain.precision.policy import unlike_plain_keras
 
     return RunSummary(
@@ -236,7 +253,7 @@ def summarize_run(session, profile: ForwardProfile, started_at: float) -> RunSum
         speed_warning=prepared.speed_warning,
         notes=[*prepared.notes, *session.notes,
                *unlike_plain_keras(choice, config.deterministic, prepared.objective.loss_name),
-               *uncounted,
+               *uncounted, *learned_nothing(quality, prepared.data.labels),
                *([session.save_note] if session.save_note else [])],
         first_step_loss=finite_or_none(monitor.steps[0].loss) if monitor.steps else None,
         non_finite_loss_steps=sum(finite_or_none(r.loss) is None for r in monitor.steps),
@@ -245,7 +262,7 @@ def summarize_run(session, profile: ForwardProfile, started_at: float) -> RunSum
         test_loss=finite_or_none(test.get("loss")), test_accuracy=finite_or_none(test.get("accuracy")),
         test_metrics={k: finite_or_none(v) for k, v in test.items()},
         objective=prepared.objective.describe(),
-        quality=quality_of(prepared.objective, test) if test else None,
+        quality=quality,
         test_examples=prepared.data.test.size if test else None,
         loss_scale=loss_scale_stats(monitor), memory=prepared.memory.stats(),
         checkpoint_save_s=statistics.fmean(saves) if saves else None,

@@ -113,6 +113,26 @@ def test_a_csvs_features_on_their_own_scales_are_standardised_as_keras_io_does_a
                     "train.epochs=30", "policy=float32", "data.normalize=false")
     assert not any("features standardised" in n for n in as_stored["notes"])
     assert as_stored["quality"]["value"] > 1.5 * ours, (as_stored["quality"], ours)
+    # lint names the features as stored, and the key that standardises them
+    linted = mptrain("lint", str(tmp_path / "house_prices.yaml"), "--json", "--set", houses,
+                     "--set", "data.normalize=false", cwd=tmp_path)
+    said = [f["message"] for f in json.loads(linted.stdout)["findings"] if f["kind"] == "features"]
+    assert linted.returncode == 1 and len(said) == 1, linted.stdout
+    assert "size reaches 4," in said[0] and "distance 2." in said[0] and "data.normalize: true" in said[0]
+
+
+def test_a_regression_that_learned_nothing_says_so(tmp_path):
+    """Targets the inputs do not predict: the test MAE is the mean's own, and the summary
+    says it learned nothing (a run that exits 0 with an MAE as good as no model's)."""
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(320, 4)).astype(np.float32), rng.normal(500, 100, 320).astype(np.float32)
+    np.savez(tmp_path / "noise.npz", x_train=x[:256], y_train=y[:256], x_test=x[256:], y_test=y[256:])
+    config = experiment(tmp_path, f"data={{dataset: npz, path: {tmp_path / 'noise.npz'}}}",
+                        "model.hidden_units=[16]", "model.num_classes=1", "train.loss=mean_squared_error",
+                        "train.target_scaling=standard", "train.epochs=3")
+    summary = run(tmp_path, config)
+    said = [n for n in summary["notes"] if "no better than always predicting" in n]
+    assert len(said) == 1 and f"test MAE {summary['quality']['value']:,.4g}" in said[0], summary["notes"]
 
 
 def test_a_head_with_more_positions_than_the_labels_is_refused_before_training(tmp_path):

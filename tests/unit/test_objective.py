@@ -281,3 +281,28 @@ def test_a_model_with_any_training_method_of_its_own_keeps_it_and_outputs_float3
             f"the model trains with its own Own.{method} (Model.fit calls it under every policy)"]
     finally:
         apply_policy("float32")
+
+
+def test_features_on_scales_apart_are_named_unless_the_model_normalises_them():
+    """Two orders of magnitude between the largest features as stored: named, with the key
+    a CSV has (data.normalize) or the fix for arrays; not below that, not where the model
+    adapts a Normalization of its own."""
+    from types import SimpleNamespace
+
+    from mptrain.data.dataset import largest
+    from mptrain.precision.lint import feature_findings
+
+    plain, csv, arrays = SimpleNamespace(layers=[]), SimpleNamespace(data=SimpleNamespace(
+        normalize=False)), SimpleNamespace(data=SimpleNamespace())
+    raw = largest(np.array([[2400.0, 1.5, 0.0], [-4100.0, 2.3, 0.0]]), ["size", "distance", "never"])
+    assert raw == (("size", 4100.0), ("distance", 2.3), ("never", 0.0))
+    [said] = feature_findings(raw, plain, csv)
+    assert said.severity == "warning" and ("on scales 3 orders of magnitude apart: size reaches "
+                                           "4,100 and distance 2.3") in said.message
+    assert "data.normalize: true" in said.message
+    assert "keras.layers.Normalization adapted" in feature_findings(raw, plain, arrays)[0].message
+    assert feature_findings((("a", 50.0), ("b", 1.0)), plain, csv) == []
+    import keras
+
+    adapted = SimpleNamespace(layers=[keras.layers.Normalization()])
+    assert feature_findings(raw, adapted, csv) == []

@@ -14,6 +14,7 @@ from mptrain.runs.summary import (
     QualityFigure,
     RunSummary,
     StepTimes,
+    learned_nothing,
     step_times,
     throughput,
 )
@@ -96,3 +97,22 @@ def test_readme_documents_every_summary_key():
     assert fields - documented == set(), "undocumented keys"
     assert documented - fields - {"summary.json"} == set(), "documented keys that do not exist"
     assert nested <= fields
+
+
+def test_a_regression_no_better_than_its_mean_is_told_so():
+    """Beside the MAE of always predicting the training mean (0.9 of it or more: said; less:
+    not); not for other figures, several targets, or labels without the figure."""
+    from types import SimpleNamespace
+
+    def mae(value, metric="mae"):
+        return QualityFigure(metric=metric, label="MAE", value=value, higher_is_better=False,
+                             proportion=False)
+
+    stats = SimpleNamespace(mean_mae=(900.0,))
+    said = learned_nothing(mae(880.0), stats)
+    assert len(said) == 1 and said[0].startswith("test MAE 880 is no better than always "
+                                                 "predicting the training targets' mean (900)")
+    assert learned_nothing(mae(700.0), stats) == []
+    assert learned_nothing(mae(0.95, "accuracy"), stats) == []
+    assert learned_nothing(mae(880.0), SimpleNamespace(mean_mae=(900.0, 5.0))) == []
+    assert learned_nothing(mae(None), stats) == [] and learned_nothing(None, stats) == []
