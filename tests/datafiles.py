@@ -198,6 +198,27 @@ def two_outputs_npz(path: Path, train=256, test=64, seed=0) -> Path:
     return path
 
 
+def tickets_npz(path: Path, train=256, test=64, seed=0) -> Path:
+    """keras.io's tickets (docs/examples/tickets.py), learnable: titles and bodies of word ids
+    (variable-length in keras.io: 8 and 20 here), 12 tags; the department is the first of
+    tags 0-3 that is set (one-hot rows), the priority the share of tags 4-7 set (a probability,
+    as keras.io's random priorities are)."""
+    rng = np.random.default_rng(seed)
+
+    def draw(n):
+        tags = (rng.random((n, 12)) < 0.4).astype(np.float32)
+        tags[np.arange(n), rng.integers(0, 4, n)] = 1.0  # every ticket names a department
+        department = np.eye(4, dtype=np.float32)[np.argmax(tags[:, :4], axis=1)]
+        return {"title": rng.integers(1, 10000, (n, 8)), "body": rng.integers(1, 10000, (n, 20)),
+                "tags": tags}, {"priority": tags[:, 4:8].mean(axis=1, keepdims=True),
+                                "department": department}
+
+    parts = dict(zip(("train", "test"), (draw(train), draw(test)), strict=True))
+    np.savez(path, **{f"{letter}_{split}_{name}": array for split, (x, y) in parts.items()
+                      for letter, arrays in (("x", x), ("y", y)) for name, array in arrays.items()})
+    return path
+
+
 def tfds_dataset(data_dir: Path) -> Path:
     """Prepare `tiny_shapes` in data_dir, offline, in a child process (TFDS registers the
     builder class globally; the test process should not)."""

@@ -47,11 +47,35 @@ class InMemory(Source):
     def load(self, cfg, seed: int = 0, status=None) -> Dataset:
         """Preprocess and check the arrays; apply the limits and split off validation. The
         labels stay as stored (`objective.label_stats` says what they are); an .npz may give a
-        model with several outputs its labels per output (y_train_OUTPUT, y_test_OUTPUT)."""
+        model with several outputs its labels per output (y_train_OUTPUT, y_test_OUTPUT), and
+        one with several inputs its arrays per input (x_train_INPUT, x_test_INPUT)."""
         (x_train, y_train), (x_test, y_test), source = self.arrays(cfg, seed)
-        n_train, cut, n_test = split_sizes(cfg, len(x_train), len(x_test))
-        x_train, x_test = preprocess(x_train[:n_train], source), preprocess(x_test[:n_test], source)
+        n_train, cut, n_test = split_sizes(cfg, rows(x_train), rows(x_test))
         y_train, y_test = each(y_train, lambda y: y[:n_train]), each(y_test, lambda y: y[:n_test])
+        if isinstance(x_train, dict):
+            x_train, x_test, spec = _named(x_train, x_test, n_train, n_test, source)
+            notes, raw = [], ()
+        else:
+            x_train, x_test, spec, notes = self._one_input(x_train[:n_train], x_test[:n_test], source)
+            raw = (largest(x_train[:cut], [f"x_train[:, {i}]" for i in range(x_train.shape[1])])
+                   if spec.kind == "vector" and x_train.ndim == 2 else ())
+        return Dataset(
+            train=Split(cut, arrays=(each(x_train, lambda x: x[:cut]), each(y_train, lambda y: y[:cut]))),
+            val=(Split(n_train - cut, arrays=(each(x_train, lambda x: x[cut:]),
+                                              each(y_train, lambda y: y[cut:])))
+                 if cut < n_train else None),
+            test=Split(rows(x_test), arrays=(x_test, y_test)),
+            spec=spec,
+            labels=stats_of(y_train, y_test, cut, source),
+            source=source,
+            notes=notes,
+            raw_features=raw,
+        )
+
+    def _one_input(self, x_train, x_test, source: str):
+        """The inputs as one array: preprocessed, MNIST's grey (N, H, W) images given their
+        channel axis, both splits of one shape; with their `InputSpec` and what was done."""
+        x_train, x_test = preprocess(x_train, source), preprocess(x_test, source)
         notes = []
         if x_train.dtype == np.uint8 and x_train.ndim == 3:  # (N, H, W): MNIST's grey images
             x_train, x_test = x_train[..., np.newaxis], x_test[..., np.newaxis]
@@ -63,20 +87,21 @@ class InMemory(Source):
                             f"examples {x_test.shape[1:]}")
         tokens = x_train.dtype == np.int32  # `preprocess`'s token ids
         vocab_size = int(max(x_train.max(), x_test.max())) + 1 if tokens else None
-        spec = InputSpec.of(x_train.shape[1:], x_train.dtype, vocab_size)
-        raw = (largest(x_train[:cut], [f"x_train[:, {i}]" for i in range(x_train.shape[1])])
-               if spec.kind == "vector" and x_train.ndim == 2 else ())
-        return Dataset(
-            train=Split(cut, arrays=(x_train[:cut], each(y_train, lambda y: y[:cut]))),
-            val=(Split(len(x_train) - cut, arrays=(x_train[cut:], each(y_train, lambda y: y[cut:])))
-                 if cut < len(x_train) else None),
-            test=Split(len(x_test), arrays=(x_test, y_test)),
-            spec=spec,
-            labels=stats_of(y_train, y_test, cut, source),
-            source=source,
-            notes=notes,
-            raw_features=raw,
-        )
+        return x_train, x_test, InputSpec.of(x_train.shape[1:], x_train.dtype, vocab_size), notes
+
+
+def _named(x_train: dict, x_test: dict, n_train: int, n_test: int, source: str):
+    """Several inputs by name (an .npz's x_train_INPUT): each preprocessed as one input is,
+    as stored otherwise (a model that takes them by name does its own shaping)."""
+    train, test = {}, {}
+    for name in x_train:
+        where = f"{source} (x_train_{name}, x_test_{name})"
+        train[name] = preprocess(x_train[name][:n_train], where)
+        test[name] = preprocess(x_test[name][:n_test], where)
+        if train[name].shape[1:] != test[name].shape[1:]:
+            raise DataError(f"{where}: training examples have shape {train[name].shape[1:]} but "
+                            f"test examples {test[name].shape[1:]}")
+    return train, test, InputSpec.of_named({name: (x.shape[1:], str(x.dtype)) for name, x in train.items()})
 
 
 class Generated(InMemory):
@@ -120,9 +145,14 @@ class Npz(InMemory, dataset="npz"):
         return cut, stats_of(y_train, y_test, cut, str(cfg.path))
 
 
-def each(y, fn):
-    """`fn` on the labels, or on each output's (a dict of arrays, by output name)."""
-    return {name: fn(v) for name, v in y.items()} if isinstance(y, dict) else fn(y)
+def each(arrays, fn):
+    """`fn` on the array, or on each of a dict's (by input or output name)."""
+    return {name: fn(v) for name, v in arrays.items()} if isinstance(arrays, dict) else fn(arrays)
+
+
+def rows(arrays) -> int:
+    """How many examples an array (or each of a dict's) holds."""
+    return len(next(iter(arrays.values())) if isinstance(arrays, dict) else arrays)
 
 
 def stats_of(y_train, y_test, cut: int, source: str):
@@ -218,16 +248,20 @@ def make_synthetic_text(cfg: SyntheticTextData, seed: int):
 
 def read_npz(path: Path, labels_only: bool = False):
     """Arrays `x_train, y_train, x_test, y_test` from a NumPy archive (Keras' mnist.npz
-    layout); for a model with several outputs, `y_train_OUTPUT, y_test_OUTPUT` for each
-    instead of `y_train, y_test` (returned as dicts by output name). `labels_only`: the x
-    arrays are not loaded (None)."""
+    layout); for a model with several inputs, `x_train_INPUT, x_test_INPUT` for each instead
+    of `x_train, x_test`, and for one with several outputs, `y_train_OUTPUT, y_test_OUTPUT`
+    instead of `y_train, y_test` (returned as dicts by name). `labels_only`: the x arrays are
+    not loaded (None)."""
     try:
         with np.load(path, allow_pickle=False) as archive:
             found = archive.files
+            inputs = [k.removeprefix("x_train_") for k in found if k.startswith("x_train_")]
             outputs = sorted(k.removeprefix("y_train_") for k in found if k.startswith("y_train_"))
-            wanted = ["x_train", "x_test", *([f"y_{s}_{o}" for o in outputs for s in ("train", "test")]
-                                             if outputs and "y_train" not in found
-                                             else ["y_train", "y_test"])]
+            named_in, named_out = inputs and "x_train" not in found, outputs and "y_train" not in found
+            wanted = [*([f"x_{s}_{i}" for i in inputs for s in ("train", "test")] if named_in
+                        else ["x_train", "x_test"]),
+                      *([f"y_{s}_{o}" for o in outputs for s in ("train", "test")] if named_out
+                        else ["y_train", "y_test"])]
             missing = [k for k in wanted if k not in found]
             arrays = {} if missing else {k: archive[k] for k in wanted
                                          if not (labels_only and k.startswith("x_"))}
@@ -240,20 +274,27 @@ def read_npz(path: Path, labels_only: bool = False):
                         "numpy.savez(path, x_train=..., y_train=..., x_test=..., y_test=...)") from None
     if missing:  # said before anything is loaded
         raise DataError(f"{path}: missing arrays {', '.join(missing)} (found: {', '.join(found) or 'none'}); "
-                        "an npz dataset needs x_train, y_train, x_test, y_test (or, for a model "
-                        "with several outputs, y_train_OUTPUT and y_test_OUTPUT for each)")
-    labels = {split: ({o: arrays[f"y_{split}_{o}"] for o in outputs} if "y_train" not in arrays
-                      else arrays[f"y_{split}"]) for split in ("train", "test")}
+                        "an npz dataset needs x_train, y_train, x_test, y_test (for a model with "
+                        "several inputs, x_train_INPUT and x_test_INPUT for each; several outputs, "
+                        "y_train_OUTPUT and y_test_OUTPUT for each)")
+
+    def split_of(letter: str, names, split: str):
+        return ({n: arrays[f"{letter}_{split}_{n}"] for n in names} if names
+                else arrays[f"{letter}_{split}"])
+
+    labels = {split: split_of("y", outputs if named_out else (), split) for split in ("train", "test")}
     if labels_only:
         return (None, labels["train"]), (None, labels["test"])
+    xs = {split: split_of("x", inputs if named_in else (), split) for split in ("train", "test")}
     for split in ("train", "test"):
-        lengths = {len(v) for v in (labels[split].values() if isinstance(labels[split], dict)
-                                    else [labels[split]])}
-        if lengths != {len(arrays[f"x_{split}"])}:
-            raise DataError(f"{path}: x_{split} and its labels have different lengths")
-    if len(arrays["x_train"]) == 0 or len(arrays["x_test"]) == 0:
+        lengths = {len(v) for part in (xs[split], labels[split])
+                   for v in (part.values() if isinstance(part, dict) else [part])}
+        if len(lengths) != 1:
+            raise DataError(f"{path}: the x_{split} and y_{split} arrays have different lengths "
+                            f"({', '.join(map(str, sorted(lengths)))})")
+    if rows(xs["train"]) == 0 or rows(xs["test"]) == 0:
         raise DataError(f"{path}: x_train and x_test must not be empty")
-    return (arrays["x_train"], labels["train"]), (arrays["x_test"], labels["test"])
+    return (xs["train"], labels["train"]), (xs["test"], labels["test"])
 
 
 def read_idx(path: Path) -> np.ndarray:

@@ -19,20 +19,36 @@ from mptrain.objective import LabelStats
 if TYPE_CHECKING:  # numpy is imported where arrays are made, so `validate` starts fast
     import numpy as np
 
-InputKind = Literal["image", "tokens", "vector", "columns"]
+InputKind = Literal["image", "tokens", "vector", "named"]
+
+
+@dataclass(frozen=True)
+class NamedInput:
+    """One of several inputs a model takes by name: a CSV's column (data.inputs: columns:
+    shape (1,), its dtype as pandas types it, "string" for text), an .npz's x_train_NAME."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
 
 
 @dataclass(frozen=True)
 class InputSpec:
     """The shape of one example's input and what it is; `vocab_size` for token inputs;
-    `pixels`: uint8 values as stored (0-255); `columns`: (name, dtype) of each named input of
-    shape (1,), for a table given column by column (`shape` is then their count)."""
+    `pixels`: uint8 values as stored (0-255); `named`: the inputs of a model that takes
+    several by name (kind "named"; `shape` is then their count)."""
 
     shape: tuple[int, ...]
     kind: InputKind
     vocab_size: int | None = None
     pixels: bool = False
-    columns: tuple[tuple[str, str], ...] = ()
+    named: tuple[NamedInput, ...] = ()
+
+    @staticmethod
+    def of_named(inputs: dict[str, tuple[tuple[int, ...], str]]) -> InputSpec:
+        """Several inputs by name: name → (shape of one example, dtype)."""
+        named = tuple(NamedInput(name, shape, dtype) for name, (shape, dtype) in inputs.items())
+        return InputSpec((len(inputs),), "named", named=named)
 
     @staticmethod
     def of(shape: tuple[int, ...], dtype: np.dtype, vocab_size: int | None = None) -> InputSpec:

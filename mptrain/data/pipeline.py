@@ -143,8 +143,8 @@ def hold_on_host(data: Dataset) -> Dataset:
             return split
         x, y = split.arrays
         with tf.device("CPU:0"):
-            return Split(split.size, arrays=(x if isinstance(x, np.memmap) else hold(x),
-                                             tf.nest.map_structure(hold, y)))
+            held_x = x if isinstance(x, np.memmap) else tf.nest.map_structure(hold, x)
+            return Split(split.size, arrays=(held_x, tf.nest.map_structure(hold, y)))
 
     return replace(data, train=held(data.train), val=held(data.val), test=held(data.test))
 
@@ -228,7 +228,8 @@ def first_batch(examples: int, batch_size: int, replicas: int) -> int:
 
 
 def _gather(tf, index_batches, arrays):
-    """Batches of example indices → batches of (x, y) from in-memory or memory-mapped arrays."""
+    """Batches of example indices → batches of (x, y) from in-memory or memory-mapped arrays
+    (x and y may be dicts of them, by input and output name)."""
     xs, ys = arrays  # host variables (`hold_on_host`); x may be a memory-mapped cache
 
     def read(index_batch):  # a cache file: NumPy reads the batch's rows, so only those are paged in
@@ -242,7 +243,7 @@ def _gather(tf, index_batches, arrays):
             rows = tf.numpy_function(read, [index_batch], tf.as_dtype(xs.dtype), stateful=False)
             rows.set_shape((None, *xs.shape[1:]))
         else:
-            rows = tf.gather(xs, index_batch)
+            rows = tf.nest.map_structure(lambda x: tf.gather(x, index_batch), xs)
         return rows, tf.nest.map_structure(lambda y: tf.gather(y, index_batch), ys)
 
     return index_batches.map(gather)

@@ -293,7 +293,7 @@ class Csv(Source, dataset="csv"):
                  if len(table.val_rows) else None),
             test=Split(len(table.test_rows), stream=stream(cfg.test_path or cfg.path, table.test_rows)),
             spec=(InputSpec((len(table.columns),), "vector") if cfg.inputs == "vector"
-                  else InputSpec((len(table.columns),), "columns", columns=table.columns)),
+                  else InputSpec.of_named({name: ((1,), dtype) for name, dtype in table.columns})),
             labels=table.stats,
             source=str(cfg.path),
             files={} if table.classes is None else {"classes.txt": "\n".join(table.classes) + "\n"},

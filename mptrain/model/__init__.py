@@ -143,10 +143,12 @@ def _sample_inputs(spec: InputSpec):
 
     batch = 8
     rng = np.random.default_rng(0)
-    if spec.kind == "columns":
-        return {name: np.array([["?"]] * batch) if dtype == "string"
-                else rng.uniform(0.0, 1.0, size=(batch, 1)).astype(np.float32)
-                for name, dtype in spec.columns}
+    if spec.kind == "named":  # text as strings, whole numbers 0 or 1 (a lookup's ids), values
+        return {n.name: np.full((batch, *n.shape), "?") if n.dtype == "string"
+                else rng.integers(0, 2, size=(batch, *n.shape)).astype(n.dtype)
+                if np.issubdtype(np.dtype(n.dtype), np.integer)
+                else rng.uniform(0.0, 1.0, size=(batch, *n.shape)).astype(np.float32)
+                for n in spec.named}
     if spec.kind == "tokens":
         return rng.integers(0, spec.vocab_size or 2, size=(batch, *spec.shape)).astype(np.int32)
     return rng.uniform(0.0, 1.0, size=(batch, *spec.shape)).astype(np.float32)

@@ -159,29 +159,40 @@ def check_built(config: ExperimentConfig, model, objective) -> list[str]:
 
 def check_model_inputs(model, spec: InputSpec) -> None:
     """A built model takes the data's inputs: one input, of the data's shape (a dimension
-    the model leaves open takes any size); for a table given column by column, one input named
-    for each column. `build_model` asks, for every kind, before anything calls the model."""
+    the model leaves open takes any size); for several named inputs (a CSV's columns, an
+    .npz's x_train_NAME arrays), one input of each name, of its shape. `build_model` asks, for
+    every kind, before anything calls the model."""
     structure = input_structure(model)
-    if spec.kind == "columns":
-        wanted = [name for name, _ in spec.columns]
-        taken = list(structure) if isinstance(structure, dict) else [t.name for t in model.inputs]
+    if spec.kind == "named":
+        taken = ({name: t for name, t in structure.items()} if isinstance(structure, dict)
+                 else {t.name: t for t in model.inputs})
+        wanted = {n.name: n.shape for n in spec.named}
         if sorted(taken) != sorted(wanted):
             raise ConfigError(
-                f"model: it takes inputs named {', '.join(taken)} and the data gives the columns "
-                f"{', '.join(wanted)} (data.inputs: columns); name one keras.Input per column "
-                "(keras.Input(shape=(1,), name=COLUMN)), or set data.feature_columns to those "
-                "the model takes")
+                f"model: it takes inputs named {', '.join(taken)} and the data gives the inputs "
+                f"{', '.join(wanted)} (a CSV's columns with data.inputs: columns, an .npz's "
+                "x_train_NAME arrays); name one keras.Input for each "
+                "(keras.Input(shape=..., name=NAME)), or, for a CSV, set data.feature_columns to "
+                "those the model takes")
+        for name, shape in wanted.items():
+            if shape != (1,):  # a CSV's cell: Keras takes (1,) and () alike
+                _same_shape(tuple(taken[name].shape[1:]), shape, f"input {name!r}")
         return
     if isinstance(structure, dict) or len(model.inputs) != 1:
         names = [getattr(t, "name", "?") for t in model.inputs]
         raise ConfigError(f"model: it takes {len(model.inputs)} inputs ({', '.join(names)}) and "
                           "the data gives each example as one array; give the model one input "
-                          "(or, for a CSV, one named input per column with data.inputs: columns)")
-    declared = tuple(model.inputs[0].shape[1:])
-    if len(declared) != len(spec.shape) or any(
-            want is not None and want != got for want, got in zip(declared, spec.shape, strict=False)):
-        raise ConfigError(f"model: it takes inputs of shape {_shape(declared)} and the data's "
-                          f"examples have shape {_shape(spec.shape)}")
+                          "(or give the data one array per input: a CSV's columns with "
+                          "data.inputs: columns, an .npz's x_train_NAME and x_test_NAME)")
+    _same_shape(tuple(model.inputs[0].shape[1:]), spec.shape, "inputs")
+
+
+def _same_shape(declared: tuple, stored: tuple, what: str) -> None:
+    """The model's declared shape of one example against the data's (None: any size)."""
+    if len(declared) != len(stored) or any(
+            want is not None and want != got for want, got in zip(declared, stored, strict=False)):
+        raise ConfigError(f"model: it takes {what} of shape {_shape(declared)} and the data's "
+                          f"examples have shape {_shape(stored)}")
 
 
 def _shape(dims) -> str:
@@ -216,10 +227,11 @@ def check_inputs(config: ExperimentConfig, spec: InputSpec) -> None:
     """Does the data's input suit the model (image size, channels, vocabulary, sequence
     length)? `check_fits` asks, and `build_model` again, whoever builds."""
     kind = config.model.kind
-    if spec.kind == "columns" and kind not in ("python", "saved"):
-        raise ConfigError(f"data.inputs columns gives one named input per column, for a model "
-                          f"of your own (model.kind python) that takes them; model.kind {kind} "
-                          "takes one input: data.inputs: vector")
+    if spec.kind == "named" and kind not in ("python", "saved"):
+        raise ConfigError(f"the data gives several named inputs ({', '.join(n.name for n in spec.named)}: "
+                          "a CSV's data.inputs: columns, an .npz's x_train_NAME arrays), for a model "
+                          f"of your own (model.kind python or saved) that takes them; model.kind {kind} "
+                          "takes one input (a CSV's data.inputs: vector, an .npz's x_train)")
     if kind == "application":
         from mptrain.model.applications import check_application_fits
 

@@ -30,7 +30,8 @@ from mptrain.errors import ConfigError
 from mptrain.model.in_process import MODULE as IN_PROCESS
 from mptrain.model.own_step import own_methods
 
-# what mptrain offers every builder, beside model.kwargs: the data's shape of one example,
+# what mptrain offers every builder, beside model.kwargs: the data's shape of one example
+# (for several named inputs, name → shape),
 # what its head must output (`Objective.builder_classes`: the classes, the labels or the
 # targets), and the training split's inputs (a tf.data.Dataset of batches, as stored), for a
 # builder that adapts its Normalization or TextVectorization to them alone
@@ -236,7 +237,8 @@ def build_python(config: ExperimentConfig, spec: InputSpec, objective, train_inp
     with beside(cfg):
         build = load_builder(cfg)
         declared = declared_parameters(build)
-        offered = {"input_shape": spec.shape,
+        offered = {"input_shape": ({n.name: n.shape for n in spec.named} if spec.kind == "named"
+                                   else spec.shape),
                    "num_classes": objective.builder_classes() if objective is not None
                    else config.model.num_classes}
         if "train_inputs" in declared.names:
@@ -267,8 +269,8 @@ def build_python(config: ExperimentConfig, spec: InputSpec, objective, train_inp
     if not functional or isinstance(model, keras.Sequential):
         # a subclassed model (or a Sequential, which keeps no graph of its own): called on a
         # symbolic input, it becomes one layer of a functional model mptrain can read
-        inputs = ({name: keras.Input(shape=(1,), name=name, dtype=dtype) for name, dtype in spec.columns}
-                  if spec.kind == "columns" else
+        inputs = ({n.name: keras.Input(shape=n.shape, name=n.name, dtype=n.dtype) for n in spec.named}
+                  if spec.kind == "named" else
                   keras.Input(shape=spec.shape, dtype="int32" if spec.kind == "tokens" else "float32"))
         model = keras.Model(inputs, model(inputs), name=model.name)
     return model, [f"model from {cfg.builder}"]

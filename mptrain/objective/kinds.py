@@ -330,6 +330,7 @@ class Compiled(_Composed):
 
     def __init__(self, compiled: dict, stats: LabelStats | dict[str, LabelStats]):
         self.compiled, self.spec = compiled, None
+        self.outputs = list(stats) if isinstance(stats, dict) else []
         first = next(iter(stats.values())) if isinstance(stats, dict) else stats
         # labels go to the model's own loss as stored (one-hot rows stay one-hot)
         self.loss_name = _describe_loss(compiled.get("loss"))
@@ -341,6 +342,12 @@ class Compiled(_Composed):
         if name and isinstance(metrics, dict):  # Keras names an output's metric after it
             name = f"{next(iter(metrics))}_{name}"
         self.quality = Quality(name, _higher(metric), name) if name else Quality("loss", False, "loss")
+
+    def describe(self) -> str:
+        """Several outputs are named, not described by the first one's labels."""
+        if not self.outputs:
+            return super().describe()
+        return f"{self.name} ({len(self.outputs)} outputs: {', '.join(self.outputs)}; loss {self.loss_name})"
 
     def batch_labels(self, tf, y):
         return tf.nest.map_structure(

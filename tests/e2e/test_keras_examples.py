@@ -455,7 +455,7 @@ def test_columns_that_do_not_match_the_models_inputs_are_refused_naming_both(tmp
                         "inputs: columns}", "model={kind: python, builder: 'heart_model.py:build'}",
                         "train.loss=binary_crossentropy")
     refuses(tmp_path, config, "it takes inputs named sex, thal, age, chol and the data gives the "
-                              "columns age, sex, chol, thal, trestbps", command="run")
+                              "inputs age, sex, chol, thal, trestbps", command="run")
     vector = experiment(tmp_path, "data={dataset: csv, path: heart.csv, label_column: target}",
                         name="vector.yaml")
     refuses(tmp_path, vector, "column 4 (thal): 'reversible' is not a finite number; features must be "

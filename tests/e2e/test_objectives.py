@@ -16,6 +16,7 @@ from tests.datafiles import (
     masks_npz,
     regression_table,
     tagged_npz,
+    tickets_npz,
     two_outputs_npz,
     weather_table,
 )
@@ -397,3 +398,29 @@ def seg(input_shape, num_classes):
     (masks / "pet_007.png").unlink()
     done = mptrain("validate", str(config), cwd=tmp_path)
     assert done.returncode == 2 and "no mask for pet_007.png" in done.stderr
+
+
+def test_keras_ios_multi_input_model_takes_an_npz_input_by_input(tmp_path):
+    """keras.io's ticket model (docs/examples/tickets.py: its model and compile as written:
+    three inputs by name, a list of them; two outputs by name, soft priorities under a binary
+    cross-entropy from logits, one-hot departments), from an .npz of x_train_INPUT arrays
+    (a wrapper once had to cut one array into three): it trains under the example's
+    mixed_bfloat16, and the test loss is the one Keras computes with the saved model, its
+    compile and the same arrays."""
+    import keras
+
+    tickets_npz(tmp_path / "tickets.npz")
+    summary = run(tmp_path, example(tmp_path, "tickets"))
+    assert summary["objective"] == ("the model's own compile (2 outputs: department, priority; "
+                                    "loss priority: binary_crossentropy, department: "
+                                    "categorical_crossentropy)")
+    assert {"priority_loss", "department_loss"} <= set(summary["test_metrics"])
+    model = keras.models.load_model(Path(summary["run_dir"]) / "model.keras", compile=False)
+    model.compile(loss={"priority": keras.losses.BinaryCrossentropy(from_logits=True),
+                        "department": keras.losses.CategoricalCrossentropy(from_logits=True)},
+                  loss_weights={"priority": 1.0, "department": 0.2})
+    stored = np.load(tmp_path / "tickets.npz")
+    theirs = model.evaluate({name: stored[f"x_test_{name}"] for name in ("title", "body", "tags")},
+                            {name: stored[f"y_test_{name}"] for name in ("priority", "department")},
+                            batch_size=64, verbose=0, return_dict=True)["loss"]
+    assert summary["test_loss"] == pytest.approx(theirs, rel=1e-3), (summary["test_loss"], theirs)

@@ -10,7 +10,7 @@ import pytest
 from mptrain.config import validate
 from mptrain.data.folders import check_images, split_files
 from mptrain.data.tabular import read_table
-from mptrain.errors import DataError
+from mptrain.errors import ConfigError, DataError
 from mptrain.record import write_atomic
 from tests import datafiles
 from tests.helpers import tiny_raw
@@ -144,6 +144,45 @@ def test_a_truncated_npz_is_a_clean_error_naming_it(tmp_path):
         with pytest.raises(DataError, match="data.npz: not a readable .npz archive"):
             read_npz(path, labels_only)
     assert zipfile.is_zipfile(path) is False
+
+
+def test_an_npz_gives_each_named_input_its_arrays_and_the_model_is_held_to_them(tmp_path):
+    """x_train_INPUT and x_test_INPUT per input (keras.io's multi-input models take a dict by
+    input name): read as dicts, each split's arrays of one length; a missing test array, or
+    lengths apart, named; a model's inputs checked by name and by each input's shape (a size
+    it leaves open takes any)."""
+    import keras
+
+    from mptrain.data.arrays import read_npz
+    from mptrain.data.dataset import InputSpec
+    from mptrain.model.checks import check_model_inputs
+
+    path = tmp_path / "data.npz"
+    arrays = dict(x_train_title=np.ones((6, 8), np.int64), x_train_tags=np.zeros((6, 3)),
+                  y_train=np.arange(6) % 2, x_test_title=np.ones((2, 8), np.int64),
+                  x_test_tags=np.zeros((2, 3)), y_test=np.array([0, 1]))
+    np.savez(path, **arrays)
+    (x_train, _), (x_test, _) = read_npz(path)
+    assert list(x_train) == ["title", "tags"] and x_test["tags"].shape == (2, 3)
+    np.savez(path, **{k: v for k, v in arrays.items() if k != "x_test_tags"})
+    with pytest.raises(DataError, match="missing arrays x_test_tags .*x_train_INPUT and x_test_INPUT"):
+        read_npz(path)
+    np.savez(path, **{**arrays, "x_train_tags": np.zeros((5, 3))})
+    with pytest.raises(DataError, match=r"the x_train and y_train arrays have different lengths \(5, 6\)"):
+        read_npz(path)
+
+    spec = InputSpec.of_named({"title": ((8,), "int32"), "tags": ((3,), "float32")})
+    title, tags = keras.Input((None,), name="title"), keras.Input((3,), name="tags")
+    joined = keras.layers.Concatenate()([keras.layers.Embedding(10, 2)(title)[:, 0], tags])
+    check_model_inputs(keras.Model([title, tags], keras.layers.Dense(1)(joined)), spec)
+    wrong = keras.Input((4,), name="tags")
+    joined = keras.layers.Concatenate()([keras.layers.Embedding(10, 2)(title)[:, 0], wrong])
+    with pytest.raises(ConfigError, match=r"it takes input 'tags' of shape \(4\) and the data's "
+                                          r"examples have shape \(3\)"):
+        check_model_inputs(keras.Model([title, wrong], keras.layers.Dense(1)(joined)), spec)
+    with pytest.raises(ConfigError, match="it takes inputs named title and the data gives the inputs "
+                                          "title, tags"):
+        check_model_inputs(keras.Model(title, keras.layers.Embedding(10, 2)(title)), spec)
 
 
 def test_a_write_that_fails_halfway_leaves_the_old_file(tmp_path, monkeypatch):
