@@ -39,6 +39,7 @@ from mptrain.objective.kinds import (
     DenseClasses,
     MultiLabel,
     Objective,
+    Quality,
     Several,
     Values,
     lower_is_better,
@@ -47,8 +48,8 @@ from mptrain.objective.labels import Labels, LabelStats, label_stats, labels_for
 from mptrain.objective.losses import DEFAULT_LOSS, family_of, head_activation, resolve
 
 __all__ = ["DEFAULT_LOSS", "Binary", "Classes", "Compiled", "DenseClasses", "LabelStats", "MultiLabel",
-           "Objective", "Several", "Values", "family_of", "for_head", "head_activation", "label_stats",
-           "lower_is_better", "objective_for"]
+           "Objective", "Quality", "Several", "Values", "family_of", "for_head", "head_activation",
+           "label_stats", "lower_is_better", "objective_for"]
 
 
 def objective_for(loss, stats: LabelStats | dict[str, LabelStats], compiled: dict | None = None,

@@ -16,6 +16,7 @@ from pydantic import TypeAdapter
 from mptrain.hardware.kernels import cached_kernels
 from mptrain.model.flops import ForwardProfile, Peak, machine_peak
 from mptrain.model.size import MemoryStats
+from mptrain.objective import Quality, lower_is_better
 from mptrain.record import FrozenRecord
 from mptrain.training.records import Status, StepRecord, StopKind
 
@@ -172,8 +173,14 @@ class RunSummary(FrozenRecord):
 
 
 def quality_of(objective, test: dict[str, float]) -> QualityFigure | None:
-    """The objective's quality on the test set (None when it was not evaluated)."""
+    """The objective's quality on the test set (None when it was not evaluated); where
+    `train.metrics` left the objective's own figure out (a multi-label model judged by AUC,
+    given `metrics: [categorical_accuracy]` as keras.io's example gives it), the first figure
+    the user named, else the loss: a figure the run has, never "n/a"."""
     wanted = objective.quality
+    if wanted.metric not in test:
+        named = next((k for k in test if k != "loss" and not k.endswith("_loss")), "loss")
+        wanted = Quality(named, not lower_is_better(named), named, proportion="accuracy" in named)
     value = finite_or_none(test.get(wanted.metric))
     scale = getattr(objective.labels, "scale", None)
     if value is not None and scale is not None and wanted.metric in TARGET_UNITS and len(scale.std) == 1:

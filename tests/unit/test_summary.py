@@ -15,6 +15,7 @@ from mptrain.runs.summary import (
     RunSummary,
     StepTimes,
     learned_nothing,
+    quality_of,
     step_times,
     throughput,
 )
@@ -116,3 +117,20 @@ def test_a_regression_no_better_than_its_mean_is_told_so():
     assert learned_nothing(mae(0.95, "accuracy"), stats) == []
     assert learned_nothing(mae(880.0), SimpleNamespace(mean_mae=(900.0, 5.0))) == []
     assert learned_nothing(mae(None), stats) == [] and learned_nothing(None, stats) == []
+
+
+def test_a_run_is_judged_by_a_figure_it_has():
+    """Where train.metrics leaves the objective's own figure out (keras.io's multi-label
+    example names categorical_accuracy; the objective's is AUC), the first figure named, else
+    the loss: never "judged by AUC: n/a"."""
+    from types import SimpleNamespace
+
+    from mptrain.objective import Quality
+
+    tags = SimpleNamespace(quality=Quality("auc", True, "AUC"), labels=SimpleNamespace(scale=None))
+    assert quality_of(tags, {"loss": 0.3, "auc": 0.9}).value == 0.9
+    named = quality_of(tags, {"loss": 0.3, "categorical_accuracy": 0.7})
+    assert (named.metric, named.value, named.higher_is_better, named.proportion) == (
+        "categorical_accuracy", 0.7, True, True)
+    alone = quality_of(tags, {"loss": 0.3})
+    assert (alone.metric, alone.value, alone.higher_is_better) == ("loss", 0.3, False)
