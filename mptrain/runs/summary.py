@@ -205,6 +205,20 @@ def learned_nothing(quality: QualityFigure | None, stats) -> list[str]:
             "(train.epochs) and too high a learning rate (train.optimizer.kwargs.learning_rate)"]
 
 
+def output_losses_note(test: dict[str, float], examples: int, batch_size: int) -> list[str]:
+    """Why a model's output losses need not add up to its test loss: Keras' `CompileLoss`
+    weighs each batch's output loss by the batch's static size, unknown in a traced step, so
+    every batch counts once, where the test loss weighs each by its examples (its
+    `_loss_tracker`: `tf.shape`). Only a short last batch sets them apart."""
+    outputs = [k for k in test if k.endswith("_loss")]
+    if not outputs or examples % batch_size == 0:
+        return []
+    return [f"the output losses ({', '.join(outputs)}) are Keras' means over the test batches, "
+            f"each batch counted once, and its test loss weighs each by its examples: with a last "
+            f"batch of {examples % batch_size} beside batches of {batch_size}, their weighted sum "
+            "differs from the test loss (a test set a multiple of train.batch_size makes them agree)"]
+
+
 def throughput(times: StepTimes | None, batch_size: int, flops_per_example: int | None,
                peak: Peak | None) -> dict[str, float | None]:
     """The summary's speed keys. Steady state: a full batch per median step. A mean over all
@@ -261,6 +275,8 @@ def summarize_run(session, profile: ForwardProfile, started_at: float) -> RunSum
         notes=[*prepared.notes, *session.notes,
                *unlike_plain_keras(choice, config.deterministic, prepared.objective.loss_name),
                *uncounted, *learned_nothing(quality, prepared.data.labels),
+               *(output_losses_note(test, prepared.data.test.size, config.train.batch_size) if test
+                 else []),
                *([session.save_note] if session.save_note else [])],
         first_step_loss=finite_or_none(monitor.steps[0].loss) if monitor.steps else None,
         non_finite_loss_steps=sum(finite_or_none(r.loss) is None for r in monitor.steps),

@@ -15,6 +15,7 @@ from mptrain.runs.summary import (
     RunSummary,
     StepTimes,
     learned_nothing,
+    output_losses_note,
     quality_of,
     step_times,
     throughput,
@@ -134,3 +135,13 @@ def test_a_run_is_judged_by_a_figure_it_has():
         "categorical_accuracy", 0.7, True, True)
     alone = quality_of(tags, {"loss": 0.3})
     assert (alone.metric, alone.value, alone.higher_is_better) == ("loss", 0.3, False)
+
+
+def test_output_losses_that_cannot_add_up_to_the_test_loss_say_why():
+    """Keras counts each test batch once in an output's loss and by its examples in the
+    loss: said only where a short last batch sets them apart, and only with output losses."""
+    figures = {"loss": 1.3, "value_loss": 0.23, "kind_loss": 0.61, "kind_accuracy": 0.7}
+    [said] = output_losses_note(figures, 96, 64)
+    assert "(value_loss, kind_loss)" in said and "a last batch of 32 beside batches of 64" in said
+    assert output_losses_note(figures, 128, 64) == []
+    assert output_losses_note({"loss": 1.3, "accuracy": 0.7}, 96, 64) == []
