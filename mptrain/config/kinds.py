@@ -41,6 +41,11 @@ class NpzData(_DataBase):
     path: Path = Field(description=(
         "A NumPy .npz with x_train, y_train, x_test, y_test (uint8: pixels, given to the "
         "model as model.pixel_range says; integer (N, length) arrays are token ids)."))
+    normalize: bool = Field(False, description=(
+        "(N, features) float arrays: each feature standardised with the training split's mean "
+        "and deviation, as a CSV's are (data.normalize there); off by default, since arrays "
+        "are usually saved as the model takes them (`mptrain lint` names features on scales "
+        "orders of magnitude apart)."))
 
 
 class SyntheticData(_DataBase):

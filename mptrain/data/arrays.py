@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from mptrain.config.kinds import MnistData, NpzData, SyntheticData, SyntheticTextData
-from mptrain.data.dataset import Dataset, InputSpec, Split, largest, split_sizes
+from mptrain.data.dataset import Dataset, InputSpec, Split, largest, split_sizes, standardisation
 from mptrain.data.source import Source
 from mptrain.errors import DataError
 from mptrain.objective import label_stats
@@ -57,8 +57,10 @@ class InMemory(Source):
             notes, raw = [], ()
         else:
             x_train, x_test, spec, notes = self._one_input(x_train[:n_train], x_test[:n_test], source)
-            raw = (largest(x_train[:cut], [f"x_train[:, {i}]" for i in range(x_train.shape[1])])
-                   if spec.kind == "vector" and x_train.ndim == 2 else ())
+            raw = ()
+            if spec.kind == "vector" and x_train.ndim == 2 and not spec.pixels:
+                x_train, x_test, raw = _features(x_train, x_test, cut, getattr(cfg, "normalize", False),
+                                                 source, notes)
         return Dataset(
             train=Split(cut, arrays=(each(x_train, lambda x: x[:cut]), each(y_train, lambda y: y[:cut]))),
             val=(Split(n_train - cut, arrays=(each(x_train, lambda x: x[cut:]),
@@ -88,6 +90,18 @@ class InMemory(Source):
         tokens = x_train.dtype == np.int32  # `preprocess`'s token ids
         vocab_size = int(max(x_train.max(), x_test.max())) + 1 if tokens else None
         return x_train, x_test, InputSpec.of(x_train.shape[1:], x_train.dtype, vocab_size), notes
+
+
+def _features(x_train, x_test, cut: int, normalize: bool, source: str, notes: list[str]):
+    """(N, features) numbers: standardised with the first `cut` (training) rows' mean and
+    deviation (an .npz's data.normalize, said in `notes`), or as stored, with each feature's
+    largest magnitude (`Dataset.raw_features`, which lint reads)."""
+    names = [f"x_train[:, {i}]" for i in range(x_train.shape[1])]
+    if not normalize:
+        return x_train, x_test, largest(x_train[:cut], names)
+    mean, std, note = standardisation(x_train[:cut], names, source)
+    notes.append(note)
+    return ((x_train - mean) / std).astype(np.float32), ((x_test - mean) / std).astype(np.float32), ()
 
 
 def _named(x_train: dict, x_test: dict, n_train: int, n_test: int, source: str):

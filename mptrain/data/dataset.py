@@ -101,6 +101,22 @@ def largest(features: np.ndarray, names: Sequence[str]) -> tuple[tuple[str, floa
     return tuple((name, float(m)) for name, m in zip(names, top, strict=True))
 
 
+def standardisation(seen: np.ndarray, names: Sequence[str], source: str):
+    """Each feature's mean and deviation over the training rows `seen` (N, k), what
+    `data.normalize` standardises the features with, as keras.io adapts a Normalization
+    layer on its training split; and the run's note saying so, with the figures."""
+    import numpy as np
+
+    mean, std = seen.mean(axis=0), seen.std(axis=0)
+    std = np.where(std > 0, std, 1.0)
+    shown = ", ".join(f"{name} {m:,.4g} ± {d:,.4g}" for name, m, d in
+                      list(zip(names, mean, std, strict=True))[:6])
+    more = f", and {len(names) - 6} more" if len(names) > 6 else ""
+    return mean, std, (f"{source}: features standardised with the training split's mean and "
+                       f"deviation (data.normalize: {shown}{more}); a model saved from this run "
+                       "takes features standardised so")
+
+
 def split_sizes(cfg, train: int, test: int = 0) -> tuple[int, int, int]:
     """How many of `train` and `test` examples a run uses (the first `data.max_train_examples`,
     `data.max_test_examples`), and where validation starts among the training ones (like Keras'

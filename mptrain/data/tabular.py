@@ -29,6 +29,7 @@ from mptrain.data.dataset import (
     hash_fraction,
     largest,
     split_keys,
+    standardisation,
     train_and_test,
 )
 from mptrain.data.source import Source
@@ -315,13 +316,8 @@ def _standardisation(cfg: CsvData, table: Table):
     next(rows, None)  # the header
     seen = np.array([[float(row[i]) for i in table.feature_idx]
                      for index, (_, row) in enumerate(rows) if index in wanted])
+    names = [name for name, _ in table.columns]
     if not cfg.normalize:
-        return np.zeros(width), np.ones(width), [], largest(seen, [name for name, _ in table.columns])
-    mean, std = seen.mean(axis=0), seen.std(axis=0)
-    std = np.where(std > 0, std, 1.0)
-    shown = ", ".join(f"{name} {m:,.4g} ± {d:,.4g}" for (name, _), m, d in
-                      list(zip(table.columns, mean, std, strict=True))[:6])
-    more = f", and {width - 6} more" if width > 6 else ""
-    return mean, std, [f"{cfg.path}: features standardised with the training split's mean and "
-                       f"deviation (data.normalize: {shown}{more}); a model saved from this run "
-                       "takes features standardised so"], ()
+        return np.zeros(width), np.ones(width), [], largest(seen, names)
+    mean, std, note = standardisation(seen, names, str(cfg.path))
+    return mean, std, [note], ()

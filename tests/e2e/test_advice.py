@@ -9,6 +9,7 @@ import json
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tests.datafiles import regression_table
@@ -56,6 +57,8 @@ CASES = {
                              r"set (train\.target_scaling): (\w+)", "targets"),
     "features on scales apart": ([*HOUSES, "data.normalize=false", "train.target_scaling=standard"],
                                  "lint", r"set (data\.normalize): (\w+)", "features"),
+    "an npz's features on scales apart": (["data={dataset: npz, path: scales.npz}"], "lint",
+                                          r"set (data\.normalize): (\w+)", "features"),
     "a softmax in 16 bits": (["policy=mixed_bfloat16", "model={kind: python, builder: "
                               "'softmax_inside.py:build'}"], "lint",
                              r"with (model\.float32_layers): (\[\w+\])", "softmax_16bit"),
@@ -83,6 +86,10 @@ def test_advice_followed_literally_ends_the_complaint(tmp_path, case):
     regression_table(tmp_path / "houses.csv", raw=True)
     (tmp_path / "softmax_inside.py").write_text(SOFTMAX_INSIDE)
     (tmp_path / "sigmoid_one.py").write_text(SIGMOID_ONE)
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(160, 4)) * [1000.0, 1.0, 0.01, 1.0]
+    np.savez(tmp_path / "scales.npz", x_train=x[:128], y_train=np.arange(128) % 4, x_test=x[128:],
+             y_test=np.arange(32) % 4)
     config = experiment(tmp_path, *overrides)
     said = complaint(tmp_path, config, command, kind)
     assert said is not None, f"{case}: no advice"

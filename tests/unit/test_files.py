@@ -185,6 +185,28 @@ def test_an_npz_gives_each_named_input_its_arrays_and_the_model_is_held_to_them(
         check_model_inputs(keras.Model(title, keras.layers.Embedding(10, 2)(title)), spec)
 
 
+def test_an_npz_standardises_its_features_with_the_training_rows_when_asked(tmp_path):
+    """data.normalize on an .npz: each feature by the training split's mean and deviation
+    (validation and test rows by the same figures), said in the notes; off, as stored, each
+    feature's largest magnitude kept for lint."""
+    from mptrain.config.kinds import NpzData
+    from mptrain.data.arrays import Npz
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(5, 1, size=(100, 2)) * [1000.0, 0.01]
+    np.savez(tmp_path / "data.npz", x_train=x[:80], y_train=np.arange(80) % 2, x_test=x[80:],
+             y_test=np.arange(20) % 2)
+    cfg = NpzData(dataset="npz", path=tmp_path / "data.npz", validation_split=0.25)
+    as_stored = Npz().load(cfg)
+    assert [name for name, _ in as_stored.raw_features] == ["x_train[:, 0]", "x_train[:, 1]"]
+    scaled = Npz().load(cfg.model_copy(update={"normalize": True}))
+    train, test = scaled.train.arrays[0], scaled.test.arrays[0]
+    assert np.allclose(train.mean(axis=0), 0, atol=1e-5) and np.allclose(train.std(axis=0), 1, atol=1e-4)
+    fitted = x[:60]  # the training rows: validation is the last 20 of the 80
+    assert np.allclose(test, (x[80:] - fitted.mean(axis=0)) / fitted.std(axis=0), atol=1e-4)
+    assert scaled.raw_features == () and "features standardised" in scaled.notes[-1]
+
+
 def test_a_write_that_fails_halfway_leaves_the_old_file(tmp_path, monkeypatch):
     path = tmp_path / "summary.json"
     path.write_text("the old summary")
