@@ -145,7 +145,7 @@ def new_study(record_type: type[S], config: ExperimentConfig,
     folder exists."""
     from mptrain.data.pipeline import input_ms_per_batch
     from mptrain.model import save_initial_weights
-    from mptrain.model.python_builder import check_builder_travels
+    from mptrain.model.kinds.python_builder import check_builder_travels
     from mptrain.runs.experiment import prepare
 
     kind = record_type.KIND

@@ -1,7 +1,7 @@
-"""Models, a builder for each `model.kind` (mlp and cnn share one), all ending in a float32
-output (the guide's rule).
+"""Models: each `model.kind` builds its own (`kinds`), then the same steps for all, ending in
+a float32 output (the guide's rule).
 
-Builders run after `policy.apply_policy`, so every layer they create follows the global
+Kinds build after `policy.apply_policy`, so every layer they create follows the global
 policy; each returns the model and notes on what mptrain did to it (shown before training and
 kept in the summary).
 """
@@ -16,20 +16,9 @@ from typing import Any
 from mptrain.config.schema import OWN_MODELS, ExperimentConfig
 from mptrain.data.dataset import InputSpec
 from mptrain.errors import ConfigError
-from mptrain.model.applications import build_application
-from mptrain.model.basic import build_basic
-from mptrain.model.hub import build_hub
 from mptrain.model.inputs import PixelRange, pixel_range
+from mptrain.model.kinds import model_kind
 from mptrain.model.outputs import PROBABILITY_ACTIVATIONS, OutputKind, read_output, sixteen_bit_probabilities
-from mptrain.model.python_builder import build_python
-from mptrain.model.saved import build_saved
-from mptrain.model.transformer import build_transformer
-
-# model.kind → function(config, spec, objective) -> (keras.Model, notes); each imports Keras
-# (and its kind's extras) only when it runs
-BUILDERS = {"mlp": build_basic, "cnn": build_basic, "application": build_application,
-            "transformer": build_transformer, "keras_hub": build_hub, "python": build_python,
-            "saved": build_saved}
 
 
 @dataclass
@@ -62,10 +51,8 @@ def build_model(config: ExperimentConfig, spec: InputSpec, objective,
     # reset the global dtype policy and every traced graph.)
     reset_name_counters()
     check_inputs(config, spec)
-    build = BUILDERS[config.model.kind]
-    # only a user's builder may read the training data (to adapt its preprocessing layers)
-    model, notes = (build(config, spec, objective, train_inputs) if config.model.kind == "python"
-                    else build(config, spec, objective))
+    # only a user's builder reads the training data (to adapt its preprocessing layers)
+    model, notes = model_kind(config.model).build(config, spec, objective, train_inputs)
     check_model_inputs(model, spec)  # before anything calls it on the data's inputs
     compiled = compiled_with(model) if getattr(model, "compiled", False) else None
     notes += check_own_step(config, model)

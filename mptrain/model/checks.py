@@ -6,30 +6,19 @@ fit is refused before TensorFlow allocates it.
 
 from __future__ import annotations
 
-from pathlib import Path
-
+from mptrain.config.kinds import OWN_MODELS
 from mptrain.config.schema import EPOCH_RULES, ExperimentConfig
 from mptrain.data.dataset import Dataset, InputSpec
 from mptrain.errors import ConfigError, DataError, MptrainError
 from mptrain.hardware.machine import machine_memory_bytes
+from mptrain.model.kinds import model_kind
 from mptrain.model.size import training_bytes_lower_bound
 from mptrain.model.walk import input_structure
 
 
 def check_model(config: ExperimentConfig) -> None:
-    """Raise a ConfigError on a model `run` could not build."""
-    model = config.model
-    if model.kind == "python":
-        from mptrain.model.python_builder import check_builder
-
-        check_builder(model)
-    elif model.kind == "saved":
-        from mptrain.model.saved import check_saved
-
-        check_saved(model)
-    elif model.kind == "application" and model.weights not in (None, "imagenet") \
-            and not Path(model.weights).is_file():
-        raise ConfigError(f"model.weights {model.weights}: no such file")
+    """Raise a ConfigError on a model `run` could not build (its files)."""
+    model_kind(config.model).check(config.model)
 
 
 def objective_of(config: ExperimentConfig, labels, compiled: dict | None = None,
@@ -59,7 +48,7 @@ def objective_of(config: ExperimentConfig, labels, compiled: dict | None = None,
         objective = objective_for(config.train.loss, labels,
                                   scale_targets=config.train.target_scaling == "standard")
     except MptrainError:
-        if tentative and config.train.loss is None and config.model.kind == "python":
+        if tentative and config.train.loss is None and model_kind(config.model).runs_code:
             return None, []
         raise
     if isinstance(objective, Compiled):
@@ -227,19 +216,9 @@ def check_inputs(config: ExperimentConfig, spec: InputSpec) -> None:
     """Does the data's input suit the model (image size, channels, vocabulary, sequence
     length)? `check_fits` asks, and `build_model` again, whoever builds."""
     kind = config.model.kind
-    if spec.kind == "named" and kind not in ("python", "saved"):
+    if spec.kind == "named" and kind not in OWN_MODELS:
         raise ConfigError(f"the data gives several named inputs ({', '.join(n.name for n in spec.named)}: "
                           "a CSV's data.inputs: columns, an .npz's x_train_NAME arrays), for a model "
                           f"of your own (model.kind python or saved) that takes them; model.kind {kind} "
                           "takes one input (a CSV's data.inputs: vector, an .npz's x_train)")
-    if kind == "application":
-        from mptrain.model.applications import check_application_fits
-
-        check_application_fits(config.model, spec)
-    elif kind == "transformer":
-        from mptrain.model.transformer import check_transformer_fits
-
-        check_transformer_fits(config.model, spec)
-    elif kind == "cnn" and len(spec.shape) != 3:
-        raise ConfigError(f"model.kind cnn needs image inputs (height, width, channels); this "
-                          f"data set's examples have shape {spec.shape}")
+    model_kind(config.model).check_fits(config.model, spec)

@@ -24,38 +24,16 @@ from mptrain.record import FrozenRecord, Record
 
 def training_bytes_lower_bound(config: ExperimentConfig, spec: InputSpec) -> int | None:
     """A lower bound on training memory, from the config alone (no model is built), for the
-    kinds whose size the config fixes (mlp, cnn, transformer): float32 weights, gradients and
-    two optimizer slots per parameter, plus float32 activations of one batch kept for the
-    backward pass. None for kinds whose size only the built model knows."""
-    cfg = config.model
-    batch = config.train.batch_size
-    features = int(math.prod(spec.shape))
-    if cfg.kind == "mlp":
-        widths = [features, *cfg.hidden_units, cfg.num_classes or 1]
-        params = sum(a * b + b for a, b in zip(widths, widths[1:], strict=False))
-        activations = batch * sum(widths)
-    elif cfg.kind == "cnn" and len(spec.shape) == 3:
-        height, width, channels = spec.shape
-        params, activations = 0, batch * features
-        for filters in cfg.filters:
-            params += cfg.kernel_size ** 2 * channels * filters + filters
-            activations += batch * height * width * filters
-            channels = filters
-            if cfg.pooling != "none":
-                height, width = max(1, height // 2), max(1, width // 2)
-        widths = [height * width * channels, *cfg.dense_units, cfg.num_classes or 1]
-        params += sum(a * b + b for a, b in zip(widths, widths[1:], strict=False))
-        activations += batch * sum(widths)
-    elif cfg.kind == "transformer":
-        tokens = spec.shape[0] if spec.kind == "tokens" else features // (spec.shape[2] or 1) // (
-            (cfg.patch_size or 4) ** 2)
-        per_block = 4 * cfg.embed_dim ** 2 + 2 * cfg.embed_dim * cfg.mlp_dim
-        vocab = (cfg.vocab_size or spec.vocab_size or 0) * cfg.embed_dim
-        params = cfg.num_layers * per_block + vocab + tokens * cfg.embed_dim
-        activations = batch * tokens * cfg.num_layers * (6 * cfg.embed_dim + cfg.mlp_dim
-                                                         + cfg.num_heads * tokens)
-    else:
+    kinds whose size the config fixes (`ModelKind.parameters_and_activations`: mlp, cnn,
+    transformer): float32 weights, gradients and two optimizer slots per parameter, plus
+    float32 activations of one batch kept for the backward pass. None for kinds whose size
+    only the built model knows."""
+    from mptrain.model.kinds import model_kind
+
+    counted = model_kind(config.model).parameters_and_activations(config, spec)
+    if counted is None:
         return None
+    params, activations = counted
     return 4 * (4 * params + activations)
 
 

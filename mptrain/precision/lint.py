@@ -24,6 +24,7 @@ import math
 from typing import TYPE_CHECKING, Literal
 
 from mptrain.model.keras_internals import attention_dropout, attention_softmax, inputs_of, producer
+from mptrain.model.kinds import model_kind
 from mptrain.precision.policy import F16_MAX
 from mptrain.record import FrozenRecord
 
@@ -193,7 +194,7 @@ def _alignment(profile: ForwardProfile, config, units: str) -> list[Finding]:
                 fix = (f"use {nearest}; only {share:.1%} of the FLOPs: aligning it would not change "
                        "the step time")
             else:
-                fix = f"use {nearest}; {_yaml_hint(layer.name, what, config)}"
+                fix = f"use {nearest}; {model_kind(config.model).resize_hint(layer.name, what)}"
             findings.append(_finding("alignment", severity, layer.name,
                                     f"{layer.name}: {what} {size} {message}: {fix}", share))
     batch = config.train.batch_size
@@ -211,19 +212,6 @@ def _misaligned(size: int, units: str) -> tuple[str, int] | None:
     multiple = TPU_MULTIPLE if units == "TPU" else TENSOR_CORE_MULTIPLE
     nearest = max(multiple, int(size / multiple + 0.5) * multiple)
     return None if size % multiple == 0 else (f"is not a multiple of {multiple} ({units})", nearest)
-
-
-def _yaml_hint(layer: str, what: str, config) -> str:
-    kind = config.model.kind
-    if kind == "mlp" and (layer.startswith("dense_") or layer == "logits"):
-        return "change it in model.hidden_units"
-    if kind == "cnn":
-        return "change it in model.filters" if layer.startswith("conv_") else \
-            "change it in model.dense_units"
-    if kind == "transformer":
-        return ("change model.embed_dim / model.num_heads / model.mlp_dim"
-                if "vocabulary" not in what else "change data.max_tokens or model.vocab_size")
-    return "change it in the model's definition (builder kwargs, or the architecture)"
 
 
 def _small_model(config, profile, machine) -> list[Finding]:

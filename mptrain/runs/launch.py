@@ -14,7 +14,7 @@ from pathlib import Path
 from mptrain.config import ExperimentConfig, load_config, variant
 from mptrain.config.diff import changed_keys, value_at
 from mptrain.errors import ConfigError, MptrainError
-from mptrain.model.python_builder import check_builder_travels
+from mptrain.model.kinds.python_builder import check_builder_travels
 from mptrain.precision.planned import plan_beside
 from mptrain.runs.folder import unique_folder
 from mptrain.runs.resume import experiment_to_run

@@ -17,6 +17,7 @@ from mptrain.config.schema import ExperimentConfig
 from mptrain.data.source import source_of
 from mptrain.errors import ConfigError, MptrainError
 from mptrain.model.checks import check_fits, check_model
+from mptrain.model.kinds import model_kind
 from mptrain.objective import objective_for
 
 MIN_FREE_BYTES = 64 * 2**20
@@ -39,7 +40,7 @@ def check_experiment(config: ExperimentConfig, thorough: bool = False) -> list[s
         check_fits(config, source.input_spec(config.data), examples)
         # the labels against the objective, when they were read and the loss is known (a
         # builder that compiles its model names its loss only when it runs)
-        if labels is not None and (config.train.loss is not None or config.model.kind != "python"):
+        if labels is not None and (config.train.loss is not None or not model_kind(config.model).runs_code):
             objective_for(config.train.loss, labels,
                           scale_targets=config.train.target_scaling == "standard")
     except MptrainError as exc:

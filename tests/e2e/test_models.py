@@ -272,7 +272,7 @@ def test_missing_extras_say_what_to_install(monkeypatch):
 
     from mptrain.data.tfds_source import import_tfds
     from mptrain.errors import MptrainError
-    from mptrain.model.hub import import_keras_hub
+    from mptrain.model.kinds.hub import import_keras_hub
 
     monkeypatch.setitem(sys.modules, "keras_hub", None)  # as if not installed
     monkeypatch.setitem(sys.modules, "tensorflow_datasets", None)

@@ -10,7 +10,7 @@ import pytest
 from mptrain.config import validate
 from mptrain.config.loading import as_file_in, load_config, resolve_paths
 from mptrain.errors import ConfigError
-from mptrain.model.python_builder import arguments, check_builder
+from mptrain.model.kinds.python_builder import arguments, check_builder
 from tests.helpers import tiny_raw
 
 
@@ -39,7 +39,7 @@ def test_a_builder_is_called_with_the_arguments_it_declares(tmp_path, signature,
     check_builder(cfg)  # without running the file
     namespace: dict = {}
     exec(f"def build{signature}:\n    pass\n", namespace)
-    from mptrain.model.python_builder import declared_parameters
+    from mptrain.model.kinds.python_builder import declared_parameters
 
     offered = {"input_shape": (16,), "num_classes": 4, **kwargs}
     assert arguments(cfg, declared_parameters(namespace["build"]), offered) == given

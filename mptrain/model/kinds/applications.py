@@ -8,10 +8,25 @@ activation) replaces the 1000-class ImageNet top.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from mptrain.config.kinds import APPLICATIONS, ApplicationConfig
 from mptrain.config.schema import ExperimentConfig
 from mptrain.data.dataset import InputSpec
 from mptrain.errors import ConfigError, DataError
+from mptrain.model.kinds import ModelKind
+
+
+class KerasApplication(ModelKind, kind="application"):
+    def check(self, cfg: ApplicationConfig) -> None:
+        if cfg.weights not in (None, "imagenet") and not Path(cfg.weights).is_file():
+            raise ConfigError(f"model.weights {cfg.weights}: no such file")
+
+    def check_fits(self, cfg: ApplicationConfig, spec: InputSpec) -> None:
+        check_application_fits(cfg, spec)
+
+    def build(self, config, spec, objective, train_inputs=None):
+        return build_application(config, spec, objective)
 
 
 def check_application_fits(cfg: ApplicationConfig, spec: InputSpec) -> None:
@@ -36,7 +51,7 @@ def build_application(config: ExperimentConfig, spec: InputSpec, objective):
     import keras
     from keras import layers
 
-    from mptrain.model.basic import augmentation, head
+    from mptrain.model.kinds.basic import augmentation, head
     from mptrain.model.layers import ImagePreprocessing
 
     cfg: ApplicationConfig = config.model

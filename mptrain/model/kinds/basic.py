@@ -10,29 +10,81 @@ are 8 apart; float16 stops at 65,504).
 
 from __future__ import annotations
 
+import math
+
 from mptrain.config.kinds import CNNConfig, MLPConfig
 from mptrain.config.schema import ExperimentConfig
 from mptrain.data.dataset import InputSpec
+from mptrain.errors import ConfigError
+from mptrain.model.kinds import ModelKind
 
 
-def build_basic(config: ExperimentConfig, spec: InputSpec, objective):
-    """`mlp` and `cnn`: a cnn's convolutions, then both kinds' Dense stack and head."""
+class MLP(ModelKind, kind="mlp"):
+    """Dense layers on the flattened inputs: the guide's model."""
+
+    def build(self, config, spec, objective, train_inputs=None):
+        return build_basic(config, spec, objective, config.model.hidden_units)
+
+    def parameters_and_activations(self, config, spec):
+        cfg, batch = config.model, config.train.batch_size
+        widths = [math.prod(spec.shape), *cfg.hidden_units, cfg.num_classes or 1]
+        return _dense(widths), batch * sum(widths)
+
+    def resize_hint(self, layer: str, what: str) -> str:
+        if layer.startswith("dense_") or layer == "logits":
+            return "change it in model.hidden_units"
+        return super().resize_hint(layer, what)
+
+
+class CNN(ModelKind, kind="cnn"):
+    """Convolutions (each pooled in two), then Dense layers: images only."""
+
+    def check_fits(self, cfg: CNNConfig, spec: InputSpec) -> None:
+        if len(spec.shape) != 3:
+            raise ConfigError(f"model.kind cnn needs image inputs (height, width, channels); this "
+                              f"data set's examples have shape {spec.shape}")
+
+    def build(self, config, spec, objective, train_inputs=None):
+        return build_basic(config, spec, objective, config.model.dense_units, convolutions=True)
+
+    def parameters_and_activations(self, config, spec):
+        cfg, batch = config.model, config.train.batch_size
+        height, width, channels = spec.shape
+        params, activations = 0, batch * math.prod(spec.shape)
+        for filters in cfg.filters:
+            params += cfg.kernel_size ** 2 * channels * filters + filters
+            activations += batch * height * width * filters
+            channels = filters
+            if cfg.pooling != "none":
+                height, width = max(1, height // 2), max(1, width // 2)
+        widths = [height * width * channels, *cfg.dense_units, cfg.num_classes or 1]
+        return params + _dense(widths), activations + batch * sum(widths)
+
+    def resize_hint(self, layer: str, what: str) -> str:
+        return "change it in model.filters" if layer.startswith("conv_") else \
+            "change it in model.dense_units"
+
+
+def _dense(widths: list[int]) -> int:
+    """The parameters of Dense layers from one width to the next (kernels and biases)."""
+    return sum(a * b + b for a, b in zip(widths, widths[1:], strict=False))
+
+
+def build_basic(config: ExperimentConfig, spec: InputSpec, objective, hidden: list[int],
+                convolutions: bool = False):
+    """`mlp` and `cnn`: a cnn's convolutions, then both kinds' Dense stack (`hidden`) and head."""
     import keras
     from keras import layers
 
     cfg: MLPConfig | CNNConfig = config.model
     inputs = keras.Input(shape=spec.shape, name="inputs")
     x = augmentation(inputs, config.data) if len(spec.shape) == 3 else inputs
-    if cfg.kind == "cnn":
-        for i, filters in enumerate(cfg.filters, start=1):
-            x = layers.Conv2D(filters, cfg.kernel_size, padding="same",
-                              activation=cfg.activation, name=f"conv_{i}")(x)
-            if cfg.pooling != "none" and min(x.shape[1], x.shape[2]) >= 2:
-                pool = layers.MaxPooling2D if cfg.pooling == "max" else layers.AveragePooling2D
-                x = pool(2, name=f"pool_{i}")(x)
-        hidden = cfg.dense_units
-    else:
-        hidden = cfg.hidden_units
+    for i, filters in enumerate(cfg.filters if convolutions else [], start=1):
+        x = layers.Conv2D(filters, cfg.kernel_size, padding="same",
+                          activation=cfg.activation, name=f"conv_{i}")(x)
+        if cfg.pooling != "none" and min(x.shape[1], x.shape[2]) >= 2:
+            pool = layers.MaxPooling2D if cfg.pooling == "max" else layers.AveragePooling2D
+            x = pool(2, name=f"pool_{i}")(x)
     if len(x.shape) > 2:
         x = layers.Flatten(name="flatten")(x)
     for i, units in enumerate(hidden, start=1):
@@ -63,8 +115,6 @@ def head(features, cfg, objective):
     """Pool (a feature map or a sequence; not where the objective has a label per
     position), optional dropout, Dense logits (float32 for a regression), float32 output."""
     from keras import layers
-
-    from mptrain.errors import ConfigError
 
     x = features
     wanted = objective.labels.dense

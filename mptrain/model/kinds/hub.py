@@ -13,6 +13,7 @@ from mptrain.config.kinds import KerasHubConfig
 from mptrain.config.schema import ExperimentConfig
 from mptrain.data.dataset import InputSpec
 from mptrain.errors import ConfigError, DataError
+from mptrain.model.kinds import ModelKind
 
 
 def import_keras_hub():
@@ -50,10 +51,15 @@ def build_backbone(cfg: KerasHubConfig):
             "the preset's local folder as model.preset") from None
 
 
+class KerasHub(ModelKind, kind="keras_hub"):
+    def build(self, config, spec, objective, train_inputs=None):
+        return build_hub(config, spec, objective)
+
+
 def build_hub(config: ExperimentConfig, spec: InputSpec, objective):
     import keras
 
-    from mptrain.model.basic import augmentation, head
+    from mptrain.model.kinds.basic import augmentation, head
 
     cfg: KerasHubConfig = config.model
     backbone = build_backbone(cfg)

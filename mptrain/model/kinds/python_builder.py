@@ -27,7 +27,8 @@ from mptrain.config.kinds import PythonConfig
 from mptrain.config.schema import ExperimentConfig
 from mptrain.data.dataset import InputSpec
 from mptrain.errors import ConfigError
-from mptrain.model.in_process import MODULE as IN_PROCESS
+from mptrain.model.in_process import MODULE
+from mptrain.model.kinds import ModelKind
 from mptrain.model.own_step import own_methods
 
 # what mptrain offers every builder, beside model.kwargs: the data's shape of one example
@@ -67,7 +68,7 @@ def check_builder(cfg: PythonConfig) -> None:
     such as TensorFlow, would make `validate` slow)."""
     builder = cfg.builder
     target, function = split_builder(builder)
-    if target == IN_PROCESS:  # a Python object handed over in this process (a notebook's)
+    if target == MODULE:  # a Python object handed over in this process (a notebook's)
         found = getattr(sys.modules[target], function, None)
         if not callable(found):
             raise ConfigError(f"model.builder {builder!r}: "
@@ -172,7 +173,7 @@ def check_builder_travels(config: ExperimentConfig, command: str) -> None:
     worker, which cannot see a builder passed as a Python object: refuse before anything
     runs, not in every child."""
     builder = getattr(config.model, "builder", None)
-    if config.model.kind == "python" and builder and split_builder(builder)[0] == IN_PROCESS:
+    if builder and split_builder(builder)[0] == MODULE:
         raise ConfigError("model.builder: " + ELSEWHERE.format(f"{command} runs its training"))
 
 
@@ -224,6 +225,16 @@ def _adapt_hint(exc: Exception) -> str:
     return ("; under a 16-bit policy Keras' Normalization.adapt fails on a dataset: create the "
             "layer in float32, layers.Normalization(dtype='float32'), as the guide keeps such "
             "layers (raw features in 16 bits lose their digits before the mean is subtracted)")
+
+
+class Python(ModelKind, kind="python"):
+    runs_code = True
+
+    def check(self, cfg: PythonConfig) -> None:
+        check_builder(cfg)
+
+    def build(self, config, spec, objective, train_inputs=None):
+        return build_python(config, spec, objective, train_inputs)
 
 
 def build_python(config: ExperimentConfig, spec: InputSpec, objective, train_inputs=None):

@@ -18,6 +18,7 @@ from mptrain.config.schema import ExperimentConfig
 from mptrain.data.dataset import InputSpec
 from mptrain.errors import ConfigError
 from mptrain.model.dtypes import objects, rebuild_with_policies
+from mptrain.model.kinds import ModelKind
 
 
 def check_saved(cfg: SavedConfig) -> None:
@@ -52,6 +53,14 @@ def _importable(module: str | None) -> bool:
         return importlib.util.find_spec(module) is not None
     except (ImportError, ValueError):
         return False
+
+
+class Saved(ModelKind, kind="saved"):
+    def check(self, cfg: SavedConfig) -> None:
+        check_saved(cfg)
+
+    def build(self, config, spec, objective, train_inputs=None):
+        return build_saved(config, spec, objective)
 
 
 def build_saved(config: ExperimentConfig, spec: InputSpec, objective):

@@ -20,12 +20,37 @@ installed Keras source):
 
 from __future__ import annotations
 
+import math
+
 from mptrain.config.kinds import TransformerConfig
 from mptrain.config.schema import ExperimentConfig
 from mptrain.data.dataset import InputSpec
 from mptrain.errors import ConfigError
+from mptrain.model.kinds import ModelKind
 
 DEFAULT_PATCH = 4
+
+
+class Transformer(ModelKind, kind="transformer"):
+    def check_fits(self, cfg: TransformerConfig, spec: InputSpec) -> None:
+        check_transformer_fits(cfg, spec)
+
+    def build(self, config, spec, objective, train_inputs=None):
+        return build_transformer(config, spec, objective)
+
+    def parameters_and_activations(self, config, spec):
+        cfg, batch = config.model, config.train.batch_size
+        tokens = spec.shape[0] if spec.kind == "tokens" else math.prod(spec.shape) // (
+            spec.shape[2] or 1) // ((cfg.patch_size or DEFAULT_PATCH) ** 2)
+        per_block = 4 * cfg.embed_dim ** 2 + 2 * cfg.embed_dim * cfg.mlp_dim
+        vocab = (cfg.vocab_size or spec.vocab_size or 0) * cfg.embed_dim
+        params = cfg.num_layers * per_block + vocab + tokens * cfg.embed_dim
+        return params, batch * tokens * cfg.num_layers * (6 * cfg.embed_dim + cfg.mlp_dim
+                                                           + cfg.num_heads * tokens)
+
+    def resize_hint(self, layer: str, what: str) -> str:
+        return ("change model.embed_dim / model.num_heads / model.mlp_dim"
+                if "vocabulary" not in what else "change data.max_tokens or model.vocab_size")
 
 
 def check_transformer_fits(cfg: TransformerConfig, spec: InputSpec) -> None:
@@ -57,7 +82,7 @@ def build_transformer(config: ExperimentConfig, spec: InputSpec, objective):
     import keras
     from keras import layers
 
-    from mptrain.model.basic import augmentation, head
+    from mptrain.model.kinds.basic import augmentation, head
     from mptrain.model.layers import Float32SoftmaxAttention, PositionEmbedding
 
     cfg: TransformerConfig = config.model
