@@ -20,7 +20,7 @@ from mptrain.config.kinds import OWN_MODELS, DataConfig, MLPConfig, ModelConfig,
 from mptrain.config.names import LoopName, MathLibrary, MathMode, PolicyName, StrategyName, _Strict
 from mptrain.config.optimizers import LrScaling, OptimizerConfig
 from mptrain.errors import ConfigError
-from mptrain.objective import DEFAULT_LOSS, head_activation, lower_is_better
+from mptrain.objective import DEFAULT_LOSS, family_of, head_activation, lower_is_better
 from mptrain.objective.losses import resolve
 
 # --- training -----------------------------------------------------------------------------
@@ -336,7 +336,7 @@ class ExperimentConfig(_Strict):
                 for output, one in loss.items():
                     resolve(one, f"train.loss.{output}")
             else:
-                family = resolve(loss or DEFAULT_LOSS).family
+                family = family_of(loss or DEFAULT_LOSS)
         except ConfigError as exc:
             raise ValueError(str(exc)) from None
         if isinstance(loss, dict):
@@ -345,31 +345,11 @@ class ExperimentConfig(_Strict):
                                  f"with several outputs (model.kind python or saved); "
                                  f"model.kind {self.model.kind} has one")
             return self
-        loss = loss if isinstance(loss, str) or loss is None else loss.name
-        if head == "sigmoid" and family != "binary":
-            raise ValueError(f"model.output_activation sigmoid needs train.loss binary_crossentropy "
-                             f"(train.loss is {loss or DEFAULT_LOSS}); use softmax or linear")
-        if head == "softmax" and family == "binary":
-            raise ValueError("model.output_activation softmax makes the classes compete, and "
-                             "train.loss binary_crossentropy takes a probability per 0/1 label: "
-                             "use sigmoid (or linear for logits)")
-        if head == "softmax" and family == "values":
-            raise ValueError(f"model.output_activation softmax makes probabilities, and train.loss "
-                             f"{loss} is a regression's: use linear")
+        written = loss if isinstance(loss, str) or loss is None else loss.name
         metrics = self.train.metrics if isinstance(self.train.metrics, list) else []
-        if family == "values" and (wrong := [m for m in metrics if m in ("accuracy", "acc",
-                                                                         "top5_accuracy", "auc")]):
-            raise ValueError(f"train.metrics {wrong[0]}: a regression ({loss}) has none; e.g. mae, "
-                             "root_mean_squared_error, r2_score")
-        if family != "classes" and "top5_accuracy" in metrics:
-            raise ValueError("train.metrics top5_accuracy needs a multi-class loss")
-        if family == "classes" and (binary := [m for m in metrics if m in ("precision", "recall",
-                                                                           "auc")]):
-            raise ValueError(f"train.metrics {binary[0]} (of class 1) needs train.loss "
-                             "binary_crossentropy")
-        if family != "values" and self.train.target_scaling != "none":
-            raise ValueError(f"train.target_scaling scales a regression's targets, and train.loss "
-                             f"{loss or DEFAULT_LOSS} takes labels: leave it out")
+        why = family.refusal(head, metrics, self.train.target_scaling, written or DEFAULT_LOSS)
+        if why is not None:
+            raise ValueError(why)
         return self
 
     @model_validator(mode="after")

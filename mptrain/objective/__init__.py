@@ -32,6 +32,7 @@ categorical loss). Nothing here imports TensorFlow at module level.
 from __future__ import annotations
 
 from mptrain.errors import ConfigError
+from mptrain.objective.families import FAMILIES, family_of, head_activation
 from mptrain.objective.kinds import (
     Binary,
     Classes,
@@ -44,8 +45,8 @@ from mptrain.objective.kinds import (
     Values,
     lower_is_better,
 )
-from mptrain.objective.labels import Labels, LabelStats, label_stats, labels_for
-from mptrain.objective.losses import DEFAULT_LOSS, family_of, head_activation, resolve
+from mptrain.objective.labels import LabelStats, label_stats
+from mptrain.objective.losses import DEFAULT_LOSS, resolve
 
 __all__ = ["DEFAULT_LOSS", "Binary", "Classes", "Compiled", "DenseClasses", "LabelStats", "MultiLabel",
            "Objective", "Quality", "Several", "Values", "family_of", "for_head", "head_activation",
@@ -56,7 +57,7 @@ def objective_for(loss, stats: LabelStats | dict[str, LabelStats], compiled: dic
                   scale_targets: bool = False) -> Objective:
     """The experiment's objective: its builder's compile, when it compiled the model and
     `train.loss` is left out; else from the loss (`losses.resolve`) and the labels it reads
-    (`labels_for`), which must suit it."""
+    (`families.Family.labels`), which must suit it."""
     if compiled is not None and loss is None:
         return Compiled(compiled, stats)
     if isinstance(loss, dict):
@@ -75,23 +76,12 @@ def objective_for(loss, stats: LabelStats | dict[str, LabelStats], compiled: dic
                           "train.loss a loss for each (train.loss: {OUTPUT: LOSS, ...}), or "
                           "compile the model in its builder")
     spec = resolve(loss or DEFAULT_LOSS)
-    labels = labels_for(spec.family, stats, scale_targets)
-    if spec.family == "classes":
-        return (DenseClasses if labels.dense else Classes)(spec, labels)
-    if spec.family == "binary":
-        return (MultiLabel if labels.form == "multi_hot" else Binary)(spec, labels)
-    return Values(spec, labels)
+    family = FAMILIES[spec.family]
+    return family.objective(spec, family.labels(stats, scale_targets))
 
 
 def for_head(loss, units: int | None) -> Objective:
     """The objective a head of `units` outputs (`model.num_classes`) serves under `loss`,
-    with no data to read: what a model built without its data (a test, a tool) is built for.
-    Under a binary cross-entropy, one unit is one 0/1 label and more are that many labels."""
+    with no data to read: what a model built without its data (a test, a tool) is built for."""
     spec = resolve(loss if loss is not None and not isinstance(loss, dict) else DEFAULT_LOSS)
-    units = units or 1
-    if spec.family == "classes":
-        return Classes(spec, Labels("classes", max(units, 2)))
-    if spec.family == "binary":
-        return (MultiLabel(spec, Labels("multi_hot", units)) if units > 1
-                else Binary(spec, Labels("classes", 2)))
-    return Values(spec, Labels("values", units))
+    return FAMILIES[spec.family].for_head(spec, units or 1)

@@ -1,14 +1,12 @@
 """What labels are: as stored (`LabelStats`, which every data kind reports without knowing
-any objective), and as a loss of one family reads them (`labels_for` → `Labels`)."""
+any objective), and as a loss of one family reads them (`Labels`: `families.Family.labels`)."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Literal
 
-from mptrain.errors import ConfigError, DataError
-from mptrain.objective.losses import Family
+from mptrain.errors import DataError
 
 LabelForm = Literal["classes", "multi_hot", "values"]
 
@@ -99,53 +97,3 @@ def label_stats(train, every, source: str, names=None) -> LabelStats:
         std=tuple(float(v) for v in flat.std(axis=0)) if len(flat) else (),
         mean_mae=tuple(float(d) for d in spread),
         names=tuple(names) if names is not None else None)
-
-
-def labels_for(family: Family, stats: LabelStats, scale_targets: bool = False) -> Labels:
-    """The labels as a loss of `family` reads them, checked: class ids (one-hot rows are
-    ids; extra dimensions are a label per position: (N, H, W[, 1]) masks, (N, T) tags); 0/1
-    labels, one per example or several; target values, (N,) or (N, k)."""
-    shape, source = stats.shape, stats.source
-    trailing = len(shape) >= 1 and shape[-1] == 1
-    if family == "values":  # targets of any rank, compared whole: the last axis a position's
-        if scale_targets and not stats.mean:
-            raise ConfigError(f"train.target_scaling standard: {source}'s targets are not read "
-                              "before training, so nothing can be fitted to them; leave it out")
-        if scale_targets and len(shape) > 1:
-            raise ConfigError(f"train.target_scaling standard scales each of an example's targets, "
-                              f"and {source} has {'x'.join(map(str, shape))} per example: leave it "
-                              "out")
-        scale = (TargetScale([*stats.mean], [s if s > 0 and math.isfinite(s) else 1.0
-                                             for s in stats.std]) if scale_targets else None)
-        return Labels("values", shape[-1] if shape else 1, tuple(shape[:-1]), scale=scale)
-    if family == "binary" and not stats.whole and stats.low >= 0 and stats.high <= 1:
-        # probabilities as targets (Keras' binary losses take them): a rating scaled to 0..1
-        return Labels("classes", 2, trailing_one=trailing, soft=True) if len(shape) <= 1 or \
-            shape == (1,) else Labels("multi_hot", shape[0], soft=True)
-    if not stats.whole or stats.low < 0:
-        what = (f"values from {stats.low:g} to {stats.high:g}" if stats.whole else
-                "values that are not whole numbers")
-        raise DataError(f"{source}: labels must be class ids (whole numbers, 0 or more), and these "
-                        f"are {what}; for values to predict use a regression loss (train.loss: "
-                        "mean_squared_error)")
-    if stats.training_distinct < 2:
-        only = stats.low if stats.training_distinct else None
-        named = (stats.names[int(only)] if stats.names is not None and only is not None
-                 and int(only) < len(stats.names) else only)
-        named = int(named) if isinstance(named, float) else named
-        raise DataError(f"{source}: every training example has the same class ({named}): there "
-                        "is nothing to learn; a classifier needs examples of at least two classes")
-    if family == "binary":
-        if stats.high > 1:
-            raise DataError(f"{source}: binary_crossentropy takes labels 0 and 1, and these go up "
-                            f"to {stats.high:g}; for class ids use sparse_categorical_crossentropy")
-        if not shape or shape == (1,):
-            return Labels("classes", 2, trailing_one=trailing)
-        if len(shape) != 1:
-            raise DataError(f"{source}: 0/1 labels of shape {shape}; give one per example (N,) "
-                            "or several (N, labels)")
-        return Labels("multi_hot", shape[0])
-    if stats.one_hot:
-        return Labels("classes", shape[0], one_hot=True)
-    dense = shape[:-1] if trailing else shape
-    return Labels("classes", int(stats.high) + 1, tuple(dense), trailing_one=trailing)

@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from mptrain.errors import ConfigError, did_you_mean
 
-Family = Literal["classes", "binary", "values"]
+FamilyName = Literal["classes", "binary", "values"]  # `families.FAMILIES` keys
 
 
 @dataclass(frozen=True)
@@ -31,7 +31,7 @@ class LossKind:
 
     keras_class: str
     function: str
-    family: Family | None
+    family: FamilyName | None
     one_hot: bool = False
     logits: bool = False
     head: str | None = None  # None: the family's (softmax, sigmoid, linear)
@@ -88,13 +88,8 @@ class Loss:
     kwargs: dict[str, Any] = field(default_factory=dict)
 
     @property
-    def family(self) -> Family:
+    def family(self) -> FamilyName:
         return self.kind.family  # (resolve refuses a loss that has none)
-
-    @property
-    def head(self) -> str:
-        """The activation mptrain's own heads end in for it."""
-        return self.kind.head or {"classes": "softmax", "binary": "sigmoid", "values": "linear"}[self.family]
 
     def describe(self) -> str:
         """'binary_focal_crossentropy (gamma=3)': what the summary's objective says."""
@@ -147,19 +142,3 @@ def resolve(spec, key: str = "train.loss") -> Loss:
         raise ConfigError(f"{key} {name}: kwargs {mine[0]} is mptrain's to set, from the model's "
                           "output (its last activation): leave it out")
     return Loss(name, kind, kwargs)
-
-
-def family_of(spec) -> Family:
-    """The labels a loss takes (`resolve`): class ids, 0/1, or values."""
-    return resolve(spec).family
-
-
-def head_activation(spec) -> str:
-    """The activation mptrain's own heads end in for a loss (as written in the experiment:
-    the default's for none or a loss per output; a name no loss has is refused elsewhere,
-    with its key, and heads for nothing here)."""
-    single = isinstance(spec, str) or isinstance(spec, dict) and isinstance(spec.get("name"), str)
-    try:
-        return resolve(spec if single else DEFAULT_LOSS).head
-    except ConfigError:
-        return "linear"

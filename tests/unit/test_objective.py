@@ -51,7 +51,7 @@ def test_every_loss_keras_exports_is_claimed_by_one_objective_or_refused_by_name
             keras_own = getattr(keras.losses, name)
         kind, own = BY_NAME[name], getattr(keras_own, "__name__", type(keras_own).__name__)
         assert own in (kind.keras_class, kind.function), name
-    assert [family_of(n) for n in ("sparse_categorical_crossentropy", "CategoricalCrossentropy",
+    assert [family_of(n).name for n in ("sparse_categorical_crossentropy", "CategoricalCrossentropy",
                                    "binary_focal_crossentropy", "mse", "Huber", "squared_hinge")] == [
         "classes", "classes", "binary", "values", "values", "binary"]
     for refused, why in (("poisson", "predictions must be positive rates"), ("ctc", "sequences"),
