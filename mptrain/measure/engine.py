@@ -28,7 +28,6 @@ What the children run, and what becomes of the rows as they end, is the study's
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import random
@@ -46,6 +45,7 @@ from mptrain.runs.child import ChildSpec, read_summary
 from mptrain.runs.summary import RunSummary
 from mptrain.runs.workers import start
 from mptrain.signals import ForwardSignals
+from mptrain.training.turns import GO, Report, TurnCommand
 
 if TYPE_CHECKING:
     from mptrain.measure.variant import Variant
@@ -72,7 +72,7 @@ class Turns:
     rerun_failed: bool = True  # a resume runs a row that failed again (plan's: a result, kept)
     # plan's race (`trials.race`): after each round, from every child's rounds and the
     # baseline's label, label → what to tell it instead of go (not in pairs: none sees the others)
-    race: Callable[[dict[str, Racer], str | None], dict[str, tuple[str, str]]] | None = None
+    race: Callable[[dict[str, Racer], str | None], dict[str, TurnCommand]] | None = None
 
 
 class Racer(NamedTuple):
@@ -168,13 +168,14 @@ def run_in_turns(launches: list[tuple[Variant, int, ChildSpec]], folder: Path, e
     return signals.received
 
 
-def round_stops(children: list[_Child], base: _Child | None, turns: Turns) -> dict[str, tuple[str, str]]:
+def round_stops(children: list[_Child], base: _Child | None, turns: Turns) -> dict[str, TurnCommand]:
     """What each child still training is told instead of `go` this round (the word, and
-    why; `training.turns.STOPS`): past the deadline, cut; else what the race says
+    why: a `training.turns.TurnCommand`): past the deadline, cut; else what the race says
     (`turns.race`, from every child's rounds so far), or too slow (`too_slow`)."""
     playing = [c for c in children if c.training]
     if past(turns.deadline):
-        return {c.row.label: ("cut", f"cut by the budget after {len(c.rounds)} rounds") for c in playing}
+        return {c.row.label: TurnCommand("cut", f"cut by the budget after {len(c.rounds)} rounds")
+                for c in playing}
     racing = turns.race is not None and not turns.paired  # in pairs, none sees the others
     raced = turns.race({c.row.label: Racer(c.rounds, c.batch_size, c.training, c.row.label in turns.controls)
                         for c in children}, turns.baseline) if racing else {}
@@ -183,13 +184,13 @@ def round_stops(children: list[_Child], base: _Child | None, turns: Turns) -> di
         if child.row.label in raced:
             stops[child.row.label] = raced[child.row.label]
         elif slow := too_slow(child, base, turns):
-            stops[child.row.label] = ("too slow", slow)
+            stops[child.row.label] = TurnCommand("too slow", slow)
     return stops
 
 
-def _grouped(stops: dict[str, tuple[str, str]]) -> dict[tuple[str, str], list[str]]:
+def _grouped(stops: dict[str, TurnCommand]) -> dict[TurnCommand, list[str]]:
     """The stops by what is said (a decided race stops every trial for one reason)."""
-    grouped: dict[tuple[str, str], list[str]] = {}
+    grouped: dict[TurnCommand, list[str]] = {}
     for label, stop in stops.items():
         grouped.setdefault(stop, []).append(label)
     return grouped
@@ -284,34 +285,32 @@ def _first_turn(child: _Child, on_turn, limit: float | None) -> None:
     _take_turn(child, on_turn, 0)
 
 
-def _take_turn(child: _Child, on_turn, round_: int, stop: tuple[str, str] | None = None) -> None:
+def _take_turn(child: _Child, on_turn, round_: int, stop: TurnCommand | None = None) -> None:
     """Let the child run its next turn (its first step, for round 0) and read its report;
     `stop`: tell it to stop instead, how and why (it still reports its last step): "cut" by
     the budget (before its planned end: it did nothing wrong), or "too slow" (as by
     max_step_seconds)."""
-    if child.first_step_done:
-        command = "go" if stop is None else " ".join(stop)
-        if not _say(child, command):
-            child.training = False
-            return
+    if child.first_step_done and not _say(child, stop or GO):
+        child.training = False
+        return
     line = child.reports.readline()
     if not line:  # it ended on its own (failed, or stopped before reporting)
         child.training = False
         return
-    report = json.loads(line)
+    report = Report.read(line)
     child.first_step_done = True
-    child.training = not report["final"]
-    seconds = report["seconds"]
-    child.largest = max([child.largest, *report["examples"]])
-    timed = [1e3 * s for s, n in zip(seconds, report["examples"], strict=True) if n == child.largest]
+    child.training = not report.final
+    seconds = report.seconds
+    child.largest = max([child.largest, *report.examples])
+    timed = [1e3 * s for s, n in zip(seconds, report.examples, strict=True) if n == child.largest]
     if round_ > 0:
         child.rounds.append(statistics.median(timed) if timed else None)
     on_turn(round_, child.row.label, [1e3 * s for s in seconds])
 
 
-def _say(child: _Child, command: str) -> bool:
+def _say(child: _Child, command: TurnCommand) -> bool:
     try:
-        child.process.stdin.write(command + "\n")
+        child.process.stdin.write(command.line())
         child.process.stdin.flush()
         return True
     except (BrokenPipeError, OSError):
@@ -323,7 +322,7 @@ def _finish(child: _Child) -> Variant:
     with its summary, or why there is none (with the last lines of its log), its rounds, and
     what its process spent outside its own clock (`overhead`)."""
     if child.first_step_done:
-        while _say(child, "go") and child.reports.readline():
+        while _say(child, GO) and child.reports.readline():
             pass
     child.process.communicate()
     child.reports.close()

@@ -12,6 +12,7 @@ import statistics
 from mptrain.measure.engine import Racer
 from mptrain.measure.variant import Variant
 from mptrain.measure.verdicts import MIN_ROUNDS, TWIN, median_interval, round_ratios, worded
+from mptrain.training.turns import TurnCommand
 
 PRACTICAL_GAIN = 1.05  # less than this between two candidates is not worth a change of precision
 
@@ -66,7 +67,7 @@ def choose(trials: list[Variant], ruled_out: list[str] | None = None) -> tuple[s
 
 
 def race(racers: dict[str, Racer], baseline: str | None = "float32",
-         min_rounds: int = MIN_ROUNDS) -> dict[str, tuple[str, str]]:
+         min_rounds: int = MIN_ROUNDS) -> dict[str, TurnCommand]:
     """What a plan's engine tells its trials before the next round (`training.turns.STOPS`:
     the word, and why), from the rounds run so far in turns: each trial's speed-up over
     float32 per round (per example: `verdicts.round_ratios`) and its interval
@@ -97,11 +98,11 @@ def race(racers: dict[str, Racer], baseline: str | None = "float32",
         return {}  # every trial gets as many rounds before any is judged
     twin = _known(speedups.get(TWIN, []))
     floor = median_interval(twin) if len(twin) >= min_rounds else (1.0, 1.0)
-    stops = {label: ("drop", why) for label in sorted(running)
+    stops = {label: TurnCommand("drop", why) for label in sorted(running)
              if (why := _below_a_pick(speedups[label], floor)) is not None}
     same_batch = [label for label in running - set(stops) if racers[label].batch_size == base.batch_size]
     leader = max(same_batch, key=lambda label: statistics.median(_known(speedups[label])), default=None)
-    stops |= {label: ("drop", why) for label in sorted(running - set(stops))
+    stops |= {label: TurnCommand("drop", why) for label in sorted(running - set(stops))
               if leader is not None and label != leader
               and (why := _behind(speedups[label], speedups[leader], leader, floor, min_rounds)) is not None}
     left = [label for label in racers if label in running and label not in stops]  # as listed
@@ -114,7 +115,7 @@ def race(racers: dict[str, Racer], baseline: str | None = "float32",
         return stops  # float32 alone: nothing was raced
     if why is None:
         return stops
-    return stops | {label: ("decided", why) for label, r in racers.items()
+    return stops | {label: TurnCommand("decided", why) for label, r in racers.items()
                     if r.running and label not in stops}
 
 

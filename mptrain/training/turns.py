@@ -24,13 +24,58 @@ import os
 import signal
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from typing import NamedTuple
 
 from mptrain.training.records import StepRecord, StopKind, TrainingListener
 
 # what the engine may tell a child instead of `go` (followed by the reason), and the stop it makes
 STOPS: dict[str, StopKind] = {"too slow": "max_step_seconds", "drop": "dropped", "cut": "budget",
                               "decided": "decided"}
+
+
+@dataclass(frozen=True)
+class Report:
+    """What a child says after its first step, each turn and its last (child → engine: one
+    JSON line on the report pipe): the steps' seconds and examples since the last report."""
+
+    turn: int
+    step: int
+    seconds: list[float]
+    examples: list[int]
+    final: bool
+
+    def line(self) -> str:
+        return json.dumps(asdict(self)) + "\n"
+
+    @classmethod
+    def read(cls, line: str) -> Report:
+        return cls(**json.loads(line))
+
+
+class TurnCommand(NamedTuple):
+    """What the engine tells a child before its next turn (engine → child: one line on its
+    stdin): `go`, one of `STOPS` and why, or `stop` (as a Ctrl-C)."""
+
+    word: str
+    why: str = ""
+
+    def line(self) -> str:
+        return f"{self.word} {self.why}".rstrip() + "\n"
+
+    @classmethod
+    def read(cls, line: str) -> TurnCommand | None:
+        """The command a line says; None at the end of input (the engine is gone)."""
+        if not line:
+            return None
+        text = line.strip()
+        stop = next((word for word in STOPS if text.startswith(word + " ")), None)
+        if stop is not None:
+            return cls(stop, text.removeprefix(stop + " "))
+        return cls("go") if text == "go" else cls("stop")
+
+
+GO = TurnCommand("go")
 
 
 @dataclass(frozen=True)
@@ -52,9 +97,10 @@ def planned_steps(train, steps_per_epoch: int) -> int:
 class TakeTurns(TrainingListener):
     """Pauses training at turn boundaries until the engine says go (see the module doc)."""
 
-    def __init__(self, monitor, link: TurnLink, total_steps: int):
+    def __init__(self, monitor, link: TurnLink, total_steps: int, commands=None):
         self.monitor, self.turn_steps, self.total_steps = monitor, link.steps, total_steps
         self.report = os.fdopen(link.report_fd, "w", buffering=1)
+        self.commands = commands or sys.stdin  # the engine's words
         self.seconds: list[float] = []
         self.examples: list[int] = []
         self.turn = 0
@@ -76,10 +122,8 @@ class TakeTurns(TrainingListener):
             self._hand_over(len(self.monitor.steps), final=True)
 
     def _hand_over(self, step: int, final: bool) -> None:
-        line = {"turn": self.turn, "step": step, "seconds": self.seconds,
-                "examples": self.examples, "final": final}
         try:
-            self.report.write(json.dumps(line) + "\n")
+            self.report.write(Report(self.turn, step, self.seconds, self.examples, final).line())
         except OSError:  # the engine is gone (killed outright): stop like a SIGTERM, waiting for no one
             self.report = None
             signal.raise_signal(signal.SIGTERM)
@@ -87,13 +131,14 @@ class TakeTurns(TrainingListener):
         self.turn += 1
         self.seconds, self.examples = [], []
         started = time.perf_counter()
-        command = sys.stdin.readline().strip()
+        command = TurnCommand.read(self.commands.readline())
         self.waited_s += time.perf_counter() - started
         if final:
             self.report.close()
             self.report = None
-        stop = next((word for word in STOPS if command.startswith(word + " ")), None)
-        if stop is not None:
-            self.monitor.request_stop(command.removeprefix(stop + " "), STOPS[stop])
-        elif command != "go":  # "stop", or the engine is gone (end of input): stop like a Ctrl-C
-            signal.raise_signal(signal.SIGTERM if not command else signal.SIGINT)
+        if command is None:  # the engine is gone (end of input): stop like a SIGTERM
+            signal.raise_signal(signal.SIGTERM)
+        elif command.word in STOPS:
+            self.monitor.request_stop(command.why, STOPS[command.word])
+        elif command != GO:  # "stop": as a Ctrl-C
+            signal.raise_signal(signal.SIGINT)

@@ -88,3 +88,51 @@ def test_a_turn_at_another_batch_covers_the_same_examples():
     assert same_examples(5, 256, 512) == 3  # 2.5, up: no round of its own at the end
     assert same_examples(10, 64, 32) == 20
     assert same_examples(10, 64, 64) == 10 and same_examples(1, 8, 64) == 1
+
+
+def test_the_engine_and_a_child_speak_one_protocol_in_one_process():
+    """Both sides of the turns protocol, joined by two pipes in one process, no TensorFlow:
+    the engine's `_take_turn` (it says go or stop, reads the report) against a child's
+    `TakeTurns` (it reports each turn, obeys the word): the steps reported are those timed,
+    a stop reaches the child as the kind of stop the engine meant, and its last report ends
+    its turns."""
+    import threading
+
+    from mptrain.measure.engine import _say, _take_turn
+    from mptrain.training.turns import GO, TurnCommand
+
+    report_read, report_write = os.pipe()
+    command_read, command_write = os.pipe()
+    monitor = SimpleNamespace(stop_requested=False, steps=[], stops=[])
+
+    def request_stop(why, kind):
+        monitor.stops.append((why, kind))
+        monitor.stop_requested = True
+
+    monitor.request_stop = request_stop
+    turns = TakeTurns(monitor, TurnLink(2, report_write), 10, commands=os.fdopen(command_read))
+
+    def train():  # the child's loop: a step at a time until told to stop, then its end
+        for step in range(1, 11):
+            if monitor.stop_requested:
+                break
+            turns.step_finished(StepRecord(step, 1, 1.0, 0.01 * step, 8), step)
+        turns.finish()
+
+    child = SimpleNamespace(process=SimpleNamespace(stdin=os.fdopen(command_write, "w")),
+                            reports=os.fdopen(report_read), first_step_done=False, training=True,
+                            largest=0, rounds=[], row=SimpleNamespace(label="mixed_bfloat16"))
+    trainer = threading.Thread(target=train, daemon=True)
+    trainer.start()
+    seen = []
+    _take_turn(child, lambda round_, label, ms: seen.append((round_, label, ms)), 0)  # its first step
+    _take_turn(child, lambda round_, label, ms: seen.append((round_, label, ms)), 1)  # go: steps 2, 3
+    assert child.training and child.rounds == [25.0] and seen[1] == (1, "mixed_bfloat16", [20.0, 30.0])
+    _take_turn(child, lambda *_: None, 2, TurnCommand("drop", "at most 0.70x fast's speed"))
+    assert not child.training and monitor.stops == [("at most 0.70x fast's speed", "dropped")]
+    assert _say(child, GO)  # the go to evaluate, after its final report
+    trainer.join(timeout=10)
+    assert not trainer.is_alive() and [s[0] for s in seen] == [0, 1]
+    assert TurnCommand.read("too slow 9x float32's\n") == ("too slow", "9x float32's")
+    assert TurnCommand.read("") is None and TurnCommand.read("go\n") == GO
+    assert TurnCommand.read("halt\n").word == "stop"
