@@ -16,7 +16,7 @@ from pathlib import Path
 
 from pydantic import TypeAdapter, ValidationError
 
-import mptrain.errors as errors
+import mptrain.errors
 from mptrain.record import Record
 from mptrain.runs.runner import Start
 from mptrain.runs.summary import RunSummary
@@ -65,8 +65,8 @@ class ChildError(Record):
     error: str  # its class's name in `mptrain.errors`
     message: str
 
-    def again(self) -> errors.MptrainError:
-        return getattr(errors, self.error, errors.MptrainError)(self.message)
+    def again(self) -> mptrain.errors.MptrainError:
+        return getattr(mptrain.errors, self.error, mptrain.errors.MptrainError)(self.message)
 
 
 WRITTEN = TypeAdapter(RunSummary | ChildError)  # what a child leaves in its summary file

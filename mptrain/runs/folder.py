@@ -36,7 +36,7 @@ from mptrain.hardware.machine import LIBRARY_NAMES
 from mptrain.precision.candidates import candidate_name
 from mptrain.record import Record, append_lines, read_jsonl, to_json, write_atomic
 from mptrain.runs.summary import RUN_RECORD, RunRecord, RunState, RunSummary
-from mptrain.training.records import CUT_SHORT, EpochRecord, StepRecord, TrainingListener
+from mptrain.training.records import CUT_SHORT, EpochRecord, Phase, StepRecord, TrainingListener
 
 if TYPE_CHECKING:
     from mptrain.config import ExperimentConfig
@@ -44,6 +44,8 @@ if TYPE_CHECKING:
 
 
 class RunFolder(TrainingListener):
+    phase = Phase.RECORD
+
     def __init__(self, path: Path):
         self.path = path
         self._pending_steps: list[StepRecord] = []

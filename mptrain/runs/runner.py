@@ -158,13 +158,10 @@ class TrainingSession:
         )
         self.guard = DivergenceGuard(monitor, self.checkpointer, train.recovery)
         self.rules = EpochRules(train, monitor, model, optimizer, folder.path)
-        # What is reported is saved: the records and the checkpoint go to disk before a line
-        # is printed or logged, so a run killed right after its epoch line resumes after that
-        # epoch. The epoch's record precedes its checkpoint (a resume reads the records up to
-        # the checkpoint); the guard precedes the checkpointer (a diverged step is never saved
-        # as "good"); so do the epoch rules (a lowered learning rate is checkpointed).
-        saving = [folder, self.guard, self.rules, *([self.checkpointer] if train.checkpoint.enabled else [])]
-        monitor.listeners = [*saving, self.tensorboard, *([tracking] if tracking else []), *listeners]
+        # each in its phase (`records.Phase`): what is reported is saved first
+        monitor.listen(folder, self.guard, self.rules, *([self.checkpointer] if train.checkpoint.enabled
+                                                         else []),
+                       self.tensorboard, *([tracking] if tracking else []), *listeners)
         if self.start.global_step == 0:
             self.checkpointer.save(self.start)  # the last good checkpoint recovery can always go back to
         if tracking is not None:
@@ -189,7 +186,7 @@ class TrainingSession:
             if turns_link is not None:
                 total = planned_steps(prepared.config.train, prepared.batches.steps_per_epoch)
                 turns = TakeTurns(monitor, turns_link, total)
-                monitor.listeners.append(turns)
+                monitor.listen(turns)
             prepared.loop.train(prepared.batches, monitor, self.start.epoch, self.start.step)
             if turns is not None:
                 turns.finish()

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from mptrain.config.schema import CheckpointConfig
 from mptrain.errors import ConfigError, MptrainError
-from mptrain.training.records import EpochRecord, StepRecord, TrainingListener
+from mptrain.training.records import EpochRecord, Phase, StepRecord, TrainingListener
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,8 @@ class Position:
 
 class Checkpointer(TrainingListener):
     """Saves when the configuration says, and restores on demand."""
+
+    phase = Phase.CHECKPOINT
 
     def __init__(self, folder: Path, model, optimizer, cfg: CheckpointConfig, steps_per_epoch: int,
                  on_save: Callable[[], None]):

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from mptrain.config.schema import EpochRule, TrainConfig
 from mptrain.training.optimizer import value_of
-from mptrain.training.records import EpochRecord, TrainingListener
+from mptrain.training.records import EpochRecord, Phase, TrainingListener
 
 BEST_WEIGHTS = "best.weights.h5"
 
@@ -49,6 +49,8 @@ def last_reduction(records: list[EpochRecord]) -> int:
 
 class EpochRules(TrainingListener):
     """Early stopping, the learning rate on a plateau, and the best epoch's weights."""
+
+    phase = Phase.JUDGE
 
     def __init__(self, train: TrainConfig, monitor, model, optimizer, run_dir: Path):
         self.train, self.monitor, self.model, self.optimizer = train, monitor, model, optimizer

@@ -14,11 +14,13 @@ from mptrain.training.checkpoints import Checkpointer
 from mptrain.training.loss_scale import scale_variable
 from mptrain.training.monitor import TrainingMonitor
 from mptrain.training.optimizer import value_of
-from mptrain.training.records import StepRecord, TrainingListener
+from mptrain.training.records import Phase, StepRecord, TrainingListener
 
 
 class DivergenceGuard(TrainingListener):
     """Restores the last good checkpoint when the loss diverges."""
+
+    phase = Phase.JUDGE
 
     def __init__(self, monitor: TrainingMonitor, checkpointer: Checkpointer, cfg: RecoveryConfig):
         self.monitor, self.checkpointer, self.cfg = monitor, checkpointer, cfg

@@ -78,6 +78,11 @@ class TrainingMonitor:
         resumed, and validated, whole)."""
         return self.epoch_complete or self.stop_kind not in STOPPED_EARLY
 
+    def listen(self, *listeners: TrainingListener) -> None:
+        """Tell `listeners` too, each in its phase (`records.Phase`: what is reported is saved
+        first), in the order given within one."""
+        self.listeners = sorted([*self.listeners, *listeners], key=lambda listener: listener.phase)
+
     def request_stop(self, reason: str, kind: StopKind) -> None:
         """Stop after the current step (the first request wins)."""
         if self.stop_reason is None:

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Literal
+from enum import IntEnum
+from typing import ClassVar, Literal
 
 # What can stop a run before its configured end.
 # "budget": a plan's time ran out; "dropped": a plan's race found it cannot be picked;
@@ -48,8 +49,23 @@ class EpochRecord:
     learning_rate: float | None = None  # at the end of the epoch
 
 
+class Phase(IntEnum):
+    """When a listener hears of a step or an epoch, beside the others (`TrainingMonitor.listen`
+    keeps them in this order): what is reported is saved first, so a run killed right after
+    its epoch line resumes after that epoch."""
+
+    RECORD = 0  # the records on disk: a resume reads them up to the checkpoint
+    JUDGE = 1  # the divergence guard (a diverged step is never saved as good), the epoch
+    # rules (a lowered learning rate is checkpointed)
+    CHECKPOINT = 2  # once what it holds is decided
+    REPORT = 3  # telemetry, progress, turns: only what was saved is said
+
+
 class TrainingListener:
-    """Told about training as it happens; override what you need (the rest do nothing)."""
+    """Told about training as it happens, in its `phase`; override what you need (the rest do
+    nothing)."""
+
+    phase: ClassVar[Phase] = Phase.REPORT
 
     def epoch_started(self, epoch: int, epochs: int, steps: int) -> None:
         """`epoch` is 1-based; `steps` the steps an epoch has."""

@@ -207,3 +207,19 @@ def test_the_chiefs_own_error_is_relayed_once_not_said_nor_taken_for_a_lost_work
     variant = chief.model_copy(update={"supervised": False})
     assert run_child(variant.model_dump_json()) == 2
     assert "missing.npz" in capsys.readouterr().err and not (tmp_path / "summary.json").exists()
+
+
+def test_a_child_started_again_is_never_read_as_the_summary_its_last_run_left(tmp_path, monkeypatch):
+    """A resumed row's child (compare, plan, a lost worker's restart) writes its summary where
+    the interrupted one did: its start removes the old one first, so a child that then dies
+    without a summary is said to have died, never taken for the run that ended before."""
+    import mptrain.runs.workers as workers
+    from mptrain.runs.child import read_summary
+
+    spec = ChildSpec(run_dir=str(tmp_path / "row"), resume=True,
+                     summary_file=str(tmp_path / "row.summary.json"))
+    Path(spec.summary_file).write_text('{"stale": "the summary of the run interrupted"}')
+    monkeypatch.setattr(workers.subprocess, "Popen", lambda *args, **kwargs: None)
+    workers.start(spec, quiet=True)
+    assert not Path(spec.summary_file).exists()
+    assert read_summary(spec, 1) == "exit code 1"

@@ -168,3 +168,35 @@ def test_modules_and_functions_stay_small():
             if len(params) > 6:
                 too_wide.append(f"{name}:{node.name}")
     assert (too_big, too_long, too_wide) == ([], [], [])
+
+
+# `runs.experiment.prepare`'s set-up, in the order it must keep, and why each step comes
+# after the one before (what reordering would break)
+SET_UP = (
+    ("start_environment", "the variables TensorFlow reads as it starts (oneDNN, the allocator)"),
+    ("import_tensorflow", "after them: read once, at import"),
+    ("probe", "the machine, which the plan and the policy are decided for"),
+    ("follow_plan", "a plan's choice, checked against the machine probed"),
+    ("choose_policy", "the policy, from the plan, the machine and its kernels"),
+    ("apply_policy", "before the data: text_folder's TextVectorization follows the policy"),
+    ("load_dataset", "the data, under the policy"),
+    ("hold_on_host", "the data held before the memory meter starts: not training memory"),
+    ("MemoryMeter", "training memory, from here on"),
+    ("set_random_seed", "before the model: the same seed builds the same weights"),
+    ("_model_for", "the model, its objective and its checks"),
+    ("make_batches", "the batches, as the objective reads the labels"),
+)
+
+
+def test_prepare_sets_an_experiment_up_in_the_order_each_step_needs():
+    source = (PACKAGE / "runs" / "experiment.py").read_text()
+    prepare = next(node for node in ast.walk(ast.parse(source))
+                   if isinstance(node, ast.FunctionDef) and node.name == "prepare")
+    first: dict[str, int] = {}
+    for node in ast.walk(prepare):
+        if isinstance(node, ast.Call):
+            name = getattr(node.func, "id", None) or getattr(node.func, "attr", None)
+            first[name] = min(first.get(name, node.lineno), node.lineno)
+    lines = [first.get(name) for name, _ in SET_UP]
+    assert None not in lines, [name for (name, _), line in zip(SET_UP, lines, strict=True) if line is None]
+    assert lines == sorted(lines), [name for name, _ in sorted(SET_UP, key=lambda s: first[s[0]])]

@@ -233,3 +233,37 @@ def test_an_epoch_a_stop_cut_short_decides_nothing_and_is_never_the_best(tmp_pat
         monitor.epoch_end({})
     assert model.saves == 1 and monitor.stop_kind == "max_steps"
     assert rules.finish().startswith("weights restored from epoch 1 (loss 1;")
+
+
+def test_what_is_reported_is_saved_first_in_whatever_order_listeners_are_given():
+    """The records, then the guard and the epoch rules, then the checkpoint, then whatever
+    reports (telemetry, progress, turns), each kind in its phase however the session lists
+    them: a checkpoint before its epoch's record, or a diverged step saved as good, would
+    follow from a list reordered."""
+    from mptrain.report.progress import LiveProgress
+    from mptrain.runs.folder import RunFolder
+    from mptrain.training.checkpoints import Checkpointer
+    from mptrain.training.epoch_rules import EpochRules
+    from mptrain.training.tensorboard import TensorBoardWriter
+    from mptrain.training.turns import TakeTurns
+
+    heard = []
+
+    def listener(kind):
+        class Heard(kind):
+            def __init__(self):
+                pass
+
+            def epoch_finished(self, record):
+                heard.append(kind.__name__)
+        return Heard()
+
+    kinds = [TakeTurns, LiveProgress, TensorBoardWriter, Checkpointer, EpochRules, DivergenceGuard,
+             RunFolder]
+    monitor = TrainingMonitor(epochs=1, steps_per_epoch=1)
+    monitor.listen(*(listener(kind) for kind in kinds[:3]))
+    monitor.listen(*(listener(kind) for kind in kinds[3:]))  # the savers after: put first
+    for each in monitor.listeners:
+        each.epoch_finished(None)
+    assert heard == ["RunFolder", "EpochRules", "DivergenceGuard", "Checkpointer", "TakeTurns",
+                     "LiveProgress", "TensorBoardWriter"]
