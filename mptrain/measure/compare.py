@@ -192,19 +192,18 @@ def with_xla_axis(config: ExperimentConfig, variants: list[Variant], machine,
     for row in variants:
         choice = _choice(config, row, machine, kernels)
         if choice.jit_compile and not row.candidate.jit_compile:
-            policy, *rest = row.candidate.name.split("+")
-            named = candidate("+".join([policy, "xla", *rest]))
+            named = row.candidate.changed(jit_compile=True)
             said.append(f"{row.candidate.name} runs with XLA here ({choice.jit_reason}): its "
                         f"rows are named {named.name}")
             row = under(row, named)
         rows.append(row)
     base = next((r for r in rows if r.candidate.policy == "float32"), rows[0])
     for row in list(rows):
-        control = row.candidate.control_name
-        needed = row.candidate.sixteen_bit and control != base.candidate.control_name
+        control = row.candidate.control
+        needed = row.candidate.sixteen_bit and control.name != base.candidate.control.name
         if needed and control_of(row, rows, base) is None:
-            rows.append(under(row, candidate(control)))
-            said.append(f"{control} runs beside {row.label} as its control: the speed-up of a "
+            rows.append(under(row, control))
+            said.append(f"{control.name} runs beside {row.label} as its control: the speed-up of a "
                         "row with XLA or another math library is also given against float32 "
                         "with the same, the precision's own effect")
     return rows, list(dict.fromkeys(said))

@@ -400,7 +400,7 @@ def _add_islands(record: PlanRecord, seconds: float, on_layers, verbose: bool) -
     record = record.model_copy(update={"layers": timings, "island_layers": chosen})
     if not chosen:
         return record
-    option = best.model_copy(update={"name": f"{best.name}+islands", "float32_layers": chosen})
+    option = best.changed(float32_layers=chosen)
     trial = Variant(label=option.name, candidate=option,
                     run_dir=str(folder / f"{record.experiment}-{file_label(option.name)}"))
     return record.model_copy(update={"candidates": [*record.candidates, option],

@@ -84,10 +84,10 @@ class Steps(NamedTuple):
 def control_of(row: Variant, rows: list[Variant], base: Variant | None) -> Variant | None:
     """The control a row's speed-up is also read against: for a 16-bit row that runs XLA or
     another math library than the baseline, float32 with that XLA and library
-    (`Candidate.control_name`: float32+xla, float32+onednn) of the same loop, strategy and
+    (`Candidate.control`: float32+xla, float32+onednn) of the same loop, strategy and
     batch, so neither axis's own gain is credited to the precision; None for any other row."""
-    wanted = row.candidate.control_name
-    if base is None or not row.candidate.sixteen_bit or wanted == base.candidate.control_name:
+    wanted = row.candidate.control.name
+    if base is None or not row.candidate.sixteen_bit or wanted == base.candidate.control.name:
         return None
     axes = (row.loop, row.strategy, row.batch_size)
     return next((r for r in rows if r.candidate.name == wanted

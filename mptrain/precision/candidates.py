@@ -18,6 +18,9 @@ spells its candidate out in ordinary experiment keys (`Candidate.settings`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
 from pydantic import Field
 
 from mptrain.config.names import MATH_LIBRARIES, MATH_MODES, POLICIES
@@ -42,6 +45,45 @@ ONEDNN_MODES = ("onednn_bf16", "graph_bf16")  # math modes of oneDNN's: they nee
 RULE_OUT = 0.8
 
 
+class Axis(NamedTuple):
+    """One axis of a candidate beside its policy: the `Candidate` field it sets and its
+    experiment key, the name part a value gives (None: no part) and the value a part means
+    (None: not this axis's part). `overrides`: its default is given to a candidate's runs too
+    (else their experiment's own stays). Names are parsed (`candidate`) and printed
+    (`name_of`) by this table alone."""
+
+    field: str
+    key: str
+    default: Any
+    part: Callable[[Any], str | None]
+    value: Callable[[str], Any]
+    overrides: bool = True
+
+
+_MODES = tuple(m for m in MATH_MODES if m != "default")
+_LIBRARIES = tuple(m for m in MATH_LIBRARIES if m != "default")
+AXES = (
+    Axis("jit_compile", "train.jit_compile", None, lambda on: "xla" if on else None,
+         lambda part: True if part == "xla" else None),
+    Axis("math_mode", "train.math_mode", "default", lambda mode: None if mode == "default" else mode,
+         lambda part: part if part in _MODES else None),
+    Axis("math_library", "train.math_library", "default",
+         lambda library: None if library == "default" else library,
+         lambda part: part if part in _LIBRARIES else None, overrides=False),
+    Axis("fused", "model.fused_layers", False, lambda on: "fused" if on else None,
+         lambda part: True if part == "fused" else None),
+    # layers kept in float32: named by plan's islands search, never parsed from a name
+    Axis("float32_layers", "model.float32_layers", [], lambda layers: "islands" if layers else None,
+         lambda part: None, overrides=False),
+)
+
+
+def name_of(policy: str, values: dict[str, Any]) -> str:
+    """A candidate's name: the policy, then each axis's part (`AXES`), joined by `+`."""
+    parts = (axis.part(values.get(axis.field, axis.default)) for axis in AXES)
+    return "+".join([policy, *(part for part in parts if part)])
+
+
 class Candidate(Record):
     """One way to run the experiment: a policy, XLA or not, a math mode, float32 layers."""
 
@@ -60,15 +102,16 @@ class Candidate(Record):
     @property
     def settings(self) -> dict[str, object]:
         """The candidate in ordinary experiment keys (`config.variant` applies them): what its
-        runs are given, and what a plan.yaml spells out."""
-        settings: dict[str, object] = {"policy": self.policy, "train.math_mode": self.math_mode,
-                                       "train.jit_compile": self.jit_compile,
-                                       "model.fused_layers": self.fused}
-        if self.float32_layers:  # else the experiment's own stay (a plan.yaml's islands, compared)
-            settings["model.float32_layers"] = list(self.float32_layers)
-        if self.math_library != "default":  # else the experiment's own (what its parent runs)
-            settings["train.math_library"] = self.math_library
-        return settings
+        runs are given, and what a plan.yaml spells out (an axis left at its default that does
+        not override leaves the experiment's own: a plan.yaml's islands, its parent's library)."""
+        values = [(axis, getattr(self, axis.field)) for axis in AXES]
+        return {"policy": self.policy, **{axis.key: value for axis, value in values
+                                          if axis.overrides or value != axis.default}}
+
+    def changed(self, **values) -> Candidate:
+        """This candidate with other values on some axes (or another policy), renamed for them."""
+        fields = {**self.model_dump(include={"policy", *(a.field for a in AXES)}), **values}
+        return Candidate(name=name_of(fields["policy"], fields), **fields)
 
     @property
     def sixteen_bit(self) -> bool:
@@ -80,12 +123,13 @@ class Candidate(Record):
         return self.math_mode in ONEDNN_MODES
 
     @property
-    def control_name(self) -> str:
+    def control(self) -> Candidate:
         """The float32 candidate this one's precision is read against: float32 with the same
         XLA and math library (`float32+xla`, `float32+onednn`), so neither axis's own gain is
         credited to 16 bits."""
-        return "+".join(["float32", *(["xla"] if self.jit_compile else []),
-                         *([self.math_library] if self.math_library != "default" else [])])
+        return Candidate(policy="float32", name=name_of("float32", {
+            "jit_compile": self.jit_compile, "math_library": self.math_library}),
+            jit_compile=self.jit_compile, math_library=self.math_library)
 
     @property
     def sixteen_bit_dtype(self) -> str:
@@ -97,13 +141,11 @@ def candidate_name(config, policy: str | None = None) -> str:
     """The name of the candidate an experiment's settings make (under `policy`, what its
     `auto` resolved to): what `mptrain runs` and a run's summary call it, the name `candidate`
     parses (float32 layers: `+islands`, as plan names the candidate it keeps them in)."""
-    train, model = config.train, config.model
-    parts = [policy or config.policy, *(["xla"] if train.jit_compile else []),
-             *([train.math_mode] if train.math_mode != "default" else []),
-             *([train.math_library] if train.math_library != "default" else []),
-             *(["fused"] if model.fused_layers else []),
-             *(["islands"] if model.float32_layers else [])]
-    return "+".join(parts)
+    def setting(key: str):
+        section, name = key.split(".")
+        return getattr(getattr(config, section), name)
+
+    return name_of(policy or config.policy, {axis.field: setting(axis.key) for axis in AXES})
 
 
 def file_label(name: str) -> str:
@@ -121,35 +163,27 @@ def cell_label(label: str, batch_size: int | None) -> str:
 def candidate(name: str, why_not: str | None = None) -> Candidate:
     """The candidate a name means: `POLICY[+xla][+MATH_MODE][+LIBRARY][+fused]`."""
     policy, *parts = name.split("+")
-    modes = [m for m in MATH_MODES if m != "default"]
-    libraries = [m for m in MATH_LIBRARIES if m != "default"]
     if policy not in POLICIES or policy == "auto":
         known = [p for p in POLICIES if p != "auto"]
         raise ConfigError(f"{name!r}: {policy!r} is not a policy{did_you_mean(policy, known)}; a "
                           f"candidate is a policy ({', '.join(known)}) with +xla, a math mode "
-                          f"({', '.join(modes)}) or a math library ({', '.join(libraries)}), e.g. "
+                          f"({', '.join(_MODES)}) or a math library ({', '.join(_LIBRARIES)}), e.g. "
                           "mixed_bfloat16+xla")
-    jit, math_mode, library, fused = None, "default", "default", False
+    values: dict[str, Any] = {}
     for part in parts:
-        if part == "xla" and jit is None:
-            jit = True
-        elif part == "fused" and not fused:
-            fused = True
-        elif part in modes and math_mode == "default":
-            math_mode = part
-        elif part in libraries and library == "default":
-            library = part
-        else:
+        axis, value = next(((a, v) for a in AXES if (v := a.value(part)) is not None), (None, None))
+        if axis is None or axis.field in values:
             raise ConfigError(f"{name!r}: {part!r} is not +xla, +fused, a math mode "
-                              f"({', '.join(modes)}) or a math library ({', '.join(libraries)}), "
+                              f"({', '.join(_MODES)}) or a math library ({', '.join(_LIBRARIES)}), "
                               "or is given twice")
+        values[axis.field] = value
+    math_mode, library = values.get("math_mode", "default"), values.get("math_library", "default")
     if math_mode in ONEDNN_MODES and policy != "float32":
         raise ConfigError(f"{name!r}: {math_mode} is bfloat16 math under a float32 policy; "
                           f"use float32+{math_mode}")
     if math_mode in ONEDNN_MODES and library == "eigen":
         raise ConfigError(f"{name!r}: {math_mode} is a mode of oneDNN's, and eigen turns oneDNN off")
-    return Candidate(name=name, policy=policy, jit_compile=jit, math_mode=math_mode,
-                     math_library=library, fused=fused, why_not=why_not)
+    return Candidate(name=name_of(policy, values), policy=policy, why_not=why_not, **values)
 
 
 def candidates(machine: Machine, kernels: KernelSpeeds | None = None, *,

@@ -454,11 +454,15 @@ def test_every_candidate_plan_prints_is_a_name_compare_takes():
     # the math library is an axis of its own, in any order a user writes it
     assert candidate("float32+xla+onednn").settings["train.math_library"] == "onednn"
     assert candidate_name(variant(base, candidate("float32+onednn+xla").settings)) == "float32+xla+onednn"
-    assert candidate("mixed_bfloat16+eigen").control_name == "float32+eigen"
-    assert candidate("mixed_bfloat16+xla").control_name == "float32+xla"
+    assert candidate("mixed_bfloat16+eigen").control.name == "float32+eigen"
+    assert candidate("mixed_bfloat16+xla").control.name == "float32+xla"
     assert candidate("mixed_bfloat16+fused").settings["model.fused_layers"] is True
-    islands = candidate("mixed_bfloat16").model_copy(update={"float32_layers": ["softmax"]})
+    islands = candidate("mixed_bfloat16").changed(float32_layers=["softmax"])
     assert islands.settings["model.float32_layers"] == ["softmax"]
+    assert islands.name == "mixed_bfloat16+islands"
+    # one spelling, whatever order a user writes the parts in; an axis changed renames it
+    assert candidate("float32+onednn+xla").name == "float32+xla+onednn"
+    assert candidate("mixed_bfloat16+fused").changed(jit_compile=True).name == "mixed_bfloat16+xla+fused"
     for bad, says in (("mixed_bfloat+xla", "did you mean mixed_bfloat16?"),
                       ("mixed_bfloat16+fast", "'fast' is not +xla, +fused, a math mode"),
                       ("mixed_bfloat16+fused+fused", "or is given twice"),
