@@ -7,9 +7,14 @@ from collections.abc import Iterable
 
 
 class MptrainError(Exception):
-    """Base class: the message alone must tell the user what is wrong and how to fix it."""
+    """Base class: the message alone must tell the user what is wrong and how to fix it;
+    `run_dir`: the run folder it concerns, where one is known (`--json` gives it)."""
 
     exit_code = 1
+
+    def __init__(self, message: str = "", run_dir=None):
+        super().__init__(message)
+        self.run_dir = run_dir
 
 
 class ConfigError(MptrainError):

@@ -81,6 +81,27 @@ def stop_on_signals(monitor: TrainingMonitor):
     return _handling(STOP_SIGNALS, handler)
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM before anything handles it (start-up: TensorFlow's import, the data's load; a
+    scheduler's `--kill-on-bad-exit`): Python's default ends the process without a word."""
+
+    def __init__(self, signum: int):
+        super().__init__(f"stopped by {signal.Signals(signum).name} outside training (while "
+                         "starting up, or after it ended)")
+        self.signum = signum
+
+
+def terminating_as_interrupts():
+    """While the block runs, SIGTERM raises `Terminated`, as Ctrl-C raises KeyboardInterrupt:
+    said with its exit code (143) where it would have been silence. Training's own handler
+    (`stop_on_signals`) takes over while it runs."""
+
+    def handler(signum, frame):
+        raise Terminated(signum)
+
+    return _handling((signal.SIGTERM,), handler)
+
+
 def ignoring_interrupts():
     """Ctrl-C ignored for a moment: a stopped run's last words."""
     return _handling((signal.SIGINT,), signal.SIG_IGN)

@@ -32,7 +32,7 @@ def check_gpu_command(
     from mptrain.report.console import stderr
     from mptrain.report.views import check_gpu_view
 
-    with user_errors(verbose=verbose):
+    with user_errors(verbose=verbose, json_out=json_out):
         report = machine_report(bench=bench, no_bench=no_bench, bench_scale=bench_scale,
                                verbose=verbose, status=stderr.status)
     emit(report, json_out, check_gpu_view)

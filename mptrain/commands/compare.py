@@ -56,7 +56,7 @@ def compare_command(
     from mptrain.report.progress import ConsoleTelling
     from mptrain.report.tables import compare_tables
 
-    with options.user_errors(verbose=verbose):
+    with options.user_errors(verbose=verbose, json_out=json_out):
         settings = mptrain.measure.compare.CompareSettings(
             policies=options.parse_choices(policies, None, "--policies") if policies is not None else None,
             loops=options.parse_choices(loops, LOOPS, "--loops") if loops else None,

@@ -26,7 +26,7 @@ def diagnose_command(
     from mptrain.config import load_config
     from mptrain.report.views import diagnose_view
 
-    with user_errors(verbose=verbose):
+    with user_errors(verbose=verbose, json_out=json_out):
         result = mptrain.diagnostics.numerics.diagnose(load_config(config, set_), steps=steps,
                                                        verbose=verbose)
     emit(result, json_out, diagnose_view)

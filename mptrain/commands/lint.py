@@ -30,7 +30,7 @@ def lint_command(
     from mptrain.diagnostics.speed import lint_experiment
     from mptrain.report.views import lint_view
 
-    with user_errors(verbose=verbose):
+    with user_errors(verbose=verbose, json_out=json_out):
         (chosen,) = parse_choices(target, ("auto", "gpu", "tpu", "cpu"), "--target")
         report = lint_experiment(load_config(config, set_), chosen, verbose=verbose)
     emit(report, json_out, lint_view)

@@ -26,7 +26,7 @@ def memory_command(
     from mptrain.measure.memory import plan_memory
     from mptrain.report.views import memory_view
 
-    with user_errors(verbose=verbose):
+    with user_errors(verbose=verbose, json_out=json_out):
         experiment = load_config(config, set_)
         chosen = parse_choices(policies, tuple(p for p in POLICIES if p != "auto"), "--policies")
         report = plan_memory(experiment, chosen, measure=measure, verbose=verbose)

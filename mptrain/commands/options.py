@@ -139,12 +139,13 @@ def leave(code: int | str | None) -> None:
 
 @contextmanager
 def user_errors(interrupted: str = "interrupted", verbose: bool = False,
-                unsaid: bool = False):
+                unsaid: bool = False, json_out: bool = False):
     """Errors a user can fix → their message and exit code, never a traceback (with
     --verbose, the traceback of the user's own code that caused it); a resume with nothing
     to do (`AlreadyFinished`) → what to do instead, exit 0; Ctrl-C → 130. `unsaid`: an
     error ends with its exit code alone, someone else says it (a local worker's is said
-    once, by `run --workers`).
+    once, by `run --workers`). `json_out`: the error is also one JSON object on stdout
+    (`emit_error`), so a script reading `--json` always has one to parse.
 
     While the block runs, what anything prints goes to stderr: a command's results are
     printed after it, and stdout holds them alone. User code prints (a builder's
@@ -153,10 +154,10 @@ def user_errors(interrupted: str = "interrupted", verbose: bool = False,
 
     from mptrain.errors import AlreadyFinished
     from mptrain.report.console import say, stderr
-    from mptrain.signals import RunAbandoned
+    from mptrain.signals import RunAbandoned, Terminated, exit_code, terminating_as_interrupts
 
     try:
-        with redirect_stdout(sys.stderr):
+        with terminating_as_interrupts(), redirect_stdout(sys.stderr):
             yield
     except AlreadyFinished as done:  # a resume of a finished run: said, and not an error
         say(str(done), "nothing to do")
@@ -170,13 +171,24 @@ def user_errors(interrupted: str = "interrupted", verbose: bool = False,
                           markup=False, highlight=False, soft_wrap=True)
         if not unsaid:
             say_error(str(exc))
+        if json_out:
+            emit_error(str(exc), exc.exit_code, exc.run_dir)
         raise typer.Exit(exc.exit_code) from None
     except RunAbandoned as exc:  # a second Ctrl-C: the run folder is known
-        say(f"{exc.run_dir} keeps its last checkpoint; continue with\n"
-            f"  mptrain run --resume {exc.run_dir}", "interrupted")
+        said = f"{exc.run_dir} keeps its last checkpoint; continue with\n  mptrain run --resume {exc.run_dir}"
+        say(said, "interrupted")
+        if json_out:
+            emit_error(f"interrupted: {said}", 130, exc.run_dir)
         raise typer.Exit(130) from None
+    except Terminated as exc:  # SIGTERM before training's own handler: said, not silence
+        say(str(exc), "stopped")
+        if json_out:
+            emit_error(str(exc), exit_code(exc.signum), None)
+        raise typer.Exit(exit_code(exc.signum)) from None
     except KeyboardInterrupt:
         say(interrupted)
+        if json_out:
+            emit_error(interrupted, 130, None)
         raise typer.Exit(130) from None
 
 
@@ -184,6 +196,15 @@ def say_error(message: str) -> None:
     from mptrain.report.console import say
 
     say(message, "error", "bold red")
+
+
+def emit_error(message: str, exit_code: int, run_dir) -> None:
+    """An error as `--json` gives it: one JSON object on stdout, as a result would be."""
+    from mptrain.record import to_json
+
+    with stdout_reader_may_stop():
+        typer.echo(to_json({"error": message, "exit_code": exit_code,
+                            "run_dir": str(run_dir) if run_dir is not None else None}))
 
 
 def emit(data, json_out: bool, render) -> None:

@@ -77,7 +77,7 @@ def plan_command(
     from mptrain.report.progress import ConsoleTelling
     from mptrain.report.tables import plan_tables
 
-    with options.user_errors(verbose=verbose):
+    with options.user_errors(verbose=verbose, json_out=json_out):
         settings = mptrain.measure.plan.PlanSettings(
             candidates=(options.parse_choices(candidates, CANDIDATE_NAMES, "--candidates")
                         if candidates else None),

@@ -67,10 +67,10 @@ def run_command(
     from mptrain.runs.launch import RunOptions, launch
     from mptrain.runs.runner import Start
     from mptrain.signals import ignoring_interrupts
-    from mptrain.training.cluster import parse_hosts
+    from mptrain.training.cluster import parse_hosts, resume_line
 
     with options.user_errors("interrupted (a run folder, if one was made, keeps its last checkpoint)",
-                             verbose):
+                             verbose, json_out=json_out):
         cluster = parse_hosts(hosts, host_index) if hosts is not None else None
         if cluster is None and host_index is not None:
             raise ConfigError("--host-index names this host's entry of --hosts: give --hosts too")
@@ -88,11 +88,13 @@ def run_command(
         if not isinstance(summary, str):
             options.emit(summary, json_out, summary_table)
         if ended == "interrupted":
-            say(f"checkpoint saved. Continue with:\n  mptrain run --resume {summary.run_dir}",
+            say(f"checkpoint saved. Continue with:\n  {resume_line(summary.run_dir, resume)}",
                 summary.stop_reason or "", "yellow")
     if ended == "diverged":
         say(f"{summary.stop_reason or 'the loss became NaN/inf'}; the last good checkpoint is in "
             f"{summary.run_dir}/checkpoints", "diverged", "red")
     if result.message is not None:  # why a lost worker stopped the run, after the chief's summary
         options.say_error(result.message)
+        if json_out and isinstance(summary, str):  # no summary to print: the error is the object
+            options.emit_error(result.message, result.code, result.run_dir)
     raise typer.Exit(result.code)

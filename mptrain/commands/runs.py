@@ -34,7 +34,7 @@ def runs_command(
     from mptrain.runs.folder import DEFAULT_FOLDER, list_runs
 
     arguments = arguments or []
-    with user_errors():
+    with user_errors(json_out=json_out):
         if compare:
             folder, named = split_arguments(arguments)
             result = compare_runs(named, folder)

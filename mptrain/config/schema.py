@@ -241,9 +241,10 @@ class DistributeConfig(_Strict):
     port_base: int = Field(8888, ge=1, le=65535, description=(
         "Under Slurm's srun: the port of each node's first task (the next tasks on a node take "
         "the next ports), as TensorFlow's SlurmClusterResolver numbers them."))
-    join_timeout_s: float = Field(120.0, gt=0, description=(
+    join_timeout_s: float = Field(100.0, gt=0, description=(
         "multi_worker_mirrored: how long a worker waits for every other to join the cluster "
-        "before it stops, naming those whose port does not answer."))
+        "before it stops, naming those whose port does not answer (100 s: with TensorFlow's "
+        "start, within two minutes of the launch)."))
 
     @model_validator(mode="after")
     def _workers_are_multi_worker(self) -> DistributeConfig:

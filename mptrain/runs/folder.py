@@ -43,6 +43,29 @@ if TYPE_CHECKING:
     from mptrain.precision.policy import PolicyChoice
 
 
+SCRATCH = "mptrain-worker-"  # a non-chief worker's scratch folder: SCRATCH + its pid + "-..."
+
+
+def sweep_scratch() -> None:
+    """Remove the scratch folders workers killed outright left in the temporary folder (their
+    process gone: a SIGKILL skips the cleanup), checkpoints and all, before a worker makes its
+    own."""
+    for left in Path(tempfile.gettempdir()).glob(f"{SCRATCH}*"):
+        pid = left.name.removeprefix(SCRATCH).split("-")[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(left, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's
+        return True
+    return True
+
+
 class RunFolder(TrainingListener):
     phase = Phase.RECORD
 
@@ -67,7 +90,8 @@ class RunFolder(TrainingListener):
                                "run stopped before its first one, or this host does not see the "
                                "chief's run folder); give every host the run folder, or start the "
                                "run again")
-        scratch = Path(tempfile.mkdtemp())
+        sweep_scratch()
+        scratch = Path(tempfile.mkdtemp(prefix=f"{SCRATCH}{os.getpid()}-"))
         if resume is None:
             return cls(unique_folder(scratch, name)), scratch
         # a resumed run's checkpoints, records and best weights, copied: the same state

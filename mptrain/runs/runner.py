@@ -51,10 +51,11 @@ class RunResult:
     message: str | None = None  # the line a lost worker ended the run with (None: it ended by itself)
     steps: list[StepRecord] = field(default_factory=list)  # a run in this process: its records
     epochs: list[EpochRecord] = field(default_factory=list)
+    folder: Path | None = None  # the run folder, where there is no summary to name it
 
     @property
-    def run_dir(self) -> Path:
-        return Path(self.summary.run_dir)
+    def run_dir(self) -> Path | None:
+        return Path(self.summary.run_dir) if not isinstance(self.summary, str) else self.folder
 
 
 @dataclass(frozen=True)
@@ -235,7 +236,7 @@ def _failed(exc: BaseException, prepared: Prepared, folder: RunFolder, tracking,
         return MptrainError(
             f"{exc.filename or folder.path}: {exc.strerror}; training stopped, and its last "
             f"checkpoint is intact. Free space (or fix the disk), then continue with: mptrain "
-            f"run --resume {folder.path}")
+            f"run --resume {folder.path}", folder.path)
     if isinstance(exc, KeyboardInterrupt):
         folder.write_status("interrupted", "abandoned by a second Ctrl-C; the last checkpoint "
                             "is kept: resume from it")

@@ -210,7 +210,7 @@ def run_local_workers(run: LocalRun, max_restarts: int,
             _mark_lost(run.run_dir, message)
             code = (exit_code(signals.received) if signals.received else
                     WorkerLost.exit_code if lost.restartable else lost.code)
-            return RunResult(code, summary, message)
+            return RunResult(code, summary, message, folder=run.run_dir)
 
 
 def run_workers(spec: ChildSpec, count: int, signals: ForwardSignals) -> list[WorkerEnd]:

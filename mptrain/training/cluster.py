@@ -115,6 +115,7 @@ def form_cluster(hosts: Hosts | None, config, local: bool, verbose: bool = False
     `--hosts` or Slurm before TensorFlow forms anything, after this host's address is checked.
     Returns (the line that says so, or None; whether it is a cluster). A Slurm cluster starts
     TensorFlow here, with what it must read when it starts (`start_environment`)."""
+    LAUNCHED_BY.clear()  # this run's (a Python session runs several)
     if local:
         return None, False
     if "TF_CONFIG" in os.environ:
@@ -124,10 +125,12 @@ def form_cluster(hosts: Hosts | None, config, local: bool, verbose: bool = False
         where = (f"worker {given.index} of {len(given.addresses)} at {given.own}" if given
                  else "this task")
         said = "it wins over --hosts and --host-index" if hosts is not None else "a scheduler's"
+        LAUNCHED_BY[:] = ["tf_config"]
         return f"the cluster comes from $TF_CONFIG ({said}): {where}", True
     if hosts is not None:
         check_own_address(hosts)
         os.environ["TF_CONFIG"] = hosts.tf_config()
+        LAUNCHED_BY[:] = ["hosts"]
         return (f"the cluster comes from --hosts: worker {hosts.index} of {len(hosts.addresses)} "
                 f"at {hosts.own}"), True
     tasks = slurm_tasks()
@@ -146,6 +149,7 @@ def form_cluster(hosts: Hosts | None, config, local: bool, verbose: bool = False
     source = f"Slurm (SLURM_PROCID {rank})"
     check_own_address(found, source)
     os.environ["TF_CONFIG"] = found.tf_config()
+    LAUNCHED_BY[:] = ["slurm"]
     return (f"the cluster comes from Slurm's srun: task {rank} of {tasks} is worker {found.index} "
             f"at {found.own} (nodes {os.environ.get('SLURM_STEP_NODELIST', '?')}, ports from "
             f"{port_base})"), True
@@ -200,7 +204,7 @@ def worker_lost(exc: BaseException, task: tuple[str, int] | None, tf,
     if task is None or not isinstance(exc, failures) or not collective_failure(exc.message):
         return None
     return WorkerLost(lost_peer_message(with_address(peer_named(exc.message, task)),
-                                        type(exc).__name__, run_dir))
+                                        type(exc).__name__, run_dir), run_dir)
 
 
 def with_address(peer: str | None) -> str | None:
@@ -383,11 +387,37 @@ def unreachable(addresses: list[tuple[int, str]], timeout_s: float = 2.0) -> lis
     return down
 
 
+# how `form_cluster` found this process's cluster (empty: none): "slurm", "hosts", "tf_config"
+LAUNCHED_BY: list[str] = []
+
+
+def restart_command(run_dir: Path | None) -> str:
+    """How to continue a cluster's run, the way it was launched: the srun step again, every
+    host with its --hosts and --host-index, or every worker with its $TF_CONFIG (`run_dir`
+    None: a worker that does not know the chief's folder)."""
+    folder = run_dir if run_dir is not None else "RUN_DIR (the chief's run folder)"
+    how = LAUNCHED_BY[0] if LAUNCHED_BY else "tf_config"
+    if how == "slurm":
+        return f"restart the srun step, every task as before: srun ... mptrain run --resume {folder}"
+    if how == "hosts":
+        return (f"restart every host, each with the same --hosts and its own --host-index: mptrain "
+                f"run --hosts ... --host-index N --resume {folder}")
+    return f"restart every worker, each with its TF_CONFIG: mptrain run --resume {folder}"
+
+
+def resume_line(run_dir: Path, resumed: Path | None = None) -> str:
+    """The command that continues an interrupted run (`run_dir`: this process's), as it was
+    launched. A cluster's worker other than the chief trained in a scratch folder of its own,
+    deleted as it exits: it names the chief's folder, the one it resumed (`resumed`) or RUN_DIR."""
+    if not LAUNCHED_BY:
+        return f"mptrain run --resume {run_dir}"
+    hosts = Hosts.from_env()
+    return restart_command(run_dir if hosts is None or hosts.index == 0 else resumed)
+
+
 def lost_peer_message(peer: str | None, error: str, run_dir: Path | None) -> str:
     """The one line a worker says when another is lost (without `run --workers`, which says
     it for them): who, that the checkpoint is intact, and the command that continues."""
-    folder = run_dir if run_dir is not None else "RUN_DIR (the chief's run folder)"
     return (f"{peer or 'another worker'} was lost (TensorFlow's collective ops failed with "
-            f"{error}; --verbose shows it): training stopped, and the last checkpoint is intact. "
-            "Restart every worker (each with its --host-index, or its TF_CONFIG): mptrain run "
-            f"--resume {folder}")
+            f"{error}; --verbose shows it): training stopped, and the last checkpoint is intact; "
+            f"{restart_command(run_dir)}")

@@ -79,6 +79,11 @@ def test_invalid_config_exits_2_without_traceback_or_folder(tmp_path):
     assert "exp.yaml" in done.stderr and "train.batch_size = 'zero'" in done.stderr
     assert "Traceback" not in done.stderr and done.stdout == ""
     assert not (tmp_path / "runs").exists()
+    # with --json, the error is one JSON object on stdout (a batch script has one to parse)
+    as_json = mptrain("run", str(config), "--json", "--set", "train.batch_size=zero", cwd=tmp_path)
+    said = json.loads(as_json.stdout)
+    assert as_json.returncode == 2 and said["exit_code"] == 2 and said["run_dir"] is None
+    assert "exp.yaml" in said["error"] and "train.batch_size = 'zero'" in said["error"]
 
 
 def test_missing_dataset_exits_2_with_a_fix(tmp_path):

@@ -124,6 +124,20 @@ def test_second_ctrl_c_abandons_at_once_and_says_where_to_resume(tmp_path):
     assert (run_dir / "checkpoints" / "checkpoint").is_file()
 
 
+def test_sigterm_during_start_up_ends_with_a_line_and_one_json_object(tmp_path):
+    """A scheduler's SIGTERM while TensorFlow starts (srun --kill-on-bad-exit after another
+    task failed): Python's default ended the process without a word; it says why, exits 143
+    and, with --json, still prints one object."""
+    process = mptrain_process(tmp_path, "run", str(long_experiment(tmp_path)), "--json")
+    time.sleep(2.0)  # past mptrain's own start (~0.5 s), inside TensorFlow's import (~4 s)
+    process.send_signal(signal.SIGTERM)
+    stdout, stderr = process.communicate(timeout=120)
+    assert process.returncode == 143, stderr[-2000:]
+    assert "stopped by SIGTERM outside training" in stderr and "Traceback" not in stderr
+    assert json.loads(stdout) == {"error": "stopped by SIGTERM outside training (while starting up, "
+                                           "or after it ended)", "exit_code": 143, "run_dir": None}
+
+
 def validate_file(path: Path, output: Path):
     from mptrain.config import load_config
 

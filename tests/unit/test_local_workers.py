@@ -123,9 +123,55 @@ def test_tensorflows_error_names_the_peer_that_was_lost():
     assert peer_named("Collective ops is aborted by: timeout", ("worker", 0)) is None
     line = lost_peer_message("worker 1", "UnavailableError", Path("/runs/tiny-1"))
     assert line.startswith("worker 1 was lost (TensorFlow's collective ops failed with Unavail")
-    assert line.endswith("the last checkpoint is intact. Restart every worker (each with its "
-                         "--host-index, or its TF_CONFIG): mptrain run --resume /runs/tiny-1")
+    assert line.endswith("the last checkpoint is intact; restart every worker, each with its "
+                         "TF_CONFIG: mptrain run --resume /runs/tiny-1")
     assert "--resume RUN_DIR (the chief's run folder)" in lost_peer_message(None, "X", None)
+
+
+def test_the_way_to_continue_names_how_the_cluster_was_launched(monkeypatch):
+    """srun's step again, every host with its --hosts and --host-index, or every worker with
+    its TF_CONFIG; a worker other than the chief names the chief's folder, never its own
+    scratch folder (deleted as it exits)."""
+    import json
+
+    from mptrain.training import cluster
+
+    run = Path("/runs/tiny-1")
+    monkeypatch.setattr(cluster, "LAUNCHED_BY", [])
+    assert cluster.resume_line(run) == "mptrain run --resume /runs/tiny-1"  # one process
+    for how, says in (("slurm", "restart the srun step, every task as before: srun ... mptrain run "
+                                "--resume /runs/tiny-1"),
+                      ("hosts", "restart every host, each with the same --hosts and its own "
+                                "--host-index: mptrain run --hosts ... --host-index N --resume "
+                                "/runs/tiny-1")):
+        monkeypatch.setattr(cluster, "LAUNCHED_BY", [how])
+        assert lost_peer_message("worker 1", "X", run).endswith(says)
+    addresses = ["10.0.0.1:8888", "10.0.0.2:8888"]
+    monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": {"worker": addresses},
+                                                "task": {"type": "worker", "index": 1}}))
+    scratch = Path("/tmp/mptrain-worker-77-abc/tiny-1")
+    assert cluster.resume_line(scratch).endswith("--resume RUN_DIR (the chief's run folder)")
+    assert cluster.resume_line(scratch, resumed=run).endswith("--resume /runs/tiny-1")
+
+
+def test_a_killed_workers_scratch_folder_is_swept_by_the_next_worker(tmp_path, monkeypatch):
+    """A non-chief worker SIGKILLed keeps its scratch folder (checkpoints and all) in the
+    temporary folder for ever; the next one to start removes it, not a live worker's."""
+    import os
+    import subprocess
+    import tempfile
+
+    from mptrain.runs.folder import SCRATCH, sweep_scratch
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    ended = subprocess.Popen(["true"])
+    ended.wait()  # reaped: its pid names no process
+    dead = tmp_path / f"{SCRATCH}{ended.pid}-x"
+    live = tmp_path / f"{SCRATCH}{os.getpid()}-y"
+    for folder in (dead, live):
+        (folder / "tiny-1" / "checkpoints").mkdir(parents=True)
+    sweep_scratch()
+    assert not dead.exists() and live.exists()
 
 
 def test_a_lost_peer_is_named_with_its_address_or_found_by_its_silent_port(monkeypatch):
