@@ -15,6 +15,11 @@ install:
 		($$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq dataset-fashion-mnist) \
 		|| echo "note: could not install dataset-fashion-mnist; see docs/data.md"; \
 	fi
+	@# Slurm and munge, for the tests under a real Slurm (tests/slurm.py; they skip without them).
+	@if ! command -v slurmctld >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurmctld slurmd slurm-client munge) \
+		|| echo "note: could not install Slurm; the tests under a real Slurm will skip"; \
+	fi
 	@# iproute2's `ip netns`, for the multi-host tests' network namespaces (they skip without it).
 	@if ! command -v ip >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
 		(apt-get update -qq && apt-get install -y -qq iproute2) \

@@ -87,21 +87,13 @@ class NetnsCluster:
 
     def mptrain(self, i: int, *args: str, cwd: Path, env: dict | None = None) -> subprocess.Popen:
         """`mptrain ARGS` on host i (its network only), stdout and stderr captured; `env`:
-        variables it gets besides this process's own (Slurm's, for an srun task)."""
+        variables it gets besides this process's own."""
         env = {**{k: v for k, v in os.environ.items() if k != "TF_CONFIG"}, **(env or {})}
         process = subprocess.Popen(["ip", "netns", "exec", self.namespace(i), sys.executable, "-m",
                                     "mptrain", *args], cwd=cwd, env=env, text=True,
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         self.processes.append(process)
         return process
-
-    def slurm(self, i: int) -> dict[str, str]:
-        """The variables srun gives task i of a step with one task on each host, its node
-        list the hosts' addresses (`10.213.K.[1-N]`)."""
-        return {"SLURM_PROCID": str(i), "SLURM_NTASKS": str(self.hosts),
-                "SLURM_STEP_NUM_TASKS": str(self.hosts),
-                "SLURM_STEP_NODELIST": f"{self.subnet}.[1-{self.hosts}]",
-                "SLURM_STEP_TASKS_PER_NODE": f"1(x{self.hosts})"}
 
     def cut(self, i: int) -> None:
         """Host i's link goes down; its processes live on (a partition, a pulled cable)."""
