@@ -111,6 +111,10 @@ def test_targets_are_read_as_keras_takes_them_soft_probabilities_and_any_rank():
     soft = objective_for("binary_crossentropy", stats([0.1, 0.75, 1.0, 0.0]))
     assert isinstance(soft, Binary) and soft.labels.soft and soft.quality.metric == "loss"
     assert soft.default_metrics() == [] and "a probability of 1 per example" in soft.describe()
+    # several probabilities per example: a sigmoid each (they were read as one, for 1 unit)
+    several = objective_for("binary_crossentropy", stats([[0.1, 0.9, 0.5], [1.0, 0.0, 0.25]]))
+    assert isinstance(several, MultiLabel) and several.units == 3 and several.quality.metric == "loss"
+    assert "3 probabilities per example" in several.describe()
     windows = objective_for("mse", stats(np.zeros((4, 288, 1)) + np.arange(4)[:, None, None]))
     assert isinstance(windows, Values) and windows.units == 1 and windows.labels.dense == (288,)
     windows.check_positions((None, 288, 1))
