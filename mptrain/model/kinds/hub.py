@@ -10,8 +10,6 @@ Token backbones get their `padding_mask` from the token ids (0 is padding) and z
 from __future__ import annotations
 
 from mptrain.config.kinds import KerasHubConfig
-from mptrain.config.schema import ExperimentConfig
-from mptrain.data.dataset import InputSpec
 from mptrain.errors import ConfigError, DataError
 from mptrain.model.kinds import ModelKind
 
@@ -53,40 +51,37 @@ def build_backbone(cfg: KerasHubConfig):
 
 class KerasHub(ModelKind, kind="keras_hub"):
     def build(self, config, spec, objective, train_inputs=None):
-        return build_hub(config, spec, objective)
+        import keras
 
+        from mptrain.model.kinds.basic import augmentation, head
 
-def build_hub(config: ExperimentConfig, spec: InputSpec, objective):
-    import keras
+        cfg: KerasHubConfig = config.model
+        backbone = build_backbone(cfg)
+        backbone.trainable = cfg.trainable_backbone
+        # frozen: normalisation layers keep their statistics (inference mode), as for applications
+        training = None if cfg.trainable_backbone else False
+        names = [t.name.split(":")[0] for t in backbone.inputs]
+        if spec.kind == "tokens":
+            token_ids = keras.Input(shape=spec.shape, dtype="int32", name="token_ids")
+            feeds = {"token_ids": token_ids, "padding_mask": token_ids != 0,
+                     "segment_ids": keras.ops.zeros_like(token_ids)}
+            unknown = [n for n in names if n not in feeds]
+            if unknown or "token_ids" not in names:
+                raise ConfigError(f"model.backbone {cfg.backbone} takes inputs {', '.join(names)}; "
+                                  "mptrain feeds token backbones token_ids, padding_mask and segment_ids")
+            inputs, features = token_ids, backbone({n: feeds[n] for n in names}, training=training)
+        elif spec.kind == "image" and len(backbone.inputs) == 1 and len(backbone.inputs[0].shape) == 4:
+            inputs = keras.Input(shape=spec.shape, name="inputs")
+            features = backbone(augmentation(inputs, config.data), training=training)
+        else:
+            raise ConfigError(f"model.backbone {cfg.backbone} takes {', '.join(names)}; this data "
+                              f"set's examples are {spec.kind} of shape {spec.shape}")
+        if isinstance(features, dict):
+            features = features.get("pooled_output", features.get("sequence_output"))
+            if features is None:
+                raise ConfigError(f"model.backbone {cfg.backbone}: no pooled_output or "
+                                  "sequence_output to put a classifier on")
+        outputs = head(features, cfg, objective)
+        source = f"preset {cfg.preset}" if cfg.preset else "kwargs"
+        return keras.Model(inputs, outputs, name=cfg.backbone.lower()), [f"{cfg.backbone} from {source}"]
 
-    from mptrain.model.kinds.basic import augmentation, head
-
-    cfg: KerasHubConfig = config.model
-    backbone = build_backbone(cfg)
-    backbone.trainable = cfg.trainable_backbone
-    # frozen: normalisation layers keep their statistics (inference mode), as for applications
-    training = None if cfg.trainable_backbone else False
-    names = [t.name.split(":")[0] for t in backbone.inputs]
-    if spec.kind == "tokens":
-        token_ids = keras.Input(shape=spec.shape, dtype="int32", name="token_ids")
-        feeds = {"token_ids": token_ids, "padding_mask": token_ids != 0,
-                 "segment_ids": keras.ops.zeros_like(token_ids)}
-        unknown = [n for n in names if n not in feeds]
-        if unknown or "token_ids" not in names:
-            raise ConfigError(f"model.backbone {cfg.backbone} takes inputs {', '.join(names)}; "
-                              "mptrain feeds token backbones token_ids, padding_mask and segment_ids")
-        inputs, features = token_ids, backbone({n: feeds[n] for n in names}, training=training)
-    elif spec.kind == "image" and len(backbone.inputs) == 1 and len(backbone.inputs[0].shape) == 4:
-        inputs = keras.Input(shape=spec.shape, name="inputs")
-        features = backbone(augmentation(inputs, config.data), training=training)
-    else:
-        raise ConfigError(f"model.backbone {cfg.backbone} takes {', '.join(names)}; this data "
-                          f"set's examples are {spec.kind} of shape {spec.shape}")
-    if isinstance(features, dict):
-        features = features.get("pooled_output", features.get("sequence_output"))
-        if features is None:
-            raise ConfigError(f"model.backbone {cfg.backbone}: no pooled_output or "
-                              "sequence_output to put a classifier on")
-    outputs = head(features, cfg, objective)
-    source = f"preset {cfg.preset}" if cfg.preset else "kwargs"
-    return keras.Model(inputs, outputs, name=cfg.backbone.lower()), [f"{cfg.backbone} from {source}"]

@@ -25,7 +25,6 @@ from pathlib import Path
 
 from mptrain.config.kinds import PythonConfig
 from mptrain.config.schema import ExperimentConfig
-from mptrain.data.dataset import InputSpec
 from mptrain.errors import ConfigError
 from mptrain.model.in_process import MODULE
 from mptrain.model.kinds import ModelKind
@@ -234,54 +233,51 @@ class Python(ModelKind, kind="python"):
         check_builder(cfg)
 
     def build(self, config, spec, objective, train_inputs=None):
-        return build_python(config, spec, objective, train_inputs)
+        """`objective`: what the model is for (its `num_classes`; None when only its builder's
+        own compile can say); `train_inputs()`: the training split's inputs, made only for a
+        builder that declares `train_inputs` (None: there is no data here to give, an error for
+        such a builder). A model it returns compiled keeps that compile (`objective.Compiled`)."""
+        import keras
 
-
-def build_python(config: ExperimentConfig, spec: InputSpec, objective, train_inputs=None):
-    """`objective`: what the model is for (its `num_classes`; None when only its builder's
-    own compile can say); `train_inputs()`: the training split's inputs, made only for a
-    builder that declares `train_inputs` (None: there is no data here to give, an error for
-    such a builder). A model it returns compiled keeps that compile (`objective.Compiled`)."""
-    import keras
-
-    cfg: PythonConfig = config.model
-    with beside(cfg):
-        build = load_builder(cfg)
-        declared = declared_parameters(build)
-        offered = {"input_shape": ({n.name: n.shape for n in spec.named} if spec.kind == "named"
-                                   else spec.shape),
-                   "num_classes": objective.builder_classes() if objective is not None
-                   else config.model.num_classes}
-        if "train_inputs" in declared.names:
-            if train_inputs is None:
-                raise ConfigError(f"model.builder {cfg.builder!r} takes train_inputs, and this "
-                                  "command builds the model without the training data")
-            offered["train_inputs"] = train_inputs()
-        positional, keywords = arguments(cfg, declared, {**offered, **cfg.kwargs})
+        cfg: PythonConfig = config.model
+        with beside(cfg):
+            build = load_builder(cfg)
+            declared = declared_parameters(build)
+            offered = {"input_shape": ({n.name: n.shape for n in spec.named} if spec.kind == "named"
+                                       else spec.shape),
+                       "num_classes": objective.builder_classes() if objective is not None
+                       else config.model.num_classes}
+            if "train_inputs" in declared.names:
+                if train_inputs is None:
+                    raise ConfigError(f"model.builder {cfg.builder!r} takes train_inputs, and this "
+                                      "command builds the model without the training data")
+                offered["train_inputs"] = train_inputs()
+            positional, keywords = arguments(cfg, declared, {**offered, **cfg.kwargs})
+            try:
+                model = build(*positional, **keywords)
+            except Exception as exc:
+                raise ConfigError(f"model.builder {cfg.builder!r} raised {type(exc).__name__}: {exc} "
+                                  f"(--verbose shows where){_adapt_hint(exc)}") from exc
+        if not isinstance(model, keras.Model):
+            raise ConfigError(f"model.builder {cfg.builder!r} returned {type(model).__name__}, not a "
+                              "keras.Model")
         try:
-            model = build(*positional, **keywords)
-        except Exception as exc:
-            raise ConfigError(f"model.builder {cfg.builder!r} raised {type(exc).__name__}: {exc} "
-                              f"(--verbose shows where){_adapt_hint(exc)}") from exc
-    if not isinstance(model, keras.Model):
-        raise ConfigError(f"model.builder {cfg.builder!r} returned {type(model).__name__}, not a "
-                          "keras.Model")
-    try:
-        functional = bool(model.outputs)
-    except (AttributeError, ValueError):
-        functional = False
-    if not functional and own_methods(model):
-        raise ConfigError(
-            f"model.builder {cfg.builder!r} returned a subclassed {type(model).__name__} with its "
-            f"own {', '.join(own_methods(model))}: mptrain reads a model's layers as a graph, and "
-            "wrapping this one in a graph would train with Keras' default step instead of yours; "
-            "build it as keras.io does, from inputs and outputs: "
-            f"{type(model).__name__}(inputs, outputs)")
-    if not functional or isinstance(model, keras.Sequential):
-        # a subclassed model (or a Sequential, which keeps no graph of its own): called on a
-        # symbolic input, it becomes one layer of a functional model mptrain can read
-        inputs = ({n.name: keras.Input(shape=n.shape, name=n.name, dtype=n.dtype) for n in spec.named}
-                  if spec.kind == "named" else
-                  keras.Input(shape=spec.shape, dtype="int32" if spec.kind == "tokens" else "float32"))
-        model = keras.Model(inputs, model(inputs), name=model.name)
-    return model, [f"model from {cfg.builder}"]
+            functional = bool(model.outputs)
+        except (AttributeError, ValueError):
+            functional = False
+        if not functional and own_methods(model):
+            raise ConfigError(
+                f"model.builder {cfg.builder!r} returned a subclassed {type(model).__name__} with its "
+                f"own {', '.join(own_methods(model))}: mptrain reads a model's layers as a graph, and "
+                "wrapping this one in a graph would train with Keras' default step instead of yours; "
+                "build it as keras.io does, from inputs and outputs: "
+                f"{type(model).__name__}(inputs, outputs)")
+        if not functional or isinstance(model, keras.Sequential):
+            # a subclassed model (or a Sequential, which keeps no graph of its own): called on a
+            # symbolic input, it becomes one layer of a functional model mptrain can read
+            inputs = ({n.name: keras.Input(shape=n.shape, name=n.name, dtype=n.dtype) for n in spec.named}
+                      if spec.kind == "named" else
+                      keras.Input(shape=spec.shape, dtype="int32" if spec.kind == "tokens" else "float32"))
+            model = keras.Model(inputs, model(inputs), name=model.name)
+        return model, [f"model from {cfg.builder}"]
+

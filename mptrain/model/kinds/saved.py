@@ -14,8 +14,6 @@ import json
 import zipfile
 
 from mptrain.config.kinds import SavedConfig
-from mptrain.config.schema import ExperimentConfig
-from mptrain.data.dataset import InputSpec
 from mptrain.errors import ConfigError
 from mptrain.model.dtypes import objects, rebuild_with_policies
 from mptrain.model.kinds import ModelKind
@@ -60,34 +58,31 @@ class Saved(ModelKind, kind="saved"):
         check_saved(cfg)
 
     def build(self, config, spec, objective, train_inputs=None):
-        return build_saved(config, spec, objective)
+        import keras
 
+        cfg: SavedConfig = config.model
+        check_saved(cfg)
+        try:
+            original = keras.saving.load_model(cfg.path, compile=False)
+        except Exception as exc:
+            raise ConfigError(f"model.path {cfg.path}: cannot load it ({type(exc).__name__}: {exc}); "
+                              "a model with custom layers needs them registered "
+                              "(keras.saving.register_keras_serializable) in an importable module; "
+                              "--verbose shows where") from exc
+        policy = keras.mixed_precision.global_policy().name
+        last = original.layers[-1]
+        keep = frozenset({last.name} if type(last).__name__ in ("Activation", "Softmax") else ())
+        rebuilt, kept = rebuild_with_policies(original, {}, default=policy, keep=keep)
+        notes = [f"loaded {cfg.path} and rebuilt it under {policy}"]
+        if cfg.unfreeze:
+            # Keras' trainable setter reaches every layer, a nested backbone's too, but on
+            # TensorFlow setting the value an attribute already holds is skipped (the model is
+            # trainable, its backbone not): False first, so that True is set
+            rebuilt.trainable = False
+            rebuilt.trainable = True
+            notes.append("every layer trainable (model.unfreeze)")
+        if kept:
+            notes.append("layers kept at their own policy: " + ", ".join(kept))
+        return rebuilt, notes
 
-def build_saved(config: ExperimentConfig, spec: InputSpec, objective):
-    import keras
-
-    cfg: SavedConfig = config.model
-    check_saved(cfg)
-    try:
-        original = keras.saving.load_model(cfg.path, compile=False)
-    except Exception as exc:
-        raise ConfigError(f"model.path {cfg.path}: cannot load it ({type(exc).__name__}: {exc}); "
-                          "a model with custom layers needs them registered "
-                          "(keras.saving.register_keras_serializable) in an importable module; "
-                          "--verbose shows where") from exc
-    policy = keras.mixed_precision.global_policy().name
-    last = original.layers[-1]
-    keep = frozenset({last.name} if type(last).__name__ in ("Activation", "Softmax") else ())
-    rebuilt, kept = rebuild_with_policies(original, {}, default=policy, keep=keep)
-    notes = [f"loaded {cfg.path} and rebuilt it under {policy}"]
-    if cfg.unfreeze:
-        # Keras' trainable setter reaches every layer, a nested backbone's too, but on
-        # TensorFlow setting the value an attribute already holds is skipped (the model is
-        # trainable, its backbone not): False first, so that True is set
-        rebuilt.trainable = False
-        rebuilt.trainable = True
-        notes.append("every layer trainable (model.unfreeze)")
-    if kept:
-        notes.append("layers kept at their own policy: " + ", ".join(kept))
-    return rebuilt, notes
 
