@@ -57,7 +57,7 @@ from mptrain.measure.trials import choose, race
 from mptrain.measure.variant import Variant
 from mptrain.measure.verdicts import DEFAULT_TOLERANCE_PCT, TWIN, Rules, judge_rows
 from mptrain.measure.whole_run import RunLength
-from mptrain.precision.candidates import Candidate, candidate, candidates, cell_label, file_label, select
+from mptrain.precision.candidates import Candidate, candidate, candidates, file_label, select
 from mptrain.precision.planned import plan_file_for, stamp
 from mptrain.record import write_atomic
 from mptrain.runs.resume import refuse_resume
@@ -272,44 +272,44 @@ def start_plan(config: ExperimentConfig, settings: PlanSettings = PlanSettings()
     return new_study(PlanRecord, config, chosen, verbose)
 
 
-Cell = tuple[Candidate, int | None]  # a candidate at a batch size (None: the experiment's)
-
-
 def batch_cells(prepared, tried: list[Candidate], batch_sizes: list[int] | None,
-                not_tried: list[str]) -> list[Cell]:
-    """Each candidate tried at each batch size: by default the experiment's, and the guide's
-    double for the most promising 16-bit policy (16-bit tensors take half the memory); with
-    --batch-sizes every candidate at each size, and float32 at the experiment's batch (every
-    cell is judged against it). A size beyond the training examples, or one the memory
-    estimate says would not fit, is named in `not_tried` with why, and not run."""
+                not_tried: list[str]) -> list[Candidate]:
+    """Each candidate tried at each batch size (the batch axis: `axes.BatchSizeAxis`): by
+    default the experiment's, and the guide's double for the most promising 16-bit policy
+    (16-bit tensors take half the memory); with --batch-sizes every candidate at each size,
+    and float32 at the experiment's batch (every cell is judged against it). A size beyond the
+    training examples, or one the memory estimate says would not fit, is named in
+    `not_tried` with why, and not run."""
     own, examples = prepared.config.train.batch_size, prepared.data.train.size
     if batch_sizes is None:
         best = next((c for c in tried if c.policy != "float32"), None)
-        wanted = [(c, own) for c in tried] + ([(best, 2 * own)] if best is not None else [])
+        wanted = [*tried, *([best.changed(batch_size=2 * own)] if best is not None else [])]
     else:
-        wanted = [(c, b) for b in batch_sizes for c in tried]
-        if not any(c.name == "float32" and b == own for c, b in wanted):
-            wanted.insert(0, (candidate("float32"), own))
+        wanted = [c.changed(batch_size=b) for b in batch_sizes for c in tried]
+        if not any(c.name == "float32" for c in wanted if c.batch_size == own):
+            wanted.insert(0, candidate("float32"))
     cells = []
-    for option, batch in wanted:
+    for option in wanted:
+        batch = option.batch_size or own
         why = (f"batch {batch} is more than the {examples:,} training examples" if batch > examples
                else too_big_alone(prepared, option.policy, batch) if batch != own else None)
         if why:
-            not_tried.append(f"{cell_label(option.name, batch)}: {why}")
+            not_tried.append(f"{option.name}: {why}")
         else:
-            cells.append((option, None if batch == own else batch))
+            cells.append(option.changed(batch_size=None) if batch == own else option)
     return cells
 
 
-def _trials(cells: list[Cell]) -> list[Variant]:
+def _trials(cells: list[Candidate]) -> list[Variant]:
     """The trials to run: float32, its A/A twin when there is a candidate to judge, then each
     cell (at another batch: its batch, which `study.new_study` turns into the changes)."""
-    rows = [("float32", candidate("float32"), None)]
+    rows = [("float32", candidate("float32"))]
     if len(cells) > 1:
-        rows.append((TWIN, candidate("float32"), None))
-    rows += [(cell_label(c.name, b), c, b) for c, b in cells if (c.name, b) != ("float32", None)]
-    return [Variant(label=label, candidate=c, batch={"train.batch_size": b} if b else {})
-            for label, c, b in rows]
+        rows.append((TWIN, candidate("float32")))
+    rows += [(c.name, c) for c in cells if c.name != "float32"]
+    return [Variant(label=label, candidate=c,
+                    batch={"train.batch_size": c.batch_size} if c.batch_size else {})
+            for label, c in rows]
 
 
 def eval_batches(prepared) -> int:
@@ -400,7 +400,7 @@ def _add_islands(record: PlanRecord, seconds: float, on_layers, verbose: bool) -
     record = record.model_copy(update={"layers": timings, "island_layers": chosen})
     if not chosen:
         return record
-    option = best.changed(float32_layers=chosen)
+    option = best.changed(float32_layers=chosen, batch_size=None)  # at the experiment's batch
     trial = Variant(label=option.name, candidate=option,
                     run_dir=str(folder / f"{record.experiment}-{file_label(option.name)}"))
     return record.model_copy(update={"candidates": [*record.candidates, option],

@@ -1,91 +1,55 @@
 """A precision candidate: one way to run an experiment's numbers, with one name.
 
-A candidate is a dtype policy, whole-step XLA or mptrain's choice of it, a math mode, the
-CPU's math library, fused layers, and the layers kept in float32. Its name is the policy
-followed by what differs from mptrain's own choices, joined by `+`: `mixed_bfloat16` (XLA as
-mptrain chooses it for the policy and device), `mixed_bfloat16+xla` and `float32+xla` (XLA
-forced on: XLA is an axis of its own, and float32+xla is the control a 16-bit candidate with
-XLA is read against), `float32+onednn` and `float32+eigen` (the math library TensorFlow does
-not choose on this CPU, `train.math_library`: oneDNN where it leaves oneDNN off, as on
-AVX2-only CPUs, Eigen where it turns it on; the control of a 16-bit candidate in that
-library), `mixed_bfloat16+fused` (one fused BatchNorm op, float32 convolution weight
-gradients: `model.fused_layers`), `float32+onednn_bf16` and `float32+graph_bf16` (float32
-storage, bfloat16 math on a CPU), `float32+tf32_off` (no TF32 on an Ampere GPU).
-`candidate` parses a name and `Candidate.name` is what plan prints, so compare takes every
-name plan prints (`mptrain compare --policies float32,mixed_bfloat16+xla`), and a plan.yaml
-spells its candidate out in ordinary experiment keys (`Candidate.settings`).
+A candidate is a dtype policy and a value on each axis beside it (`precision.axes`, one class
+each): whole-step XLA or mptrain's choice of it, a math mode, the CPU's math library, fused
+layers, the layers kept in float32, the batch. Its name is the policy followed by what
+differs from mptrain's own choices, each axis's part after its separator: `mixed_bfloat16`
+(XLA as mptrain chooses it for the policy and device), `mixed_bfloat16+xla` and
+`float32+xla` (XLA forced on: float32+xla is the control a 16-bit candidate with XLA is read
+against), `float32+onednn` and `float32+eigen` (the math library TensorFlow does not choose
+on this CPU: oneDNN where it leaves oneDNN off, as on AVX2-only CPUs, Eigen where it turns it
+on; the control of a 16-bit candidate in that library), `mixed_bfloat16+fused`,
+`float32+onednn_bf16` and `float32+graph_bf16` (float32 storage, bfloat16 math on a CPU),
+`float32+tf32_off` (no TF32 on an Ampere GPU), `mixed_bfloat16+islands` (plan's float32
+layers), `mixed_bfloat16@b256` (a plan's cell at another batch). `candidate` parses a name
+and `Candidate.name` is what plan prints, both by the axes' table alone, so compare takes
+every name plan prints (`mptrain compare --policies float32,mixed_bfloat16+xla`), and a
+plan.yaml spells its candidate out in ordinary experiment keys (`Candidate.settings`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any
 
 from pydantic import Field
 
-from mptrain.config.names import MATH_LIBRARIES, MATH_MODES, POLICIES
+from mptrain.config.names import POLICIES
 from mptrain.errors import ConfigError, did_you_mean
 from mptrain.hardware.kernels import GENERAL_KINDS, KernelSpeeds, Kinds, times
-from mptrain.hardware.machine import LIBRARY_NAMES, ONEDNN_BFLOAT16_FLAGS, Machine, library_of
-from mptrain.precision.policy import NO_XLA_DETERMINISTIC, cpu_float16
+from mptrain.hardware.machine import LIBRARY_NAMES, Machine
+from mptrain.precision.axes import AXES, BATCH, ONEDNN_MODES, PRECISION, RULE_OUT, SIXTEEN_BIT, Where
+from mptrain.precision.policy import NO_XLA_DETERMINISTIC
 from mptrain.record import Record
 
-NOTHING_TO_FUSE = "the model has no Conv2D or BatchNormalization: the same as mixed_bfloat16"
-
-# every candidate plan knows, on some machine (which are tried depends on this one)
-CANDIDATE_NAMES = ("float32", "float32+xla", "mixed_bfloat16", "mixed_bfloat16+fused",
-                   "mixed_bfloat16+xla", "float32+onednn_bf16", "float32+graph_bf16",
-                   "mixed_float16+xla", "mixed_float16", "float32+tf32_off",
-                   *(f"{policy}+{library}" for library in ("onednn", "eigen")
-                     for policy in ("float32", "mixed_bfloat16", "mixed_float16")))
-ONEDNN_MODES = ("onednn_bf16", "graph_bf16")  # math modes of oneDNN's: they need it on
-# A 16-bit candidate whose kernels measured below this against float32 (in the same XLA mode)
-# on this machine is not tried unless named: a model whose time is in its matmuls and
-# convolutions cannot win with them a fifth slower.
-RULE_OUT = 0.8
-
-
-class Axis(NamedTuple):
-    """One axis of a candidate beside its policy: the `Candidate` field it sets and its
-    experiment key, the name part a value gives (None: no part) and the value a part means
-    (None: not this axis's part). `overrides`: its default is given to a candidate's runs too
-    (else their experiment's own stays). Names are parsed (`candidate`) and printed
-    (`name_of`) by this table alone."""
-
-    field: str
-    key: str
-    default: Any
-    part: Callable[[Any], str | None]
-    value: Callable[[str], Any]
-    overrides: bool = True
-
-
-_MODES = tuple(m for m in MATH_MODES if m != "default")
-_LIBRARIES = tuple(m for m in MATH_LIBRARIES if m != "default")
-AXES = (
-    Axis("jit_compile", "train.jit_compile", None, lambda on: "xla" if on else None,
-         lambda part: True if part == "xla" else None),
-    Axis("math_mode", "train.math_mode", "default", lambda mode: None if mode == "default" else mode,
-         lambda part: part if part in _MODES else None),
-    Axis("math_library", "train.math_library", "default",
-         lambda library: None if library == "default" else library,
-         lambda part: part if part in _LIBRARIES else None, overrides=False),
-    Axis("fused", "model.fused_layers", False, lambda on: "fused" if on else None,
-         lambda part: True if part == "fused" else None),
-    # layers kept in float32: named by plan's islands search, never parsed from a name
-    Axis("float32_layers", "model.float32_layers", [], lambda layers: "islands" if layers else None,
-         lambda part: None, overrides=False),
-)
+_PARTS = ", ".join(axis.said() for axis in AXES if axis.values)  # what may follow a policy in a name
 
 
 def name_of(policy: str, values: dict[str, Any]) -> str:
-    """A candidate's name: the policy, then each axis's part (`AXES`), joined by `+`."""
-    parts = (axis.part(values.get(axis.field, axis.default)) for axis in AXES)
-    return "+".join([policy, *(part for part in parts if part)])
+    """A candidate's name: the policy, then each axis's part (`axes.AXES`), each after its
+    separator (`+`, `@` for the batch)."""
+    parts = ((axis.separator, axis.part(values.get(axis.field, axis.default))) for axis in AXES)
+    return policy + "".join(separator + part for separator, part in parts if part)
+
+
+# every candidate plan knows, on some machine (which are tried depends on this one): each
+# precision, alone and with one value of each axis it pairs with
+CANDIDATE_NAMES = ("float32", *SIXTEEN_BIT, *(name_of(policy, {axis.field: value})
+                                              for axis in AXES for policy in axis.policies
+                                              for value in axis.values))
 
 
 class Candidate(Record):
-    """One way to run the experiment: a policy, XLA or not, a math mode, float32 layers."""
+    """One way to run the experiment: a policy and a value on each axis (`axes.AXES`)."""
 
     name: str
     policy: str
@@ -94,6 +58,7 @@ class Candidate(Record):
     math_library: str = "default"  # `train.math_library`: default, onednn, eigen
     float32_layers: list[str] = []
     fused: bool = False  # model.fused_layers: one fused BatchNorm op, float32 conv weight gradients
+    batch_size: int | None = None  # a plan's cell at another batch (None: the experiment's)
     why_not: str | None = None  # why it is not tried unless named (`--candidates NAME` tries it)
     # plan.json before 2026-12-03 (third session) marked the candidates a name lifts; every
     # candidate is lifted by its name now: read from an old file, never written
@@ -103,8 +68,9 @@ class Candidate(Record):
     def settings(self) -> dict[str, object]:
         """The candidate in ordinary experiment keys (`config.variant` applies them): what its
         runs are given, and what a plan.yaml spells out (an axis left at its default that does
-        not override leaves the experiment's own: a plan.yaml's islands, its parent's library)."""
-        values = [(axis, getattr(self, axis.field)) for axis in AXES]
+        not override leaves the experiment's own: a plan.yaml's islands, its parent's library;
+        the batch is given with what it scales, `Variant.batch`)."""
+        values = [(axis, getattr(self, axis.field)) for axis in AXES if not axis.scaled]
         return {"policy": self.policy, **{axis.key: value for axis, value in values
                                           if axis.overrides or value != axis.default}}
 
@@ -136,16 +102,23 @@ class Candidate(Record):
         """bfloat16 or float16: the 16-bit type its matmuls run in (if they do)."""
         return "float16" if self.policy in ("mixed_float16", "float16") else "bfloat16"
 
+    def why_not_here(self, where: Where) -> str | None:
+        """Why it cannot win here: the first reason an axis it sets gives, then its precision's."""
+        axes = (axis.why_not(self, where) for axis in AXES if getattr(self, axis.field) != axis.default)
+        return next((why for why in axes if why), None) or PRECISION.why_not(self, where)
+
 
 def candidate_name(config, policy: str | None = None) -> str:
     """The name of the candidate an experiment's settings make (under `policy`, what its
     `auto` resolved to): what `mptrain runs` and a run's summary call it, the name `candidate`
-    parses (float32 layers: `+islands`, as plan names the candidate it keeps them in)."""
+    parses (float32 layers: `+islands`, as plan names the candidate it keeps them in; its
+    batch is its own, no part)."""
     def setting(key: str):
         section, name = key.split(".")
         return getattr(getattr(config, section), name)
 
-    return name_of(policy or config.policy, {axis.field: setting(axis.key) for axis in AXES})
+    return name_of(policy or config.policy,
+                   {axis.field: setting(axis.key) for axis in AXES if not axis.scaled})
 
 
 def file_label(name: str) -> str:
@@ -155,27 +128,26 @@ def file_label(name: str) -> str:
 
 
 def cell_label(label: str, batch_size: int | None) -> str:
-    """A candidate (or compare's variant) at another batch size: `mixed_bfloat16@b256`; the
-    label alone at the experiment's batch."""
-    return label if batch_size is None else f"{label}@b{batch_size}"
+    """A label (compare's variant) at another batch size, as the batch axis names it:
+    `bfloat16-fit@b256`; the label alone at the experiment's batch."""
+    part = BATCH.part(batch_size)
+    return label if part is None else label + BATCH.separator + part
 
 
 def candidate(name: str, why_not: str | None = None) -> Candidate:
-    """The candidate a name means: `POLICY[+xla][+MATH_MODE][+LIBRARY][+fused]`."""
+    """The candidate a name means: `POLICY[+xla][+MATH_MODE][+LIBRARY][+fused]`, each part
+    read by the axis it belongs to."""
     policy, *parts = name.split("+")
     if policy not in POLICIES or policy == "auto":
         known = [p for p in POLICIES if p != "auto"]
         raise ConfigError(f"{name!r}: {policy!r} is not a policy{did_you_mean(policy, known)}; a "
-                          f"candidate is a policy ({', '.join(known)}) with +xla, a math mode "
-                          f"({', '.join(_MODES)}) or a math library ({', '.join(_LIBRARIES)}), e.g. "
+                          f"candidate is a policy ({', '.join(known)}), then any of {_PARTS}, e.g. "
                           "mixed_bfloat16+xla")
     values: dict[str, Any] = {}
     for part in parts:
-        axis, value = next(((a, v) for a in AXES if (v := a.value(part)) is not None), (None, None))
+        axis, value = next(((a, v) for a in AXES if (v := a.parse(part)) is not None), (None, None))
         if axis is None or axis.field in values:
-            raise ConfigError(f"{name!r}: {part!r} is not +xla, +fused, a math mode "
-                              f"({', '.join(_MODES)}) or a math library ({', '.join(_LIBRARIES)}), "
-                              "or is given twice")
+            raise ConfigError(f"{name!r}: {part!r} is not one of {_PARTS}, or is given twice")
         values[axis.field] = value
     math_mode, library = values.get("math_mode", "default"), values.get("math_library", "default")
     if math_mode in ONEDNN_MODES and policy != "float32":
@@ -189,62 +161,30 @@ def candidate(name: str, why_not: str | None = None) -> Candidate:
 def candidates(machine: Machine, kernels: KernelSpeeds | None = None, *,
                fusable: bool = True, deterministic: bool = False,
                kinds: Kinds = GENERAL_KINDS) -> list[Candidate]:
-    """What this machine can run: float32, float32+xla (XLA's own effect, and the control of
-    every 16-bit candidate with XLA), then the 16-bit ways and, on a CPU, the math library
-    TensorFlow does not choose here, most promising first by the measured kernels of the
-    model's kinds (`kinds`: their FLOP shares, `hardware.kernels.kind_shares`). One that
-    cannot win here carries why, with the figure this machine's kernels measured (or the
-    rule, said as one, when they were not). `fusable`: the model has a Conv2D or
+    """What this machine can run: each precision it offers, alone and with each value an axis
+    offers beside it here (`axes.AXES`: one change at a time, as an A/B test), float32 and
+    float32+xla (XLA's own effect, and the control of every 16-bit candidate with XLA)
+    first, the rest most promising first by the measured kernels of the model's kinds
+    (`kinds`: their FLOP shares, `hardware.kernels.kind_shares`). One that cannot win here
+    carries why (`Candidate.why_not_here`), with the figure this machine's kernels measured
+    (or the rule, said as one, when they were not). `fusable`: the model has a Conv2D or
     BatchNormalization for `+fused` to change (`model.fused.fusable`). `deterministic`: the
     experiment's op determinism, under which no step runs XLA (`policy.NO_XLA_DETERMINISTIC`):
     those candidates cannot run at all."""
-    found = [candidate("float32")]
-    if machine.tpu:
-        found.append(candidate("mixed_bfloat16"))
-        return found
-    found.append(candidate("float32+xla"))
-    gpu = machine.gpus[0] if machine.gpus else None
-    if gpu is None:
-        bf16 = _cpu_rule("bfloat16", False, machine, kernels, kinds)
-        needs_xla, why = cpu_float16(machine, kernels)
-        no_onednn = (None if machine.onednn_bfloat16 else
-                     "oneDNN takes no bfloat16 on this CPU (it needs AVX-512): no math mode of "
-                     "its to change" if machine.onednn else
-                     "oneDNN is off here (TF_ENABLE_ONEDNN_OPTS=0, or a CPU TensorFlow leaves it "
-                     "off on): no math mode of its to change")
-        found += [
-            candidate("mixed_bfloat16", bf16),
-            candidate("mixed_bfloat16+fused", bf16 or (None if fusable else NOTHING_TO_FUSE)),
-            candidate("mixed_bfloat16+xla", _cpu_rule("bfloat16", True, machine, kernels, kinds)),
-            candidate("float32+onednn_bf16", no_onednn or bf16),
-            candidate("float32+graph_bf16", no_onednn or bf16),
-            candidate("mixed_float16+xla", _cpu_rule("float16", True, machine, kernels, kinds)),
-            candidate("mixed_float16", f"the same as mixed_float16+xla here: {why}"
-                      if needs_xla and not deterministic
-                      else _cpu_rule("float16", False, machine, kernels, kinds)),
-            *_other_library(machine, kernels),
-        ]
-    else:
-        no_tc = None if gpu.float16_tensor_cores else f"{gpu.describe()}: no Tensor Cores (CC < 7.0)"
-        no_bf = None if gpu.fast_bfloat16 else f"{gpu.describe()}: no fast bfloat16 (CC < 8.0)"
-        found += [
-            candidate("mixed_bfloat16", no_bf),
-            candidate("mixed_bfloat16+xla", no_bf),
-            candidate("mixed_float16", no_tc),
-            candidate("mixed_float16+xla", no_tc),
-            candidate("float32+tf32_off", None if gpu.tf32_by_default else
-                      f"{gpu.describe()}: no TF32 to turn off (CC < 8.0)"),
-        ]
-    if deterministic:
-        found = [c.model_copy(update={"why_not": NO_XLA_DETERMINISTIC}) if c.jit_compile else c
-                 for c in found]
-    if kernels is not None:
-        first, control, *rest = [_in_all(c, machine, kernels, kinds) for c in found]
-        if any(c.jit_compile and c.why_not is None for c in rest):  # float32+xla: their control
-            control = found[1]
-        rest.sort(key=lambda c: -expected_gain(c, machine, kernels, kinds))
-        found = [first, control, *rest]
-    return found
+    where = Where(machine, kernels, kinds, fusable, deterministic)
+    found = []
+    for policy in PRECISION.offers(where):
+        plain = candidate(policy)
+        found += [plain, *(plain.changed(**{axis.field: value}) for axis in AXES
+                           for value in axis.offers(policy, where))]
+    found = [c.model_copy(update={"why_not": c.why_not_here(where)}) for c in found]
+    if kernels is None or machine.tpu:  # unmeasured: the 16-bit policies, then float32's other axes
+        return sorted(found, key=lambda c: c.policy == "float32" and c.name not in ("float32", "float32+xla"))
+    first, control, *rest = [_in_all(c, machine, kernels, kinds) for c in found]
+    if any(c.jit_compile and c.why_not is None for c in rest):  # float32+xla: their control
+        control = found[1]
+    rest.sort(key=lambda c: -expected_gain(c, machine, kernels, kinds))
+    return [first, control, *rest]
 
 
 def _in_all(option: Candidate, machine: Machine, kernels: KernelSpeeds,
@@ -293,42 +233,6 @@ def expected_gain(option: Candidate, machine: Machine, kernels: KernelSpeeds,
     base = (kernels.xla_gain("float32", device, kinds) if xla else
             kernels.library_gain("float32", kinds) if library is not None else 1.0)
     return (precision or 0.0) * (base or 0.0)
-
-
-def _other_library(machine: Machine, kernels: KernelSpeeds | None) -> list[Candidate]:
-    """float32 and the 16-bit policies (without XLA, which compiles kernels of its own) with
-    the math library TensorFlow does not run on this CPU: oneDNN where it leaves oneDNN off
-    (AVX2-only CPUs, where float32 ResNet50 ran 3.2x faster with it), Eigen where it turns it
-    on. What their kernels measured rules them out with the rest (`_in_all`); here, what
-    cannot be measured or run: oneDNN's 16 bits without AVX-512, an Eigen not measured."""
-    library = library_of(not machine.onednn)
-    why = ("no kernel was measured" if kernels is None else kernels.peer_failed
-           or ("" if kernels.library_gain() is not None else "this measurement holds one library"))
-    unmeasured = f"{LIBRARY_NAMES[library]}'s kernels were not measured ({why})" if why else None
-    found = [candidate(f"float32+{library}", None if library == "onednn" else unmeasured)]
-    for policy, dtype in (("mixed_bfloat16", "bfloat16"), ("mixed_float16", "float16")):
-        no_16_bit = (f"oneDNN takes no {dtype} on this CPU (it needs AVX-512): its {dtype} runs "
-                     "through Eigen either way" if library == "onednn" and not ONEDNN_BFLOAT16_FLAGS &
-                     machine.cpu.flags else None)
-        found.append(candidate(f"{policy}+{library}", no_16_bit or unmeasured))
-    return found
-
-
-def _cpu_rule(dtype: str, xla: bool, machine: Machine, kernels: KernelSpeeds | None,
-              kinds: Kinds = GENERAL_KINDS) -> str | None:
-    """Why a `dtype` candidate (with XLA or not) cannot win on this CPU: its kernels (of the
-    model's kinds) measured below `RULE_OUT` against float32 in the same mode; unmeasured,
-    bfloat16 without the instructions oneDNN needs (a rule, said as one). None: worth a trial."""
-    if kernels is not None and (gain := kernels.speedup(dtype, "/CPU:0", xla, kinds)) is not None:
-        if gain >= RULE_OUT:
-            return None
-        return (f"{kernels.describe(dtype, '/CPU:0', xla, kinds)} on this machine, below the "
-                f"{RULE_OUT:g}x a trial could win from")
-    if dtype == "bfloat16" and not machine.cpu.has_bf16_matrix_units:
-        return ("the CPU has no bfloat16 instructions (AVX512_BF16 or AMX-BF16), so its bfloat16 "
-                "is emulated (not measured: the kernels could not be timed)")
-    return None
-
 
 def select(found: list[Candidate], names: list[str] | None) -> list[Candidate]:
     """Only the candidates named (float32 always: it is the baseline), each tried: a reason

@@ -192,12 +192,12 @@ def test_plans_cells_are_the_guides_double_for_one_16_bit_candidate_unless_it_wo
              candidate("mixed_bfloat16+fused")]
     not_tried: list[str] = []
     cells = plan.batch_cells(prepared, tried, None, not_tried)
-    assert [(c.name, b) for c, b in cells] == [  # the first 16-bit policy, at twice the batch
+    assert [(c.name, c.batch_size) for c in cells] == [  # the first 16-bit policy, at twice the batch
         ("float32", None), ("float32+onednn_bf16", None), ("mixed_bfloat16", None),
-        ("mixed_bfloat16+fused", None), ("mixed_bfloat16", 128)]
+        ("mixed_bfloat16+fused", None), ("mixed_bfloat16@b128", 128)]
     cells = plan.batch_cells(prepared, tried[:3:2], [32, 256, 2000], not_tried)
-    assert [(c.name, b) for c, b in cells] == [("float32", None), ("float32", 32),
-                                               ("mixed_bfloat16", 32)]  # float32 at 64: the baseline
+    assert [(c.name, c.batch_size) for c in cells] == [  # float32 at 64: the baseline
+        ("float32", None), ("float32@b32", 32), ("mixed_bfloat16@b32", 32)]
     assert not_tried == ["float32@b256: batch 256 needs about 9.0 GiB by the estimate",
                          "mixed_bfloat16@b256: batch 256 needs about 9.0 GiB by the estimate",
                          "float32@b2000: batch 2000 is more than the 1,000 training examples",
