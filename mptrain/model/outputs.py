@@ -138,9 +138,6 @@ def sixteen_bit_probabilities(model) -> list[str]:
     from either (keras.io's U-Net ends in Conv2D(activation="softmax"): under bfloat16 its
     loss stalled at 1.16 where float32's fell to 0.25), and a cast after them is too late."""
     top = {id(layer) for layer in model.layers}
-    found = []
-    for index in range(len(model.outputs)):
-        layer = _read_layers(model, index).layer
-        if layer is not None and id(layer) in top and layer.compute_dtype != "float32":
-            found.append(layer.name)
-    return found
+    last = [_read_layers(model, index).layer for index in range(len(model.outputs))]
+    return [layer.name for layer in last
+            if layer is not None and id(layer) in top and layer.compute_dtype != "float32"]
