@@ -71,9 +71,8 @@ def _read_layers(model, index: int = 0) -> OutputReading:
             return OutputReading("probabilities", f"its last layer {layer.name!r} is a {what}",
                                  what == "softmax", layer)
         if kind == "Activation" and activation == "linear" or kind in VALUE_KEEPING:
+            # no input (None) has no producer: the walk ends there
             tensor = inputs_of(tensor)[0] if inputs_of(tensor) else None
-            if tensor is None:
-                break
             continue
         if activation == "linear" and kind in ("Dense", "EinsumDense", "Conv1D", "Conv2D", "Conv3D"):
             return OutputReading("logits", f"its last layer {layer.name!r} is a {kind} without "
