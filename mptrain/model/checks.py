@@ -80,7 +80,7 @@ def fit_to_data(config: ExperimentConfig, data: Dataset, objective) -> Experimen
             wanted = config.model.num_classes
             if wanted is None:
                 config = variant(config, {"model.num_classes": objective.units})
-            elif wanted is not None and isinstance(objective, Classes) and objective.units > wanted:
+            elif isinstance(objective, Classes) and objective.units > wanted:
                 raise DataError(
                     f"{data.source}: labels go up to {objective.units - 1} but "
                     f"model.num_classes is {wanted}; set model.num_classes to at least "

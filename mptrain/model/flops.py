@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections import Counter
 from dataclasses import dataclass
 
 from mptrain.hardware.machine import CpuInfo
@@ -122,26 +123,23 @@ def forward_profile(model, example_shape: tuple[int, ...] | None = None) -> Forw
         return ForwardProfile(0, {}, 0, layers, (f"the whole model (its graph could not be traced "
                                                  f"for one example: {why})",))
     names = set(layer_names(model))
-    by_layer: dict[str, int] = {}
+    by_layer: Counter[str] = Counter()
     uncounted: dict[str, None] = {}
-    total, ops = 0, 0
+    ops = 0
     for op in graph.get_operations():
         ops += op.type not in ("Placeholder", "Const", "Identity", "NoOp", "ReadVariableOp")
         flops = _op_flops(op)
         if flops is None:
             uncounted[_layer_of(op.name, names)] = None
         elif flops:
-            total += flops
-            layer = _layer_of(op.name, names)
-            by_layer[layer] = by_layer.get(layer, 0) + flops
+            by_layer[_layer_of(op.name, names)] += flops
     for name, flops in _recurrent_flops(model, layers, example_shape).items():
         uncounted.pop(name, None)
         if flops is None:
             uncounted[f"{name} (recurrent, timesteps unknown)"] = None
         else:
-            total += flops
-            by_layer[name] = by_layer.get(name, 0) + flops
-    return ForwardProfile(total, by_layer, ops, layers, tuple(uncounted))
+            by_layer[name] += flops
+    return ForwardProfile(by_layer.total(), dict(by_layer), ops, layers, tuple(uncounted))
 
 
 def _recurrent_flops(model, layers, example_shape) -> dict[str, int | None]:

@@ -123,8 +123,7 @@ def fuse(model):
             layer.update(module=__name__, class_name=FUSED[name], registered_name=f"{PACKAGE}>{FUSED[name]}")
             swapped[name] += 1
 
-    rebuilt = rebuild(model, edit)
-    return rebuilt, [f"{n} {name}" for name, n in swapped.items()]
+    return rebuild(model, edit), [f"{n} {name}" for name, n in swapped.items()]  # counted as it rebuilds
 
 
 def unfused(model):

@@ -94,7 +94,5 @@ def pixel_range(model, declared: str, own_model: bool) -> tuple[PixelRange, list
     if found.range == "0-255":
         return "0-255", [f"pixels given as stored, 0-255, as Keras' image_dataset_from_directory "
                          f"gives them: {found.evidence} (model.pixel_range: 0-1 divides them first)"]
-    if not own_model:
-        return "0-1", []
     return "0-1", [f"pixels given divided by 255, 0-1: {found.evidence} (model.pixel_range: "
-                   "0-255 gives them as stored)"]
+                   "0-255 gives them as stored)"] if own_model else []

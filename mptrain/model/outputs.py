@@ -71,9 +71,8 @@ def _read_layers(model, index: int = 0) -> OutputReading:
             return OutputReading("probabilities", f"its last layer {layer.name!r} is a {what}",
                                  what == "softmax", layer)
         if kind == "Activation" and activation == "linear" or kind in VALUE_KEEPING:
+            # no input (None) has no producer: the walk ends there
             tensor = inputs_of(tensor)[0] if inputs_of(tensor) else None
-            if tensor is None:
-                break
             continue
         if activation == "linear" and kind in ("Dense", "EinsumDense", "Conv1D", "Conv2D", "Conv3D"):
             return OutputReading("logits", f"its last layer {layer.name!r} is a {kind} without "
@@ -138,9 +137,6 @@ def sixteen_bit_probabilities(model) -> list[str]:
     from either (keras.io's U-Net ends in Conv2D(activation="softmax"): under bfloat16 its
     loss stalled at 1.16 where float32's fell to 0.25), and a cast after them is too late."""
     top = {id(layer) for layer in model.layers}
-    found = []
-    for index in range(len(model.outputs)):
-        layer = _read_layers(model, index).layer
-        if layer is not None and id(layer) in top and layer.compute_dtype != "float32":
-            found.append(layer.name)
-    return found
+    last = [_read_layers(model, index).layer for index in range(len(model.outputs))]
+    return [layer.name for layer in last
+            if layer is not None and id(layer) in top and layer.compute_dtype != "float32"]

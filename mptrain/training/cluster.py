@@ -143,11 +143,10 @@ def form_cluster(hosts: Hosts | None, config, local: bool, verbose: bool = False
     from mptrain.precision.planned import start_environment
 
     port_base = config.distribute.port_base
-    environment = start_environment(config)[1]  # what TensorFlow must read as it starts
-    tf = import_tensorflow(verbose, environment=environment)
+    # with what TensorFlow must read as it starts
+    tf = import_tensorflow(verbose, environment=start_environment(config)[1])
     found = slurm_hosts(tf, port_base)
-    source = f"Slurm (SLURM_PROCID {rank})"
-    check_own_address(found, source)
+    check_own_address(found, f"Slurm (SLURM_PROCID {rank})")
     os.environ["TF_CONFIG"] = found.tf_config()
     LAUNCHED_BY[:] = ["slurm"]
     return (f"the cluster comes from Slurm's srun: task {rank} of {tasks} is worker {found.index} "

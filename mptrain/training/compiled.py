@@ -46,9 +46,7 @@ def check_names(config) -> None:
 
     metrics = config.train.metrics
     names = [m for ms in metrics.values() for m in ms] if isinstance(metrics, dict) else metrics or []
-    for name in names:
-        if name in COMPILE_NAMES + OURS:
-            continue
+    for name in (n for n in names if n not in COMPILE_NAMES + OURS):
         try:
             keras.metrics.get(name)
         except (ValueError, TypeError):

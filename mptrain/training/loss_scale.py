@@ -56,9 +56,7 @@ def scale_variable(optimizer):
     """The optimizer's dynamic loss scale (a variable), or None when it does not scale."""
     import keras
 
-    if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
-        return optimizer.dynamic_scale
-    return None
+    return optimizer.dynamic_scale if isinstance(optimizer, keras.optimizers.LossScaleOptimizer) else None
 
 
 @dataclass

@@ -54,10 +54,8 @@ class TrainingMonitor:
         self.stop_reason: str | None = None
         self.stop_kind: StopKind | None = None
         self.signal: int | None = None  # the signal that interrupted the run
-        self.loss_scale: LossScaleTracker | None = None
-        if self.initial_loss_scale is not None:
-            self.loss_scale = LossScaleTracker(self.initial_loss_scale)
-            self.loss_scale.skipped_steps = sum(bool(r.skipped) for r in self.steps)
+        self.loss_scale = None if self.initial_loss_scale is None else LossScaleTracker(
+            self.initial_loss_scale, skipped_steps=sum(bool(r.skipped) for r in self.steps))
         self.epoch = 0  # 1-based, the epoch in progress
         self.step_in_epoch = 0  # steps of it done
         self._carry: tuple[int, dict[str, float]] | None = None  # an epoch's part before a resume
@@ -125,9 +123,8 @@ class TrainingMonitor:
         self.step_in_epoch += 1
         self._examples_since_resume += examples
         metrics = _carried(self._carry, metrics, self._examples_since_resume)
-        skipped = None
-        if loss_scale is not None and self.loss_scale is not None:
-            skipped = self.loss_scale.step(loss_scale)
+        tracked = loss_scale is not None and self.loss_scale is not None
+        skipped = self.loss_scale.step(loss_scale) if tracked else None
         record = StepRecord(len(self.steps) + 1, self.epoch, loss, seconds, examples,
                             loss_scale, metrics, skipped)
         self.steps.append(record)

@@ -46,7 +46,6 @@ class KerasApplication(ModelKind, kind="application"):
         from mptrain.model.layers import ImagePreprocessing
 
         cfg: ApplicationConfig = config.model
-        family = APPLICATIONS[cfg.name]
         notes = []
         inputs = keras.Input(shape=spec.shape, name="inputs")
         x = augmentation(inputs, config.data)
@@ -54,13 +53,12 @@ class KerasApplication(ModelKind, kind="application"):
             x = layers.Resizing(*cfg.image_size, dtype="float32", name="resize")(x)
             notes.append(f"images resized from {spec.shape[0]}x{spec.shape[1]} to "
                          f"{cfg.image_size[0]}x{cfg.image_size[1]} inside the model")
-        x = ImagePreprocessing(family.preprocessing, name="preprocessing")(x)
+        x = ImagePreprocessing(APPLICATIONS[cfg.name].preprocessing, name="preprocessing")(x)
         if spec.shape[2] == 1:
             notes.append("grayscale images repeated to 3 channels for the application")
-        constructor = getattr(keras.applications, cfg.name)
         try:
-            backbone = constructor(include_top=False, weights=cfg.weights, input_shape=x.shape[1:],
-                                   **cfg.kwargs)
+            backbone = getattr(keras.applications, cfg.name)(
+                include_top=False, weights=cfg.weights, input_shape=x.shape[1:], **cfg.kwargs)
         except TypeError as exc:
             raise ConfigError(f"model.kwargs {cfg.kwargs}: {cfg.name} rejects them ({exc})") from None
         except ValueError as exc:

@@ -19,29 +19,6 @@ from mptrain.model.dtypes import objects, rebuild_with_policies
 from mptrain.model.kinds import ModelKind
 
 
-def check_saved(cfg: SavedConfig) -> None:
-    """A .keras file, every class of which can be found here: Keras' own, or one from a
-    module that imports. A custom layer saved from a script (not registered in an importable
-    module) cannot be loaded, and `run` would fail on it."""
-    path = cfg.path
-    if not path.is_file():
-        raise ConfigError(f"model.path {path}: no such file")
-    if path.suffix != ".keras":
-        raise ConfigError(f"model.path {path}: expected a .keras file (model.save('x.keras'))")
-    try:
-        with zipfile.ZipFile(path) as archive:
-            saved = json.loads(archive.read("config.json"))
-    except (OSError, KeyError, ValueError, zipfile.BadZipFile) as exc:
-        raise ConfigError(f"model.path {path}: not a readable .keras file ({exc})") from None
-    missing = sorted({node.get("registered_name") or node["class_name"] for node in objects(saved)
-                      if "class_name" in node and "module" in node and not _importable(node["module"])})
-    if missing:
-        raise ConfigError(
-            f"model.path {path}: the model uses {', '.join(missing)}, which cannot be loaded "
-            "here: a custom layer must be registered (keras.saving.register_keras_serializable) "
-            "in a module this Python can import, e.g. the package of your builder")
-
-
 def _importable(module: str | None) -> bool:
     if module is None or module in ("__main__", "builtins"):
         return False
@@ -55,13 +32,32 @@ def _importable(module: str | None) -> bool:
 
 class Saved(ModelKind, kind="saved"):
     def check(self, cfg: SavedConfig) -> None:
-        check_saved(cfg)
+        """A .keras file, every class of which can be found here: Keras' own, or one from a
+        module that imports. A custom layer saved from a script (not registered in an importable
+        module) cannot be loaded, and `run` would fail on it."""
+        path = cfg.path
+        if not path.is_file():
+            raise ConfigError(f"model.path {path}: no such file")
+        if path.suffix != ".keras":
+            raise ConfigError(f"model.path {path}: expected a .keras file (model.save('x.keras'))")
+        try:
+            with zipfile.ZipFile(path) as archive:
+                saved = json.loads(archive.read("config.json"))
+        except (OSError, KeyError, ValueError, zipfile.BadZipFile) as exc:
+            raise ConfigError(f"model.path {path}: not a readable .keras file ({exc})") from None
+        missing = sorted({node.get("registered_name") or node["class_name"] for node in objects(saved)
+                          if "class_name" in node and "module" in node and not _importable(node["module"])})
+        if missing:
+            raise ConfigError(
+                f"model.path {path}: the model uses {', '.join(missing)}, which cannot be loaded "
+                "here: a custom layer must be registered (keras.saving.register_keras_serializable) "
+                "in a module this Python can import, e.g. the package of your builder")
 
     def build(self, config, spec, objective, train_inputs=None):
         import keras
 
         cfg: SavedConfig = config.model
-        check_saved(cfg)
+        self.check(cfg)
         try:
             original = keras.saving.load_model(cfg.path, compile=False)
         except Exception as exc:
