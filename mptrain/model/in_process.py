@@ -19,7 +19,8 @@ MODULE = __name__
 def register(builder: Callable) -> str:
     """`model.builder` for a function returning a `keras.Model`."""
     base = re.sub(r"\W", "_", getattr(builder, "__name__", "builder")) or "builder"
-    name, module = base if base[0].isalpha() or base[0] == "_" else f"b_{base}", sys.modules[MODULE]
+    base = base if base[0].isalpha() or base[0] == "_" else f"b_{base}"  # an identifier
+    name, module = base, sys.modules[MODULE]
     taken = 1
     while getattr(module, name, builder) is not builder:
         taken += 1

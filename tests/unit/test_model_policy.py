@@ -193,3 +193,16 @@ def test_a_batch_normalization_on_another_axis_computes_what_keras_does_when_fus
     for training in (True, False):
         np.testing.assert_allclose(fused(x, training=training).numpy(),
                                    model(x, training=training).numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_builders_given_in_process_get_names_that_are_identifiers():
+    """`mptrain.run(builder=fn)` registers fn under a name `model.builder` can import: a
+    name that is no identifier is prefixed, and two builders of one name stay apart."""
+    from mptrain.model.in_process import register
+
+    first, second = (lambda: 1), (lambda: 2)
+    first.__name__ = second.__name__ = "3d-net"
+    names = [register(first), register(second), register(first)]
+    assert names == ["mptrain.model.in_process:b_3d_net", "mptrain.model.in_process:b_3d_net_2",
+                     "mptrain.model.in_process:b_3d_net"]
+    assert all(name.split(":")[1].isidentifier() for name in names)
