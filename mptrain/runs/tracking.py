@@ -218,9 +218,7 @@ def finish_tracking(logger: MlflowLogger | None, summary: RunSummary, folder: Pa
                       {"summary.json": record_text(summary)},
                       metrics=[[(k, v, now, summary.steps_run) for k, v in summary_metrics(summary).items()
                                 if math.isfinite(v)]])
-    if connection.failure is None:
-        return summary
-    return summary.model_copy(update={"notes": [*summary.notes, connection.failure]})
+    return summary.model_copy(update={"notes": [*summary.notes, *connection.notes]})
 
 
 def end_tracking(logger: MlflowLogger | None, status: str) -> None:
