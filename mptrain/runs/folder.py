@@ -252,11 +252,9 @@ def unique_folder(parent: Path, name: str) -> Path:
     parent.mkdir(parents=True, exist_ok=True)
     for n in range(1, 10_000):
         path = parent / (f"{name}-{stamp}" if n == 1 else f"{name}-{stamp}-{n}")
-        try:
+        with contextlib.suppress(FileExistsError):
             path.mkdir()
-        except FileExistsError:
-            continue
-        return path
+            return path
     raise FileExistsError(f"{parent}: too many folders named {name}-{stamp}")
 
 
