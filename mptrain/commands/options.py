@@ -156,6 +156,12 @@ def user_errors(interrupted: str = "interrupted", verbose: bool = False,
     from mptrain.report.console import say, stderr
     from mptrain.signals import RunAbandoned, Terminated, exit_code, terminating_as_interrupts
 
+    def stop(message: str, code: int, run_dir=None) -> typer.Exit:
+        """The exit with `code`; with --json, the error said as a JSON object first."""
+        if json_out:
+            emit_error(message, code, run_dir)
+        return typer.Exit(code)
+
     try:
         with terminating_as_interrupts(), redirect_stdout(sys.stderr):
             yield
@@ -171,25 +177,17 @@ def user_errors(interrupted: str = "interrupted", verbose: bool = False,
                           markup=False, highlight=False, soft_wrap=True)
         if not unsaid:
             say_error(str(exc))
-        if json_out:
-            emit_error(str(exc), exc.exit_code, exc.run_dir)
-        raise typer.Exit(exc.exit_code) from None
+        raise stop(str(exc), exc.exit_code, exc.run_dir) from None
     except RunAbandoned as exc:  # a second Ctrl-C: the run folder is known
         said = f"{exc.run_dir} keeps its last checkpoint; continue with\n  mptrain run --resume {exc.run_dir}"
         say(said, "interrupted")
-        if json_out:
-            emit_error(f"interrupted: {said}", 130, exc.run_dir)
-        raise typer.Exit(130) from None
+        raise stop(f"interrupted: {said}", 130, exc.run_dir) from None
     except Terminated as exc:  # SIGTERM before training's own handler: said, not silence
         say(str(exc), "stopped")
-        if json_out:
-            emit_error(str(exc), exit_code(exc.signum), None)
-        raise typer.Exit(exit_code(exc.signum)) from None
+        raise stop(str(exc), exit_code(exc.signum)) from None
     except KeyboardInterrupt:
         say(interrupted)
-        if json_out:
-            emit_error(interrupted, 130, None)
-        raise typer.Exit(130) from None
+        raise stop(interrupted, 130) from None
 
 
 def say_error(message: str) -> None:

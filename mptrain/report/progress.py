@@ -52,9 +52,8 @@ class LiveProgress(TrainingListener):
     def epoch_finished(self, record: EpochRecord) -> None:
         self.progress.remove_task(self._task)
         metrics = "  ".join(f"{k} {v:.4f}" for k, v in record.metrics.items())
-        extra = ""
-        if record.loss_scale is not None:
-            extra = f"  loss scale {record.loss_scale:g}, skipped {record.skipped_steps} in all"
+        extra = (f"  loss scale {record.loss_scale:g}, skipped {record.skipped_steps} in all"
+                 if record.loss_scale is not None else "")
         steps = f"{record.steps} step" + ("" if record.steps == 1 else "s")
         say(f"epoch {record.epoch}: {steps}  {metrics}{extra}")
 
@@ -70,8 +69,7 @@ class ConsoleTelling(Telling):
     `progress=True` (Rich renders in notebooks too)."""
 
     def say(self, kind: str, line: str) -> None:
-        colour = COLOURS.get(kind.split()[0], "yellow")
-        say(line, kind, colour)
+        say(line, kind, COLOURS.get(kind.split()[0], "yellow"))
 
     def started(self, prepared, notes: list[str]) -> None:
         from mptrain.report.tables import run_header

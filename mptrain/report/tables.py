@@ -205,9 +205,10 @@ def _compare_rows(record: CompareRecord):
         policy = row.candidate.name
         where = ("" if row.strategy in (None, "none") else f" {row.strategy}") + (
             f" b{row.batch_size}" if row.batch_size else "")
-        name, what = None, f"{policy}\n{row.loop}{where}"
-        if row.label != compare_label(policy, row.loop, row.strategy or "none", row.batch_size):
-            name, what = row.label, f"{policy} {row.loop}{where}"  # runs --compare: the run's name
+        label = f"{policy} {row.loop}{where}"
+        # runs --compare: a row is its run, by the run's name
+        named = row.label != compare_label(policy, row.loop, row.strategy or "none", row.batch_size)
+        name, what = (row.label, label) if named else (None, f"{policy}\n{row.loop}{where}")
         if s is None:
             said = (f"failed ({row.failed})" if row.failed else "waiting" if record.status == "running"
                     else "not run: compare --resume runs it")
@@ -235,7 +236,6 @@ def _compare_rows(record: CompareRecord):
         ]))
         time_rows.append((name, [what, fmt(s.time_to_first_step_s, ".1f", "-"),
                                  _duration(s.wall_time_s), _duration(s.turn_wait_s)]))
-        label = f"{policy} {row.loop}{where}"
         if s.speed_warning:
             warnings.setdefault(s.speed_warning, []).append(label)
         if s.stop_reason:

@@ -71,11 +71,10 @@ def check_gpu_view(report: CheckReport):
                      f"NCCL {'available' if dist.nccl else 'not available'}; all-reduce: "
                      f"{escape(dist.all_reduce)}" + (f"\n{escape(dist.note)}" if dist.note else ""))
     if report.kernels and not report.bench:
-        when = (f"kernels measured {report.kernels.measured_at} (cached; `check-gpu --bench` "
-                "measures again)" if report.kernels_cached else
-                f"kernels measured now, in {report.kernels.seconds:.1f} s (kept in the cache for "
-                "`policy: auto` and the next check-gpu)")
-        parts.append(when)
+        parts.append(f"kernels measured {report.kernels.measured_at} (cached; `check-gpu --bench` "
+                     "measures again)" if report.kernels_cached else
+                     f"kernels measured now, in {report.kernels.seconds:.1f} s (kept in the cache "
+                     "for `policy: auto` and the next check-gpu)")
     parts += _bench_parts(report)
     return Panel(Group(*parts), title="mptrain check-gpu", title_align="left")
 

@@ -52,17 +52,20 @@ def sweep_scratch() -> None:
     own."""
     for left in Path(tempfile.gettempdir()).glob(f"{SCRATCH}*"):
         pid = left.name.removeprefix(SCRATCH).split("-")[0]
-        if pid.isdigit() and not _alive(int(pid)):
+        if pid.isdigit() and not pid_alive(int(pid)):
             shutil.rmtree(left, ignore_errors=True)
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether a process of this host exists. One that may not be signalled (another user's,
+    or another container's UID) exists too: taking it for dead would start a second run
+    writing its folder, or remove a live worker's scratch."""
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
+    except PermissionError:
+        return True
+    except (ProcessLookupError, ValueError, OverflowError):
         return False
-    except PermissionError:  # another user's
-        pass
     return True
 
 
@@ -137,9 +140,8 @@ class RunFolder(TrainingListener):
 
     def mark_running(self, config_name: str) -> None:
         """summary.json says `running`, with the process id, until the run ends."""
-        state = RunState(status="running", name=config_name, pid=os.getpid(),
-                         host=socket.gethostname(), started=_now())
-        self.write_summary(state)
+        self.write_summary(RunState(status="running", name=config_name, pid=os.getpid(),
+                                    host=socket.gethostname(), started=_now()))
 
     def write_status(self, status: str, reason: str) -> None:
         """For a run that ended without a full summary: `failed` or abandoned, and why, if the
@@ -180,10 +182,9 @@ class RunFolder(TrainingListener):
             model.save(tmp)
         except (NotImplementedError, TypeError, ValueError) as exc:
             tmp.unlink(missing_ok=True)
-            weights = self.path / "model.weights.h5"
             staged = self.path / "model.tmp.weights.h5"
             model.save_weights(staged)
-            os.replace(staged, weights)
+            os.replace(staged, self.path / "model.weights.h5")
             reason = first_sentence(str(exc)) or type(exc).__name__
             return (f"no model.keras: Keras cannot serialise this model ({reason}); its "
                     "trained weights are in model.weights.h5 (model.load_weights on the model "
@@ -251,11 +252,9 @@ def unique_folder(parent: Path, name: str) -> Path:
     parent.mkdir(parents=True, exist_ok=True)
     for n in range(1, 10_000):
         path = parent / (f"{name}-{stamp}" if n == 1 else f"{name}-{stamp}-{n}")
-        try:
+        with contextlib.suppress(FileExistsError):
             path.mkdir()
-        except FileExistsError:
-            continue
-        return path
+            return path
     raise FileExistsError(f"{parent}: too many folders named {name}-{stamp}")
 
 
@@ -291,18 +290,8 @@ def resumable(run_dir: Path) -> bool:
 
 def alive(state: RunState) -> bool:
     """Whether the process a `running` folder names is alive (on this host: elsewhere we
-    cannot tell, and say no). A process that exists but may not be signalled (another user's,
-    or another container's UID) is alive: taking it for dead would start a second run
-    writing the same folder."""
-    if state.host != socket.gethostname() or not state.pid:
-        return False
-    try:
-        os.kill(state.pid, 0)
-    except PermissionError:
-        return True
-    except (ProcessLookupError, ValueError, OverflowError):
-        return False
-    return True
+    cannot tell, and say no; `pid_alive`)."""
+    return state.host == socket.gethostname() and bool(state.pid) and pid_alive(state.pid)
 
 
 # --- the run folders in a folder (`mptrain runs`) ------------------------------------------

@@ -127,19 +127,6 @@ class Connection:
 
         self.call(where, send)
 
-    def files(self, where: str, paths: Iterable[Path], texts: dict[str, str]) -> None:
-        def send() -> None:
-            for path in paths:
-                if path.is_file():
-                    self.client.log_artifact(self.run.run_id, str(path))
-            for name, text in texts.items():
-                self.client.log_text(self.run.run_id, text, name)
-
-        self.call(where, send)
-
-    def end(self, status: str) -> None:
-        self.call("the end", lambda: self.client.set_terminated(self.run.run_id, status))
-
     @property
     def env(self) -> dict[str, str]:
         """A child's environment, to nest its run in this one (a compare's or plan's)."""
@@ -153,9 +140,17 @@ class Connection:
                tags: dict[str, str] | None = None, metrics: list | None = None) -> None:
         """The run's end: its status (and `tags`, `metrics`: `log`'s) logged, `files` and then
         `texts` as artifacts, then MLflow's status (`RUN_STATUS`)."""
+        def send_files() -> None:
+            for path in files:
+                if path.is_file():
+                    self.client.log_artifact(self.run.run_id, str(path))
+            for name, text in (texts or {}).items():
+                self.client.log_text(self.run.run_id, text, name)
+
         self.log("the end", metrics=metrics, tags={"status": status, **(tags or {})})
-        self.files("the artifacts", files, texts or {})
-        self.end(RUN_STATUS.get(status, "FINISHED"))
+        self.call("the artifacts", send_files)
+        self.call("the end", lambda: self.client.set_terminated(self.run.run_id,
+                                                                RUN_STATUS.get(status, "FINISHED")))
 
 
 def whole_steps(rows: list[tuple[int, dict[str, float], int]]) -> list[list[tuple]]:

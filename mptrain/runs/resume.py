@@ -47,10 +47,9 @@ def resume_config(run_dir: Path, experiment: str | ExperimentConfig | None,
     (from the overrides, or from an experiment named or given beside the resume). Nothing in
     the folder is touched before this returns."""
     folder = RunFolder(run_dir)
-    stored_path = run_dir / "config.yaml"
     if not run_dir.is_dir():
         raise ConfigError(f"cannot resume {run_dir}: no such folder")
-    if not stored_path.is_file():
+    if not (run_dir / "config.yaml").is_file():
         raise ConfigError(f"cannot resume {run_dir}: not a run folder (no config.yaml)")
     state = folder.state()
     if isinstance(state, RunState) and state.status == "running" and alive(state):

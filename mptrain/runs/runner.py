@@ -185,8 +185,8 @@ class TrainingSession:
         with stop_on_signals(monitor):
             turns = None
             if turns_link is not None:
-                total = planned_steps(prepared.config.train, prepared.batches.steps_per_epoch)
-                turns = TakeTurns(monitor, turns_link, total)
+                turns = TakeTurns(monitor, turns_link,
+                                  planned_steps(prepared.config.train, prepared.batches.steps_per_epoch))
                 monitor.listen(turns)
             prepared.loop.train(prepared.batches, monitor, self.start.epoch, self.start.step)
             if turns is not None:

@@ -71,22 +71,20 @@ def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, str]:
     return flat
 
 
+def _present(values: dict[str, float | bool | None]) -> dict[str, float]:
+    """The values there are (None: not this run's, such as a loss scale without one), as floats."""
+    return {k: float(v) for k, v in values.items() if v is not None}
+
+
 def step_metrics(record: StepRecord) -> dict[str, float]:
-    values = {"step/loss": record.loss, "step/seconds": record.seconds}
-    values.update({f"step/{k}": v for k, v in record.metrics.items()})
-    if record.loss_scale is not None:
-        values["step/loss_scale"] = record.loss_scale
-    if record.skipped is not None:
-        values["step/skipped"] = float(record.skipped)
-    return values
+    return _present({"step/loss": record.loss, "step/seconds": record.seconds,
+                     **{f"step/{k}": v for k, v in record.metrics.items()},
+                     "step/loss_scale": record.loss_scale, "step/skipped": record.skipped})
 
 
 def epoch_metrics(record: EpochRecord) -> dict[str, float]:
-    values = dict(record.metrics)
-    for key in ("loss_scale", "skipped_steps", "learning_rate"):
-        if (value := getattr(record, key)) is not None:
-            values[key] = float(value)
-    return values
+    return {**record.metrics, **_present({key: getattr(record, key) for key in
+                                          ("loss_scale", "skipped_steps", "learning_rate")})}
 
 
 def summary_metrics(s: RunSummary) -> dict[str, float]:
@@ -104,7 +102,7 @@ def summary_metrics(s: RunSummary) -> dict[str, float]:
         "wall_time_s": s.wall_time_s,
         "loss_scale_skipped_steps": s.loss_scale.skipped_steps if s.loss_scale else None,
     }
-    return {k: float(v) for k, v in values.items() if v is not None}
+    return _present(values)
 
 
 class MlflowLogger(TrainingListener):
@@ -220,9 +218,7 @@ def finish_tracking(logger: MlflowLogger | None, summary: RunSummary, folder: Pa
                       {"summary.json": record_text(summary)},
                       metrics=[[(k, v, now, summary.steps_run) for k, v in summary_metrics(summary).items()
                                 if math.isfinite(v)]])
-    if connection.failure is None:
-        return summary
-    return summary.model_copy(update={"notes": [*summary.notes, connection.failure]})
+    return summary.model_copy(update={"notes": [*summary.notes, *connection.notes]})
 
 
 def end_tracking(logger: MlflowLogger | None, status: str) -> None:
