@@ -114,7 +114,6 @@ class Peer:
     def __init__(self, process: subprocess.Popen | None, answers, onednn: bool, log=None):
         self.process, self.answers, self.onednn, self.log = process, answers, onednn, log
         self.failed: str | None = None
-        self.checked = False  # its library, as its TensorFlow says, once it has traced
 
     @classmethod
     def start(cls, onednn: bool, dtypes: tuple[str, ...], scale: float) -> Peer:
@@ -141,11 +140,9 @@ class Peer:
         """Kernel number `kernel` traced in the peer, each dtype it could build as a call for
         `interleaved` (none once the peer has failed)."""
         answer = self._ask({"op": "trace", "kernel": kernel}, START_TIMEOUT_S)
-        if answer is not None and not self.checked:
-            self.checked = True
-            if answer["onednn"] is not None and answer["onednn"] != self.onednn:
-                self._fail(f"{ONEDNN_ENV} changed nothing: this TensorFlow runs "
-                           f"{LIBRARY_NAMES[library_of(answer['onednn'])]} either way here")
+        if answer is not None and answer["onednn"] not in (None, self.onednn):  # as its TensorFlow says
+            self._fail(f"{ONEDNN_ENV} changed nothing: this TensorFlow runs "
+                       f"{LIBRARY_NAMES[library_of(answer['onednn'])]} either way here")
         if answer is None or self.failed is not None:
             return {}
         return {(dtype, False, PEER): PeerCall(self, kernel, dtype) for dtype in answer["traced"]}

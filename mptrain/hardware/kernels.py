@@ -114,19 +114,14 @@ class KernelSpeeds(FrozenRecord):
     def xla_gain(self, dtype: str, device: str, kinds: Kinds = GENERAL_KINDS) -> float | None:
         """XLA's effect on `dtype` over the kernels of `kinds`: its median without XLA (in
         the reader's library) over its median with (above 1: faster with XLA)."""
-        plain = {t.kernel: t.ms_per_call for t in self._of(dtype, device, False, kinds)}
-        return mean_over([(t.kind, plain[t.kernel] / t.ms_per_call)
-                          for t in self._of(dtype, device, True, kinds) if t.kernel in plain], kinds)
+        return mean_over(self._elsewhere(dtype, device, kinds, xla=True), kinds)
 
     def library_gain(self, dtype: str = "float32", kinds: Kinds = GENERAL_KINDS) -> float | None:
         """The other math library's speed over the reader's for `dtype`, over the kernels (of
         `kinds`) both timed: above 1, the other library is faster here."""
         if self.onednn is None:
             return None
-        mine = {t.kernel: t.ms_per_call for t in self._of(dtype, "/CPU:0", False, kinds)}
-        return mean_over([(t.kind, mine[t.kernel] / t.ms_per_call)
-                          for t in self._of(dtype, "/CPU:0", False, kinds, not self.onednn)
-                          if t.kernel in mine], kinds)
+        return mean_over(self._elsewhere(dtype, "/CPU:0", kinds, onednn=not self.onednn), kinds)
 
     def describe(self, dtype: str, device: str, xla: bool = False,
                  kinds: Kinds = GENERAL_KINDS, onednn: bool | None = None) -> str:
@@ -144,20 +139,18 @@ class KernelSpeeds(FrozenRecord):
 
     def describe_library(self, kinds: Kinds = GENERAL_KINDS) -> str:
         """'float32 kernels with oneDNN run 3.10x Eigen's here (matmul 1.21x, conv2d 4.02x, ...)'."""
-        other = not self.onednn
-        mine = {t.kernel: t.ms_per_call for t in self._of("float32", "/CPU:0", False, kinds)}
-        parts = [f"{t.kind} {times(mine[t.kernel] / t.ms_per_call)}"
-                 for t in self._of("float32", "/CPU:0", False, kinds, other) if t.kernel in mine]
         if (gain := self.library_gain("float32", kinds)) is None:
             return "the other math library's kernels were not measured"
-        gain = times(gain)
-        return (f"float32 kernels with {LIBRARY_NAMES[library_of(other)]} run {gain} "
+        other = not self.onednn
+        parts = [f"{kind} {times(ratio)}"
+                 for kind, ratio in self._elsewhere("float32", "/CPU:0", kinds, onednn=other)]
+        return (f"float32 kernels with {LIBRARY_NAMES[library_of(other)]} run {times(gain)} "
                 f"{LIBRARY_NAMES[library_of(not other)]}'s here ({', '.join(parts)})")
 
-    def slowest(self, dtype: str, device: str, xla: bool = False,
-                kinds: Kinds = GENERAL_KINDS) -> KernelTiming | None:
-        """`dtype`'s kernel slowest against float32 (in the same XLA mode), if measured."""
-        return min(self._of(dtype, device, xla, kinds), key=lambda t: t.ratio_to_float32, default=None)
+    def slowest(self, dtype: str, device: str) -> KernelTiming | None:
+        """`dtype`'s kernel (of the general kinds, without XLA) slowest against float32, if
+        measured."""
+        return min(self._of(dtype, device, False), key=lambda t: t.ratio_to_float32, default=None)
 
     def by_kind(self, dtype: str, device: str) -> list[KernelTiming]:
         """`dtype`'s timing of every kind of kernel (no XLA, the reader's library)."""
@@ -169,6 +162,15 @@ class KernelSpeeds(FrozenRecord):
         products = [t for t in self.timings if t.kind in ("matmul", "dense") and t.dtype in dtypes
                     and t.device == "/CPU:0"]
         return max(products, key=lambda t: t.tflops, default=None)
+
+    def _elsewhere(self, dtype: str, device: str, kinds: Kinds, xla: bool = False,
+                   onednn: bool | None = None) -> list[tuple[str, float]]:
+        """(kind, ratio) of each of `dtype`'s kernels timed both as the reader runs it (no XLA,
+        its library) and with `xla` or in the `onednn` library: its median here over its
+        median there (above 1: faster there)."""
+        here = {t.kernel: t.ms_per_call for t in self._of(dtype, device, False, kinds)}
+        return [(t.kind, here[t.kernel] / t.ms_per_call)
+                for t in self._of(dtype, device, xla, kinds, onednn) if t.kernel in here]
 
     def _of(self, dtype: str, device: str, xla: bool, kinds: Kinds = GENERAL_KINDS,
             onednn: bool | None = None) -> list[KernelTiming]:
@@ -377,11 +379,9 @@ def cached_kernels(machine: Machine) -> KernelSpeeds | None:
     if speeds.machine_key != plan_key(machine):
         return None
     speeds = speeds.model_copy(update={"onednn": None if machine.accelerated else machine.onednn})
-    device = decision_device(machine)
-    if not all(speeds.speedup(d, device, xla) for d in decision_dtypes(machine)
-               for xla in decision_xla_modes(machine)):
-        return None
-    return speeds
+    complete = all(speeds.speedup(d, decision_device(machine), xla) for d in decision_dtypes(machine)
+                   for xla in decision_xla_modes(machine))
+    return speeds if complete else None
 
 
 def store_kernels(machine: Machine, timings: list[KernelTiming], seconds: float,
