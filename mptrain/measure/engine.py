@@ -300,12 +300,11 @@ def _take_turn(child: _Child, on_turn, round_: int, stop: TurnCommand | None = N
     report = Report.read(line)
     child.first_step_done = True
     child.training = not report.final
-    seconds = report.seconds
     child.largest = max([child.largest, *report.examples])
-    timed = [1e3 * s for s, n in zip(seconds, report.examples, strict=True) if n == child.largest]
+    timed = [1e3 * s for s, n in zip(report.seconds, report.examples, strict=True) if n == child.largest]
     if round_ > 0:
         child.rounds.append(statistics.median(timed) if timed else None)
-    on_turn(round_, child.row.label, [1e3 * s for s in seconds])
+    on_turn(round_, child.row.label, [1e3 * s for s in report.seconds])
 
 
 def _say(child: _Child, command: TurnCommand) -> bool:

@@ -126,10 +126,8 @@ def _timed_ms(row, steps: list) -> list[float]:
 
 def _finite_prefix(xs: list, ys: list) -> tuple[list, list]:
     """The points before the first missing (null in JSON: NaN/inf) value."""
-    for index, y in enumerate(ys):
-        if y is None or not math.isfinite(y):
-            return xs[:index], ys[:index]
-    return xs, ys
+    end = next((i for i, y in enumerate(ys) if y is None or not math.isfinite(y)), len(ys))
+    return xs[:end], ys[:end]
 
 
 def _by_row(ax, labels: list[str], title: str, xlabel: str | None = None, fontsize: int = 8) -> None:

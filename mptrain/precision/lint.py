@@ -182,8 +182,7 @@ def _alignment(profile: ForwardProfile, config, units: str) -> list[Finding]:
             # units are the classes, whoever wrote the model)
             fixed = ((index == 0 and what in ("input features", "input channels"))
                      or (index == len(sized) - 1 and what == "units"))
-            misaligned = _misaligned(size, units)
-            if misaligned is None:
+            if (misaligned := _misaligned(size, units)) is None:
                 continue
             message, nearest = misaligned
             negligible = share < NEGLIGIBLE_SHARE and what != "vocabulary"
