@@ -407,19 +407,26 @@ def measured_kernels(tf, machine: Machine, status: Callable[[str], object] | Non
     speeds = cached_kernels(machine)
     if speeds is not None or machine.tpu:
         return speeds
-    started = time.perf_counter()
     saying = ("measuring this machine's float32 and 16-bit kernels" +
               ("" if machine.accelerated else ", with oneDNN and with Eigen") + " (once; cached)…")
     try:
         with status(saying) if status is not None else nullcontext():
-            timings, peer_failed = measure_machine(tf, machine, [decision_device(machine)],
-                                                   decision_dtypes(machine), decision_xla_modes(machine))
+            return fresh_kernels(tf, machine, [decision_device(machine)], decision_dtypes(machine),
+                                 decision_xla_modes(machine))
     except Exception as exc:  # a broken device or kernel: fall back to the rules, never crash a run
         if said is not None:
             said.append(f"this machine's kernels could not be measured ({type(exc).__name__}: "
                         f"{str(exc).splitlines()[0][:160] if str(exc) else 'no message'}); the "
                         "policy is chosen by the hardware's flags instead")
         return None
-    # (a measurement whose peer failed is used, not kept: the next use measures both again)
-    return store_kernels(machine, timings, time.perf_counter() - started, keep=peer_failed is None,
-                         peer_failed=peer_failed)
+
+
+def fresh_kernels(tf, machine: Machine, devices: list[str], dtypes: tuple[str, ...],
+                  xla_modes: tuple[bool, ...], scale: float = 1.0) -> KernelSpeeds:
+    """This machine's kernels measured now (`measure_machine`), and cached when measured at
+    the standard scale with both libraries: kernels of another size are shown, not kept, and
+    a measurement whose peer failed is used, not kept (the next use measures both again)."""
+    started = time.perf_counter()
+    timings, peer_failed = measure_machine(tf, machine, devices, dtypes, xla_modes, scale)
+    return store_kernels(machine, timings, time.perf_counter() - started,
+                         keep=scale == 1.0 and peer_failed is None, peer_failed=peer_failed)

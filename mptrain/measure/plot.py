@@ -37,7 +37,7 @@ def plot_study(record, path: Path, title: str, layers: list | None = None) -> No
     plain = FuncFormatter(lambda value, _: f"{value:g}")
     labels = [r.label for r in rows]
     colours = [f"C{i % 10}" for i in range(len(rows))]
-    times, scaled = [], False
+    times = []
     for index, row in enumerate(rows):
         colour, dash = colours[index], STYLES[index % len(STYLES)]
         marker = MARKERS[index % len(MARKERS)]
@@ -52,7 +52,6 @@ def plot_study(record, path: Path, title: str, layers: list | None = None) -> No
         times.append(_timed_ms(row, steps))
         scales = [(s.step, s.loss_scale) for s in steps if s.loss_scale is not None]
         if scales:
-            scaled = True
             ax_scale.step([x for x, _ in scales], [y for _, y in scales], where="post", color=colour,
                           label=row.label, linestyle=dash)
 
@@ -63,7 +62,7 @@ def plot_study(record, path: Path, title: str, layers: list | None = None) -> No
         _quality_bars(ax_third, rows, colours)
     _step_time_boxes(ax_time, times, labels, plain)
     _speedup_bars(ax_speed, rows, colours, record.baseline)
-    _loss_scale_axis(ax_scale, scaled, plain)
+    _loss_scale_axis(ax_scale, plain)
     fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
@@ -87,10 +86,11 @@ def _loss_axes(ax_step, ax_epoch, plain, variants: int) -> None:
     ax_epoch.legend(fontsize=8, ncols=1 + variants // 4)
 
 
-def _loss_scale_axis(ax_scale, scaled: bool, plain) -> None:
+def _loss_scale_axis(ax_scale, plain) -> None:
+    """The loss scale per step, where any row drew one (else a note why none did)."""
     from matplotlib.ticker import MaxNLocator
 
-    if scaled:
+    if ax_scale.get_lines():
         ax_scale.set(title="Loss scale per step (mixed_float16)", xlabel="step", ylabel="loss scale")
         ax_scale.set_yscale("log", base=2)
         ax_scale.yaxis.set_major_formatter(plain)
