@@ -111,9 +111,10 @@ class Peer:
     (or whose TensorFlow runs the same library as this one: the variable changed nothing)
     stops answering (`failed` says why) and its calls time nothing from then on."""
 
-    def __init__(self, process: subprocess.Popen | None, answers, onednn: bool, log=None):
+    def __init__(self, process: subprocess.Popen | None, answers, onednn: bool, log,
+                 failed: str | None = None):
         self.process, self.answers, self.onednn, self.log = process, answers, onednn, log
-        self.failed: str | None = None
+        self.failed = failed
 
     @classmethod
     def start(cls, onednn: bool, dtypes: tuple[str, ...], scale: float) -> Peer:
@@ -129,9 +130,7 @@ class Peer:
                                        text=True, pass_fds=(write_end,), start_new_session=True)
         except OSError as exc:
             os.close(read_end)
-            peer = cls(None, None, onednn, log)
-            peer.failed = f"the {library} peer process did not start: {exc}"
-            return peer
+            return cls(None, None, onednn, log, f"the {library} peer process did not start: {exc}")
         finally:
             os.close(write_end)
         return cls(process, os.fdopen(read_end), onednn, log)

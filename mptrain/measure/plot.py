@@ -143,10 +143,9 @@ def _quality_bars(ax, rows, colours) -> None:
     against the baseline written on its bar."""
     from mptrain.measure.verdicts import quality_figure
 
-    positions = range(len(rows))
     figures = [quality_figure(r.summary) if r.summary.status != "diverged" else None for r in rows]
     values = [f.value if f is not None else None for f in figures]
-    ax.barh(positions, [v or 0 for v in values], color=colours, alpha=0.8)
+    ax.barh(range(len(rows)), [v or 0 for v in values], color=colours, alpha=0.8)
     for y, (value, row) in enumerate(zip(values, rows, strict=True)):
         delta = row.verdict.quality
         text = ("diverged" if row.summary.status == "diverged" else "no test figure" if value is None
@@ -169,12 +168,11 @@ def _step_time_boxes(ax, times, labels, plain) -> None:
 
 
 def _speedup_bars(ax, rows, colours, baseline: str) -> None:
-    positions = range(len(rows))
     values = [r.speedup or 0 for r in rows]
     ranges = [r.speedup_range or (v, v) for v, r in zip(values, rows, strict=True)]
     low = [max(0.0, v - lo) for v, (lo, _) in zip(values, ranges, strict=True)]
     high = [max(0.0, hi - v) for v, (_, hi) in zip(values, ranges, strict=True)]
-    ax.barh(positions, values, xerr=[low, high], color=colours, alpha=0.8, capsize=4)
+    ax.barh(range(len(rows)), values, xerr=[low, high], color=colours, alpha=0.8, capsize=4)
     for y, row in enumerate(rows):
         text = (f"{row.speedup:.2f}x" if row.speedup is not None else
                 "baseline" if row.verdict.baseline else row.verdict.speed.unknown or "not timed")

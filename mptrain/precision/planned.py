@@ -82,8 +82,7 @@ def planned(config) -> Planned | None:
         return None
     if not path.is_file() or source.resolve() == path.resolve():
         return None
-    text = path.read_text(errors="replace")
-    line = next((x for x in text.splitlines() if x.startswith(STAMP)), None)
+    line = next((x for x in path.read_text(errors="replace").splitlines() if x.startswith(STAMP)), None)
     try:
         fields = json.loads(line.removeprefix(STAMP)) if line else None
         plan = load_config(path)

@@ -367,9 +367,8 @@ def speed_warning(choice: PolicyChoice, machine: Machine,
     if kernels is not None and (gain := kernels.speedup(compute, "/CPU:0", xla)) is not None:
         if gain >= 1 / MIN_GAIN:
             return None
-        collapsed = gain < COLLAPSED
         return (f"{compute} is slower than float32{' with XLA' if xla else ''} on this CPU: "
-                f"{kernels.describe(compute, '/CPU:0', xla)}" + (f". {bound}" if collapsed else ""))
+                f"{kernels.describe(compute, '/CPU:0', xla)}" + (f". {bound}" if gain < COLLAPSED else ""))
     if compute == "float16" and not xla and machine.onednn:
         return f"float16 on a CPU without XLA: {CPU_FLOAT16}. {bound}"
     if not machine.cpu.has_bf16_matrix_units:
