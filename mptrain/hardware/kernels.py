@@ -128,8 +128,7 @@ class KernelSpeeds(FrozenRecord):
         """'bfloat16 kernels run 0.80x float32 on CPU:0 (matmul 0.80x, dense 0.78x, conv2d
         0.54x)'; with `xla`, both sides compiled with XLA; with another `onednn` than the
         reader's, that library's kernels."""
-        timed = self._of(dtype, device, xla, kinds, onednn)
-        parts = [f"{t.kind} {times(t.ratio_to_float32)}" for t in timed]
+        parts = [f"{t.kind} {times(t.ratio_to_float32)}" for t in self._of(dtype, device, xla, kinds, onednn)]
         mode = " with XLA" if xla else ""
         library = ("" if onednn is None or onednn == self.onednn or xla
                    else f" with {LIBRARY_NAMES[library_of(onednn)]}")

@@ -142,13 +142,12 @@ def run_in_turns(launches: list[tuple[Variant, int, ChildSpec]], folder: Path, e
                 steps = same_examples(turns.steps, base_batch or launches[0][1], batch_size)
                 children.append(starts.add(_start((row, batch_size, spec), folder, env, steps, signals)))
             starts.wait()
-            base = starts.base
             round_ = 0
             while signals.received is None and any(c.training for c in children):
                 round_ += 1
                 playing = [c for c in children if c.training]
                 order.shuffle(playing)
-                stops = round_stops(children, base, turns)
+                stops = round_stops(children, starts.base, turns)
                 for (word, why), labels in _grouped(stops).items():
                     if word != "cut":  # (the budget's cut is said by the record's status)
                         telling.say("plan", f"{', '.join(labels)}: {why}")

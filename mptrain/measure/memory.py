@@ -96,10 +96,8 @@ def with_largest_batch(plan: MemoryPlan, available: int | None, examples: int) -
     if plan.measured_peak_bytes and plan.measured_peak_bytes > plan.total_bytes:
         scale, basis = plan.measured_peak_bytes / plan.total_bytes, "measured"
     largest = max(int((USABLE_FRACTION * available / scale - fixed) // per_example), 0)
-    note = None
-    if examples and largest > 10 * examples:
-        note = (f"{largest:,} is a memory figure only: {largest // examples:,}x the "
-                f"{examples:,} training examples")
+    note = (f"{largest:,} is a memory figure only: {largest // examples:,}x the {examples:,} "
+            "training examples" if examples and largest > 10 * examples else None)
     return plan.model_copy(update={"largest_batch": largest, "largest_batch_basis": basis,
                                    "note": note})
 
