@@ -335,8 +335,7 @@ def cache_dir() -> Path:
     """$MPTRAIN_CACHE_DIR, else $XDG_CACHE_HOME/mptrain, else ~/.cache/mptrain."""
     if os.environ.get(CACHE_ENV):
         return Path(os.environ[CACHE_ENV])
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "mptrain"
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "mptrain"
 
 
 def cache_path(machine: Machine) -> Path:
@@ -352,8 +351,7 @@ def decision_dtypes(machine: Machine) -> tuple[str, ...]:
     assumed)."""
     if not machine.gpus:
         return TIMED_DTYPES
-    gpu = machine.gpus[0]
-    return ("float32", "float16") + (("bfloat16",) if gpu.fast_bfloat16 else ())
+    return ("float32", "float16") + (("bfloat16",) if machine.gpus[0].fast_bfloat16 else ())
 
 
 def decision_xla_modes(machine: Machine) -> tuple[bool, ...]:
@@ -370,9 +368,8 @@ def decision_device(machine: Machine) -> str:
 def cached_kernels(machine: Machine) -> KernelSpeeds | None:
     """The cached measurement for exactly this machine and TensorFlow, read as this
     process's math library (`KernelSpeeds.onednn`), if it holds that library's timings."""
-    path = cache_path(machine)
     try:
-        speeds = KernelSpeeds.model_validate_json(path.read_text())
+        speeds = KernelSpeeds.model_validate_json(cache_path(machine).read_text())
     except (OSError, ValueError, ValidationError):
         return None
     if speeds.machine_key != plan_key(machine):

@@ -58,8 +58,7 @@ def layer_timings(config: ExperimentConfig, candidate: Candidate, seconds: float
         for layer in sorted(layers, key=_weight, reverse=True):
             if time.monotonic() > until:
                 break
-            shapes = _input_shapes(layer)
-            if shapes is None:
+            if (shapes := _input_shapes(layer)) is None:
                 continue
             calls = {}
             for label, policy, dtype in (("16", policy16, compute16), ("32", "float32", "float32")):

@@ -221,8 +221,7 @@ def _small_model(config, profile, machine) -> list[Finding]:
     a few percent of the AMX peak.)"""
     from mptrain.model.flops import cpu_peak
 
-    peak = None if machine.accelerated else cpu_peak(machine.cpu, "float32")
-    if peak is None:
+    if machine.accelerated or (peak := cpu_peak(machine.cpu, "float32")) is None:
         return []
     flops = profile.training_flops * config.train.batch_size
     compute = flops / peak.flops_per_second

@@ -161,8 +161,7 @@ def follow_plan(config, plan: Planned, machine) -> tuple[object, str, str]:
     from mptrain.config import variant
     from mptrain.hardware.kernels import plan_key
 
-    why_not = plan.follow(plan_key(machine))
-    if why_not is not None:
+    if (why_not := plan.follow(plan_key(machine))) is not None:
         return config, "auto", f"policy auto did not follow the plan beside the experiment: {why_not}"
     said = f"follows {plan.path}, measured on this machine: {plan.pick}"
     if plan.other_length:

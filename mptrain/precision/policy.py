@@ -304,8 +304,7 @@ def with_xla_said(dtype: str, kernels: KernelSpeeds | None) -> str:
     """What XLA alone does to `dtype`'s kernels on this CPU, when measured, for a choice made
     without it: XLA is its own axis, which the experiment (`train.jit_compile: true`), compare
     and plan (`+xla`) can take."""
-    gain = kernels.xla_gain(dtype, "/CPU:0") if kernels is not None else None
-    if gain is None:
+    if kernels is None or (gain := kernels.xla_gain(dtype, "/CPU:0")) is None:
         return ""
     return (f"; with XLA its kernels run {times(gain)} as fast here (train.jit_compile: true, or "
             "compare's and plan's +xla, measures it on your model)")
