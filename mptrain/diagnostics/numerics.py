@@ -117,8 +117,7 @@ def diagnose(config, steps: int = 5, verbose: bool = False) -> Diagnosis:
     said = target_findings(prepared.objective, prepared.data.labels, "float16")
     if said:
         result.targets = said[0].message
-        before = result.verdicts.get("mixed_float16")
-        result.verdicts["mixed_float16"] = f"{before}; {said[0].message}" if before else said[0].message
+        result.verdicts["mixed_float16"] += f"; {said[0].message}"
     apart = feature_findings(prepared.data.raw_features, model, prepared.config)
     if apart:  # not a 16-bit matter: said before the recommendation, which it outranks
         result.features = apart[0].message

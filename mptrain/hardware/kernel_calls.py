@@ -111,10 +111,10 @@ class Peer:
     (or whose TensorFlow runs the same library as this one: the variable changed nothing)
     stops answering (`failed` says why) and its calls time nothing from then on."""
 
-    def __init__(self, process: subprocess.Popen | None, answers, onednn: bool, log=None):
+    def __init__(self, process: subprocess.Popen | None, answers, onednn: bool, log,
+                 failed: str | None = None):
         self.process, self.answers, self.onednn, self.log = process, answers, onednn, log
-        self.failed: str | None = None
-        self.checked = False  # its library, as its TensorFlow says, once it has traced
+        self.failed = failed
 
     @classmethod
     def start(cls, onednn: bool, dtypes: tuple[str, ...], scale: float) -> Peer:
@@ -130,9 +130,7 @@ class Peer:
                                        text=True, pass_fds=(write_end,), start_new_session=True)
         except OSError as exc:
             os.close(read_end)
-            peer = cls(None, None, onednn, log)
-            peer.failed = f"the {library} peer process did not start: {exc}"
-            return peer
+            return cls(None, None, onednn, log, f"the {library} peer process did not start: {exc}")
         finally:
             os.close(write_end)
         return cls(process, os.fdopen(read_end), onednn, log)
@@ -141,11 +139,9 @@ class Peer:
         """Kernel number `kernel` traced in the peer, each dtype it could build as a call for
         `interleaved` (none once the peer has failed)."""
         answer = self._ask({"op": "trace", "kernel": kernel}, START_TIMEOUT_S)
-        if answer is not None and not self.checked:
-            self.checked = True
-            if answer["onednn"] is not None and answer["onednn"] != self.onednn:
-                self._fail(f"{ONEDNN_ENV} changed nothing: this TensorFlow runs "
-                           f"{LIBRARY_NAMES[library_of(answer['onednn'])]} either way here")
+        if answer is not None and answer["onednn"] not in (None, self.onednn):  # as its TensorFlow says
+            self._fail(f"{ONEDNN_ENV} changed nothing: this TensorFlow runs "
+                       f"{LIBRARY_NAMES[library_of(answer['onednn'])]} either way here")
         if answer is None or self.failed is not None:
             return {}
         return {(dtype, False, PEER): PeerCall(self, kernel, dtype) for dtype in answer["traced"]}

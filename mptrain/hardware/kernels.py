@@ -114,27 +114,21 @@ class KernelSpeeds(FrozenRecord):
     def xla_gain(self, dtype: str, device: str, kinds: Kinds = GENERAL_KINDS) -> float | None:
         """XLA's effect on `dtype` over the kernels of `kinds`: its median without XLA (in
         the reader's library) over its median with (above 1: faster with XLA)."""
-        plain = {t.kernel: t.ms_per_call for t in self._of(dtype, device, False, kinds)}
-        return mean_over([(t.kind, plain[t.kernel] / t.ms_per_call)
-                          for t in self._of(dtype, device, True, kinds) if t.kernel in plain], kinds)
+        return mean_over(self._elsewhere(dtype, device, kinds, xla=True), kinds)
 
     def library_gain(self, dtype: str = "float32", kinds: Kinds = GENERAL_KINDS) -> float | None:
         """The other math library's speed over the reader's for `dtype`, over the kernels (of
         `kinds`) both timed: above 1, the other library is faster here."""
         if self.onednn is None:
             return None
-        mine = {t.kernel: t.ms_per_call for t in self._of(dtype, "/CPU:0", False, kinds)}
-        return mean_over([(t.kind, mine[t.kernel] / t.ms_per_call)
-                          for t in self._of(dtype, "/CPU:0", False, kinds, not self.onednn)
-                          if t.kernel in mine], kinds)
+        return mean_over(self._elsewhere(dtype, "/CPU:0", kinds, onednn=not self.onednn), kinds)
 
     def describe(self, dtype: str, device: str, xla: bool = False,
                  kinds: Kinds = GENERAL_KINDS, onednn: bool | None = None) -> str:
         """'bfloat16 kernels run 0.80x float32 on CPU:0 (matmul 0.80x, dense 0.78x, conv2d
         0.54x)'; with `xla`, both sides compiled with XLA; with another `onednn` than the
         reader's, that library's kernels."""
-        timed = self._of(dtype, device, xla, kinds, onednn)
-        parts = [f"{t.kind} {times(t.ratio_to_float32)}" for t in timed]
+        parts = [f"{t.kind} {times(t.ratio_to_float32)}" for t in self._of(dtype, device, xla, kinds, onednn)]
         mode = " with XLA" if xla else ""
         library = ("" if onednn is None or onednn == self.onednn or xla
                    else f" with {LIBRARY_NAMES[library_of(onednn)]}")
@@ -144,20 +138,18 @@ class KernelSpeeds(FrozenRecord):
 
     def describe_library(self, kinds: Kinds = GENERAL_KINDS) -> str:
         """'float32 kernels with oneDNN run 3.10x Eigen's here (matmul 1.21x, conv2d 4.02x, ...)'."""
-        other = not self.onednn
-        mine = {t.kernel: t.ms_per_call for t in self._of("float32", "/CPU:0", False, kinds)}
-        parts = [f"{t.kind} {times(mine[t.kernel] / t.ms_per_call)}"
-                 for t in self._of("float32", "/CPU:0", False, kinds, other) if t.kernel in mine]
         if (gain := self.library_gain("float32", kinds)) is None:
             return "the other math library's kernels were not measured"
-        gain = times(gain)
-        return (f"float32 kernels with {LIBRARY_NAMES[library_of(other)]} run {gain} "
+        other = not self.onednn
+        parts = [f"{kind} {times(ratio)}"
+                 for kind, ratio in self._elsewhere("float32", "/CPU:0", kinds, onednn=other)]
+        return (f"float32 kernels with {LIBRARY_NAMES[library_of(other)]} run {times(gain)} "
                 f"{LIBRARY_NAMES[library_of(not other)]}'s here ({', '.join(parts)})")
 
-    def slowest(self, dtype: str, device: str, xla: bool = False,
-                kinds: Kinds = GENERAL_KINDS) -> KernelTiming | None:
-        """`dtype`'s kernel slowest against float32 (in the same XLA mode), if measured."""
-        return min(self._of(dtype, device, xla, kinds), key=lambda t: t.ratio_to_float32, default=None)
+    def slowest(self, dtype: str, device: str) -> KernelTiming | None:
+        """`dtype`'s kernel (of the general kinds, without XLA) slowest against float32, if
+        measured."""
+        return min(self._of(dtype, device, False), key=lambda t: t.ratio_to_float32, default=None)
 
     def by_kind(self, dtype: str, device: str) -> list[KernelTiming]:
         """`dtype`'s timing of every kind of kernel (no XLA, the reader's library)."""
@@ -169,6 +161,15 @@ class KernelSpeeds(FrozenRecord):
         products = [t for t in self.timings if t.kind in ("matmul", "dense") and t.dtype in dtypes
                     and t.device == "/CPU:0"]
         return max(products, key=lambda t: t.tflops, default=None)
+
+    def _elsewhere(self, dtype: str, device: str, kinds: Kinds, xla: bool = False,
+                   onednn: bool | None = None) -> list[tuple[str, float]]:
+        """(kind, ratio) of each of `dtype`'s kernels timed both as the reader runs it (no XLA,
+        its library) and with `xla` or in the `onednn` library: its median here over its
+        median there (above 1: faster there)."""
+        here = {t.kernel: t.ms_per_call for t in self._of(dtype, device, False, kinds)}
+        return [(t.kind, here[t.kernel] / t.ms_per_call)
+                for t in self._of(dtype, device, xla, kinds, onednn) if t.kernel in here]
 
     def _of(self, dtype: str, device: str, xla: bool, kinds: Kinds = GENERAL_KINDS,
             onednn: bool | None = None) -> list[KernelTiming]:
@@ -334,8 +335,7 @@ def cache_dir() -> Path:
     """$MPTRAIN_CACHE_DIR, else $XDG_CACHE_HOME/mptrain, else ~/.cache/mptrain."""
     if os.environ.get(CACHE_ENV):
         return Path(os.environ[CACHE_ENV])
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "mptrain"
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "mptrain"
 
 
 def cache_path(machine: Machine) -> Path:
@@ -351,8 +351,7 @@ def decision_dtypes(machine: Machine) -> tuple[str, ...]:
     assumed)."""
     if not machine.gpus:
         return TIMED_DTYPES
-    gpu = machine.gpus[0]
-    return ("float32", "float16") + (("bfloat16",) if gpu.fast_bfloat16 else ())
+    return ("float32", "float16") + (("bfloat16",) if machine.gpus[0].fast_bfloat16 else ())
 
 
 def decision_xla_modes(machine: Machine) -> tuple[bool, ...]:
@@ -369,19 +368,16 @@ def decision_device(machine: Machine) -> str:
 def cached_kernels(machine: Machine) -> KernelSpeeds | None:
     """The cached measurement for exactly this machine and TensorFlow, read as this
     process's math library (`KernelSpeeds.onednn`), if it holds that library's timings."""
-    path = cache_path(machine)
     try:
-        speeds = KernelSpeeds.model_validate_json(path.read_text())
+        speeds = KernelSpeeds.model_validate_json(cache_path(machine).read_text())
     except (OSError, ValueError, ValidationError):
         return None
     if speeds.machine_key != plan_key(machine):
         return None
     speeds = speeds.model_copy(update={"onednn": None if machine.accelerated else machine.onednn})
-    device = decision_device(machine)
-    if not all(speeds.speedup(d, device, xla) for d in decision_dtypes(machine)
-               for xla in decision_xla_modes(machine)):
-        return None
-    return speeds
+    complete = all(speeds.speedup(d, decision_device(machine), xla) for d in decision_dtypes(machine)
+                   for xla in decision_xla_modes(machine))
+    return speeds if complete else None
 
 
 def store_kernels(machine: Machine, timings: list[KernelTiming], seconds: float,
@@ -407,19 +403,26 @@ def measured_kernels(tf, machine: Machine, status: Callable[[str], object] | Non
     speeds = cached_kernels(machine)
     if speeds is not None or machine.tpu:
         return speeds
-    started = time.perf_counter()
     saying = ("measuring this machine's float32 and 16-bit kernels" +
               ("" if machine.accelerated else ", with oneDNN and with Eigen") + " (once; cached)…")
     try:
         with status(saying) if status is not None else nullcontext():
-            timings, peer_failed = measure_machine(tf, machine, [decision_device(machine)],
-                                                   decision_dtypes(machine), decision_xla_modes(machine))
+            return fresh_kernels(tf, machine, [decision_device(machine)], decision_dtypes(machine),
+                                 decision_xla_modes(machine))
     except Exception as exc:  # a broken device or kernel: fall back to the rules, never crash a run
         if said is not None:
             said.append(f"this machine's kernels could not be measured ({type(exc).__name__}: "
                         f"{str(exc).splitlines()[0][:160] if str(exc) else 'no message'}); the "
                         "policy is chosen by the hardware's flags instead")
         return None
-    # (a measurement whose peer failed is used, not kept: the next use measures both again)
-    return store_kernels(machine, timings, time.perf_counter() - started, keep=peer_failed is None,
-                         peer_failed=peer_failed)
+
+
+def fresh_kernels(tf, machine: Machine, devices: list[str], dtypes: tuple[str, ...],
+                  xla_modes: tuple[bool, ...], scale: float = 1.0) -> KernelSpeeds:
+    """This machine's kernels measured now (`measure_machine`), and cached when measured at
+    the standard scale with both libraries: kernels of another size are shown, not kept, and
+    a measurement whose peer failed is used, not kept (the next use measures both again)."""
+    started = time.perf_counter()
+    timings, peer_failed = measure_machine(tf, machine, devices, dtypes, xla_modes, scale)
+    return store_kernels(machine, timings, time.perf_counter() - started,
+                         keep=scale == 1.0 and peer_failed is None, peer_failed=peer_failed)

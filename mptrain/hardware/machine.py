@@ -266,11 +266,10 @@ def probe(tf, check_xla: bool = True) -> Machine:
     """Read this machine through TensorFlow (passed in: the caller owns the quiet import)."""
     import keras
 
-    gpus = []
     memory = _nvidia_smi_memory()
-    for index, device in enumerate(tf.config.list_physical_devices("GPU")):
-        details = tf.config.experimental.get_device_details(device)
-        gpus.append(gpu_from_details(details, memory[index] if index < len(memory) else None))
+    gpus = [gpu_from_details(tf.config.experimental.get_device_details(device),
+                             memory[index] if index < len(memory) else None)
+            for index, device in enumerate(tf.config.list_physical_devices("GPU"))]
     cpu = probe_cpu()
     return Machine(
         cpu=cpu,

@@ -142,13 +142,12 @@ def run_in_turns(launches: list[tuple[Variant, int, ChildSpec]], folder: Path, e
                 steps = same_examples(turns.steps, base_batch or launches[0][1], batch_size)
                 children.append(starts.add(_start((row, batch_size, spec), folder, env, steps, signals)))
             starts.wait()
-            base = starts.base
             round_ = 0
             while signals.received is None and any(c.training for c in children):
                 round_ += 1
                 playing = [c for c in children if c.training]
                 order.shuffle(playing)
-                stops = round_stops(children, base, turns)
+                stops = round_stops(children, starts.base, turns)
                 for (word, why), labels in _grouped(stops).items():
                     if word != "cut":  # (the budget's cut is said by the record's status)
                         telling.say("plan", f"{', '.join(labels)}: {why}")
@@ -300,12 +299,11 @@ def _take_turn(child: _Child, on_turn, round_: int, stop: TurnCommand | None = N
     report = Report.read(line)
     child.first_step_done = True
     child.training = not report.final
-    seconds = report.seconds
     child.largest = max([child.largest, *report.examples])
-    timed = [1e3 * s for s, n in zip(seconds, report.examples, strict=True) if n == child.largest]
+    timed = [1e3 * s for s, n in zip(report.seconds, report.examples, strict=True) if n == child.largest]
     if round_ > 0:
         child.rounds.append(statistics.median(timed) if timed else None)
-    on_turn(round_, child.row.label, [1e3 * s for s in seconds])
+    on_turn(round_, child.row.label, [1e3 * s for s in report.seconds])
 
 
 def _say(child: _Child, command: TurnCommand) -> bool:

@@ -47,8 +47,8 @@ def layer_timings(config: ExperimentConfig, candidate: Candidate, seconds: float
 
     prepared = prepare(config, policy="float32", verbose=verbose)
     tf = prepared.tf
-    compute16 = DTYPES[candidate.policy][0] if candidate.policy != "float32" else "bfloat16"
     policy16 = candidate.policy if candidate.policy != "float32" else "mixed_bfloat16"
+    compute16 = DTYPES[policy16][0]
     batch = config.train.batch_size // max(prepared.place.replicas, 1)
     timings = []
     until = time.monotonic() + seconds
@@ -58,8 +58,7 @@ def layer_timings(config: ExperimentConfig, candidate: Candidate, seconds: float
         for layer in sorted(layers, key=_weight, reverse=True):
             if time.monotonic() > until:
                 break
-            shapes = _input_shapes(layer)
-            if shapes is None:
+            if (shapes := _input_shapes(layer)) is None:
                 continue
             calls = {}
             for label, policy, dtype in (("16", policy16, compute16), ("32", "float32", "float32")):
@@ -97,13 +96,8 @@ def _input_shapes(layer) -> list[tuple[int, ...]] | None:
     """The shapes (without the batch) a layer was called with, from its first call."""
     from mptrain.model.keras_internals import first_call_inputs
 
-    inputs = first_call_inputs(layer)
-    if inputs is None:
-        return None
-    shapes = [tuple(t.shape[1:]) for t in inputs]
-    if not shapes or any(d is None for s in shapes for d in s):
-        return None
-    return shapes
+    shapes = [tuple(t.shape[1:]) for t in first_call_inputs(layer) or []]
+    return shapes if shapes and all(d is not None for s in shapes for d in s) else None
 
 
 def _fwd_bwd(tf, layer, jit: bool):

@@ -23,6 +23,8 @@ from mptrain.record import Record
 if TYPE_CHECKING:
     from mptrain.runs.experiment import Prepared
 
+GIB = 2.0**30
+
 
 def why_not_half(optimizer: str, state_per_weight: float) -> str:
     """Why 16 bits do not halve memory, naming this experiment's optimizer and how many
@@ -94,10 +96,8 @@ def with_largest_batch(plan: MemoryPlan, available: int | None, examples: int) -
     if plan.measured_peak_bytes and plan.measured_peak_bytes > plan.total_bytes:
         scale, basis = plan.measured_peak_bytes / plan.total_bytes, "measured"
     largest = max(int((USABLE_FRACTION * available / scale - fixed) // per_example), 0)
-    note = None
-    if examples and largest > 10 * examples:
-        note = (f"{largest:,} is a memory figure only: {largest // examples:,}x the "
-                f"{examples:,} training examples")
+    note = (f"{largest:,} is a memory figure only: {largest // examples:,}x the {examples:,} "
+            "training examples" if examples and largest > 10 * examples else None)
     return plan.model_copy(update={"largest_batch": largest, "largest_batch_basis": basis,
                                    "note": note})
 
@@ -129,13 +129,10 @@ def variant_bytes(prepared: Prepared, policy: str, batch: int | None) -> int:
 def too_big_alone(prepared: Prepared, policy: str, batch: int) -> str | None:
     """Why a variant at `batch` would not fit in the memory training uses, with the
     estimate; None when it fits (or the memory is not known)."""
-    available, where = training_memory(prepared.machine)
     need = variant_bytes(prepared, policy, batch)
-    if available is None or need <= USABLE_FRACTION * available:
+    if (over := _beyond(prepared, need)) is None:
         return None
-    gib = 2.0**30
-    return (f"batch {batch} needs about {need / gib:.1f} GiB by the estimate, more than "
-            f"{USABLE_FRACTION:.0%} of the {available / gib:.1f} GiB of {where}")
+    return f"batch {batch} needs about {need / GIB:.1f} GiB by the estimate, {over}"
 
 
 def too_big_together(prepared: Prepared, cells: dict[str, tuple[str, int | None]],
@@ -144,16 +141,21 @@ def too_big_together(prepared: Prepared, cells: dict[str, tuple[str, int | None]
     (on a GPU, their training states share its memory); else why not, said as the engine
     then runs them (each with the baseline alone). `cells`: label → (policy, batch size;
     None: the experiment's); what each needs: `variant_bytes`."""
-    available, where = training_memory(prepared.machine)
-    if available is None or len(cells) <= 2:  # two variants in pairs are the same two
+    if len(cells) <= 2:  # two variants in pairs are the same two
         return None
-    needs = {label: variant_bytes(prepared, policy, batch) for label, (policy, batch) in cells.items()}
-    if sum(needs.values()) <= USABLE_FRACTION * available:
+    need = sum(variant_bytes(prepared, policy, batch) for policy, batch in cells.values())
+    if (over := _beyond(prepared, need)) is None:
         return None
-    gib = 2.0**30
     each = ("each one's training state" if prepared.machine.gpus else
-            f"{peak_rss_bytes() / gib:.1f} GiB a process, and each one's training state")
-    return (f"the {len(needs)} variants need about {sum(needs.values()) / gib:.1f} GiB together "
-            f"({each} by the estimate), more than {USABLE_FRACTION:.0%} of the "
-            f"{available / gib:.1f} GiB of {where}: each runs in turns with {baseline} alone, "
-            "pair after pair")
+            f"{peak_rss_bytes() / GIB:.1f} GiB a process, and each one's training state")
+    return (f"the {len(cells)} variants need about {need / GIB:.1f} GiB together ({each} by the "
+            f"estimate), {over}: each runs in turns with {baseline} alone, pair after pair")
+
+
+def _beyond(prepared: Prepared, need: int) -> str | None:
+    """'more than 80% of the 15.0 GiB of GPU memory' when `need` bytes do not fit in the
+    memory training uses; None when they fit, or that memory is not known."""
+    available, where = training_memory(prepared.machine)
+    if available is None or need <= USABLE_FRACTION * available:
+        return None
+    return f"more than {USABLE_FRACTION:.0%} of the {available / GIB:.1f} GiB of {where}"

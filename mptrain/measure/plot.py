@@ -37,7 +37,7 @@ def plot_study(record, path: Path, title: str, layers: list | None = None) -> No
     plain = FuncFormatter(lambda value, _: f"{value:g}")
     labels = [r.label for r in rows]
     colours = [f"C{i % 10}" for i in range(len(rows))]
-    times, scaled = [], False
+    times = []
     for index, row in enumerate(rows):
         colour, dash = colours[index], STYLES[index % len(STYLES)]
         marker = MARKERS[index % len(MARKERS)]
@@ -52,7 +52,6 @@ def plot_study(record, path: Path, title: str, layers: list | None = None) -> No
         times.append(_timed_ms(row, steps))
         scales = [(s.step, s.loss_scale) for s in steps if s.loss_scale is not None]
         if scales:
-            scaled = True
             ax_scale.step([x for x, _ in scales], [y for _, y in scales], where="post", color=colour,
                           label=row.label, linestyle=dash)
 
@@ -63,7 +62,7 @@ def plot_study(record, path: Path, title: str, layers: list | None = None) -> No
         _quality_bars(ax_third, rows, colours)
     _step_time_boxes(ax_time, times, labels, plain)
     _speedup_bars(ax_speed, rows, colours, record.baseline)
-    _loss_scale_axis(ax_scale, scaled, plain)
+    _loss_scale_axis(ax_scale, plain)
     fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
@@ -87,10 +86,11 @@ def _loss_axes(ax_step, ax_epoch, plain, variants: int) -> None:
     ax_epoch.legend(fontsize=8, ncols=1 + variants // 4)
 
 
-def _loss_scale_axis(ax_scale, scaled: bool, plain) -> None:
+def _loss_scale_axis(ax_scale, plain) -> None:
+    """The loss scale per step, where any row drew one (else a note why none did)."""
     from matplotlib.ticker import MaxNLocator
 
-    if scaled:
+    if ax_scale.get_lines():
         ax_scale.set(title="Loss scale per step (mixed_float16)", xlabel="step", ylabel="loss scale")
         ax_scale.set_yscale("log", base=2)
         ax_scale.yaxis.set_major_formatter(plain)
@@ -126,10 +126,8 @@ def _timed_ms(row, steps: list) -> list[float]:
 
 def _finite_prefix(xs: list, ys: list) -> tuple[list, list]:
     """The points before the first missing (null in JSON: NaN/inf) value."""
-    for index, y in enumerate(ys):
-        if y is None or not math.isfinite(y):
-            return xs[:index], ys[:index]
-    return xs, ys
+    end = next((i for i, y in enumerate(ys) if y is None or not math.isfinite(y)), len(ys))
+    return xs[:end], ys[:end]
 
 
 def _by_row(ax, labels: list[str], title: str, xlabel: str | None = None, fontsize: int = 8) -> None:
@@ -145,10 +143,9 @@ def _quality_bars(ax, rows, colours) -> None:
     against the baseline written on its bar."""
     from mptrain.measure.verdicts import quality_figure
 
-    positions = range(len(rows))
     figures = [quality_figure(r.summary) if r.summary.status != "diverged" else None for r in rows]
     values = [f.value if f is not None else None for f in figures]
-    ax.barh(positions, [v or 0 for v in values], color=colours, alpha=0.8)
+    ax.barh(range(len(rows)), [v or 0 for v in values], color=colours, alpha=0.8)
     for y, (value, row) in enumerate(zip(values, rows, strict=True)):
         delta = row.verdict.quality
         text = ("diverged" if row.summary.status == "diverged" else "no test figure" if value is None
@@ -171,12 +168,11 @@ def _step_time_boxes(ax, times, labels, plain) -> None:
 
 
 def _speedup_bars(ax, rows, colours, baseline: str) -> None:
-    positions = range(len(rows))
     values = [r.speedup or 0 for r in rows]
     ranges = [r.speedup_range or (v, v) for v, r in zip(values, rows, strict=True)]
     low = [max(0.0, v - lo) for v, (lo, _) in zip(values, ranges, strict=True)]
     high = [max(0.0, hi - v) for v, (_, hi) in zip(values, ranges, strict=True)]
-    ax.barh(positions, values, xerr=[low, high], color=colours, alpha=0.8, capsize=4)
+    ax.barh(range(len(rows)), values, xerr=[low, high], color=colours, alpha=0.8, capsize=4)
     for y, row in enumerate(rows):
         text = (f"{row.speedup:.2f}x" if row.speedup is not None else
                 "baseline" if row.verdict.baseline else row.verdict.speed.unknown or "not timed")

@@ -184,8 +184,7 @@ def _losses(steps: Steps, rules: Rules, is_base: bool, other_batch: bool,
     refuse."""
     refused, training = [], None
     if not is_base:
-        unexplained = sum(1 for r in steps.variant if not math.isfinite(r.loss) and not r.skipped)
-        if unexplained:
+        if unexplained := sum(1 for r in steps.variant if not math.isfinite(r.loss) and not r.skipped):
             refused.append(f"{unexplained} NaN/inf loss(es) no loss scaler explains")
         if not other_batch:
             training = training_against([r.loss for r in steps.base], [r.loss for r in steps.variant],

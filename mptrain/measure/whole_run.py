@@ -26,8 +26,6 @@ class RunLength:
 def in_batches_of(length: RunLength, experiment_batch: int, batch: int) -> RunLength:
     """The experiment's length in another batch size's steps: at 2b, half the steps and
     evaluation batches (the same examples)."""
-    if batch == experiment_batch:
-        return length
     ratio = experiment_batch / batch
     return replace(length, steps=math.ceil(length.steps * ratio),
                    eval_batches=math.ceil(length.eval_batches * ratio))

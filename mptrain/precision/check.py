@@ -99,15 +99,7 @@ def machine_report(*, bench: bool = False, no_bench: bool = False, bench_scale: 
     """The report (see the module's docstring). A `bench` at another than the standard scale
     is shown, not cached; `status(text)` is a context manager that shows progress while
     measuring."""
-    import time
-
-    from mptrain.hardware.kernels import (
-        bench_devices,
-        cached_kernels,
-        measure_machine,
-        measured_kernels,
-        store_kernels,
-    )
+    from mptrain.hardware.kernels import bench_devices, cached_kernels, fresh_kernels, measured_kernels
     from mptrain.hardware.machine import probe
     from mptrain.hardware.runtime import import_tensorflow
 
@@ -115,15 +107,10 @@ def machine_report(*, bench: bool = False, no_bench: bool = False, bench_scale: 
         raise ConfigError("--bench and --no-bench contradict each other: give one")
     tf = import_tensorflow(verbose)
     machine = probe(tf)
-    timings = kernels = None
-    cached, said = False, []
+    kernels, cached, said = None, False, []
     if bench:
-        started = time.perf_counter()
         with status("benchmarking kernels per dtype…") if status else contextlib.nullcontext():
-            timings, peer_failed = measure_machine(tf, machine, bench_devices(tf), TIMED_DTYPES,
-                                                   (False, True), bench_scale)
-        kernels = store_kernels(machine, timings, time.perf_counter() - started,
-                                keep=bench_scale == 1.0 and peer_failed is None, peer_failed=peer_failed)
+            kernels = fresh_kernels(tf, machine, bench_devices(tf), TIMED_DTYPES, (False, True), bench_scale)
     elif not no_bench:
         cached = cached_kernels(machine) is not None
         kernels = measured_kernels(tf, machine, status, said)
@@ -136,5 +123,5 @@ def machine_report(*, bench: bool = False, no_bench: bool = False, bench_scale: 
         distribution=distribution_facts(tf),
         kernels=kernels,
         kernels_cached=cached and kernels is not None,
-        bench=timings,
+        bench=kernels.timings if bench else None,
     )

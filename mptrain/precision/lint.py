@@ -182,8 +182,7 @@ def _alignment(profile: ForwardProfile, config, units: str) -> list[Finding]:
             # units are the classes, whoever wrote the model)
             fixed = ((index == 0 and what in ("input features", "input channels"))
                      or (index == len(sized) - 1 and what == "units"))
-            misaligned = _misaligned(size, units)
-            if misaligned is None:
+            if (misaligned := _misaligned(size, units)) is None:
                 continue
             message, nearest = misaligned
             negligible = share < NEGLIGIBLE_SHARE and what != "vocabulary"
@@ -222,8 +221,7 @@ def _small_model(config, profile, machine) -> list[Finding]:
     a few percent of the AMX peak.)"""
     from mptrain.model.flops import cpu_peak
 
-    peak = None if machine.accelerated else cpu_peak(machine.cpu, "float32")
-    if peak is None:
+    if machine.accelerated or (peak := cpu_peak(machine.cpu, "float32")) is None:
         return []
     flops = profile.training_flops * config.train.batch_size
     compute = flops / peak.flops_per_second

@@ -82,8 +82,7 @@ def planned(config) -> Planned | None:
         return None
     if not path.is_file() or source.resolve() == path.resolve():
         return None
-    text = path.read_text(errors="replace")
-    line = next((x for x in text.splitlines() if x.startswith(STAMP)), None)
+    line = next((x for x in path.read_text(errors="replace").splitlines() if x.startswith(STAMP)), None)
     try:
         fields = json.loads(line.removeprefix(STAMP)) if line else None
         plan = load_config(path)
@@ -162,8 +161,7 @@ def follow_plan(config, plan: Planned, machine) -> tuple[object, str, str]:
     from mptrain.config import variant
     from mptrain.hardware.kernels import plan_key
 
-    why_not = plan.follow(plan_key(machine))
-    if why_not is not None:
+    if (why_not := plan.follow(plan_key(machine))) is not None:
         return config, "auto", f"policy auto did not follow the plan beside the experiment: {why_not}"
     said = f"follows {plan.path}, measured on this machine: {plan.pick}"
     if plan.other_length:

@@ -119,8 +119,8 @@ def _measured(machine: Machine, kernels: KernelSpeeds) -> Recommendation:
     # on a CPU only bfloat16 is weighed: float16 needs loss scaling, and its kernels (with XLA
     # where they collapse without) ran at float32's speed at best; `mptrain plan` measures it
     dtypes = decision_dtypes(machine) if machine.gpus else ("bfloat16",)
-    gains = {dtype: kernels.speedup(dtype, device) for dtype in dtypes if dtype != "float32"}
-    gains = {dtype: gain for dtype, gain in gains.items() if gain is not None}
+    gains = {dtype: gain for dtype in dtypes
+             if dtype != "float32" and (gain := kernels.speedup(dtype, device)) is not None}
     warnings = [] if machine.gpus else [f"mixed_float16 on this CPU: {cpu_float16(machine, kernels)[1]}"]
     plan = "; `mptrain plan` measures your own model, which can differ from the kernels"
     if not gains:
@@ -304,8 +304,7 @@ def with_xla_said(dtype: str, kernels: KernelSpeeds | None) -> str:
     """What XLA alone does to `dtype`'s kernels on this CPU, when measured, for a choice made
     without it: XLA is its own axis, which the experiment (`train.jit_compile: true`), compare
     and plan (`+xla`) can take."""
-    gain = kernels.xla_gain(dtype, "/CPU:0") if kernels is not None else None
-    if gain is None:
+    if kernels is None or (gain := kernels.xla_gain(dtype, "/CPU:0")) is None:
         return ""
     return (f"; with XLA its kernels run {times(gain)} as fast here (train.jit_compile: true, or "
             "compare's and plan's +xla, measures it on your model)")
@@ -367,9 +366,8 @@ def speed_warning(choice: PolicyChoice, machine: Machine,
     if kernels is not None and (gain := kernels.speedup(compute, "/CPU:0", xla)) is not None:
         if gain >= 1 / MIN_GAIN:
             return None
-        collapsed = gain < COLLAPSED
         return (f"{compute} is slower than float32{' with XLA' if xla else ''} on this CPU: "
-                f"{kernels.describe(compute, '/CPU:0', xla)}" + (f". {bound}" if collapsed else ""))
+                f"{kernels.describe(compute, '/CPU:0', xla)}" + (f". {bound}" if gain < COLLAPSED else ""))
     if compute == "float16" and not xla and machine.onednn:
         return f"float16 on a CPU without XLA: {CPU_FLOAT16}. {bound}"
     if not machine.cpu.has_bf16_matrix_units:
@@ -388,15 +386,11 @@ def compatibility_check(gpus: tuple[GpuInfo, ...] | list[GpuInfo]) -> str:
     supported = [g.describe() for g in gpus if g.float16_tensor_cores]
     unsupported = [g.describe() for g in gpus if not g.float16_tensor_cores]
     if unsupported:
-        if supported:
-            head = ("Some of your GPUs may run slowly with dtype policy mixed_float16 because they "
-                    "do not all have compute capability of at least 7.0. Your GPUs:")
-        elif len(unsupported) == 1:
-            head = ("Your GPU may run slowly with dtype policy mixed_float16 because it does not "
-                    "have compute capability of at least 7.0. Your GPU:")
-        else:
-            head = ("Your GPUs may run slowly with dtype policy mixed_float16 because they do not "
-                    "have compute capability of at least 7.0. Your GPUs:")
+        who, lacks, yours = (("Some of your GPUs", "they do not all have", "GPUs") if supported else
+                             ("Your GPU", "it does not have", "GPU") if len(unsupported) == 1 else
+                             ("Your GPUs", "they do not have", "GPUs"))
+        head = (f"{who} may run slowly with dtype policy mixed_float16 because {lacks} compute "
+                f"capability of at least 7.0. Your {yours}:")
         # consecutive duplicates as 'name (xN)', like TensorFlow's check
         listed = "\n".join(f"  {name} (x{n})" if (n := len(list(same))) > 1 else f"  {name}"
                            for name, same in groupby(supported + unsupported))
