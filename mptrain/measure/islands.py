@@ -67,10 +67,10 @@ def layer_timings(config: ExperimentConfig, candidate: Candidate, seconds: float
                 inputs = [tf.cast(tf.random.normal((batch, *s)), dtype) for s in shapes]
                 copy(*inputs) if len(inputs) > 1 else copy(inputs[0])
                 calls[label] = (_fwd_bwd(tf, copy, candidate.jit_compile is True), tuple(inputs))
-            seconds = interleaved(calls, LAYER_BUDGET_S)
+            timed = interleaved(calls, LAYER_BUDGET_S)
             # each setting's 10th, 50th and 90th percentile, in ms
             ms = {k: np.percentile([1e3 * s for s in v], (10, 50, 90)).tolist()
-                  for k, v in seconds.items()}
+                  for k, v in timed.items()}
             timings.append(LayerTiming(
                 layer=layer.name, ms_16bit=ms["16"][1], ms_float32=ms["32"][1],
                 spread_16bit=(ms["16"][0], ms["16"][2]), spread_float32=(ms["32"][0], ms["32"][2])))
