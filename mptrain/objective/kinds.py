@@ -56,7 +56,8 @@ class Objective:
     # --- compile -------------------------------------------------------------------------
 
     def default_metrics(self) -> list[str]:
-        return [self.quality.metric]
+        """The metric its quality reads; none when that is the loss, reported anyway."""
+        return [] if self.quality.metric == "loss" else [self.quality.metric]
 
     def loss(self, output: str) -> Any:
         """What `compile` is given as the loss, for a model whose output is `output`
@@ -208,9 +209,6 @@ class Binary(Objective):
         if labels.soft:
             self.quality = Quality("loss", False, "loss")
 
-    def default_metrics(self) -> list[str]:
-        return [] if self.labels.soft else super().default_metrics()
-
     def batch_labels(self, tf, y):
         y = tf.cast(y, tf.float32)
         return tf.expand_dims(y, -1) if len(y.shape) == 1 else y  # (N, 1), as the output is
@@ -258,9 +256,6 @@ class MultiLabel(Binary):
 
     name = "multi-label classification"
     quality = Quality("auc", True, "AUC")
-
-    def default_metrics(self) -> list[str]:
-        return [] if self.labels.soft else ["auc"]
 
     @property
     def units(self) -> int:
