@@ -57,6 +57,14 @@ def table_rows(path: Path, delimiter: str) -> Iterator[tuple[int, list[str]]]:
         raise DataError(f"{path}: cannot read ({exc.strerror})") from None
 
 
+def picked_rows(path: Path, delimiter: str, rows: np.ndarray) -> Iterator[list[str]]:
+    """The cells of the data rows numbered `rows` (0: the row after the header), in file order."""
+    wanted = set(rows.tolist())
+    data = table_rows(path, delimiter)
+    next(data, None)  # the header
+    yield from (row for index, (_, row) in enumerate(data) if index in wanted)
+
+
 def read_header(path: Path, delimiter: str) -> list[str]:
     first = next(table_rows(path, delimiter), None)
     if first is None:
@@ -272,14 +280,8 @@ class Csv(Source, dataset="csv"):
             """() → a tf.data stream of (features, label) of those data rows, in file order."""
             import tensorflow as tf
 
-            wanted = set(rows.tolist())
-
             def examples():
-                data = table_rows(path, cfg.delimiter)
-                next(data, None)  # the header
-                for index, (_, row) in enumerate(data):
-                    if index in wanted:
-                        yield features(row), table.label(row)
+                return ((features(row), table.label(row)) for row in picked_rows(path, cfg.delimiter, rows))
 
             inputs = (tf.TensorSpec((len(table.feature_idx),), tf.float32) if cfg.inputs == "vector"
                       else {name: tf.TensorSpec((1,), dtype) for name, dtype in table.columns})
@@ -311,11 +313,8 @@ def _standardisation(cfg: CsvData, table: Table):
     width = len(table.feature_idx)
     if cfg.inputs != "vector":
         return np.zeros(width), np.ones(width), [], ()
-    wanted = set(table.train_rows.tolist())
-    rows = table_rows(cfg.path, cfg.delimiter)
-    next(rows, None)  # the header
     seen = np.array([[float(row[i]) for i in table.feature_idx]
-                     for index, (_, row) in enumerate(rows) if index in wanted])
+                     for row in picked_rows(cfg.path, cfg.delimiter, table.train_rows)])
     names = [name for name, _ in table.columns]
     if not cfg.normalize:
         return np.zeros(width), np.ones(width), [], largest(seen, names)
