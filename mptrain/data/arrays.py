@@ -341,24 +341,23 @@ class MnistFamily(InMemory):
 
     counts_cheaply = True  # a fixed 60,000
 
-    def local_copy(self, path: Path | None = None) -> Path | None:
-        """The first place that holds the data set, or None: then only a download can get it."""
-        return next((p for p in self.places(path) if self.holds(p)), None)
-
-    def looked_in(self, path: Path | None = None) -> str:
-        return ", ".join(str(p) for p in self.places(path))
-
-    def check_given_path(self, path: Path) -> None:
-        """An explicit data.path holds what the kind reads (`validate` checks it too)."""
-        if not self.holds(self.places(path)[0]):
+    def local_copy(self, path: Path | None) -> Path | None:
+        """The place an explicit data.path names (an error unless it holds what the kind
+        reads), else the first place that holds the data set, or None: then only a download
+        can get it."""
+        if path is None:
+            return next((p for p in self.places(None) if self.holds(p)), None)
+        if not self.holds(given := self.places(path)[0]):
             raise DataError(f"data.path {path}: {self.expected}")
+        return given
+
+    def looked_in(self) -> str:
+        return ", ".join(str(p) for p in self.places(None))
 
     def check_files(self, cfg: MnistData) -> list[str]:
-        if cfg.path is not None:
-            if not cfg.path.exists():
-                raise DataError(f"data.path {cfg.path}: no such file or folder")
-            self.check_given_path(cfg.path)
-        elif self.local_copy() is None:
+        if cfg.path is not None and not cfg.path.exists():
+            raise DataError(f"data.path {cfg.path}: no such file or folder")
+        if self.local_copy(cfg.path) is None:
             return [f"{cfg.dataset} is not on this machine (looked in {self.looked_in()}); `run` "
                     "will try Keras' download, which needs the internet (docs/data.md)"]
         return []
@@ -370,14 +369,12 @@ class MnistFamily(InMemory):
         return split_sizes(cfg, MNIST_TRAIN_EXAMPLES)[1], None
 
     def arrays(self, cfg: MnistData, seed: int):
-        if cfg.path is not None:
-            self.check_given_path(cfg.path)
         found = self.local_copy(cfg.path)
         if found is None:
-            return self._keras_download(cfg.dataset, cfg.path)
+            return self._keras_download(cfg.dataset)
         return *self.read(found), str(found)
 
-    def _keras_download(self, dataset: str, path: Path | None):
+    def _keras_download(self, dataset: str):
         """Last resort: Keras' own downloader. Any failure (offline, proxy, bad hash) becomes
         an error that lists where we looked and how to fix it."""
         import importlib
@@ -391,7 +388,7 @@ class MnistFamily(InMemory):
                 train, test = loader.load_data()
         except Exception as exc:
             raise DataError(
-                f"{self.title} not found locally (looked in: {self.looked_in(path)}) and the "
+                f"{self.title} not found locally (looked in: {self.looked_in()}) and the "
                 f"download failed ({exc}).\nFix: {self.offline_fix}") from None
         return train, test, "keras download"
 
