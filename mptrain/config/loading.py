@@ -70,12 +70,9 @@ def _expanded_size(node: Any, memo: dict[int, int]) -> int:
 
 def builtin_configs() -> dict[str, str]:
     """Name → one-line description of the experiments shipped inside the package."""
-    out = {}
-    for entry in sorted(resources.files("mptrain.configs").iterdir(), key=lambda e: e.name):
-        if entry.name.endswith(".yaml"):
-            first_line = next(iter(entry.read_text().splitlines()), "")
-            out[entry.name.removesuffix(".yaml")] = first_line.lstrip("# ").strip()
-    return out
+    entries = sorted(resources.files("mptrain.configs").iterdir(), key=lambda e: e.name)
+    return {entry.name.removesuffix(".yaml"): entry.read_text().partition("\n")[0].lstrip("# ").strip()
+            for entry in entries if entry.name.endswith(".yaml")}
 
 
 def find_config(ref: str | Path) -> Path:
