@@ -343,9 +343,8 @@ def _describe(err: dict[str, Any], set_keys: dict[tuple[str, ...], str]) -> str:
     kind = err["type"]
     if kind == "extra_forbidden":
         allowed = _allowed_keys(err["loc"][:-1])
-        hint = did_you_mean(loc[-1], allowed) if allowed else ""
         listed = f"; allowed keys here: {', '.join(allowed)}" if allowed else ""
-        return f"  {origin}{key}: unknown key{hint}{listed}"
+        return f"  {origin}{key}: unknown key{did_you_mean(loc[-1], allowed)}{listed}"
     if kind == "missing":
         return f"  {origin}{key}: required key is missing"
     value = err.get("input")
