@@ -31,16 +31,11 @@ def find_prepared(tfds, name: str, data_dir: Path):
     """The builder of a prepared data set: by registered name, or straight from its folder
     (data sets defined outside TFDS, prepared elsewhere, work too). None when not prepared."""
     base, _, version = name.partition(":")
-    folder = data_dir / base
-    if not folder.is_dir():
-        return None
-    versions = sorted((p for p in folder.iterdir() if (p / "dataset_info.json").is_file()),
+    versions = sorted((info.parent for info in (data_dir / base).glob("*/dataset_info.json")),
                       key=lambda p: [int(part) for part in p.name.split(".") if part.isdigit()])
     if version:
         versions = [p for p in versions if p.name == version]
-    if not versions:
-        return None
-    return tfds.builder_from_directory(str(versions[-1]))
+    return tfds.builder_from_directory(str(versions[-1])) if versions else None
 
 
 class Tfds(Source, dataset="tfds"):
