@@ -187,10 +187,8 @@ def in_order(split: Split, batch_size: int, finish, replicas: int = 1):
         return examples.take(first).batch(first).concatenate(examples.skip(first).batch(batch_size))
 
     if split.arrays is None:
-        batches = batched(examples(split))
-    else:
-        batches = _gather(tf, batched(tf.data.Dataset.range(split.size)), split.arrays)
-    return finish(tf, batches, tuned=split.arrays is None)
+        return finish(tf, batched(examples(split)), tuned=True)
+    return finish(tf, _gather(tf, batched(tf.data.Dataset.range(split.size)), split.arrays), tuned=False)
 
 
 def examples(split: Split):
