@@ -216,10 +216,8 @@ def make_synthetic(cfg: SyntheticData, seed: int):
     """
     rng = np.random.default_rng(seed)
     shape = tuple(cfg.input_shape)
-    if len(shape) == 3:
-        centres = _textures(rng, cfg.num_classes, shape)
-    else:
-        centres = rng.normal(0.0, 1.0, size=(cfg.num_classes, *shape)).astype(np.float32)
+    centres = (_textures(rng, cfg.num_classes, shape) if len(shape) == 3
+               else rng.normal(0.0, 1.0, size=(cfg.num_classes, *shape)).astype(np.float32))
 
     def draw(n: int):
         y = rng.integers(0, cfg.num_classes, size=n).astype(np.int32)
