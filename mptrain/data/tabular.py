@@ -159,20 +159,15 @@ def _scan(path: Path, cfg: CsvData, feature_idx: list[int], label_idx: list[int]
         if len(row) < width:
             raise DataError(f"{path}, line {line}: {len(row)} cells, the header has more")
         for i in feature_idx:
-            if dtypes.get(i) == "string":
+            cell = row[i].strip()
+            if dtypes.get(i) == "string" or cfg.inputs == "columns" and cell and not is_number(cell):
+                dtypes[i] = "string"
                 continue
-            try:
-                value = float(row[i])
-            except ValueError:
-                if cfg.inputs == "columns" and row[i].strip():
-                    dtypes[i] = "string"
-                    continue
-                value = math.nan
-            if cfg.inputs == "columns" and not row[i].strip().lstrip("+-").isdigit():
+            if cfg.inputs == "columns" and not cell.lstrip("+-").isdigit():
                 dtypes[i] = "float32"  # else int64 (not "string": those are skipped above)
-            if not math.isfinite(value):
-                what = "an empty cell" if not row[i].strip() else f"{row[i]!r} is not a finite number"
-                hint = ("" if cfg.inputs == "columns" or not row[i].strip() else
+            if not is_number(cell, finite=True):
+                what = "an empty cell" if not cell else f"{row[i]!r} is not a finite number"
+                hint = ("" if cfg.inputs == "columns" or not cell else
                         " (a text column: data.inputs: columns gives a model of your own one "
                         "input per column, text as strings)")
                 raise DataError(f"{path}, line {line}, column {i + 1} ({header[i].strip()}): {what}; "
