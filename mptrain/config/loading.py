@@ -197,8 +197,7 @@ def apply_overrides(raw: dict[str, Any], changes: Changes | None) -> dict[str, A
         for depth, key in enumerate(keys[:-1]):
             child = node.setdefault(key, {})
             if not isinstance(child, dict):
-                where = ".".join(keys[: depth + 1])
-                raise ConfigError(f"{text}: {where} is {child!r}, not a mapping")
+                raise ConfigError(f"{text}: {'.'.join(keys[: depth + 1])} is {child!r}, not a mapping")
             node = child
         if value is None:
             node.pop(keys[-1], None)
