@@ -285,10 +285,8 @@ class Values(Objective):
 
     def batch_labels(self, tf, y):
         y = tf.cast(y, tf.float32)
-        if self.labels.scale is not None:
-            mean = tf.constant(self.labels.scale.mean, tf.float32)
-            std = tf.constant(self.labels.scale.std, tf.float32)
-            y = (tf.reshape(y, (-1, self.units)) - mean) / std
+        if self.labels.scale is not None:  # its lists of floats become float32 tensors, as y is
+            y = (tf.reshape(y, (-1, self.units)) - self.labels.scale.mean) / self.labels.scale.std
         return tf.expand_dims(y, -1) if len(y.shape) == 1 else y
 
     def check(self, units: int, reading, class_weight: dict | None) -> list[str]:
