@@ -70,12 +70,9 @@ def _expanded_size(node: Any, memo: dict[int, int]) -> int:
 
 def builtin_configs() -> dict[str, str]:
     """Name → one-line description of the experiments shipped inside the package."""
-    out = {}
-    for entry in sorted(resources.files("mptrain.configs").iterdir(), key=lambda e: e.name):
-        if entry.name.endswith(".yaml"):
-            first_line = next(iter(entry.read_text().splitlines()), "")
-            out[entry.name.removesuffix(".yaml")] = first_line.lstrip("# ").strip()
-    return out
+    entries = sorted(resources.files("mptrain.configs").iterdir(), key=lambda e: e.name)
+    return {entry.name.removesuffix(".yaml"): entry.read_text().partition("\n")[0].lstrip("# ").strip()
+            for entry in entries if entry.name.endswith(".yaml")}
 
 
 def find_config(ref: str | Path) -> Path:
@@ -200,8 +197,7 @@ def apply_overrides(raw: dict[str, Any], changes: Changes | None) -> dict[str, A
         for depth, key in enumerate(keys[:-1]):
             child = node.setdefault(key, {})
             if not isinstance(child, dict):
-                where = ".".join(keys[: depth + 1])
-                raise ConfigError(f"{text}: {where} is {child!r}, not a mapping")
+                raise ConfigError(f"{text}: {'.'.join(keys[: depth + 1])} is {child!r}, not a mapping")
             node = child
         if value is None:
             node.pop(keys[-1], None)
@@ -346,9 +342,8 @@ def _describe(err: dict[str, Any], set_keys: dict[tuple[str, ...], str]) -> str:
     kind = err["type"]
     if kind == "extra_forbidden":
         allowed = _allowed_keys(err["loc"][:-1])
-        hint = did_you_mean(loc[-1], allowed) if allowed else ""
         listed = f"; allowed keys here: {', '.join(allowed)}" if allowed else ""
-        return f"  {origin}{key}: unknown key{hint}{listed}"
+        return f"  {origin}{key}: unknown key{did_you_mean(loc[-1], allowed)}{listed}"
     if kind == "missing":
         return f"  {origin}{key}: required key is missing"
     value = err.get("input")

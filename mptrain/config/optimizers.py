@@ -19,17 +19,17 @@ from mptrain.errors import did_you_mean
 
 Kind = Literal["number", "bool", "int"]
 
+
+def _args(numbers: str, flags: str = "", whole: str = "") -> dict[str, Kind]:
+    """Keyword arguments by kind, from their names: numbers, booleans and whole numbers."""
+    return {**dict.fromkeys(numbers.split(), "number"), **dict.fromkeys(flags.split(), "bool"),
+            **dict.fromkeys(whole.split(), "int")}
+
+
 # Arguments every Keras 3 optimizer takes (`keras.optimizers.Optimizer.__init__`).
-COMMON: dict[str, Kind] = {
-    "weight_decay": "number",
-    "clipnorm": "number",
-    "clipvalue": "number",
-    "global_clipnorm": "number",
-    "use_ema": "bool",
-    "ema_momentum": "number",
-    "ema_overwrite_frequency": "int",
-    "gradient_accumulation_steps": "int",
-}
+COMMON = _args("weight_decay clipnorm clipvalue global_clipnorm ema_momentum", flags="use_ema",
+               whole="ema_overwrite_frequency gradient_accumulation_steps")
+
 
 class KerasOptimizer(NamedTuple):
     """What an optimizer's name in an experiment stands for in Keras."""
@@ -41,23 +41,17 @@ class KerasOptimizer(NamedTuple):
     arguments: dict[str, Kind]  # its own keyword arguments (besides `COMMON`), by kind
 
 
-_ADAM_LIKE: dict[str, Kind] = {"learning_rate": "number", "beta_1": "number", "beta_2": "number",
-                               "epsilon": "number"}
+_ADAM_LIKE = "learning_rate beta_1 beta_2 epsilon"
 OPTIMIZERS: dict[str, KerasOptimizer] = {
-    "rmsprop": KerasOptimizer("RMSprop", 0.001, {"learning_rate": "number", "rho": "number",
-                                                 "momentum": "number", "epsilon": "number",
-                                                 "centered": "bool"}),
-    "adam": KerasOptimizer("Adam", 0.001, {**_ADAM_LIKE, "amsgrad": "bool"}),
-    "adamw": KerasOptimizer("AdamW", 0.001, {**_ADAM_LIKE, "amsgrad": "bool"}),
-    "sgd": KerasOptimizer("SGD", 0.01, {"learning_rate": "number", "momentum": "number",
-                                        "nesterov": "bool"}),
-    "nadam": KerasOptimizer("Nadam", 0.001, _ADAM_LIKE),
-    "adamax": KerasOptimizer("Adamax", 0.001, _ADAM_LIKE),
-    "adagrad": KerasOptimizer("Adagrad", 0.001, {"learning_rate": "number", "epsilon": "number",
-                                                 "initial_accumulator_value": "number"}),
-    "lion": KerasOptimizer("Lion", 0.001, {"learning_rate": "number", "beta_1": "number",
-                                           "beta_2": "number"}),
-    "lamb": KerasOptimizer("Lamb", 0.001, _ADAM_LIKE),
+    "rmsprop": KerasOptimizer("RMSprop", 0.001, _args("learning_rate rho momentum epsilon", "centered")),
+    "adam": KerasOptimizer("Adam", 0.001, _args(_ADAM_LIKE, "amsgrad")),
+    "adamw": KerasOptimizer("AdamW", 0.001, _args(_ADAM_LIKE, "amsgrad")),
+    "sgd": KerasOptimizer("SGD", 0.01, _args("learning_rate momentum", "nesterov")),
+    "nadam": KerasOptimizer("Nadam", 0.001, _args(_ADAM_LIKE)),
+    "adamax": KerasOptimizer("Adamax", 0.001, _args(_ADAM_LIKE)),
+    "adagrad": KerasOptimizer("Adagrad", 0.001, _args("learning_rate epsilon initial_accumulator_value")),
+    "lion": KerasOptimizer("Lion", 0.001, _args("learning_rate beta_1 beta_2")),
+    "lamb": KerasOptimizer("Lamb", 0.001, _args(_ADAM_LIKE)),
 }
 
 MINIMUM = {"gradient_accumulation_steps": 2}  # Keras refuses 1

@@ -52,20 +52,22 @@ class InMemory(Source):
         (x_train, y_train), (x_test, y_test), source = self.arrays(cfg, seed)
         n_train, cut, n_test = split_sizes(cfg, rows(x_train), rows(x_test))
         y_train, y_test = each(y_train, lambda y: y[:n_train]), each(y_test, lambda y: y[:n_test])
+        notes, raw = [], ()
         if isinstance(x_train, dict):
             x_train, x_test, spec = _named(x_train, x_test, n_train, n_test, source)
-            notes, raw = [], ()
         else:
-            x_train, x_test, spec, notes = self._one_input(x_train[:n_train], x_test[:n_test], source)
-            raw = ()
+            x_train, x_test, spec = self._one_input(x_train[:n_train], x_test[:n_test], source, notes)
             if spec.kind == "vector" and x_train.ndim == 2 and not spec.pixels:
                 x_train, x_test, raw = _features(x_train, x_test, cut, getattr(cfg, "normalize", False),
                                                  source, notes)
+
+        def rows_of(start: int, stop: int) -> Split:
+            return Split(stop - start, arrays=(each(x_train, lambda x: x[start:stop]),
+                                               each(y_train, lambda y: y[start:stop])))
+
         return Dataset(
-            train=Split(cut, arrays=(each(x_train, lambda x: x[:cut]), each(y_train, lambda y: y[:cut]))),
-            val=(Split(n_train - cut, arrays=(each(x_train, lambda x: x[cut:]),
-                                              each(y_train, lambda y: y[cut:])))
-                 if cut < n_train else None),
+            train=rows_of(0, cut),
+            val=rows_of(cut, n_train) if cut < n_train else None,
             test=Split(rows(x_test), arrays=(x_test, y_test)),
             spec=spec,
             labels=stats_of(y_train, y_test, cut, source),
@@ -74,22 +76,27 @@ class InMemory(Source):
             raw_features=raw,
         )
 
-    def _one_input(self, x_train, x_test, source: str):
-        """The inputs as one array: preprocessed, MNIST's grey (N, H, W) images given their
-        channel axis, both splits of one shape; with their `InputSpec` and what was done."""
-        x_train, x_test = preprocess(x_train, source), preprocess(x_test, source)
-        notes = []
+    def _one_input(self, x_train, x_test, source: str, notes: list[str]):
+        """The inputs as one array: preprocessed (`_both`), MNIST's grey (N, H, W) images given
+        their channel axis (said in `notes`); with their `InputSpec`."""
+        x_train, x_test = _both(x_train, x_test, source)
         if x_train.dtype == np.uint8 and x_train.ndim == 3:  # (N, H, W): MNIST's grey images
             x_train, x_test = x_train[..., np.newaxis], x_test[..., np.newaxis]
             if self.says_channel:
                 notes.append(f"{source}: uint8 images of shape {x_train.shape[1:3]} given a channel "
                              f"axis: {x_train.shape[1:]}, as Conv2D takes them")
-        if x_train.shape[1:] != x_test.shape[1:]:
-            raise DataError(f"{source}: training examples have shape {x_train.shape[1:]} but test "
-                            f"examples {x_test.shape[1:]}")
         tokens = x_train.dtype == np.int32  # `preprocess`'s token ids
         vocab_size = int(max(x_train.max(), x_test.max())) + 1 if tokens else None
-        return x_train, x_test, InputSpec.of(x_train.shape[1:], x_train.dtype, vocab_size), notes
+        return x_train, x_test, InputSpec.of(x_train.shape[1:], x_train.dtype, vocab_size)
+
+
+def _both(x_train, x_test, source: str):
+    """One input's training and test arrays, each preprocessed (`preprocess`), of one shape."""
+    x_train, x_test = preprocess(x_train, source), preprocess(x_test, source)
+    if x_train.shape[1:] != x_test.shape[1:]:
+        raise DataError(f"{source}: training examples have shape {x_train.shape[1:]} but test "
+                        f"examples {x_test.shape[1:]}")
+    return x_train, x_test
 
 
 def _features(x_train, x_test, cut: int, normalize: bool, source: str, notes: list[str]):
@@ -109,12 +116,8 @@ def _named(x_train: dict, x_test: dict, n_train: int, n_test: int, source: str):
     as stored otherwise (a model that takes them by name does its own shaping)."""
     train, test = {}, {}
     for name in x_train:
-        where = f"{source} (x_train_{name}, x_test_{name})"
-        train[name] = preprocess(x_train[name][:n_train], where)
-        test[name] = preprocess(x_test[name][:n_test], where)
-        if train[name].shape[1:] != test[name].shape[1:]:
-            raise DataError(f"{where}: training examples have shape {train[name].shape[1:]} but "
-                            f"test examples {test[name].shape[1:]}")
+        train[name], test[name] = _both(x_train[name][:n_train], x_test[name][:n_test],
+                                        f"{source} (x_train_{name}, x_test_{name})")
     return train, test, InputSpec.of_named({name: (x.shape[1:], str(x.dtype)) for name, x in train.items()})
 
 
@@ -213,10 +216,8 @@ def make_synthetic(cfg: SyntheticData, seed: int):
     """
     rng = np.random.default_rng(seed)
     shape = tuple(cfg.input_shape)
-    if len(shape) == 3:
-        centres = _textures(rng, cfg.num_classes, shape)
-    else:
-        centres = rng.normal(0.0, 1.0, size=(cfg.num_classes, *shape)).astype(np.float32)
+    centres = (_textures(rng, cfg.num_classes, shape) if len(shape) == 3
+               else rng.normal(0.0, 1.0, size=(cfg.num_classes, *shape)).astype(np.float32))
 
     def draw(n: int):
         y = rng.integers(0, cfg.num_classes, size=n).astype(np.int32)
@@ -338,24 +339,23 @@ class MnistFamily(InMemory):
 
     counts_cheaply = True  # a fixed 60,000
 
-    def local_copy(self, path: Path | None = None) -> Path | None:
-        """The first place that holds the data set, or None: then only a download can get it."""
-        return next((p for p in self.places(path) if self.holds(p)), None)
-
-    def looked_in(self, path: Path | None = None) -> str:
-        return ", ".join(str(p) for p in self.places(path))
-
-    def check_given_path(self, path: Path) -> None:
-        """An explicit data.path holds what the kind reads (`validate` checks it too)."""
-        if not self.holds(self.places(path)[0]):
+    def local_copy(self, path: Path | None) -> Path | None:
+        """The place an explicit data.path names (an error unless it holds what the kind
+        reads), else the first place that holds the data set, or None: then only a download
+        can get it."""
+        if path is None:
+            return next((p for p in self.places(None) if self.holds(p)), None)
+        if not self.holds(given := self.places(path)[0]):
             raise DataError(f"data.path {path}: {self.expected}")
+        return given
+
+    def looked_in(self) -> str:
+        return ", ".join(str(p) for p in self.places(None))
 
     def check_files(self, cfg: MnistData) -> list[str]:
-        if cfg.path is not None:
-            if not cfg.path.exists():
-                raise DataError(f"data.path {cfg.path}: no such file or folder")
-            self.check_given_path(cfg.path)
-        elif self.local_copy() is None:
+        if cfg.path is not None and not cfg.path.exists():
+            raise DataError(f"data.path {cfg.path}: no such file or folder")
+        if self.local_copy(cfg.path) is None:
             return [f"{cfg.dataset} is not on this machine (looked in {self.looked_in()}); `run` "
                     "will try Keras' download, which needs the internet (docs/data.md)"]
         return []
@@ -367,14 +367,12 @@ class MnistFamily(InMemory):
         return split_sizes(cfg, MNIST_TRAIN_EXAMPLES)[1], None
 
     def arrays(self, cfg: MnistData, seed: int):
-        if cfg.path is not None:
-            self.check_given_path(cfg.path)
         found = self.local_copy(cfg.path)
         if found is None:
-            return self._keras_download(cfg.dataset, cfg.path)
+            return self._keras_download(cfg.dataset)
         return *self.read(found), str(found)
 
-    def _keras_download(self, dataset: str, path: Path | None):
+    def _keras_download(self, dataset: str):
         """Last resort: Keras' own downloader. Any failure (offline, proxy, bad hash) becomes
         an error that lists where we looked and how to fix it."""
         import importlib
@@ -388,7 +386,7 @@ class MnistFamily(InMemory):
                 train, test = loader.load_data()
         except Exception as exc:
             raise DataError(
-                f"{self.title} not found locally (looked in: {self.looked_in(path)}) and the "
+                f"{self.title} not found locally (looked in: {self.looked_in()}) and the "
                 f"download failed ({exc}).\nFix: {self.offline_fix}") from None
         return train, test, "keras download"
 

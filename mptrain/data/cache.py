@@ -23,9 +23,8 @@ from mptrain.data.pipeline import examples
 
 def cached(data: Dataset, cfg) -> Dataset:
     fingerprint = _fingerprint(data, cfg)
-    return replace(data, train=_materialize(data.train, cfg.cache, "train", fingerprint),
-                   val=_materialize(data.val, cfg.cache, "val", fingerprint),
-                   test=_materialize(data.test, cfg.cache, "test", fingerprint))
+    return replace(data, **{split: _materialize(getattr(data, split), cfg.cache, split, fingerprint)
+                            for split in ("train", "val", "test")})
 
 
 def _fingerprint(data: Dataset, cfg) -> str:

@@ -164,12 +164,10 @@ def _block_shuffled(tf, examples, block: int, seed: int, epoch):
     large as the file to mix its classes."""
     epoch_seed = tf.constant(seed, tf.int64) * 1_000_003 + tf.cast(epoch, tf.int64)
 
-    def shuffle(number, rows):
-        x, y = rows
+    def shuffle(number, rows):  # rows: (x, y), x perhaps a dict of columns (csv's data.inputs: columns)
         order = tf.random.experimental.stateless_shuffle(
-            tf.range(tf.shape(y, out_type=tf.int64)[0]), seed=tf.stack([epoch_seed, number]))
-        # x may be a dict of columns (csv's data.inputs: columns)
-        return tf.nest.map_structure(lambda t: tf.gather(t, order), x), tf.gather(y, order)
+            tf.range(tf.shape(rows[1], out_type=tf.int64)[0]), seed=tf.stack([epoch_seed, number]))
+        return tf.nest.map_structure(lambda t: tf.gather(t, order), rows)
 
     return examples.batch(block).enumerate().map(shuffle).unbatch()
 
@@ -187,10 +185,8 @@ def in_order(split: Split, batch_size: int, finish, replicas: int = 1):
         return examples.take(first).batch(first).concatenate(examples.skip(first).batch(batch_size))
 
     if split.arrays is None:
-        batches = batched(examples(split))
-    else:
-        batches = _gather(tf, batched(tf.data.Dataset.range(split.size)), split.arrays)
-    return finish(tf, batches, tuned=split.arrays is None)
+        return finish(tf, batched(examples(split)), tuned=True)
+    return finish(tf, _gather(tf, batched(tf.data.Dataset.range(split.size)), split.arrays), tuned=False)
 
 
 def examples(split: Split):

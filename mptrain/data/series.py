@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from mptrain.config.kinds import TimeseriesData
-from mptrain.data.dataset import Dataset, InputSpec, Split
+from mptrain.data.dataset import Dataset, InputSpec, Split, standardisation
 from mptrain.data.source import Source
 from mptrain.data.tabular import is_number, read_header, table_rows
 from mptrain.errors import DataError
@@ -91,12 +91,9 @@ def cut(cfg: TimeseriesData) -> Windows:
                         f"{cfg.sequence_length} rows every {cfg.sampling_rate} with a target "
                         f"{cfg.target_offset} rows on, in both the training and the test parts")
     notes = []
-    if cfg.normalize:
-        seen = features[: train[-1] + reach + 1]
-        mean, std = seen.mean(axis=0), seen.std(axis=0)
-        features = (features - mean) / np.where(std > 0, std, 1.0)
-        notes.append(f"{cfg.path}: features standardised with the training part's mean and "
-                     "deviation (data.normalize)")
+    if cfg.normalize:  # by the rows the training windows hold
+        mean, std, note = standardisation(features[: train[-1] + reach + 1], names, str(cfg.path))
+        features, notes = (features - mean) / std, [note]
     return Windows(names, features.astype(np.float32),
                    targets[:, 0] if targets.shape[1] == 1 else targets, [train, val, test], offset,
                    notes)

@@ -57,6 +57,14 @@ def table_rows(path: Path, delimiter: str) -> Iterator[tuple[int, list[str]]]:
         raise DataError(f"{path}: cannot read ({exc.strerror})") from None
 
 
+def picked_rows(path: Path, delimiter: str, rows: np.ndarray) -> Iterator[list[str]]:
+    """The cells of the data rows numbered `rows` (0: the row after the header), in file order."""
+    wanted = set(rows.tolist())
+    data = table_rows(path, delimiter)
+    next(data, None)  # the header
+    yield from (row for index, (_, row) in enumerate(data) if index in wanted)
+
+
 def read_header(path: Path, delimiter: str) -> list[str]:
     first = next(table_rows(path, delimiter), None)
     if first is None:
@@ -151,25 +159,19 @@ def _scan(path: Path, cfg: CsvData, feature_idx: list[int], label_idx: list[int]
         if len(row) < width:
             raise DataError(f"{path}, line {line}: {len(row)} cells, the header has more")
         for i in feature_idx:
-            if dtypes.get(i) == "string":
+            cell = row[i].strip()
+            if dtypes.get(i) == "string" or cfg.inputs == "columns" and cell and not is_number(cell):
+                dtypes[i] = "string"
                 continue
-            try:
-                value = float(row[i])
-            except ValueError:
-                if cfg.inputs == "columns" and row[i].strip():
-                    dtypes[i] = "string"
-                    continue
-                value = math.nan
-            if cfg.inputs == "columns" and not row[i].strip().lstrip("+-").isdigit():
+            if cfg.inputs == "columns" and not cell.lstrip("+-").isdigit():
                 dtypes[i] = "float32"  # else int64 (not "string": those are skipped above)
-            if not math.isfinite(value):
-                what = "an empty cell" if not row[i].strip() else f"{row[i]!r} is not a finite number"
-                name = f" ({header[i].strip()})" if i < len(header) else ""
-                hint = ("" if cfg.inputs == "columns" or not row[i].strip() else
+            if not is_number(cell, finite=True):
+                what = "an empty cell" if not cell else f"{row[i]!r} is not a finite number"
+                hint = ("" if cfg.inputs == "columns" or not cell else
                         " (a text column: data.inputs: columns gives a model of your own one "
                         "input per column, text as strings)")
-                raise DataError(f"{path}, line {line}, column {i + 1}{name}: {what}; features "
-                                f"must be finite numbers{hint}")
+                raise DataError(f"{path}, line {line}, column {i + 1} ({header[i].strip()}): {what}; "
+                                f"features must be finite numbers{hint}")
         for i in label_idx:
             label = row[i].strip()
             if not label or label.lower() in ("nan", "inf", "-inf", "null", "none", "na"):
@@ -268,31 +270,25 @@ class Csv(Source, dataset="csv"):
             return {name: np.array([read[dtype](row[i])], object if dtype == "string" else dtype)
                     for (name, dtype), i in zip(table.columns, table.feature_idx, strict=True)}
 
-        def stream(path: Path, rows: np.ndarray):
-            """() → a tf.data stream of (features, label) of those data rows, in file order."""
+        def split(path: Path, rows: np.ndarray) -> Split:
+            """Those data rows, streamed as (features, label) in file order."""
             import tensorflow as tf
 
-            wanted = set(rows.tolist())
-
             def examples():
-                data = table_rows(path, cfg.delimiter)
-                next(data, None)  # the header
-                for index, (_, row) in enumerate(data):
-                    if index in wanted:
-                        yield features(row), table.label(row)
+                return ((features(row), table.label(row)) for row in picked_rows(path, cfg.delimiter, rows))
 
             inputs = (tf.TensorSpec((len(table.feature_idx),), tf.float32) if cfg.inputs == "vector"
                       else {name: tf.TensorSpec((1,), dtype) for name, dtype in table.columns})
             labels = (tf.TensorSpec((), tf.int32) if table.classes is not None else
                       tf.TensorSpec(() if len(table.label_idx) == 1 else (len(table.label_idx),),
                                     tf.float32))
-            return lambda: tf.data.Dataset.from_generator(examples, output_signature=(inputs, labels))
+            return Split(len(rows), stream=lambda: tf.data.Dataset.from_generator(
+                examples, output_signature=(inputs, labels)))
 
         return Dataset(
-            train=Split(len(table.train_rows), stream=stream(cfg.path, table.train_rows)),
-            val=(Split(len(table.val_rows), stream=stream(cfg.path, table.val_rows))
-                 if len(table.val_rows) else None),
-            test=Split(len(table.test_rows), stream=stream(cfg.test_path or cfg.path, table.test_rows)),
+            train=split(cfg.path, table.train_rows),
+            val=split(cfg.path, table.val_rows) if len(table.val_rows) else None,
+            test=split(cfg.test_path or cfg.path, table.test_rows),
             spec=(InputSpec((len(table.columns),), "vector") if cfg.inputs == "vector"
                   else InputSpec.of_named({name: ((1,), dtype) for name, dtype in table.columns})),
             labels=table.stats,
@@ -308,16 +304,12 @@ def _standardisation(cfg: CsvData, table: Table):
     inputs), what the features are standardised with, as keras.io adapts a Normalization
     layer on its training split, and the note saying so; 0 and 1 (the features as stored)
     otherwise, with each vector feature's largest magnitude (`Dataset.raw_features`)."""
-    width = len(table.feature_idx)
     if cfg.inputs != "vector":
-        return np.zeros(width), np.ones(width), [], ()
-    wanted = set(table.train_rows.tolist())
-    rows = table_rows(cfg.path, cfg.delimiter)
-    next(rows, None)  # the header
+        return 0.0, 1.0, [], ()
     seen = np.array([[float(row[i]) for i in table.feature_idx]
-                     for index, (_, row) in enumerate(rows) if index in wanted])
+                     for row in picked_rows(cfg.path, cfg.delimiter, table.train_rows)])
     names = [name for name, _ in table.columns]
     if not cfg.normalize:
-        return np.zeros(width), np.ones(width), [], largest(seen, names)
+        return 0.0, 1.0, [], largest(seen, names)
     mean, std, note = standardisation(seen, names, str(cfg.path))
     return mean, std, [note], ()

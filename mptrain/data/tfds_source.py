@@ -31,16 +31,11 @@ def find_prepared(tfds, name: str, data_dir: Path):
     """The builder of a prepared data set: by registered name, or straight from its folder
     (data sets defined outside TFDS, prepared elsewhere, work too). None when not prepared."""
     base, _, version = name.partition(":")
-    folder = data_dir / base
-    if not folder.is_dir():
-        return None
-    versions = sorted((p for p in folder.iterdir() if (p / "dataset_info.json").is_file()),
+    versions = sorted((info.parent for info in (data_dir / base).glob("*/dataset_info.json")),
                       key=lambda p: [int(part) for part in p.name.split(".") if part.isdigit()])
     if version:
         versions = [p for p in versions if p.name == version]
-    if not versions:
-        return None
-    return tfds.builder_from_directory(str(versions[-1]))
+    return tfds.builder_from_directory(str(versions[-1])) if versions else None
 
 
 class Tfds(Source, dataset="tfds"):
@@ -66,30 +61,28 @@ class Tfds(Source, dataset="tfds"):
             raise DataError(f"TFDS data set {cfg.name!r}: its {x_key!r} has shape {shape} with "
                             "variable sizes; use a data set with fixed-size inputs, or export it "
                             "to an image_folder (which resizes)")
-        for split in (cfg.train_split, cfg.test_split):
-            if split not in info.splits:
-                raise DataError(f"TFDS data set {cfg.name!r} has no split {split!r} (splits: "
+        for named in (cfg.train_split, cfg.test_split):
+            if named not in info.splits:
+                raise DataError(f"TFDS data set {cfg.name!r} has no split {named!r} (splits: "
                                 f"{', '.join(info.splits)}); set data.train_split / data.test_split")
         label = info.features[y_key]
         num_classes = getattr(label, "num_classes", None)  # a ClassLabel; else the label's values
-        names = list(label.names) if num_classes else None
 
-        def stream_of(split: str, skip: int = 0, take: int = -1):
-            return lambda: builder.as_dataset(split=split, shuffle_files=False,
-                                              as_supervised=True).skip(skip).take(take)
+        def split(name: str, skip: int, take: int) -> Split:
+            return Split(take, stream=lambda: builder.as_dataset(split=name, shuffle_files=False,
+                                                                 as_supervised=True).skip(skip).take(take))
 
         n_train, cut, n_test = split_sizes(cfg, info.splits[cfg.train_split].num_examples,
                                            info.splits[cfg.test_split].num_examples)
         return Dataset(
-            train=Split(cut, stream=stream_of(cfg.train_split, take=cut)),
-            val=Split(n_train - cut, stream=stream_of(cfg.train_split, skip=cut, take=n_train - cut))
-            if cut < n_train else None,
-            test=Split(n_test, stream=stream_of(cfg.test_split, take=n_test)),
+            train=split(cfg.train_split, 0, cut),
+            val=split(cfg.train_split, cut, n_train - cut) if cut < n_train else None,
+            test=split(cfg.test_split, 0, n_test),
             spec=InputSpec.of(shape, info.features[x_key].dtype.as_numpy_dtype),
             labels=LabelStats(source=f"tfds:{cfg.name}", shape=tuple(label.shape or ()),
                               whole=num_classes is not None or label.dtype.is_integer,
                               low=0.0, high=float(num_classes - 1) if num_classes else 1.0,
                               one_hot=False, training_distinct=num_classes or 2,
-                              names=tuple(names) if names else None),
+                              names=tuple(label.names) if num_classes else None),
             source=f"tfds:{cfg.name} ({data_dir})",
         )

@@ -56,7 +56,8 @@ class Objective:
     # --- compile -------------------------------------------------------------------------
 
     def default_metrics(self) -> list[str]:
-        return [self.quality.metric]
+        """The metric its quality reads; none when that is the loss, reported anyway."""
+        return [] if self.quality.metric == "loss" else [self.quality.metric]
 
     def loss(self, output: str) -> Any:
         """What `compile` is given as the loss, for a model whose output is `output`
@@ -208,9 +209,6 @@ class Binary(Objective):
         if labels.soft:
             self.quality = Quality("loss", False, "loss")
 
-    def default_metrics(self) -> list[str]:
-        return [] if self.labels.soft else super().default_metrics()
-
     def batch_labels(self, tf, y):
         y = tf.cast(y, tf.float32)
         return tf.expand_dims(y, -1) if len(y.shape) == 1 else y  # (N, 1), as the output is
@@ -259,9 +257,6 @@ class MultiLabel(Binary):
     name = "multi-label classification"
     quality = Quality("auc", True, "AUC")
 
-    def default_metrics(self) -> list[str]:
-        return [] if self.labels.soft else ["auc"]
-
     @property
     def units(self) -> int:
         return self.labels.units
@@ -290,10 +285,8 @@ class Values(Objective):
 
     def batch_labels(self, tf, y):
         y = tf.cast(y, tf.float32)
-        if self.labels.scale is not None:
-            mean = tf.constant(self.labels.scale.mean, tf.float32)
-            std = tf.constant(self.labels.scale.std, tf.float32)
-            y = (tf.reshape(y, (-1, self.units)) - mean) / std
+        if self.labels.scale is not None:  # its lists of floats become float32 tensors, as y is
+            y = (tf.reshape(y, (-1, self.units)) - self.labels.scale.mean) / self.labels.scale.std
         return tf.expand_dims(y, -1) if len(y.shape) == 1 else y
 
     def check(self, units: int, reading, class_weight: dict | None) -> list[str]:

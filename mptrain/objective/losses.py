@@ -66,14 +66,12 @@ LOSSES = (
     LossKind("Circle", "circle", None, refused="it learns embeddings from pairs, not labels"),
     LossKind("CTC", "ctc", None, refused="it aligns sequences of unequal length, not labels"),
 )
-# Keras' own short names (`keras.losses.get`: `ALL_OBJECTS_DICT`)
-ALIASES = {"bce": "BinaryCrossentropy", "BCE": "BinaryCrossentropy", "kld": "KLDivergence",
-           "KLD": "KLDivergence", "mae": "MeanAbsoluteError", "MAE": "MeanAbsoluteError",
-           "mse": "MeanSquaredError", "MSE": "MeanSquaredError", "mape": "MeanAbsolutePercentageError",
-           "MAPE": "MeanAbsolutePercentageError", "msle": "MeanSquaredLogarithmicError",
-           "MSLE": "MeanSquaredLogarithmicError"}
-BY_NAME = {**{k.keras_class: k for k in LOSSES}, **{k.function: k for k in LOSSES},
-           **{alias: next(k for k in LOSSES if k.keras_class == cls) for alias, cls in ALIASES.items()}}
+# Keras' own short names (`keras.losses.get`: `ALL_OBJECTS_DICT`), each in lower and upper case
+ALIASES = {"bce": "BinaryCrossentropy", "kld": "KLDivergence", "mae": "MeanAbsoluteError",
+           "mse": "MeanSquaredError", "mape": "MeanAbsolutePercentageError",
+           "msle": "MeanSquaredLogarithmicError"}
+BY_NAME = {**{k.keras_class: k for k in LOSSES}, **{k.function: k for k in LOSSES}}
+BY_NAME |= {case(alias): BY_NAME[cls] for alias, cls in ALIASES.items() for case in (str.lower, str.upper)}
 DEFAULT_LOSS = "sparse_categorical_crossentropy"
 # set by mptrain from the model's output, never by the experiment
 MPTRAIN_ARGUMENTS = ("from_logits",)
