@@ -8,6 +8,7 @@ parent reads the file, and a user's `mptrain run` keeps only the user's options.
 
 from __future__ import annotations
 
+import signal
 import sys
 from pathlib import Path
 
@@ -42,6 +43,9 @@ def run_child(spec_json: str) -> int:
                 raise
     except typer.Exit as stopped:
         return stopped.exit_code
+    # trained: a signal now (a scheduler's SIGTERM to every task, later here than elsewhere)
+    # has nothing left to stop, and must not cut the summary its parent reads
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     if spec.summary_file is not None:
         write_atomic(Path(spec.summary_file), result.summary.model_dump_json())
     return result.code

@@ -16,6 +16,7 @@ device and for several.
 from __future__ import annotations
 
 import math
+import signal
 
 from mptrain.data.pipeline import Batches
 from mptrain.precision.policy import PolicyChoice
@@ -28,8 +29,10 @@ def make_train_step(model, optimizer, class_weight, jit_compile: bool, strategy=
     """One compiled training step: forward, scaled loss, gradients, apply, and the updates of
     the model's loss tracker and compiled metrics.
 
-    Returns a float32 vector [loss, loss scale (NaN without scaling), *running metric values
-    in `metric_names(model)`'s order], so the loop fetches every per-step value in one
+    Takes a batch and the signal that asked this worker to stop (its number; 0.0 by default:
+    none), and returns a float32 vector [loss, loss scale (NaN without scaling), the signal
+    that asked any worker to stop (`distribute.agree_to_stop`), *running metric values in
+    `metric_names(model)`'s order], so the loop fetches every per-step value in one
     device-to-host transfer (one sync per step). The step runs on every replica of `strategy`
     (None: TensorFlow's default, one replica) through `strategy.run`: Keras' losses divide
     each replica's mean by the number of replicas, so the gradients the optimizer sums across
@@ -38,7 +41,7 @@ def make_train_step(model, optimizer, class_weight, jit_compile: bool, strategy=
     """
     import tensorflow as tf
 
-    from mptrain.training.distribute import agree_on_finite
+    from mptrain.training.distribute import agree_on_finite, agree_to_stop
 
     # `class_weight`: every class's (`training.every_class_weight`), looked up by label
     class_weights = None if class_weight is None else tf.constant(
@@ -48,7 +51,7 @@ def make_train_step(model, optimizer, class_weight, jit_compile: bool, strategy=
     replicas = strategy.num_replicas_in_sync
     tracker = step_loss(model)
 
-    def replica_step(x, y):
+    def replica_step(x, y, asked):
         # each example's class weight, by its label (a one-hot row's: its class), as Model.fit
         # gives it to the loss
         weights = None if class_weights is None else tf.gather(class_weights, class_ids(tf, y))
@@ -64,14 +67,15 @@ def make_train_step(model, optimizer, class_weight, jit_compile: bool, strategy=
         local_loss = loss * replicas  # this replica's mean loss, for the records
         tracker.update_state(local_loss, sample_weight=tf.shape(tf.nest.flatten(x)[0])[0])
         model.compute_metrics(x, y, predictions, sample_weight=weights)
-        return local_loss
+        return local_loss, agree_to_stop(asked, tf)
 
-    def step(x, y):
-        losses = strategy.run(replica_step, args=(x, y))
+    def step(x, y, asked=0.0):
+        losses, stops = strategy.run(replica_step, args=(x, y, asked))
         loss = strategy.reduce(tf.distribute.ReduceOp.MEAN, losses, axis=None)
         current_scale = tf.constant(float("nan")) if scale is None else scale
         results = model.get_metrics_result()
         return tf.stack([tf.cast(loss, tf.float32), tf.cast(current_scale, tf.float32),
+                         strategy.experimental_local_results(stops)[0],  # alike on every replica
                          *(tf.cast(results[name], tf.float32) for name in metric_names(model))])
 
     return tf.function(step, jit_compile=jit_compile)
@@ -113,6 +117,7 @@ class CustomLoop:
 
         self.model, self.strategy = model, strategy or tf.distribute.get_strategy()
         self.built = False
+        self.workers = isinstance(self.strategy, tf.distribute.MultiWorkerMirroredStrategy)
         replicas = self.strategy.num_replicas_in_sync
         jit_compile = choice.jit_compile and replicas == 1
         self.train_step = make_train_step(model, optimizer, class_weight, jit_compile, self.strategy)
@@ -137,6 +142,8 @@ class CustomLoop:
 
     def train(self, batches: Batches, monitor: TrainingMonitor, start_epoch: int = 0,
               start_step: int = 0) -> None:
+        import tensorflow as tf
+
         self._build(batches.test)
         names = metric_names(self.model)
         iterator = iter(self.strategy.experimental_distribute_dataset(
@@ -145,21 +152,45 @@ class CustomLoop:
             first = start_step if epoch == start_epoch else 0
             monitor.epoch_begin(epoch, first)
             self.model.reset_metrics()
+            stopping = False
             for _ in range(first, batches.steps_per_epoch):
                 monitor.step_begin()
                 x, y = next(iterator)
-                loss, scale, *values = self.train_step(x, y).numpy()
+                asked = tf.constant(float(monitor.signal or 0))
+                loss, scale, agreed, *values = self.train_step(x, y, asked).numpy()
                 running = {name: float(v) for name, v in zip(names, values, strict=True)}
                 monitor.step_end(float(loss), batches.batch_size_at(monitor.step_in_epoch), running,
                                  None if math.isnan(scale) else float(scale))
-                if monitor.stop_requested:
+                if stopping := self._stops(monitor, int(agreed)):
                     break
             logs = self._results()
             if batches.val is not None and monitor.validates_epoch:
                 logs.update(self.evaluate(batches.val, prefix="val_"))
             monitor.epoch_end(logs)
-            if monitor.stop_requested:
+            if stopping or self._stops(monitor, 0):
                 break
+
+    def _stops(self, monitor: TrainingMonitor, agreed: int) -> bool:
+        """Whether training stops here. On one worker, when anything asked. On several, a
+        signal reaches each at its own moment (scancel's SIGTERM, 20 ms apart, stopped one
+        worker a step before the other, and their collectives failed as a lost worker's), so
+        a signal stops them only when the step agreed on it (`agree_to_stop`, `agreed`: its
+        number): every worker after the same step, each with its checkpoint and the signal's
+        exit code; other stops (the step limit, the guard, epoch rules) read the same global
+        figures on each and stop them alike."""
+        if not self.workers:
+            return monitor.stop_requested
+        if agreed:
+            where = f"epoch {monitor.epoch}, step {monitor.step_in_epoch}"
+            if monitor.stop_kind != "signal":
+                monitor.request_stop(f"interrupted: another worker was stopped by "
+                                     f"{signal.Signals(agreed).name}; every worker stopped after "
+                                     f"{where}", "signal")
+            elif "every worker stopped" not in monitor.stop_reason:
+                monitor.stop_reason += f"; every worker stopped after {where}"
+            monitor.signal = agreed  # one exit code on every worker
+            return True
+        return monitor.stop_requested and monitor.stop_kind != "signal"
 
     def evaluate(self, dataset, prefix: str = "") -> dict[str, float]:
         self._build(dataset)

@@ -100,6 +100,35 @@ def test_a_killed_local_worker_stops_the_run_with_one_line_and_it_resumes_to_its
     assert one_run(tmp_path) == run_dir
 
 
+def test_a_signal_reaching_each_worker_at_its_own_moment_stops_all_after_one_step(tmp_path):
+    """A scheduler's SIGTERM reaches each worker at its own moment (scancel, a preemption):
+    here worker 1 first, the chief 0.3 s later. Each stopped after its own step before, and
+    the run ended as a lost worker (exit 4, "lost contact", or the chief killed by the late
+    signal); now the step agrees on the stop: every worker after the same step, the
+    checkpoint there, one interrupted summary and 143."""
+    from mptrain.runs.folder import last_checkpoint
+
+    config = experiment(tmp_path, *WORKERS)
+    process = mptrain_process(tmp_path, "run", str(config), "--workers", "2", "--json")
+    wait_for(process, "epoch 1:")
+    chief, other = local_worker(process, 0), local_worker(process, 1)
+    os.kill(other, signal.SIGTERM)
+    time.sleep(0.3)
+    os.kill(chief, signal.SIGTERM)
+    stdout, stderr = process.communicate(timeout=120)
+    assert process.returncode == 143, stderr[-3000:]
+    summary = json.loads(stdout)
+    where = re.search(r"by SIGTERM.*; every worker stopped after epoch (\d+), step (\d+)$",
+                      summary["stop_reason"])
+    assert summary["status"] == "interrupted" and where, summary["stop_reason"]
+    stopped_at = 24 * (int(where[1]) - 1) + int(where[2])
+    run_dir = one_run(tmp_path)
+    steps = [json.loads(line)["step"] for line in (run_dir / "steps.jsonl").read_text().splitlines()]
+    assert steps == list(range(1, stopped_at + 1)) and last_checkpoint(run_dir) == stopped_at
+    assert "Traceback" not in stderr and "error:" not in stderr, stderr[-3000:]
+    assert f"mptrain run --resume {run_dir}" in stderr
+
+
 def test_max_restarts_restarts_the_workers_and_the_run_finishes_on_its_own(tmp_path):
     config = experiment(tmp_path, *WORKERS)
     process = mptrain_process(tmp_path, "run", str(config), "--workers", "2", "--max-restarts",

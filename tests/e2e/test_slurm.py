@@ -5,6 +5,7 @@ task whose peer never starts is named; no worker leaves a scratch folder behind.
 
 import json
 import os
+import re
 import signal
 import sys
 import time
@@ -89,6 +90,46 @@ def test_srun_trains_one_run_a_killed_task_stops_the_other_and_srun_resumes_it(t
     for key in ("first_step_loss", "test_loss"):  # one process's
         assert chief[key] == pytest.approx(one[key], rel=1e-6), (key, chief[key], one[key])
     assert scratch_left(tmp_path) == []  # the killed one's swept by the next start
+
+
+@needs_slurm
+def test_scancel_stops_every_task_after_one_step_with_its_checkpoint(tmp_path):
+    """scancel signals each task at its own moment (SIGTERM, then SIGKILL after KillWait):
+    every task stops after the same step (the step agrees on the stop), the checkpoint is
+    there, and the step ends with 143 and the srun line that continues."""
+    import subprocess
+
+    from mptrain.runs.folder import last_checkpoint
+
+    config = experiment(tmp_path, *HOSTS, "train.epochs=6")
+    (tmp_path / "tmp").mkdir()
+    with SlurmCluster(2) as slurm:
+        srun = slurm.srun("-N2", "-n2", "-o", str(tmp_path / "cancel.out.%t"), "-e",
+                          str(tmp_path / "cancel.err.%t"), *MPTRAIN, "run", str(config), "--json",
+                          cwd=tmp_path, env={"TMPDIR": str(tmp_path / "tmp")})
+        chief_log = tmp_path / "cancel.err.0"
+        deadline = time.monotonic() + 240
+        while "epoch 1:" not in (chief_log.read_text() if chief_log.exists() else ""):
+            assert time.monotonic() < deadline and srun.poll() is None, chief_log.read_text()[-3000:]
+            time.sleep(0.5)
+        job = slurm.inside(0, "squeue -h -o %i", stdout=subprocess.PIPE, text=True).communicate()[0]
+        slurm.inside(0, f"scancel {job.strip()}").wait(timeout=30)
+        srun.communicate(timeout=120)
+    assert srun.returncode == 143  # srun's: its tasks' highest, each stopped as SIGTERM asks
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    said = [json.loads((tmp_path / f"cancel.out.{task}").read_text()) for task in (0, 1)]
+    places = set()
+    for task, summary in enumerate(said):
+        assert summary["status"] == "interrupted", (task, summary)
+        where = re.search(r"every worker stopped after epoch (\d+), step (\d+)$", summary["stop_reason"])
+        assert "SIGTERM" in summary["stop_reason"] and where, summary["stop_reason"]
+        places.add((int(where[1]), int(where[2])))
+    (epoch, step), = places  # the same step on both
+    stopped_at = 12 * (epoch - 1) + step
+    steps = [json.loads(line)["step"] for line in (run_dir / "steps.jsonl").read_text().splitlines()]
+    assert steps == list(range(1, stopped_at + 1)) and last_checkpoint(run_dir) == stopped_at
+    chief_said = " ".join(chief_log.read_text().split())
+    assert f"srun ... mptrain run --resume {run_dir}" in chief_said and "Traceback" not in chief_said
 
 
 @needs_slurm

@@ -171,12 +171,12 @@ def test_non_finite_gradient_is_skipped_and_halves_the_scale(tiny_config, xla_up
 
     x_bad = x.copy()
     x_bad[0, 0] = np.inf
-    loss, scale = step(x_bad, y).numpy()
+    loss, scale, _ = step(x_bad, y).numpy()
     assert scale == 128.0 and not np.isfinite(loss)  # skipped, scale halved
     for old, new in zip(before, model.get_weights(), strict=True):
         np.testing.assert_array_equal(old, new)
 
-    loss, scale = step(x, y).numpy()
+    loss, scale, _ = step(x, y).numpy()
     assert np.isfinite(loss) and scale == 128.0  # a good step is applied
     assert any(not np.array_equal(o, n) for o, n in zip(before, model.get_weights(), strict=True))
 
@@ -296,7 +296,7 @@ def test_the_custom_loop_compiles_with_xla_on_one_replica_under_a_strategy(tiny_
     loop = prepared.loop
     x, y = next(iter(loop.strategy.experimental_distribute_dataset(prepared.batches.test)))
     # TensorFlow gives a function's XLA program only when it is compiled with XLA
-    assert "HloModule" in loop.train_step.experimental_get_compiler_ir(x, y)(stage="hlo")
+    assert "HloModule" in loop.train_step.experimental_get_compiler_ir(x, y, tf.constant(0.0))(stage="hlo")
     summary = run_experiment(config).summary
     assert summary.jit_compile and summary.replicas == 1 and summary.status == "finished"
 
