@@ -17,6 +17,7 @@ from mptrain.hardware.kernels import cached_kernels
 from mptrain.model.flops import ForwardProfile, Peak, machine_peak
 from mptrain.model.size import MemoryStats
 from mptrain.objective import Quality, lower_is_better
+from mptrain.precision.axes import ONEDNN_MODES
 from mptrain.record import FrozenRecord
 from mptrain.training.records import Status, StepRecord, StopKind
 
@@ -252,8 +253,11 @@ def summarize_run(session, profile: ForwardProfile, started_at: float) -> RunSum
                  if profile.uncounted else [])
     test, saved_s, saves = session.test, session.model_save_s, session.checkpointer.save_seconds
     times = step_times(monitor.steps, config.train.warmup_steps)
-    peak = None if machine.accelerated else machine_peak(machine.cpu, choice.compute_dtype,
-                                                         cached_kernels(machine))
+    # a oneDNN math mode runs float32's matmuls in bfloat16: their ceiling is bfloat16's (a
+    # float32+graph_bf16 run read 203% of float32's)
+    matmuls = ("bfloat16" if config.train.math_mode in ONEDNN_MODES and machine.onednn_bfloat16
+               else choice.compute_dtype)
+    peak = None if machine.accelerated else machine_peak(machine.cpu, matmuls, cached_kernels(machine))
     last_epoch = monitor.epoch_records[-1] if monitor.epoch_records else None
     quality = quality_of(prepared.objective, test) if test else None
     from mptrain.precision.policy import unlike_plain_keras

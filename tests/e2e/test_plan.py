@@ -88,6 +88,15 @@ def test_plan_on_a_built_in_measures_chooses_and_writes_a_runnable_plan(tmp_path
     base = record["trials"][0]["summary"]
     bf16 = next(t for t in record["trials"] if t["label"] == "mixed_bfloat16")
     assert bf16["summary"]["first_step_loss"] == pytest.approx(base["first_step_loss"], rel=2e-2)
+    # its MFU is read against the ceiling of the math it ran: bfloat16's where oneDNN takes it
+    # (against float32's, a float32+graph_bf16 run read 203%)
+    from mptrain.hardware.machine import ONEDNN_BFLOAT16_FLAGS, onednn_enabled, probe_cpu
+
+    flags = probe_cpu().flags
+    same_peak = bf16 if onednn_enabled(flags) and ONEDNN_BFLOAT16_FLAGS & flags else record["trials"][0]
+    def peak(summary):
+        return summary["achieved_tflops"] / summary["mfu"]
+    assert peak(onednn["summary"]) == pytest.approx(peak(same_peak["summary"]), rel=1e-6)
     assert record["layers"], "the best 16-bit candidate's layers were timed"
     assert {t["layer"] for t in record["layers"]} == {"dense_1", "dense_2", "logits"}
     assert record["winner"] in names and record["reason"] and record["status"] == "finished"
