@@ -14,7 +14,7 @@ from pathlib import Path
 from mptrain.errors import ConfigError
 from mptrain.measure.compare import CompareRecord, judge_compare
 from mptrain.measure.variant import Variant
-from mptrain.precision.candidates import Candidate
+from mptrain.precision.candidates import Candidate, candidate, candidate_name
 from mptrain.runs.folder import DEFAULT_FOLDER, RunFolder, is_run_folder, run_config, run_state_status
 from mptrain.runs.summary import RunSummary
 
@@ -38,7 +38,8 @@ def split_arguments(arguments: list[str]) -> tuple[Path, list[str]]:
 
 
 def compare_runs(refs: list[str], folder: Path = DEFAULT_FOLDER) -> CompareRecord:
-    """The runs named, side by side, judged as compare judges. The baseline is the first
+    """The runs named, side by side, judged as compare judges, each by the candidate it ran
+    (`float32+graph_bf16` is bfloat16 math, not float32). The baseline is the first plain
     float32 run named, else the first run; a run without a summary is a row saying so."""
     if len(refs) < 2:
         raise ConfigError("--compare: name at least two runs (folder names in "
@@ -51,7 +52,8 @@ def compare_runs(refs: list[str], folder: Path = DEFAULT_FOLDER) -> CompareRecor
     if not summaries:
         raise ConfigError("--compare: none of these runs has a summary (each stopped before it "
                           "ended: resume them first)")
-    base = next((s for s in summaries if s.policy == "float32"), summaries[0])
+    base = next((s for s in summaries if _candidate(s.candidate, s.policy).name == "float32"),
+                summaries[0])
     made_by = {p.resolve().parent for p in paths}
     compare = _compare_record(next(iter(made_by))) if len(made_by) == 1 else None
     rows = [_row(path, state, folder, compare) for path, state in zip(paths, states, strict=True)]
@@ -61,7 +63,8 @@ def compare_runs(refs: list[str], folder: Path = DEFAULT_FOLDER) -> CompareRecor
     # pipeline's own time (input-bound verdicts), why they ran in pairs
     measured = compare.model_dump(include={"turn_steps", "input_ms_per_batch", "pairs"}) if compare else {}
     record = CompareRecord(experiment=experiments, folder=str(folder), baseline=base_row.label,
-                           baseline_policy=base.policy, variants=rows, **measured)
+                           baseline_policy=_candidate(base.candidate, base.policy).name, variants=rows,
+                           **measured)
     return judge_compare(record, same_start=compare is not None)
 
 
@@ -81,12 +84,21 @@ def _row(path: Path, state, folder: Path, compare: CompareRecord | None) -> Vari
              "session": made.session} if made else {}
     if isinstance(state, RunSummary):
         return Variant(label=name, run_dir=str(path), summary=state, loop=state.loop,
-                       candidate=Candidate(name=state.policy, policy=state.policy), **turns)
+                       candidate=_candidate(state.candidate, state.policy), **turns)
     config = run_config(path)
-    policy = config.policy if config else "?"
-    return Variant(label=name, run_dir=str(path), candidate=Candidate(name=policy, policy=policy),
+    return Variant(label=name, run_dir=str(path),
+                   candidate=_candidate(candidate_name(config), config.policy) if config else
+                   Candidate(name="?", policy="?"),
                    loop=config.train.loop if config else "?",
                    failed=f"no summary ({run_state_status(state)})")
+
+
+def _candidate(name: str | None, policy: str) -> Candidate:
+    """The candidate a run ran, by the name its summary gives (a summary before 2026-12-03
+    names none: its policy); a name no longer known, as it was written."""
+    with suppress(ConfigError):
+        return candidate(name or policy)
+    return Candidate(name=name or policy, policy=policy)
 
 
 def _name(path: Path, folder: Path) -> str:

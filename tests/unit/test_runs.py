@@ -128,6 +128,19 @@ def test_compare_runs_side_by_side_with_compare_rules(runs):
     assert "f-fp16" in console.export_text()
 
 
+def test_compare_runs_reads_each_run_as_the_candidate_it_ran(runs):
+    """A float32 policy with oneDNN's bfloat16 math is bfloat16 math: never the float32
+    baseline, and labelled by its candidate (a new user's `runs --compare` called it
+    `float32 fit` and read a mixed_bfloat16 run against it)."""
+    run_folder(runs, "g-graph", make_summary(median=8.0, candidate="float32+graph_bf16"), 7000,
+               "train.math_mode=graph_bf16")
+    record = compare_runs(["g-graph", "compare-tiny-1/tiny-mixed_bfloat16-fit", "a-finished"], runs)
+    assert record.baseline_policy == "float32" and record.baseline == "a-finished"
+    graph = record.variants[0]
+    assert graph.candidate.name == "float32+graph_bf16" and graph.candidate.sixteen_bit
+    assert graph.speedup == pytest.approx(20.0 / 8.0)
+
+
 def test_runs_from_one_compare_are_judged_with_what_that_compare_measured(tmp_path):
     """Its input pipeline's own time (which makes a step input-bound) and why its rows ran in
     pairs are the compare's, in compare.json: `runs --compare` of its runs says what it said."""
