@@ -48,7 +48,7 @@ from mptrain.measure.to_target import ToTarget, to_target
 from mptrain.measure.variant import QualityDelta, Speed, SpeedWord, Training, Variant, Verdict
 from mptrain.measure.whole_run import RunLength, in_batches_of, whole_run_estimate
 from mptrain.runs.summary import MIN_TIMED_STEPS, QualityFigure, RunSummary
-from mptrain.training.records import STOPPED_EARLY
+from mptrain.training.records import CUT_SHORT, STOPPED_EARLY
 
 Z95 = 1.96
 MIN_ROUNDS = 3  # fewer paired rounds are no measurement of a ratio
@@ -238,8 +238,9 @@ def speed(row: Variant, base: Variant, turn_steps: int = 0,
 def _what_gives_rounds(s: RunSummary, turn_steps: int) -> str:
     """What gives MIN_ROUNDS rounds, as the option that does it: a run its step limit ended
     (plan's trials, `compare --steps`), more steps; one its epochs ended, more epochs (where
-    `--steps 16` changed nothing: it only caps the steps the epochs give)."""
-    if not turn_steps:
+    `--steps 16` changed nothing: it only caps the steps the epochs give). Nothing for one a
+    plan cut short (`CUT_SHORT`: dropped, decided, out of budget): no option gives it more."""
+    if not turn_steps or s.stopped_by in CUT_SHORT:
         return ""
     steps = 1 + MIN_ROUNDS * turn_steps
     if s.stopped_by == "max_steps" or not s.epochs_run:

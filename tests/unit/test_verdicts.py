@@ -206,6 +206,11 @@ def test_too_few_rounds_say_so_and_how_many_steps_give_enough():
     by_epochs = speed(measured("b", summary=ended, rounds=[50.0, 50.0]),
                       measured("a", summary=make_summary(median=100.0), rounds=[100.0, 100.0]), 5)
     assert by_epochs.unknown == "2 round(s) in turns, 3 needed: --epochs 3 gives 3"
+    # a trial plan dropped (or out of budget): no option gives it more rounds, none is said
+    dropped = make_summary(median=50.0, steps=12, epochs_run=2, stopped_by="dropped")
+    assert speed(measured("b", summary=dropped, rounds=[50.0, 50.0]),
+                 measured("a", summary=make_summary(median=100.0), rounds=[100.0, 100.0]),
+                 5).unknown == "2 round(s) in turns, 3 needed"
     record = record_of(("float32", make_summary(median=100.0)), ("mixed_bfloat16", make_summary(median=50.0)),
                        rounds={"float32-fit": [100.0, 100.0], "mixed_bfloat16-fit": [50.0, 50.0]})
     assert record.variants[1].speedup is None
