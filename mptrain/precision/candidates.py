@@ -140,7 +140,8 @@ def candidate(name: str, why_not: str | None = None) -> Candidate:
     policy, *parts = name.split("+")
     if policy not in POLICIES or policy == "auto":
         known = [p for p in POLICIES if p != "auto"]
-        raise ConfigError(f"{name!r}: {policy!r} is not a policy{did_you_mean(policy, known)}; a "
+        which = f"{name!r}: {policy!r}" if parts else repr(policy)
+        raise ConfigError(f"{which} is not a policy{did_you_mean(policy, known)}; a "
                           f"candidate is a policy ({', '.join(known)}), then any of {_PARTS}, e.g. "
                           "mixed_bfloat16+xla")
     values: dict[str, Any] = {}

@@ -180,7 +180,11 @@ def test_compare_takes_a_candidate_plan_prints_and_runs_xla_beside_its_control(t
     listed = mptrain("runs", str(tmp_path / "runs"), cwd=tmp_path)  # runs names the candidate too
     assert listed.returncode == 0 and "mixed_float16+xla fit" in listed.stdout, listed.stdout
     bad = mptrain("compare", str(config), "--policies", "float32,mixed_bfloat16+fast", cwd=tmp_path)
-    assert bad.returncode == 2 and "'fast' is not one of +xla, a math mode" in bad.stderr
+    assert bad.returncode == 2 and "--policies 'mixed_bfloat16+fast': 'fast' is not one of +xla, " \
+        "a math mode" in bad.stderr
+    typo = mptrain("compare", str(config), "--policies", "float32,mixed_fp16", cwd=tmp_path)
+    assert typo.returncode == 2 and "--policies 'mixed_fp16' is not a policy (did you mean " \
+        "mixed_float16?)" in typo.stderr and "Traceback" not in typo.stderr
 
 
 @pytest.mark.parametrize(("args", "said"), [
