@@ -56,7 +56,9 @@ NOT_RUN = {
     "mptrain compare exp.yaml --policies float32,mixed_bfloat16 --batch-sizes 128,256":
         "trains four variants: tests/e2e/test_compare.py (across batch sizes)",
     "mptrain run synthetic": "trains: tests/e2e/test_cli.py, tests/e2e/test_training.py",
-    "mptrain plan synthetic": "trials: tests/e2e/test_plan.py",
+    "mptrain plan synthetic --budget 5": "trials: tests/e2e/test_plan.py",
+    "mptrain run synthetic --epochs 1 --steps 20":
+        "trains; the shortcuts are tests/e2e/test_cli.py's (--steps) and tests/unit/test_launch.py's",
     "mptrain run fashion_mnist_mixed": "trains on Fashion-MNIST: tests/e2e/test_bring_your_own.py",
     "mptrain run configs/fashion_mnist_mixed.yaml --set train.epochs=2 --set policy=mixed_bfloat16":
         "trains on Fashion-MNIST: tests/e2e/test_bring_your_own.py",
