@@ -33,7 +33,9 @@ def run_header(experiment: ExperimentConfig, choice: PolicyChoice, warning: str 
         "XLA optimizer update" if choice.xla_optimizer_update else "no XLA")
     text = Text.assemble("mptrain run ", (experiment.name, "bold"),
                          f": {policy}, loop {experiment.train.loop}, "
-                         f"{experiment.train.epochs} epoch(s), {xla}")
+                         f"{experiment.train.epochs} epoch(s)"
+                         + (f", {limit} steps at most" if (limit := experiment.train.max_steps) else "")
+                         + f", {xla}")
     for note in notes:
         text.append(f"\nnote: {note}")
     if warning:

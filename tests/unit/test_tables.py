@@ -286,3 +286,18 @@ def test_the_summarys_status_says_how_the_run_stopped_once():
         "interrupted by SIGINT at the end of epoch 3"
     assert status(stopped_by="max_steps", stop_reason="stopped after 8 steps (step limit 8)") == \
         "finished, stopped after 8 steps (step limit 8)"
+
+
+def test_the_run_header_says_a_step_limit_beside_the_epochs():
+    """`--steps 30` ends a 2-epoch run in its first epoch: the header said "2 epoch(s)" alone."""
+    from mptrain.config import validate
+    from mptrain.precision.policy import PolicyChoice
+    from mptrain.report.tables import run_header
+    from tests.helpers import tiny_raw
+
+    choice = PolicyChoice(requested="float32", name="float32", reason="", jit_compile=False,
+                          jit_reason="")
+    limited = validate(tiny_raw("train.epochs=2", "train.max_steps=30"), "<test>")
+    assert "2 epoch(s), 30 steps at most, no XLA" in run_header(limited, choice, None, []).plain
+    assert "2 epoch(s), no XLA" in run_header(validate(tiny_raw("train.epochs=2"), "<test>"), choice,
+                                              None, []).plain
