@@ -251,7 +251,8 @@ def _compare_rows(record: CompareRecord):
 def _compare_footnotes(record: CompareRecord) -> list[str]:
     """What compare's columns mean, and how its speed-ups were measured."""
     base = record.baseline_policy
-    peaks = {s.compute_dtype: f"{s.compute_dtype}: {s.peak_unit} {s.peak_tflops:.2f}"
+    # by the peak (a oneDNN math mode's float32 matmuls run in bfloat16: against its peak)
+    peaks = {s.peak_unit: f"{s.peak_unit} {s.peak_tflops:.2f}"
              for s in (r.summary for r in record.variants) if s is not None and s.peak_unit}
     notes = [f"[yellow]in pairs:[/] {escape(record.pairs)}"] if record.pairs else []
     turns = (f"the variants ran in turns of {record.turn_steps} steps; speed-up: the median over "
@@ -278,8 +279,8 @@ def _compare_footnotes(record: CompareRecord) -> list[str]:
                      "rounds, its precision's own effect (its speed-up over float32 also counts "
                      "what XLA alone does).")
     if peaks:
-        notes.append("MFU: achieved TFLOP/s over the peak of the unit that runs each dtype's "
-                     f"matmuls ({'; '.join(peaks.values())} TFLOP/s).")
+        notes.append("MFU: achieved TFLOP/s over the peak of what runs each variant's matmuls "
+                     f"({'; '.join(peaks.values())} TFLOP/s).")
     notes.append("training memory: TensorFlow's allocator peak above the data set (weights, "
                  "gradients, optimizer state, activations), × the baseline's.")
     return notes
