@@ -85,18 +85,24 @@ class Axis:
         return None
 
 
-class XlaAxis(Axis):
-    """Whole-step XLA forced on (`+xla`): an axis of its own everywhere but a TPU (always
-    XLA), so float32+xla is the control a 16-bit candidate with XLA is read against."""
+class Switch(Axis):
+    """An axis switched on or left at mptrain's choice: named by one word when on."""
 
-    field, key = "jit_compile", "train.jit_compile"
+    word: str
     values = (True,)
 
     def part(self, on) -> str | None:
-        return "xla" if on else None
+        return self.word if on else None
 
     def parse(self, part: str) -> bool | None:
-        return True if part == "xla" else None
+        return True if part == self.word else None
+
+
+class XlaAxis(Switch):
+    """Whole-step XLA forced on (`+xla`): an axis of its own everywhere but a TPU (always
+    XLA), so float32+xla is the control a 16-bit candidate with XLA is read against."""
+
+    field, key, word = "jit_compile", "train.jit_compile", "xla"
 
     def offers(self, policy: str, where: Where) -> tuple[bool, ...]:
         return () if where.machine.tpu else (True,)
@@ -164,19 +170,12 @@ class MathLibraryAxis(Axis):
         return f"{LIBRARY_NAMES[library]}'s kernels were not measured ({why})" if why else None
 
 
-class FusedAxis(Axis):
+class FusedAxis(Switch):
     """One fused BatchNorm op and float32 convolution weight gradients under bfloat16
     (`model.fused_layers`, `+fused`): on CPUs, where the guide's ResNet50 gained 1.65x with it."""
 
-    field, key, default = "fused", "model.fused_layers", False
+    field, key, default, word = "fused", "model.fused_layers", False, "fused"
     policies = ("mixed_bfloat16",)
-    values = (True,)
-
-    def part(self, on) -> str | None:
-        return "fused" if on else None
-
-    def parse(self, part: str) -> bool | None:
-        return True if part == "fused" else None
 
     def offers(self, policy: str, where: Where) -> tuple[bool, ...]:
         return (True,) if where.cpu and policy in self.policies else ()
