@@ -34,24 +34,24 @@ class Fitted:
     gap: int = 2  # spaces between columns
 
     def __rich_console__(self, console, options):
-        widths = self._widths(options.max_width)
+        widths, gap = self._widths(options.max_width)
         if self.title:
             yield Text.from_markup(self.title, style="table.title")
-        table = self._table(widths, header=True)
+        table = self._table(widths, gap, header=True)
         for name, cells in self.rows:
             first = cells[0]
             if name is not None and cell_len(name) > widths[0]:
                 yield table  # the rows so far; the same widths continue under the name
                 yield Text(name, overflow="fold")  # folded only if wider than the console
-                table = self._table(widths, header=False)
+                table = self._table(widths, gap, header=False)
             elif name is not None:
                 first = escape(name) + (f"\n{first}" if first else "")
             table.add_row(first, *cells[1:])
         yield table
 
-    def _table(self, widths: list[int], header: bool) -> Table:
+    def _table(self, widths: list[int], gap: int, header: bool) -> Table:
         table = Table(box=box.SIMPLE_HEAD, show_header=header, show_edge=False, pad_edge=False,
-                      collapse_padding=True, padding=(0, self.gap - 1))
+                      collapse_padding=True, padding=(0, gap - 1))
         for index, (head, width) in enumerate(zip(self.headers, widths, strict=True)):
             if index == 0 or index in self.text_columns:
                 table.add_column(head, width=width, overflow="fold")
@@ -59,9 +59,11 @@ class Fitted:
                 table.add_column(head, width=width, justify="right", no_wrap=True)
         return table
 
-    def _widths(self, width: int) -> list[int]:
-        """Every number its width and every word its own; then the verdicts READABLE
-        columns, column 0 what its names need (those that can fit), the verdicts the rest."""
+    def _widths(self, width: int) -> tuple[list[int], int]:
+        """Every number its width and every word its own (the columns one space apart when two
+        would fold a word: a compare's `mixed_float16+xla` lost its last letter to the gaps);
+        then the verdicts READABLE columns, column 0 what its names need (those that can
+        fit), the verdicts the rest. Returns the widths and the gap."""
         columns = [[head, *(Text.from_markup(cells[i]).plain for _, cells in self.rows)]
                    for i, head in enumerate(self.headers)]
 
@@ -73,7 +75,8 @@ class Fitted:
 
         text = sorted({0, *self.text_columns})
         widths = [widest_word(i) if i in text else longest(i) for i in range(len(columns))]
-        spare = width - self.gap * (len(columns) - 1) - sum(widths)
+        gap = self.gap if width - self.gap * (len(columns) - 1) >= sum(widths) else 1
+        spare = width - gap * (len(columns) - 1) - sum(widths)
         if spare < 0:  # a word wider than all the room left (a path in a finding): it folds
             widest = max(text, key=widths.__getitem__)
             widths[widest] = max(widths[widest] + spare, 1)
@@ -92,4 +95,4 @@ class Fitted:
                                    if name is not None and cell_len(name) <= reach)]))
         for i in text[1:]:
             grow(i, longest(i))
-        return widths
+        return widths, gap

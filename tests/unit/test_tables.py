@@ -301,3 +301,20 @@ def test_the_run_header_says_a_step_limit_beside_the_epochs():
     assert "2 epoch(s), 30 steps at most, no XLA" in run_header(limited, choice, None, []).plain
     assert "2 epoch(s), no XLA" in run_header(validate(tiny_raw("train.epochs=2"), "<test>"), choice,
                                               None, []).plain
+
+
+def test_a_compare_with_an_xla_control_keeps_its_candidates_and_verdicts_whole():
+    """mixed_float16+xla beside its float32+xla control: two spaces between six columns left
+    the widest name a letter short (`mixed_float16+xl`, then `a`), so the columns close to one
+    space before any word folds."""
+    rows = [compare_row("float32", summary=make_summary(median=100.0), rounds=[100.0] * 5),
+            compare_row("mixed_float16+xla", summary=make_summary(median=60.0, policy="mixed_float16"),
+                        rounds=[60.0, 61.0, 59.0, 60.0, 62.0]),
+            compare_row("float32+xla", summary=make_summary(median=80.0),
+                        rounds=[80.0, 81.0, 79.0, 80.0, 82.0])]
+    record = judge_compare(CompareRecord(experiment="synthetic", folder="/tmp/x", baseline=rows[0].label,
+                                         baseline_policy="float32", variants=rows, turn_steps=10))
+    assert "vs float32-xla-fit" in record.variants[1].verdict.words()
+    results = rendered(compare_tables(record)).split("\ndetails")[0]  # the widest table
+    leads_a_line(results, "mixed_float16+xla")
+    whole(results, "float32-xla-fit", "1.67x", "0.9000 (+0.00)")
