@@ -38,6 +38,20 @@ def step(slurm: SlurmCluster, tmp_path: Path, name: str, *args: str, timeout: fl
     return srun.returncode, texts[0::2], texts[1::2]
 
 
+def training(slurm: SlurmCluster, tmp_path: Path, name: str, config: Path):
+    """`srun -N2 -n2 mptrain run CONFIG --json` started and past its first epoch: the srun,
+    and the chief's stderr file (each task's output in NAME.out.%t, NAME.err.%t)."""
+    srun = slurm.srun("-N2", "-n2", "-o", str(tmp_path / f"{name}.out.%t"), "-e",
+                      str(tmp_path / f"{name}.err.%t"), *MPTRAIN, "run", str(config), "--json",
+                      cwd=tmp_path, env={"TMPDIR": str(tmp_path / "tmp")})
+    chief_log = tmp_path / f"{name}.err.0"
+    deadline = time.monotonic() + 240
+    while "epoch 1:" not in (chief_log.read_text() if chief_log.exists() else ""):
+        assert time.monotonic() < deadline and srun.poll() is None, chief_log.read_text()[-3000:]
+        time.sleep(0.5)
+    return srun, chief_log
+
+
 def scratch_left(tmp_path: Path) -> list[Path]:
     return sorted((tmp_path / "tmp").glob("mptrain-worker-*"))
 
@@ -53,14 +67,7 @@ def test_srun_trains_one_run_a_killed_task_stops_the_other_and_srun_resumes_it(t
     one = json.loads(mptrain("run", str(config), "--json", "--set", f"output.dir={tmp_path / 'single'}",
                              cwd=tmp_path).stdout)
     with SlurmCluster(2) as slurm:
-        srun = slurm.srun("-N2", "-n2", "-o", str(tmp_path / "cut.out.%t"), "-e",
-                          str(tmp_path / "cut.err.%t"), *MPTRAIN, "run", str(config), "--json",
-                          cwd=tmp_path, env={"TMPDIR": str(tmp_path / "tmp")})
-        chief_log = tmp_path / "cut.err.0"
-        deadline = time.monotonic() + 240
-        while "epoch 1:" not in (chief_log.read_text() if chief_log.exists() else ""):
-            assert time.monotonic() < deadline and srun.poll() is None, chief_log.read_text()[-3000:]
-            time.sleep(0.5)
+        srun, chief_log = training(slurm, tmp_path, "cut", config)
         victim = next(pid for pid in slurm.pids(2)  # task 1's `python -m mptrain run`
                       if b"\x00-m\x00mptrain\x00run\x00" in Path(f"/proc/{pid}/cmdline").read_bytes())
         os.kill(victim, signal.SIGKILL)
@@ -104,14 +111,7 @@ def test_scancel_stops_every_task_after_one_step_with_its_checkpoint(tmp_path):
     config = experiment(tmp_path, *HOSTS, "train.epochs=6")
     (tmp_path / "tmp").mkdir()
     with SlurmCluster(2) as slurm:
-        srun = slurm.srun("-N2", "-n2", "-o", str(tmp_path / "cancel.out.%t"), "-e",
-                          str(tmp_path / "cancel.err.%t"), *MPTRAIN, "run", str(config), "--json",
-                          cwd=tmp_path, env={"TMPDIR": str(tmp_path / "tmp")})
-        chief_log = tmp_path / "cancel.err.0"
-        deadline = time.monotonic() + 240
-        while "epoch 1:" not in (chief_log.read_text() if chief_log.exists() else ""):
-            assert time.monotonic() < deadline and srun.poll() is None, chief_log.read_text()[-3000:]
-            time.sleep(0.5)
+        srun, chief_log = training(slurm, tmp_path, "cancel", config)
         job = slurm.inside(0, "squeue -h -o %i", stdout=subprocess.PIPE, text=True).communicate()[0]
         slurm.inside(0, f"scancel {job.strip()}").wait(timeout=30)
         srun.communicate(timeout=120)
