@@ -93,8 +93,7 @@ class Candidate(Record):
         """The float32 candidate this one's precision is read against: float32 with the same
         XLA and math library (`float32+xla`, `float32+onednn`), so neither axis's own gain is
         credited to 16 bits."""
-        return Candidate(policy="float32", name=name_of("float32", {
-            "jit_compile": self.jit_compile, "math_library": self.math_library}),
+        return Candidate(name="float32", policy="float32").changed(
             jit_compile=self.jit_compile, math_library=self.math_library)
 
     @property
