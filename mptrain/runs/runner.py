@@ -195,10 +195,9 @@ class TrainingSession:
             # (still handled: a scheduler's SIGTERM reaches each worker at its own moment, and
             # one arriving as another's stop is saved has nothing left to stop)
             if monitor.stop_kind != "divergence" and monitor.steps:
-                steps = len(monitor.steps)
-                self.checkpointer.save(Position(monitor.epoch, 0, steps) if monitor.epoch_complete
-                                       else Position(max(monitor.epoch - 1, 0), monitor.step_in_epoch,
-                                                     steps))
+                steps, epoch = len(monitor.steps), monitor.epoch
+                self.checkpointer.save(Position(epoch, 0, steps) if monitor.epoch_complete else
+                                       Position(max(epoch - 1, 0), monitor.step_in_epoch, steps))
         self.tensorboard.flush()
         restored = self.rules.finish()
         self.notes += [*self.guard.recoveries, *([restored] if restored else [])]
