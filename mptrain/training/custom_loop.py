@@ -24,15 +24,17 @@ from mptrain.training.compiled import step_loss
 from mptrain.training.loss_scale import scale_variable
 from mptrain.training.monitor import TrainingMonitor
 
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # the least pressing first (`agreed_signal`)
+
 
 def make_train_step(model, optimizer, class_weight, jit_compile: bool, strategy=None):
     """One compiled training step: forward, scaled loss, gradients, apply, and the updates of
     the model's loss tracker and compiled metrics.
 
     Takes a batch and the signal that asked this worker to stop (its number; 0.0 by default:
-    none), and returns a float32 vector [loss, loss scale (NaN without scaling), the signal
-    that asked any worker to stop (`distribute.agree_to_stop`), *running metric values in
-    `metric_names(model)`'s order], so the loop fetches every per-step value in one
+    none), and returns a float32 vector [loss, loss scale (NaN without scaling), the share of
+    workers each of `STOP_SIGNALS` reached (`agreed_signal` reads them), *running metric
+    values in `metric_names(model)`'s order], so the loop fetches every per-step value in one
     device-to-host transfer (one sync per step). The step runs on every replica of `strategy`
     (None: TensorFlow's default, one replica) through `strategy.run`: Keras' losses divide
     each replica's mean by the number of replicas, so the gradients the optimizer sums across
@@ -41,7 +43,7 @@ def make_train_step(model, optimizer, class_weight, jit_compile: bool, strategy=
     """
     import tensorflow as tf
 
-    from mptrain.training.distribute import agree_on_finite, agree_to_stop
+    from mptrain.training.distribute import agree_on_finite
 
     # `class_weight`: every class's (`training.every_class_weight`), looked up by label
     class_weights = None if class_weight is None else tf.constant(
@@ -67,18 +69,29 @@ def make_train_step(model, optimizer, class_weight, jit_compile: bool, strategy=
         local_loss = loss * replicas  # this replica's mean loss, for the records
         tracker.update_state(local_loss, sample_weight=tf.shape(tf.nest.flatten(x)[0])[0])
         model.compute_metrics(x, y, predictions, sample_weight=weights)
-        return local_loss, agree_to_stop(asked, tf)
+        # beside it, whether each stop signal reached this worker: reduced with the loss, the
+        # workers learn of any worker's signal without a collective of its own (one cost 11%
+        # of a small model's step on two local workers)
+        return tf.stack([tf.cast(local_loss, tf.float32),
+                         *(tf.cast(tf.equal(asked, float(s)), tf.float32) for s in STOP_SIGNALS)])
 
     def step(x, y, asked=0.0):
-        losses, stops = strategy.run(replica_step, args=(x, y, asked))
-        loss = strategy.reduce(tf.distribute.ReduceOp.MEAN, losses, axis=None)
+        per_replica = strategy.run(replica_step, args=(x, y, asked))
+        loss, *asked_by = tf.unstack(strategy.reduce(tf.distribute.ReduceOp.MEAN, per_replica, axis=None))
         current_scale = tf.constant(float("nan")) if scale is None else scale
         results = model.get_metrics_result()
-        return tf.stack([tf.cast(loss, tf.float32), tf.cast(current_scale, tf.float32),
-                         strategy.experimental_local_results(stops)[0],  # alike on every replica
+        return tf.stack([loss, tf.cast(current_scale, tf.float32), *asked_by,
                          *(tf.cast(results[name], tf.float32) for name in metric_names(model))])
 
     return tf.function(step, jit_compile=jit_compile)
+
+
+def agreed_signal(shares) -> int:
+    """The signal every worker stops for, from the share of workers each of `STOP_SIGNALS`
+    reached (the same on each: reduced with the loss): the most pressing one any worker got
+    (SIGTERM over SIGINT), so all end with one exit code; 0 for none."""
+    return next((int(s) for s, share in reversed(list(zip(STOP_SIGNALS, shares, strict=True)))
+                 if share > 0), 0)
 
 
 def class_ids(tf, y):
@@ -157,11 +170,11 @@ class CustomLoop:
                 monitor.step_begin()
                 x, y = next(iterator)
                 asked = tf.constant(float(monitor.signal or 0))
-                loss, scale, agreed, *values = self.train_step(x, y, asked).numpy()
+                loss, scale, interrupted, terminated, *values = self.train_step(x, y, asked).numpy()
                 running = {name: float(v) for name, v in zip(names, values, strict=True)}
                 monitor.step_end(float(loss), batches.batch_size_at(monitor.step_in_epoch), running,
                                  None if math.isnan(scale) else float(scale))
-                if stopping := self._stops(monitor, int(agreed)):
+                if stopping := self._stops(monitor, agreed_signal((interrupted, terminated))):
                     break
             logs = self._results()
             if batches.val is not None and monitor.validates_epoch:
@@ -174,7 +187,7 @@ class CustomLoop:
         """Whether training stops here. On one worker, when anything asked. On several, a
         signal reaches each at its own moment (scancel's SIGTERM, 20 ms apart, stopped one
         worker a step before the other, and their collectives failed as a lost worker's), so
-        a signal stops them only when the step agreed on it (`agree_to_stop`, `agreed`: its
+        a signal stops them only when the step agreed on it (`agreed_signal`, `agreed`: its
         number): every worker after the same step, each with its checkpoint and the signal's
         exit code; other stops (the step limit, the guard, epoch rules) read the same global
         figures on each and stop them alike."""

@@ -138,17 +138,6 @@ def agree_on_finite(gradients, tf):
             for g in gradients]
 
 
-def agree_to_stop(asked, tf):
-    """In a replica: the signal that asked a worker to stop (its number, 0.0 for none), the
-    same on every replica (the largest: SIGTERM over SIGINT), so all workers stop after the
-    same step and end alike (`CustomLoop._stops`)."""
-    context = tf.distribute.get_replica_context()
-    if context is None or context.num_replicas_in_sync == 1:
-        return asked
-    # (an input given as it came is on no device, and a collective then has nowhere to send it)
-    return tf.reduce_max(context.all_gather(tf.reshape(tf.identity(asked), [1]), axis=0))
-
-
 def replicas_for(strategy: str, devices: list[str] | None, machine) -> int:
     """How many replicas a strategy would train on here, without creating it (a process may
     hold only one): for the notes said before a compare's variants run."""

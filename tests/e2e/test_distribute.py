@@ -82,12 +82,12 @@ x[6, 0] = np.inf  # in the second half of the batch: replica 1's share only
 dataset = strategy.experimental_distribute_dataset(tf.data.Dataset.from_tensor_slices((x, y)).batch(8))
 xb, yb = next(iter(dataset))
 shares = [v.shape[0] for v in strategy.experimental_local_results(xb)]
-loss, scale, _ = step(xb, yb).numpy()
+loss, scale, *_ = step(xb, yb).numpy()
 after = model.get_weights()
 unchanged = all(np.array_equal(a, b) for a, b in zip(before, after))
 xg, yg = next(iter(strategy.experimental_distribute_dataset(
     tf.data.Dataset.from_tensor_slices((np.ones((8, 4), np.float32), y)).batch(8))))
-loss2, scale2, _ = step(xg, yg).numpy()
+loss2, scale2, *_ = step(xg, yg).numpy()
 moved = not all(np.array_equal(a, b) for a, b in zip(before, model.get_weights()))
 print(shares, float(scale), unchanged, float(scale2), moved)
 """

@@ -267,3 +267,15 @@ def test_what_is_reported_is_saved_first_in_whatever_order_listeners_are_given()
         each.epoch_finished(None)
     assert heard == ["RunFolder", "EpochRules", "DivergenceGuard", "Checkpointer", "TakeTurns",
                      "LiveProgress", "TensorBoardWriter"]
+
+
+def test_workers_agree_on_the_most_pressing_signal_any_of_them_got():
+    """The custom loop's step reduces, with the loss, the share of workers SIGINT and SIGTERM
+    reached; every worker stops for the same one (one exit code), SIGTERM over SIGINT."""
+    import signal
+
+    from mptrain.training.custom_loop import agreed_signal
+
+    assert agreed_signal((0.0, 0.0)) == 0
+    assert agreed_signal((0.5, 0.0)) == signal.SIGINT
+    assert agreed_signal((0.0, 0.5)) == agreed_signal((0.5, 0.5)) == signal.SIGTERM
