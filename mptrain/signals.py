@@ -21,10 +21,11 @@ import threading
 from contextlib import ExitStack, contextmanager
 from typing import TYPE_CHECKING
 
+from mptrain.training.records import STOP_SIGNALS
+
 if TYPE_CHECKING:
     from mptrain.training.monitor import TrainingMonitor
 
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 DIVERGED_EXIT_CODE = 3
 INTERRUPTED_EXIT_CODE = 130
 

@@ -23,8 +23,7 @@ from mptrain.precision.policy import PolicyChoice
 from mptrain.training.compiled import step_loss
 from mptrain.training.loss_scale import scale_variable
 from mptrain.training.monitor import TrainingMonitor
-
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # the least pressing first (`agreed_signal`)
+from mptrain.training.records import STOP_SIGNALS
 
 
 def make_train_step(model, optimizer, class_weight, jit_compile: bool, strategy=None):

@@ -8,6 +8,7 @@ summary, the plot) reads these, never a loop's own structures.
 from __future__ import annotations
 
 import math
+import signal
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import ClassVar, Literal
@@ -15,6 +16,9 @@ from typing import ClassVar, Literal
 # What can stop a run before its configured end.
 # "budget": a plan's time ran out; "dropped": a plan's race found it cannot be picked;
 # "decided": a plan's race decided its pick (the run stopped with the others)
+# the signals that stop training after its step (`signals.stop_on_signals`), the least pressing
+# first: workers that got different ones stop for the last (`custom_loop.agreed_signal`)
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 StopKind = Literal["max_steps", "max_step_seconds", "budget", "dropped", "decided", "signal",
                    "divergence", "early_stopping"]
 CUT_SHORT: tuple[StopKind, ...] = ("budget", "dropped", "decided")  # by a plan: resumable to its end
