@@ -58,7 +58,7 @@ def compare_command(
 
     with options.user_errors(verbose=verbose, json_out=json_out):
         settings = mptrain.measure.compare.CompareSettings(
-            policies=options.parse_candidates(policies, "--policies") if policies is not None else None,
+            policies=options.parse_choices(policies, None, "--policies") if policies is not None else None,
             loops=options.parse_choices(loops, LOOPS, "--loops") if loops else None,
             strategies=options.parse_choices(strategies, STRATEGIES, "--strategies") if strategies else None,
             batch_sizes=options.parse_batch_sizes(batch_sizes), sets=set_ or [], epochs=epochs,

@@ -54,20 +54,6 @@ VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", metavar="", help=(
     "error raised by your own code (a builder, a saved model's layers)."))]
 
 
-def parse_candidates(text: str, option: str) -> list[str]:
-    """`parse_choices` for precision candidates (compare's --policies): each name read as
-    `precision.candidates.candidate` reads it, its error naming the option."""
-    from mptrain.precision.candidates import candidate
-
-    names = parse_choices(text, None, option)
-    for name in names:
-        try:
-            candidate(name)
-        except ConfigError as exc:
-            raise ConfigError(f"{option} {exc}") from None
-    return names
-
-
 def parse_choices(text: str, allowed: tuple[str, ...] | None, option: str) -> list[str]:
     """`a,b` → ["a", "b"]; empty lists, unknown names (when `allowed` lists them; else the
     library checks them) and duplicates are errors."""

@@ -156,8 +156,12 @@ def plan_variants(config: ExperimentConfig, policies: list[str], loops: list[str
                   batch_sizes: list[int] | None = None) -> list[Variant]:
     """Every policy (a precision candidate's name) under every loop, strategy and batch size,
     the policies innermost (the first float32 is of the first loop, strategy and batch: the
-    baseline); a name that is no candidate is an error before anything runs."""
-    options = [candidate(name) for name in policies]
+    baseline); a name that is no candidate is an error before anything runs, naming
+    --policies."""
+    try:
+        options = [candidate(name) for name in policies]
+    except ConfigError as exc:
+        raise ConfigError(f"--policies {exc}") from None
     return [Variant(label=compare_label(c.name, loop, s, b), candidate=c, loop=loop, strategy=s,
                     batch={"train.batch_size": b} if b else {})
             for s in (strategies or [config.distribute.strategy])

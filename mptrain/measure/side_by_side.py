@@ -63,8 +63,7 @@ def compare_runs(refs: list[str], folder: Path = DEFAULT_FOLDER) -> CompareRecor
     # pipeline's own time (input-bound verdicts), why they ran in pairs
     measured = compare.model_dump(include={"turn_steps", "input_ms_per_batch", "pairs"}) if compare else {}
     record = CompareRecord(experiment=experiments, folder=str(folder), baseline=base_row.label,
-                           baseline_policy=_candidate(base.candidate, base.policy).name, variants=rows,
-                           **measured)
+                           baseline_policy=base_row.candidate.name, variants=rows, **measured)
     return judge_compare(record, same_start=compare is not None)
 
 

@@ -51,7 +51,9 @@ class Axis:
     """One axis beside the precision. `field`: the `Candidate` field; `key`: its experiment
     key; `default`: mptrain's own choice (no name part); `separator`: what joins its part to
     the name; `overrides`: its default is given to a candidate's runs too (else their
-    experiment's own stays); `policies`: those it pairs with (on some machine)."""
+    experiment's own stays); `scaled`: its runs take it with what it scales, not as one of
+    the candidate's settings (the batch: `Variant.batch`); `policies`: those it pairs with
+    (on some machine)."""
 
     field: str
     key: str

@@ -198,7 +198,7 @@ class CustomLoop:
                 monitor.request_stop(f"interrupted: another worker was stopped by "
                                      f"{signal.Signals(agreed).name}; every worker stopped after "
                                      f"{where}", "signal")
-            elif "every worker stopped" not in monitor.stop_reason:
+            else:  # (once: training stops here)
                 monitor.stop_reason += f"; every worker stopped after {where}"
             monitor.signal = agreed  # one exit code on every worker
             return True
