@@ -141,6 +141,20 @@ def experiment(tmp_path: Path, *overrides: str, name: str = "exp.yaml") -> Path:
     return path
 
 
+EXAMPLES = Path(__file__).resolve().parents[1] / "docs" / "examples"
+
+
+def example(tmp_path: Path, name: str) -> Path:
+    """docs/examples/NAME.yaml (and its builder) copied beside the test's data."""
+    import shutil
+
+    for builder in EXAMPLES.glob(f"{name}*.py"):
+        shutil.copy(builder, tmp_path / builder.name)
+    path = tmp_path / f"{name}.yaml"
+    path.write_text((EXAMPLES / f"{name}.yaml").read_text())
+    return path
+
+
 def run_json(tmp_path: Path, config: Path, *args: str) -> dict:
     import json
 

@@ -25,6 +25,11 @@ class _DataBase(_Strict):
         "Train on only the first N training examples (a quick trial on a large set)."))
     max_test_examples: int | None = Field(None, ge=1, description=(
         "Evaluate on only the first N test examples."))
+    labels: bool = Field(True, description=(
+        "false: the examples' inputs alone, batches of x rather than (x, y), for a model whose "
+        "own train_step needs no labels (a GAN on MNIST's digits, an autoencoder of its own). "
+        "An .npz without y arrays, and a folder of files without class sub-folders, have none "
+        "anyway."))
 
 
 class MnistData(_DataBase):

@@ -148,6 +148,13 @@ class TrainConfig(_Strict):
         "metrics; reported per epoch and on the test set. null: the objective's own (accuracy "
         "for classes, auc for several 0/1 labels, mae for regression, accuracy and mean_iou for "
         "a label per position)."))
+    monitor: KerasName | None = Field(None, description=(
+        "The figure that judges the run (summary's quality; compare's and plan's verdicts): a "
+        "figure the model reports on the test set (its own test_step's, such as "
+        "student_loss; a metric such as accuracy), or for a model Keras cannot evaluate (a "
+        "GAN without test_step) its last epoch's. null: the objective's own (accuracy, MAE, "
+        "AUC, IoU; a model of its own algorithm: the first metric it was compiled with; "
+        "one that reports only losses, a GAN's, is not judged)."))
     target_scaling: Literal["none", "standard"] = Field("none", description=(
         "Regression: standard trains on (target - mean) / std, both fitted on the training "
         "split (the summary says them): targets in the thousands otherwise square past "

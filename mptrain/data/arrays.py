@@ -1,4 +1,5 @@
-"""In-memory data sets, a `Source` each: mnist, fashion_mnist, npz, synthetic, synthetic_text.
+"""In-memory data sets, a `Source` each: mnist, fashion_mnist, npz (and the generated ones in
+`synthetic.py`).
 
 Pixels (uint8) stay uint8 here, a quarter of float32's memory; the pipeline makes them float32
 (`pipeline._finish`).
@@ -19,8 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-from mptrain.config.kinds import MnistData, NpzData, SyntheticData, SyntheticTextData
-from mptrain.data.dataset import Dataset, InputSpec, Split, largest, split_sizes, standardisation
+from mptrain.config.kinds import MnistData, NpzData
+from mptrain.data.dataset import NO_LABELS, Dataset, InputSpec, Split, largest, split_sizes, standardisation
 from mptrain.data.source import Source
 from mptrain.errors import DataError
 from mptrain.objective import label_stats
@@ -51,7 +52,8 @@ class InMemory(Source):
         one with several inputs its arrays per input (x_train_INPUT, x_test_INPUT)."""
         (x_train, y_train), (x_test, y_test), source = self.arrays(cfg, seed)
         n_train, cut, n_test = split_sizes(cfg, rows(x_train), rows(x_test))
-        y_train, y_test = each(y_train, lambda y: y[:n_train]), each(y_test, lambda y: y[:n_test])
+        if y_train is not NO_LABELS:
+            y_train, y_test = each(y_train, lambda y: y[:n_train]), each(y_test, lambda y: y[:n_test])
         notes, raw = [], ()
         if isinstance(x_train, dict):
             x_train, x_test, spec = _named(x_train, x_test, n_train, n_test, source)
@@ -63,6 +65,7 @@ class InMemory(Source):
 
         def rows_of(start: int, stop: int) -> Split:
             return Split(stop - start, arrays=(each(x_train, lambda x: x[start:stop]),
+                                               y_train if y_train is NO_LABELS else
                                                each(y_train, lambda y: y[start:stop])))
 
         return Dataset(
@@ -121,32 +124,6 @@ def _named(x_train: dict, x_test: dict, n_train: int, n_test: int, source: str):
     return train, test, InputSpec.of_named({name: (x.shape[1:], str(x.dtype)) for name, x in train.items()})
 
 
-class Generated(InMemory):
-    """The kinds generated from the seed: how many examples there are is in the config."""
-
-    counts_cheaply = True
-
-    def training_examples(self, cfg: SyntheticData | SyntheticTextData):
-        return split_sizes(cfg, cfg.train_size)[1], None
-
-
-class Synthetic(Generated, dataset="synthetic"):
-    def arrays(self, cfg: SyntheticData, seed: int):
-        return *make_synthetic(cfg, seed), "synthetic"
-
-    def input_spec(self, cfg: SyntheticData) -> InputSpec:
-        shape = tuple(cfg.input_shape)
-        return InputSpec(shape, "image" if len(shape) == 3 else "vector")
-
-
-class SyntheticText(Generated, dataset="synthetic_text"):
-    def arrays(self, cfg: SyntheticTextData, seed: int):
-        return *make_synthetic_text(cfg, seed), "synthetic_text"
-
-    def input_spec(self, cfg: SyntheticTextData) -> InputSpec:
-        return InputSpec((cfg.sequence_length,), "tokens", cfg.vocab_size)
-
-
 class Npz(InMemory, dataset="npz"):
     files = {"path": "file"}
     says_channel = True
@@ -156,7 +133,9 @@ class Npz(InMemory, dataset="npz"):
 
     def training_examples(self, cfg: NpzData):
         """Only the labels are read (not the inputs): they count the examples."""
-        (_, y_train), (_, y_test) = read_npz(cfg.path, labels_only=True)
+        (x_train, y_train), (_, y_test) = read_npz(cfg.path, labels_only=True)
+        if y_train is NO_LABELS:  # the inputs alone: they count the examples
+            return split_sizes(cfg, rows(x_train))[1], None
         cut = split_sizes(cfg, min(each(y_train, len).values()) if isinstance(y_train, dict)
                           else len(y_train))[1]
         return cut, stats_of(y_train, y_test, cut, str(cfg.path))
@@ -173,7 +152,10 @@ def rows(arrays) -> int:
 
 
 def stats_of(y_train, y_test, cut: int, source: str):
-    """What the labels are (`objective.label_stats`), per output when there are several."""
+    """What the labels are (`objective.label_stats`), per output when there are several;
+    None for inputs alone."""
+    if y_train is NO_LABELS:
+        return None
     if isinstance(y_train, dict):
         return {name: label_stats(y_train[name][:cut], np.concatenate([y_train[name], y_test[name]]),
                                   f"{source} (y_train_{name})") for name in y_train}
@@ -204,82 +186,28 @@ def preprocess(x: np.ndarray, source: str) -> np.ndarray:
     return x
 
 
-def make_synthetic(cfg: SyntheticData, seed: int):
-    """A learnable classification set, deterministic for a seed, no I/O: each class has a
-    centre, each example is its class's centre plus Gaussian noise (`noise` is its standard
-    deviation relative to the centres').
-
-    Vectors: the centres are random points. Images (3-D shapes): the centres are textures
-    (a few random 2-D waves per class), which convolutions and pooling can tell apart, and
-    the pixels are squashed into (0, 1) like real ones, the range models that preprocess
-    pixels (keras.applications) were designed for.
-    """
-    rng = np.random.default_rng(seed)
-    shape = tuple(cfg.input_shape)
-    centres = (_textures(rng, cfg.num_classes, shape) if len(shape) == 3
-               else rng.normal(0.0, 1.0, size=(cfg.num_classes, *shape)).astype(np.float32))
-
-    def draw(n: int):
-        y = rng.integers(0, cfg.num_classes, size=n).astype(np.int32)
-        x = centres[y] + cfg.noise * rng.normal(0.0, 1.0, size=(n, *shape)).astype(np.float32)
-        if len(shape) == 3:
-            x = 1.0 / (1.0 + np.exp(-x))
-        return x.astype(np.float32), y
-
-    return draw(cfg.train_size), draw(cfg.test_size)
-
-
-def _textures(rng, classes: int, shape: tuple[int, ...]) -> np.ndarray:
-    """Per class, three 2-D waves of random frequency, direction, phase and colour."""
-    height, width, channels = shape
-    yy, xx = np.mgrid[:height, :width] / max(height, width)
-    centres = np.zeros((classes, *shape), np.float32)
-    for k in range(classes):
-        for _ in range(3):
-            fy, fx = rng.integers(-4, 5, size=2)
-            wave = np.sin(2 * np.pi * (fy * yy + fx * xx) + rng.uniform(0, 2 * np.pi))
-            centres[k] += wave[..., None] * rng.normal(0.0, 1.0, size=channels)
-    return centres / centres.std()
-
-
-def make_synthetic_text(cfg: SyntheticTextData, seed: int):
-    """Random filler tokens with class markers sprinkled in: the class is the marker that
-    occurs most often. Token 0 is padding, 1..num_classes are the markers."""
-    rng = np.random.default_rng(seed)
-
-    def draw(n: int):
-        y = rng.integers(0, cfg.num_classes, size=n).astype(np.int32)
-        x = rng.integers(cfg.num_classes + 1, cfg.vocab_size, size=(n, cfg.sequence_length))
-        markers = max(2, cfg.sequence_length // 8)
-        for row, label in enumerate(y):
-            places = rng.choice(cfg.sequence_length, size=markers, replace=False)
-            noise = rng.integers(1, cfg.num_classes + 1, size=markers)
-            # at least half the markers say the label; the rest are random markers
-            x[row, places] = np.where(np.arange(markers) < (markers + 1) // 2 + 1, label + 1, noise)
-        return x.astype(np.int32), y
-
-    return draw(cfg.train_size), draw(cfg.test_size)
-
-
 def read_npz(path: Path, labels_only: bool = False):
     """Arrays `x_train, y_train, x_test, y_test` from a NumPy archive (Keras' mnist.npz
     layout); for a model with several inputs, `x_train_INPUT, x_test_INPUT` for each instead
     of `x_train, x_test`, and for one with several outputs, `y_train_OUTPUT, y_test_OUTPUT`
-    instead of `y_train, y_test` (returned as dicts by name). `labels_only`: the x arrays are
-    not loaded (None)."""
+    instead of `y_train, y_test` (returned as dicts by name). An archive of x arrays alone has
+    no labels (`NO_LABELS`: for a model that needs none). `labels_only`: the x arrays are not
+    loaded (None), unless there are no labels (they count the examples then)."""
     try:
         with np.load(path, allow_pickle=False) as archive:
             found = archive.files
             inputs = [k.removeprefix("x_train_") for k in found if k.startswith("x_train_")]
             outputs = sorted(k.removeprefix("y_train_") for k in found if k.startswith("y_train_"))
             named_in, named_out = inputs and "x_train" not in found, outputs and "y_train" not in found
+            # no y array at all: the inputs alone (`data.labels`), for a model that needs none
+            labelled = any(k.startswith("y_") for k in found)
             wanted = [*([f"x_{s}_{i}" for i in inputs for s in ("train", "test")] if named_in
                         else ["x_train", "x_test"]),
                       *([f"y_{s}_{o}" for o in outputs for s in ("train", "test")] if named_out
-                        else ["y_train", "y_test"])]
+                        else ["y_train", "y_test"] if labelled else [])]
             missing = [k for k in wanted if k not in found]
             arrays = {} if missing else {k: archive[k] for k in wanted
-                                         if not (labels_only and k.startswith("x_"))}
+                                         if not (labels_only and labelled and k.startswith("x_"))}
     except FileNotFoundError:
         raise DataError(f"{path}: no such file") from None
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
@@ -289,20 +217,22 @@ def read_npz(path: Path, labels_only: bool = False):
                         "numpy.savez(path, x_train=..., y_train=..., x_test=..., y_test=...)") from None
     if missing:  # said before anything is loaded
         raise DataError(f"{path}: missing arrays {', '.join(missing)} (found: {', '.join(found) or 'none'}); "
-                        "an npz dataset needs x_train, y_train, x_test, y_test (for a model with "
-                        "several inputs, x_train_INPUT and x_test_INPUT for each; several outputs, "
-                        "y_train_OUTPUT and y_test_OUTPUT for each)")
+                        "an npz dataset needs x_train, y_train, x_test, y_test (x_train and x_test "
+                        "alone for a model that needs no labels; for a model with several inputs, "
+                        "x_train_INPUT and x_test_INPUT for each; several outputs, y_train_OUTPUT "
+                        "and y_test_OUTPUT for each)")
 
     def split_of(letter: str, names, split: str):
         return ({n: arrays[f"{letter}_{split}_{n}"] for n in names} if names
                 else arrays[f"{letter}_{split}"])
 
-    labels = {split: split_of("y", outputs if named_out else (), split) for split in ("train", "test")}
-    if labels_only:
+    labels = {split: split_of("y", outputs if named_out else (), split) if labelled else NO_LABELS
+              for split in ("train", "test")}
+    if labels_only and labelled:
         return (None, labels["train"]), (None, labels["test"])
     xs = {split: split_of("x", inputs if named_in else (), split) for split in ("train", "test")}
     for split in ("train", "test"):
-        lengths = {len(v) for part in (xs[split], labels[split])
+        lengths = {len(v) for part in (xs[split], labels[split] if labelled else {})
                    for v in (part.values() if isinstance(part, dict) else [part])}
         if len(lengths) != 1:
             raise DataError(f"{path}: the x_{split} and y_{split} arrays have different lengths "

@@ -20,6 +20,9 @@ if TYPE_CHECKING:  # numpy is imported where arrays are made, so `validate` star
     import numpy as np
 
 InputKind = Literal["image", "tokens", "vector", "named"]
+# the labels of a split that has none (inputs alone: `data.labels`): an empty structure,
+# which tf.data and tf.nest carry through every stage untouched
+NO_LABELS = ()
 
 
 @dataclass(frozen=True)
@@ -82,7 +85,8 @@ class Dataset:
     val: Split | None
     test: Split
     spec: InputSpec
-    labels: LabelStats | dict[str, LabelStats]  # as stored; per output for a model with several
+    # as stored; per output for a model with several; None: the inputs alone (`data.labels`)
+    labels: LabelStats | dict[str, LabelStats] | None
     source: str
     files: dict[str, str] = field(default_factory=dict)  # name → text the run folder keeps
     notes: list[str] = field(default_factory=list)  # what the loader did (files left out...)

@@ -47,14 +47,22 @@ def list_classes(root: Path, dataset: str, classes: list[str] | None = None,
     """Every file `dataset` reads under root/<class>/ (recursively), in the canonical (hashed)
     order, as (its path relative to root: what the order and the splits hash, its path, its
     label); and the classes. `classes` fixes the class list (a test folder must use the
-    training folder's classes)."""
+    training folder's classes). A folder of files without class sub-folders has no classes
+    (none: the data's inputs alone, `data.labels`)."""
     extensions, what = FILES[dataset]
     if not root.is_dir():
         raise DataError(f"{key} {root}: no such folder")
     found = sorted(d.name for d in root.iterdir() if d.is_dir() and not d.name.startswith("."))
+    if not found and classes is None:  # no classes: the files alone, for a model that needs no labels
+        files = sorted(str(p) for p in root.iterdir()
+                       if p.is_file() and p.suffix.lower() in extensions and not p.name.startswith("."))
+        if files:
+            return sorted([(Path(p).name, p, 0) for p in files],
+                          key=lambda e: (hash_fraction(e[0], "order"), e[0])), []
     if not found:
-        raise DataError(f"{key} {root}: no class sub-folders; put each class's {what} in its own "
-                        f"sub-folder ({root}/cats/..., {root}/dogs/...)")
+        raise DataError(f"{key} {root}: no class sub-folders and no {what} files; put each class's "
+                        f"{what} in its own sub-folder ({root}/cats/..., {root}/dogs/...), or, for "
+                        "a model that needs no labels, the files themselves")
     if classes is not None and not set(found) <= set(classes):
         extra = ", ".join(sorted(set(found) - set(classes)))
         raise DataError(f"{key} {root}: classes {extra} are not in the training folder's classes "
@@ -208,9 +216,7 @@ class Folder(Source):
 
     def training_examples(self, cfg: ImageFolderData | TextFolderData):
         splits = split_files(cfg)
-        labels = splits.train[1]
-        return len(splits.train[0]), label_stats(labels, labels + splits.val[1] + splits.test[1],
-                                                 f"data.path {cfg.path}", splits.classes)
+        return len(splits.train[0]), _label_stats(cfg, splits)
 
 
 class ImageFolder(Folder, dataset="image_folder"):
@@ -274,7 +280,7 @@ def _dataset(cfg, splits: FolderSplits, decode, spec: InputSpec, files: dict[str
         paths, labels = tf.constant(part[0]), tf.constant(part[1], tf.int32)
         return Split(len(part[0]), load=lambda index: (decode(paths[index]), labels[index]))
 
-    kept = {"classes.txt": "\n".join(splits.classes) + "\n", **files}
+    kept = {**({"classes.txt": "\n".join(splits.classes) + "\n"} if splits.classes else {}), **files}
     if splits.skipped:
         kept["skipped_files.txt"] = "\n".join(splits.skipped) + "\n"
     return Dataset(
@@ -282,10 +288,18 @@ def _dataset(cfg, splits: FolderSplits, decode, spec: InputSpec, files: dict[str
         val=split(splits.val) if splits.val[0] else None,
         test=split(splits.test),
         spec=spec,
-        labels=label_stats(splits.train[1], splits.train[1] + splits.val[1] + splits.test[1],
-                           f"data.path {cfg.path}", splits.classes),
+        labels=_label_stats(cfg, splits),
         source=str(cfg.path),
         files=kept,
         notes=[f"{len(splits.skipped)} broken file(s) left out (data.skip_bad_files): listed in "
                "skipped_files.txt"] if splits.skipped else [],
     )
+
+
+def _label_stats(cfg, splits: FolderSplits):
+    """What the labels are (`objective.label_stats`); None for files without classes."""
+    labels = splits.train[1]
+    if not splits.classes:
+        return None
+    return label_stats(labels, labels + splits.val[1] + splits.test[1], f"data.path {cfg.path}",
+                       splits.classes)

@@ -102,10 +102,11 @@ def input_ms_per_batch(batches: Batches, count: int = 20) -> float | None:
     return statistics.median(times)
 
 
-def make_batches(data: Dataset, config: ExperimentConfig, labels: Callable, scale_pixels: bool = True,
-                 replicas: int = 1) -> Batches:
+def make_batches(data: Dataset, config: ExperimentConfig, labels: Callable | None,
+                 scale_pixels: bool = True, replicas: int = 1) -> Batches:
     """Every split of `data` (held on the host: `hold_on_host`) as the experiment's batches;
-    `labels(tf, y)`: a batch's labels as the loss reads them (`Objective.batch_labels`);
+    `labels(tf, y)`: a batch's labels as the loss reads them (`Objective.batch_labels`); None:
+    the batches are the inputs alone (a data set without labels, `data.labels`);
     `scale_pixels`: the model does not rescale pixels itself (`model.inputs.pixel_range`);
     `replicas`: how many the batches are split over."""
     batch_size = config.train.batch_size
@@ -250,7 +251,8 @@ def _finish(tf, batches, tuned: bool, labels: Callable, scale_pixels: bool):
     here, on the host, as the guide advises (the model's first layer casts to the compute
     dtype, and a CPU does float16 arithmetic slower than float32): divided by 255 for a model
     that does not rescale them itself, as stored for one that does; the labels become what
-    the loss reads (`labels`: the objective's: ids, float columns, scaled targets).
+    the loss reads (`labels`: the objective's: ids, float columns, scaled targets; None: left
+    out, the batches are the inputs alone).
 
     `tuned`: tf.data's autotuning sizes the parallel decoding of files and the prefetch
     buffer. Batches gathered from arrays in memory have nothing to tune: they get a fixed
@@ -266,7 +268,7 @@ def _finish(tf, batches, tuned: bool, labels: Callable, scale_pixels: bool):
     def convert(x, y):
         if pixels:
             x = tf.cast(x, tf.float32) / 255.0 if scale_pixels else tf.cast(x, tf.float32)
-        return x, labels(tf, y)
+        return x if labels is None else (x, labels(tf, y))
 
     batches = batches.map(convert)
     options = tf.data.Options()

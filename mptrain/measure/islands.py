@@ -6,6 +6,7 @@ trial, kept only if it is measured faster."""
 from __future__ import annotations
 
 from mptrain.config import ExperimentConfig
+from mptrain.model.own_step import has_own_step
 from mptrain.model.walk import leaf_layers
 from mptrain.precision.candidates import Candidate
 from mptrain.record import Record
@@ -46,6 +47,8 @@ def layer_timings(config: ExperimentConfig, candidate: Candidate, seconds: float
     from mptrain.runs.experiment import prepare
 
     prepared = prepare(config, policy="float32", verbose=verbose)
+    if has_own_step(prepared.model):
+        return []  # a model of its own step keeps its layers as built (`own_step.check_own_step`)
     tf = prepared.tf
     policy16 = candidate.policy if candidate.policy != "float32" else "mixed_bfloat16"
     compute16 = DTYPES[policy16][0]

@@ -242,14 +242,15 @@ def start_plan(config: ExperimentConfig, settings: PlanSettings = PlanSettings()
     settings.check()
 
     def chosen(prepared) -> Staging:  # an unknown --candidates name fails here, too
-        from mptrain.model.fused import fusable  # Keras: once TensorFlow was imported quietly
+        from mptrain.model.fused import why_not_fused  # Keras: once TensorFlow was imported quietly
 
         machine, config = prepared.machine, prepared.config
         profile = forward_profile(prepared.model, prepared.data.spec.shape)
         kinds = kind_shares([(type(layer), profile.flops_by_layer.get(layer.name, 0))
                              for layer in profile.layers])
         found = select(candidates(machine, measured_kernels(prepared.tf, machine, status),
-                                  fusable=fusable(prepared.model), deterministic=config.deterministic,
+                                  unfused=why_not_fused(prepared.model),
+                                  deterministic=config.deterministic,
                                   kinds=kinds or GENERAL_KINDS),
                        settings.candidates)
         not_tried: list[str] = []

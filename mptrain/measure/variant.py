@@ -90,6 +90,8 @@ class Verdict(FrozenRecord):
     refused: list[str] = []  # why it cannot be picked: diverged, behind, failed, too slow...
     input_bound: bool = False  # its step is no slower than the input pipeline alone
     stopped_early: str | None = None  # why it stopped before its planned end (a budget, the race)
+    # nothing judges its quality nor its progress (a GAN's losses: `train.monitor` names a figure)
+    unjudged: bool = False
 
     @property
     def eligible(self) -> bool:
@@ -135,6 +137,8 @@ class Verdict(FrozenRecord):
             parts.append(f"loss behind float32's ({made})")
         if quality and not self.baseline and self.quality is not None:
             parts.append(self.quality.word())
+        if self.unjudged:
+            parts.append("quality not judged")
         parts += [reason for reason in self.refused if not reason.startswith("loss behind")]
         if self.input_bound:
             parts.append("input-bound")

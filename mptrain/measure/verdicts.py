@@ -112,8 +112,10 @@ def judge(row: Variant, base: Variant | None, steps: Steps | None = None,
             speed(row, base, rules.turn_steps, floor))
     training = target = None
     if steps is not None and s.status != "diverged":
+        # a step of the model's own that reports no loss (a GAN's d_loss and g_loss): its sum
+        # says whether a step diverged, not how far training got
         training, target, said = _losses(steps, rules, is_base, s.batch_size != b.batch_size,
-                                         1.0 if is_base else pace.ratio)
+                                         1.0 if is_base else pace.ratio, s.step_loss == "loss")
         refused += said
     quality = memory = None
     comparable = b is not None and "diverged" not in (s.status, b.status)
@@ -138,6 +140,7 @@ def judge(row: Variant, base: Variant | None, steps: Steps | None = None,
         slower_over_run=(pace.word == "faster" and whole is not None and base_whole is not None
                          and whole > base_whole),
         quality=quality, memory_ratio=memory,
+        unjudged=not is_base and quality_figure(s) is None and s.step_loss != "loss",
         refused=refused, input_bound=input_bound(s.step_time.median_ms if s.step_time else None,
                                                  rules.input_ms),
         stopped_early=s.stop_reason if s.stopped_by in STOPPED_EARLY else None)
@@ -177,15 +180,17 @@ def _stopped(s: RunSummary) -> list[str]:
     return []
 
 
-def _losses(steps: Steps, rules: Rules, is_base: bool, other_batch: bool,
-            speedup: float | None) -> tuple[Training | None, ToTarget | None, list[str]]:
+def _losses(steps: Steps, rules: Rules, is_base: bool, other_batch: bool, speedup: float | None,
+            progress: bool = True) -> tuple[Training | None, ToTarget | None, list[str]]:
     """Its losses against the baseline's: step by step on the same batches (`training_against`),
     over the examples seen at another batch; its time to target (`to_target`); and what they
-    refuse."""
+    refuse. `progress`: the losses are a training loss (else only their finiteness is read)."""
     refused, training = [], None
     if not is_base:
         if unexplained := sum(1 for r in steps.variant if not math.isfinite(r.loss) and not r.skipped):
             refused.append(f"{unexplained} NaN/inf loss(es) no loss scaler explains")
+        if not progress:
+            return None, None, refused
         if not other_batch:
             training = training_against([r.loss for r in steps.base], [r.loss for r in steps.variant],
                                         rules.tolerance_pct,

@@ -43,7 +43,7 @@ def build_model(config: ExperimentConfig, spec: InputSpec, objective,
     import mptrain.model.fused  # noqa: F401  (registers mptrain's layers for saving/loading)
     from mptrain.model.checks import check_inputs, check_model_inputs
     from mptrain.model.keras_internals import compiled_with, reset_name_counters
-    from mptrain.model.own_step import check_own_step, own_methods
+    from mptrain.model.own_step import check_own_step, has_graph, own_methods, sub_models
 
     # every build names its layers alike (`dense`, `dense_1`...), however many models the
     # process built before: the names plan, diagnose, lint and memory show are those
@@ -53,7 +53,12 @@ def build_model(config: ExperimentConfig, spec: InputSpec, objective,
     check_inputs(config, spec)
     # only a user's builder reads the training data (to adapt its preprocessing layers)
     model, notes = model_kind(config.model).build(config, spec, objective, train_inputs)
-    check_model_inputs(model, spec)  # before anything calls it on the data's inputs
+    if has_graph(model):
+        check_model_inputs(model, spec)  # before anything calls it on the data's inputs
+    elif model.weights and all(sub.built for sub in sub_models(model).values()):
+        # a model of its own algorithm's sub-models takes what its step takes; built as they
+        # are (Keras asks it of the model itself to save or load its weights)
+        model.built = True
     compiled = compiled_with(model) if getattr(model, "compiled", False) else None
     notes += check_own_step(config, model)
     rules = config.model.layer_rules
@@ -108,7 +113,11 @@ def _output_kind(config: ExperimentConfig, model, spec: InputSpec,
     user's model is read (`outputs.py`) unless `model.output_activation` declares it. A
     regression's values, and a model with its own compile or several outputs (each loss as
     named), are not read (their first output's reading, where it says, is kept)."""
+    from mptrain.model.own_step import has_graph
+
     declared = config.model.output_activation
+    if not has_graph(model):  # its own step computes its own losses: nothing of them to read
+        return "logits", []
     if declared is not None:
         return "probabilities" if declared in PROBABILITY_ACTIVATIONS else "logits", []
     if objective is None or objective.activation == "linear":
@@ -142,13 +151,17 @@ def _sample_inputs(spec: InputSpec):
 
 
 def output_dtype(model) -> str:
-    """The dtype of the model's outputs: float32 only when every one is."""
+    """The dtype of the model's outputs: float32 only when every one is (a model of its own
+    algorithm's sub-models: every sub-model's)."""
     import keras
 
-    from mptrain.model.own_step import casts_in_place
+    from mptrain.model.own_step import casts_in_place, has_graph, sub_models
 
     if casts_in_place(model):
         return "float32"
+    if not has_graph(model):
+        found = {output_dtype(sub) for sub in sub_models(model).values()}
+        return "float32" if found <= {"float32"} else ", ".join(sorted(found - {"float32"}))
     dtypes = {keras.backend.standardize_dtype(t.dtype) for t in model.outputs}
     return "float32" if dtypes == {"float32"} else ", ".join(sorted(dtypes - {"float32"}))
 
@@ -160,11 +173,18 @@ def ensure_float32_output(model):
     is kept (`own_step.py`): its own call casts its output."""
     import keras
 
-    from mptrain.model.own_step import cast_output_in_place, own_methods
+    from mptrain.model.own_step import cast_output_in_place, has_graph, own_methods, sub_models
 
     found = output_dtype(model)
     if found == "float32":
         return model, []
+    if not has_graph(model):  # its own algorithm, over sub-models: each returns float32
+        cast = [name for name, sub in sub_models(model).items() if output_dtype(sub) != "float32"]
+        for name in cast:
+            cast_output_in_place(getattr(model, name))
+        return model, [f"the outputs of {type(model).__name__}'s {', '.join(cast)} were {found}; "
+                       "mptrain casts each to float32 at the end of its own call, keeping the "
+                       "model and its training step (the guide's rule)"]
     if own_methods(model):
         cast_output_in_place(model)
         return model, [f"the model's output was {found}; mptrain casts it to float32 at the end of "

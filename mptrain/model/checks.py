@@ -22,14 +22,27 @@ def check_model(config: ExperimentConfig) -> None:
 
 
 def objective_of(config: ExperimentConfig, labels, compiled: dict | None = None,
-                 tentative: bool = False):
-    """The experiment's objective (`objective.objective_for`) and notes on it: the builder's
-    own compile when it compiled the model and `train.loss` is left out (what mptrain cannot
-    honour of it refused by name), else from the loss and the labels. `tentative`: before a
-    python builder has run, whose compile may be what decides (None then, where the default
-    loss does not suit the labels)."""
-    from mptrain.objective import Compiled, objective_for
+                 tentative: bool = False, algorithm: str | None = None):
+    """The experiment's objective (`objective.objective_for`) and notes on it: the model's
+    own training algorithm (`algorithm`: the class of a model that carries one,
+    `own_step.carries_algorithm`); the builder's own compile when it compiled the model and
+    `train.loss` is left out (what mptrain cannot honour of it refused by name); else from
+    the loss and the labels. `tentative`: before a python builder has run, whose model may be
+    what decides (None then, where the default loss does not suit the labels, or there are
+    none)."""
+    from mptrain.objective import Compiled, OwnStep, objective_for
 
+    if algorithm is not None:
+        objective = OwnStep(algorithm, compiled, labels)
+        return objective, [f"trained and judged as {algorithm}'s own step has it: its losses, its "
+                           "figures" + ("" if labels is not None else ", on the data's inputs alone")]
+    if labels is None:
+        if tentative and model_kind(config.model).runs_code:
+            return None, []
+        raise ConfigError("the data has no labels (its inputs alone), and a model mptrain "
+                          "compiles learns from labels: give the data its labels, or train a "
+                          "model whose own train_step needs none (model.kind python: a GAN, an "
+                          "autoencoder of its own; docs/models.md)")
     if compiled is not None and config.train.loss is None:
         if (steps := compiled.get("steps_per_execution") or 1) != 1:
             raise ConfigError(f"model.builder compiled the model with steps_per_execution={steps}: "
@@ -119,9 +132,12 @@ def check_built(config: ExperimentConfig, model, objective) -> list[str]:
     would fail after set-up or train with exit 0 on something that cannot learn; said, not
     refused, what is merely odd)."""
     from mptrain.model.outputs import read_output
+    from mptrain.model.own_step import has_graph
     from mptrain.model.walk import named_outputs
     from mptrain.objective import Several
 
+    if not has_graph(model):  # its own step takes the data, and computes its own losses
+        return []
     if isinstance(objective, Several):
         named = named_outputs(model)
         missing = [k for k in objective.parts if k not in named]

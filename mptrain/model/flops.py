@@ -80,6 +80,21 @@ class ForwardProfile:
     ops: int  # operations in the graph: each costs a kernel launch, whatever its size
     layers: tuple  # the model's leaf layers (`walk.leaf_layers`), in the model's order
     uncounted: tuple[str, ...] = ()  # layers whose matrix ops could not be counted: not in `flops`
+    # a model of its own algorithm over sub-models (`own_step.sub_models`): the sub-models
+    # counted, each once per example, which its own step may run more or less often
+    sub_models: tuple[str, ...] = ()
+
+    def notes(self) -> list[str]:
+        """What the count leaves out or assumes, for the run's notes."""
+        notes = ([f"FLOPs per example leave out {', '.join(self.uncounted)}: TensorFlow's graph "
+                  "does not give their sizes, so the compute figures are a lower bound"]
+                 if self.uncounted else [])
+        if self.sub_models:
+            notes.append(f"FLOPs per example are those of {', '.join(self.sub_models)}, each "
+                         "counted as one forward and backward pass per example; how often the "
+                         "model's own step runs each is its own (a teacher forward only, a GAN's "
+                         "discriminator twice), so the compute figures and MFU are an estimate")
+        return notes
 
     @property
     def training_flops(self) -> int:
@@ -114,7 +129,17 @@ def forward_profile(model, example_shape: tuple[int, ...] | None = None) -> Forw
     A matrix op without static shapes, or one inside a function TensorFlow calls (Keras
     compiles grouped convolutions with XLA), is not counted: its layer is named in
     `uncounted`, never silently zero; recurrent layers are counted over their timesteps
-    (`_recurrent_flops`)."""
+    (`_recurrent_flops`). A model of its own training algorithm over sub-models, which has no
+    graph of its own (a distiller's teacher and student, a GAN's generator and
+    discriminator), is counted as its sub-models, each on its own inputs."""
+    from mptrain.model.own_step import has_graph, sub_models
+
+    if not has_graph(model) and (parts := sub_models(model)):
+        profiles = [forward_profile(sub) for sub in parts.values()]
+        return ForwardProfile(sum(p.flops for p in profiles),
+                              dict(Counter(sum((Counter(p.flops_by_layer) for p in profiles), Counter()))),
+                              sum(p.ops for p in profiles), sum((p.layers for p in profiles), ()),
+                              sum((p.uncounted for p in profiles), ()), tuple(parts))
     layers = tuple(leaf_layers(model))
     try:
         graph = one_example_graph(model, False, example_shape)

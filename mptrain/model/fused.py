@@ -101,11 +101,21 @@ def _swappable(layer: dict) -> bool:
         config.get("data_format", "channels_last") == "channels_last" and config.get("groups", 1) == 1
 
 
-def fusable(model) -> bool:
-    """Whether `fuse` would change the model (plan's `+fused` candidate is tried only then)."""
-    from mptrain.model.dtypes import layer_configs
+NOTHING_TO_FUSE = "the model has no Conv2D or BatchNormalization: the same as mixed_bfloat16"
 
-    return any(map(_swappable, layer_configs(keras.saving.serialize_keras_object(model))))
+
+def why_not_fused(model) -> str | None:
+    """Why `fuse` would not change the model (None: it would; plan's `+fused` candidate is
+    tried only then): it has no layer to swap, or it trains with its own step, which a
+    rebuilt model would lose."""
+    from mptrain.model.dtypes import layer_configs
+    from mptrain.model.own_step import has_own_step
+
+    if has_own_step(model):
+        return (f"{type(model).__name__} trains with its own step, which fused layers would lose "
+                "(they rebuild the model as a plain Keras model)")
+    swappable = any(map(_swappable, layer_configs(keras.saving.serialize_keras_object(model))))
+    return None if swappable else NOTHING_TO_FUSE
 
 
 def fuse(model):

@@ -32,16 +32,15 @@ categorical loss). Nothing here imports TensorFlow at module level.
 from __future__ import annotations
 
 from mptrain.errors import ConfigError
+from mptrain.objective.composed import Compiled, OwnStep, Several
 from mptrain.objective.families import FAMILIES, family_of, head_activation
 from mptrain.objective.kinds import (
     Binary,
     Classes,
-    Compiled,
     DenseClasses,
     MultiLabel,
     Objective,
     Quality,
-    Several,
     Values,
     lower_is_better,
 )
@@ -49,7 +48,7 @@ from mptrain.objective.labels import LabelStats, label_stats
 from mptrain.objective.losses import DEFAULT_LOSS, resolve
 
 __all__ = ["DEFAULT_LOSS", "Binary", "Classes", "Compiled", "DenseClasses", "LabelStats", "MultiLabel",
-           "Objective", "Quality", "Several", "Values", "family_of", "for_head", "head_activation",
+           "Objective", "OwnStep", "Quality", "Several", "Values", "family_of", "for_head", "head_activation",
            "label_stats", "lower_is_better", "objective_for"]
 
 

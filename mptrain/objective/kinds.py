@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from mptrain.errors import ConfigError
-from mptrain.objective.labels import Labels, LabelStats
+from mptrain.objective.labels import Labels
 from mptrain.objective.losses import Loss
 
 
@@ -298,89 +298,6 @@ class Values(Objective):
         return notes
 
 
-class _Composed(Objective):
-    """An objective whose heads, losses and metrics are the model's or its parts' (several
-    heads, or none mptrain makes): nothing to add to its metrics, nothing of one head to check."""
-
-    activation = "linear"
-    one_head = False
-
-    def default_metrics(self) -> list[str]:
-        return []
-
-    def check(self, units: int, reading, class_weight: dict | None) -> list[str]:
-        return []
-
-    def check_positions(self, shape: tuple) -> None:
-        return None
-
-
-class Compiled(_Composed):
-    """The model its builder compiled: Keras' own loss, loss weights and metrics from that
-    compile, under every policy and both loops."""
-
-    name = "the model's own compile"
-
-    def __init__(self, compiled: dict, stats: LabelStats | dict[str, LabelStats]):
-        self.compiled, self.spec = compiled, None
-        self.outputs = list(stats) if isinstance(stats, dict) else []
-        first = next(iter(stats.values())) if isinstance(stats, dict) else stats
-        # labels go to the model's own loss as stored (one-hot rows stay one-hot)
-        self.loss_name = _describe_loss(compiled.get("loss"))
-        self.labels = Labels("classes" if first.whole else "values", first.shape[0] if first.shape else 1)
-        metrics = compiled.get("metrics")
-        metric = (next(iter(metrics.values())) if isinstance(metrics, dict) else metrics) or []
-        metric = metric[0] if isinstance(metric, list | tuple) and metric else metric
-        name = metric if isinstance(metric, str) else getattr(metric, "name", None)
-        if name and isinstance(metrics, dict):  # Keras names an output's metric after it
-            name = f"{next(iter(metrics))}_{name}"
-        self.quality = Quality(name, _higher(metric), name) if name else Quality("loss", False, "loss")
-
-    def describe(self) -> str:
-        """Several outputs are named, not described by the first one's labels."""
-        if not self.outputs:
-            return super().describe()
-        return f"{self.name} ({len(self.outputs)} outputs: {', '.join(self.outputs)}; loss {self.loss_name})"
-
-    def batch_labels(self, tf, y):
-        return tf.nest.map_structure(
-            lambda t: tf.cast(t, tf.float32) if t.dtype.is_floating else t, y)
-
-    def loss(self, output: str) -> Any:
-        return self.compiled.get("loss")
-
-    def compile_arguments(self) -> dict[str, Any]:
-        """The builder's compile, as mptrain recompiles it (its optimizer is the experiment's)."""
-        keys = ("loss", "loss_weights", "metrics", "weighted_metrics")
-        return {k: self.compiled[k] for k in keys if self.compiled.get(k) is not None}
-
-
-class Several(_Composed):
-    """A loss per output (`train.loss` a mapping): one objective per output, each judged as
-    its own; the verdict reads the first output's quality."""
-
-    name = "several outputs"
-
-    def __init__(self, parts: dict[str, Objective]):
-        self.parts, self.spec = parts, None
-        first_name, first = next(iter(parts.items()))
-        self.loss_name = ", ".join(f"{k}: {o.loss_name}" for k, o in parts.items())
-        self.labels = first.labels
-        self.quality = Quality(f"{first_name}_{first.quality.metric}", first.quality.higher_is_better,
-                               f"{first_name} {first.quality.label}", first.quality.proportion)
-
-    def batch_labels(self, tf, y):
-        return {k: self.parts[k].batch_labels(tf, v) for k, v in y.items()}
-
-    def loss(self, output: str) -> Any:
-        return {k: o.loss(output) for k, o in self.parts.items()}
-
-    def describe(self) -> str:
-        """'several outputs: value, a regression (1 target; loss mse); kind, a classification
-        (3 classes; ...)': each output's own objective, not the first's labels for all."""
-        return f"{self.name}: " + "; ".join(f"{k}, a {o.describe()}" for k, o in self.parts.items())
-
-
 def _one_unit_softmax(reading, units: int) -> None:
     """A softmax over one unit is 1.0 for every input (keras.io's `make_model(num_classes)`
     builds one when given 1): refused, it would train with exit 0 on nothing."""
@@ -390,23 +307,6 @@ def _one_unit_softmax(reading, units: int) -> None:
             "nothing can be learned. For two classes, end in Dense(1, activation='sigmoid') "
             "with train.loss: binary_crossentropy (a builder's num_classes is then 2), or in "
             "a softmax over 2 units")
-
-
-def _describe_loss(loss) -> str:
-    if isinstance(loss, dict):
-        return ", ".join(f"{k}: {_describe_loss(v)}" for k, v in loss.items())
-    if isinstance(loss, str):
-        return loss
-    return getattr(loss, "name", None) or type(loss).__name__
-
-
-def _higher(metric) -> bool:
-    """Whether higher is better for a compiled metric: Keras' own `_direction` where the
-    object has one, else by its name (`lower_is_better`)."""
-    direction = getattr(metric, "_direction", None)
-    if direction is not None:
-        return direction == "up"
-    return not lower_is_better(str(getattr(metric, "name", metric)))
 
 
 # words in the names of Keras' metrics that are errors or losses (smaller is better); every

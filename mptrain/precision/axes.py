@@ -22,7 +22,6 @@ from mptrain.hardware.kernels import GENERAL_KINDS, KernelSpeeds, Kinds
 from mptrain.hardware.machine import LIBRARY_NAMES, ONEDNN_BFLOAT16_FLAGS, Machine, library_of
 from mptrain.precision.policy import NO_XLA_DETERMINISTIC, cpu_float16
 
-NOTHING_TO_FUSE = "the model has no Conv2D or BatchNormalization: the same as mixed_bfloat16"
 ONEDNN_MODES = ("onednn_bf16", "graph_bf16")  # math modes of oneDNN's: they need it on
 SIXTEEN_BIT = ("mixed_bfloat16", "mixed_float16")  # the policies plan weighs against float32
 # A 16-bit candidate whose kernels measured below this against float32 (in the same XLA mode)
@@ -33,13 +32,14 @@ RULE_OUT = 0.8
 
 class Where(NamedTuple):
     """What decides whether an axis's value can win: this machine, its measured kernels (None:
-    not measured), the model's kinds of layer (their FLOP shares), whether the model has a
-    layer `+fused` changes, and the experiment's op determinism (no XLA under it)."""
+    not measured), the model's kinds of layer (their FLOP shares), why `+fused` cannot change
+    the model (None: it can; `model.fused.why_not_fused`), and the experiment's op
+    determinism (no XLA under it)."""
 
     machine: Machine
     kernels: KernelSpeeds | None = None
     kinds: Kinds = GENERAL_KINDS
-    fusable: bool = True
+    unfused: str | None = None
     deterministic: bool = False
 
     @property
@@ -183,7 +183,7 @@ class FusedAxis(Switch):
         return (True,) if where.cpu and policy in self.policies else ()
 
     def why_not(self, option, where: Where) -> str | None:
-        return None if where.fusable else NOTHING_TO_FUSE
+        return where.unfused
 
 
 class Float32LayersAxis(Axis):

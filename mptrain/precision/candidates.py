@@ -159,7 +159,7 @@ def candidate(name: str, why_not: str | None = None) -> Candidate:
 
 
 def candidates(machine: Machine, kernels: KernelSpeeds | None = None, *,
-               fusable: bool = True, deterministic: bool = False,
+               unfused: str | None = None, deterministic: bool = False,
                kinds: Kinds = GENERAL_KINDS) -> list[Candidate]:
     """What this machine can run: each precision it offers, alone and with each value an axis
     offers beside it here (`axes.AXES`: one change at a time, as an A/B test), float32 and
@@ -167,11 +167,11 @@ def candidates(machine: Machine, kernels: KernelSpeeds | None = None, *,
     first, the rest most promising first by the measured kernels of the model's kinds
     (`kinds`: their FLOP shares, `hardware.kernels.kind_shares`). One that cannot win here
     carries why (`Candidate.why_not_here`), with the figure this machine's kernels measured
-    (or the rule, said as one, when they were not). `fusable`: the model has a Conv2D or
-    BatchNormalization for `+fused` to change (`model.fused.fusable`). `deterministic`: the
+    (or the rule, said as one, when they were not). `unfused`: why `+fused` would not change
+    the model (`model.fused.why_not_fused`; None: it would). `deterministic`: the
     experiment's op determinism, under which no step runs XLA (`policy.NO_XLA_DETERMINISTIC`):
     those candidates cannot run at all."""
-    where = Where(machine, kernels, kinds, fusable, deterministic)
+    where = Where(machine, kernels, kinds, unfused, deterministic)
     found = []
     for policy in PRECISION.offers(where):
         plain = candidate(policy)

@@ -44,7 +44,7 @@ class LiveProgress(TrainingListener):
                                             step_ms="…", scale="", metrics="")
 
     def step_finished(self, record: StepRecord, step_in_epoch: int) -> None:
-        scale = f"scale {record.loss_scale:g}" if record.loss_scale is not None else ""
+        scale = f"scale {_scales(record)}" if record.loss_scale is not None else ""
         metrics = " ".join(f"{k} {v:.4f}" for k, v in record.metrics.items())
         self.progress.update(self._task, completed=step_in_epoch, loss=f"{record.loss:.4f}",
                              metrics=metrics, step_ms=f"{record.seconds * 1000:.1f}", scale=scale)
@@ -52,13 +52,20 @@ class LiveProgress(TrainingListener):
     def epoch_finished(self, record: EpochRecord) -> None:
         self.progress.remove_task(self._task)
         metrics = "  ".join(f"{k} {v:.4f}" for k, v in record.metrics.items())
-        extra = (f"  loss scale {record.loss_scale:g}, skipped {record.skipped_steps} in all"
+        extra = (f"  loss scale {_scales(record)}, skipped {record.skipped_steps} in all"
                  if record.loss_scale is not None else "")
         steps = f"{record.steps} step" + ("" if record.steps == 1 else "s")
         say(f"epoch {record.epoch}: {steps}  {metrics}{extra}")
 
     def notice(self, text: str, label: str = "warning") -> None:
         say(text, label, "yellow" if label == "warning" else "cyan")
+
+
+def _scales(record: StepRecord | EpochRecord) -> str:
+    """The loss scale, or each optimizer's ("d_optimizer 32768, g_optimizer 16384")."""
+    if record.loss_scales:
+        return ", ".join(f"{name} {value:g}" for name, value in record.loss_scales.items())
+    return f"{record.loss_scale:g}"
 
 
 COLOURS = {"plan": "cyan", "restart": "yellow"}

@@ -80,9 +80,10 @@ def summary_table(s: RunSummary) -> Group:
         rows.append(("notes", escape("; ".join(s.notes))))
     if s.speed_warning:
         rows.append(("[yellow]warning[/]", s.speed_warning))
-    if s.loss_scale is not None:
-        rows.append(("loss scale", f"final {fmt(s.loss_scale.final, 'g')}, "
-                                   f"skipped steps {s.loss_scale.skipped_steps}"))
+    for name, scaled in (s.loss_scales or {"": s.loss_scale}).items():
+        if scaled is not None:
+            rows.append((f"loss scale{f' ({name})' if name else ''}",
+                         f"final {fmt(scaled.final, 'g')}, skipped steps {scaled.skipped_steps}"))
     rows += [
         ("memory", _memory_line(s.memory)),
         ("wall time", f"{s.wall_time_s:.1f} s "
@@ -288,9 +289,11 @@ def _compare_footnotes(record: CompareRecord) -> list[str]:
 
 def _quality_header(rows) -> str:
     """The results' quality column, named for the figure the rows are judged by."""
-    figure = next((quality_figure(r.summary) for r in rows if r.summary is not None), None)
-    if figure is None or figure.proportion:
-        return f"{figure.label if figure else 'accuracy'}\n(Δ pt)"
+    figure = next((f for r in rows if r.summary is not None and (f := quality_figure(r.summary))), None)
+    if figure is None:
+        return "quality"
+    if figure.proportion:
+        return f"{figure.label}\n(Δ pt)"
     return f"{figure.label}\n(Δ %)"
 
 

@@ -23,6 +23,7 @@ from mptrain.hardware.runtime import import_tensorflow, set_op_determinism
 from mptrain.model import build_model
 from mptrain.model.checks import check_built, fit_to_data, objective_of
 from mptrain.model.outputs import OutputKind
+from mptrain.model.own_step import carries_algorithm, own_compile
 from mptrain.model.size import MemoryMeter
 from mptrain.precision.planned import follow_plan, start_environment
 from mptrain.precision.policy import (
@@ -111,7 +112,7 @@ def prepare(config: ExperimentConfig, *, policy: str | None = None, verbose: boo
     # (the data's order has its own seeds: stateless shuffles)
     keras.utils.set_random_seed(config.seed)
     config, objective, built, said = _model_for(config, data, held, place, initial_weights)
-    batches = make_batches(held, config, objective.batch_labels,
+    batches = make_batches(held, config, objective.batch_labels if data.labels is not None else None,
                            scale_pixels=built.pixel_range == "0-1", replicas=place.replicas)
     with scope(place):
         scale = config.train.loss_scale
@@ -119,8 +120,12 @@ def prepare(config: ExperimentConfig, *, policy: str | None = None, verbose: boo
             build_optimizer(config.train.optimizer, config.train.epochs * batches.steps_per_epoch),
             choice.loss_scaling, scale.initial_scale, scale.dynamic_growth_steps)
         loop = make_loop(config, built, objective, optimizer, choice, place.strategy)
+    if own_compile(built.model):  # its own optimizers update what its step names
+        choice = replace(choice, xla_optimizer_update=False, xla_optimizer_reason=(
+            f"off: {type(built.model).__name__}'s own optimizers update the variables its own step "
+            "names"))
     return Prepared(config, tf, machine, place, choice, speed_warning(choice, machine, kernels), data,
-                    batches, memory, built.model, built.output, objective, optimizer, loop,
+                    batches, memory, built.model, built.output, objective, loop.optimizer, loop,
                     (*notes, *data.notes, *said, *built.notes))
 
 
@@ -136,8 +141,10 @@ def _model_for(config: ExperimentConfig, data: Dataset, held: Dataset, place: Pl
         with scope(place):  # model, optimizer, metrics (and checkpoints) live on the replicas
             built = build_model(config, data.spec, objective, initial_weights,
                                 train_inputs=partial(training_inputs, held, config.train.batch_size))
-        if built.compiled is not None or objective is None:  # the builder's compile decides
-            objective, said = objective_of(config, data.labels, built.compiled)
+        algorithm = (type(built.model).__name__
+                     if carries_algorithm(built.model, data.labels is not None) else None)
+        if built.compiled is not None or objective is None or algorithm:  # the model decides
+            objective, said = objective_of(config, data.labels, built.compiled, algorithm=algorithm)
         checked = check_built(config, built.model, objective)
     except MptrainError as exc:
         if str(exc).startswith(config.source):

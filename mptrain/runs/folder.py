@@ -175,22 +175,28 @@ class RunFolder(TrainingListener):
 
     def save_model(self, model) -> str | None:
         """model.keras, written atomically. A model Keras cannot serialise (a subclassed
-        model without `get_config`) keeps its training as model.weights.h5; the returned note
-        says why there is no model.keras (None when there is one)."""
-        tmp = self.path / "model.tmp.keras"
+        model without `get_config`: a distiller, a GAN) keeps its training as
+        model.weights.h5, and each of its sub-models Keras can serialise as SUB.keras (the
+        student, the generator: what is kept of such a model); the returned note says why
+        there is no model.keras and how to load what there is (None when there is one)."""
+        from mptrain.model.own_step import sub_models
+
         try:
-            model.save(tmp)
+            _save_atomic(model, self.path / "model.keras")
+            return None
         except (NotImplementedError, TypeError, ValueError) as exc:
-            tmp.unlink(missing_ok=True)
-            staged = self.path / "model.tmp.weights.h5"
-            model.save_weights(staged)
-            os.replace(staged, self.path / "model.weights.h5")
             reason = first_sentence(str(exc)) or type(exc).__name__
-            return (f"no model.keras: Keras cannot serialise this model ({reason}); its "
-                    "trained weights are in model.weights.h5 (model.load_weights on the model "
-                    "your builder returns)")
-        os.replace(tmp, self.path / "model.keras")
-        return None
+        _save_atomic(model, self.path / "model.weights.h5")
+        kept = []
+        for name, sub in sub_models(model).items():
+            with contextlib.suppress(NotImplementedError, TypeError, ValueError):
+                _save_atomic(sub, self.path / f"{name}.keras")
+                kept.append(f"{name}.keras")
+        subs = (f"; its sub-models {', '.join(kept)} load with keras.models.load_model" if kept else "")
+        unbuilt = ", set model.built = True (its sub-models are built)" if sub_models(model) else ""
+        return (f"no model.keras: Keras cannot serialise this model ({reason}); its trained weights "
+                f"are in model.weights.h5: build the model with your builder{unbuilt}, then "
+                f"model.load_weights(PATH){subs}")
 
     # --- records ---------------------------------------------------------------------------
 
@@ -231,6 +237,18 @@ class RunFolder(TrainingListener):
     def epoch_finished(self, record: EpochRecord) -> None:
         self.flush_steps()  # the step log is complete at each epoch's end, checkpoint or not
         append_lines(self.path / "metrics.jsonl", [asdict(record)])
+
+
+def _save_atomic(model, path: Path) -> None:
+    """`model.save` (a .keras path) or `save_weights` (.weights.h5) through a file beside
+    `path`, moved into place once whole."""
+    staged = path.with_name(f"staged-{path.name}")
+    try:
+        (model.save_weights if path.name.endswith(".weights.h5") else model.save)(staged)
+    except BaseException:
+        staged.unlink(missing_ok=True)
+        raise
+    os.replace(staged, path)
 
 
 def first_sentence(text: str) -> str:

@@ -37,6 +37,10 @@ def check_experiment(config: ExperimentConfig, thorough: bool = False) -> list[s
         examples, labels = (source.training_examples(config.data) if thorough or source.counts_cheaply
                             else (None, None))
         check_model(config)
+        if not config.data.labels and not model_kind(config.model).runs_code:
+            raise ConfigError(f"data.labels false: model.kind {config.model.kind} learns from labels; "
+                              "the inputs alone are for a model whose own train_step needs none "
+                              "(model.kind python: a GAN, an autoencoder of its own)")
         check_fits(config, source.input_spec(config.data), examples)
         # the labels against the objective, when they were read and the loss is known (a
         # builder that compiles its model names its loss only when it runs)

@@ -20,8 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mptrain.config import ExperimentConfig
-from mptrain.errors import MptrainError
+from mptrain.errors import ConfigError, MptrainError
 from mptrain.model.flops import forward_profile
+from mptrain.model.own_step import evaluates
 from mptrain.precision.lint import lint, worth_saying
 from mptrain.runs.experiment import Prepared, prepare
 from mptrain.runs.folder import RunFolder
@@ -33,10 +34,9 @@ from mptrain.training.cluster import worker_lost
 from mptrain.training.distribute import scope
 from mptrain.training.epoch_rules import EpochRules
 from mptrain.training.guard import DivergenceGuard
-from mptrain.training.loss_scale import scale_variable
 from mptrain.training.monitor import TrainingMonitor
 from mptrain.training.optimizer import scheduled_rate, value_of
-from mptrain.training.records import EpochRecord, Status, StepRecord, TrainingListener, run_status
+from mptrain.training.records import EpochRecord, Phase, Status, StepRecord, TrainingListener, run_status
 from mptrain.training.tensorboard import TensorBoardWriter
 from mptrain.training.turns import TakeTurns, TurnLink, planned_steps
 
@@ -147,20 +147,21 @@ class TrainingSession:
             self.notes.append(f"resumed at epoch {self.start.epoch + 1}, step {self.start.step + 1} "
                               f"(after {self.start.global_step} steps)")
             self.notes += [f"checkpoint passed over: {why}" for why in self.checkpointer.passed_over]
-        scale = scale_variable(optimizer)
         self.monitor = monitor = TrainingMonitor(
             epochs=train.epochs,
             steps_per_epoch=batches.steps_per_epoch,
             max_steps=train.max_steps,
             max_step_seconds=train.max_step_seconds,
             learning_rate=lambda: value_of(optimizer.learning_rate),
-            initial_loss_scale=None if scale is None else value_of(scale),
+            initial_loss_scales={name: value_of(getattr(scaling, "dynamic_scale", scaling.initial_scale))
+                                 for name, scaling in prepared.loop.scaling.items()},
             history=history,
         )
-        self.guard = DivergenceGuard(monitor, self.checkpointer, train.recovery)
+        self.guard = DivergenceGuard(monitor, self.checkpointer, train.recovery, prepared.loop.scaling)
         self.rules = EpochRules(train, monitor, model, optimizer, folder.path)
         # each in its phase (`records.Phase`): what is reported is saved first
-        monitor.listen(folder, self.guard, self.rules, *([self.checkpointer] if train.checkpoint.enabled
+        monitor.listen(JudgedFigure(train.monitor, model), folder, self.guard,
+                       self.rules, *([self.checkpointer] if train.checkpoint.enabled
                                                          else []),
                        self.tensorboard, *([tracking] if tracking else []), *listeners)
         if self.start.global_step == 0:
@@ -203,10 +204,15 @@ class TrainingSession:
         self.notes += [*self.guard.recoveries, *([restored] if restored else [])]
         if monitor.stop_kind == "signal":
             return
+        if not evaluates(prepared.model):
+            self.notes.append(f"not evaluated: {type(prepared.model).__name__} has no test_step and "
+                              "no call, one of which Keras' evaluate runs; judged by its training")
+            self.status = run_status(monitor.steps, None, monitor.stop_kind)
+            return
         started = time.perf_counter()
         self.test = prepared.loop.evaluate(prepared.batches.test)
         self.evaluation_s = time.perf_counter() - started
-        self.status = run_status(monitor.steps, self.test.get("loss"), monitor.stop_kind)
+        self.status = run_status(monitor.steps, self.test, monitor.stop_kind)
 
     def save_model(self) -> None:
         """The finished run's model, when the experiment asks (timed: plan's whole-run
@@ -224,6 +230,25 @@ class TrainingSession:
         self.model_save_s = time.perf_counter() - started
 
 
+class JudgedFigure(TrainingListener):
+    """`train.monitor` names a figure the step reports: checked at the first step (what a
+    model's own step reports is known only then), so a run is never judged by a figure it
+    does not have; a refusal then leaves no run behind (`_failed`)."""
+
+    phase = Phase.RECORD
+
+    def __init__(self, name: str | None, model):
+        self.name, self.model = name, model
+
+    def step_finished(self, record: StepRecord, step_in_epoch: int) -> None:
+        if self.name is None or self.name == "loss" or self.name in record.metrics:
+            self.name = None  # checked once
+            return
+        raise ConfigError(f"train.monitor {self.name}: not a figure {type(self.model).__name__}'s "
+                          f"step reports (it reports {', '.join(['loss', *record.metrics])}); name "
+                          "one of them, or leave train.monitor out")
+
+
 def _failed(exc: BaseException, prepared: Prepared, folder: RunFolder, tracking,
             start: Start) -> BaseException | None:
     """What a run that stopped on `exc` leaves, and the error to raise instead of it (None:
@@ -239,6 +264,12 @@ def _failed(exc: BaseException, prepared: Prepared, folder: RunFolder, tracking,
             f"{exc.filename or folder.path}: {exc.strerror}; training stopped, and its last "
             f"checkpoint is intact. Free space (or fix the disk), then continue with: mptrain "
             f"run --resume {folder.path}", folder.path)
+    if isinstance(exc, ConfigError) and start.resume is None and start.run_dir is None:
+        # refused at its first step, before anything trained (a step that never scales its
+        # loss under mixed_float16): as any refusal, it leaves no run behind
+        end_tracking(tracking, "failed")
+        shutil.rmtree(folder.path, ignore_errors=True)
+        return None
     if isinstance(exc, KeyboardInterrupt):
         folder.write_status("interrupted", "abandoned by a second Ctrl-C; the last checkpoint "
                             "is kept: resume from it")

@@ -15,6 +15,7 @@ from pydantic import TypeAdapter
 
 from mptrain.hardware.kernels import cached_kernels
 from mptrain.model.flops import ForwardProfile, Peak, machine_peak
+from mptrain.model.own_step import evaluates
 from mptrain.model.size import MemoryStats
 from mptrain.objective import Quality, lower_is_better
 from mptrain.precision.axes import ONEDNN_MODES
@@ -149,6 +150,9 @@ class RunSummary(FrozenRecord):
     mfu: float | None
     speed_warning: str | None
     notes: list[str]  # what mptrain did to the model (resized inputs, appended a float32 output...)
+    # what the step's loss is (first_step_loss, the records' `loss`): "loss", the model's, or
+    # for a step of the model's own that reports none, the sum of those it does ("d_loss + g_loss")
+    step_loss: str = "loss"
     first_step_loss: float | None
     non_finite_loss_steps: int
     final_train_loss: float | None
@@ -160,6 +164,8 @@ class RunSummary(FrozenRecord):
     quality: QualityFigure | None = None  # the test figure a verdict reads (`objective.kinds.Quality`)
     test_examples: int | None  # what the test figures were measured on
     loss_scale: LossScaleStats | None
+    # several optimizers scaling their losses (a GAN's): each one's (`loss_scale`: the first's)
+    loss_scales: dict[str, LossScaleStats] | None = None
     memory: MemoryStats
     wall_time_s: float  # its own work: time spent waiting for its turn (compare, plan) left out
     time_to_first_step_s: float | None  # to the first step's end: start, data, model, tracing, compiling
@@ -173,16 +179,22 @@ class RunSummary(FrozenRecord):
     run_dir: str
 
 
-def quality_of(objective, test: dict[str, float]) -> QualityFigure | None:
-    """The objective's quality on the test set (None when it was not evaluated); where
-    `train.metrics` left the objective's own figure out (a multi-label model judged by AUC,
-    given `metrics: [categorical_accuracy]` as keras.io's example gives it), the first figure
-    the user named, else the loss: a figure the run has, never "n/a"."""
+def quality_of(objective, figures: dict[str, float], monitor: str | None = None) -> QualityFigure | None:
+    """The figure a run is judged by, from its test `figures` (or, for a model Keras cannot
+    evaluate, its last epoch's): the one `train.monitor` names, else the objective's quality;
+    where `train.metrics` left the objective's own figure out (a multi-label model judged by
+    AUC, given `metrics: [categorical_accuracy]` as keras.io's example gives it), the first
+    figure the user named, else the loss: a figure the run has, never "n/a". None where
+    nothing judges it (a GAN's losses are no quality: `objective.OwnStep`)."""
     wanted = objective.quality
-    if wanted.metric not in test:
-        named = next((k for k in test if k != "loss" and not k.endswith("_loss")), "loss")
+    if monitor is not None:
+        wanted = Quality(monitor, not lower_is_better(monitor), monitor, proportion="accuracy" in monitor)
+    if wanted is None:
+        return None
+    if wanted.metric not in figures and monitor is None:
+        named = next((k for k in figures if k != "loss" and not k.endswith("_loss")), "loss")
         wanted = Quality(named, not lower_is_better(named), named, proportion="accuracy" in named)
-    value = finite_or_none(test.get(wanted.metric))
+    value = finite_or_none(figures.get(wanted.metric))
     scale = getattr(objective.labels, "scale", None)
     if value is not None and scale is not None and wanted.metric in TARGET_UNITS and len(scale.std) == 1:
         value *= scale.std[0]
@@ -248,9 +260,6 @@ def summarize_run(session, profile: ForwardProfile, started_at: float) -> RunSum
     prepared, monitor = session.prepared, session.monitor
     config, choice, machine = prepared.config, prepared.choice, prepared.machine
     flops_per_example = profile.training_flops
-    uncounted = ([f"FLOPs per example leave out {', '.join(profile.uncounted)}: TensorFlow's graph "
-                  "does not give their sizes, so the compute figures are a lower bound"]
-                 if profile.uncounted else [])
     test, saved_s, saves = session.test, session.model_save_s, session.checkpointer.save_seconds
     times = step_times(monitor.steps, config.train.warmup_steps)
     # a oneDNN math mode runs float32's matmuls in bfloat16: their ceiling is bfloat16's (a
@@ -259,7 +268,8 @@ def summarize_run(session, profile: ForwardProfile, started_at: float) -> RunSum
                else choice.compute_dtype)
     peak = None if machine.accelerated else machine_peak(machine.cpu, matmuls, cached_kernels(machine))
     last_epoch = monitor.epoch_records[-1] if monitor.epoch_records else None
-    quality = quality_of(prepared.objective, test) if test else None
+    judged = test or (last_epoch.metrics if last_epoch and not evaluates(prepared.model) else {})
+    quality = quality_of(prepared.objective, judged, config.train.monitor) if judged else None
     from mptrain.precision.policy import unlike_plain_keras
 
     return RunSummary(
@@ -278,10 +288,11 @@ def summarize_run(session, profile: ForwardProfile, started_at: float) -> RunSum
         speed_warning=prepared.speed_warning,
         notes=[*prepared.notes, *session.notes,
                *unlike_plain_keras(choice, config.deterministic, prepared.objective.loss_name),
-               *uncounted, *learned_nothing(quality, prepared.data.labels),
+               *profile.notes(), *learned_nothing(quality, prepared.data.labels),
                *(output_losses_note(test, prepared.data.test.size, config.train.batch_size) if test
                  else []),
                *([session.save_note] if session.save_note else [])],
+        step_loss=prepared.loop.step_loss,
         first_step_loss=finite_or_none(monitor.steps[0].loss) if monitor.steps else None,
         non_finite_loss_steps=sum(finite_or_none(r.loss) is None for r in monitor.steps),
         final_train_loss=finite_or_none(last_epoch.metrics.get("loss")) if last_epoch else None,
@@ -291,7 +302,7 @@ def summarize_run(session, profile: ForwardProfile, started_at: float) -> RunSum
         objective=prepared.objective.describe(),
         quality=quality,
         test_examples=prepared.data.test.size if test else None,
-        loss_scale=loss_scale_stats(monitor), memory=prepared.memory.stats(),
+        **loss_scale_keys(monitor), memory=prepared.memory.stats(),
         checkpoint_save_s=statistics.fmean(saves) if saves else None,
         wall_time_s=time.perf_counter() - started_at - session.waited_s - (saved_s or 0.0),
         turn_wait_s=session.waited_s, evaluation_s=session.evaluation_s, model_save_s=saved_s,
@@ -330,11 +341,22 @@ def _decided(prepared: Prepared) -> dict:
     )
 
 
-def loss_scale_stats(monitor: TrainingMonitor) -> LossScaleStats | None:
-    tracker = monitor.loss_scale
+def loss_scale_keys(monitor: TrainingMonitor) -> dict:
+    """The summary's `loss_scale` (the first loss-scaling optimizer's) and `loss_scales`
+    (each one's, where several scale their losses)."""
+    several = len(monitor.loss_scales) > 1
+    return dict(loss_scale=loss_scale_stats(monitor, monitor.loss_scale),
+                loss_scales={name: loss_scale_stats(monitor, tracker)
+                             for name, tracker in monitor.loss_scales.items()} if several else None)
+
+
+def loss_scale_stats(monitor: TrainingMonitor, tracker) -> LossScaleStats | None:
+    """One loss-scaling optimizer's figures (`tracker`: its `loss_scale.LossScaleTracker`)."""
     if tracker is None:
         return None
-    scales = [r.loss_scale for r in monitor.steps if r.loss_scale is not None]
+    name = next(n for n, t in monitor.loss_scales.items() if t is tracker)
+    scales = [r.loss_scales.get(name) if r.loss_scales else r.loss_scale for r in monitor.steps]
+    scales = [s for s in scales if s is not None]
     return LossScaleStats(
         final=tracker.scale, skipped_steps=tracker.skipped_steps,
         skip_rate=tracker.skipped_steps / len(monitor.steps) if monitor.steps else 0.0,

@@ -121,6 +121,8 @@ def metric_names(model) -> list[str]:
 
 
 class CustomLoop:
+    step_loss = "loss"  # what the step's loss is: the compiled model's (the summary's `step_loss`)
+
     def __init__(self, model, optimizer, class_weight, choice: PolicyChoice, strategy=None):
         """`model` compiled by `training.make_loop` (its loss, metrics and loss tracker), its
         optimizer's state built. XLA as `policy.choose_jit_compile` decided, on one replica
@@ -128,7 +130,9 @@ class CustomLoop:
         import tensorflow as tf
 
         self.model, self.strategy = model, strategy or tf.distribute.get_strategy()
-        self.built = False
+        self.optimizer, self.built = optimizer, False
+        # the optimizer that scales its loss, by its name on the model (`monitor.loss_scales`)
+        self.scaling = {"optimizer": optimizer} if scale_variable(optimizer) is not None else {}
         self.workers = isinstance(self.strategy, tf.distribute.MultiWorkerMirroredStrategy)
         replicas = self.strategy.num_replicas_in_sync
         jit_compile = choice.jit_compile and replicas == 1
@@ -172,7 +176,7 @@ class CustomLoop:
                 loss, scale, interrupted, terminated, *values = self.train_step(x, y, asked).numpy()
                 running = {name: float(v) for name, v in zip(names, values, strict=True)}
                 monitor.step_end(float(loss), batches.batch_size_at(monitor.step_in_epoch), running,
-                                 None if math.isnan(scale) else float(scale))
+                                 None if math.isnan(scale) else {"optimizer": float(scale)})
                 if stopping := self._stops(monitor, agreed_signal((interrupted, terminated))):
                     break
             logs = self._results()

@@ -11,7 +11,6 @@ import math
 
 from mptrain.config.schema import RecoveryConfig
 from mptrain.training.checkpoints import Checkpointer
-from mptrain.training.loss_scale import scale_variable
 from mptrain.training.monitor import TrainingMonitor
 from mptrain.training.optimizer import value_of
 from mptrain.training.records import Phase, StepRecord, TrainingListener
@@ -22,17 +21,19 @@ class DivergenceGuard(TrainingListener):
 
     phase = Phase.JUDGE
 
-    def __init__(self, monitor: TrainingMonitor, checkpointer: Checkpointer, cfg: RecoveryConfig):
-        self.monitor, self.checkpointer, self.cfg = monitor, checkpointer, cfg
+    def __init__(self, monitor: TrainingMonitor, checkpointer: Checkpointer, cfg: RecoveryConfig,
+                 scaling: dict):
+        """`scaling`: the loss-scaling optimizers by name (a restore sets their scales back)."""
+        self.monitor, self.checkpointer, self.cfg, self.scaling = monitor, checkpointer, cfg, scaling
         self.trials = 0
         self.recoveries: list[str] = []
 
     def step_finished(self, record: StepRecord, step_in_epoch: int) -> None:
         where = f"epoch {record.epoch}, step {step_in_epoch}"
-        scaler = self.monitor.loss_scale
-        if scaler is not None and (collapse := scaler.collapse(self.cfg.collapse_steps, where)):
-            self._diverged(collapse)
-            return
+        for name, scaler in self.monitor.loss_scales.items():
+            if collapse := scaler.collapse(self.cfg.collapse_steps, where):
+                self._diverged(collapse if len(self.monitor.loss_scales) == 1 else f"{name}: {collapse}")
+                return
         if record.skipped:
             return
         bound = self.cfg.loss_upper_bound
@@ -47,9 +48,8 @@ class DivergenceGuard(TrainingListener):
                            "rate, gradient clipping, or a wider dtype")
             return
         self.checkpointer.restore_latest()
-        restored = scale_variable(self.checkpointer.optimizer)
-        if scaler is not None and restored is not None:  # else the next step would look skipped
-            scaler.scale = value_of(restored)
+        for name, tracker in self.monitor.loss_scales.items():  # else the next step would look skipped
+            tracker.scale = value_of(self.scaling[name].dynamic_scale)
         self.recoveries.append(f"{what} at {where}: restored the last good checkpoint "
                                f"(trial {self.trials} of {self.cfg.max_trials})")
 

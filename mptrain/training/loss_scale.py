@@ -35,21 +35,55 @@ def wrap_optimizer(optimizer, scales_loss: bool, initial_scale: float, growth_st
         optimizer, initial_scale=initial_scale, dynamic_growth_steps=growth_steps)
 
 
-def watch_scaling(optimizer):
-    """`scaled()`: whether a traced training step has called the optimizer's `scale_loss`.
-    Checked where scaling happens, not by reading a step's source: a model's own
-    `train_step` may scale in a helper method, or not at all (then its gradients, which
-    `LossScaleOptimizer.apply` divides by the scale, are 32,768 times too small, and nothing
-    fails). Set on the instance, so a saved model's optimizer is Keras' own class."""
-    calls: list[bool] = []
-    original = optimizer.scale_loss
+def scale_every_optimizer(model, initial_scale: float, growth_steps: int) -> dict[str, object]:
+    """Dynamic loss scaling, with the experiment's settings, for every optimizer a model with
+    a compile of its own holds (`own_step.optimizers_of`: a GAN's `d_optimizer` and
+    `g_optimizer` beside the `optimizer` its compile may leave unused), each set back on the
+    model under its own name, where its step finds it: {attribute: LossScaleOptimizer}. One
+    Keras' compile already wrapped (with Keras' defaults) is wrapped anew around its inner
+    optimizer."""
+    from mptrain.model.own_step import optimizers_of
 
-    def scale_loss(loss):
-        calls.append(True)  # at trace time: a Python side effect of building the step
-        return original(loss)
+    scaling = {}
+    for name, optimizer in optimizers_of(model).items():
+        inner = getattr(optimizer, "inner_optimizer", optimizer)
+        scaling[name] = wrap_optimizer(inner, True, initial_scale, growth_steps)
+        setattr(model, name, scaling[name])
+    return scaling
 
-    object.__setattr__(optimizer, "scale_loss", scale_loss)  # past Keras' attribute tracking
-    return lambda: bool(calls)
+
+class ScalingWatch:
+    """Which loss-scaling optimizers a traced training step applied, and which of those had
+    their loss scaled first (`scale_loss`). Watched where scaling happens, not by reading a
+    step's source: a model's own `train_step` may scale in a helper method, or not at all;
+    then `LossScaleOptimizer.apply` divides its gradients by the scale (32,768 at first) and
+    nothing fails, in plain Keras too. The methods are replaced on each instance (past Keras'
+    attribute tracking), so a saved model's optimizers are Keras' own class."""
+
+    def __init__(self, optimizers: dict[str, object]):
+        self.applied: list[str] = []  # at trace time: Python side effects of building the step
+        self.scaled: set[str] = set()
+        for name, optimizer in optimizers.items():
+            self._watch(name, optimizer)
+
+    def _watch(self, name: str, optimizer) -> None:
+        scale_loss, apply = optimizer.scale_loss, optimizer.apply
+
+        def scaled(loss):
+            self.scaled.add(name)
+            return scale_loss(loss)
+
+        def applied(*args, **kwargs):
+            if name not in self.applied:
+                self.applied.append(name)
+            return apply(*args, **kwargs)
+
+        object.__setattr__(optimizer, "scale_loss", scaled)
+        object.__setattr__(optimizer, "apply", applied)
+
+    def unscaled(self) -> list[str]:
+        """The optimizers the step applied without scaling their loss."""
+        return [name for name in self.applied if name not in self.scaled]
 
 
 def scale_variable(optimizer):

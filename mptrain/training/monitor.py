@@ -42,7 +42,9 @@ class TrainingMonitor:
     max_step_seconds: float | None = None
     listeners: list[TrainingListener] = field(default_factory=list)
     learning_rate: Callable[[], float] | None = None  # the optimizer's current rate
-    initial_loss_scale: float | None = None  # None: the optimizer does not scale the loss
+    # each loss-scaling optimizer's scale at the start, by its name on the model (a GAN has
+    # two); empty: no loss scaling
+    initial_loss_scales: dict[str, float] = field(default_factory=dict)
     # a resumed run: the records of the steps and epochs done before (up to its checkpoint)
     history: tuple[list[StepRecord], list[EpochRecord]] = ([], [])
 
@@ -54,12 +56,18 @@ class TrainingMonitor:
         self.stop_reason: str | None = None
         self.stop_kind: StopKind | None = None
         self.signal: int | None = None  # the signal that interrupted the run
-        self.loss_scale = None if self.initial_loss_scale is None else LossScaleTracker(
-            self.initial_loss_scale, skipped_steps=sum(bool(r.skipped) for r in self.steps))
+        self.loss_scales = {name: LossScaleTracker(_resumed_scale(self.steps, name, scale),
+                                                   skipped_steps=_skips(self.steps, name))
+                            for name, scale in self.initial_loss_scales.items()}
         self.epoch = 0  # 1-based, the epoch in progress
         self.step_in_epoch = 0  # steps of it done
         self._carry: tuple[int, dict[str, float]] | None = None  # an epoch's part before a resume
         self._examples_since_resume = 0
+
+    @property
+    def loss_scale(self) -> LossScaleTracker | None:
+        """The first loss-scaling optimizer's tracker (most models have one)."""
+        return next(iter(self.loss_scales.values()), None)
 
     @property
     def stop_requested(self) -> bool:
@@ -109,9 +117,11 @@ class TrainingMonitor:
             self.first_start = self._step_started
 
     def step_end(self, loss: float, examples: int, metrics: dict[str, float],
-                 loss_scale: float | None = None) -> None:
+                 loss_scales: dict[str, float] | None = None) -> None:
         """Record a finished step. `metrics` are the loop's running values since the epoch
-        (or the resume) began; `loss_scale` is the scale after the step, under loss scaling.
+        (or the resume) began; `loss_scales` the scale of each optimizer the step applied
+        after it, under loss scaling (a GAN's two; the first step drops those it never
+        applies).
 
         TensorFlow dispatches work asynchronously, so the loops call this only after a value of
         the step has reached the host (fit: Keras converts the step's logs to floats before
@@ -123,15 +133,19 @@ class TrainingMonitor:
         self.step_in_epoch += 1
         self._examples_since_resume += examples
         metrics = _carried(self._carry, metrics, self._examples_since_resume)
-        tracked = loss_scale is not None and self.loss_scale is not None
-        skipped = self.loss_scale.step(loss_scale) if tracked else None
-        record = StepRecord(len(self.steps) + 1, self.epoch, loss, seconds, examples,
-                            loss_scale, metrics, skipped)
+        skipped = None
+        if loss_scales and self.loss_scales:
+            self.loss_scales = {name: self.loss_scales[name] for name in loss_scales}
+            skipped = any([self.loss_scales[name].step(scale) for name, scale in loss_scales.items()])
+        first = next(iter(loss_scales.values())) if loss_scales else None
+        record = StepRecord(len(self.steps) + 1, self.epoch, loss, seconds, examples, first, metrics,
+                            skipped, loss_scales if len(loss_scales or ()) > 1 else None)
         self.steps.append(record)
         for listener in self.listeners:
             listener.step_finished(record, self.step_in_epoch)
-        if self.loss_scale is not None and (notice := self.loss_scale.skip_rate_notice()):
-            self.notify(notice)
+        for name, tracker in self.loss_scales.items():
+            if notice := tracker.skip_rate_notice():
+                self.notify(notice if len(self.loss_scales) == 1 else f"{name}: {notice}")
         if self.max_steps is not None and record.step >= self.max_steps:
             self.request_stop(f"stopped after {_steps(record.step)} (step limit {self.max_steps})",
                               "max_steps")
@@ -157,7 +171,10 @@ class TrainingMonitor:
             steps=self.step_in_epoch,
             metrics=order_metrics({**values, "loss": loss}),
             loss_scale=self.loss_scale.scale if self.loss_scale else None,
-            skipped_steps=self.loss_scale.skipped_steps if self.loss_scale else None,
+            # steps any optimizer skipped its update in
+            skipped_steps=sum(bool(r.skipped) for r in self.steps) if self.loss_scales else None,
+            loss_scales=({name: t.scale for name, t in self.loss_scales.items()}
+                         if len(self.loss_scales) > 1 else None),
             learning_rate=self.learning_rate() if self.learning_rate else None,
         )
         self.epoch_records.append(record)
@@ -173,6 +190,27 @@ def order_metrics(metrics: dict[str, float]) -> dict[str, float]:
         return (int(val), 0 if key.removeprefix("val_") == "loss" else 1, key)
 
     return dict(sorted(metrics.items(), key=lambda item: rank(item[0])))
+
+
+def _resumed_scale(steps: list[StepRecord], name: str, scale: float) -> float:
+    """An optimizer's scale where a resumed run continues: after its last step kept, where
+    its checkpoint is (one a model's own step builds is restored only as the step builds
+    it, so the optimizer cannot say it yet); `scale` for a run that starts."""
+    if not steps:
+        return scale
+    last = steps[-1]
+    found = last.loss_scales.get(name) if last.loss_scales else last.loss_scale
+    return scale if found is None else found
+
+
+def _skips(steps: list[StepRecord], name: str) -> int:
+    """Steps an optimizer skipped among a resumed run's records: its scale went down (one
+    optimizer's records keep its scale alone, several optimizers' each one's)."""
+    scales = [r.loss_scales.get(name) if r.loss_scales else r.loss_scale for r in steps]
+    if not any(r.loss_scales for r in steps):
+        return sum(bool(r.skipped) for r in steps)
+    return sum(1 for before, after in zip(scales, scales[1:], strict=False)
+               if before is not None and after is not None and after < before)
 
 
 def _steps(n: int) -> str:

@@ -39,6 +39,9 @@ class StepRecord:
     loss_scale: float | None = None  # mixed_float16 only: the scale after the step
     metrics: dict[str, float] = field(default_factory=dict)  # running means over the epoch
     skipped: bool | None = None  # mixed_float16 only: a non-finite gradient skipped the update
+    # several optimizers scaling their losses (a GAN's): each one's scale after the step
+    # (`loss_scale` is the first's; `skipped`: any of them skipped its update)
+    loss_scales: dict[str, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -51,6 +54,7 @@ class EpochRecord:
     loss_scale: float | None = None
     skipped_steps: int | None = None
     learning_rate: float | None = None  # at the end of the epoch
+    loss_scales: dict[str, float] | None = None  # several optimizers scaling: each one's
 
 
 class Phase(IntEnum):
@@ -86,12 +90,19 @@ class TrainingListener:
         only renders it."""
 
 
-def run_status(steps: list[StepRecord], test_loss: float | None, stopped_by: StopKind | None) -> Status:
-    """`diverged` when the divergence guard stopped training, the trained model's test loss is
-    NaN/inf, or training ended on a run of non-finite losses; else `finished` (a run a signal
-    stopped is `interrupted`, and is not evaluated). An occasional NaN step is not divergence:
-    under loss scaling it is a skipped step, and the next steps are finite again."""
-    if stopped_by == "divergence" or test_loss is None or not math.isfinite(test_loss):
+def run_status(steps: list[StepRecord], test: dict[str, float] | None,
+               stopped_by: StopKind | None) -> Status:
+    """`diverged` when the divergence guard stopped training, a loss the trained model was
+    evaluated with (`test`: its test figures; None for a model Keras cannot evaluate, a GAN)
+    is NaN/inf or missing, or training ended on a run of non-finite losses; else `finished`
+    (a run a signal stopped is `interrupted`, and is not evaluated). An occasional NaN step is
+    not divergence: under loss scaling it is a skipped step, and the next steps are finite
+    again."""
+    if stopped_by == "divergence":
         return "diverged"
+    if test is not None:  # its losses, or its other figures where it reports none on the test set
+        figures = [v for k, v in test.items() if k.endswith("loss")] or list(test.values())
+        if not figures or not all(map(math.isfinite, figures)):
+            return "diverged"
     last = steps[-5:]
     return "diverged" if last and not any(math.isfinite(r.loss) for r in last) else "finished"

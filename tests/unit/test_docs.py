@@ -56,6 +56,9 @@ NOT_RUN = {
     "mptrain compare exp.yaml --policies float32,mixed_bfloat16 --batch-sizes 128,256":
         "trains four variants: tests/e2e/test_compare.py (across batch sizes)",
     "mptrain run synthetic": "trains: tests/e2e/test_cli.py, tests/e2e/test_training.py",
+    "mptrain run gan.yaml": "trains docs/examples/gan.yaml: tests/e2e/test_own_algorithm.py (small data)",
+    "mptrain compare gan.yaml --policies float32,mixed_bfloat16,mixed_float16":
+        "trains three variants: tests/e2e/test_own_algorithm.py (small data)",
     "mptrain plan synthetic --budget 5": "trials: tests/e2e/test_plan.py",
     "mptrain run synthetic --epochs 1 --steps 20":
         "trains; the shortcuts are tests/e2e/test_cli.py's (--steps) and tests/unit/test_launch.py's",

@@ -14,6 +14,7 @@ from mptrain.measure.trials import choose
 from mptrain.measure.variant import Variant
 from mptrain.measure.verdicts import TWIN, Rules, judge_rows
 from mptrain.measure.whole_run import RunLength, whole_run_estimate
+from mptrain.model.fused import NOTHING_TO_FUSE
 from mptrain.precision.candidates import CANDIDATE_NAMES, Candidate, candidate_name, candidates, select
 from mptrain.precision.policy import recommend
 from tests.helpers import make_summary, record_kernels, tiny_raw
@@ -41,7 +42,7 @@ def test_each_machine_gets_the_candidates_that_can_win_there():
                                       "mixed_bfloat16+fused", "mixed_float16+xla", "float32+onednn_bf16",
                                       "float32+graph_bf16"]
     # +fused only where the model has a Conv2D or BatchNormalization for it to change
-    unfusable = {c.name: c.why_not for c in candidates(AMX, fusable=False)}
+    unfusable = {c.name: c.why_not for c in candidates(AMX, unfused=NOTHING_TO_FUSE)}
     assert "the same as mixed_bfloat16" in unfusable["mixed_bfloat16+fused"]
     skipped = {c.name: c.why_not for c in candidates(AMX) if c.why_not}
     # oneDNN on, nothing measured: float16 takes XLA by the rule, which says it is not measured

@@ -4,6 +4,7 @@ collapse, the divergence guard, stop limits, metrics carried across a resume, si
 import math
 import os
 import signal
+from types import SimpleNamespace
 
 import pytest
 
@@ -31,8 +32,10 @@ class Recorder(TrainingListener):
 
 
 def step(monitor: TrainingMonitor, loss=1.0, examples=10, metrics=None, scale=None):
+    """`scale`: the optimizer's after the step, or several optimizers' by name."""
     monitor.step_begin()
-    monitor.step_end(loss, examples, metrics or {}, scale)
+    monitor.step_end(loss, examples, metrics or {},
+                     {"optimizer": scale} if isinstance(scale, float) else scale)
     return monitor.steps[-1]
 
 
@@ -50,7 +53,7 @@ def test_a_lower_scale_is_a_skipped_step_and_a_run_of_them_collapses():
 def test_the_skip_rate_notice_reaches_listeners_once():
     recorder = Recorder()
     monitor = TrainingMonitor(epochs=1, steps_per_epoch=100, listeners=[recorder],
-                              initial_loss_scale=2.0**20)
+                              initial_loss_scales={"optimizer": 2.0**20})
     monitor.epoch_begin(0)
     scale = 2.0**20
     for i in range(30):
@@ -61,7 +64,7 @@ def test_the_skip_rate_notice_reaches_listeners_once():
     assert [r.skipped for r in recorder.steps[:4]] == [False, True, False, True]
     # the skips of the scale coming down from its start (before any step applied) are no rate
     settling = TrainingMonitor(epochs=1, steps_per_epoch=100, listeners=[recorder := Recorder()],
-                               initial_loss_scale=2.0**15)
+                               initial_loss_scales={"optimizer": 2.0**15})
     settling.epoch_begin(0)
     scale = 2.0**15
     for i in range(20):
@@ -119,7 +122,7 @@ class FakeCheckpointer:
 def guarded(**recovery):
     monitor = TrainingMonitor(epochs=1, steps_per_epoch=100)
     checkpointer = FakeCheckpointer()
-    guard = DivergenceGuard(monitor, checkpointer, RecoveryConfig(**recovery))
+    guard = DivergenceGuard(monitor, checkpointer, RecoveryConfig(**recovery), {})
     monitor.listeners = [guard]
     monitor.epoch_begin(0)
     return monitor, checkpointer, guard
@@ -139,10 +142,10 @@ def test_divergence_restores_then_gives_up_after_max_trials():
 def test_under_loss_scaling_a_skip_is_not_divergence_but_the_bound_still_is():
     """mixed_float16: a NaN loss on a skipped step is the scaler at work; a finite loss above
     train.recovery.loss_upper_bound means what it means under every policy."""
-    monitor = TrainingMonitor(epochs=1, steps_per_epoch=100, initial_loss_scale=1024.0)
+    monitor = TrainingMonitor(epochs=1, steps_per_epoch=100, initial_loss_scales={"optimizer": 1024.0})
     checkpointer = FakeCheckpointer()
-    guard = DivergenceGuard(monitor, checkpointer, RecoveryConfig(loss_upper_bound=10.0,
-                                                                  collapse_steps=3))
+    guard = DivergenceGuard(monitor, checkpointer, RecoveryConfig(loss_upper_bound=10.0, collapse_steps=3),
+                            {"optimizer": SimpleNamespace(dynamic_scale=512.0)})
     monitor.listeners = [guard]
     monitor.epoch_begin(0)
     step(monitor, loss=math.nan, scale=512.0)  # skipped

@@ -28,7 +28,7 @@ from mptrain.config.schema import ExperimentConfig
 from mptrain.errors import ConfigError
 from mptrain.model.in_process import MODULE
 from mptrain.model.kinds import ModelKind
-from mptrain.model.own_step import own_methods
+from mptrain.model.own_step import has_graph, own_methods
 
 # what mptrain offers every builder, beside model.kwargs: the data's shape of one example
 # (for several named inputs, name → shape),
@@ -261,18 +261,12 @@ class Python(ModelKind, kind="python"):
         if not isinstance(model, keras.Model):
             raise ConfigError(f"model.builder {cfg.builder!r} returned {type(model).__name__}, not a "
                               "keras.Model")
-        try:
-            functional = bool(model.outputs)
-        except (AttributeError, ValueError):
-            functional = False
-        if not functional and own_methods(model):
-            raise ConfigError(
-                f"model.builder {cfg.builder!r} returned a subclassed {type(model).__name__} with its "
-                f"own {', '.join(own_methods(model))}: mptrain reads a model's layers as a graph, and "
-                "wrapping this one in a graph would train with Keras' default step instead of yours; "
-                "build it as keras.io does, from inputs and outputs: "
-                f"{type(model).__name__}(inputs, outputs)")
-        if not functional or isinstance(model, keras.Sequential):
+        if own_methods(model) and not has_graph(model):
+            # its own algorithm, over sub-models of its own (a distiller's teacher and student,
+            # a GAN's generator and discriminator): kept as it is, never wrapped in a graph,
+            # which would train with Keras' default step (`own_step.py`)
+            return model, [f"model from {cfg.builder}"]
+        if not has_graph(model) or isinstance(model, keras.Sequential):
             # a subclassed model (or a Sequential, which keeps no graph of its own): called on a
             # symbolic input, it becomes one layer of a functional model mptrain can read
             inputs = ({n.name: keras.Input(shape=n.shape, name=n.name, dtype=n.dtype) for n in spec.named}
