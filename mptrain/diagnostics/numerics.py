@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from mptrain.errors import ConfigError
+from mptrain.model.own_step import has_graph
 from mptrain.precision.policy import F16_MAX
 from mptrain.record import Record
 
@@ -75,14 +77,15 @@ def diagnose(config, steps: int = 5, verbose: bool = False) -> Diagnosis:
     prepared = prepare(config, policy="float32", verbose=verbose)
     import keras  # after prepare, which imports TensorFlow quietly
 
+
     tf, model, batches = prepared.tf, prepared.model, prepared.batches
+    layers, probe = layer_probe(model)  # (a model without a graph is refused before it trains)
     warm = min(steps, batches.steps_per_epoch) - 1
     if warm:  # the experiment's own training loop: its optimizer, loss, step
         monitor = TrainingMonitor(epochs=batches.epochs, steps_per_epoch=batches.steps_per_epoch,
                                   max_steps=warm)
         prepared.loop.train(batches, monitor)
     x, y = next(iter(batches.train_from(0, warm)))
-    layers, probe = layer_probe(model)
     with tf.GradientTape() as tape:
         *outputs, prediction = probe(x, training=True)
         loss = model.compute_loss(y=y, y_pred=prediction)  # the loss the step minimises
@@ -131,6 +134,11 @@ def layer_probe(model):
     Not `layer.output`: that is the output of the layer's first call, which for a nested
     model (a keras.applications backbone) lies in its own graph, not connected to this
     model's inputs; this graph's own calls are read (`keras_internals.graph_outputs`)."""
+    if not has_graph(model):
+        raise ConfigError(f"diagnose follows one loss through the model's graph of layers, and "
+                          f"{type(model).__name__} computes its own losses over sub-models of its "
+                          "own in its train_step; `mptrain compare` runs that step under each "
+                          "policy (a loss scale that keeps skipping steps shows there)")
     import keras
 
     from mptrain.model.keras_internals import graph_outputs

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from mptrain.config import ExperimentConfig, variant
 from mptrain.hardware.machine import USABLE_FRACTION, training_memory
+from mptrain.model.own_step import optimizers_of, own_compile
 from mptrain.model.size import MemoryPlan, estimate, peak_rss_bytes
 from mptrain.record import Record
 
@@ -78,10 +79,14 @@ def plan_memory(config: ExperimentConfig, policies: list[str], measure: bool = T
     first = plans[0]
     # (to a tenth: the optimizer also keeps a few scalars, its iteration count)
     state = round(first.optimizer_bytes / first.weights_bytes, 1) if first.weights_bytes else 0
+    why = why_not_half(config.train.optimizer.name, state)
+    if own_compile(prepared.model):  # (its optimizers' slots exist once its step has run)
+        why = why_not_half(", ".join(optimizers_of(prepared.model)), 0).replace(
+            "keeps none", "(the model's own) are built by its first step: the estimate leaves "
+            "their state out, the measured peak holds it")
     return MemoryReport(experiment=config.name, batch_size=config.train.batch_size,
                         parameters=first.parameters, training_examples=examples, plans=plans,
-                        why=why_not_half(config.train.optimizer.name, state), memory_bytes=available,
-                        memory_of=memory_of)
+                        why=why, memory_bytes=available, memory_of=memory_of)
 
 
 def with_largest_batch(plan: MemoryPlan, available: int | None, examples: int) -> MemoryPlan:

@@ -189,16 +189,14 @@ def _losses(steps: Steps, rules: Rules, is_base: bool, other_batch: bool, speedu
     if not is_base:
         if unexplained := sum(1 for r in steps.variant if not math.isfinite(r.loss) and not r.skipped):
             refused.append(f"{unexplained} NaN/inf loss(es) no loss scaler explains")
-        if not progress:
-            return None, None, refused
-        if not other_batch:
+        if progress and not other_batch:
             training = training_against([r.loss for r in steps.base], [r.loss for r in steps.variant],
                                         rules.tolerance_pct,
                                         [r.loss for r in steps.twin] if steps.twin else None)
         if training is not None and training.behind:
             refused.append("loss behind float32's")
     target = (to_target(steps.base, steps.variant, _allowance(steps, rules.tolerance_pct), speedup)
-              if steps.base else None)
+              if steps.base and progress else None)
     if other_batch and target is not None and not target.reached:
         refused.append(f"did not reach float32's loss in its {target.seen:,} examples")
     return training, target, refused

@@ -109,7 +109,10 @@ def _check_monitors(config: ExperimentConfig, objective, validation: bool) -> No
     """An epoch rule watches the loss or a metric the run reports: the ones `train.metrics`
     names (checked with the file), else the objective's own (known once the data is); and a
     validation figure only where the data has a validation split."""
-    names = objective.default_metrics() if objective is not None and config.train.metrics is None else None
+    # (a model's own figures, several outputs' or its compile's, are known at its first step:
+    # `runner.NamedFigures` checks them there)
+    names = (objective.default_metrics() if objective is not None and objective.one_head
+             and config.train.metrics is None else None)
     for key in EPOCH_RULES:
         rule = getattr(config.train, key)
         if rule is None:

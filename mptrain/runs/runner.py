@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mptrain.config import ExperimentConfig
+from mptrain.config.schema import EPOCH_RULES
 from mptrain.errors import ConfigError, MptrainError
 from mptrain.model.flops import forward_profile
 from mptrain.model.own_step import evaluates
@@ -160,7 +161,7 @@ class TrainingSession:
         self.guard = DivergenceGuard(monitor, self.checkpointer, train.recovery, prepared.loop.scaling)
         self.rules = EpochRules(train, monitor, model, optimizer, folder.path)
         # each in its phase (`records.Phase`): what is reported is saved first
-        monitor.listen(JudgedFigure(train.monitor, model), folder, self.guard,
+        monitor.listen(NamedFigures(train, model), folder, self.guard,
                        self.rules, *([self.checkpointer] if train.checkpoint.enabled
                                                          else []),
                        self.tensorboard, *([tracking] if tracking else []), *listeners)
@@ -230,23 +231,28 @@ class TrainingSession:
         self.model_save_s = time.perf_counter() - started
 
 
-class JudgedFigure(TrainingListener):
-    """`train.monitor` names a figure the step reports: checked at the first step (what a
-    model's own step reports is known only then), so a run is never judged by a figure it
+class NamedFigures(TrainingListener):
+    """Each figure the experiment names (`train.monitor`, the epoch rules' monitors) is one
+    the step reports: checked at the first step, where what a model's own step reports (or
+    a compile's metrics) is known, so a run is never judged, stopped or kept by a figure it
     does not have; a refusal then leaves no run behind (`_failed`)."""
 
     phase = Phase.RECORD
 
-    def __init__(self, name: str | None, model):
-        self.name, self.model = name, model
+    def __init__(self, train, model):
+        rules = [(f"train.{key}.monitor", getattr(train, key).monitor) for key in EPOCH_RULES
+                 if getattr(train, key) is not None]
+        self.named = [*([("train.monitor", train.monitor)] if train.monitor else []), *rules]
+        self.model = model
 
     def step_finished(self, record: StepRecord, step_in_epoch: int) -> None:
-        if self.name is None or self.name == "loss" or self.name in record.metrics:
-            self.name = None  # checked once
-            return
-        raise ConfigError(f"train.monitor {self.name}: not a figure {type(self.model).__name__}'s "
-                          f"step reports (it reports {', '.join(['loss', *record.metrics])}); name "
-                          "one of them, or leave train.monitor out")
+        reported = ["loss", *record.metrics]
+        for key, name in self.named:
+            if name.removeprefix("val_") not in reported:
+                raise ConfigError(f"{key} {name}: not a figure {type(self.model).__name__}'s step "
+                                  f"reports (it reports {', '.join(reported)}, each with val_ first "
+                                  f"on the validation split); name one of them, or leave {key} out")
+        self.named = []  # checked once
 
 
 def _failed(exc: BaseException, prepared: Prepared, folder: RunFolder, tracking,

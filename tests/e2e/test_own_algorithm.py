@@ -178,5 +178,6 @@ def test_train_monitor_names_the_figure_that_judges_and_a_figure_it_lacks_is_ref
     done = mptrain("run", str(gan(tmp_path / "gan", epochs=1)), "--set", "train.monitor=accuracy",
                    cwd=tmp_path / "gan")
     assert done.returncode == 2 and "train.monitor accuracy: not a figure GAN's step reports (it " \
-        "reports loss, d_loss, g_loss)" in " ".join(done.stderr.split()), done.stderr[-2000:]
+        "reports loss, d_loss, g_loss, each with val_ first" in " ".join(done.stderr.split()), \
+        done.stderr[-2000:]
     assert not any((tmp_path / "gan" / "runs").iterdir())

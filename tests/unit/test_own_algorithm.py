@@ -194,3 +194,26 @@ def test_a_model_of_sub_models_is_counted_as_its_sub_models_and_says_so():
     assert profile.sub_models == ("left", "right")
     assert profile.flops == 2 * (3 * 4) + 2 * (4 * 2)  # each Dense once per example
     assert "FLOPs per example are those of left, right" in profile.notes()[0]
+
+
+def test_a_gans_losses_judge_no_progress_and_its_verdict_says_quality_is_not_judged():
+    """compare's and plan's judgement of a run whose step reports no loss of its own (the
+    step's loss is d_loss + g_loss): a variant falling behind on that sum is not "loss
+    behind float32's", no time to target is read from it, and the verdict says its quality
+    is not judged; the same records as a model's own `loss` are judged as ever."""
+    from mptrain.measure.verdicts import Steps, judge
+    from tests.helpers import compare_row, make_summary, step_records
+
+    def records(losses):
+        return [r.__class__(**{**r.__dict__, "loss": loss})
+                for r, loss in zip(step_records(*[(0.1, 64)] * len(losses)), losses, strict=True)]
+
+    falling, flat = records([2.0 - 0.1 * i for i in range(10)]), records([2.0] * 10)
+    for step_loss, judged in (("d_loss + g_loss", False), ("loss", True)):
+        summaries = [make_summary(step_loss=step_loss, quality=None, test_accuracy=None) for _ in range(2)]
+        base, row = (compare_row(p, summary=s) for p, s in zip(("float32", "mixed_bfloat16"), summaries,
+                                                               strict=True))
+        verdict = judge(row, base, Steps(falling, flat))
+        assert (verdict.training is not None, verdict.to_target is not None) == (judged, judged)
+        assert ("loss behind float32's" in verdict.refused) == judged
+        assert ("quality not judged" in verdict.words()) != judged
