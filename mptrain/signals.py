@@ -67,12 +67,18 @@ def _handling(signals: tuple[int, ...], handler):
 
 
 def stop_on_signals(monitor: TrainingMonitor):
-    """While training: SIGINT/SIGTERM request a stop after the current step (`monitor.signal`
-    says which); a second SIGINT raises KeyboardInterrupt."""
+    """While a run trains and writes what it trained: SIGINT/SIGTERM request a stop after the
+    current step (`monitor.signal` says which); a second SIGINT, or one after training
+    (`monitor.trained`), raises KeyboardInterrupt; a SIGTERM after training has nothing left
+    to stop, and lets the run finish writing (a scheduler's SIGTERM reaches each worker at
+    its own moment: one arriving as the others' agreed stop is saved once ended a worker as
+    abandoned, exit 130)."""
 
     def handler(signum, frame):
-        if monitor.signal is not None and signum == signal.SIGINT:
+        if signum == signal.SIGINT and (monitor.signal is not None or monitor.trained):
             raise KeyboardInterrupt
+        if monitor.trained:
+            return
         monitor.signal = signum
         name = signal.Signals(signum).name
         where = (f"at the end of epoch {monitor.epoch}" if monitor.epoch_complete else

@@ -100,12 +100,13 @@ def run_experiment(config: ExperimentConfig, start: Start = Start(), *,
                                       resume=start.resume is not None, tracking=tracking)
         if on_start is not None:
             on_start(prepared, session.notes + [f"lint: {f}" for f in findings])
-        session.train(start.turns)
-        session.save_model()
-        summary = summarize_run(session, profile, started_at)
-        folder.flush_steps()
-        summary = finish_tracking(tracking, summary, folder.path)  # MLflow's last word: a note
-        folder.write_summary(summary)
+        with stop_on_signals(session.monitor):  # until the run is written (`signals`)
+            session.train(start.turns)
+            session.save_model()
+            summary = summarize_run(session, profile, started_at)
+            folder.flush_steps()
+            summary = finish_tracking(tracking, summary, folder.path)  # MLflow's last word: a note
+            folder.write_summary(summary)
     except BaseException as exc:
         instead = _failed(exc, prepared, folder, tracking, start)
         if instead is None:
@@ -184,22 +185,21 @@ class TrainingSession:
         telemetry flushed; then the test set's figures (none for an interrupted run: its user
         wants it to stop, now)."""
         prepared, monitor = self.prepared, self.monitor
-        with stop_on_signals(monitor):
-            turns = None
-            if turns_link is not None:
-                turns = TakeTurns(monitor, turns_link,
-                                  planned_steps(prepared.config.train, prepared.batches.steps_per_epoch))
-                monitor.listen(turns)
-            prepared.loop.train(prepared.batches, monitor, self.start.epoch, self.start.step)
-            if turns is not None:
-                turns.finish()
-                self.waited_s = turns.waited_s
-            # (still handled: a scheduler's SIGTERM reaches each worker at its own moment, and
-            # one arriving as another's stop is saved has nothing left to stop)
-            if monitor.stop_kind != "divergence" and monitor.steps:
-                steps, epoch = len(monitor.steps), monitor.epoch
-                self.checkpointer.save(Position(epoch, 0, steps) if monitor.epoch_complete else
-                                       Position(max(epoch - 1, 0), monitor.step_in_epoch, steps))
+        turns = None
+        if turns_link is not None:
+            turns = TakeTurns(monitor, turns_link,
+                              planned_steps(prepared.config.train, prepared.batches.steps_per_epoch))
+            monitor.listen(turns)
+        prepared.loop.train(prepared.batches, monitor, self.start.epoch, self.start.step)
+        if turns is not None:
+            turns.finish()
+            self.waited_s = turns.waited_s
+        # (a signal here is still a stop's: its checkpoint is where training stopped)
+        if monitor.stop_kind != "divergence" and monitor.steps:
+            steps, epoch = len(monitor.steps), monitor.epoch
+            self.checkpointer.save(Position(epoch, 0, steps) if monitor.epoch_complete else
+                                   Position(max(epoch - 1, 0), monitor.step_in_epoch, steps))
+        monitor.trained = True
         self.tensorboard.flush()
         restored = self.rules.finish()
         self.notes += [*self.guard.recoveries, *([restored] if restored else [])]

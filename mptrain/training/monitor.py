@@ -56,6 +56,7 @@ class TrainingMonitor:
         self.stop_reason: str | None = None
         self.stop_kind: StopKind | None = None
         self.signal: int | None = None  # the signal that interrupted the run
+        self.trained = False  # training is over (its last checkpoint saved): nothing left to stop
         self.loss_scales = {name: LossScaleTracker(_resumed_scale(self.steps, name, scale),
                                                    skipped_steps=_skips(self.steps, name))
                             for name, scale in self.initial_loss_scales.items()}

@@ -174,6 +174,26 @@ def test_a_signal_between_epochs_stops_there_and_says_so():
     assert inside.stop_reason == "interrupted by SIGINT during epoch 1, step 2"
 
 
+def test_after_training_a_sigterm_lets_the_run_finish_writing_and_ctrl_c_abandons():
+    """A scheduler's SIGTERM reaching one worker after the others' agreed stop (or a run
+    after its last step) has nothing left to stop: it neither cuts the summary nor passes
+    for a second Ctrl-C (it once ended a worker as abandoned, exit 130, "stopped on
+    SIGINT"); a Ctrl-C there still abandons at once."""
+    for stopped_by in (signal.SIGTERM, None):
+        monitor = TrainingMonitor(epochs=3, steps_per_epoch=4)
+        monitor.epoch_begin(0)
+        step(monitor)
+        with stop_on_signals(monitor):
+            if stopped_by:
+                os.kill(os.getpid(), stopped_by)
+            reason = monitor.stop_reason
+            monitor.trained = True
+            os.kill(os.getpid(), signal.SIGTERM)
+            assert monitor.stop_reason == reason and monitor.signal == stopped_by
+            with pytest.raises(KeyboardInterrupt):
+                os.kill(os.getpid(), signal.SIGINT)
+
+
 def test_epoch_records_keep_loss_first_and_validation_last():
     monitor = TrainingMonitor(epochs=1, steps_per_epoch=2)
     monitor.epoch_begin(0)
