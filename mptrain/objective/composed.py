@@ -47,7 +47,8 @@ class Compiled(_Composed):
         name = metric if isinstance(metric, str) else getattr(metric, "name", None)
         if name and isinstance(metrics, dict):  # Keras names an output's metric after it
             name = f"{next(iter(metrics))}_{name}"
-        self.quality = Quality(name, _higher(metric), name) if name else Quality("loss", False, "loss")
+        self.quality = (Quality(name, _higher(metric), name, proportion="accuracy" in name) if name
+                        else Quality("loss", False, "loss"))
 
     def describe(self) -> str:
         """Several outputs are named, not described by the first one's labels."""
@@ -85,7 +86,8 @@ class OwnStep(Compiled):
         metrics = self.compiled.get("metrics")
         first = metrics[0] if isinstance(metrics, list | tuple) and metrics else metrics
         name = first if isinstance(first, str) else getattr(first, "name", None)
-        self.quality = Quality(name, _higher(first), name) if isinstance(name, str) else None
+        self.quality = (Quality(name, _higher(first), name, proportion="accuracy" in name)
+                        if isinstance(name, str) else None)
 
     def describe(self) -> str:
         return f"{self.loss_name} training step ({self.labels.describe() if self.labels else 'no labels'})"
