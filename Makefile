@@ -26,16 +26,23 @@ install:
 		|| echo "note: could not install iproute2; the multi-host tests will skip"; \
 	fi
 
+# Every stage runs whatever an earlier one found, and each failure is named at the end: a lint
+# finding must not hide a failing test, nor the first pytest stage the kernel-path one.
+# Two pytest workers: most of a test's time is one-threaded (process start-up, tracing), so the
+# suite takes about half as long on 2 cores; no more than 4, each worker holds TensorFlow.
+# The last stage runs the tests whose outcome depends on the kernel path again, on the other
+# one: oneDNN off is what TensorFlow does on AVX2-only CPUs (where it is off already: on).
 test:
-	$(BIN)/ruff check mptrain tests bench docs
-	@# Two workers: most of a test's time is one-threaded (process start-up, tracing), so the
-	@# suite takes about half as long on 2 cores; no more than 4, each worker holds TensorFlow.
-	$(BIN)/pytest -m "not slow" -n auto --maxprocesses 4 --dist worksteal --durations=15
-	@# The tests whose outcome depends on the kernel path, again on the other one: oneDNN off
-	@# is what TensorFlow does on AVX2-only CPUs (where it is off already: on).
+	@failed=""; \
+	$(BIN)/ruff check mptrain tests bench docs || failed="$$failed ruff"; \
+	$(BIN)/pytest -m "not slow" -n auto --maxprocesses 4 --dist worksteal --durations=15 \
+		|| failed="$$failed tests"; \
 	TF_ENABLE_ONEDNN_OPTS=$$($(BIN)/python -c "from mptrain.hardware.machine import onednn_enabled, \
 	probe_cpu; print(0 if onednn_enabled(probe_cpu().flags) else 1)") \
-	$(BIN)/pytest -m "kernel_path and not slow" -n auto --maxprocesses 4 -q -p no:warnings
+	$(BIN)/pytest -m "kernel_path and not slow" -n auto --maxprocesses 4 -q -p no:warnings \
+		|| failed="$$failed kernel-path-tests"; \
+	if [ -n "$$failed" ]; then echo "make test: failed:$$failed"; exit 1; fi; \
+	echo "make test: every stage passed"
 
 # The unit tier alone: no training, no processes (config, verdicts, monitor, guard, plan's
 # choice, renderers, on recorded numbers); under a minute.

@@ -114,6 +114,21 @@ def wait_for(process: subprocess.Popen, text: str, timeout: float = 120) -> list
     raise AssertionError(f"never saw {text!r}: {''.join(lines)}")
 
 
+def wait_catching(process: subprocess.Popen, sig: int, timeout: float = 120) -> None:
+    """Until the process catches `sig` (a handler of its own, read from /proc: its `SigCgt`
+    mask), so a signal sent now reaches mptrain, not Python's default: a fixed sleep before
+    it was too short on a loaded host (the process died of the signal, exit -15)."""
+    deadline = time.monotonic() + timeout
+    status = Path(f"/proc/{process.pid}/status")
+    while time.monotonic() < deadline and process.poll() is None:
+        caught = next(int(line.split()[1], 16) for line in status.read_text().splitlines()
+                      if line.startswith("SigCgt:"))
+        if caught & (1 << (sig - 1)):
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"process {process.pid} never caught signal {sig}")
+
+
 def local_worker(parent: subprocess.Popen, index: int) -> int:
     """The process id of worker `index` of a `mptrain run --workers N` (its child whose
     TF_CONFIG says that task), read from /proc."""

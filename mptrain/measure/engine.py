@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from mptrain.measure.variant import Variant
 
 MIN_TURN_STEPS = 5  # fewer steps a turn: their median is mostly noise
+SLOW_ROUNDS = 3  # rounds a trial is slower than `Turns.slowest_ratio` in before it is stopped
 MIN_START_LIMIT_S = 60.0  # a start is never stopped sooner (`Turns.first_step_ratio`)
 STARTS_AT_ONCE = min(2, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 2)
 TARGET_ROUNDS = 10  # rounds a run of the experiment's length is cut into, when it can be
@@ -62,7 +63,7 @@ class Turns:
 
     steps: int  # a turn, in the baseline's batches (`same_examples`)
     baseline: str | None = None  # the label of the row every other is read against
-    slowest_ratio: float | None = None  # stop one whose turn steps this many times the baseline's (plan)
+    slowest_ratio: float | None = None  # stop one stepping this many times the baseline's (plan: `too_slow`)
     paired: bool = False  # each runs with the baseline alone, when all do not fit in memory
     deadline: float | None = None  # the `time.monotonic()` after which no round starts (plan's budget)
     first_step_ratio: float | None = None  # stop one whose start takes this many times the baseline's
@@ -121,9 +122,9 @@ def run_in_turns(launches: list[tuple[Variant, int, ChildSpec]], folder: Path, e
     with what it measured; `telling.say` why one was stopped early. With `turns.race`, the
     rounds so far decide before each round who stops (plan's race: `trials.race`). Each is
     read against the baseline's child (`turns.baseline`) when it
-    runs: with `turns.slowest_ratio`, a variant whose turn's median step is that many times
-    the baseline's in the same round is stopped (it cannot win, and finishing it would spend
-    the budget), and with `turns.first_step_ratio` one whose start takes that many times
+    runs: with `turns.slowest_ratio`, a variant whose median step is that many times the
+    baseline's in each of its last rounds is stopped (`too_slow`: it cannot win, and finishing
+    it would spend the budget), and with `turns.first_step_ratio` one whose start takes that many times
     the baseline's; never one of `turns.controls` (a loaded host slows a control too, and a
     cut control leaves nothing to judge against), and neither without the baseline (a
     resume after it ended: another candidate's speed says nothing of what can win). Past
@@ -217,23 +218,25 @@ def _start(launch: tuple[Variant, int, ChildSpec], folder: Path, env: dict[str, 
 
 
 def too_slow(child: _Child, base: _Child | None, turns: Turns) -> str | None:
-    """Why the child is to stop, when its last turn ran `turns.slowest_ratio` times the
-    baseline's in the same round; None for the baseline and the other controls, and
-    without the baseline (`base` None: it is not running)."""
+    """Why the child is to stop: its step ran `turns.slowest_ratio` times the baseline's (per
+    example: a step of twice the batch does twice the work) in each of the last
+    `SLOW_ROUNDS` rounds both ran, every one of them, as the race drops a trial only on
+    evidence that holds across rounds: one turn slowed by another process (a loaded host ran
+    a tiny MLP's bfloat16 turn at 2.2x float32's, and dropped the machine's best candidate)
+    stops nothing. None for the baseline and the other controls, and without the baseline
+    (`base` None: it is not running)."""
     ratio = turns.slowest_ratio
-    if (ratio is None or base is None or child is base or child.row.label in turns.controls
-            or not child.rounds or not base.rounds):
+    if ratio is None or base is None or child is base or child.row.label in turns.controls:
         return None
-    mine, theirs = child.rounds[-1], base.rounds[min(len(child.rounds), len(base.rounds)) - 1]
-    if mine is None or theirs is None:
-        return None
-    # per example: a step of twice the batch does twice the work
-    slower = (mine / child.batch_size) / (theirs / base.batch_size)
-    if slower <= ratio:
+    shared = min(len(child.rounds), len(base.rounds))
+    pairs = [(mine, theirs) for mine, theirs in zip(child.rounds[:shared], base.rounds[:shared],
+                                                    strict=True) if mine and theirs][-SLOW_ROUNDS:]
+    slower = [(mine / child.batch_size) / (theirs / base.batch_size) for mine, theirs in pairs]
+    if len(slower) < SLOW_ROUNDS or min(slower) <= ratio:
         return None
     per = "" if child.batch_size == base.batch_size else " per example"
-    return (f"too slow to win: {mine:.1f} ms a step, {slower:.1f}x {base.row.label}'s "
-            f"{theirs:.1f} ms{per} in the same round")
+    return (f"too slow to win: {min(slower):.1f}-{max(slower):.1f}x {base.row.label}'s step{per} "
+            f"in each of the last {len(slower)} rounds")
 
 
 class _Starts:

@@ -122,7 +122,7 @@ def judge(row: Variant, base: Variant | None, steps: Steps | None = None,
     if comparable:  # the baseline's own ratio is 1, or None when the allocator kept no figure
         mine, theirs = s.memory.training_peak_bytes, b.memory.training_peak_bytes
         memory = mine / theirs if mine is not None and theirs else None
-    if comparable and not is_base:
+    if comparable and not is_base and trained_alike(s, b):
         quality = quality_against(quality_figure(s), quality_figure(b), s.test_examples,
                                   rules.tolerance_pct)
         if rules.quality_counts and quality is not None and quality.worse:
@@ -167,6 +167,16 @@ def judge_rows(rows: list[Variant], steps: dict[str, list], rules: Rules,
                         control_of(row, rows, base))
         judged.append(row.model_copy(update={"verdict": verdict}))
     return judged
+
+
+def trained_alike(s: RunSummary, b: RunSummary) -> bool:
+    """Whether two runs' test figures can be compared: neither cut short by a plan
+    (`CUT_SHORT`: the race, the budget), or both cut after the same examples. A trial the race
+    dropped after three rounds, beside a float32 that ran ten, is less trained, not worse:
+    its lower accuracy is no verdict on its precision."""
+    if s.stopped_by not in CUT_SHORT and b.stopped_by not in CUT_SHORT:
+        return True
+    return s.steps_run * s.batch_size == b.steps_run * b.batch_size
 
 
 def _stopped(s: RunSummary) -> list[str]:
@@ -241,9 +251,10 @@ def speed(row: Variant, base: Variant, turn_steps: int = 0,
 def _what_gives_rounds(s: RunSummary, turn_steps: int) -> str:
     """What gives MIN_ROUNDS rounds, as the option that does it: a run its step limit ended
     (plan's trials, `compare --steps`), more steps; one its epochs ended, more epochs (where
-    `--steps 16` changed nothing: it only caps the steps the epochs give). Nothing for one a
-    plan cut short (`CUT_SHORT`: dropped, decided, out of budget): no option gives it more."""
-    if not turn_steps or s.stopped_by in CUT_SHORT:
+    `--steps 16` changed nothing: it only caps the steps the epochs give). Nothing for one
+    stopped before its end by anything else (a plan's race or budget, too slow, a signal):
+    no option gives it more."""
+    if not turn_steps or s.stopped_by not in (None, "max_steps"):
         return ""
     steps = 1 + MIN_ROUNDS * turn_steps
     if s.stopped_by == "max_steps" or not s.epochs_run:

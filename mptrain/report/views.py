@@ -159,7 +159,7 @@ def memory_view(report: MemoryReport):
 
 
 RUN_STATUS_COLOUR = {"finished": "green", "diverged": "red", "failed": "red", "killed": "yellow",
-                     "interrupted": "yellow", "running": "cyan"}
+                     "interrupted": "yellow", "running": "cyan", "cut short": "yellow"}
 
 
 def runs_table(report: RunsReport) -> Group:
@@ -182,7 +182,7 @@ def runs_table(report: RunsReport) -> Group:
             run.test_quality or "-",
             time_ago(datetime.fromisoformat(run.when), now),
         ]))
-        if run.status in ("failed", "killed") and run.reason:
+        if run.status in ("failed", "killed", "cut short") and run.reason:
             notes.append(f"[{colour}]{escape(run.name)}[/]: {escape(run.reason)}")
     if not rows:
         return Group(f"no run folders in {escape(report.folder)} (a run folder holds config.yaml "

@@ -317,7 +317,8 @@ def alive(state: RunState) -> bool:
 DEFAULT_FOLDER = Path("runs")
 NESTED = ("compare-", "plan-")  # folders whose runs are listed too
 
-RunStatus = Literal["finished", "interrupted", "diverged", "failed", "running", "killed"]
+# (a plan's trial its race or budget stopped is "cut short": trained less, not finished)
+RunStatus = Literal["finished", "cut short", "interrupted", "diverged", "failed", "running", "killed"]
 
 
 class RunRow(Record):
@@ -381,7 +382,8 @@ def run_row(path: Path, root: Path) -> RunRow:
                              "the last checkpoint", epochs=_epochs_recorded(run))
     if isinstance(state, RunSummary):
         times = state.step_time
-        return RunRow(**where, status=state.status, resumable=resumable(path),
+        cut = state.status == "finished" and state.stopped_by in CUT_SHORT
+        return RunRow(**where, status="cut short" if cut else state.status, resumable=resumable(path),
                       reason=state.stop_reason, policy=state.policy, loop=state.loop,
                       candidate=state.candidate or state.policy,
                       math_library=LIBRARY_NAMES.get(state.math_library),

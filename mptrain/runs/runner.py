@@ -29,7 +29,7 @@ from mptrain.runs.experiment import Prepared, prepare
 from mptrain.runs.folder import RunFolder
 from mptrain.runs.summary import RunSummary, summarize_run
 from mptrain.runs.tracking import MlflowLogger, end_tracking, finish_tracking, start_tracking
-from mptrain.signals import RunAbandoned, end_code, stop_on_signals
+from mptrain.signals import RunAbandoned, Terminated, end_code, stop_on_signals
 from mptrain.training.checkpoints import Checkpointer, Position
 from mptrain.training.cluster import worker_lost
 from mptrain.training.distribute import scope
@@ -275,6 +275,10 @@ def _failed(exc: BaseException, prepared: Prepared, folder: RunFolder, tracking,
         # loss under mixed_float16): as any refusal, it leaves no run behind
         end_tracking(tracking, "failed")
         shutil.rmtree(folder.path, ignore_errors=True)
+        return None
+    if isinstance(exc, Terminated):  # a SIGTERM before training's handler: said as itself (143)
+        folder.write_status("interrupted", str(exc))
+        end_tracking(tracking, "interrupted")
         return None
     if isinstance(exc, KeyboardInterrupt):
         folder.write_status("interrupted", "abandoned by a second Ctrl-C; the last checkpoint "

@@ -80,7 +80,7 @@ def test_a_killed_local_worker_stops_the_run_with_one_line_and_it_resumes_to_its
     stdout, stderr, took = kill_mid_epoch(process, local_worker(process, 1))
     run_dir = one_run(tmp_path)
     assert process.returncode == 4, stderr[-3000:]
-    assert took < LOST_GRACE_SECONDS + 6
+    assert took < LOST_GRACE_SECONDS + 30  # bounded (a loaded host's TensorFlow ends slowly)
     (line,) = [line for line in stderr.splitlines() if line.startswith("error:")]
     # --json: one object on stdout, the error's, for a batch script to parse
     assert json.loads(stdout) == {"error": line.removeprefix("error: "), "exit_code": 4,

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from mptrain.runs.runner import Start, run_experiment
-from tests.helpers import mptrain_process, tiny_raw, wait_for
+from tests.helpers import mptrain_process, tiny_raw, wait_catching, wait_for
 
 # 384 training examples in batches of 32: 12 steps an epoch
 DETERMINISTIC = ("deterministic=true", "train.batch_size=32", "output.save_model=true",
@@ -129,7 +129,7 @@ def test_sigterm_during_start_up_ends_with_a_line_and_one_json_object(tmp_path):
     task failed): Python's default ended the process without a word; it says why, exits 143
     and, with --json, still prints one object."""
     process = mptrain_process(tmp_path, "run", str(long_experiment(tmp_path)), "--json")
-    time.sleep(2.0)  # past mptrain's own start (~0.5 s), inside TensorFlow's import (~4 s)
+    wait_catching(process, signal.SIGTERM)  # mptrain's handler is in place: it is starting up
     process.send_signal(signal.SIGTERM)
     stdout, stderr = process.communicate(timeout=120)
     assert process.returncode == 143, stderr[-2000:]

@@ -2,7 +2,9 @@
 the index, and this host's own address and port."""
 
 import json
+import os
 import socket
+from pathlib import Path
 
 import pytest
 
@@ -99,3 +101,32 @@ def test_where_the_cluster_comes_from_is_said_and_a_scheduler_wins(monkeypatch):
     said, cluster = form_cluster(Hosts(("127.0.0.1:1", "127.0.0.2:1"), 0), config, False)
     assert cluster and said == ("the cluster comes from $TF_CONFIG (it wins over --hosts and "
                                 "--host-index): worker 1 of 2 at 10.0.0.2:2222")
+
+
+def test_an_srun_step_on_this_host_is_a_slurm_cluster_and_its_restart_line_names_srun(monkeypatch):
+    """srun's variables for a step of two tasks on this host (what the real Slurm's tests
+    alone once checked): the cluster comes from Slurm, $TF_CONFIG says it, and the line that
+    continues a lost worker's run restarts the srun step."""
+    from mptrain.config import validate
+    from mptrain.training import cluster
+    from tests.helpers import tiny_raw
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    for name, value in {"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_STEP_NUM_TASKS": "2",
+                        "SLURM_STEP_NODELIST": "localhost", "SLURM_STEP_TASKS_PER_NODE": "2"}.items():
+        monkeypatch.setenv(name, value)
+    config = validate(tiny_raw(f"distribute.port_base={port}"), "<test>")
+    try:
+        said, formed = cluster.form_cluster(None, config, False)
+        assert formed and said.startswith("the cluster comes from Slurm's srun: task 0 of 2 is worker 0")
+        assert json.loads(os.environ["TF_CONFIG"])["cluster"]["worker"] == [f"localhost:{port}",
+                                                                            f"localhost:{port + 1}"]
+        assert cluster.LAUNCHED_BY == ["slurm"]
+        assert cluster.lost_peer_message("worker 1", "X", Path("/runs/tiny-1")).endswith(
+            "restart the srun step, every task as before: srun ... mptrain run --resume /runs/tiny-1")
+    finally:  # what form_cluster set for this process's cluster
+        cluster.LAUNCHED_BY.clear()
+        os.environ.pop("TF_CONFIG", None)

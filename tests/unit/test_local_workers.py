@@ -172,6 +172,13 @@ def test_a_killed_workers_scratch_folder_is_swept_by_the_next_worker(tmp_path, m
         (folder / "tiny-1" / "checkpoints").mkdir(parents=True)
     sweep_scratch()
     assert not dead.exists() and live.exists()
+    # the wiring: a worker other than the chief sweeps as its run folder is made (a break
+    # here was caught by the real Slurm's tests alone)
+    from mptrain.runs.folder import RunFolder
+
+    (dead / "tiny-1" / "checkpoints").mkdir(parents=True)
+    folder, scratch = RunFolder.for_run(False, tmp_path / "runs", "tiny")
+    assert not dead.exists() and live.exists() and scratch.parent == tmp_path
 
 
 def test_a_lost_peer_is_named_with_its_address_or_found_by_its_silent_port(monkeypatch):

@@ -67,3 +67,29 @@ def test_the_sum_tolerance_follows_the_least_precise_compute_dtype():
     assert sum_tolerance({"float32"}) == pytest.approx(1e-3)
     assert sum_tolerance({"float32", "float16"}) == pytest.approx(4 * 2.0**-10)
     assert sum_tolerance({"float32", "bfloat16", "float16"}) == pytest.approx(4 * 2.0**-7)
+
+
+@pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
+def test_every_output_of_a_model_with_several_is_float32_under_a_16_bit_policy(policy):
+    """A model with two outputs by name (a value and a class), built under the policy: each
+    output, by its name, comes back float32, symbolically and when called (the loss per
+    output is computed on it); its values are the 16-bit model's own."""
+    apply_policy(policy)
+    try:
+        inputs = keras.Input((6,))
+        hidden = keras.layers.Dense(8, activation="relu")(inputs)
+        kind = keras.layers.Dense(3, activation="softmax", name="kind")(hidden)
+        model = keras.Model(inputs, {"value": keras.layers.Dense(1, name="value")(hidden), "kind": kind})
+        wrapped, said = ensure_float32_output(model)
+        assert said and "float32" in said[0]
+        x = np.random.default_rng(0).normal(size=(4, 6)).astype("float32")
+        called = wrapped(x)
+        assert sorted(called) == ["kind", "value"]
+        dtypes = {name: keras.backend.standardize_dtype(t.dtype) for name, t in called.items()}
+        assert dtypes == {"kind": "float32", "value": "float32"}
+        assert {keras.backend.standardize_dtype(t.dtype) for t in wrapped.outputs} == {"float32"}
+        own = model(x)
+        for name in ("value", "kind"):
+            np.testing.assert_allclose(np.asarray(called[name]), np.asarray(own[name], "float32"))
+    finally:
+        apply_policy("float32")

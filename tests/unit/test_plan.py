@@ -139,6 +139,32 @@ def test_the_models_own_kinds_of_layer_decide_its_candidates(tmp_path, monkeypat
     assert "mixed_bfloat16" in names(candidates(AVX512_BF16, kernels, kinds=("embedding",)))
 
 
+def test_plan_reads_the_kernels_of_the_models_own_kinds_of_layer(tmp_path, monkeypatch):
+    """The wiring, on a built Conv1D model (nothing trains): plan's candidates are ruled out
+    by this machine's kernels of the model's own kinds, its convolutions (0.15x in bfloat16
+    here), not by the general ones (1.2x), which would have tried a trial that cannot win."""
+    from mptrain.config import validate
+    from mptrain.measure.plan import plan_candidates
+    from mptrain.runs.experiment import prepare
+
+    monkeypatch.setenv("MPTRAIN_CACHE_DIR", str(tmp_path))
+    (tmp_path / "conv1d.py").write_text(
+        "import keras\n"
+        "def build(input_shape, num_classes):\n"
+        "    inputs = keras.Input(input_shape)\n"
+        "    x = keras.layers.Conv1D(32, 5, activation='relu')(inputs)\n"
+        "    x = keras.layers.GlobalAveragePooling1D()(x)\n"
+        "    return keras.Model(inputs, keras.layers.Dense(num_classes, activation='softmax')(x))\n")
+    builder = f"model={{kind: python, builder: '{tmp_path / 'conv1d.py'}:build'}}"
+    prepared = prepare(validate(tiny_raw(f"output.dir={tmp_path}", "data.input_shape=[64, 4]", builder),
+                                "<test>"))
+    record_kernels(prepared.machine, bfloat16=1.2, float16=0.001, kinds={"conv1d": 0.15})
+    found, kinds = plan_candidates(prepared)
+    assert max(kinds, key=kinds.get) == "conv1d"
+    why = {c.name: c.why_not for c in found}
+    assert "conv1d 0.15x" in why["mixed_bfloat16"], why
+
+
 def test_measured_kernels_put_the_promising_candidates_first(tmp_path, monkeypatch):
     monkeypatch.setenv("MPTRAIN_CACHE_DIR", str(tmp_path))
     slow_bf16 = record_kernels(AVX512_BF16, bfloat16=0.85, float16=1.2)
@@ -677,6 +703,9 @@ def test_the_race_drops_a_trial_that_cannot_be_picked_and_ends_a_decided_plan():
     assert race(racers(3, first=(2.0, 2.02, 1.98), second=(2.0, 2.4, 1.9))) == {}  # not yet sure
     # a leader whose own interval still reaches float32's noise is not decided
     assert race(racers(4, unsure=(1.4, 0.99, 1.5, 1.3))) == {}
+    # a leader faster than float32 beyond the noise, but by less than the practical gain
+    # (1.04x, its interval 1.03-1.06x reaching a pick's 1.05x): raced on, never decided on
+    assert race(racers(3, close=(1.03, 1.04, 1.06))) == {}
     # an upper bound is said rounded down: 1.049x is "at most 1.04x", below the 1.05x needed
     assert "at most 1.04x float32" in race(racers(3, close=1.049))["close"][1]
     # nothing left but the controls: float32 is the pick, nothing to race

@@ -306,6 +306,23 @@ def test_a_second_ctrl_c_on_a_full_disk_abandons_the_run_without_a_traceback(tmp
     assert RunFolder(tmp_path).state().status == "running"  # its pid dead: recognisably stopped
 
 
+def test_a_sigterm_before_training_is_a_sigterm_not_a_second_ctrl_c(tmp_path):
+    """A scheduler's SIGTERM after the run folder exists and before training's handler
+    (`Terminated`, a KeyboardInterrupt to Python): the run says it was stopped by SIGTERM and
+    ends with its 143, never as abandoned by a second Ctrl-C (130, "SIGINT")."""
+    import signal
+
+    from mptrain.runs.folder import RunFolder
+    from mptrain.runs.runner import Start, _failed
+    from mptrain.signals import Terminated
+
+    folder = RunFolder(tmp_path)
+    folder.mark_running("tiny")
+    assert _failed(Terminated(signal.SIGTERM), None, folder, None, Start()) is None  # raised as itself
+    state = RunFolder(tmp_path).state()
+    assert state.status == "interrupted" and state.reason.startswith("stopped by SIGTERM")
+
+
 def test_a_finished_run_resumes_only_where_it_has_more_to_do(tmp_path):
     """A run cut by a plan's budget stopped before its planned end: it resumes as it is; one
     that ended (or stopped at its own limit) says how to train it further."""
@@ -318,6 +335,8 @@ def test_a_finished_run_resumes_only_where_it_has_more_to_do(tmp_path):
     assert resume_config(cut, None, []).train.max_steps == 40
     ended = run_folder(tmp_path, "ended", make_summary(), 1000, checkpoint=True)
     assert resumable(cut) and not resumable(ended)  # `mptrain runs` marks the one, not the other
+    rows = {row.name: row for row in list_runs(tmp_path).runs}
+    assert rows["cut"].status == "cut short" and rows["ended"].status == "finished"
     with pytest.raises(AlreadyFinished, match="finished already .*--set train.epochs=N"):
         resume_config(ended, None, [])
     limited = run_folder(tmp_path, "limited", make_summary(stopped_by="max_steps"), 1000,

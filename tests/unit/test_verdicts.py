@@ -211,6 +211,11 @@ def test_too_few_rounds_say_so_and_how_many_steps_give_enough():
     assert speed(measured("b", summary=dropped, rounds=[50.0, 50.0]),
                  measured("a", summary=make_summary(median=100.0), rounds=[100.0, 100.0]),
                  5).unknown == "2 round(s) in turns, 3 needed"
+    # nor to one stopped as too slow to win (its experiment already runs the epochs it has)
+    slow = make_summary(median=50.0, steps=12, epochs_run=2, stopped_by="max_step_seconds")
+    assert speed(measured("b", summary=slow, rounds=[50.0, 50.0]),
+                 measured("a", summary=make_summary(median=100.0), rounds=[100.0, 100.0]),
+                 5).unknown == "2 round(s) in turns, 3 needed"
     record = record_of(("float32", make_summary(median=100.0)), ("mixed_bfloat16", make_summary(median=50.0)),
                        rounds={"float32-fit": [100.0, 100.0], "mixed_bfloat16-fit": [50.0, 50.0]})
     assert record.variants[1].speedup is None
@@ -329,3 +334,17 @@ def test_only_a_run_cut_before_its_planned_end_is_said_stopped_early():
     dropped = verdict("dropped", "dropped after 3 rounds: at most 0.80x float32 (in each of 3 rounds)")
     assert dropped.words().endswith("(dropped after 3 rounds: at most 0.80x float32 (in each of 3 rounds))")
     assert not dropped.refused
+
+
+def test_a_trial_cut_short_is_no_verdict_on_its_quality():
+    """A trial the race dropped after 3 rounds, beside a float32 that ran on: its lower test
+    accuracy is less training, not its precision's doing, and its verdict never says
+    "accuracy lower" (it read so, and `mptrain runs` "finished"); cut at the same point as
+    float32 (the budget cuts every trial after the same round), they compare."""
+    base = measured("float32", summary=make_summary(accuracy=0.90, steps=50))
+    cut = make_summary(accuracy=0.34, steps=15, stopped_by="dropped", stop_reason="dropped after 3 rounds")
+    verdict = judge(measured("b", summary=cut), base)
+    assert verdict.quality is None and "accuracy" not in verdict.words()
+    both = measured("float32", summary=make_summary(accuracy=0.90, steps=15, stopped_by="budget"))
+    budget = make_summary(accuracy=0.34, steps=15, stopped_by="budget")
+    assert judge(measured("b", summary=budget), both).quality.word() == "accuracy lower"
