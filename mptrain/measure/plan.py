@@ -47,7 +47,7 @@ from mptrain.config import ExperimentConfig, load_config, variant
 from mptrain.config.batch_scaling import at_batch
 from mptrain.config.loading import as_file_in
 from mptrain.errors import ConfigError
-from mptrain.hardware.kernels import GENERAL_KINDS, Kinds, kind_shares, measured_kernels, plan_key
+from mptrain.hardware.kernels import plan_key
 from mptrain.hardware.machine import CPU_FEATURES, Machine
 from mptrain.measure.engine import past
 from mptrain.measure.islands import LayerTiming, islands, layer_timings
@@ -58,7 +58,7 @@ from mptrain.measure.trials import choose, race
 from mptrain.measure.variant import Variant
 from mptrain.measure.verdicts import DEFAULT_TOLERANCE_PCT, TWIN, Rules, judge_rows
 from mptrain.measure.whole_run import RunLength
-from mptrain.precision.candidates import Candidate, candidate, candidates, file_label, select
+from mptrain.precision.candidates import Candidate, candidate, file_label, model_candidates
 from mptrain.precision.planned import plan_file_for, stamp
 from mptrain.record import write_atomic
 from mptrain.runs.resume import refuse_resume
@@ -241,7 +241,7 @@ def start_plan(config: ExperimentConfig, settings: PlanSettings = PlanSettings()
 
     def chosen(prepared) -> Staging:  # an unknown --candidates name fails here, too
         machine, config = prepared.machine, prepared.config
-        found, kinds = plan_candidates(prepared, settings.candidates, status)
+        found, kinds = model_candidates(prepared, settings.candidates, status)
         not_tried: list[str] = []
         cells = batch_cells(prepared, [c for c in found if c.why_not is None], settings.batch_sizes,
                             not_tried)
@@ -260,25 +260,6 @@ def start_plan(config: ExperimentConfig, settings: PlanSettings = PlanSettings()
             trial_experiment(config, settings.steps, per_epoch, settings.evaluate), settings.steps)
 
     return new_study(PlanRecord, config, chosen, verbose)
-
-
-def plan_candidates(prepared, names: list[str] | None = None,
-                    status: Callable[[str], object] | None = None) -> tuple[list[Candidate], Kinds]:
-    """The candidates this machine can run for the prepared experiment's model, ordered and
-    ruled out by this machine's kernels of the model's own kinds of layer (their shares of
-    its FLOPs: ResNet50's are 99% conv2d), those `names` names alone (`--candidates`); and
-    those kinds."""
-    from mptrain.model.flops import forward_profile
-    from mptrain.model.fused import why_not_fused  # Keras: once TensorFlow was imported quietly
-
-    machine = prepared.machine
-    profile = forward_profile(prepared.model, prepared.data.spec.shape)
-    kinds = kind_shares([(type(layer), profile.flops_by_layer.get(layer.name, 0))
-                         for layer in profile.layers])
-    found = candidates(machine, measured_kernels(prepared.tf, machine, status),
-                       unfused=why_not_fused(prepared.model), deterministic=prepared.config.deterministic,
-                       kinds=kinds or GENERAL_KINDS)
-    return select(found, names), kinds
 
 
 def batch_cells(prepared, tried: list[Candidate], batch_sizes: list[int] | None,

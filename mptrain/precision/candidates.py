@@ -19,13 +19,14 @@ plan.yaml spells its candidate out in ordinary experiment keys (`Candidate.setti
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from pydantic import Field
 
 from mptrain.config.names import POLICIES
 from mptrain.errors import ConfigError, did_you_mean
-from mptrain.hardware.kernels import GENERAL_KINDS, KernelSpeeds, Kinds, times
+from mptrain.hardware.kernels import GENERAL_KINDS, KernelSpeeds, Kinds, kind_shares, measured_kernels, times
 from mptrain.hardware.machine import LIBRARY_NAMES, Machine
 from mptrain.precision.axes import AXES, BATCH, ONEDNN_MODES, PRECISION, RULE_OUT, SIXTEEN_BIT, Where
 from mptrain.precision.policy import NO_XLA_DETERMINISTIC
@@ -249,3 +250,22 @@ def select(found: list[Candidate], names: list[str] | None) -> list[Candidate]:
         raise ConfigError(f"--candidates {', '.join(impossible)}: {NO_XLA_DETERMINISTIC}")
     return [c.model_copy(update={"why_not": None}) for c in found
             if c.name == "float32" or c.name in names]
+
+
+def model_candidates(prepared, names: list[str] | None = None,
+                     status: Callable[[str], object] | None = None) -> tuple[list[Candidate], Kinds]:
+    """The candidates this machine can run for a prepared experiment's model (plan's),
+    ordered and ruled out by this machine's kernels of the model's own kinds of layer (their
+    shares of its FLOPs: ResNet50's are 99% conv2d), those `names` names alone
+    (`--candidates`); and those kinds."""
+    from mptrain.model.flops import forward_profile
+    from mptrain.model.fused import why_not_fused  # Keras: once TensorFlow was imported quietly
+
+    machine = prepared.machine
+    profile = forward_profile(prepared.model, prepared.data.spec.shape)
+    kinds = kind_shares([(type(layer), profile.flops_by_layer.get(layer.name, 0))
+                         for layer in profile.layers])
+    found = candidates(machine, measured_kernels(prepared.tf, machine, status),
+                       unfused=why_not_fused(prepared.model), deterministic=prepared.config.deterministic,
+                       kinds=kinds or GENERAL_KINDS)
+    return select(found, names), kinds

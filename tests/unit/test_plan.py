@@ -144,7 +144,7 @@ def test_plan_reads_the_kernels_of_the_models_own_kinds_of_layer(tmp_path, monke
     by this machine's kernels of the model's own kinds, its convolutions (0.15x in bfloat16
     here), not by the general ones (1.2x), which would have tried a trial that cannot win."""
     from mptrain.config import validate
-    from mptrain.measure.plan import plan_candidates
+    from mptrain.precision.candidates import model_candidates
     from mptrain.runs.experiment import prepare
 
     monkeypatch.setenv("MPTRAIN_CACHE_DIR", str(tmp_path))
@@ -159,7 +159,7 @@ def test_plan_reads_the_kernels_of_the_models_own_kinds_of_layer(tmp_path, monke
     prepared = prepare(validate(tiny_raw(f"output.dir={tmp_path}", "data.input_shape=[64, 4]", builder),
                                 "<test>"))
     record_kernels(prepared.machine, bfloat16=1.2, float16=0.001, kinds={"conv1d": 0.15})
-    found, kinds = plan_candidates(prepared)
+    found, kinds = model_candidates(prepared)
     assert max(kinds, key=kinds.get) == "conv1d"
     why = {c.name: c.why_not for c in found}
     assert "conv1d 0.15x" in why["mixed_bfloat16"], why
