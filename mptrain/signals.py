@@ -81,7 +81,9 @@ def stop_on_signals(monitor: TrainingMonitor):
             return
         monitor.signal = signum
         name = signal.Signals(signum).name
-        where = (f"at the end of epoch {monitor.epoch}" if monitor.epoch_complete else
+        # (before the loop's first epoch began, it is the epoch the logs and a resume count next)
+        where = (f"as epoch {len(monitor.epoch_records) + 1} began" if not monitor.epoch else
+                 f"at the end of epoch {monitor.epoch}" if monitor.epoch_complete else
                  f"during epoch {monitor.epoch}, step {monitor.step_in_epoch + 1}")
         monitor.request_stop(f"interrupted by {name} {where}", "signal")
 

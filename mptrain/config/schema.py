@@ -155,10 +155,13 @@ class TrainConfig(_Strict):
         "GAN without test_step) its last epoch's. null: the objective's own (accuracy, MAE, "
         "AUC, IoU; a model of its own algorithm: the first metric it was compiled with; "
         "one that reports only losses, a GAN's, is not judged)."))
-    target_scaling: Literal["none", "standard"] = Field("none", description=(
+    target_scaling: Literal["auto", "standard", "none"] = Field("auto", description=(
         "Regression: standard trains on (target - mean) / std, both fitted on the training "
-        "split (the summary says them): targets in the thousands otherwise square past "
-        "float16's 65,504 in the loss and its gradients."))
+        "split (the summary says them; figures are reported, and the saved model predicts, in "
+        "the targets' own units); auto: standard wherever the targets are read before training "
+        "(one value, or one row of values, per example); none: as stored. Unscaled, a target "
+        "in the 100,000s left a regression at the MAE of always predicting its mean, and "
+        "targets in the thousands square past float16's 65,504 in the loss."))
     class_weight: dict[int, Annotated[float, Field(gt=0)]] | None = Field(None, description=(
         "Each class's weight in the training loss, e.g. {0: 1.0, 1: 50.0} for a rare class 1 "
         "(Keras' fit(class_weight=...)), in both loops; evaluation is unweighted."))

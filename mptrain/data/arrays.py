@@ -54,14 +54,14 @@ class InMemory(Source):
         n_train, cut, n_test = split_sizes(cfg, rows(x_train), rows(x_test))
         if y_train is not NO_LABELS:
             y_train, y_test = each(y_train, lambda y: y[:n_train]), each(y_test, lambda y: y[:n_test])
-        notes, raw = [], ()
+        notes, raw, scale = [], (), None
         if isinstance(x_train, dict):
             x_train, x_test, spec = _named(x_train, x_test, n_train, n_test, source)
         else:
             x_train, x_test, spec = self._one_input(x_train[:n_train], x_test[:n_test], source, notes)
             if spec.kind == "vector" and x_train.ndim == 2 and not spec.pixels:
-                x_train, x_test, raw = _features(x_train, x_test, cut, getattr(cfg, "normalize", False),
-                                                 source, notes)
+                normalize = getattr(cfg, "normalize", False)
+                x_train, x_test, raw, scale = _features(x_train, x_test, cut, normalize, source, notes)
 
         def rows_of(start: int, stop: int) -> Split:
             return Split(stop - start, arrays=(each(x_train, lambda x: x[start:stop]),
@@ -77,6 +77,7 @@ class InMemory(Source):
             source=source,
             notes=notes,
             raw_features=raw,
+            feature_scale=scale,
         )
 
     def _one_input(self, x_train, x_test, source: str, notes: list[str]):
@@ -105,13 +106,14 @@ def _both(x_train, x_test, source: str):
 def _features(x_train, x_test, cut: int, normalize: bool, source: str, notes: list[str]):
     """(N, features) numbers: standardised with the first `cut` (training) rows' mean and
     deviation (an .npz's data.normalize, said in `notes`), or as stored, with each feature's
-    largest magnitude (`Dataset.raw_features`, which lint reads)."""
+    largest magnitude (`Dataset.raw_features`, which lint reads); and the (mean, std) used."""
     names = [f"x_train[:, {i}]" for i in range(x_train.shape[1])]
     if not normalize:
-        return x_train, x_test, largest(x_train[:cut], names)
+        return x_train, x_test, largest(x_train[:cut], names), None
     mean, std, note = standardisation(x_train[:cut], names, source)
     notes.append(note)
-    return ((x_train - mean) / std).astype(np.float32), ((x_test - mean) / std).astype(np.float32), ()
+    return (((x_train - mean) / std).astype(np.float32), ((x_test - mean) / std).astype(np.float32), (),
+            (mean.tolist(), std.tolist()))
 
 
 def _named(x_train: dict, x_test: dict, n_train: int, n_test: int, source: str):

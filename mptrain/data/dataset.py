@@ -93,6 +93,9 @@ class Dataset:
     # vector features fed as stored: (name, largest magnitude over the training rows) each,
     # for lint to name features on scales apart (empty: standardised, or not vectors)
     raw_features: tuple[tuple[str, float], ...] = ()
+    # what the features were standardised with (data.normalize): (mean, std) per feature, the
+    # Normalization a saved model takes its raw features through (`model.exported`)
+    feature_scale: tuple[list[float], list[float]] | None = None
 
 
 def largest(features: np.ndarray, names: Sequence[str]) -> tuple[tuple[str, float], ...]:

@@ -67,6 +67,7 @@ class Windows:
     starts: list[np.ndarray]  # train, validation, test
     offset: int  # a window's target row, from its first
     notes: list[str]
+    scale: tuple[list[float], list[float]] | None = None  # (mean, std) the features were standardised with
 
     def stats(self, source: str):
         train, _, test = self.starts
@@ -90,13 +91,13 @@ def cut(cfg: TimeseriesData) -> Windows:
         raise DataError(f"{cfg.path}: {rows} rows are too few for windows of "
                         f"{cfg.sequence_length} rows every {cfg.sampling_rate} with a target "
                         f"{cfg.target_offset} rows on, in both the training and the test parts")
-    notes = []
+    notes, scale = [], None
     if cfg.normalize:  # by the rows the training windows hold
         mean, std, note = standardisation(features[: train[-1] + reach + 1], names, str(cfg.path))
-        features, notes = (features - mean) / std, [note]
+        features, notes, scale = (features - mean) / std, [note], (mean.tolist(), std.tolist())
     return Windows(names, features.astype(np.float32),
                    targets[:, 0] if targets.shape[1] == 1 else targets, [train, val, test], offset,
-                   notes)
+                   notes, scale)
 
 
 class Timeseries(Source, dataset="timeseries"):
@@ -136,4 +137,5 @@ class Timeseries(Source, dataset="timeseries"):
             labels=windows.stats(f"{cfg.path} (data.target_columns)"),
             source=str(cfg.path),
             notes=windows.notes,
+            feature_scale=windows.scale,
         )

@@ -296,6 +296,7 @@ class Csv(Source, dataset="csv"):
             files={} if table.classes is None else {"classes.txt": "\n".join(table.classes) + "\n"},
             notes=notes,
             raw_features=raw,
+            feature_scale=(list(mean), list(std)) if cfg.inputs == "vector" and cfg.normalize else None,
         )
 
 

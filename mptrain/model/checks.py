@@ -59,7 +59,7 @@ def objective_of(config: ExperimentConfig, labels, compiled: dict | None = None,
         return objective, notes
     try:
         objective = objective_for(config.train.loss, labels,
-                                  scale_targets=config.train.target_scaling == "standard")
+                                  target_scaling=config.train.target_scaling)
     except MptrainError:
         if tentative and config.train.loss is None and model_kind(config.model).runs_code:
             return None, []

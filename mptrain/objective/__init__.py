@@ -53,7 +53,7 @@ __all__ = ["DEFAULT_LOSS", "Binary", "Classes", "Compiled", "DenseClasses", "Lab
 
 
 def objective_for(loss, stats: LabelStats | dict[str, LabelStats], compiled: dict | None = None,
-                  scale_targets: bool = False) -> Objective:
+                  target_scaling: str = "none") -> Objective:
     """The experiment's objective: its builder's compile, when it compiled the model and
     `train.loss` is left out; else from the loss (`losses.resolve`) and the labels it reads
     (`families.Family.labels`), which must suit it."""
@@ -68,7 +68,7 @@ def objective_for(loss, stats: LabelStats | dict[str, LabelStats], compiled: dic
         if missing:
             raise ConfigError(f"train.loss names output {missing[0]!r}, and the data has labels for "
                               f"{', '.join(stats)}")
-        return Several({k: objective_for(name, stats[k], scale_targets=scale_targets)
+        return Several({k: objective_for(name, stats[k], target_scaling=target_scaling)
                         for k, name in loss.items()})
     if isinstance(stats, dict):
         raise ConfigError(f"the data gives labels for several outputs ({', '.join(stats)}): give "
@@ -76,7 +76,7 @@ def objective_for(loss, stats: LabelStats | dict[str, LabelStats], compiled: dic
                           "compile the model in its builder")
     spec = resolve(loss or DEFAULT_LOSS)
     family = FAMILIES[spec.family]
-    return family.objective(spec, family.labels(stats, scale_targets))
+    return family.objective(spec, family.labels(stats, target_scaling))
 
 
 def for_head(loss, units: int | None) -> Objective:

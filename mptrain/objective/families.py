@@ -27,7 +27,7 @@ class Family:
     wrong_metrics: ClassVar[tuple[tuple[tuple[str, ...], str], ...]] = ()
     scales_targets: ClassVar[bool] = False  # train.target_scaling applies
 
-    def labels(self, stats: LabelStats, scale_targets: bool) -> Labels:
+    def labels(self, stats: LabelStats, target_scaling: str) -> Labels:
         """The labels as its losses read them, checked against what they take."""
         raise NotImplementedError
 
@@ -46,7 +46,7 @@ class Family:
         for names, why in self.wrong_metrics:
             if wrong := [m for m in metrics if m in names]:
                 return why.format(metric=wrong[0], loss=loss)
-        if target_scaling != "none" and not self.scales_targets:
+        if target_scaling == "standard" and not self.scales_targets:
             return (f"train.target_scaling scales a regression's targets, and train.loss {loss} "
                     "takes labels: leave it out")
         return None
@@ -61,7 +61,7 @@ class ClassIds(Family):
     wrong_metrics = (((("precision", "recall", "auc")), "train.metrics {metric} (of class 1) needs "
                                                         "train.loss binary_crossentropy"),)
 
-    def labels(self, stats: LabelStats, scale_targets: bool) -> Labels:
+    def labels(self, stats: LabelStats, target_scaling: str) -> Labels:
         check_class_ids(stats)
         shape = stats.shape
         if stats.one_hot:
@@ -86,7 +86,7 @@ class ZeroOne(Family):
                               "use sigmoid (or linear for logits)"}
     wrong_metrics = ((("top5_accuracy",), "train.metrics top5_accuracy needs a multi-class loss"),)
 
-    def labels(self, stats: LabelStats, scale_targets: bool) -> Labels:
+    def labels(self, stats: LabelStats, target_scaling: str) -> Labels:
         shape, source = stats.shape, stats.source
         trailing = len(shape) >= 1 and shape[-1] == 1
         one = not shape or shape == (1,)
@@ -125,17 +125,23 @@ class Targets(Family):
                       "train.metrics {metric}: a regression ({loss}) has none; e.g. mae, "
                       "root_mean_squared_error, r2_score"),)
 
-    def labels(self, stats: LabelStats, scale_targets: bool) -> Labels:
+    def labels(self, stats: LabelStats, target_scaling: str) -> Labels:
+        """Targets standardised where `target_scaling` asks, or by default (auto) where they
+        can be: read before training, one value or one row of values per example (a target
+        in the 100,000s otherwise left a regression at the MAE of always predicting its
+        mean, and squares past float16's range in the loss)."""
         shape, source = stats.shape, stats.source
-        if scale_targets and not stats.mean:
+        if target_scaling == "standard" and not stats.mean:
             raise ConfigError(f"train.target_scaling standard: {source}'s targets are not read "
                               "before training, so nothing can be fitted to them; leave it out")
-        if scale_targets and len(shape) > 1:
+        if target_scaling == "standard" and len(shape) > 1:
             raise ConfigError(f"train.target_scaling standard scales each of an example's targets, "
                               f"and {source} has {'x'.join(map(str, shape))} per example: leave it "
                               "out")
+        scaled = target_scaling == "standard" or (target_scaling == "auto" and bool(stats.mean)
+                                                  and len(shape) <= 1)
         scale = (TargetScale([*stats.mean], [s if s > 0 and math.isfinite(s) else 1.0
-                                             for s in stats.std]) if scale_targets else None)
+                                             for s in stats.std]) if scaled else None)
         return Labels("values", shape[-1] if shape else 1, tuple(shape[:-1]), scale=scale)
 
     def objective(self, loss: Loss, labels: Labels) -> Objective:

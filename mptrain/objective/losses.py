@@ -36,26 +36,34 @@ class LossKind:
     logits: bool = False
     head: str | None = None  # None: the family's (softmax, sigmoid, linear)
     refused: str = ""
+    # its own keyword arguments (besides `LOSS_COMMON` and mptrain's from_logits), checked by
+    # `validate` without Keras; a test holds them to the installed Keras' signatures
+    arguments: tuple[str, ...] = ()
 
 
 LOSSES = (
-    LossKind("SparseCategoricalCrossentropy", "sparse_categorical_crossentropy", "classes", logits=True),
-    LossKind("CategoricalCrossentropy", "categorical_crossentropy", "classes", one_hot=True, logits=True),
+    LossKind("SparseCategoricalCrossentropy", "sparse_categorical_crossentropy", "classes", logits=True,
+             arguments=("ignore_class", "axis")),
+    LossKind("CategoricalCrossentropy", "categorical_crossentropy", "classes", one_hot=True, logits=True,
+             arguments=("label_smoothing", "axis")),
     LossKind("CategoricalFocalCrossentropy", "categorical_focal_crossentropy", "classes", one_hot=True,
-             logits=True),
+             logits=True, arguments=("alpha", "gamma", "label_smoothing", "axis")),
     LossKind("CategoricalHinge", "categorical_hinge", "classes", one_hot=True, head="linear"),
-    LossKind("CategoricalGeneralizedCrossEntropy", "categorical_generalized_cross_entropy", "classes"),
-    LossKind("BinaryCrossentropy", "binary_crossentropy", "binary", logits=True),
-    LossKind("BinaryFocalCrossentropy", "binary_focal_crossentropy", "binary", logits=True),
+    LossKind("CategoricalGeneralizedCrossEntropy", "categorical_generalized_cross_entropy", "classes",
+             arguments=("q",)),
+    LossKind("BinaryCrossentropy", "binary_crossentropy", "binary", logits=True,
+             arguments=("label_smoothing", "axis")),
+    LossKind("BinaryFocalCrossentropy", "binary_focal_crossentropy", "binary", logits=True,
+             arguments=("apply_class_balancing", "alpha", "gamma", "label_smoothing", "axis")),
     LossKind("Hinge", "hinge", "binary", head="linear"),
     LossKind("SquaredHinge", "squared_hinge", "binary", head="linear"),
     LossKind("MeanSquaredError", "mean_squared_error", "values"),
     LossKind("MeanAbsoluteError", "mean_absolute_error", "values"),
     LossKind("MeanAbsolutePercentageError", "mean_absolute_percentage_error", "values"),
     LossKind("MeanSquaredLogarithmicError", "mean_squared_logarithmic_error", "values"),
-    LossKind("Huber", "huber", "values"),
+    LossKind("Huber", "huber", "values", arguments=("delta",)),
     LossKind("LogCosh", "log_cosh", "values"),
-    LossKind("CosineSimilarity", "cosine_similarity", "values"),
+    LossKind("CosineSimilarity", "cosine_similarity", "values", arguments=("axis",)),
     LossKind("Poisson", "poisson", None, refused=(
         "its predictions must be positive rates (an exponential or softplus head), and "
         "mptrain's regression heads are linear")),
@@ -75,6 +83,7 @@ BY_NAME |= {case(alias): BY_NAME[cls] for alias, cls in ALIASES.items() for case
 DEFAULT_LOSS = "sparse_categorical_crossentropy"
 # set by mptrain from the model's output, never by the experiment
 MPTRAIN_ARGUMENTS = ("from_logits",)
+LOSS_COMMON = ("reduction", "name", "dtype")  # every Keras loss's
 
 
 @dataclass(frozen=True)
@@ -139,4 +148,9 @@ def resolve(spec, key: str = "train.loss") -> Loss:
     if mine:
         raise ConfigError(f"{key} {name}: kwargs {mine[0]} is mptrain's to set, from the model's "
                           "output (its last activation): leave it out")
+    unknown = [a for a in kwargs if a not in (*kind.arguments, *LOSS_COMMON)]
+    if unknown:
+        raise ConfigError(f"{key} {name}: kwargs {unknown[0]!r} is not an argument of "
+                          f"{kind.keras_class}{did_you_mean(unknown[0], list(kind.arguments))}; its "
+                          f"arguments: {', '.join(kind.arguments + LOSS_COMMON)}")
     return Loss(name, kind, kwargs)

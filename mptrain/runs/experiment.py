@@ -69,6 +69,7 @@ class Prepared:
     optimizer: keras.optimizers.Optimizer
     loop: FitLoop | CustomLoop
     notes: tuple[str, ...] = ()  # what mptrain did to the model
+    scaled_pixels: bool = False  # the pipeline divides pixels by 255 (the model does not)
 
 
 def prepare(config: ExperimentConfig, *, policy: str | None = None, verbose: bool = False,
@@ -112,8 +113,9 @@ def prepare(config: ExperimentConfig, *, policy: str | None = None, verbose: boo
     # (the data's order has its own seeds: stateless shuffles)
     keras.utils.set_random_seed(config.seed)
     config, objective, built, said = _model_for(config, data, held, place, initial_weights)
+    scaled_pixels = built.pixel_range == "0-1"
     batches = make_batches(held, config, objective.batch_labels if data.labels is not None else None,
-                           scale_pixels=built.pixel_range == "0-1", replicas=place.replicas)
+                           scale_pixels=scaled_pixels, replicas=place.replicas)
     with scope(place):
         scale = config.train.loss_scale
         optimizer = wrap_optimizer(
@@ -126,7 +128,7 @@ def prepare(config: ExperimentConfig, *, policy: str | None = None, verbose: boo
             "names"))
     return Prepared(config, tf, machine, place, choice, speed_warning(choice, machine, kernels), data,
                     batches, memory, built.model, built.output, objective, loop.optimizer, loop,
-                    (*notes, *data.notes, *said, *built.notes))
+                    (*notes, *data.notes, *said, *built.notes), scaled_pixels)
 
 
 def _model_for(config: ExperimentConfig, data: Dataset, held: Dataset, place: Placement,

@@ -46,7 +46,7 @@ def check_experiment(config: ExperimentConfig, thorough: bool = False) -> list[s
         # builder that compiles its model names its loss only when it runs)
         if labels is not None and (config.train.loss is not None or not model_kind(config.model).runs_code):
             objective_for(config.train.loss, labels,
-                          scale_targets=config.train.target_scaling == "standard")
+                          target_scaling=config.train.target_scaling)
     except MptrainError as exc:
         raise type(exc)(f"{config.source}: {exc}") from exc.__cause__
     return notes

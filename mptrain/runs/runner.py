@@ -22,6 +22,7 @@ from pathlib import Path
 from mptrain.config import ExperimentConfig
 from mptrain.config.schema import EPOCH_RULES
 from mptrain.errors import ConfigError, MptrainError
+from mptrain.model.exported import exported
 from mptrain.model.flops import forward_profile
 from mptrain.model.own_step import evaluates
 from mptrain.precision.lint import lint, worth_saying
@@ -98,8 +99,11 @@ def run_experiment(config: ExperimentConfig, start: Start = Start(), *,
         with scope(prepared.place):
             session = TrainingSession(prepared, folder, listeners or [],
                                       resume=start.resume is not None, tracking=tracking)
+        # (in the summary too: a 16-bit softmax no rebuild could move to float32 was said on
+        # stderr alone, where summary.json said the guide's rule was kept)
+        session.notes += [f"lint: {f}" for f in findings]
         if on_start is not None:
-            on_start(prepared, session.notes + [f"lint: {f}" for f in findings])
+            on_start(prepared, session.notes)
         with stop_on_signals(session.monitor):  # until the run is written (`signals`)
             session.train(start.turns)
             session.save_model()
@@ -222,12 +226,15 @@ class TrainingSession:
         if self.status != "finished" or not config.output.save_model:
             return
         started = time.perf_counter()
-        model = self.prepared.model
+        prepared = self.prepared
+        model = prepared.model
         if config.model.fused_layers:
             from mptrain.model.fused import unfused
 
             model = unfused(model)
-        self.save_note = self.folder.save_model(model)
+        model, said = exported(model, prepared.scaled_pixels, prepared.data.feature_scale,
+                               getattr(prepared.objective.labels, "scale", None))
+        self.save_note = self.folder.save_model(model) or said
         self.model_save_s = time.perf_counter() - started
 
 

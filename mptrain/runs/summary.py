@@ -202,20 +202,30 @@ def quality_of(objective, figures: dict[str, float], monitor: str | None = None)
                          higher_is_better=wanted.higher_is_better, proportion=wanted.proportion)
 
 
-def learned_nothing(quality: QualityFigure | None, stats) -> list[str]:
+def learned_nothing(quality: QualityFigure | None, stats, objective=None, raw_features=()) -> list[str]:
     """A regression's test MAE beside what always predicting the training targets' mean
     scores (`LabelStats.mean_mae`): a run that learned nothing exits 0 with a number that
-    looks like any other (a CSV's raw features trained so to an MAE of 2,629 on prices whose
-    mean alone scores about as well)."""
+    looks like any other. Its likely cause is named from what the run did: targets left
+    unscaled (`objective.labels.scale` None: train.target_scaling none), features as stored
+    (`raw_features`: data.normalize off), or else too few epochs or too high a rate (a
+    CSV's house prices in the 100,000s, unscaled, ended at the mean's MAE, and the note
+    blamed the features, which data.normalize had already standardised)."""
     baseline = getattr(stats, "mean_mae", ())
     if quality is None or quality.value is None or quality.metric not in TARGET_UNITS[:2] \
             or len(baseline) != 1 or quality.value < 0.9 * baseline[0]:
         return []
+    labels = getattr(objective, "labels", None)
+    causes = ([f"its targets were trained as stored (train.target_scaling: none), about {stats.mean[0]:,.6g} "
+               "each: set train.target_scaling: standard (auto does, by default)"]
+              if labels is not None and labels.scale is None and getattr(stats, "mean", ()) else [])
+    if raw_features:
+        causes.append("its features are on scales orders of magnitude apart (`mptrain lint` names "
+                      "them): data.normalize standardises them")
+    causes += ["too few epochs (train.epochs)", "too high a learning rate "
+               "(train.optimizer.kwargs.learning_rate)"]
     return [f"test MAE {quality.value:,.4g} is no better than always predicting the training "
             f"targets' mean ({baseline[0]:,.4g}): the model learned nothing from its inputs. "
-            "Features on scales orders of magnitude apart are a common cause (`mptrain lint` "
-            "names them; data.normalize standardises a CSV's), as are too few epochs "
-            "(train.epochs) and too high a learning rate (train.optimizer.kwargs.learning_rate)"]
+            f"Likely: {'; or '.join(causes)}"]
 
 
 def output_losses_note(test: dict[str, float], examples: int, batch_size: int) -> list[str]:
@@ -288,7 +298,8 @@ def summarize_run(session, profile: ForwardProfile, started_at: float) -> RunSum
         speed_warning=prepared.speed_warning,
         notes=[*prepared.notes, *session.notes,
                *unlike_plain_keras(choice, config.deterministic, prepared.objective.loss_name),
-               *profile.notes(), *learned_nothing(quality, prepared.data.labels),
+               *profile.notes(), *learned_nothing(quality, prepared.data.labels, prepared.objective,
+                                                  prepared.data.raw_features),
                *(output_losses_note(test, prepared.data.test.size, config.train.batch_size) if test
                  else []),
                *([session.save_note] if session.save_note else [])],

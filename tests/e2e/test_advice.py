@@ -53,7 +53,7 @@ CASES = {
         ["data.num_classes=2", "model={kind: python, builder: 'sigmoid_one.py:build'}",
          "train.loss=sparse_categorical_crossentropy"], "validate --deep",
         r"use (train\.loss): (\w+)", None),
-    "targets past float16": ([*HOUSES, "policy=mixed_float16"], "lint",
+    "targets past float16": ([*HOUSES, "policy=mixed_float16", "train.target_scaling=none"], "lint",
                              r"set (train\.target_scaling): (\w+)", "targets"),
     "features on scales apart": ([*HOUSES, "data.normalize=false", "train.target_scaling=standard"],
                                  "lint", r"set (data\.normalize): (\w+)", "features"),

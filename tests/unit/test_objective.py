@@ -80,7 +80,7 @@ def test_the_loss_and_the_labels_choose_the_objective():
     assert isinstance(tags, MultiLabel) and tags.units == 3 and tags.quality.metric == "auc"
     targets = objective_for("huber", stats([[1.5, 2.0], [0.5, -1.0]]))
     assert isinstance(targets, Values) and targets.units == 2 and not targets.quality.higher_is_better
-    scaled = objective_for("mse", stats([1000.0, 3000.0]), scale_targets=True)
+    scaled = objective_for("mse", stats([1000.0, 3000.0]), target_scaling="standard")
     assert scaled.labels.scale.mean == [2000.0] and scaled.labels.scale.std == [1000.0]
     several = objective_for({"a": "mse", "b": "sparse_categorical_crossentropy"},
                             {"a": stats([0.5, 1.5]), "b": stats([0, 1])})
@@ -139,7 +139,8 @@ def test_targets_are_read_as_keras_takes_them_soft_probabilities_and_any_rank():
     with pytest.raises(ConfigError, match="its output must be 288x1 per example"):
         windows.check_positions((None, 1))
     with pytest.raises(ConfigError, match="has 288x1 per example: leave it out"):
-        objective_for("mse", stats(np.zeros((4, 288, 1)) + np.arange(4)[:, None, None]), scale_targets=True)
+        objective_for("mse", stats(np.zeros((4, 288, 1)) + np.arange(4)[:, None, None]),
+                      target_scaling="standard")
 
 
 def test_labels_a_loss_cannot_take_are_refused_naming_the_data_and_the_fix():
@@ -328,3 +329,24 @@ def test_features_on_scales_apart_are_named_unless_the_model_normalises_them():
 
     adapted = SimpleNamespace(layers=[keras.layers.Normalization()])
     assert feature_findings(raw, adapted, csv) == []
+
+
+def test_each_losss_arguments_are_the_installed_keras_own_and_a_typo_is_refused_at_validate():
+    """`validate` checks a loss's kwargs without importing Keras, from the table; the table
+    holds each class's own arguments as the installed Keras declares them (a Keras release
+    that adds or renames one fails here, not in a user's run), and a typo is refused naming
+    the argument meant (`gama` ran to "unexpected keyword argument" after the data loaded)."""
+    import inspect
+
+    import keras
+
+    from mptrain.objective.losses import LOSS_COMMON, LOSSES, MPTRAIN_ARGUMENTS, resolve
+
+    for kind in LOSSES:
+        declared = inspect.signature(getattr(keras.losses, kind.keras_class)).parameters
+        own = tuple(p for p in declared if p not in ("self", *LOSS_COMMON, *MPTRAIN_ARGUMENTS))
+        assert kind.arguments == own or kind.family is None, kind.keras_class
+    with pytest.raises(ConfigError, match=r"kwargs 'gama' is not an argument of BinaryFocalCrossentropy "
+                                          r"\(did you mean gamma\?\)"):
+        resolve({"name": "binary_focal_crossentropy", "kwargs": {"gama": 3.0}})
+    assert resolve({"name": "huber", "kwargs": {"delta": 0.5, "reduction": "sum"}}).kwargs["delta"] == 0.5

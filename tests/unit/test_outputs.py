@@ -93,3 +93,31 @@ def test_every_output_of_a_model_with_several_is_float32_under_a_16_bit_policy(p
             np.testing.assert_allclose(np.asarray(called[name]), np.asarray(own[name], "float32"))
     finally:
         apply_policy("float32")
+
+
+def test_the_saved_model_takes_raw_inputs_and_returns_the_targets_units(tmp_path):
+    """What mptrain's pipeline did around the model (pixels / 255, features standardised,
+    targets standardised) is the saved model's first and last layers, so plain Keras predicts
+    from raw inputs in the targets' units; saved and loaded, mptrain takes the trained model
+    back out of them (`model.kind: saved` trains it again through its own pipeline)."""
+    from mptrain.model.exported import exported, trained_part
+    from mptrain.objective.labels import TargetScale
+
+    inputs = keras.Input((3,))
+    model = keras.Model(inputs, keras.layers.Dense(1)(inputs))
+    assert exported(model, False, None, None) == (model, None)  # nothing to add
+    mean, std = [10.0, 200.0, 0.5], [2.0, 40.0, 0.1]
+    wrapped, said = exported(model, True, (mean, std), TargetScale([1000.0], [250.0]))
+    assert said.startswith("model.keras takes the pixels (0-255) and features as the data stores them "
+                           "and returns the targets in their own units")
+    raw = np.array([[25.5, 229.5, 102.0], [0.0, 255.0, 51.0]], "float32")
+    fed = ((raw / 255 - np.array(mean)) / np.array(std)).astype("float32")  # as the pipeline feeds it
+    expected = np.asarray(model(fed)) * 250.0 + 1000.0
+    np.testing.assert_allclose(wrapped.predict(raw, verbose=0), expected, rtol=1e-4)
+    wrapped.save(tmp_path / "model.keras")
+    loaded = keras.models.load_model(tmp_path / "model.keras")
+    np.testing.assert_allclose(loaded.predict(raw, verbose=0), expected, rtol=1e-4)
+    inner = trained_part(loaded)
+    assert [w.shape for w in inner.weights] == [w.shape for w in model.weights]
+    np.testing.assert_allclose(inner.predict(fed, verbose=0), np.asarray(model(fed)), rtol=1e-5)
+    assert trained_part(model) is model

@@ -110,10 +110,18 @@ def test_a_regression_no_better_than_its_mean_is_told_so():
         return QualityFigure(metric=metric, label="MAE", value=value, higher_is_better=False,
                              proportion=False)
 
-    stats = SimpleNamespace(mean_mae=(900.0,))
+    stats = SimpleNamespace(mean_mae=(900.0,), mean=(470_000.0,))
     said = learned_nothing(mae(880.0), stats)
     assert len(said) == 1 and said[0].startswith("test MAE 880 is no better than always "
                                                  "predicting the training targets' mean (900)")
+    # the cause the run's own settings point to, first: its targets unscaled, its features raw
+    unscaled = SimpleNamespace(labels=SimpleNamespace(scale=None))
+    said = learned_nothing(mae(880.0), stats, unscaled, raw_features=(("size", 4000.0),))[0]
+    assert "Likely: its targets were trained as stored (train.target_scaling: none), about " \
+           "470,000 each" in said and "data.normalize" in said
+    scaled = SimpleNamespace(labels=SimpleNamespace(scale=object()))
+    said = learned_nothing(mae(880.0), stats, scaled)[0]
+    assert "target_scaling" not in said and "data.normalize" not in said and "train.epochs" in said
     assert learned_nothing(mae(700.0), stats) == []
     assert learned_nothing(mae(0.95, "accuracy"), stats) == []
     assert learned_nothing(mae(880.0), SimpleNamespace(mean_mae=(900.0, 5.0))) == []

@@ -172,6 +172,11 @@ def test_a_signal_between_epochs_stops_there_and_says_so():
     with stop_on_signals(inside):
         os.kill(os.getpid(), signal.SIGINT)
     assert inside.stop_reason == "interrupted by SIGINT during epoch 1, step 2"
+    # before the loop's first epoch began: the epoch the logs and a resume count, never 0
+    early = TrainingMonitor(epochs=3, steps_per_epoch=4)
+    with stop_on_signals(early):
+        os.kill(os.getpid(), signal.SIGINT)
+    assert early.stop_reason == "interrupted by SIGINT as epoch 1 began"
 
 
 def test_after_training_a_sigterm_lets_the_run_finish_writing_and_ctrl_c_abandons():

@@ -16,6 +16,7 @@ import zipfile
 from mptrain.config.kinds import SavedConfig
 from mptrain.errors import ConfigError
 from mptrain.model.dtypes import objects, rebuild_with_policies
+from mptrain.model.exported import trained_part
 from mptrain.model.kinds import ModelKind
 
 
@@ -65,6 +66,7 @@ class Saved(ModelKind, kind="saved"):
                               "a model with custom layers needs them registered "
                               "(keras.saving.register_keras_serializable) in an importable module; "
                               "--verbose shows where") from exc
+        original = trained_part(original)  # a model mptrain saved: the steps its pipeline takes
         policy = keras.mixed_precision.global_policy().name
         last = original.layers[-1]
         keep = frozenset({last.name} if type(last).__name__ in ("Activation", "Softmax") else ())
