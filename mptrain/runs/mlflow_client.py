@@ -1,20 +1,21 @@
 """The MLflow client as mptrain uses it: short HTTP retries, MLflow's own logging quietened,
-batched writes within `log_batch`'s limits, and one connection per run that is written until
-its first failure and then says where and why (`Connection.failure`). A tracking store that is
-down or refuses a write never stops training. mlflow is imported here only, when tracking is
-on."""
+metrics through MLflow's own asynchronous logging (`log_batch(synchronous=False)`: MLflow
+queues, batches within its request limits and sends them on a thread of its own, so a step
+never waits for the store), and one connection per run that is written until its first
+failure and then says where and why (`Connection.failure`). A tracking store that is down or
+refuses a write never stops training. mlflow is imported here only, when tracking is on."""
 
 from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 from mptrain.record import Record, write_atomic
 
-MAX_BATCH_METRICS = 1000  # log_batch's limit (params and tags it chunks itself)
 PARENT_ENV = "MPTRAIN_MLFLOW_PARENT"  # compare and plan: the parent run of their children
 RUN_FILE = "mlflow.json"
 # summary.json's status → MLflow's (a compare's or plan's own: KILLED when interrupted, else FINISHED)
@@ -75,6 +76,7 @@ class Connection:
         self.client = None
         self.run: TrackedRun | None = None
         self.failure: str | None = None
+        self.sending: list[tuple[str, object]] = []  # (where, MLflow's RunOperations) not yet waited for
 
     def call(self, where: str, action: Callable[[], Any]) -> Any:
         """`action()`'s value, unless it (or an earlier call) failed: then None. A failure is
@@ -114,18 +116,31 @@ class Connection:
 
         self.call("the start", start)
 
-    def log(self, where: str, metrics: list | None = None, params: dict[str, str] | None = None,
+    def log(self, where: str, params: dict[str, str] | None = None,
             tags: dict[str, str] | None = None) -> None:
-        from mlflow.entities import Metric, Param, RunTag
+        from mlflow.entities import Param, RunTag
 
-        def send() -> None:
-            run_id = self.run.run_id
-            self.client.log_batch(run_id, params=[Param(k, v) for k, v in (params or {}).items()],
-                                  tags=[RunTag(k, str(v)) for k, v in (tags or {}).items()])
-            for chunk in metrics or []:  # `whole_steps`' chunks: one call each
-                self.client.log_batch(run_id, metrics=[Metric(k, v, ms, step) for k, v, ms, step in chunk])
+        self.call(where, lambda: self.client.log_batch(
+            self.run.run_id, params=[Param(k, v) for k, v in (params or {}).items()],
+            tags=[RunTag(k, str(v)) for k, v in (tags or {}).items()]))
 
-        self.call(where, send)
+    def send(self, where: str, values: dict[str, float], step: int) -> None:
+        """One step's (or epoch's) metrics, queued on MLflow's asynchronous logging; a failure
+        comes back when `wait` is."""
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        operation = self.call(where, lambda: self.client.log_batch(
+            self.run.run_id, metrics=[Metric(k, v, now, step) for k, v in values.items()],
+            synchronous=False))
+        if operation is not None:
+            self.sending.append((where, operation))
+
+    def wait(self) -> None:
+        """Until what `send` queued has reached the store (or the first failure is known)."""
+        for where, operation in self.sending:
+            self.call(where, operation.wait)
+        self.sending.clear()
 
     @property
     def env(self) -> dict[str, str]:
@@ -137,9 +152,9 @@ class Connection:
         return [self.failure] if self.failure else []
 
     def finish(self, status: str, files: Iterable[Path] = (), texts: dict[str, str] | None = None,
-               tags: dict[str, str] | None = None, metrics: list | None = None) -> None:
-        """The run's end: its status (and `tags`, `metrics`: `log`'s) logged, `files` and then
-        `texts` as artifacts, then MLflow's status (`RUN_STATUS`)."""
+               tags: dict[str, str] | None = None) -> None:
+        """The run's end: what was queued sent, its status (and `tags`) logged, `files` and
+        then `texts` as artifacts, then MLflow's status (`RUN_STATUS`)."""
         def send_files() -> None:
             for path in files:
                 if path.is_file():
@@ -147,22 +162,11 @@ class Connection:
             for name, text in (texts or {}).items():
                 self.client.log_text(self.run.run_id, text, name)
 
-        self.log("the end", metrics=metrics, tags={"status": status, **(tags or {})})
+        self.wait()
+        self.log("the end", tags={"status": status, **(tags or {})})
         self.call("the artifacts", send_files)
         self.call("the end", lambda: self.client.set_terminated(self.run.run_id,
                                                                 RUN_STATUS.get(status, "FINISHED")))
-
-
-def whole_steps(rows: list[tuple[int, dict[str, float], int]]) -> list[list[tuple]]:
-    """(step, values, ms) rows as log_batch chunks that never split a step: a chunk that
-    fails leaves no step half-logged (a resume counts steps by `step/loss`)."""
-    chunks: list[list[tuple]] = [[]]
-    for step, values, ms in rows:
-        entries = [(k, v, ms, step) for k, v in values.items()]
-        if len(chunks[-1]) + len(entries) > MAX_BATCH_METRICS:
-            chunks.append([])
-        chunks[-1].extend(entries)
-    return [c for c in chunks if c]
 
 
 class TrackedRun(Record):

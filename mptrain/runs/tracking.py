@@ -8,9 +8,10 @@ user's); and config.yaml, summary.json and the model as artifacts. compare and p
 parent run whose id their children read from `MPTRAIN_MLFLOW_PARENT`, so each variant or
 trial is nested under it.
 
-The run folder stays the record; MLflow is a copy for browsing. So steps are sent in
-batches (`log_batch`), at most every `FLUSH_SECONDS` and at each epoch's end, never one call
-per value per step; a store that is down or refuses a write never stops training
+The run folder stays the record; MLflow is a copy for browsing. So steps go through MLflow's
+own asynchronous logging (one queued batch a step, sent on MLflow's thread; waited for at each
+epoch's end, where a failure becomes the note); a store that is down or refuses a write never
+stops training
 (`mlflow_client.Connection`: the summary's notes say what was not logged and why); and
 `mlflow.json` in the run folder names the MLflow run, so `run --resume` continues it without
 logging again what it holds (a resume redoes the steps after its checkpoint): each metric's
@@ -22,12 +23,11 @@ from __future__ import annotations
 import json
 import math
 import os
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mptrain.runs.folder import record_text
-from mptrain.runs.mlflow_client import PARENT_ENV, Connection, read_tracked, whole_steps
+from mptrain.runs.mlflow_client import PARENT_ENV, Connection, read_tracked
 from mptrain.training.records import EpochRecord, StepRecord, TrainingListener
 from mptrain.version import __version__
 
@@ -37,7 +37,6 @@ if TYPE_CHECKING:
     from mptrain.precision.policy import PolicyChoice
     from mptrain.runs.summary import RunSummary
 
-FLUSH_SECONDS = 5.0
 MAX_PARAM_VALUE = 500  # older MLflow servers refuse longer values (3.17 allows 6000)
 
 
@@ -111,9 +110,6 @@ class MlflowLogger(TrainingListener):
     def __init__(self, connection: Connection, logged_steps: int = 0, logged_epochs: int = 0):
         self.connection = connection
         self.logged_steps, self.logged_epochs = logged_steps, logged_epochs
-        self._steps: list[tuple[int, dict[str, float], int]] = []
-        self._epochs: list[tuple[int, dict[str, float], int]] = []
-        self._last_flush = time.perf_counter()
 
     @property
     def failure(self) -> str | None:
@@ -121,7 +117,7 @@ class MlflowLogger(TrainingListener):
 
     def catch_up(self, steps: list[StepRecord], epochs: list[EpochRecord]) -> None:
         """A resumed run's records before its checkpoint that MLflow does not have yet (a
-        run killed between two of its flushes)."""
+        run killed before MLflow sent them)."""
         for record in steps:
             self.step_finished(record, 0)
         for epoch in epochs:
@@ -129,30 +125,21 @@ class MlflowLogger(TrainingListener):
         self.flush()
 
     def step_finished(self, record: StepRecord, step_in_epoch: int) -> None:
-        if record.step <= self.logged_steps or self.failure is not None:
-            return  # logged before a resume redid it
-        self._steps.append((record.step, step_metrics(record), int(time.time() * 1000)))
-        self.logged_steps = record.step
-        if time.perf_counter() - self._last_flush >= FLUSH_SECONDS:
-            self.flush()
+        if record.step > self.logged_steps:  # (not logged before a resume redid it)
+            self.connection.send(f"step {record.step}", step_metrics(record), record.step)
+            self.logged_steps = record.step
 
     def epoch_finished(self, record: EpochRecord) -> None:
         self._add_epoch(record)
         self.flush()
 
     def _add_epoch(self, record: EpochRecord) -> None:
-        if record.epoch > self.logged_epochs and self.failure is None:
-            self._epochs.append((record.epoch, epoch_metrics(record), int(time.time() * 1000)))
+        if record.epoch > self.logged_epochs:
+            self.connection.send(f"epoch {record.epoch}", epoch_metrics(record), record.epoch)
             self.logged_epochs = record.epoch
 
     def flush(self) -> None:
-        self._last_flush = time.perf_counter()
-        if not (self._steps or self._epochs):
-            return
-        first = f"step {self._steps[0][0]}" if self._steps else f"epoch {self._epochs[0][0]}"
-        chunks = whole_steps(self._steps) + whole_steps(self._epochs)
-        self._steps, self._epochs = [], []
-        self.connection.log(first, metrics=chunks)
+        self.connection.wait()
 
 
 def _last_step(client, run_id: str, key: str) -> int:
@@ -209,25 +196,21 @@ def finish_tracking(logger: MlflowLogger | None, summary: RunSummary, folder: Pa
     if logger is None:
         return summary
     connection = logger.connection
-    logger.flush()
-    now = int(time.time() * 1000)
+    connection.send("the end", {k: v for k, v in summary_metrics(summary).items() if math.isfinite(v)},
+                    summary.steps_run)
     # summary.json is sent last, only while nothing has failed: this copy never lacks a note
     # the folder's has
     connection.finish(summary.status, [folder / "config.yaml", folder / "model.keras",
                                        folder / "model.weights.h5"],
-                      {"summary.json": record_text(summary)},
-                      metrics=[[(k, v, now, summary.steps_run) for k, v in summary_metrics(summary).items()
-                                if math.isfinite(v)]])
+                      {"summary.json": record_text(summary)})
     return summary.model_copy(update={"notes": [*summary.notes, *connection.notes]})
 
 
 def end_tracking(logger: MlflowLogger | None, status: str) -> None:
     """A run that ended without a summary (`failed`, or abandoned: `interrupted`): what was
     recorded, and the status. The run folder's summary.json says why."""
-    if logger is None:
-        return
-    logger.flush()
-    logger.connection.finish(status)
+    if logger is not None:
+        logger.connection.finish(status)
 
 
 # --- compare and plan: a parent run, its children nested ----------------------------------

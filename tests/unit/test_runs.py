@@ -191,17 +191,6 @@ def test_params_are_the_flattened_config_within_mlflows_limit():
     assert len(flat["model.layers"]) == MAX_PARAM_VALUE and flat["model.layers"].endswith("...")
 
 
-def test_step_batches_keep_whole_steps_within_log_batchs_limit():
-    from mptrain.runs.mlflow_client import MAX_BATCH_METRICS, whole_steps
-
-    rows = [(step, {f"m{i}": 1.0 for i in range(7)}, 0) for step in range(1, 301)]
-    chunks = whole_steps(rows)
-    assert sum(len(c) for c in chunks) == 2100 and all(len(c) <= MAX_BATCH_METRICS for c in chunks)
-    for chunk in chunks:  # no step split across two calls
-        steps = [entry[3] for entry in chunk]
-        assert all(steps.count(s) == 7 for s in set(steps))
-
-
 def test_validate_without_mlflow_says_what_to_install(tmp_path, monkeypatch):
     """As if mlflow were not installed: the check finds that out without importing it."""
     import importlib.util
