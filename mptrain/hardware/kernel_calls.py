@@ -7,8 +7,9 @@ library: oneDNN or TensorFlow's own Eigen kernels. The kernel check (`kernels.me
 the other one in a peer: this module, run as a child with the variable flipped. It traces the
 same kernels, and each time the parent asks, makes one call of one setting
 and says how long it took, so the parent puts the peer's calls in its own interleaved rounds
-and a machine whose speed drifts slows both libraries alike. Its answers come back on a pipe
-of their own: nothing TensorFlow prints on stdout can be taken for one.
+and a machine whose speed drifts slows both libraries alike. Requests and answers go over a
+`multiprocessing` pipe of their own (pickled, with its `poll` timeout): nothing TensorFlow
+prints can be taken for one.
 """
 
 from __future__ import annotations
@@ -102,43 +103,41 @@ def prepared_calls(tf, fn, shapes, settings, device: str) -> dict[tuple[str, boo
     return calls
 
 
-class PeerError(Exception):
-    """The peer process did not answer as it should (it failed to start, or died)."""
-
-
 class Peer:
-    """The peer process and the pipes to it. Its calls are `PeerCall`s; a peer that fails
+    """The peer process and the pipe to it. Its calls are `PeerCall`s; a peer that fails
     (or whose TensorFlow runs the same library as this one: the variable changed nothing)
     stops answering (`failed` says why) and its calls time nothing from then on."""
 
-    def __init__(self, process: subprocess.Popen | None, answers, onednn: bool, log,
+    def __init__(self, process: subprocess.Popen | None, pipe, onednn: bool, log,
                  failed: str | None = None):
-        self.process, self.answers, self.onednn, self.log = process, answers, onednn, log
+        self.process, self.pipe, self.onednn, self.log = process, pipe, onednn, log
         self.failed = failed
 
     @classmethod
     def start(cls, onednn: bool, dtypes: tuple[str, ...], scale: float) -> Peer:
         """A peer running `onednn` (True: oneDNN, False: Eigen), tracing `dtypes`' kernels."""
+        from multiprocessing import Pipe
+
         library = LIBRARY_NAMES[library_of(onednn)]
         log = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115  (closed in close: its stderr)
-        read_end, write_end = os.pipe()
-        spec = json.dumps({"dtypes": list(dtypes), "scale": scale, "answers": write_end})
+        mine, theirs = Pipe()
+        spec = json.dumps({"dtypes": list(dtypes), "scale": scale, "pipe": theirs.fileno()})
         try:
             process = subprocess.Popen([sys.executable, "-m", "mptrain.hardware.kernel_calls", spec],
-                                       stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=log,
+                                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
                                        env={**os.environ, **library_environment(library_of(onednn))},
-                                       text=True, pass_fds=(write_end,), start_new_session=True)
+                                       pass_fds=(theirs.fileno(),), start_new_session=True)
         except OSError as exc:
-            os.close(read_end)
+            mine.close()
             return cls(None, None, onednn, log, f"the {library} peer process did not start: {exc}")
         finally:
-            os.close(write_end)
-        return cls(process, os.fdopen(read_end), onednn, log)
+            theirs.close()
+        return cls(process, mine, onednn, log)
 
     def calls(self, kernel: int, dtypes: tuple[str, ...]) -> dict[tuple, PeerCall]:
         """Kernel number `kernel` traced in the peer, each dtype it could build as a call for
         `interleaved` (none once the peer has failed)."""
-        answer = self._ask({"op": "trace", "kernel": kernel}, START_TIMEOUT_S)
+        answer = self._ask(("trace", kernel, None), START_TIMEOUT_S)
         if answer is not None and answer["onednn"] not in (None, self.onednn):  # as its TensorFlow says
             self._fail(f"{ONEDNN_ENV} changed nothing: this TensorFlow runs "
                        f"{LIBRARY_NAMES[library_of(answer['onednn'])]} either way here")
@@ -146,32 +145,26 @@ class Peer:
             return {}
         return {(dtype, False, PEER): PeerCall(self, kernel, dtype) for dtype in answer["traced"]}
 
-    def _ask(self, request: dict, timeout_s: float) -> dict | None:
+    def _ask(self, request: tuple, timeout_s: float):
         """Send one request and read its answer; None once the peer has failed."""
         if self.failed is not None:
             return None
-        import select
-
         try:
-            self.process.stdin.write(json.dumps(request) + "\n")
-            self.process.stdin.flush()
-            if not select.select([self.answers], [], [], timeout_s)[0]:
-                raise PeerError(f"no answer in {timeout_s:.0f} s")
-            line = self.answers.readline()
-            if not line:
-                raise BrokenPipeError
-            return json.loads(line)
-        except (OSError, ValueError, PeerError) as exc:
-            why = self._ended() if isinstance(exc, BrokenPipeError) else str(exc)
+            self.pipe.send(request)
+            if not self.pipe.poll(timeout_s):
+                raise TimeoutError(f"no answer in {timeout_s:.0f} s")
+            return self.pipe.recv()
+        except (OSError, EOFError) as exc:
+            why = str(exc) if isinstance(exc, TimeoutError) else self._ended()
             self._fail(f"the {LIBRARY_NAMES[library_of(self.onednn)]} peer process failed: {why}")
             return None
 
     def _ended(self) -> str:
-        """How it ended (its pipes closed), with the last line it wrote on stderr."""
+        """How it ended (its pipe closed), with the last line it wrote on stderr."""
         try:
             code = self.process.wait(timeout=10)
         except subprocess.TimeoutExpired:
-            return "its pipes closed"
+            return "its pipe closed"
         self.log.seek(0)
         lines = [line for line in self.log.read().splitlines() if line.strip()]
         return f"it ended (exit code {code}" + (f": {lines[-1][:200]})" if lines else ")")
@@ -181,16 +174,15 @@ class Peer:
         self.close()
 
     def close(self) -> None:
-        """End the peer (it ends by itself at the end of its input)."""
+        """End the peer (it ends by itself when its pipe closes)."""
+        if self.pipe is not None:
+            self.pipe.close()
         if self.process is not None and self.process.poll() is None:
             try:
-                self.process.stdin.close()
                 self.process.wait(timeout=10)
-            except (OSError, subprocess.TimeoutExpired):
+            except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
-        if self.answers is not None:
-            self.answers.close()
         self.log.close()
 
 
@@ -204,34 +196,35 @@ class PeerCall:
 
     def seconds(self) -> float | None:
         """The call's own time, as the peer measured it; None once the peer has failed."""
-        answer = self.peer._ask({"op": "call", "kernel": self.kernel, "dtype": self.dtype},
-                                CALL_TIMEOUT_S)
-        return None if answer is None else answer["seconds"]
+        return self.peer._ask(("call", self.kernel, self.dtype), CALL_TIMEOUT_S)
 
 
 def serve(spec: dict) -> None:
     """The peer's side: trace a kernel when asked (and say which dtypes it could build, and
-    its library as its TensorFlow says), then time a call of it when asked."""
+    its library as its TensorFlow says), then time a call of it when asked, until its pipe
+    closes."""
+    from multiprocessing.connection import Connection
+
     from mptrain.hardware.runtime import import_tensorflow
 
     tf = import_tensorflow()
     catalog = kernels(tf, spec["scale"])
-    answers = os.fdopen(spec["answers"], "w", buffering=1)
-    traced: dict[int, dict] = {}
-    for line in sys.stdin:
-        request = json.loads(line)
-        index = request["kernel"]
-        if request["op"] == "trace":
+    pipe = Connection(spec["pipe"])
+    traced: dict = {}
+    while True:
+        try:
+            op, index, dtype = pipe.recv()
+        except EOFError:
+            return
+        if op == "trace":
             _, _, _, shapes, fn = catalog[index]
-            traced = {index: prepared_calls(tf, fn, shapes, [(d, False) for d in spec["dtypes"]],
-                                            "/CPU:0")}
-            answers.write(json.dumps({"traced": [d for d, _ in traced[index]],
-                                      "onednn": onednn_running()}) + "\n")
+            traced = prepared_calls(tf, fn, shapes, [(d, False) for d in spec["dtypes"]], "/CPU:0")
+            pipe.send({"traced": [d for d, _ in traced], "onednn": onednn_running()})
         else:
-            fn, inputs = traced[index][request["dtype"], False]
+            fn, inputs = traced[dtype, False]
             began = time.perf_counter()
             fn(*inputs).numpy()
-            answers.write(json.dumps({"seconds": time.perf_counter() - began}) + "\n")
+            pipe.send(time.perf_counter() - began)
 
 
 if __name__ == "__main__":
