@@ -98,6 +98,16 @@ class Verdict(FrozenRecord):
         """It can be picked: timed, not the baseline, nothing refused (trained as well)."""
         return self.speed.word is not None and not self.refused and not self.baseline
 
+    def precision_alone(self) -> str | None:
+        """The precision's own effect against its control (float32+xla beside a row with
+        XLA), said below a table: "precision alone 0.87x float32-xla-fit's (slower)"."""
+        alone = self.against_control
+        if alone is None:
+            return None
+        if alone.ratio is None:
+            return f"against {self.control}: {alone.unknown}"
+        return f"precision alone {alone.ratio:.2f}x {self.control}'s ({Verdict(speed=alone).words(False)})"
+
     @property
     def faster(self) -> bool:
         return self.speed.word == "faster" and not self.slower_over_run and not self.refused
@@ -117,7 +127,9 @@ class Verdict(FrozenRecord):
         return data
 
     def words(self, quality: bool = True) -> str:
-        """The verdict in a few words: what a table's verdict column shows."""
+        """The verdict in a few words, at most two lines of a table's verdict column at 80
+        columns; the rest (a stop's reason, the precision's own effect against a control) is
+        the table's notes', every word the glossary's (docs/glossary.md)."""
         if self.baseline:
             parts = ["baseline"]
         elif self.speed.word == "inconclusive":
@@ -127,14 +139,10 @@ class Verdict(FrozenRecord):
             parts = [self.speed.word + (", but slower over the run" if self.slower_over_run else "")]
         else:
             parts = [f"not timed: {self.speed.unknown}"] if self.speed.unknown else []
-        if (alone := self.against_control) is not None:
-            parts.append(f"precision alone {alone.ratio:.2f}x vs {self.control} "
-                         f"({Verdict(speed=alone).words(False)})" if alone.ratio is not None
-                         else f"vs {self.control}: {alone.unknown}")
         if self.training is not None and self.training.behind:
-            made = (f"{self.training.share:.0%} of float32's progress" if self.training.share is not None
+            made = (f"{self.training.share:.0%}" if self.training.share is not None
                     else f"{self.training.shortfall:+.3g}")
-            parts.append(f"loss behind float32's ({made})")
+            parts.append(f"loss behind ({made})")
         if quality and not self.baseline and self.quality is not None:
             parts.append(self.quality.word())
         if self.unjudged:
@@ -143,7 +151,9 @@ class Verdict(FrozenRecord):
         if self.input_bound:
             parts.append("input-bound")
         text = ", ".join(parts) or "n/a"
-        return f"{text} ({self.stopped_early})" if self.stopped_early and not self.refused else text
+        # (how it stopped, in a word: the table's notes give its reason whole)
+        stopped = self.stopped_early.split()[0] if self.stopped_early else None
+        return f"{text} ({stopped})" if stopped and not self.refused else text
 
 
 

@@ -125,19 +125,18 @@ def _check_own_compile(config: ExperimentConfig, model) -> None:
         raise ConfigError(f"model.builder returned a {cls} that defines its own compile "
                           f"({signature}), not compiled: mptrain cannot give its arguments; call "
                           "it in the builder, as keras.io does, and return the compiled model")
-    train = config.train
-    optimizers = ", ".join(optimizers_of(model))
+    train, optimizers = config.train, list(optimizers_of(model))
     kept = [("train.loss", train.loss is not None), ("train.metrics", train.metrics is not None),
             ("train.loss_weights", train.loss_weights is not None),
             ("train.class_weight", train.class_weight is not None),
             ("train.optimizer", train.optimizer != OptimizerConfig()),
             ("train.xla_optimizer_update", bool(train.xla_optimizer_update)),
             ("train.reduce_lr_on_plateau",
-             train.reduce_lr_on_plateau is not None and len(optimizers_of(model)) > 1)]
+             train.reduce_lr_on_plateau is not None and len(optimizers) > 1)]
     refused = next((key for key, set_ in kept if set_), None)
     if refused is not None:
         raise ConfigError(f"{refused}: {cls} was compiled by its own {signature}, which chose its "
-                          f"losses, metrics and optimizers ({optimizers}); mptrain keeps that "
+                          f"losses, metrics and optimizers ({', '.join(optimizers)}); mptrain keeps that "
                           f"compile and cannot honour {refused}: leave it out (or set it in the "
                           "builder's compile call)")
 

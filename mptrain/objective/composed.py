@@ -41,14 +41,7 @@ class Compiled(_Composed):
         # labels go to the model's own loss as stored (one-hot rows stay one-hot)
         self.loss_name = _describe_loss(compiled.get("loss"))
         self.labels = Labels("classes" if first.whole else "values", first.shape[0] if first.shape else 1)
-        metrics = compiled.get("metrics")
-        metric = (next(iter(metrics.values())) if isinstance(metrics, dict) else metrics) or []
-        metric = metric[0] if isinstance(metric, list | tuple) and metric else metric
-        name = metric if isinstance(metric, str) else getattr(metric, "name", None)
-        if name and isinstance(metrics, dict):  # Keras names an output's metric after it
-            name = f"{next(iter(metrics))}_{name}"
-        self.quality = (Quality(name, _higher(metric), name, proportion="accuracy" in name) if name
-                        else Quality("loss", False, "loss"))
+        self.quality = _first_metric(compiled.get("metrics")) or Quality("loss", False, "loss")
 
     def describe(self) -> str:
         """Several outputs are named, not described by the first one's labels."""
@@ -83,11 +76,7 @@ class OwnStep(Compiled):
         self.compiled, self.spec, self.outputs = compiled or {}, None, []
         self.loss_name = f"{model_class}'s own"
         self.labels = None if stats is None else _as_stored(stats)
-        metrics = self.compiled.get("metrics")
-        first = metrics[0] if isinstance(metrics, list | tuple) and metrics else metrics
-        name = first if isinstance(first, str) else getattr(first, "name", None)
-        self.quality = (Quality(name, _higher(first), name, proportion="accuracy" in name)
-                        if isinstance(name, str) else None)
+        self.quality = _first_metric(self.compiled.get("metrics"))
 
     def describe(self) -> str:
         return f"{self.loss_name} training step ({self.labels.describe() if self.labels else 'no labels'})"
@@ -131,6 +120,19 @@ def _as_stored(stats: LabelStats) -> Labels:
     if stats.whole and not stats.shape:
         return Labels("classes", int(stats.high) + 1)
     return Labels("values", math.prod(stats.shape) if stats.shape else 1)
+
+
+def _first_metric(metrics) -> Quality | None:
+    """The quality a compile's first metric judges (None: it has none): an output's first
+    under the name Keras reports it by, the output's name first."""
+    output = next(iter(metrics)) if isinstance(metrics, dict) else None
+    metric = (metrics[output] if output else metrics) or []
+    metric = metric[0] if isinstance(metric, list | tuple) and metric else metric
+    name = metric if isinstance(metric, str) else getattr(metric, "name", None)
+    if not isinstance(name, str) or not name:
+        return None
+    name = f"{output}_{name}" if output else name
+    return Quality(name, _higher(metric), name, proportion="accuracy" in name)
 
 
 def _describe_loss(loss) -> str:

@@ -104,7 +104,7 @@ def library_advice(machine: Machine, kernels: KernelSpeeds | None) -> tuple[str 
     also = (f"; {kernels.describe('bfloat16', '/CPU:0', onednn=not machine.onednn)}"
             if best(not machine.onednn) > 1.0 else "")
     if there < here * MIN_GAIN:
-        return None, f"{running}, stays: {kernels.describe_library()}{also}"
+        return None, f"{running} runs here, and mptrain keeps it: {kernels.describe_library()}{also}"
     policy = " (with policy: mixed_bfloat16)" if best(not machine.onednn) > 1.0 else ""
     return other, (f"{kernels.describe_library()}{also}, where {running} runs now: set "
                    f"train.math_library: {other}{policy} in an experiment (or "

@@ -13,7 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from mptrain.measure.variant import compare_label
-from mptrain.measure.verdicts import DEFAULT_TOLERANCE_PCT, INPUT_BOUND_NOTE, MIN_ROUNDS, TWIN, quality_figure
+from mptrain.measure.verdicts import INPUT_BOUND_NOTE, TWIN, quality_figure
 from mptrain.report.console import fmt, human_bytes
 from mptrain.report.fitted import Fitted
 from mptrain.runs.summary import RunSummary
@@ -153,20 +153,17 @@ def compare_tables(record: CompareRecord) -> Group:
     run (one-off costs, wall time)."""
     result_rows, detail_rows, time_rows, notes = _compare_rows(record)
     results = Fitted(f"mptrain compare: {record.experiment} (baseline: {record.baseline_policy})",
-                      ["variant", "ms/step", "speed-up", _quality_header(record.variants),
-                       "loss scale\n/ skips", "verdict"], result_rows, text_columns={5})
+                      ["variant", "ms/step", "speed-up", _quality_header(record.variants), "verdict"],
+                      result_rows, text_columns={4})
     details = Fitted("details", ["variant", "p10–p90\nms/step", "examples\n/s", "TFLOP/s", "MFU",
-                                  "training\nmemory (×)"], detail_rows)
+                                  "training\nmemory (×)", "loss scale\n/skips"], detail_rows)
     times = Fitted("the whole run", ["variant", "start to\n1st step", "whole\nrun", "waited for\nturns"],
                     time_rows)
     notes += _compare_footnotes(record)
     notes.append(f"folder: {record.folder}")
-    batches = [batch_table(record.variants, record.baseline), ""] if _has_batch_axis(record.variants) else []
+    batches = ([batch_table(record.variants, record.baseline), ""]
+               if any(r.batch for r in record.variants) else [])
     return Group(results, "", details, "", times, "", *batches, *notes)
-
-
-def _has_batch_axis(rows) -> bool:
-    return any(row.batch for row in rows)
 
 
 def batch_table(rows, baseline: str) -> Fitted:
@@ -215,7 +212,7 @@ def _compare_rows(record: CompareRecord):
         if s is None:
             said = (f"failed ({row.failed})" if row.failed else "waiting" if record.status == "running"
                     else "not run: compare --resume runs it")
-            result_rows.append((name, [what, "-", "-", "-", "-",
+            result_rows.append((name, [what, "-", "-", "-",
                                        f"[{'red' if row.failed else 'yellow'}]{escape(said)}[/]"]))
             continue
         t = s.step_time if s.step_time is not None and s.step_time.enough else None
@@ -226,7 +223,6 @@ def _compare_rows(record: CompareRecord):
             f"{t.median_ms:.1f}" if t else "-",
             f"{row.speedup:.2f}x" if row.speedup is not None else "-",
             "-" if s.status == "diverged" else _quality_cell(quality_figure(s), verdict.quality),
-            f"{fmt(s.loss_scale.final, 'g')}/{s.loss_scale.skipped_steps}" if s.loss_scale else "-",
             f"[{colour}]{words}[/]" if colour else words,
         ]))
         detail_rows.append((name, [
@@ -236,6 +232,7 @@ def _compare_rows(record: CompareRecord):
             f"{s.achieved_tflops:.2f}" if t and s.achieved_tflops is not None else "-",
             f"{s.mfu:.0%}" if t and s.mfu is not None else "-",
             f"{human_bytes(s.memory.training_peak_bytes)} {fmt(row.verdict.memory_ratio, '.2f', '-')}x",
+            f"{fmt(s.loss_scale.final, 'g')}/{s.loss_scale.skipped_steps}" if s.loss_scale else "-",
         ]))
         time_rows.append((name, [what, fmt(s.time_to_first_step_s, ".1f", "-"),
                                  _duration(s.wall_time_s), _duration(s.turn_wait_s)]))
@@ -243,6 +240,8 @@ def _compare_rows(record: CompareRecord):
             warnings.setdefault(s.speed_warning, []).append(label)
         if s.stop_reason:
             notes.append(f"[yellow]{label}[/]: {escape(s.stop_reason)}")
+        if alone := verdict.precision_alone():
+            notes.append(f"{label}: {escape(alone)}")
     notes[:0] = [f"[yellow]⚠ {', '.join(labels)}[/]: {text}" for text, labels in warnings.items()]
     if any(row.verdict.input_bound for row in record.variants):
         notes.append(escape(INPUT_BOUND_NOTE))
@@ -250,40 +249,20 @@ def _compare_rows(record: CompareRecord):
 
 
 def _compare_footnotes(record: CompareRecord) -> list[str]:
-    """What compare's columns mean, and how its speed-ups were measured."""
+    """How compare's speed-ups were measured, and where every word is defined: a few lines
+    (the tables' words are docs/glossary.md's)."""
     base = record.baseline_policy
     # by the peak (a oneDNN math mode's float32 matmuls run in bfloat16: against its peak)
     peaks = {s.peak_unit: f"{s.peak_unit} {s.peak_tflops:.2f}"
              for s in (r.summary for r in record.variants) if s is not None and s.peak_unit}
     notes = [f"[yellow]in pairs:[/] {escape(record.pairs)}"] if record.pairs else []
-    turns = (f"the variants ran in turns of {record.turn_steps} steps; speed-up: the median over "
-             f"rounds of {base}'s median step / this one's in the same round, a verdict says "
-             "faster or slower only when its 95% interval (from the rounds' ratios) is on one side "
-             "of 1" if record.turn_steps else
-             f"[yellow]not measured in turns[/] (runs made apart: a speed-up can be the machine's "
-             f"drift between their times; `mptrain compare` measures in turns); speed-up: {base}'s "
-             "median / this median; a verdict says faster or slower only when the 95% interval of "
-             "the speed-up (from each median, its spread and its timed steps) is on one side of 1")
-    notes.append(f"ms/step: median over timed steps (warm-up and short batches left out); {turns} "
-                 f"(with fewer than {MIN_ROUNDS} rounds, no speed-up: the verdict says how many "
-                 f"steps give enough); loss behind {base}'s: its training loss fell short of "
-                 f"{base}'s progress by more than {DEFAULT_TOLERANCE_PCT:g}% "
-                 "(docs/choosing-a-precision.md); higher or "
-                 "lower accuracy only beyond what the test set's size can resolve (a 95% Wilson "
-                 "interval); another figure (MAE, AUC, IoU) better or worse beyond 1% of the "
-                 "baseline's. start to 1st step (s): process start, data, model, tracing, "
-                 "compiling and the first step itself; whole run: its own wall time, waits for "
-                 "the others' turns left out" + (BATCH_NOTE if _has_batch_axis(record.variants)
-                                                 else "") + ".")
-    if any(row.verdict.control for row in record.variants):
-        notes.append("precision alone: a row with XLA's speed-up over float32+xla in the same "
-                     "rounds, its precision's own effect (its speed-up over float32 also counts "
-                     "what XLA alone does).")
-    if peaks:
-        notes.append("MFU: achieved TFLOP/s over the peak of what runs each variant's matmuls "
-                     f"({'; '.join(peaks.values())} TFLOP/s).")
-    notes.append("training memory: TensorFlow's allocator peak above the data set (weights, "
-                 "gradients, optimizer state, activations), × the baseline's.")
+    measured = (f"the variants ran in turns of {record.turn_steps} steps; speed-up: {base}'s median "
+                "step / this one's in the same round, the median over rounds" if record.turn_steps
+                else "[yellow]not measured in turns[/] (runs made apart: a speed-up can be the "
+                     f"machine's drift between their times); speed-up: {base}'s median / this one's")
+    notes.append(f"{measured}; a verdict says faster or slower only when its 95% interval is on "
+                 "one side of 1" + (f"; MFU against {'; '.join(peaks.values())} TFLOP/s" if peaks else "")
+                 + ". Every word in these tables: docs/glossary.md.")
     return notes
 
 
@@ -314,7 +293,7 @@ def plan_tables(record: PlanRecord) -> Group:
                                 ["trial", "ms/step", "speed-up", "whole\nrun", "loss\nprogress",
                                  "verdict"], _plan_rows(record), text_columns={5})]
     parts += _plan_notes(record)
-    if _has_batch_axis(record.trials):
+    if any(trial.batch for trial in record.trials):
         parts += ["", batch_table(record.trials, "float32")]
     if record.layers:
         slow = sorted(record.layers, key=lambda t: t.ms_float32 / t.ms_16bit)[:8]
@@ -382,26 +361,10 @@ def _plan_notes(record: PlanRecord) -> list[str]:
 
 
 def _plan_footnote(record: PlanRecord) -> str:
-    return (f"measured on {escape(record.machine)}; trials ran in turns of "
-            f"{record.turn_steps} steps. speed-up: the median over rounds of float32's "
-            "median step / this one's in the same round; faster only when its 95% interval "
-            f"is above 1 and above the interval of {TWIN} (float32 again, the A/A test of "
-            "the machine's noise); whole run: estimated for the experiment's "
-            f"{record.experiment_steps} steps, {record.experiment_eval_batches} evaluation "
-            f"batches and {record.experiment_checkpoints} checkpoints (one-off costs to the "
-            "first step, the rest at the median, evaluation at a third of a step, "
-            "checkpoints and the process's start and exit as measured); loss progress: the "
-            "share of float32's fall in training loss the trial made over the same batches "
-            f"(behind: short by more than {record.tolerance_pct:g}% of float32's progress, "
-            "or of its loss where it barely moved)" + (BATCH_NOTE if _has_batch_axis(record.trials)
-                                                       else ""))
-
-
-BATCH_NOTE = ("; at another batch size, speed-up is per example (a step of 2b does twice the "
-              "work), and the cell is judged by its time to float32's training loss over the same "
-              "examples: examples to target (its loss averaged over half float32's examples, at "
-              "or below float32's final loss plus the tolerance) times its time per example; "
-              "time to target x: float32's / its own")
+    return (f"measured on {escape(record.machine)}; trials ran in turns of {record.turn_steps} "
+            f"steps, each read against float32 in the same rounds and against {TWIN} (the "
+            f"machine's own noise); whole run: estimated for the experiment's "
+            f"{record.experiment_steps} steps. Every word in these tables: docs/glossary.md.")
 
 
 def _duration(seconds: float | None) -> str:

@@ -63,7 +63,8 @@ def check_gpu_view(report: CheckReport):
     parts.append("`policy: auto` runs this policy, except in an experiment with a plan beside "
                  "its file (`mptrain plan`) measured on this machine: there, the plan's pick, "
                  "measured on the model itself.")
-    parts.append(escape(report.compatibility_check))
+    if m.gpus:  # (the guide's check is of GPUs: on a CPU the measured kernels say it)
+        parts.append(escape(report.compatibility_check))
     dist = report.distribution
     if dist:
         parts.append(f"[bold]tf.distribute[/]: mirrored would use "

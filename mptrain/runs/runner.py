@@ -226,8 +226,7 @@ class TrainingSession:
         if self.status != "finished" or not config.output.save_model:
             return
         started = time.perf_counter()
-        prepared = self.prepared
-        model = prepared.model
+        prepared, model = self.prepared, self.prepared.model
         if config.model.fused_layers:
             from mptrain.model.fused import unfused
 

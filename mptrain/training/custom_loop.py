@@ -21,7 +21,6 @@ import signal
 from mptrain.data.pipeline import Batches
 from mptrain.precision.policy import PolicyChoice
 from mptrain.training.compiled import step_loss
-from mptrain.training.loss_scale import scale_variable
 from mptrain.training.monitor import TrainingMonitor
 from mptrain.training.records import STOP_SIGNALS
 
@@ -47,7 +46,7 @@ def make_train_step(model, optimizer, class_weight, jit_compile: bool, strategy=
     # `class_weight`: every class's (`training.every_class_weight`), looked up by label
     class_weights = None if class_weight is None else tf.constant(
         [class_weight[c] for c in range(len(class_weight))])
-    scale = scale_variable(optimizer)
+    scale = getattr(optimizer, "dynamic_scale", None)  # a LossScaleOptimizer's (mixed_float16)
     strategy = strategy or tf.distribute.get_strategy()
     replicas = strategy.num_replicas_in_sync
     tracker = step_loss(model)
@@ -132,7 +131,7 @@ class CustomLoop:
         self.model, self.strategy = model, strategy or tf.distribute.get_strategy()
         self.optimizer, self.built = optimizer, False
         # the optimizer that scales its loss, by its name on the model (`monitor.loss_scales`)
-        self.scaling = {"optimizer": optimizer} if scale_variable(optimizer) is not None else {}
+        self.scaling = {"optimizer": optimizer} if choice.loss_scaling else {}
         self.workers = isinstance(self.strategy, tf.distribute.MultiWorkerMirroredStrategy)
         replicas = self.strategy.num_replicas_in_sync
         jit_compile = choice.jit_compile and replicas == 1

@@ -2,9 +2,10 @@
 `train.reduce_lr_on_plateau` and `train.keep_best` (EarlyStopping, ReduceLROnPlateau and
 ModelCheckpoint(save_best_only=True)).
 
-One listener on the monitor's epoch records, so the custom loop and `Model.fit` behave alike
-(Keras' callbacks exist for `fit` only). Every decision is made from the records of all the
-epochs so far, not from counters kept in memory: a resumed run has the records of the
+One listener on the monitor's epoch records, so the custom loop and `Model.fit` behave alike.
+Keras' callbacks would serve both loops (a custom loop can drive a `CallbackList`), but they
+keep their counters in memory: a resumed run starts them at zero. Here every decision is made
+from the records of all the epochs so far: a resumed run has the records of the
 epochs before its checkpoint, so it decides as an uninterrupted run would; an epoch a stop
 cut short decides nothing, and is never the best (a resume redoes it whole). A learning rate it
 lowered is in the optimizer's checkpoint and in each epoch's record; the best weights are in

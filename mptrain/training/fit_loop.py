@@ -62,13 +62,11 @@ class FitLoop:
         applied = ", ".join(f"self.{name} without calling self.{name}.scale_loss(loss)" for name in unscaled)
         lines = " and ".join(f"scaled = self.{name}.scale_loss(loss)" for name in unscaled)
         raise ConfigError(
-            f"policy mixed_float16 scales the loss (a LossScaleOptimizer unscales every gradient "
-            f"it applies), and {cls}'s train step applied {applied} first: its gradients would be "
-            f"divided by the loss scale (32,768 at first) and train almost nothing. Inside the "
-            f"GradientTape, after the loss, add {lines} (each optimizer's own loss) and take "
-            "tape.gradient(scaled, ...), as Keras' own train_step does (other policies' "
-            "scale_loss returns the loss as it is), or use mixed_bfloat16, which needs no loss "
-            "scaling")
+            f"policy mixed_float16 scales the loss, and {cls}'s train step applied {applied} "
+            "first: its gradients would be divided by the loss scale (32,768 at first) and train "
+            f"almost nothing. Inside the GradientTape add {lines} (each optimizer's own loss) and "
+            "take tape.gradient(scaled, ...), as Keras' train_step does (under other policies "
+            "scale_loss returns the loss as it is), or use mixed_bfloat16: no loss scaling")
 
 
 class StepFigures:

@@ -86,13 +86,6 @@ class ScalingWatch:
         return [name for name in self.applied if name not in self.scaled]
 
 
-def scale_variable(optimizer):
-    """The optimizer's dynamic loss scale (a variable), or None when it does not scale."""
-    import keras
-
-    return optimizer.dynamic_scale if isinstance(optimizer, keras.optimizers.LossScaleOptimizer) else None
-
-
 @dataclass
 class LossScaleTracker:
     """Follows the scale step by step: skips, skips in a row, the recent skip rate."""

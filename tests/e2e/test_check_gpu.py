@@ -88,10 +88,13 @@ def test_check_gpu_text_report_prints_in_full(tmp_path):
                           text=True, cwd=tmp_path, timeout=300, env={**os.environ, "COLUMNS": "100"})
     assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stderr
-    assert "Recommended policy:" in done.stdout and "Mixed precision compatibility check" in done.stdout
+    assert "Recommended policy:" in done.stdout
     if "fp16 TC" in done.stdout:  # a GPU table: the one-CPU note (and its brackets) is not said
+        assert "Mixed precision compatibility check" in done.stdout
         pytest.skip("a GPU is here: the note whose brackets this checks is for a CPU alone")
     assert "[/cpu:0, /cpu:1]" in done.stdout
+    # the guide's check is of GPUs: on a CPU its "does not have a GPU" warning is noise
+    assert "Mixed precision compatibility check" not in done.stdout
 
 
 @pytest.mark.slow

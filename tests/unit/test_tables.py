@@ -10,7 +10,7 @@ from rich.console import Console
 from mptrain.measure.compare import CompareRecord, judge_compare
 from mptrain.measure.islands import LayerTiming
 from mptrain.measure.plan import PlanRecord
-from mptrain.measure.variant import Speed, Training, Variant, Verdict
+from mptrain.measure.variant import QualityDelta, Speed, Training, Variant, Verdict
 from mptrain.precision.candidates import Candidate
 from mptrain.report.tables import compare_tables, plan_tables, summary_table
 from mptrain.report.views import check_gpu_view, diagnose_view, lint_view, memory_view, runs_table
@@ -314,7 +314,79 @@ def test_a_compare_with_an_xla_control_keeps_its_candidates_and_verdicts_whole()
                         rounds=[80.0, 81.0, 79.0, 80.0, 82.0])]
     record = judge_compare(CompareRecord(experiment="synthetic", folder="/tmp/x", baseline=rows[0].label,
                                          baseline_policy="float32", variants=rows, turn_steps=10))
-    assert "vs float32-xla-fit" in record.variants[1].verdict.words()
-    results = rendered(compare_tables(record)).split("\ndetails")[0]  # the widest table
+    verdict = record.variants[1].verdict
+    assert verdict.control == "float32-xla-fit" and "precision" not in verdict.words()
+    text = rendered(compare_tables(record))
+    # (the precision's own effect is a note below the tables, not a third line in a verdict cell)
+    assert "mixed_float16+xla fit: precision alone 1.33x float32-xla-fit's (faster)" in " ".join(text.split())
+    results = text.split("\ndetails")[0]  # the widest table
     leads_a_line(results, "mixed_float16+xla")
-    whole(results, "float32-xla-fit", "1.67x", "0.9000 (+0.00)")
+    whole(results, "1.67x", "0.9000 (+0.00)", "faster, same accuracy")
+
+
+def rows_of(table: str) -> list[list[str]]:
+    """A rendered table's rows below its header rule, each the lines it takes."""
+    body = table.split("─\n", 1)[1].splitlines()
+    rows: list[list[str]] = []
+    for line in body:
+        if not line.strip():
+            break
+        if line[0] != " " and not line.startswith(("fit", "custom")):  # a row's first line
+            rows.append([line])
+        else:
+            rows[-1].append(line)
+    return rows
+
+
+def test_a_verdict_takes_two_lines_at_most_and_the_notes_few():
+    """A compare verdict saying all four things (its speed, its loss behind float32's, its
+    quality worse, how it stopped) folds to two lines of an 80-column table, and the words
+    below the tables are a few lines: their definitions are the glossary's (a verdict once
+    ran to five lines, and the footnotes to fourteen)."""
+    rows = [compare_row("float32", summary=make_summary(median=100.0), rounds=[100.0] * 5),
+            compare_row("mixed_float16+xla", summary=make_summary(median=60.0, policy="mixed_float16"),
+                        rounds=[60.0] * 5),
+            compare_row("float32+xla", summary=make_summary(median=80.0), rounds=[80.0] * 5)]
+    record = judge_compare(CompareRecord(experiment="synthetic", folder="/tmp/x", baseline=rows[0].label,
+                                         baseline_policy="float32", variants=rows, turn_steps=10))
+    worst = record.variants[1].verdict.model_copy(update=dict(
+        stopped_early="cut by the budget after 3 rounds",
+        training=Training(share=0.84, shortfall=0.2, allowance=0.1, behind=True),
+        quality=QualityDelta(label="MAE", delta=1.0, relative_pct=12.3, higher_is_better=False,
+                             worse=True)))
+    record.variants[1] = record.variants[1].model_copy(update={"verdict": worst})
+    text = rendered(compare_tables(record))
+    results = text.split("\ndetails")[0]
+    assert all(len(row) <= 2 for row in rows_of(results)), results
+    whole(results, *worst.words().split())
+    notes = text.split("waited for")[1].split("\n\n", 1)[1]  # below the last table
+    assert len(notes.strip().splitlines()) <= 7, notes  # with a note for the row and the folder
+    assert "docs/glossary.md" in " ".join(notes.split())
+
+
+def test_the_glossary_defines_every_column_compare_and_plan_print():
+    """The tables' footnotes send a reader to docs/glossary.md for every word: each column a
+    compare or a plan table prints is there (a column added without its definition fails)."""
+    from pathlib import Path
+
+    from mptrain.report.fitted import Fitted
+
+    glossary = " ".join(Path("docs/glossary.md").read_text().split())
+    rows = [compare_row("float32", summary=make_summary(), rounds=[100.0] * 5),
+            compare_row("float32", batch={"train.batch_size": 128}, label="float32@b128",
+                        summary=make_summary(batch_size=128), rounds=[190.0] * 5)]
+    compare = judge_compare(CompareRecord(experiment="x", folder="/tmp/x", baseline=rows[0].label,
+                                          baseline_policy="float32", variants=rows, turn_steps=10))
+    trial = Variant(label="float32", candidate=Candidate(name="float32", policy="float32"),
+                    summary=make_summary(), verdict=Verdict(baseline=True))
+    plan = PlanRecord(experiment="x", folder="/tmp/plan", machine="m", measured_at="t", steps=30,
+                      tolerance_pct=3.0, evaluate=False, budget_minutes=20.0, candidates=[],
+                      trials=[trial], winner="float32",
+                      layers=[LayerTiming(layer="d", ms_16bit=1.0, ms_float32=1.0,
+                                          spread_16bit=(1.0, 1.0), spread_float32=(1.0, 1.0))])
+    tables = [table for group in (compare_tables(compare), plan_tables(plan))
+              for table in group.renderables if isinstance(table, Fitted)]
+    headers = {" ".join(head.replace("\n/", "/").split()) for table in tables for head in table.headers}
+    assert {"ms/step", "speed-up", "verdict", "loss progress", "examples to target"} <= headers
+    missing = sorted(head for head in headers if f"`{head}`" not in glossary)
+    assert not missing, ", ".join(missing)

@@ -313,7 +313,7 @@ def test_compare_names_the_rows_that_run_xla_and_adds_float32_with_xla_as_their_
     fp16 = record.variants[1].verdict
     assert record.variants[1].speedup == pytest.approx(195 / 160)
     assert fp16.control == "float32-xla-fit" and fp16.against_control.ratio == pytest.approx(139 / 160)
-    assert "precision alone 0.87x vs float32-xla-fit (slower)" in fp16.words()
+    assert fp16.precision_alone() == "precision alone 0.87x float32-xla-fit's (slower)"
     assert record.variants[2].verdict.control is None  # the control itself is XLA's own effect
 
 
@@ -329,10 +329,10 @@ def test_only_a_run_cut_before_its_planned_end_is_said_stopped_early():
         return judge(row, base)
 
     assert "(" not in verdict("max_steps", "stopped after 50 steps (step limit 50)").words()
-    assert verdict("budget", "cut by the budget after 3 rounds").words().endswith(
-        "(cut by the budget after 3 rounds)")
+    assert verdict("budget", "cut by the budget after 3 rounds").words().endswith("(cut)")
     dropped = verdict("dropped", "dropped after 3 rounds: at most 0.80x float32 (in each of 3 rounds)")
-    assert dropped.words().endswith("(dropped after 3 rounds: at most 0.80x float32 (in each of 3 rounds))")
+    # (in its first words: the table's notes give the reason whole)
+    assert dropped.words().endswith("(dropped)")
     assert not dropped.refused
 
 
