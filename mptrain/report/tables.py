@@ -262,6 +262,7 @@ def _compare_footnotes(record: CompareRecord) -> list[str]:
                      f"machine's drift between their times); speed-up: {base}'s median / this one's")
     notes.append(f"{measured}; a verdict says faster or slower only when its 95% interval is on "
                  "one side of 1" + (f"; MFU against {'; '.join(peaks.values())} TFLOP/s" if peaks else "")
+                 + (PER_EXAMPLE if any(r.batch for r in record.variants) else "")
                  + ". Every word in these tables: docs/glossary.md.")
     return notes
 
@@ -364,7 +365,12 @@ def _plan_footnote(record: PlanRecord) -> str:
     return (f"measured on {escape(record.machine)}; trials ran in turns of {record.turn_steps} "
             f"steps, each read against float32 in the same rounds and against {TWIN} (the "
             f"machine's own noise); whole run: estimated for the experiment's "
-            f"{record.experiment_steps} steps. Every word in these tables: docs/glossary.md.")
+            f"{record.experiment_steps} steps" + (PER_EXAMPLE if any(t.batch for t in record.trials) else "")
+            + ". Every word in these tables: docs/glossary.md.")
+
+
+# (a cell at another batch: said wherever its speed-up is, as it is read otherwise than a step's)
+PER_EXAMPLE = "; at another batch, speed-up is per example (a step of 2b does twice the work)"
 
 
 def _duration(seconds: float | None) -> str:

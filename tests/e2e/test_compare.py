@@ -173,7 +173,9 @@ def test_compare_takes_a_candidate_plan_prints_and_runs_xla_beside_its_control(t
     assert control.summary.policy == "float32" and control.summary.jit_compile is True
     assert not record.variants[0].summary.jit_compile
     assert pick.verdict.control == "float32-xla-fit" and pick.verdict.against_control is not None
-    assert "vs float32-xla-fit" in " ".join(done.stdout.split())  # the table says it
+    # the note under the table says it
+    alone = pick.verdict.precision_alone()  # "precision alone 0.93x float32-xla-fit's (...)"
+    assert "float32-xla-fit" in alone and alone in " ".join(done.stdout.split())
     assert any("runs with XLA here" in note for note in record.notes)
     assert [row.summary.candidate for row in record.variants] == ["float32", "mixed_float16+xla",
                                                                   "float32+xla"]

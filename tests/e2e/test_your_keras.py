@@ -202,8 +202,12 @@ def test_a_keras_cnn_trains_with_fused_layers_as_it_does_in_float32(tmp_path):
 
 
 def keras_layers_of(path: Path) -> set[str]:
-    """The layer classes a saved model.keras names (read from its config, nothing loaded)."""
+    """The layer classes a saved model.keras names, the trained model's inside the one that
+    takes raw pixels (`model.exported`) too (read from its config, nothing loaded)."""
     import zipfile
 
-    config = json.loads(zipfile.ZipFile(path).read("config.json"))
-    return {layer["class_name"] for layer in config["config"]["layers"]}
+    def classes(layers) -> set[str]:
+        return {layer["class_name"] for layer in layers}.union(
+            *(classes(layer["config"]["layers"]) for layer in layers if "layers" in layer["config"]))
+
+    return classes(json.loads(zipfile.ZipFile(path).read("config.json"))["config"]["layers"])
