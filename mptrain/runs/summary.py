@@ -355,19 +355,14 @@ def _decided(prepared: Prepared) -> dict:
 def loss_scale_keys(monitor: TrainingMonitor) -> dict:
     """The summary's `loss_scale` (the first loss-scaling optimizer's) and `loss_scales`
     (each one's, where several scale their losses)."""
-    several = len(monitor.loss_scales) > 1
-    return dict(loss_scale=loss_scale_stats(monitor, monitor.loss_scale),
-                loss_scales={name: loss_scale_stats(monitor, tracker)
-                             for name, tracker in monitor.loss_scales.items()} if several else None)
+    each = {name: loss_scale_stats(monitor, name) for name in monitor.loss_scales}
+    return dict(loss_scale=next(iter(each.values()), None), loss_scales=each if len(each) > 1 else None)
 
 
-def loss_scale_stats(monitor: TrainingMonitor, tracker) -> LossScaleStats | None:
-    """One loss-scaling optimizer's figures (`tracker`: its `loss_scale.LossScaleTracker`)."""
-    if tracker is None:
-        return None
-    name = next(n for n, t in monitor.loss_scales.items() if t is tracker)
-    scales = [r.loss_scales.get(name) if r.loss_scales else r.loss_scale for r in monitor.steps]
-    scales = [s for s in scales if s is not None]
+def loss_scale_stats(monitor: TrainingMonitor, name: str) -> LossScaleStats:
+    """One loss-scaling optimizer's figures, by its name on the model."""
+    tracker = monitor.loss_scales[name]
+    scales = [s for r in monitor.steps if (s := r.scale_of(name)) is not None]
     return LossScaleStats(
         final=tracker.scale, skipped_steps=tracker.skipped_steps,
         skip_rate=tracker.skipped_steps / len(monitor.steps) if monitor.steps else 0.0,

@@ -197,17 +197,14 @@ def _resumed_scale(steps: list[StepRecord], name: str, scale: float) -> float:
     """An optimizer's scale where a resumed run continues: after its last step kept, where
     its checkpoint is (one a model's own step builds is restored only as the step builds
     it, so the optimizer cannot say it yet); `scale` for a run that starts."""
-    if not steps:
-        return scale
-    last = steps[-1]
-    found = last.loss_scales.get(name) if last.loss_scales else last.loss_scale
+    found = steps[-1].scale_of(name) if steps else None
     return scale if found is None else found
 
 
 def _skips(steps: list[StepRecord], name: str) -> int:
     """Steps an optimizer skipped among a resumed run's records: its scale went down (one
     optimizer's records keep its scale alone, several optimizers' each one's)."""
-    scales = [r.loss_scales.get(name) if r.loss_scales else r.loss_scale for r in steps]
+    scales = [r.scale_of(name) for r in steps]
     if not any(r.loss_scales for r in steps):
         return sum(bool(r.skipped) for r in steps)
     return sum(1 for before, after in zip(scales, scales[1:], strict=False)

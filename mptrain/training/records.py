@@ -43,6 +43,10 @@ class StepRecord:
     # (`loss_scale` is the first's; `skipped`: any of them skipped its update)
     loss_scales: dict[str, float] | None = None
 
+    def scale_of(self, optimizer: str) -> float | None:
+        """That optimizer's loss scale after the step (one optimizer's record keeps it alone)."""
+        return self.loss_scales.get(optimizer) if self.loss_scales else self.loss_scale
+
 
 @dataclass(frozen=True)
 class EpochRecord:

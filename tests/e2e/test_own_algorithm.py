@@ -92,8 +92,8 @@ def test_a_gan_with_two_optimizers_trains_on_images_alone_with_each_loss_scaled(
     policy: under mixed_float16 both of its optimizers (d_optimizer, g_optimizer) scale their
     losses with the experiment's settings (the scale grows every 4 good steps from 1,024),
     each reported on its own; its d_loss and g_loss judge no quality, and the verdicts say so."""
-    rows = compared(tmp_path, gan(tmp_path, loss_scale={"initial_scale": 1024,
-                                                        "dynamic_growth_steps": 4}))
+    rows = compared(tmp_path, gan(tmp_path, epochs=2, loss_scale={"initial_scale": 1024,
+                                                                  "dynamic_growth_steps": 4}))
     for row in rows:
         summary = row.summary.model_dump(mode="json")
         assert summary["status"] == "finished" and summary["quality"] is None, row
