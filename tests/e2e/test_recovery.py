@@ -283,10 +283,24 @@ def test_texts_in_other_encodings_and_empty_texts_train(tmp_path):
     assert "café" in vocabulary
 
 
-def test_compare_survives_its_parent_killed_outright(tmp_path):
-    """SIGKILL of the compare process: its running child is stopped with it (parent-death
-    signal: a checkpoint, no orphan training on), and `compare --resume` finishes the compare
-    from the folder as it was left."""
+def variants_stopped_with(tmp_path: Path) -> None:
+    """No variant of the compare in `tmp_path` trains on (each is stopped with its parent)."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        alive = subprocess.run(["pgrep", "-f", f"mptrain run {tmp_path}"], capture_output=True,
+                               text=True).stdout
+        if not alive.strip():
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"a variant outlived its compare: {alive}")
+
+
+def test_a_compare_killed_outright_or_interrupted_keeps_what_ran_and_resumes(tmp_path):
+    """SIGKILL of the compare process: its running children are stopped with it (parent-death
+    signal: a checkpoint, no orphan training on), and `compare --resume` continues from the
+    folder as it was left. A SIGTERM to that resumed compare stops each variant after its
+    current step (143, said, a checkpoint each), and the next resume finishes them all, each
+    in its own run folder, every step once."""
     config = experiment(tmp_path, "train.batch_size=8", "train.epochs=2",
                         "model.hidden_units=[64, 64]", "train.checkpoint.every_steps=10")
     process = mptrain_process(tmp_path, "compare", str(config), "--policies",
@@ -294,26 +308,39 @@ def test_compare_survives_its_parent_killed_outright(tmp_path):
     wait_for(process, "round 1 ·")  # the variants are training, in turns
     process.kill()
     process.communicate(timeout=60)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        alive = subprocess.run(["pgrep", "-f", f"mptrain run {tmp_path}"], capture_output=True,
-                               text=True).stdout
-        if not alive.strip():
-            break
-        time.sleep(0.5)
-    assert not alive.strip(), "a variant outlived its compare"
+    variants_stopped_with(tmp_path)
     (folder,) = (tmp_path / "runs").glob("compare-*")
     record = json.loads((folder / "compare.json").read_text())
     assert record["status"] == "running" and [v["run_dir"] for v in record["variants"]]
-    resumed = subprocess.run([sys.executable, "-m", "mptrain", "compare", "--resume", str(folder),
-                              "--json"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    final = json.loads(resumed.stdout)
+
+    resumed = mptrain_process(tmp_path, "compare", "--resume", str(folder), "--json")
+    wait_for(resumed, "round 2 ·")  # both variants training again, in turns
+    resumed.send_signal(signal.SIGTERM)
+    stdout, stderr = resumed.communicate(timeout=120)
+    assert resumed.returncode == 143, stderr[-3000:]
+    record = json.loads(stdout)
+    assert record["status"] == "interrupted"
+    first, second = record["variants"]
+    # each stopped after its current step, with a checkpoint, and said so
+    assert first["summary"]["status"] == second["summary"]["status"] == "interrupted"
+    assert second["verdict"]["refused"] == ["interrupted: not finished"]
+    variants_stopped_with(tmp_path)
+    assert f"mptrain compare --resume {folder}" in stderr
+
+    done = subprocess.run([sys.executable, "-m", "mptrain", "compare", "--resume", str(folder),
+                           "--json"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    final = json.loads(done.stdout)
     assert final["status"] == "finished"
     assert [v["summary"]["status"] for v in final["variants"]] == ["finished", "finished"]
-    first = final["variants"][0]["summary"]
-    assert first["steps_run"] == 2 * 48 and any("resumed at" in n for n in first["notes"])
-    assert np.isfinite(first["test_loss"])
+    assert final["variants"][0]["summary"]["run_dir"] == first["summary"]["run_dir"]
+    for variant in final["variants"]:
+        summary = variant["summary"]
+        assert summary["steps_run"] == 2 * 48 and any("resumed at" in n for n in summary["notes"])
+        steps = [json.loads(line)["step"] for line in
+                 (Path(summary["run_dir"]) / "steps.jsonl").read_text().splitlines()]
+        assert steps == list(range(1, 2 * 48 + 1))
+    assert np.isfinite(final["variants"][0]["summary"]["test_loss"])
 
 
 def test_what_an_epoch_line_reports_is_on_disk_before_it_is_printed(tmp_path):

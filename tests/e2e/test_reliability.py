@@ -237,36 +237,6 @@ def test_loss_upper_bound_counts_as_divergence(tiny_config):
         result.summary.stop_reason
 
 
-def test_compare_interrupted_keeps_what_ran_and_resumes(tmp_path):
-    config = long_experiment(tmp_path, "train.epochs=2")
-    process = mptrain_process(tmp_path, "compare", str(config), "--policies",
-                              "float32,mixed_bfloat16", "--json")
-    wait_for(process, "round 2 ·")  # both variants are training, in turns
-    process.send_signal(signal.SIGTERM)
-    stdout, stderr = process.communicate(timeout=120)
-    assert process.returncode == 143, stderr
-    record = json.loads(stdout)
-    assert record["status"] == "interrupted"
-    first, second = record["variants"]
-    # each stopped after its current step, with a checkpoint, and said so
-    assert first["summary"]["status"] == second["summary"]["status"] == "interrupted"
-    assert second["verdict"]["refused"] == ["interrupted: not finished"]
-    time.sleep(1)
-    orphans = subprocess.run(["pgrep", "-f", "mptrain run"], capture_output=True, text=True)
-    assert str(tmp_path) not in orphans.stdout  # the child stopped with its parent
-    folder = Path(record["folder"])
-    assert f"mptrain compare --resume {folder}" in stderr
-    resumed = subprocess.run([sys.executable, "-m", "mptrain", "compare", "--resume", str(folder),
-                              "--json"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
-    assert resumed.returncode == 0, resumed.stderr
-    record = json.loads(resumed.stdout)
-    assert record["status"] == "finished"
-    assert [v["summary"]["status"] for v in record["variants"]] == ["finished", "finished"]
-    assert record["variants"][0]["summary"]["run_dir"] == first["summary"]["run_dir"]
-    assert all(any(n.startswith("resumed at") for n in v["summary"]["notes"])
-               for v in record["variants"])
-
-
 def test_runs_started_in_the_same_second_never_collide(tmp_path):
     from mptrain.runs.folder import unique_folder
 
