@@ -210,7 +210,7 @@ def serve(spec: dict) -> None:
     tf = import_tensorflow()
     catalog = kernels(tf, spec["scale"])
     pipe = Connection(spec["pipe"])
-    traced: dict = {}
+    traced: dict[int, dict] = {}  # the kernel last traced (a call of another one fails)
     while True:
         try:
             op, index, dtype = pipe.recv()
@@ -218,10 +218,10 @@ def serve(spec: dict) -> None:
             return
         if op == "trace":
             _, _, _, shapes, fn = catalog[index]
-            traced = prepared_calls(tf, fn, shapes, [(d, False) for d in spec["dtypes"]], "/CPU:0")
-            pipe.send({"traced": [d for d, _ in traced], "onednn": onednn_running()})
+            traced = {index: prepared_calls(tf, fn, shapes, [(d, False) for d in spec["dtypes"]], "/CPU:0")}
+            pipe.send({"traced": [d for d, _ in traced[index]], "onednn": onednn_running()})
         else:
-            fn, inputs = traced[dtype, False]
+            fn, inputs = traced[index][dtype, False]
             began = time.perf_counter()
             fn(*inputs).numpy()
             pipe.send(time.perf_counter() - began)
