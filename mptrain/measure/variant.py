@@ -152,7 +152,7 @@ class Verdict(FrozenRecord):
             parts.append("input-bound")
         text = ", ".join(parts) or "n/a"
         # (how it stopped, in a word: the table's notes give its reason whole)
-        stopped = self.stopped_early.split()[0] if self.stopped_early else None
+        stopped = self.stopped_early.split()[0].rstrip(":;,") if self.stopped_early else None
         return f"{text} ({stopped})" if stopped and not self.refused else text
 
 

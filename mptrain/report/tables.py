@@ -346,6 +346,8 @@ def _plan_notes(record: PlanRecord) -> list[str]:
              for option in record.candidates if option.why_not]
     notes += [f"[dim]{escape(cell)}: not tried[/]" for cell in record.cells_not_tried]
     notes += [f"[yellow]{escape(t.label)}[/]: {escape(t.failed)}" for t in record.trials if t.failed]
+    notes += [f"{escape(t.label)}: {escape(alone)}" for t in record.trials
+              if (alone := t.verdict.precision_alone())]
     if record.untried or record.cut:
         what = "; ".join(filter(None, [
             record.cut and f"cut short: {', '.join(record.cut)}",

@@ -241,7 +241,8 @@ class NamedFigures(TrainingListener):
     """Each figure the experiment names (`train.monitor`, the epoch rules' monitors) is one
     the step reports: checked at the first step, where what a model's own step reports (or
     a compile's metrics) is known, so a run is never judged, stopped or kept by a figure it
-    does not have; a refusal then leaves no run behind (`_failed`)."""
+    does not have (`train.monitor` never names a val_ one: the config refuses it); a
+    refusal then leaves no run behind (`_failed`)."""
 
     phase = Phase.RECORD
 

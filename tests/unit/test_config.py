@@ -114,6 +114,8 @@ def test_cross_field_rules(tmp_path):
     (["train.early_stopping={restore_best_weights: true}", "train.keep_best={monitor: loss}"],
      "give both one monitor (now val_loss and loss)"),
     (["train.class_weight={0: -1}"], "train.class_weight.0 = -1: Input should be greater than 0"),
+    # the run's judge reads the test set: a val_ figure would judge it by nothing, in silence
+    (["train.monitor=val_accuracy"], "train.monitor val_accuracy: a run is judged on the test set"),
     # a loss is read by the objectives' own table, before TensorFlow (`validate` too)
     (["train.loss=not_a_loss"], "train.loss 'not_a_loss': not a loss Keras knows"),
     (["train.loss=poisson"], "train.loss poisson: mptrain has no objective to judge it"),

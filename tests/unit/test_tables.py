@@ -364,6 +364,25 @@ def test_a_verdict_takes_two_lines_at_most_and_the_notes_few():
     assert "docs/glossary.md" in " ".join(notes.split())
 
 
+def test_a_plan_trial_says_how_it_stopped_in_a_word_and_its_precision_alone_below():
+    """A trial the race stopped reads "(decided)" in its cell (its first word once kept the
+    colon), and its speed against its control is a note below plan's table, as compare's is."""
+    verdict = Verdict(speed=Speed(ratio=1.2, word="faster"), control="float32+xla",
+                      stopped_early="decided: float32+xla leads after 3 rounds",
+                      against_control=Speed(ratio=0.9, word="slower"))
+    assert verdict.words() == "faster (decided)"
+    trials = [Variant(label="float32", candidate=Candidate(name="float32", policy="float32"),
+                      summary=make_summary(), verdict=Verdict(baseline=True)),
+              Variant(label="mixed_bfloat16", summary=make_summary(policy="mixed_bfloat16"),
+                      candidate=Candidate(name="mixed_bfloat16", policy="mixed_bfloat16"),
+                      verdict=verdict)]
+    plan = PlanRecord(experiment="x", folder="/tmp/plan", machine="m", measured_at="t", steps=30,
+                      tolerance_pct=3.0, evaluate=False, budget_minutes=20.0, candidates=[],
+                      trials=trials, winner="float32")
+    said = " ".join(rendered(plan_tables(plan)).split())
+    assert "mixed_bfloat16: precision alone 0.90x float32+xla's (slower)" in said, said
+
+
 def test_the_glossary_defines_every_column_compare_and_plan_print():
     """The tables' footnotes send a reader to docs/glossary.md for every word: each column a
     compare or a plan table prints is there (a column added without its definition fails)."""
