@@ -40,7 +40,7 @@ class Compiled(_Composed):
         first = next(iter(stats.values())) if isinstance(stats, dict) else stats
         # labels go to the model's own loss as stored (one-hot rows stay one-hot)
         self.loss_name = _describe_loss(compiled.get("loss"))
-        self.labels = Labels("classes" if first.whole else "values", first.shape[0] if first.shape else 1)
+        self.labels = _as_stored(first)
         self.quality = _first_metric(compiled.get("metrics")) or Quality("loss", False, "loss")
 
     def describe(self) -> str:

@@ -180,7 +180,7 @@ class TrainingSession:
         self.evaluation_s: float | None = None  # None: not evaluated
         self.waited_s = 0.0  # waiting for other variants' turns (compare, plan)
         self.model_save_s: float | None = None
-        self.save_note: str | None = None  # why there is no model.keras, when there is none
+        self.save_note: str | None = None  # how to load what was saved, or why there is no model.keras
 
     def train(self, turns_link: TurnLink | None = None) -> None:
         """Training to its end, from where the session starts (in turns with other variants,

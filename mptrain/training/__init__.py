@@ -22,9 +22,9 @@ def make_loop(config, built, objective, optimizer, choice: PolicyChoice,
     there is one) with the built model (`model.BuiltModel`) compiled for its `objective`
     (`compiled.compile_arguments`) and the optimizer's state built
     (`optimizer.build_optimizer_state`); its module is imported only when used. `optimizer`
-    is the one that applies the updates: a `LossScaleOptimizer` under mixed_float16, which is
-    how a loop knows to scale the loss. A model with a compile of its own keeps it and its
-    optimizers (`keep_own_compile`); `loop.optimizer` is the one the run follows."""
+    is the one that applies the updates: a `LossScaleOptimizer` under mixed_float16. A model
+    with a compile of its own keeps it and its optimizers instead, and `optimizer` is not used
+    (`keep_own_compile` wraps each of them); `loop.optimizer` is the one the run follows."""
     from mptrain.model.own_step import own_compile
     from mptrain.training.compiled import compile_arguments
     from mptrain.training.optimizer import build_optimizer_state

@@ -44,7 +44,7 @@ class Checkpointer(TrainingListener):
                  on_save: Callable[[], None]):
         import tensorflow as tf
 
-        self.folder, self.optimizer = folder, optimizer
+        self.folder = folder
         self.cfg, self.steps_per_epoch, self.on_save = cfg, steps_per_epoch, on_save
         self.position = tf.Variable([0, 0, 0], dtype=tf.int64, trainable=False, name="position")
         self.checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer,

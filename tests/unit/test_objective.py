@@ -88,6 +88,9 @@ def test_the_loss_and_the_labels_choose_the_objective():
     compiled = objective_for(None, stats([0.5, 1.5]), {"loss": "mse", "metrics": ["mae"]})
     assert isinstance(compiled, Compiled) and compiled.quality.metric == "mae"
     assert compiled.compile_arguments() == {"loss": "mse", "metrics": ["mae"]}
+    # class ids as stored: as many classes as the highest id says (it read "1 classes")
+    ids = objective_for(None, stats([0, 2, 1]), {"loss": "sparse_categorical_crossentropy"})
+    assert ids.describe() == "the model's own compile (3 classes; loss sparse_categorical_crossentropy)"
 
 
 def test_a_logits_heads_auc_and_accuracy_are_read_from_its_logits():
