@@ -27,12 +27,18 @@ if TYPE_CHECKING:
 GIB = 2.0**30
 
 
-def why_not_half(optimizer: str, state_per_weight: float) -> str:
+def why_not_half(optimizer: str, state_per_weight: float | None) -> str:
     """Why 16 bits do not halve memory, naming this experiment's optimizer and how many
-    float32 values of state it keeps per weight (measured from the built optimizer)."""
-    kept = (f"{optimizer} keeps {state_per_weight:g} float32 value"
-            f"{'' if state_per_weight == 1 else 's'} per weight" if state_per_weight
-            else f"{optimizer} keeps none")
+    float32 values of state it keeps per weight (measured from the built optimizer); None: a
+    model's own optimizers, whose state its first step builds."""
+    if state_per_weight is None:
+        kept = (f"{optimizer} (the model's own) are built by its first step: the estimate leaves "
+                "their state out, the measured peak holds it")
+    elif state_per_weight:
+        kept = (f"{optimizer} keeps {state_per_weight:g} float32 value"
+                f"{'' if state_per_weight == 1 else 's'} per weight")
+    else:
+        kept = f"{optimizer} keeps none"
     return ("Why 16-bit training does not halve memory: under a mixed policy the variables stay "
             f"float32, and so do their gradients and the optimizer's state ({kept}); the step "
             "adds 16-bit copies of the weights. Only the activations kept for the backward pass "
@@ -79,11 +85,8 @@ def plan_memory(config: ExperimentConfig, policies: list[str], measure: bool = T
     first = plans[0]
     # (to a tenth: the optimizer also keeps a few scalars, its iteration count)
     state = round(first.optimizer_bytes / first.weights_bytes, 1) if first.weights_bytes else 0
-    why = why_not_half(config.train.optimizer.name, state)
-    if own_compile(prepared.model):  # (its optimizers' slots exist once its step has run)
-        why = why_not_half(", ".join(optimizers_of(prepared.model)), 0).replace(
-            "keeps none", "(the model's own) are built by its first step: the estimate leaves "
-            "their state out, the measured peak holds it")
+    why = (why_not_half(", ".join(optimizers_of(prepared.model)), None) if own_compile(prepared.model)
+           else why_not_half(config.train.optimizer.name, state))
     return MemoryReport(experiment=config.name, batch_size=config.train.batch_size,
                         parameters=first.parameters, training_examples=examples, plans=plans,
                         why=why, memory_bytes=available, memory_of=memory_of)

@@ -132,7 +132,7 @@ def _first_metric(metrics) -> Quality | None:
     if not isinstance(name, str) or not name:
         return None
     name = f"{output}_{name}" if output else name
-    return Quality(name, _higher(metric), name, proportion="accuracy" in name)
+    return Quality.named(name, _higher(metric))
 
 
 def _describe_loss(loss) -> str:

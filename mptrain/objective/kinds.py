@@ -22,6 +22,13 @@ class Quality:
     label: str
     proportion: bool = False  # a share of examples (accuracy): its noise is binomial
 
+    @classmethod
+    def named(cls, name: str, higher_is_better: bool | None = None) -> Quality:
+        """The figure a run reports as `name`, labelled so: higher is better unless told, or
+        unless its name says a loss or an error (`lower_is_better`)."""
+        higher = not lower_is_better(name) if higher_is_better is None else higher_is_better
+        return cls(name, higher, name, proportion="accuracy" in name)
+
 
 ACCURACY = Quality("accuracy", True, "accuracy", proportion=True)
 

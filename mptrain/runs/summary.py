@@ -17,7 +17,7 @@ from mptrain.hardware.kernels import cached_kernels
 from mptrain.model.flops import ForwardProfile, Peak, machine_peak
 from mptrain.model.own_step import evaluates
 from mptrain.model.size import MemoryStats
-from mptrain.objective import Quality, lower_is_better
+from mptrain.objective import Quality
 from mptrain.precision.axes import ONEDNN_MODES
 from mptrain.record import FrozenRecord
 from mptrain.training.records import Status, StepRecord, StopKind
@@ -188,12 +188,12 @@ def quality_of(objective, figures: dict[str, float], monitor: str | None = None)
     nothing judges it (a GAN's losses are no quality: `objective.OwnStep`)."""
     wanted = objective.quality
     if monitor is not None:
-        wanted = Quality(monitor, not lower_is_better(monitor), monitor, proportion="accuracy" in monitor)
+        wanted = Quality.named(monitor)
     if wanted is None:
         return None
     if wanted.metric not in figures and monitor is None:
         named = next((k for k in figures if k != "loss" and not k.endswith("_loss")), "loss")
-        wanted = Quality(named, not lower_is_better(named), named, proportion="accuracy" in named)
+        wanted = Quality.named(named)
     value = finite_or_none(figures.get(wanted.metric))
     scale = getattr(objective.labels, "scale", None)
     if value is not None and scale is not None and wanted.metric in TARGET_UNITS and len(scale.std) == 1:

@@ -22,3 +22,15 @@ def test_the_largest_batch_is_never_more_hopeful_than_the_measurement():
     assert measured.largest_batch < estimated.largest_batch / 2
     tiny = with_largest_batch(MemoryPlan(**parts), available=1000 * mib, examples=500)
     assert "memory figure only" in tiny.note and "500 training examples" in tiny.note
+
+
+def test_why_16_bits_do_not_halve_memory_names_the_optimizers_state():
+    """The experiment's optimizer with its measured state per weight; a model's own
+    optimizers, whose state its first step builds, said as left out of the estimate."""
+    from mptrain.measure.memory import why_not_half
+
+    assert "(adam keeps 2 float32 values per weight)" in why_not_half("adam", 2.0)
+    assert "(sgd keeps none)" in why_not_half("sgd", 0.0)
+    own = why_not_half("d_optimizer, g_optimizer", None)
+    assert "(d_optimizer, g_optimizer (the model's own) are built by its first step: the " \
+           "estimate leaves their state out, the measured peak holds it)" in own
