@@ -57,7 +57,8 @@ class TrainingMonitor:
         self.stop_kind: StopKind | None = None
         self.signal: int | None = None  # the signal that interrupted the run
         self.trained = False  # training is over (its last checkpoint saved): nothing left to stop
-        self.loss_scales = {name: _replayed(self.steps, name, scale)
+        self.loss_scales = {name: LossScaleTracker(_resumed_scale(self.steps, name, scale),
+                                                   skipped_steps=_skips(self.steps, name))
                             for name, scale in self.initial_loss_scales.items()}
         self.epoch = 0  # 1-based, the epoch in progress
         self.step_in_epoch = 0  # steps of it done
@@ -192,16 +193,22 @@ def order_metrics(metrics: dict[str, float]) -> dict[str, float]:
     return dict(sorted(metrics.items(), key=lambda item: rank(item[0])))
 
 
-def _replayed(steps: list[StepRecord], name: str, scale: float) -> LossScaleTracker:
-    """An optimizer's tracker where a run continues: the scales its kept records hold, replayed
-    from `scale` (a scale that went down is a skipped step, the first one's too), so a resume
-    goes on from the last one, with the skips counted as the run counted them (its checkpoint's
-    scale is restored only as a model's own step builds the optimizer: it cannot say it yet)."""
-    tracker = LossScaleTracker(scale)
-    for record in steps:
-        if (after := record.scale_of(name)) is not None:
-            tracker.step(after)
-    return tracker
+def _resumed_scale(steps: list[StepRecord], name: str, scale: float) -> float:
+    """An optimizer's scale where a resumed run continues: after its last step kept, where
+    its checkpoint is (one a model's own step builds is restored only as the step builds
+    it, so the optimizer cannot say it yet); `scale` for a run that starts."""
+    found = steps[-1].scale_of(name) if steps else None
+    return scale if found is None else found
+
+
+def _skips(steps: list[StepRecord], name: str) -> int:
+    """Steps an optimizer skipped among a resumed run's records: its scale went down (one
+    optimizer's records keep its scale alone, several optimizers' each one's)."""
+    scales = [r.scale_of(name) for r in steps]
+    if not any(r.loss_scales for r in steps):
+        return sum(bool(r.skipped) for r in steps)
+    return sum(1 for before, after in zip(scales, scales[1:], strict=False)
+               if before is not None and after is not None and after < before)
 
 
 def _steps(n: int) -> str:
