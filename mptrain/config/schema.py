@@ -208,9 +208,8 @@ class TrainConfig(_Strict):
     @model_validator(mode="after")
     def _epoch_rules_fit(self) -> TrainConfig:
         if self.monitor and self.monitor.startswith("val_"):  # (an epoch rule's may)
-            raise ValueError(f"train.monitor {self.monitor}: a run is judged on the test set (or, "
-                             "for a model Keras cannot evaluate, its last epoch's training "
-                             f"figures), never the validation split: name {self.monitor[4:]}")
+            raise ValueError(f"train.monitor {self.monitor}: a run is judged on the test set (or "
+                             f"its training), never the validation split: name {self.monitor[4:]}")
         named = (self.metrics if isinstance(self.metrics, list) else
                  [f"{out}_{m}" for out, ms in (self.metrics or {}).items() for m in ms])
         for key in EPOCH_RULES:

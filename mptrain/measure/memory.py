@@ -31,14 +31,10 @@ def why_not_half(optimizer: str, state_per_weight: float | None) -> str:
     """Why 16 bits do not halve memory, naming this experiment's optimizer and how many
     float32 values of state it keeps per weight (measured from the built optimizer); None: a
     model's own optimizers, whose state its first step builds."""
-    if state_per_weight is None:
-        kept = (f"{optimizer} (the model's own) are built by its first step: the estimate leaves "
-                "their state out, the measured peak holds it")
-    elif state_per_weight:
-        kept = (f"{optimizer} keeps {state_per_weight:g} float32 value"
-                f"{'' if state_per_weight == 1 else 's'} per weight")
-    else:
-        kept = f"{optimizer} keeps none"
+    kept = (f"{optimizer} keeps none" if state_per_weight == 0 else
+            f"{optimizer} (the model's own) are built by its first step: the estimate leaves their "
+            "state out, the measured peak holds it" if state_per_weight is None else
+            f"{optimizer} keeps {state_per_weight:g} float32 value{'s' * (state_per_weight != 1)} per weight")
     return ("Why 16-bit training does not halve memory: under a mixed policy the variables stay "
             f"float32, and so do their gradients and the optimizer's state ({kept}); the step "
             "adds 16-bit copies of the weights. Only the activations kept for the backward pass "

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from mptrain.objective.kinds import Objective, Quality, lower_is_better
+from mptrain.objective.kinds import Objective, Quality
 from mptrain.objective.labels import Labels, LabelStats
 
 
@@ -132,7 +132,7 @@ def _first_metric(metrics) -> Quality | None:
     if not isinstance(name, str) or not name:
         return None
     name = f"{output}_{name}" if output else name
-    return Quality.named(name, _higher(metric))
+    return Quality.named(name, metric)
 
 
 def _describe_loss(loss) -> str:
@@ -141,12 +141,3 @@ def _describe_loss(loss) -> str:
     if isinstance(loss, str):
         return loss
     return getattr(loss, "name", None) or type(loss).__name__
-
-
-def _higher(metric) -> bool:
-    """Whether higher is better for a compiled metric: Keras' own `_direction` where the
-    object has one, else by its name (`lower_is_better`)."""
-    direction = getattr(metric, "_direction", None)
-    if direction is not None:
-        return direction == "up"
-    return not lower_is_better(str(getattr(metric, "name", metric)))

@@ -23,10 +23,12 @@ class Quality:
     proportion: bool = False  # a share of examples (accuracy): its noise is binomial
 
     @classmethod
-    def named(cls, name: str, higher_is_better: bool | None = None) -> Quality:
-        """The figure a run reports as `name`, labelled so: higher is better unless told, or
-        unless its name says a loss or an error (`lower_is_better`)."""
-        higher = not lower_is_better(name) if higher_is_better is None else higher_is_better
+    def named(cls, name: str, metric: Any = None) -> Quality:
+        """The figure a run reports as `name`, labelled so: higher is better as a compiled
+        Keras `metric` says (its `_direction`), else unless the metric's own name (not an
+        output's before it) says a loss or an error (`lower_is_better`)."""
+        way = getattr(metric, "_direction", None)
+        higher = way == "up" if way else not lower_is_better(str(getattr(metric, "name", metric or name)))
         return cls(name, higher, name, proportion="accuracy" in name)
 
 
